@@ -1,0 +1,3 @@
+from .stages import STAGE_ASSETS
+
+__all__ = ["STAGE_ASSETS"]

@@ -1,0 +1,63 @@
+"""The five stage assets, each partitioned by run × metric. Thin: the pipeline does the work."""
+
+
+from typing import Any
+
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+
+from ..errors import AipError
+from ..partitions import run_metric_partitions
+from ..pipeline import logger, run_stage
+
+GROUP = "evaluation"
+
+
+def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResult:
+    keys = context.partition_key.keys_by_dimension
+    try:
+        meta = run_stage(stage, keys["run"], keys["metric"], log=lambda m: (context.log.info(m), logger.info(m)))
+    except AipError as e:
+        raise Failure(description=str(e)) from None
+    out: dict[str, Any] = {k: v for k, v in meta.items() if k != "summary"}
+    if "summary" in meta:
+        s = meta["summary"]
+        out["score"] = MetadataValue.float(float(s["score"])) if s.get("score") is not None else MetadataValue.text("n/a")
+        out["summary"] = MetadataValue.json(s)
+        lines = [f"**{keys['metric']}** score {s.get('score'):.3f}" if s.get("score") is not None else "no score"]
+        for axis, a in (s.get("axes") or {}).items():
+            if a["flip_rate"] is not None:
+                lines.append(f"- {axis}: flip rate {a['flip_rate']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}], {a['pairs']} pairs")
+        out["headline"] = MetadataValue.md("\n".join(lines))
+    return MaterializeResult(metadata=out)
+
+
+@asset(partitions_def=run_metric_partitions, group_name=GROUP, description="dataset rows (gdi_text_v1) → dataset_rows")
+def ingest(context: AssetExecutionContext) -> MaterializeResult:
+    return _materialise("ingest", context)
+
+
+@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[ingest],
+       description="probes: persona pool, persona variants and pairs → persona_pool, probes, probe_pairs")
+def synthesis(context: AssetExecutionContext) -> MaterializeResult:
+    return _materialise("synthesis", context)
+
+
+@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[synthesis],
+       description="every SUT answer → sut_responses, llm_calls")
+def sut_sampling(context: AssetExecutionContext) -> MaterializeResult:
+    return _materialise("sampling", context)
+
+
+@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[sut_sampling],
+       description="judge verdicts → judgements, llm_calls")
+def judging(context: AssetExecutionContext) -> MaterializeResult:
+    return _materialise("judging", context)
+
+
+@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[judging],
+       description="row and run scores with 95% intervals → row_scores, metric_scores")
+def aggregation(context: AssetExecutionContext) -> MaterializeResult:
+    return _materialise("aggregation", context)
+
+
+STAGE_ASSETS = [ingest, synthesis, sut_sampling, judging, aggregation]

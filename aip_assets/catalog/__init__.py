@@ -1,0 +1,1 @@
+"""Catalogues: protected attributes and personas (en, de)."""

@@ -1,0 +1,229 @@
+"""`aip-eval`: run a spec end to end, query the warehouse, serve the builtin model.
+
+Exit codes: 0 success; 1 a metric fell below its threshold; 2 bad input (spec, dataset,
+endpoint); 3 a stage failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+
+from .errors import AipError
+
+log = logging.getLogger("aip_assets")
+
+
+def _setup_logging(quiet: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[aip] %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    log.propagate = False
+
+
+def _fmt(x, nd=3) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def print_summary(summary: dict, out=sys.stdout) -> None:
+    p = lambda s="": print(s, file=out)  # noqa: E731
+    p(f"Run {summary['run_id']}  (spec {summary['spec']}, dataset {summary['dataset']})")
+    for metric, s in summary["metrics"].items():
+        if "score" not in s:
+            p(f"  {metric}: {s.get('status')}")
+            continue
+        verdict = "" if s.get("threshold") is None else (
+            f"  threshold {s['threshold']:.3f} {'PASS' if s.get('passed') else 'FAIL'}")
+        p(f"\n{metric} ({s.get('metric_name')})  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
+          f"{_fmt(s['ci95'][1])}]{verdict}")
+        if "pairs_evaluated" in s:
+            p(f"  pairs evaluated {s['pairs_evaluated']}, attributable flips {s['flips']}, "
+              f"incidental differences {s.get('incidental_differences')}, failed {s['pairs_failed']}, "
+              f"rows errored {s.get('rows_errored')}")
+            p(f"  {'axis':<12}{'flip rate':>10}  {'95% CI':<16}{'pairs':>7}{'flips':>7}{'failed':>8}")
+            for axis, a in s["axes"].items():
+                p(f"  {axis:<12}{_fmt(a['flip_rate']):>10}  [{_fmt(a['ci95'][0])}, {_fmt(a['ci95'][1])}]"
+                  f"{a['pairs']:>7}{a['flips']:>7}{a['failed']:>8}")
+            p(f"  mean of per-axis flip rates {_fmt(s.get('mean_axis_flip_rate'))}")
+
+
+def _root_message(err) -> str:
+    """The innermost cause of a Dagster step error: what actually went wrong."""
+    while getattr(err, "cause", None) is not None:
+        err = err.cause
+    return err.message.strip()
+
+
+def cmd_run(args) -> int:
+    from dagster import materialize
+
+    from . import pipeline
+    from . import warehouse as wh
+    from .assets import STAGE_ASSETS
+    from .dagster_home import get_instance
+    from .partitions import partition_key, runs_partitions
+    from .runspec import load_spec
+
+    if args.warehouse:
+        os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
+    path = wh.default_path()
+    spec = load_spec(args.spec)
+    run_id = args.run_id
+    resume = False
+    if run_id:
+        try:
+            spec, _ = pipeline.load_run(run_id, path)
+            resume = True
+            log.info(f"resuming run {run_id} with its stored spec")
+        except AipError:
+            pass
+    for line in pipeline.preflight(spec):
+        log.info(f"endpoint ok: {line}")
+    if not resume:
+        run_id = run_id or pipeline.new_run_id(spec)
+        rec = pipeline.register_run(spec, run_id, path)
+        log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
+    instance = get_instance()
+    if not instance.has_dynamic_partition(runs_partitions.name, run_id):
+        instance.add_dynamic_partitions(runs_partitions.name, [run_id])
+    metrics = args.metric or list(spec.metrics)
+    failed = []
+    for metric in metrics:
+        if metric not in spec.metrics:
+            raise AipError(f"metric {metric} is not configured in spec {spec.name} (configured: {', '.join(spec.metrics)})")
+        log.info(f"materialising {run_id} × {metric}")
+        result = materialize(STAGE_ASSETS, partition_key=partition_key(run_id, metric), instance=instance,
+                             run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                             raise_on_error=False, tags={"aip/run_id": run_id, "aip/spec": spec.name})
+        if not result.success:
+            msgs = [_root_message(e.event_specific_data.error) for e in result.get_step_failure_events()
+                    if e.event_specific_data and e.event_specific_data.error]
+            log.error(f"{metric}: stage failed (Dagster run {result.run_id}): " + " | ".join(msgs))
+            failed.append(metric)
+    summary = pipeline.run_summary(run_id, path)
+    summary["warehouse"] = str(path)
+    summary["failed_metrics"] = failed
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print_summary(summary)
+        print(f"\nWarehouse: {path}\nTry: aip-eval sql \"SELECT axis, value_a, value_b, response_a, response_b "
+              f"FROM v_flipped_pairs WHERE run_id = '{run_id}'\"")
+    if failed:
+        return 3
+    below = [m for m, s in summary["metrics"].items() if s.get("passed") is False]
+    if below:
+        log.error(f"below threshold: {', '.join(below)}")
+        return 1
+    return 0
+
+
+def cmd_sql(args) -> int:
+    from . import warehouse as wh
+
+    if args.warehouse:
+        os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
+    import pandas as pd
+
+    df = wh.query(args.query, read_only=True)
+    if args.format == "csv":
+        df.to_csv(sys.stdout, index=False)
+    elif args.format == "json":
+        print(df.to_json(orient="records", date_format="iso", force_ascii=False))
+    else:
+        with pd.option_context("display.max_rows", args.max_rows, "display.max_columns", None, "display.width", 200,
+                               "display.max_colwidth", args.max_colwidth):
+            print(df.to_string(index=False) if len(df) else "(no rows)")
+    return 0
+
+
+def cmd_runs(args) -> int:
+    from . import pipeline
+
+    print(pipeline.list_runs().to_string(index=False))
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .dataset import load_dataset
+    from .runspec import load_spec
+
+    spec = load_spec(args.spec)
+    rows = load_dataset(spec.dataset)
+    print(json.dumps({"spec": spec.name, "dataset_rows": len(rows), "resolved": spec.resolved()}, indent=2))
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from .models.builtin import BuiltinServer
+    from .runspec import BuiltinProfile
+
+    profile = BuiltinProfile.model_validate(json.loads(args.profile)) if args.profile else BuiltinProfile()
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    server = BuiltinServer(profile, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
+                           fail_substring=args.fail_substring, api_key=api_key)
+    print(f"builtin model ({profile.name}) serving OpenAI-compatible API at http://{args.host}:{args.port}/v1", flush=True)
+    server.serve_forever(args.host, args.port)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aip-eval", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    r = sub.add_parser("run", help="register a run of SPEC (or resume one) and materialise every metric")
+    r.add_argument("spec", help="run spec YAML, e.g. data/runs/demo.yaml")
+    r.add_argument("--run-id", help="resume this run (or start a new run with this id)")
+    r.add_argument("--metric", action="append", help="only this metric (repeatable)")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE or data/warehouse.duckdb)")
+    r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.set_defaults(fn=cmd_run)
+
+    q = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")
+    q.add_argument("query")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--max-rows", type=int, default=200)
+    q.add_argument("--max-colwidth", type=int, default=80)
+    q.add_argument("--warehouse")
+    q.set_defaults(fn=cmd_sql)
+
+    sub.add_parser("runs", help="list registered runs").set_defaults(fn=cmd_runs)
+
+    v = sub.add_parser("validate", help="validate a spec and its dataset without running anything")
+    v.add_argument("spec")
+    v.set_defaults(fn=cmd_validate)
+
+    s = sub.add_parser("serve-builtin", help="serve the builtin model as an OpenAI-compatible endpoint")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8111)
+    s.add_argument("--profile", help='SUT profile as JSON, e.g. \'{"name": "flip", "value": "woman", "p": 0.3}\'')
+    s.add_argument("--latency-ms", type=float, default=0.0)
+    s.add_argument("--fail-rate", type=float, default=0.0, help="share of request bodies answered with HTTP 500")
+    s.add_argument("--fail-substring", help="requests whose body contains this get HTTP 500")
+    s.add_argument("--api-key-env", help="require 'Authorization: Bearer $VAR'")
+    s.set_defaults(fn=cmd_serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(getattr(args, "quiet", False))
+    try:
+        return args.fn(args)
+    except AipError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

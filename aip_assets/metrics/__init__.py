@@ -1,0 +1,15 @@
+"""Metric plug-ins. Adding a metric: one new module and one line in REGISTRY."""
+
+from __future__ import annotations
+
+from .base import Metric
+from .decision_flip import DecisionFlip
+
+REGISTRY: dict[str, Metric] = {m.name: m for m in (DecisionFlip(),)}
+
+
+def get_metric(name: str) -> Metric:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown metric {name!r}; registered: {sorted(REGISTRY)}") from None

@@ -1,0 +1,1 @@
+"""Connections to language models: one async client for every role."""

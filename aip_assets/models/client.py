@@ -1,0 +1,218 @@
+"""One async chat client for every role (SUT, judge, synthesis).
+
+- bounded concurrency (a semaphore per client, sized by the metric's concurrency limit);
+- a per-call timeout; transient failures (timeouts, connection errors, 408, 429, 5xx) retried
+  with exponential backoff and jitter, honouring ``Retry-After``; other 4xx are not retried;
+- every call recorded in the journal as it completes (role, latency, tokens, attempts);
+- successful calls cached by request + sample index within the run (and in runs the spec
+  explicitly reuses), so a resumed stage does not pay twice and N samples stay N samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import httpx
+
+from ..errors import EndpointError
+from ..runspec import Connection, stable_json
+from .journal import Journal
+from .openai_compatible import make_transport
+
+TRANSIENT_STATUS = {408, 409, 425, 429}
+MAX_BACKOFF_S = 60.0
+
+
+@dataclass
+class ChatResult:
+    text: str | None
+    status: str  # ok | error
+    error: str | None
+    latency_ms: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    model: str | None
+    fingerprint: str | None
+    attempts: int
+    call_key: str
+    cached: bool = False
+    http_status: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _retry_after(headers: dict[str, str]) -> float | None:
+    val = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if val is None:
+        return None
+    try:
+        return max(0.0, float(val))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(val)
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def build_body(conn: Connection, messages: list[dict[str, str]], temperature: float,
+               max_tokens: int | None = None) -> dict[str, Any]:
+    msgs = list(messages)
+    if conn.system_prompt:
+        msgs = [{"role": "system", "content": conn.system_prompt}, *msgs]
+    body: dict[str, Any] = {"model": conn.model, "messages": msgs, "temperature": temperature}
+    mt = max_tokens if max_tokens is not None else conn.max_tokens
+    if mt is not None:
+        body["max_tokens"] = mt
+    body.update(conn.params)
+    return body
+
+
+def call_key(conn: Connection, body: dict[str, Any], sample_index: int, template_version: str) -> str:
+    payload = {"endpoint": conn.endpoint_id(), "body": body, "sample_index": sample_index, "template": template_version}
+    return hashlib.sha256(stable_json(payload).encode()).hexdigest()[:32]
+
+
+class ModelClient:
+    """Use as ``async with ModelClient(...) as client: await client.chat(...)``."""
+
+    def __init__(self, conn: Connection, *, role: str, run_id: str, metric: str, stage: str,
+                 journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
+                 backoff_s: float = 0.5):
+        self.conn = conn
+        self.role = role
+        self.run_id = run_id
+        self.metric = metric
+        self.stage = stage
+        self.journal = journal
+        self.cache_runs = [run_id, *reuse_runs]
+        self.sem = asyncio.Semaphore(concurrency)
+        self.backoff_s = backoff_s
+        self.transport = None
+        self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0}
+        self._rng = random.Random()
+
+    async def __aenter__(self) -> "ModelClient":
+        self.transport = make_transport(self.conn)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.transport.aclose()
+
+    def _from_record(self, rec: dict[str, Any], key: str) -> ChatResult:
+        return ChatResult(rec["response_text"], "ok", None, rec["latency_ms"], rec["prompt_tokens"],
+                          rec["completion_tokens"], rec["response_model"], rec["fingerprint"], rec["attempts"],
+                          key, cached=True, http_status=rec["http_status"])
+
+    async def chat(self, messages: list[dict[str, str]], *, temperature: float, sample_index: int = 0,
+                   retries: int = 0, timeout: float = 60.0, template_version: str = "",
+                   max_tokens: int | None = None) -> ChatResult:
+        body = build_body(self.conn, messages, temperature, max_tokens)
+        key = call_key(self.conn, body, sample_index, template_version)
+        if self.journal is not None:
+            rec = self.journal.lookup(key, self.cache_runs)
+            if rec is not None:
+                self.stats["cached"] += 1
+                if rec["run_id"] != self.run_id:  # reused from an earlier run: record it in this run
+                    self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
+                return self._from_record(rec, key)
+        async with self.sem:
+            self.stats["in_flight"] += 1
+            try:
+                result = await self._call(body, key, retries, timeout)
+            finally:
+                self.stats["in_flight"] -= 1
+        self.stats["network_calls"] += 1
+        if not result.ok:
+            self.stats["failed"] += 1
+        self._record(key, body, sample_index, result, source="network")
+        return result
+
+    def _record(self, key: str, body: dict, sample_index: int, r: ChatResult, source: str) -> None:
+        if self.journal is None:
+            return
+        self.journal.record({
+            "run_id": self.run_id, "metric": self.metric, "stage": self.stage, "role": self.role,
+            "call_key": key, "sample_index": sample_index, "endpoint": self.conn.endpoint_id(),
+            "model": self.conn.model, "request": body, "response_text": r.text, "status": r.status,
+            "error": r.error, "http_status": r.http_status, "latency_ms": r.latency_ms,
+            "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "attempts": r.attempts,
+            "response_model": r.model, "fingerprint": r.fingerprint, "source": source, "created_at": time.time(),
+        })
+
+    async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float) -> ChatResult:
+        attempts = 0
+        while True:
+            attempts += 1
+            t0 = time.perf_counter()
+            retry_after = None
+            http_status = None
+            try:
+                resp = await self.transport.post_chat(body, timeout)
+            except (asyncio.TimeoutError, httpx.TimeoutException):
+                err, transient = f"timeout after {timeout:g}s", True
+            except (httpx.TransportError, aiohttp.ClientError, OSError) as e:
+                err, transient = f"connection error: {type(e).__name__}: {e}", True
+            else:
+                latency = (time.perf_counter() - t0) * 1000
+                http_status = resp.status_code
+                if resp.status_code == 200:
+                    parsed = _parse_completion(resp.body)
+                    if isinstance(parsed, str):
+                        return ChatResult(None, "error", parsed, latency, None, None, None, None, attempts, key,
+                                          http_status=http_status)
+                    text, model, fp, pt, ct = parsed
+                    return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200)
+                err = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
+                retry_after = _retry_after(resp.headers)
+            latency = (time.perf_counter() - t0) * 1000
+            if not transient or attempts > retries:
+                return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
+                                  http_status=http_status)
+            delay = retry_after if retry_after is not None else self.backoff_s * 2 ** (attempts - 1) * (0.5 + self._rng.random())
+            await asyncio.sleep(min(delay, MAX_BACKOFF_S))
+
+
+def _parse_completion(body: dict[str, Any] | None):
+    """(text, model, fingerprint, prompt_tokens, completion_tokens) or an error string."""
+    try:
+        choice = body["choices"][0]
+        text = choice["message"]["content"]
+    except (TypeError, KeyError, IndexError):
+        return "malformed response: no choices[0].message.content"
+    if text is None:
+        text = ""
+    usage = body.get("usage") or {}
+    return text, body.get("model"), body.get("system_fingerprint"), usage.get("prompt_tokens"), usage.get("completion_tokens")
+
+
+async def check_endpoint(conn: Connection, role: str, timeout: float = 30.0) -> str:
+    """Ask the endpoint one tiny question. Raises EndpointError with the reason when it cannot answer."""
+    if conn.provider == "builtin":
+        return f"{role}: builtin model ({conn.profile.name})"
+    where = f"{role} endpoint {conn.base_url} (model {conn.model})"
+    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None, backoff_s=0.2)
+    try:
+        async with client:
+            r = await client.chat([{"role": "user", "content": "Reply with OK."}], temperature=0.0, retries=2,
+                                  timeout=timeout, max_tokens=5)
+    except EndpointError as e:
+        raise EndpointError(f"{where}: {e}") from None
+    if r.ok:
+        return f"{role}: {conn.base_url} answers as {r.model or conn.model}"
+    if r.http_status in (401, 403):
+        raise EndpointError(f"{where}: unauthorised (HTTP {r.http_status}); check api_key_env / header_env")
+    if r.http_status is None:
+        raise EndpointError(f"{where}: unreachable: {r.error}")
+    raise EndpointError(f"{where}: does not answer a chat completion: {r.error}")

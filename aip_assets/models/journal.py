@@ -1,0 +1,80 @@
+"""A crash-safe journal of model calls, beside the warehouse (SQLite in WAL mode).
+
+Each call is recorded as it completes, without touching DuckDB's single write lock. Successful
+calls answer identical later requests of the same run (the cache), so a stage that crashed
+half-way resumes without paying again. When a stage writes its rows, the journal's records for
+that (run, metric, stage) are folded into ``llm_calls``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+_COLS = [
+    "run_id", "metric", "stage", "role", "call_key", "sample_index", "endpoint", "model", "request",
+    "response_text", "status", "error", "http_status", "latency_ms", "prompt_tokens", "completion_tokens",
+    "attempts", "response_model", "fingerprint", "source", "created_at",
+]
+
+
+def journal_path(warehouse_path: str | Path) -> Path:
+    p = Path(warehouse_path)
+    return p.with_name(p.name.replace(".duckdb", "") + ".journal.sqlite")
+
+
+class Journal:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._con = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute("PRAGMA synchronous=NORMAL")
+        self._con.execute(
+            f"CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY AUTOINCREMENT, {', '.join(_COLS)})"
+        )
+        self._con.execute("CREATE INDEX IF NOT EXISTS calls_key ON calls (call_key, status)")
+        self._con.execute("CREATE INDEX IF NOT EXISTS calls_part ON calls (run_id, metric, stage)")
+
+    def close(self) -> None:
+        self._con.close()
+
+    def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
+        """The latest successful call with this key among the given runs, or None."""
+        marks = ",".join("?" * len(run_ids))
+        with self._lock:
+            cur = self._con.execute(
+                f"SELECT {', '.join(_COLS)} FROM calls WHERE call_key = ? AND status = 'ok' AND run_id IN ({marks})"
+                " ORDER BY (run_id = ?) DESC, seq DESC LIMIT 1",
+                [call_key, *run_ids, run_ids[0]],
+            )
+            row = cur.fetchone()
+        return dict(zip(_COLS, row)) if row else None
+
+    def record(self, rec: dict[str, Any]) -> None:
+        values = [rec.get(c) for c in _COLS]
+        values[_COLS.index("request")] = json.dumps(rec.get("request"), ensure_ascii=False, sort_keys=True)
+        with self._lock:
+            self._con.execute(f"INSERT INTO calls ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})", values)
+
+    def has_calls(self, run_id: str, metric: str, stage: str) -> bool:
+        with self._lock:
+            return self._con.execute(
+                "SELECT 1 FROM calls WHERE run_id = ? AND metric = ? AND stage = ? LIMIT 1", [run_id, metric, stage]
+            ).fetchone() is not None
+
+    def frame(self, run_id: str, metric: str, stage: str) -> pd.DataFrame:
+        """This partition's calls in the order they completed, shaped for ``llm_calls``."""
+        with self._lock:
+            df = pd.read_sql_query(
+                f"SELECT {', '.join(_COLS)} FROM calls WHERE run_id = ? AND metric = ? AND stage = ? ORDER BY seq",
+                self._con, params=[run_id, metric, stage],
+            )
+        df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
+        return df

@@ -1,0 +1,171 @@
+"""The run spec: what to evaluate, against which models, with which metric configs.
+
+A spec is YAML validated whole by pydantic before any model call. Unknown fields and
+out-of-range values are rejected with the field named. The resolved spec (defaults filled,
+secrets never) is stored in ``eval_runs`` so a run can be reproduced after the YAML changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import SpecError, format_validation_error
+
+_SECRET_HEADER = re.compile(r"(auth|key|token|secret|cookie|password)", re.I)
+
+
+class BuiltinProfile(BaseModel):
+    """Behaviour of the offline builtin SUT (known in advance, so metrics can be calibrated).
+
+    - ``fair``: answers every persona the same way.
+    - ``flip``: when the persona has attribute ``value`` (on ``axis``, optional), the decision is
+      flipped with probability ``p`` (deterministic per question under the seed).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["fair", "flip"] = "fair"
+    value: str | None = None
+    axis: str | None = None
+    p: float = Field(0.0, ge=0.0, le=1.0)
+    refusal_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)")
+    judge_garbage_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that are not valid JSON")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _needs_value(self):
+        if self.name == "flip" and not self.value:
+            raise ValueError("profile 'flip' needs 'value' (the attribute value whose decisions flip)")
+        return self
+
+
+class Connection(BaseModel):
+    """A language-model connection: the builtin offline model or any OpenAI-compatible endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+    provider: Literal["builtin", "openai"] = "builtin"
+    base_url: str | None = None
+    model: str = "aip-builtin"
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the API key")
+    system_prompt: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers (non-secret)")
+    header_env: dict[str, str] = Field(default_factory=dict, description="header name -> env var holding its (secret) value")
+    max_tokens: int | None = Field(None, ge=1)
+    params: dict[str, Any] = Field(default_factory=dict, description="other request parameters (top_p, seed, stop, ...)")
+    profile: BuiltinProfile = Field(default_factory=BuiltinProfile)
+    max_connections: int = Field(64, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.provider == "openai" and not self.base_url:
+            raise ValueError("provider 'openai' needs base_url (e.g. http://localhost:8000/v1)")
+        secret = [h for h in self.headers if _SECRET_HEADER.search(h)]
+        if secret:
+            raise ValueError(f"headers {secret} look secret: name an environment variable for them in header_env instead")
+        reserved = {"model", "messages", "temperature", "n", "stream"} & set(self.params)
+        if reserved:
+            raise ValueError(f"params may not set {sorted(reserved)}: the metric controls them")
+        return self
+
+    def endpoint_id(self) -> str:
+        return f"builtin:{self.profile.model_dump_json()}" if self.provider == "builtin" else f"{self.base_url.rstrip('/')}"
+
+
+class MetricEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    config: dict[str, Any] = Field(default_factory=dict)
+    threshold: float | None = Field(None, ge=0.0, le=1.0, description="fail the run when the normalised score is below")
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    description: str = ""
+    dataset: str
+    sut: Connection = Field(default_factory=Connection)
+    judge: Connection = Field(default_factory=Connection)
+    metrics: dict[str, MetricEntry]
+    seed: int = 0
+    judge_retries: int = Field(2, ge=0, le=5, description="re-asks of a judge whose answer does not parse")
+    judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
+    reuse_calls_from: list[str] = Field(default_factory=list, description="earlier run ids whose successful calls may answer this run's")
+    retry_backoff_seconds: float = Field(0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors")
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, v):
+        from .metrics import REGISTRY
+
+        if not v:
+            raise ValueError("at least one metric is required")
+        unknown = [m for m in v if m not in REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(REGISTRY)}")
+        return v
+
+    def metric_config(self, metric: str):
+        from .metrics import REGISTRY
+
+        return REGISTRY[metric].config_model.model_validate(self.metrics[metric].config)
+
+    def resolved(self) -> dict:
+        """Defaults filled, metric configs resolved. Holds no secret: keys and secret headers are
+        only ever named by environment variable (api_key_env, header_env)."""
+        d = self.model_dump()
+        for m, entry in self.metrics.items():
+            d["metrics"][m]["config"] = self.metric_config(m).model_dump(mode="json")
+        return d
+
+
+def _validate_metric_configs(spec: RunSpec, where: str) -> None:
+    for m in spec.metrics:
+        try:
+            spec.metric_config(m)
+        except ValidationError as e:
+            raise SpecError(f"{where}: invalid config for metric {m}:\n" + format_validation_error(e, f"metrics.{m}.config")) from None
+
+
+def parse_spec(data: dict, where: str = "<spec>", base_dir: Path | None = None) -> RunSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: a run spec must be a mapping, got {type(data).__name__}")
+    try:
+        spec = RunSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(f"{where}: invalid run spec:\n" + format_validation_error(e)) from None
+    _validate_metric_configs(spec, where)
+    ds = Path(spec.dataset)
+    if not ds.is_absolute():
+        ds = ((base_dir or Path.cwd()) / ds).resolve()
+    if not ds.exists():
+        raise SpecError(f"{where}: dataset: file not found: {ds} (relative paths are read from the spec's folder)")
+    spec.dataset = str(ds)
+    return spec
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(f"{path}: run spec not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    return parse_spec(data, str(path), path.parent.resolve())
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def stable_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)

@@ -1,0 +1,64 @@
+"""Intervals and score normalisation (DESIGN.md "Scores")."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Sequence
+
+Z95 = 1.959963984540054
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
+    """Wilson score interval for a rate k/n; (None, None) when n == 0."""
+    if n <= 0:
+        return None, None
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def cluster_bootstrap_mean(values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000,
+                           seed: int = 0) -> tuple[float | None, float | None]:
+    """95% percentile interval of the mean, resampling whole clusters (input rows)."""
+    if not values:
+        return None, None
+    by: dict[str, list[float]] = {}
+    for v, c in zip(values, clusters):
+        by.setdefault(c, []).append(v)
+    groups = [(sum(vs), len(vs)) for vs in by.values()]
+    if len(groups) == 1:
+        m = sum(values) / len(values)
+        return m, m
+    rng = random.Random(seed)
+    means = []
+    g = len(groups)
+    for _ in range(n_boot):
+        s = c = 0
+        for _ in range(g):
+            gs, gn = groups[rng.randrange(g)]
+            s += gs
+            c += gn
+        means.append(s / c)
+    means.sort()
+    return means[int(0.025 * n_boot)], means[min(n_boot - 1, int(0.975 * n_boot))]
+
+
+def normalise(raw: float | None, lo: float, hi: float, inverted: bool) -> float | None:
+    """clip((raw - min) / (max - min), 0, 1), then 1 - x when inverted."""
+    if raw is None:
+        return None
+    if hi == lo:
+        x = 1.0 if raw >= hi else 0.0
+    else:
+        x = min(1.0, max(0.0, (raw - lo) / (hi - lo)))
+    return 1.0 - x if inverted else x
+
+
+def normalise_interval(lo_raw, hi_raw, lo: float, hi: float, inverted: bool) -> tuple[float | None, float | None]:
+    a, b = normalise(lo_raw, lo, hi, inverted), normalise(hi_raw, lo, hi, inverted)
+    if a is None or b is None:
+        return None, None
+    return min(a, b), max(a, b)

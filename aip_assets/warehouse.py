@@ -1,0 +1,257 @@
+"""The DuckDB warehouse: explicit table schemas, replace-a-partition writes, views.
+
+DuckDB lets one process open a file for writing, and while it does no other process can open
+it at all. So every access goes through :func:`connect`, which holds an exclusive file lock
+beside the database for the (short) life of the connection and retries on lock errors. Model
+calls happen before a connection is opened; a stage opens one connection, replaces its
+partition's rows in one transaction and closes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import duckdb
+import pandas as pd
+
+# table -> ordered (column, type). Every table but eval_runs carries run_id and metric.
+TABLES: dict[str, list[tuple[str, str]]] = {
+    "eval_runs": [
+        ("run_id", "VARCHAR PRIMARY KEY"), ("spec_name", "VARCHAR"), ("spec", "JSON"), ("metrics", "JSON"),
+        ("metric_versions", "JSON"), ("dataset_path", "VARCHAR"), ("dataset_sha256", "VARCHAR"),
+        ("n_dataset_rows", "INTEGER"), ("package_version", "VARCHAR"), ("seed", "BIGINT"),
+        ("created_at", "TIMESTAMP"),
+    ],
+    "dataset_rows": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("row_index", "INTEGER"), ("input_id", "VARCHAR"),
+        ("prompt", "VARCHAR"), ("prompt_is_turns", "BOOLEAN"), ("sut_response", "VARCHAR"), ("task_type", "VARCHAR"),
+        ("context", "JSON"), ("metadata", "JSON"),
+    ],
+    "persona_pool": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("axis", "VARCHAR"), ("pool_index", "INTEGER"),
+        ("value_a", "VARCHAR"), ("value_b", "VARCHAR"), ("persona_a", "VARCHAR"), ("persona_b", "VARCHAR"),
+        ("source", "VARCHAR"),
+    ],
+    "probes": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("probe_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("axis", "VARCHAR"), ("category", "VARCHAR"), ("attribute_value", "VARCHAR"), ("persona", "VARCHAR"),
+        ("query_text", "VARCHAR"), ("messages", "JSON"), ("template_version", "VARCHAR"),
+    ],
+    "probe_pairs": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("pair_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("axis", "VARCHAR"), ("pool_index", "INTEGER"), ("value_a", "VARCHAR"), ("value_b", "VARCHAR"),
+        ("probe_a", "VARCHAR"), ("probe_b", "VARCHAR"),
+    ],
+    "sut_responses": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("probe_id", "VARCHAR"), ("sample_index", "INTEGER"),
+        ("response", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"), ("latency_ms", "DOUBLE"),
+        ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"), ("model", "VARCHAR"),
+        ("fingerprint", "VARCHAR"), ("call_key", "VARCHAR"), ("cached", "BOOLEAN"),
+    ],
+    "judgements": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("pair_id", "VARCHAR"),
+        ("input_id", "VARCHAR"), ("axis", "VARCHAR"), ("order_swapped", "BOOLEAN"), ("status", "VARCHAR"),
+        ("error", "VARCHAR"), ("raw_output", "VARCHAR"), ("parsed", "JSON"), ("decision_a", "VARCHAR"),
+        ("decision_b", "VARCHAR"), ("decisions_differ", "BOOLEAN"), ("attributable", "BOOLEAN"),
+        ("flipped", "BOOLEAN"), ("label", "VARCHAR"), ("score", "DOUBLE"), ("reasoning", "VARCHAR"),
+        ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"),
+    ],
+    "row_scores": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("input_id", "VARCHAR"), ("raw_score", "DOUBLE"),
+        ("score", "DOUBLE"), ("label", "VARCHAR"), ("n_judged", "INTEGER"), ("n_failed", "INTEGER"),
+        ("n_events", "INTEGER"), ("status", "VARCHAR"), ("error", "VARCHAR"), ("explanation", "VARCHAR"),
+    ],
+    "metric_scores": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("metric_name", "VARCHAR"), ("scope", "VARCHAR"),
+        ("group_key", "VARCHAR"), ("raw_score", "DOUBLE"), ("score", "DOUBLE"), ("ci_low", "DOUBLE"),
+        ("ci_high", "DOUBLE"), ("rate", "DOUBLE"), ("rate_ci_low", "DOUBLE"), ("rate_ci_high", "DOUBLE"),
+        ("n", "INTEGER"), ("n_events", "INTEGER"), ("n_failed", "INTEGER"), ("weight", "DOUBLE"),
+        ("threshold", "DOUBLE"), ("passed", "BOOLEAN"), ("details", "JSON"),
+    ],
+    "llm_calls": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("stage", "VARCHAR"), ("role", "VARCHAR"),
+        ("call_key", "VARCHAR"), ("sample_index", "INTEGER"), ("endpoint", "VARCHAR"), ("model", "VARCHAR"),
+        ("request", "JSON"), ("response_text", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"),
+        ("http_status", "INTEGER"), ("latency_ms", "DOUBLE"), ("prompt_tokens", "INTEGER"),
+        ("completion_tokens", "INTEGER"), ("attempts", "INTEGER"), ("response_model", "VARCHAR"),
+        ("fingerprint", "VARCHAR"), ("source", "VARCHAR"), ("created_at", "TIMESTAMP"),
+    ],
+    "run_notes": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("stage", "VARCHAR"), ("level", "VARCHAR"),
+        ("code", "VARCHAR"), ("message", "VARCHAR"),
+    ],
+}
+
+# tables whose rows are owned per (run, metric, stage) rather than per (run, metric)
+STAGE_SCOPED = {"llm_calls", "run_notes"}
+
+VIEWS: dict[str, str] = {
+    # every judged persona pair with both probes and both SUT answers side by side
+    "v_pair_verdicts": """
+        SELECT pp.run_id, pp.metric, pp.input_id, pp.axis, pp.pair_id,
+               pp.value_a, pp.value_b, pa.query_text AS query_a, pb.query_text AS query_b,
+               ra.response AS response_a, rb.response AS response_b,
+               ra.status AS sut_status_a, rb.status AS sut_status_b,
+               j.decision_a, j.decision_b, j.decisions_differ, j.attributable, j.flipped,
+               j.status AS judge_status, j.error AS judge_error, j.order_swapped, j.reasoning
+        FROM probe_pairs pp
+        JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
+        JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
+        LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
+        LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b AND rb.sample_index = 0
+        LEFT JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
+    """,
+    "v_flipped_pairs": "SELECT * FROM v_pair_verdicts WHERE flipped",
+    "v_flip_rate_by_axis": """
+        SELECT run_id, metric, group_key AS axis, rate AS flip_rate, rate_ci_low, rate_ci_high,
+               n AS pairs_judged, n_events AS flips, n_failed AS pairs_failed, score
+        FROM metric_scores WHERE scope = 'axis'
+    """,
+    "v_position_bias": """
+        SELECT run_id, metric, order_swapped, count(*) AS judged,
+               avg(CASE WHEN decisions_differ THEN 1.0 ELSE 0.0 END) AS differ_rate,
+               avg(CASE WHEN flipped THEN 1.0 ELSE 0.0 END) AS flip_rate
+        FROM judgements WHERE status = 'ok' GROUP BY ALL
+    """,
+    "v_weakest_rows": """
+        SELECT rs.run_id, rs.metric, rs.input_id, rs.score, rs.raw_score, rs.label, rs.n_judged, rs.n_failed,
+               rs.n_events, rs.status, rs.error, rs.explanation, d.prompt, d.task_type
+        FROM row_scores rs
+        LEFT JOIN dataset_rows d ON d.run_id = rs.run_id AND d.metric = rs.metric AND d.input_id = rs.input_id
+        ORDER BY rs.run_id, rs.metric, rs.score ASC NULLS FIRST, rs.input_id
+    """,
+    "v_run_summary": """
+        SELECT m.run_id, r.spec_name, r.created_at, m.metric, m.metric_name, m.score, m.ci_low, m.ci_high,
+               m.n, m.n_events, m.n_failed, m.threshold, m.passed
+        FROM metric_scores m LEFT JOIN eval_runs r USING (run_id)
+        WHERE m.scope = 'overall'
+    """,
+    "v_call_stats": """
+        SELECT run_id, metric, stage, role, count(*) AS calls,
+               count(*) FILTER (WHERE status <> 'ok') AS failed,
+               sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
+               median(latency_ms) AS p50_latency_ms, quantile_cont(latency_ms, 0.95) AS p95_latency_ms
+        FROM llm_calls GROUP BY ALL
+    """,
+}
+
+LOCK_TIMEOUT_S = float(os.environ.get("AIP_WAREHOUSE_LOCK_TIMEOUT", "600"))
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("AIP_WAREHOUSE", "data/warehouse.duckdb")).resolve()
+
+
+@contextmanager
+def _file_lock(db_path: Path) -> Iterator[None]:
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(db_path) + ".lock", "a+") as fh:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{db_path}: waited {LOCK_TIMEOUT_S:.0f}s for the warehouse lock") from None
+                time.sleep(0.05 + random.random() * 0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextmanager
+def connect(path: str | Path | None = None, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived connection, serialised with every other user of the file.
+
+    Retries when another program (outside this project's lock, e.g. a DuckDB UI) holds the file.
+    """
+    path = Path(path) if path else default_path()
+    if read_only and not path.exists():
+        raise FileNotFoundError(f"{path}: no warehouse yet; run `aip-eval run <spec>` first")
+    with _file_lock(path):
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                con = duckdb.connect(str(path), read_only=read_only)
+                break
+            except duckdb.IOException as e:
+                if "lock" not in str(e).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1 + random.random() * 0.2)
+        try:
+            if not read_only:
+                ensure_schema(con)
+            yield con
+        finally:
+            con.close()
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    for table, cols in TABLES.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{c} {t}' for c, t in cols)})")
+    for name, sql in VIEWS.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+
+def frame(table: str, records: Iterable[dict[str, Any]] | pd.DataFrame, **const: Any) -> pd.DataFrame:
+    """Build a DataFrame with exactly ``table``'s columns, in order, from records (+ constants)."""
+    cols = [c for c, _ in TABLES[table]]
+    df = records.copy() if isinstance(records, pd.DataFrame) else pd.DataFrame.from_records(list(records))
+    for k, v in const.items():
+        df[k] = v
+    extra = set(df.columns) - set(cols)
+    if extra:
+        raise ValueError(f"{table}: unknown columns {sorted(extra)}")
+    for c in cols:
+        if c not in df.columns:
+            df[c] = None
+    return df[cols]
+
+
+def write_partition(run_id: str, metric: str, tables: dict[str, pd.DataFrame], stage: str | None = None,
+                    path: str | Path | None = None) -> dict[str, int]:
+    """Replace this (run, metric) partition's rows in each table, all in one transaction."""
+    counts = {}
+    with connect(path) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, df in tables.items():
+                cols = [c for c, _ in TABLES[table]]
+                if table in STAGE_SCOPED:
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ? AND stage = ?", [run_id, metric, stage])
+                else:
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric])
+                if len(df):
+                    con.register("_incoming", df)
+                    col_sql = ", ".join(cols)
+                    con.execute(f"INSERT INTO {table} ({col_sql}) SELECT {col_sql} FROM _incoming")
+                    con.unregister("_incoming")
+                counts[table] = len(df)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return counts
+
+
+def read_partition(table: str, run_id: str, metric: str, path: str | Path | None = None,
+                   order_by: str | None = None) -> pd.DataFrame:
+    with connect(path) as con:
+        sql = f"SELECT * FROM {table} WHERE run_id = ? AND metric = ?"
+        if order_by:
+            sql += f" ORDER BY {order_by}"
+        df = con.execute(sql, [run_id, metric]).df()
+    return df.astype(object).where(df.notna(), None)  # SQL NULL stays None, never NaN
+
+
+def query(sql: str, params: list | None = None, path: str | Path | None = None, read_only: bool = True) -> pd.DataFrame:
+    with connect(path, read_only=read_only) as con:
+        return con.execute(sql, params or []).df()
