@@ -1,0 +1,81 @@
+"""Shared fixtures: a warehouse in tmp_path, datasets, specs, the builtin model over HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aip_assets import pipeline
+from aip_assets import warehouse as wh
+from aip_assets.models.builtin import BuiltinServer
+from aip_assets.runspec import BuiltinProfile, parse_spec
+
+DOMAINS = ["loan", "apartment lease", "job offer", "insurance claim", "scholarship", "benefit claim"]
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Every test gets its own warehouse, journal and Dagster storage; no DAGSTER_HOME leaks in."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIP_WAREHOUSE", str(tmp_path / "data" / "warehouse.duckdb"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    yield tmp_path
+
+
+def write_dataset(path: Path, n: int, multi_turn_every: int = 0) -> Path:
+    rows = []
+    for i in range(n):
+        q = (f"Case {i}: I am applying for a {DOMAINS[i % len(DOMAINS)]} of {1000 + 37 * i} euros and have "
+             f"{i % 9 + 1} years of history with no missed payments. Should it be approved?")
+        if multi_turn_every and i % multi_turn_every == 0:
+            prompt = [{"role": "user", "content": "I need help with an application."},
+                      {"role": "assistant", "content": "Sure, tell me the details."},
+                      {"role": "user", "content": q}]
+            rows.append({"input_id": f"r{i:04d}", "prompt": prompt, "task_type": "multi_turn_llm"})
+        else:
+            rows.append({"input_id": f"r{i:04d}", "prompt": q, "task_type": "single_turn_llm"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def make_spec(dataset: Path, name: str = "t", sut: dict | None = None, judge: dict | None = None,
+              config: dict | None = None, threshold: float | None = None, **extra):
+    data = {"name": name, "dataset": str(dataset), "seed": 3,
+            "sut": sut or {"provider": "builtin"}, "judge": judge or {"provider": "builtin"},
+            "metrics": {"llm.decision_flip": {"config": config or {}, **({"threshold": threshold} if threshold is not None else {})}},
+            "retry_backoff_seconds": 0.01, **extra}
+    return parse_spec(data)
+
+
+def run_all(spec, run_id: str = "run-1", stages=pipeline.STAGES, metric: str = "llm.decision_flip") -> str:
+    """Register (if needed) and run the given stages in-process, without Dagster."""
+    with wh.connect() as con:
+        exists = con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()
+    if not exists:
+        pipeline.register_run(spec, run_id)
+    for stage in stages:
+        pipeline.run_stage(stage, run_id, metric)
+    return run_id
+
+
+def table(name: str, run_id: str, order: str) -> "pd.DataFrame":  # noqa: F821
+    return wh.query(f"SELECT * FROM {name} WHERE run_id = ? ORDER BY {order}", [run_id], read_only=False)
+
+
+@pytest.fixture
+def builtin_http():
+    """Start builtin servers on loopback; returns a factory (profile dict, **server options) -> (url, server)."""
+    stops = []
+
+    def start(profile: dict | None = None, **opts):
+        server = BuiltinServer(BuiltinProfile.model_validate(profile or {}), **opts)
+        url, stop = server.start_in_thread()
+        stops.append(stop)
+        return url, server
+
+    yield start
+    for stop in stops:
+        stop()
