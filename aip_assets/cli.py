@@ -31,8 +31,8 @@ def _fmt(x, nd=3) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def print_summary(summary: dict, out=sys.stdout) -> None:
-    p = lambda s="": print(s, file=out)  # noqa: E731
+def print_summary(summary: dict, out=None) -> None:
+    p = lambda s="": print(s, file=out or sys.stdout)  # noqa: E731
     p(f"Run {summary['run_id']}  (spec {summary['spec']}, dataset {summary['dataset']})")
     for metric, s in summary["metrics"].items():
         if "score" not in s:
@@ -86,7 +86,12 @@ def cmd_run(args) -> int:
     for line in pipeline.preflight(spec):
         log.info(f"endpoint ok: {line}")
     if not resume:
-        run_id = run_id or pipeline.new_run_id(spec)
+        if not run_id:
+            base = run_id = pipeline.new_run_id(spec)
+            n = 1
+            while pipeline.run_exists(run_id, path):  # two runs of one spec within a second
+                n += 1
+                run_id = f"{base}-{n}"
         rec = pipeline.register_run(spec, run_id, path)
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
     instance = get_instance()
@@ -131,7 +136,13 @@ def cmd_sql(args) -> int:
         os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
     import pandas as pd
 
-    df = wh.query(args.query, read_only=True)
+    import duckdb
+
+    try:
+        df = wh.query(args.query, read_only=True)
+    except duckdb.Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.format == "csv":
         df.to_csv(sys.stdout, index=False)
     elif args.format == "json":

@@ -70,6 +70,11 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None) -> dict[s
     return rec
 
 
+def run_exists(run_id: str, path: Path | None = None) -> bool:
+    with wh.connect(path) as con:
+        return con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone() is not None
+
+
 def load_run(run_id: str, path: Path | None = None) -> tuple[RunSpec, dict[str, Any]]:
     with wh.connect(path) as con:
         cur = con.execute("SELECT * FROM eval_runs WHERE run_id = ?", [run_id])

@@ -105,6 +105,15 @@ def stop_server(proc: subprocess.Popen | None) -> None:
         proc.wait(10)
 
 
+def proc_cpu_s(pid: int) -> float | None:
+    """utime + stime of a process from /proc (Linux), in seconds; None when unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def server_stats(base: str) -> dict:
     try:
         with urllib.request.urlopen(base.rsplit("/v1", 1)[0] + "/stats", timeout=5) as r:
@@ -222,16 +231,21 @@ def main(argv: list[str] | None = None) -> int:
                 results[c] = {"ours": [], "bare": []}
                 for rep in range(args.repeat):
                     for kind in ("ours", "bare") if rep % 2 == 0 else ("bare", "ours"):
+                        s0 = proc_cpu_s(proc.pid)
                         if kind == "ours":
                             r = asyncio.run(measure_ours(base, c, n, journal, args.budget_s))
                         else:
                             r = asyncio.run(measure_bare(base, c, n, args.budget_s))
+                        s1 = proc_cpu_s(proc.pid)
+                        # the server's CPU over warm-up + timed calls (c + done requests)
+                        r["server_cpu"] = None if s0 is None or s1 is None else (s1 - s0) / (r["done"] + c)
                         r["n"] = n
                         r["rate"] = r["done"] / r["wall"]
                         results[c][kind].append(r)
                         print(f"c={c:<4} {kind:<5} rep {rep + 1}: {r['done']}/{n} calls ({r['failed']} failed) in "
                               f"{r['wall']:.2f} s = {r['rate']:.1f}/s ({100 * r['rate'] / (c / lat_s):.1f}% of ideal), "
-                              f"client CPU {1000 * r['cpu'] / max(r['done'], 1):.2f} ms/call",
+                              f"client CPU {1000 * r['cpu'] / max(r['done'], 1):.2f} ms/call, server CPU "
+                              f"{'n/a' if r['server_cpu'] is None else format(1000 * r['server_cpu'], '.2f')} ms/call",
                               file=sys.stderr, flush=True)
         finally:
             journal.close()
@@ -255,11 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         f"- server: `aip-eval serve-builtin --latency-ms {args.latency_ms:g}` in its own process (same machine)",
         f"- ideal = c / {lat_s:g} s; N = max(40, 12·c) capped at {args.max_calls} and a {args.budget_s:g} s budget; "
         f"repeat {args.repeat} (median{', range in brackets' if args.repeat > 1 else ''}); c untimed warm-up calls each",
+        "- client CPU = this process's CPU time over the timed calls / calls; server CPU = the server process's CPU "
+        "(utime+stime from /proc) over warm-up + timed calls / requests",
         "- ours = `ModelClient` (httpx over httpx-aiohttp, SQLite journal per call, cache lookup per call); "
         "bare = `aiohttp.ClientSession` + `TCPConnector(limit=c)` + semaphore",
         "",
         "| c | N | ideal calls/s | ours calls/s | ours % ideal | bare calls/s | bare % ideal | ours / bare "
-        "| ours CPU ms/call | bare CPU ms/call | failed (ours/bare) |",
+        "| client CPU ms/call (ours / bare) | server CPU ms/call (ours / bare) | failed (ours/bare) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c, rs in results.items():
@@ -269,10 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         n_done = f"{int(med(o, 'done'))}" if int(med(o, "done")) == o[0]["n"] else f"{int(med(o, 'done'))}/{o[0]['n']}"
         cpu_o = statistics.median(x["cpu"] / max(x["done"], 1) for x in o) * 1000
         cpu_b = statistics.median(x["cpu"] / max(x["done"], 1) for x in b) * 1000
+        sv = [statistics.median(x["server_cpu"] for x in rs_) * 1000 if all(x["server_cpu"] is not None for x in rs_)
+              else None for rs_ in (o, b)]
+        sv_txt = " / ".join("n/a" if v is None else f"{v:.2f}" for v in sv)
         lines.append(
             f"| {c} | {n_done} | {ideal:.0f} | {ro:.1f}{rng(o, 'rate', '{:.1f}')} | {100 * ro / ideal:.1f}% "
             f"| {rb:.1f}{rng(b, 'rate', '{:.1f}')} | {100 * rb / ideal:.1f}% | {ro / rb:.2f} "
-            f"| {cpu_o:.2f} | {cpu_b:.2f} | {sum(x['failed'] for x in o)}/{sum(x['failed'] for x in b)} |")
+            f"| {cpu_o:.2f} / {cpu_b:.2f} | {sv_txt} | {sum(x['failed'] for x in o)}/{sum(x['failed'] for x in b)} |")
     if stats:
         lines += ["", f"Server /stats at the end: {json.dumps(stats, sort_keys=True)}"]
     text = "\n".join(lines) + "\n"

@@ -184,7 +184,7 @@ class BuiltinServer:
         self.fail_status = fail_status
         self.api_key = api_key
         self.stats: Counter = Counter()
-        self._ok_bodies: Counter = Counter()
+        self.ok_bodies: Counter = Counter()  # request body text -> times answered successfully
 
     def app(self):
         from aiohttp import web
@@ -207,9 +207,8 @@ class BuiltinServer:
                 return web.json_response({"error": {"message": "injected failure"}}, status=self.fail_status)
             out = handle_chat(body, self.profile)
             self.stats["ok"] += 1
-            digest = hashlib.sha256(raw.encode()).hexdigest()
-            self._ok_bodies[digest] += 1
-            if self._ok_bodies[digest] > 1:
+            self.ok_bodies[raw] += 1
+            if self.ok_bodies[raw] > 1:
                 self.stats["repeated_ok"] += 1
             return web.json_response(out)
 

@@ -1,0 +1,202 @@
+"""End to end: the real transport on loopback, crash and resume, failures as data, Dagster, the CLI."""
+
+import json
+
+import pytest
+from dagster import materialize
+
+from aip_assets import pipeline
+from aip_assets import warehouse as wh
+from aip_assets.assets import STAGE_ASSETS
+from aip_assets.cli import main
+from aip_assets.dagster_home import get_instance
+from aip_assets.models.client import ModelClient
+from aip_assets.partitions import partition_key, runs_partitions
+
+from .conftest import make_spec, run_all, table, write_dataset
+
+FLIP = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
+STABLE = {
+    "probes": ("probe_id", ["probe_id", "input_id", "axis", "attribute_value", "query_text", "messages"]),
+    "sut_responses": ("probe_id", ["probe_id", "response", "status", "model", "fingerprint", "prompt_tokens"]),
+    "judgements": ("pair_id", ["pair_id", "order_swapped", "status", "raw_output", "decision_a", "decision_b", "flipped", "reasoning"]),
+    "row_scores": ("input_id", ["input_id", "raw_score", "score", "label", "n_judged", "n_failed", "n_events"]),
+    "metric_scores": ("scope, group_key", ["scope", "group_key", "score", "ci_low", "ci_high", "n", "n_events"]),
+}
+
+
+def _stable(run_id):
+    return {t: table(t, run_id, order)[cols].reset_index(drop=True) for t, (order, cols) in STABLE.items()}
+
+
+def _assert_same(a, b):
+    for t in STABLE:
+        assert a[t].equals(b[t]), t
+
+
+def test_http_transport_gives_identical_tables(tmp_path, builtin_http):
+    ds = write_dataset(tmp_path / "d.jsonl", 15, multi_turn_every=3)
+    url, server = builtin_http(FLIP)
+    run_all(make_spec(ds, sut={"provider": "builtin", "profile": FLIP}), "inproc")
+    run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "aip-builtin-flip"}), "http")
+    _assert_same(_stable("inproc"), _stable("http"))
+    calls = table("llm_calls", "http", "created_at")
+    assert server.stats["ok"] >= len(calls[calls.role == "sut"]) > 0
+    sut_calls = calls[calls.role == "sut"]
+    assert set(sut_calls.response_model) == {"aip-builtin-flip"} and calls.fingerprint.notna().all()
+
+
+def test_crash_mid_sampling_resumes_without_repeating_calls(tmp_path, builtin_http, monkeypatch):
+    ds = write_dataset(tmp_path / "d.jsonl", 10)
+    url, server = builtin_http(FLIP)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
+                     config={"sub_call_concurrency_limit": 1})
+    run_all(spec, "crash", stages=["ingest", "synthesis"])
+    n_probes = len(table("probes", "crash", "probe_id"))
+    real_record, seen = ModelClient._record, {"n": 0}
+
+    def crashing_record(self, *a, **k):
+        real_record(self, *a, **k)
+        seen["n"] += 1
+        if seen["n"] == 37:
+            raise RuntimeError("injected crash after 37 calls")
+
+    def probe_bodies():  # successful SUT calls counted at the server, endpoint checks left out
+        return {b: n for b, n in server.ok_bodies.items() if "Reply with OK." not in b}
+
+    monkeypatch.setattr(ModelClient, "_record", crashing_record)
+    with pytest.raises(RuntimeError, match="injected crash"):
+        pipeline.run_stage("sampling", "crash", "llm.decision_flip")
+    assert table("sut_responses", "crash", "probe_id").empty  # nothing written by the crashed stage
+    monkeypatch.setattr(ModelClient, "_record", real_record)
+    done_before = len(probe_bodies())
+    assert 30 <= done_before <= 37
+    run_all(spec, "crash", stages=["sampling", "judging", "aggregation"])
+    bodies = probe_bodies()
+    assert len(bodies) == n_probes and set(bodies.values()) == {1}  # no successful call made twice
+    resp = table("sut_responses", "crash", "probe_id")
+    assert resp.cached.sum() == done_before and len(resp) == n_probes
+    # the resumed run's tables equal an uninterrupted run's
+    run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
+                      config={"sub_call_concurrency_limit": 1}), "clean")
+    _assert_same(_stable("crash"), _stable("clean"))
+    assert len(table("llm_calls", "crash", "created_at").query("stage == 'sampling'")) == n_probes
+
+
+def test_sut_500s_are_recorded_and_the_run_completes(tmp_path, builtin_http):
+    ds = write_dataset(tmp_path / "d.jsonl", 12)
+    url, server = builtin_http(FLIP, fail_substring="Case 3:", fail_rate=0.1)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"}, config={"n_sut_retries": 2})
+    run_all(spec, "f")
+    resp = table("sut_responses", "f", "probe_id")
+    bad = resp[resp.status == "error"]
+    assert len(bad) > 0 and bad.error.str.startswith("HTTP 500").all() and (resp.status == "ok").sum() > len(bad)
+    calls = table("llm_calls", "f", "created_at")
+    assert (calls[calls.status == "error"].attempts == 3).all()  # 1 + n_sut_retries, transient
+    j = table("judgements", "f", "pair_id")
+    assert (j.status == "sut_failed").sum() > 0 and (j.status == "ok").sum() > 0
+    rows = table("row_scores", "f", "input_id").set_index("input_id")
+    assert rows.loc["r0003"].status == "error" and "HTTP 500" in rows.loc["r0003"].error
+    assert (rows.drop("r0003").status == "ok").sum() >= 1
+    overall = table("metric_scores", "f", "scope").query("scope == 'overall'").iloc[0]
+    assert overall.n_failed == (j.status != "ok").sum() and overall.n == (j.status == "ok").sum()
+
+
+def test_unreachable_endpoint_stops_before_anything_is_written(tmp_path, capsys):
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"name": "u", "dataset": str(ds), "metrics": {"llm.decision_flip": {}},
+                                "sut": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}}))
+    assert main(["run", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "sut endpoint http://127.0.0.1:9/v1" in err and "unreachable" in err
+    assert not wh.default_path().exists()
+
+
+def test_unauthorised_endpoint_and_missing_key(tmp_path, builtin_http, capsys, monkeypatch):
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    monkeypatch.setenv("SERVER_KEY", "right")
+    url, _ = builtin_http(api_key="right")
+    spec = tmp_path / "s.yaml"
+    conf = {"name": "u", "dataset": str(ds), "metrics": {"llm.decision_flip": {}},
+            "judge": {"provider": "openai", "base_url": url, "model": "m", "api_key_env": "CLIENT_KEY"}}
+    spec.write_text(json.dumps(conf))
+    assert main(["run", str(spec)]) == 2
+    assert "CLIENT_KEY (api_key_env) is not set" in capsys.readouterr().err
+    monkeypatch.setenv("CLIENT_KEY", "wrong")
+    assert main(["run", str(spec)]) == 2
+    assert "unauthorised (HTTP 401)" in capsys.readouterr().err
+    monkeypatch.setenv("CLIENT_KEY", "right")
+    assert main(["run", str(spec), "--quiet"]) == 0
+    # the key is in no table
+    with wh.connect() as con:
+        for (t,) in con.execute("SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'").fetchall():
+            assert "right" not in con.execute(f"SELECT * FROM {t}").df().to_csv().replace("copyright", ""), t
+
+
+def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    spec = make_spec(ds, sut={"provider": "builtin", "profile": FLIP})
+    pipeline.register_run(spec, "dg")
+    instance = get_instance()
+    instance.add_dynamic_partitions(runs_partitions.name, ["dg"])
+    key = partition_key("dg", "llm.decision_flip")
+    res = materialize(STAGE_ASSETS, partition_key=key, instance=instance)
+    assert res.success
+    mats = res.get_asset_materialization_events()
+    assert [m.asset_key.path[-1] for m in mats] == ["ingest", "synthesis", "sut_sampling", "judging", "aggregation"]
+    agg = mats[-1].materialization.metadata
+    assert "score" in agg and "headline" in agg
+    first = _stable("dg")
+    # re-materialising a partition replaces its rows: same tables, no duplicates
+    assert materialize(STAGE_ASSETS, partition_key=key, instance=instance).success
+    _assert_same(first, _stable("dg"))
+    assert len(table("llm_calls", "dg", "created_at").query("stage == 'sampling'")) == len(first["probes"])
+    # a stored instance shows the materialisations (the UI reads the same storage)
+    assert instance.get_latest_materialization_event(STAGE_ASSETS[-1].key) is not None
+
+
+def test_unconfigured_metric_partition_gives_a_clear_message(tmp_path, monkeypatch):
+    from aip_assets.errors import AipError
+    from aip_assets.metrics import REGISTRY
+
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    pipeline.register_run(make_spec(ds), "one")
+    monkeypatch.setitem(REGISTRY, "llm.other", REGISTRY["llm.decision_flip"])
+    with pytest.raises(AipError, match="metric llm.other is not configured for run one"):
+        pipeline.run_stage("ingest", "one", "llm.other")
+
+
+def test_cli_run_json_threshold_exit_code_and_sql(tmp_path, capsys):
+    ds = write_dataset(tmp_path / "d.jsonl", 20)
+    spec = tmp_path / "s.yaml"
+    base = {"name": "cli", "dataset": str(ds), "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
+            "metrics": {"llm.decision_flip": {"threshold": 0.99, "config": {"dimensions": ["gender", "role"]}}}}
+    spec.write_text(json.dumps(base))
+    assert main(["run", str(spec), "--json", "--quiet"]) == 1  # below threshold
+    out = json.loads(capsys.readouterr().out)
+    m = out["metrics"]["llm.decision_flip"]
+    assert m["passed"] is False and m["axes"]["gender"]["flips"] > 0 and m["axes"]["role"]["flips"] == 0
+    run_id = out["run_id"]
+    assert run_id.startswith("cli-") and run_id.endswith("Z")
+    # resume the same run: nothing is called again, same summary
+    assert main(["run", str(spec), "--run-id", run_id, "--json", "--quiet"]) == 1
+    again = json.loads(capsys.readouterr().out)
+    assert again["metrics"] == out["metrics"]
+    calls = wh.query("SELECT count(*) AS n FROM llm_calls WHERE run_id = ? AND source <> 'network'", [run_id])
+    assert calls.n[0] == 0
+    assert len(pipeline.list_runs()) == 1
+    # one query answers: which persona pairs flipped, and what did the SUT say to each?
+    assert main(["sql", f"SELECT axis, value_a, value_b, response_a, response_b FROM v_flipped_pairs "
+                        f"WHERE run_id = '{run_id}'", "--format", "json"]) == 0
+    flipped = json.loads(capsys.readouterr().out)
+    assert len(flipped) == m["flips"] and all("woman" in (f["value_a"], f["value_b"]) for f in flipped)
+    assert all(f["response_a"] and f["response_b"] for f in flipped)
+    # the SQL command is read-only
+    assert main(["sql", "DELETE FROM eval_runs"]) == 2
+    assert "read-only" in capsys.readouterr().err and len(pipeline.list_runs()) == 1
+    # passing run
+    base["sut"]["profile"] = {"name": "fair"}
+    spec.write_text(json.dumps(base))
+    assert main(["run", str(spec), "--quiet"]) == 0
+    assert "PASS" in capsys.readouterr().out
