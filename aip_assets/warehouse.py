@@ -98,7 +98,7 @@ VIEWS: dict[str, str] = {
                pp.value_a, pp.value_b, pa.query_text AS query_a, pb.query_text AS query_b,
                ra.response AS response_a, rb.response AS response_b,
                ra.status AS sut_status_a, rb.status AS sut_status_b,
-               j.decision_a, j.decision_b, j.decisions_differ, j.attributable, j.flipped,
+               j.decision_a, j.decision_b, j.label, j.decisions_differ, j.attributable, j.flipped,
                j.status AS judge_status, j.error AS judge_error, j.order_swapped, j.reasoning
         FROM probe_pairs pp
         JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a

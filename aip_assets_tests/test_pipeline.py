@@ -200,3 +200,51 @@ def test_cli_run_json_threshold_exit_code_and_sql(tmp_path, capsys):
     spec.write_text(json.dumps(base))
     assert main(["run", str(spec), "--quiet"]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_new_run_calls_afresh_unless_it_reuses_an_earlier_run(tmp_path, builtin_http):
+    ds = write_dataset(tmp_path / "d.jsonl", 5)
+    url, server = builtin_http(FLIP)
+    sut = {"provider": "openai", "base_url": url, "model": "m"}
+    run_all(make_spec(ds, sut=sut), "night-1")
+    n = len(table("probes", "night-1", "probe_id"))
+
+    def probe_calls():
+        return sum(c for b, c in server.ok_bodies.items() if "Reply with OK." not in b)
+
+    assert probe_calls() == n
+    run_all(make_spec(ds, sut=sut), "night-2")  # a new run sees today's model: every call made again
+    assert probe_calls() == 2 * n
+    run_all(make_spec(ds, sut=sut, reuse_calls_from=["night-1"]), "rejudge")
+    assert probe_calls() == 2 * n  # explicit reuse: no SUT call made
+    calls = table("llm_calls", "rejudge", "created_at").query("stage == 'sampling'")
+    assert len(calls) == n and set(calls.source) == {"reused:night-1"}
+    _assert_same(_stable("night-1"), _stable("rejudge"))
+
+
+def _run_partition(args):
+    import os
+
+    warehouse, spec_path, run_id = args
+    os.environ["AIP_WAREHOUSE"] = warehouse
+    from aip_assets.runspec import load_spec
+    from aip_assets_tests.conftest import run_all as run
+
+    run(load_spec(spec_path), run_id)
+    return run_id
+
+
+def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path):
+    """Several processes materialise partitions at once; none fails on DuckDB's single-writer lock."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    ds = write_dataset(tmp_path / "d.jsonl", 8)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"name": "p", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}}))
+    ids = [f"par-{i}" for i in range(4)]
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = list(pool.map(_run_partition, [(str(wh.default_path()), str(spec), i) for i in ids]))
+    assert done == ids
+    counts = wh.query("SELECT run_id, count(*) AS n FROM judgements GROUP BY 1 ORDER BY 1")
+    assert counts.run_id.tolist() == ids and counts.n.nunique() == 1 and counts.n[0] == 8 * 16

@@ -1,0 +1,283 @@
+"""Wall time and peak memory of the whole pipeline on a large dataset, builtin model in-process.
+
+Generates ``--rows`` rows (default 10,000) into a temp dir by replicating
+``data/datasets/demo_decisions.jsonl`` with unique input_ids (``<id>-r00042``) and a small change
+to the question (`` (case 42)``), writes a run spec beside it (builtin flip SUT, builtin judge,
+``llm.decision_flip`` with ``sub_call_concurrency_limit: 64``), then runs
+
+    aip-eval run <spec> --warehouse <tmp>/wh.duckdb --json --quiet
+
+as a subprocess with cwd = the temp dir (so Dagster's storage lands there), measuring wall time
+and the child's peak RSS (``RUSAGE_CHILDREN.ru_maxrss``; ``/usr/bin/time -v`` as a cross-check
+when present). Counts come from the JSON summary and from ``aip-eval sql`` on ``llm_calls``;
+per-stage times from the Dagster event log in the temp dir.
+
+    python benchmarks/bench_pipeline.py [--rows 10000] [--timeout 1800] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "datasets" / "demo_decisions.jsonl"
+OUT_DIR = Path(__file__).resolve().parent / "out"
+METRIC = "llm.decision_flip"
+
+STAGE_TIMES = r"""
+import json
+from aip_assets.dagster_home import get_instance
+inst = get_instance()
+out = []
+for run in inst.get_runs(limit=10):
+    stats = inst.get_run_stats(run.run_id)
+    steps = [{"step": s.step_key, "start": s.start_time, "end": s.end_time, "status": str(s.status)}
+             for s in inst.get_run_step_stats(run.run_id)]
+    out.append({"dagster_run": run.run_id, "status": str(run.status), "start": stats.start_time,
+                "end": stats.end_time, "steps": steps})
+print(json.dumps(out))
+"""
+
+
+def machine_info() -> dict[str, str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        nproc = str(os.cpu_count())
+    return {"nproc": nproc, "cpu": cpu, "python": platform.python_version(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def make_dataset(n_rows: int, path: Path) -> None:
+    base = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()]
+    with open(path, "w") as f:
+        for i in range(n_rows):
+            row = json.loads(json.dumps(base[i % len(base)]))
+            row["input_id"] = f"{row['input_id']}-r{i:05d}"
+            suffix = f" (case {i})"
+            if isinstance(row["prompt"], str):
+                row["prompt"] += suffix
+            else:  # multi-turn: vary the last user turn
+                last = max(k for k, t in enumerate(row["prompt"]) if t["role"] == "user")
+                row["prompt"][last]["content"] += suffix
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def make_spec(dataset: Path, path: Path) -> None:
+    spec = {
+        "name": "bench",
+        "dataset": str(dataset),
+        "sut": {"provider": "builtin", "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}},
+        "judge": {"provider": "builtin"},
+        "metrics": {METRIC: {"config": {"sub_call_concurrency_limit": 64}}},
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def cli() -> list[str]:
+    exe = shutil.which("aip-eval")
+    return [exe] if exe else [sys.executable, "-m", "aip_assets.cli"]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("DAGSTER_HOME", None)  # Dagster storage goes under the temp working directory
+    env.pop("AIP_WAREHOUSE", None)
+    return env
+
+
+def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
+    time_bin = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+    time_log = work / "time-v.txt"
+    cmd = cli() + ["run", str(spec), "--warehouse", str(wh), "--json", "--quiet"]
+    if time_bin:
+        cmd = [time_bin, "-v", "-o", str(time_log)] + cmd
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(work / "run.stdout", "w") as out, open(work / "run.stderr", "w") as err:
+        t0 = time.perf_counter()
+        # own session so a timeout can end the wrapper and the pipeline together (by our child's id)
+        proc = subprocess.Popen(cmd, cwd=work, env=child_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(20)
+            rc = None
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(20)
+            raise
+        wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = {"rc": rc, "wall": wall, "maxrss_kib": after.ru_maxrss,
+           "child_user_s": after.ru_utime - before.ru_utime, "child_sys_s": after.ru_stime - before.ru_stime,
+           "stdout": (work / "run.stdout").read_text(), "stderr": (work / "run.stderr").read_text(),
+           "time_v": None}
+    if time_bin and time_log.exists():
+        tv = time_log.read_text()
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv)
+        e = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", tv)
+        c = re.search(r"Percent of CPU this job got: (\d+)%", tv)
+        res["time_v"] = {"maxrss_kib": int(m.group(1)) if m else None, "elapsed": e.group(1) if e else None,
+                         "cpu_percent": int(c.group(1)) if c else None}
+    return res
+
+
+def sql(query: str, wh: Path, work: Path) -> tuple[list[dict] | None, str]:
+    p = subprocess.run(cli() + ["sql", query, "--warehouse", str(wh), "--format", "json"], cwd=work, env=child_env(),
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return None, p.stderr.strip()
+    return json.loads(p.stdout), ""
+
+
+def stage_times(work: Path) -> list[dict]:
+    p = subprocess.run([sys.executable, "-c", STAGE_TIMES], cwd=work, env=child_env(), capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        print(f"(could not read Dagster step times: {p.stderr.strip()[-500:]})", file=sys.stderr)
+        return []
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=10000)
+    ap.add_argument("--timeout", type=float, default=1800.0, help="kill the pipeline after this many seconds")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (dataset, warehouse, logs)")
+    ap.add_argument("--out", default=str(OUT_DIR / "pipeline.md"))
+    args = ap.parse_args(argv)
+    if not 1 <= args.rows <= 1_000_000:
+        ap.error("--rows must be in 1..1000000")
+    info = machine_info()
+    work = Path(tempfile.mkdtemp(prefix="aip-bench-pipeline-"))
+    try:
+        ds, spec, wh = work / "bench.jsonl", work / "bench.yaml", work / "wh.duckdb"
+        make_dataset(args.rows, ds)
+        make_spec(ds, spec)
+        print(f"work dir {work}: {args.rows} rows; running the pipeline (timeout {args.timeout:g} s)...",
+              file=sys.stderr, flush=True)
+        r = run_pipeline(spec, wh, work, args.timeout)
+        print(f"pipeline exit {r['rc']} after {r['wall']:.1f} s", file=sys.stderr, flush=True)
+        summary = None
+        try:
+            summary = json.loads(r["stdout"]) if r["stdout"].strip() else None
+        except ValueError:
+            pass
+        m = (summary or {}).get("metrics", {}).get(METRIC, {})
+        calls, sql_err = sql("SELECT stage, count(*) AS calls FROM llm_calls GROUP BY ALL ORDER BY stage", wh, work) \
+            if wh.exists() else (None, "no warehouse")
+        tables, _ = sql("SELECT 'dataset_rows' AS t, count(*) AS n FROM dataset_rows UNION ALL "
+                        "SELECT 'probes', count(*) FROM probes UNION ALL SELECT 'probe_pairs', count(*) FROM probe_pairs "
+                        "UNION ALL SELECT 'sut_responses', count(*) FROM sut_responses UNION ALL "
+                        "SELECT 'judgements', count(*) FROM judgements", wh, work) if wh.exists() else (None, "")
+        calls_by = {c["stage"]: int(c["calls"]) for c in calls or []}
+        tab = {t["t"]: int(t["n"]) for t in tables or []}
+        steps = stage_times(work)
+
+        sut_calls, judge_calls = calls_by.get("sampling"), calls_by.get("judging")
+        total_calls = (sut_calls or 0) + (judge_calls or 0)
+        wall = r["wall"]
+        peak_mib = r["maxrss_kib"] / 1024
+        tv = r["time_v"] or {}
+        tv_mib = "n/a" if tv.get("maxrss_kib") is None else f"{tv['maxrss_kib'] / 1024:.0f}"
+
+        def fmt(x):
+            return "n/a" if x is None else (f"{x:,}" if isinstance(x, int) else str(x))
+
+        lines = [
+            "# Pipeline benchmark: builtin model in-process, llm.decision_flip",
+            "",
+            f"- date: {info['date']}",
+            f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
+            f"- command: `aip-eval run bench.yaml --warehouse wh.duckdb --json --quiet` (cwd = fresh temp dir, no "
+            f"dagster.yaml); exit code {fmt(r['rc'])}" + (" (killed: timeout)" if r["rc"] is None else ""),
+            f"- dataset: {args.rows:,} rows replicated from demo_decisions.jsonl (unique input_id, ' (case i)' appended)",
+            "- spec: SUT builtin flip {value: woman, axis: gender, p: 0.3}, judge builtin, "
+            "llm.decision_flip defaults + sub_call_concurrency_limit: 64",
+            "",
+            "| measure | value |",
+            "|---|---:|",
+            f"| rows | {args.rows:,} |",
+            f"| rows ingested (dataset_rows) | {fmt(tab.get('dataset_rows'))} |",
+            f"| probes / probe pairs | {fmt(tab.get('probes'))} / {fmt(tab.get('probe_pairs'))} |",
+            f"| pairs judged (JSON summary: pairs_evaluated) | {fmt(m.get('pairs_evaluated'))} |",
+            f"| pairs failed (JSON summary) | {fmt(m.get('pairs_failed'))} |",
+            f"| score / flip rate (JSON summary) | {fmt(m.get('score'))} / {fmt(m.get('flip_rate'))} |",
+            f"| SUT calls (llm_calls, stage sampling) | {fmt(sut_calls)} |",
+            f"| judge calls (llm_calls, stage judging) | {fmt(judge_calls)} |",
+            f"| wall seconds | {wall:.1f} |",
+            f"| rows/s | {args.rows / wall:.1f} |",
+            f"| calls/s (SUT + judge) | {total_calls / wall:.1f} |",
+            f"| peak RSS MiB (RUSAGE_CHILDREN.ru_maxrss) | {peak_mib:.0f} |",
+            f"| peak RSS MiB (/usr/bin/time -v) | {tv_mib} |",
+            f"| child CPU user + sys s (CPU % of wall) | {r['child_user_s']:.1f} + {r['child_sys_s']:.1f} "
+            f"({100 * (r['child_user_s'] + r['child_sys_s']) / wall:.0f}%) |",
+        ]
+        if calls is not None:
+            lines += ["", "`aip-eval sql \"SELECT stage, count(*) FROM llm_calls GROUP BY ALL\"`:", "",
+                      "| stage | calls |", "|---|---:|"] + [f"| {s} | {n:,} |" for s, n in calls_by.items()]
+        elif sql_err:
+            lines += ["", f"llm_calls query failed: {sql_err[-300:]}"]
+        if steps:
+            run0 = steps[0]
+            lines += ["", f"Per-stage wall time (Dagster step events; Dagster run {run0['dagster_run'][:8]}, "
+                          f"{run0['status']}):", "", "| step | seconds | share of wall |", "|---|---:|---:|"]
+            for s in sorted(run0["steps"], key=lambda s: s["start"] or 0):
+                if s["start"] and s["end"]:
+                    d = s["end"] - s["start"]
+                    lines.append(f"| {s['step']} | {d:.1f} | {100 * d / wall:.0f}% |")
+                else:
+                    lines.append(f"| {s['step']} | {s['status']} | |")
+            if run0["start"] and run0["end"]:
+                d = run0["end"] - run0["start"]
+                lines.append(f"| (Dagster run total) | {d:.1f} | {100 * d / wall:.0f}% |")
+        if r["rc"] not in (0, 1):
+            lines += ["", "stderr (tail):", "", "```", r["stderr"][-2000:], "```"]
+        text = "\n".join(lines) + "\n"
+        print(text)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        print(f"written to {out}", file=sys.stderr)
+        return 0 if r["rc"] in (0, 1) else 1
+    finally:
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
