@@ -365,8 +365,10 @@ class DecisionFlip(Metric):
         norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
 
         row_scores = []
+        by_row = dict(tuple(j.groupby("input_id", sort=False))) if len(j) else {}
+        empty = j.iloc[0:0]
         for input_id in ids:
-            rj = j[j["input_id"] == input_id]
+            rj = by_row.get(input_id, empty)
             rok = rj[rj["status"] == "ok"]
             n, k, nf = len(rok), int(rok["flipped"].sum()) if len(rok) else 0, int(len(rj) - len(rok))
             if n == 0:
