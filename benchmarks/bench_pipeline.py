@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,6 +72,19 @@ def machine_info() -> dict[str, str]:
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def code_fingerprint() -> str:
+    """sha256 (12 hex) over aip_assets/**/*.py and the newest mtime: ties a result to the code it measured."""
+    import hashlib
+
+    pkg = Path(__file__).resolve().parents[1] / "aip_assets"
+    h, newest = hashlib.sha256(), 0.0
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes())
+        newest = max(newest, f.stat().st_mtime)
+    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"aip_assets sources sha256 {h.hexdigest()[:12]} (newest file {when})"
+
+
 def make_dataset(n_rows: int, path: Path) -> None:
     base = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()]
     with open(path, "w") as f:
@@ -109,6 +123,42 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def tree_rss_kib(pid: int) -> int:
+    """Summed VmRSS of pid and its descendants (Linux /proc), KiB; 0 when gone."""
+    total, todo, seen = 0, [pid], set()
+    while todo and len(seen) < 64:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+                    break
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(x) for x in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class RssSampler(threading.Thread):
+    """Samples the child tree's RSS every `every` s until stopped (bounded by max_s)."""
+
+    def __init__(self, pid: int, every: float = 0.25, max_s: float = 4000.0):
+        super().__init__(daemon=True)
+        self.pid, self.every, self.max_s = pid, every, max_s
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        end = time.monotonic() + self.max_s
+        while not self.stop.is_set() and time.monotonic() < end:
+            self.samples.append((time.time(), tree_rss_kib(self.pid)))
+            self.stop.wait(self.every)
+
+
 def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
     time_bin = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
     time_log = work / "time-v.txt"
@@ -117,10 +167,12 @@ def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
         cmd = [time_bin, "-v", "-o", str(time_log)] + cmd
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(work / "run.stdout", "w") as out, open(work / "run.stderr", "w") as err:
-        t0 = time.perf_counter()
+        t0, t_start = time.perf_counter(), time.time()
         # own session so a timeout can end the wrapper and the pipeline together (by our child's id)
         proc = subprocess.Popen(cmd, cwd=work, env=child_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
+        sampler = RssSampler(proc.pid, max_s=timeout + 60)
+        sampler.start()
         try:
             rc = proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -135,12 +187,15 @@ def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(20)
             raise
+        finally:
+            sampler.stop.set()
+            sampler.join(5)
         wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    res = {"rc": rc, "wall": wall, "maxrss_kib": after.ru_maxrss,
+    res = {"rc": rc, "wall": wall, "t_start": t_start, "maxrss_kib": after.ru_maxrss,
            "child_user_s": after.ru_utime - before.ru_utime, "child_sys_s": after.ru_stime - before.ru_stime,
            "stdout": (work / "run.stdout").read_text(), "stderr": (work / "run.stderr").read_text(),
-           "time_v": None}
+           "time_v": None, "rss_samples": sampler.samples}
     if time_bin and time_log.exists():
         tv = time_log.read_text()
         m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv)
@@ -181,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.rows <= 1_000_000:
         ap.error("--rows must be in 1..1000000")
     info = machine_info()
+    info["code"] = code_fingerprint()
     work = Path(tempfile.mkdtemp(prefix="aip-bench-pipeline-"))
     try:
         ds, spec, wh = work / "bench.jsonl", work / "bench.yaml", work / "wh.duckdb"
@@ -220,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
             "# Pipeline benchmark: builtin model in-process, llm.decision_flip",
             "",
             f"- date: {info['date']}",
+            f"- code: {info['code']}"
+            + ("" if code_fingerprint() == info["code"] else
+               f" — WARNING: the sources changed during the run (now {code_fingerprint()})"),
             f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
             f"- command: `aip-eval run bench.yaml --warehouse wh.duckdb --json --quiet` (cwd = fresh temp dir, no "
             f"dagster.yaml); exit code {fmt(r['rc'])}" + (" (killed: timeout)" if r["rc"] is None else ""),
@@ -253,16 +312,22 @@ def main(argv: list[str] | None = None) -> int:
         if steps:
             run0 = steps[0]
             lines += ["", f"Per-stage wall time (Dagster step events; Dagster run {run0['dagster_run'][:8]}, "
-                          f"{run0['status']}):", "", "| step | seconds | share of wall |", "|---|---:|---:|"]
+                          f"{run0['status']}):", "", "| step | seconds | share of wall | peak RSS MiB (sampled every 0.25 s) |", "|---|---:|---:|---:|"]
             for s in sorted(run0["steps"], key=lambda s: s["start"] or 0):
                 if s["start"] and s["end"]:
                     d = s["end"] - s["start"]
-                    lines.append(f"| {s['step']} | {d:.1f} | {100 * d / wall:.0f}% |")
+                    peak = max((kib for t, kib in r["rss_samples"] if s["start"] <= t <= s["end"]), default=None)
+                    lines.append(f"| {s['step']} | {d:.1f} | {100 * d / wall:.0f}% "
+                                 f"| {'n/a' if peak is None else f'{peak / 1024:.0f}'} |")
                 else:
-                    lines.append(f"| {s['step']} | {s['status']} | |")
+                    lines.append(f"| {s['step']} | {s['status']} | | |")
             if run0["start"] and run0["end"]:
                 d = run0["end"] - run0["start"]
-                lines.append(f"| (Dagster run total) | {d:.1f} | {100 * d / wall:.0f}% |")
+                pre = max((kib for t, kib in r["rss_samples"] if t < run0["start"]), default=None)
+                lines.append(f"| (Dagster run total) | {d:.1f} | {100 * d / wall:.0f}% | |")
+                lines.append(f"| (before the Dagster run: imports, preflight, register) | {run0['start'] - r['t_start']:.1f} "
+                             f"| {100 * (run0['start'] - r['t_start']) / wall:.0f}% "
+                             f"| {'n/a' if pre is None else f'{pre / 1024:.0f}'} |")
         if r["rc"] not in (0, 1):
             lines += ["", "stderr (tail):", "", "```", r["stderr"][-2000:], "```"]
         text = "\n".join(lines) + "\n"

@@ -65,6 +65,19 @@ def machine_info() -> dict[str, str]:
             "aiohttp": aiohttp.__version__}
 
 
+def code_fingerprint() -> str:
+    """sha256 (12 hex) over aip_assets/**/*.py and the newest mtime: ties a result to the code it measured."""
+    import hashlib
+
+    pkg = Path(__file__).resolve().parents[1] / "aip_assets"
+    h, newest = hashlib.sha256(), 0.0
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes())
+        newest = max(newest, f.stat().st_mtime)
+    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"aip_assets sources sha256 {h.hexdigest()[:12]} (newest file {when})"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -212,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--repeat must be in 1..20")
     lat_s = args.latency_ms / 1000
     info = machine_info()
+    info["code"] = code_fingerprint()
     tmp = Path(tempfile.mkdtemp(prefix="aip-bench-sampling-"))
     proc = None
 
@@ -252,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = server_stats(base)
     finally:
         stop_server(proc)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     def med(rs, key):
         return statistics.median(x[key] for x in rs)
@@ -265,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         "# SUT sampling throughput: ModelClient vs bare aiohttp",
         "",
         f"- date: {info['date']}",
+        f"- code: {info['code']}"
+        + ("" if code_fingerprint() == info["code"] else
+           f" — WARNING: the sources changed during the run (now {code_fingerprint()})"),
         f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}, aiohttp {info['aiohttp']}",
         f"- server: `aip-eval serve-builtin --latency-ms {args.latency_ms:g}` in its own process (same machine)",
         f"- ideal = c / {lat_s:g} s; N = max(40, 12·c) capped at {args.max_calls} and a {args.budget_s:g} s budget; "
@@ -300,7 +318,6 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"written to {out}", file=sys.stderr)
-    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -296,9 +296,8 @@ class DecisionFlip(Metric):
     async def judge(self, ctx: StageContext) -> dict[str, list[dict]]:
         cfg: DecisionFlipConfig = ctx.config
         pairs = ctx.read("probe_pairs").sort_values("pair_id").to_dict("records")
-        probes = ctx.read("probes").set_index("probe_id")
-        resp = ctx.read("sut_responses")
-        resp = resp[resp["sample_index"] == 0].set_index("probe_id")
+        probes = {p["probe_id"]: p for p in ctx.read("probes").to_dict("records")}
+        resp = {r["probe_id"]: r for r in ctx.read("sut_responses").to_dict("records") if r["sample_index"] == 0}
         rows = {r.input_id: r for r in ctx.rows()}
         progress = ctx.progress("judging", len(pairs))
         retries = ctx.spec.judge_retries
@@ -309,19 +308,19 @@ class DecisionFlip(Metric):
             async def one(pair):
                 base = {"judgement_id": pair["pair_id"], "pair_id": pair["pair_id"], "input_id": pair["input_id"],
                         "axis": pair["axis"], "attempts": 0}
-                missing = [m for m in (pair["probe_a"], pair["probe_b"]) if m not in resp.index]
-                failed = [m for m in (pair["probe_a"], pair["probe_b"]) if m in resp.index and resp.at[m, "status"] != "ok"]
+                missing = [m for m in (pair["probe_a"], pair["probe_b"]) if m not in resp]
+                failed = [m for m in (pair["probe_a"], pair["probe_b"]) if m in resp and resp[m]["status"] != "ok"]
                 if missing or failed:
-                    why = "; ".join(f"SUT answer for {probes.at[m, 'attribute_value']!r}: "
-                                    f"{'missing' if m in missing else resp.at[m, 'error']}" for m in missing + failed)
+                    why = "; ".join(f"SUT answer for {probes[m]['attribute_value']!r}: "
+                                    f"{'missing' if m in missing else resp[m]['error']}" for m in missing + failed)
                     return {**base, "status": "sut_failed", "error": why, "label": "not_judged"}
                 swapped = random.Random(f"decision_flip:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
                 a, b = pair["probe_a"], pair["probe_b"]
                 first, second = (b, a) if swapped else (a, b)
                 labels = labels_for(cfg, rows[pair["input_id"]])
                 messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": judge_prompt(
-                    pair["axis"], probes.at[first, "persona"], probes.at[second, "persona"], labels,
-                    resp.at[first, "response"] or "", resp.at[second, "response"] or "")}]
+                    pair["axis"], probes[first]["persona"], probes[second]["persona"], labels,
+                    resp[first]["response"] or "", resp[second]["response"] or "")}]
                 verdict, err, raw, attempts, last = None, None, None, 0, None
                 for attempt in range(retries + 1):
                     r = await client.chat(messages, temperature=ctx.spec.judge_temperature, sample_index=0,

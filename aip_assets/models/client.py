@@ -78,8 +78,8 @@ def build_body(conn: Connection, messages: list[dict[str, str]], temperature: fl
     return body
 
 
-def call_key(conn: Connection, body: dict[str, Any], sample_index: int, template_version: str) -> str:
-    payload = {"endpoint": conn.endpoint_id(), "body": body, "sample_index": sample_index, "template": template_version}
+def call_key(endpoint_id: str, body: dict[str, Any], sample_index: int, template_version: str) -> str:
+    payload = {"endpoint": endpoint_id, "body": body, "sample_index": sample_index, "template": template_version}
     return hashlib.sha256(stable_json(payload).encode()).hexdigest()[:32]
 
 
@@ -99,6 +99,10 @@ class ModelClient:
         self.sem = asyncio.Semaphore(concurrency)
         self.backoff_s = backoff_s
         self.transport = None
+        self.endpoint_id = conn.endpoint_id()
+        # keys of successful calls this run may answer from the journal (kept current as calls
+        # succeed), so a call with nothing to reuse costs no SQL lookup
+        self._known_ok: set[str] = journal.ok_keys(self.cache_runs) if journal is not None else set()
         self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0}
         self._rng = random.Random()
 
@@ -118,8 +122,8 @@ class ModelClient:
                    retries: int = 0, timeout: float = 60.0, template_version: str = "",
                    max_tokens: int | None = None) -> ChatResult:
         body = build_body(self.conn, messages, temperature, max_tokens)
-        key = call_key(self.conn, body, sample_index, template_version)
-        if self.journal is not None:
+        key = call_key(self.endpoint_id, body, sample_index, template_version)
+        if self.journal is not None and key in self._known_ok:
             rec = self.journal.lookup(key, self.cache_runs)
             if rec is not None:
                 self.stats["cached"] += 1
@@ -136,6 +140,8 @@ class ModelClient:
         if not result.ok:
             self.stats["failed"] += 1
         self._record(key, body, sample_index, result, source="network")
+        if result.ok:
+            self._known_ok.add(key)
         return result
 
     def _record(self, key: str, body: dict, sample_index: int, r: ChatResult, source: str) -> None:
@@ -143,7 +149,7 @@ class ModelClient:
             return
         self.journal.record({
             "run_id": self.run_id, "metric": self.metric, "stage": self.stage, "role": self.role,
-            "call_key": key, "sample_index": sample_index, "endpoint": self.conn.endpoint_id(),
+            "call_key": key, "sample_index": sample_index, "endpoint": self.endpoint_id,
             "model": self.conn.model, "request": body, "response_text": r.text, "status": r.status,
             "error": r.error, "http_status": r.http_status, "latency_ms": r.latency_ms,
             "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "attempts": r.attempts,

@@ -45,6 +45,14 @@ class Journal:
     def close(self) -> None:
         self._con.close()
 
+    def ok_keys(self, run_ids: list[str]) -> set[str]:
+        """Keys of the successful calls of these runs: a cheap in-memory test before ``lookup``."""
+        marks = ",".join("?" * len(run_ids))
+        with self._lock:
+            cur = self._con.execute(f"SELECT DISTINCT call_key FROM calls WHERE status = 'ok' AND run_id IN ({marks})",
+                                    run_ids)
+            return {k for (k,) in cur}
+
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
         """The latest successful call with this key among the given runs, or None."""
         marks = ",".join("?" * len(run_ids))
