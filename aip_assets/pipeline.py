@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -92,55 +93,133 @@ def list_runs(path: Path | None = None) -> pd.DataFrame:
                     read_only=False)
 
 
+class WarehouseReader:
+    """Reads one (run, metric) partition from the warehouse, a batch of rows at a time."""
+
+    def __init__(self, run_id: str, metric: str, path: Path):
+        self.run_id, self.metric, self.path = run_id, metric, path
+
+    def read(self, table: str, ids: list[str] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+        return wh.read_partition(table, self.run_id, self.metric, self.path, ids=ids, columns=columns)
+
+    def count(self, table: str) -> int:
+        with wh.connect(self.path) as con:
+            return con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ? AND metric = ?",
+                               [self.run_id, self.metric]).fetchone()[0]
+
+    def input_ids(self) -> list[str]:
+        df = wh.read_partition("dataset_rows", self.run_id, self.metric, self.path, order_by="row_index",
+                               columns=["input_id"])
+        return list(df["input_id"])
+
+
+class StagedTables:
+    """A stage's output, written to Parquet batch by batch (memory bounded by the batch), then
+    swapped into the warehouse as one transaction by :meth:`commit`."""
+
+    def __init__(self, root: Path, run_id: str, metric: str, stage: str):
+        self.dir = root / "staging" / run_id.replace("/", "_") / metric / stage
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        self.run_id, self.metric, self.stage = run_id, metric, stage
+        self.files: dict[str, list[Path]] = {}
+        self.rows: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.calls = {"network": 0, "failed": 0, "prompt_tokens": 0, "completion_tokens": 0}
+
+    def add(self, tables: dict[str, Any]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for table, recs in tables.items():
+            const = {"run_id": self.run_id, "metric": self.metric}
+            if table in wh.STAGE_SCOPED:
+                const["stage"] = self.stage
+            df = wh.frame(table, recs, **const)
+            self.files.setdefault(table, [])
+            self.rows[table] = self.rows.get(table, 0) + len(df)
+            if not len(df):
+                continue
+            if "status" in df.columns and table != "llm_calls":
+                self.failed[table] = self.failed.get(table, 0) + int((df["status"].fillna("ok") != "ok").sum())
+            if table == "llm_calls":
+                self.calls["network"] += len(df)
+                self.calls["failed"] += int((df["status"] != "ok").sum())
+                self.calls["prompt_tokens"] += int(pd.to_numeric(df["prompt_tokens"]).fillna(0).sum())
+                self.calls["completion_tokens"] += int(pd.to_numeric(df["completion_tokens"]).fillna(0).sum())
+            f = self.dir / f"{table}-{len(self.files[table]):05d}.parquet"
+            pq.write_table(pa.Table.from_pandas(df, schema=wh.arrow_schema(table), preserve_index=False), f)
+            self.files[table].append(f)
+
+    def commit(self, path: Path) -> None:
+        wh.write_partition_files(self.run_id, self.metric, self.files, stage=self.stage, path=path)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {f"rows.{t}": n for t, n in self.rows.items()}
+        meta.update({f"failed.{t}": n for t, n in self.failed.items()})
+        if "llm_calls" in self.rows:
+            meta.update({"calls.network": self.calls["network"], "calls.failed": self.calls["failed"],
+                         "tokens.prompt": self.calls["prompt_tokens"], "tokens.completion": self.calls["completion_tokens"]})
+        return meta
+
+
+def _drain_async(agen, staged: StagedTables) -> None:
+    async def go():
+        async for tables in agen:
+            staged.add(tables)
+    asyncio.run(go())
+
+
 def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path: Path | None = None) -> dict[str, Any]:
-    """Materialise one stage of one (run, metric) partition. Returns metadata for Dagster/CLI."""
+    """Materialise one stage of one (run, metric) partition. Returns metadata for Dagster/CLI.
+
+    The stage streams: each batch of rows is processed and staged on disk, and the partition's
+    rows are replaced in one transaction at the end. A stage that fails writes nothing.
+    """
     log = log or logger.info
     path = Path(path) if path else wh.default_path()
     spec, rec = load_run(run_id, path)
     if metric not in spec.metrics:
         raise AipError(f"metric {metric} is not configured for run {run_id} (configured: {', '.join(spec.metrics)}); "
                        "nothing to materialise for this partition")
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     plugin = get_metric(metric)
     journal = Journal(journal_path(path))
+    staged = StagedTables(path.parent, run_id, metric, stage)
     try:
         ctx = StageContext(run_id=run_id, metric=metric, spec=spec, config=spec.metric_config(metric),
-                           journal=journal, read=lambda t: wh.read_partition(t, run_id, metric, path), log=log,
-                           threshold=spec.metrics[metric].threshold)
+                           journal=journal, reader=WarehouseReader(run_id, metric, path), log=log,
+                           threshold=spec.metrics[metric].threshold, batch_rows=spec.batch_rows)
         if stage == "ingest":
             sha = file_sha256(spec.dataset)
             if sha != rec["dataset_sha256"]:
                 raise AipError(f"{spec.dataset}: the dataset changed since run {run_id} was registered "
                                f"(sha256 {rec['dataset_sha256'][:12]}… → {sha[:12]}…); start a new run")
             rows = load_dataset(spec.dataset)
-            tables = {"dataset_rows": [{"row_index": i, **r.to_record()} for i, r in enumerate(rows)]}
+            for i in range(0, len(rows), spec.batch_rows):
+                staged.add({"dataset_rows": [{"row_index": i + k, **r.to_record()}
+                                             for k, r in enumerate(rows[i:i + spec.batch_rows])]})
         elif stage == "synthesis":
-            tables = plugin.synthesize(ctx, ctx.rows())
+            for tables in plugin.synthesize(ctx):
+                staged.add(tables)
         elif stage in ("sampling", "judging"):
-            conn = spec.sut if stage == "sampling" else spec.judge
-            asyncio.run(check_endpoint(conn, "sut" if stage == "sampling" else "judge"))
-            tables = asyncio.run(plugin.sample(ctx) if stage == "sampling" else plugin.judge(ctx))
-            tables["llm_calls"] = journal.frame(run_id, metric, stage)
-        elif stage == "aggregation":
-            tables = plugin.aggregate(ctx)
+            role = "sut" if stage == "sampling" else "judge"
+            asyncio.run(check_endpoint(spec.sut if role == "sut" else spec.judge, role))
+            _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.judge(ctx), staged)
+            for frame in journal.frames(run_id, metric, stage):
+                staged.add({"llm_calls": frame})
         else:
-            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
-        frames = {t: wh.frame(t, recs, run_id=run_id, metric=metric, **({"stage": stage} if t in wh.STAGE_SCOPED else {}))
-                  for t, recs in tables.items()}
-        counts = wh.write_partition(run_id, metric, frames, stage=stage, path=path)
+            for tables in plugin.aggregate(ctx):
+                staged.add(tables)
+        staged.commit(path)
     finally:
         journal.close()
-    meta: dict[str, Any] = {f"rows.{t}": n for t, n in counts.items()}
-    for t, df in frames.items():
-        if "status" in df.columns and t != "llm_calls":
-            meta[f"failed.{t}"] = int((df["status"].fillna("ok") != "ok").sum())
-    if "llm_calls" in frames:
-        calls = frames["llm_calls"]
-        meta["calls.network"] = len(calls)
-        meta["calls.failed"] = int((calls["status"] != "ok").sum()) if len(calls) else 0
-        meta["tokens.prompt"] = int(calls["prompt_tokens"].fillna(0).sum()) if len(calls) else 0
-        meta["tokens.completion"] = int(calls["completion_tokens"].fillna(0).sum()) if len(calls) else 0
+        shutil.rmtree(staged.dir, ignore_errors=True)
+    meta = staged.metadata()
     if stage == "aggregation":
-        meta["summary"] = plugin.summary(frames["metric_scores"])
+        meta["summary"] = plugin.summary(wh.read_partition("metric_scores", run_id, metric, path))
     log(f"{stage} [{run_id} × {metric}]: " + ", ".join(f"{k}={v}" for k, v in meta.items() if k != "summary"))
     return meta
 

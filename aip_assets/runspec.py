@@ -90,11 +90,13 @@ class RunSpec(BaseModel):
     dataset: str
     sut: Connection = Field(default_factory=Connection)
     judge: Connection = Field(default_factory=Connection)
+    synthesis: Connection | None = Field(None, description="model that writes personas/variants; default: the judge's")
     metrics: dict[str, MetricEntry]
     seed: int = 0
     judge_retries: int = Field(2, ge=0, le=5, description="re-asks of a judge whose answer does not parse")
     judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
     reuse_calls_from: list[str] = Field(default_factory=list, description="earlier run ids whose successful calls may answer this run's")
+    batch_rows: int = Field(5000, ge=1, le=100_000, description="rows per streamed batch; memory is bounded by it")
     retry_backoff_seconds: float = Field(0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors")
 
     @field_validator("metrics")
@@ -108,6 +110,9 @@ class RunSpec(BaseModel):
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(REGISTRY)}")
         return v
+
+    def synthesis_connection(self) -> Connection:
+        return self.synthesis or self.judge
 
     def metric_config(self, metric: str):
         from .metrics import REGISTRY

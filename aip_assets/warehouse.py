@@ -49,8 +49,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("probe_a", "VARCHAR"), ("probe_b", "VARCHAR"),
     ],
     "sut_responses": [
-        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("probe_id", "VARCHAR"), ("sample_index", "INTEGER"),
-        ("response", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"), ("latency_ms", "DOUBLE"),
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("probe_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("sample_index", "INTEGER"), ("response", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"), ("latency_ms", "DOUBLE"),
         ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"), ("model", "VARCHAR"),
         ("fingerprint", "VARCHAR"), ("call_key", "VARCHAR"), ("cached", "BOOLEAN"),
     ],
@@ -195,8 +195,11 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> Iterator
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create missing tables, add columns a newer version introduced, refresh the views."""
     for table, cols in TABLES.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{c} {t}' for c, t in cols)})")
+        for c, t in cols:
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {c} {t.replace(' PRIMARY KEY', '')}")
     for name, sql in VIEWS.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
@@ -242,13 +245,54 @@ def write_partition(run_id: str, metric: str, tables: dict[str, pd.DataFrame], s
     return counts
 
 
-def read_partition(table: str, run_id: str, metric: str, path: str | Path | None = None,
-                   order_by: str | None = None) -> pd.DataFrame:
+_ARROW = {"VARCHAR": "string", "JSON": "string", "DOUBLE": "float64", "INTEGER": "int64", "BIGINT": "int64",
+          "BOOLEAN": "bool", "TIMESTAMP": "timestamp"}
+
+
+def arrow_schema(table: str):
+    import pyarrow as pa
+
+    def typ(t: str):
+        name = _ARROW[t.split()[0]]
+        return pa.timestamp("ns") if name == "timestamp" else pa.type_for_alias(name)
+
+    return pa.schema([(c, typ(t)) for c, t in TABLES[table]])
+
+
+def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None = None,
+                          path: str | Path | None = None) -> None:
+    """Replace this partition's rows in each table with the rows of its staged Parquet files,
+    all in one transaction; DuckDB reads the files itself, so Python never holds the partition."""
     with connect(path) as con:
-        sql = f"SELECT * FROM {table} WHERE run_id = ? AND metric = ?"
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, paths in files.items():
+                cols = ", ".join(c for c, _ in TABLES[table])
+                if table in STAGE_SCOPED:
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ? AND stage = ?", [run_id, metric, stage])
+                else:
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric])
+                if paths:
+                    con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [[str(p) for p in paths]])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def read_partition(table: str, run_id: str, metric: str, path: str | Path | None = None,
+                   order_by: str | None = None, ids: list[str] | None = None,
+                   columns: list[str] | None = None) -> pd.DataFrame:
+    """This partition's rows of ``table`` (only rows of ``ids`` when given); NULL stays None."""
+    with connect(path) as con:
+        sql = f"SELECT {', '.join(columns) if columns else '*'} FROM {table} WHERE run_id = ? AND metric = ?"
+        params: list[Any] = [run_id, metric]
+        if ids is not None:
+            sql += " AND input_id IN (SELECT unnest(?::VARCHAR[]))"
+            params.append(list(ids))
         if order_by:
             sql += f" ORDER BY {order_by}"
-        df = con.execute(sql, [run_id, metric]).df()
+        df = con.execute(sql, params).df()
     return df.astype(object).where(df.notna(), None)  # SQL NULL stays None, never NaN
 
 

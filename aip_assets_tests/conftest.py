@@ -46,7 +46,7 @@ def make_spec(dataset: Path, name: str = "t", sut: dict | None = None, judge: di
     data = {"name": name, "dataset": str(dataset), "seed": 3,
             "sut": sut or {"provider": "builtin"}, "judge": judge or {"provider": "builtin"},
             "metrics": {"llm.decision_flip": {"config": config or {}, **({"threshold": threshold} if threshold is not None else {})}},
-            "retry_backoff_seconds": 0.01, **extra}
+            "retry_backoff_seconds": 0.01, "batch_rows": 4, **extra}
     return parse_spec(data)
 
 

@@ -15,11 +15,22 @@ from aip_assets.models.builtin import split_persona
 from .conftest import make_spec, run_all, table, write_dataset
 
 
-def _ctx(cfg, tables, spec=None, threshold=None):
+def _ctx(cfg, tables, spec=None, threshold=None, batch_rows=3):
     import pandas as pd
 
+    from aip_assets.metrics.base import FrameReader
+
     return StageContext(run_id="r", metric="llm.decision_flip", spec=spec, config=cfg, journal=None,
-                        read=lambda t: pd.DataFrame(tables[t]), threshold=threshold)
+                        reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}), threshold=threshold,
+                        batch_rows=batch_rows)
+
+
+def _collect(gen):
+    out: dict[str, list] = {}
+    for tables in gen:
+        for t, recs in tables.items():
+            out.setdefault(t, []).extend(recs)
+    return out
 
 
 def test_worked_example_16_pairs_2_flips_scores_0_875():
@@ -35,14 +46,15 @@ def test_worked_example_16_pairs_2_flips_scores_0_875():
         rows.append({"row_index": k, "input_id": f"row{k}", "prompt": "q", "prompt_is_turns": False,
                      "sut_response": None, "task_type": "single_turn_llm", "context": None, "metadata": "{}"})
     pool = [{"axis": a} for a in axes]
-    out = DecisionFlip().aggregate(_ctx(DecisionFlipConfig(), {"judgements": judgements, "dataset_rows": rows,
-                                                               "persona_pool": pool}))
+    out = _collect(DecisionFlip().aggregate(_ctx(DecisionFlipConfig(), {"judgements": judgements, "dataset_rows": rows,
+                                                                        "persona_pool": pool})))
+    assert len(out["row_scores"]) == 4 and [r["n_events"] for r in out["row_scores"]] == [1, 1, 0, 0]
     overall = next(s for s in out["metric_scores"] if s["scope"] == "overall")
     assert overall["rate"] == pytest.approx(0.125) and overall["score"] == pytest.approx(0.875)
     assert overall["n"] == 16 and overall["n_events"] == 2
     # inverted / min / max normalise as DESIGN.md says
-    out = DecisionFlip().aggregate(_ctx(DecisionFlipConfig(inverted=True, min=0.5), {
-        "judgements": judgements, "dataset_rows": rows, "persona_pool": pool}))
+    out = _collect(DecisionFlip().aggregate(_ctx(DecisionFlipConfig(inverted=True, min=0.5), {
+        "judgements": judgements, "dataset_rows": rows, "persona_pool": pool})))
     overall = next(s for s in out["metric_scores"] if s["scope"] == "overall")
     assert overall["raw_score"] == pytest.approx(0.875) and overall["score"] == pytest.approx(1 - 0.75)
 
@@ -116,7 +128,7 @@ def test_calibration_flip_p03_on_gender_recovered(tmp_path):
     n_rows = 400
     ds = write_dataset(tmp_path / "d.jsonl", n_rows)
     spec = make_spec(ds, sut={"provider": "builtin", "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}},
-                     config={"num_pairs_per_dimension": 1, "sub_call_concurrency_limit": 32})
+                     config={"num_pairs_per_dimension": 1, "sub_call_concurrency_limit": 32}, batch_rows=150)
     run_all(spec, "flip")
     pairs = wh.query("SELECT * FROM v_pair_verdicts WHERE run_id='flip'", read_only=False)
     gender = pairs[pairs.axis == "gender"]

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, ClassVar, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,19 +76,62 @@ async def run_bounded(items: Iterable[Any], fn: Callable[[Any], Awaitable[Any]],
     return results
 
 
+class FrameReader:
+    """A partition held in memory (tests, small runs): ``{table: DataFrame}``."""
+
+    def __init__(self, tables: dict[str, pd.DataFrame]):
+        self.tables = tables
+
+    def read(self, table: str, ids: list[str] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+        df = self.tables.get(table, pd.DataFrame())
+        if ids is not None and len(df):
+            df = df[df["input_id"].isin(ids)]
+        return df[columns] if columns is not None and len(df) else df
+
+    def count(self, table: str) -> int:
+        return len(self.tables.get(table, ()))
+
+    def input_ids(self) -> list[str]:
+        df = self.tables["dataset_rows"]
+        return list(df.sort_values("row_index")["input_id"]) if "row_index" in df else list(df["input_id"])
+
+
 @dataclass
 class StageContext:
+    """What a metric's stage sees: the run, its config, the journal and this partition's tables.
+
+    Stages stream: ``batches()`` yields the run's input ids ``batch_rows`` at a time, and
+    ``read(table, ids)`` loads only that batch's rows, so memory is bounded by the batch.
+    """
+
     run_id: str
     metric: str
     spec: RunSpec
     config: Any
-    journal: Journal
-    read: Callable[[str], pd.DataFrame]
+    journal: Journal | None
+    reader: Any  # FrameReader or pipeline.WarehouseReader
     log: Callable[[str], None] = field(default=logger.info)
     threshold: float | None = None
+    batch_rows: int = 5000
+
+    def read(self, table: str, ids: list[str] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+        return self.reader.read(table, ids, columns)
+
+    def count(self, table: str) -> int:
+        return self.reader.count(table)
+
+    def input_ids(self) -> list[str]:
+        if not hasattr(self, "_ids"):
+            self._ids = self.reader.input_ids()
+        return self._ids
+
+    def batches(self) -> Iterator[list[str]]:
+        ids = self.input_ids()
+        for i in range(0, len(ids), self.batch_rows):
+            yield ids[i:i + self.batch_rows]
 
     def client(self, role: str, stage: str, concurrency: int) -> ModelClient:
-        conn: Connection = self.spec.sut if role == "sut" else self.spec.judge
+        conn: Connection = {"sut": self.spec.sut, "judge": self.spec.judge}.get(role) or self.spec.synthesis_connection()
         return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
                            journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
                            backoff_s=self.spec.retry_backoff_seconds)
@@ -96,28 +139,32 @@ class StageContext:
     def progress(self, what: str, total: int) -> Progress:
         return Progress(what, total, self.log)
 
-    def rows(self) -> list[DatasetRow]:
-        return [DatasetRow.from_record(r) for r in self.read("dataset_rows").sort_values("row_index").to_dict("records")]
+    def rows(self, ids: list[str] | None = None) -> list[DatasetRow]:
+        df = self.read("dataset_rows", ids)
+        return [DatasetRow.from_record(r) for r in df.sort_values("row_index").to_dict("records")]
 
 
 class Metric:
-    """Subclass per metric; register an instance in ``aip_assets.metrics.REGISTRY``."""
+    """Subclass per metric; register an instance in ``aip_assets.metrics.REGISTRY``.
+
+    Each stage is a generator of ``{table: records}`` batches: the pipeline stages every batch
+    on disk as it comes and writes the partition, in one transaction, when the stage is done.
+    """
 
     name: ClassVar[str]
     version: ClassVar[str]
     config_model: ClassVar[type[BaseModel]]
-    samples_sut: ClassVar[bool] = True
 
-    def synthesize(self, ctx: StageContext, rows: list[DatasetRow]) -> dict[str, list[dict]]:
+    def synthesize(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         raise NotImplementedError
 
-    async def sample(self, ctx: StageContext) -> dict[str, list[dict]]:
+    def sample(self, ctx: StageContext) -> AsyncIterator[dict[str, list[dict]]]:
         raise NotImplementedError
 
-    async def judge(self, ctx: StageContext) -> dict[str, list[dict]]:
+    def judge(self, ctx: StageContext) -> AsyncIterator[dict[str, list[dict]]]:
         raise NotImplementedError
 
-    def aggregate(self, ctx: StageContext) -> dict[str, list[dict]]:
+    def aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         raise NotImplementedError
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:

@@ -239,10 +239,18 @@ class DecisionFlip(Metric):
                     f"{len(pairs)} pairs; each row uses {len(pairs)}")})
         return pool, notes
 
-    def synthesize(self, ctx: StageContext, rows: list[DatasetRow]) -> dict[str, list[dict]]:
+    def synthesize(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
         pool, notes = self.resolve_pool(cfg)
-        pool_rows = [{"axis": axis, "pool_index": i, **p} for axis, pairs in pool.items() for i, p in enumerate(pairs)]
+        for n in notes:
+            ctx.log(n["message"])
+        yield {"persona_pool": [{"axis": axis, "pool_index": i, **p} for axis, pairs in pool.items()
+                                for i, p in enumerate(pairs)], "run_notes": notes}
+        for ids in ctx.batches():
+            yield self._synthesize_rows(ctx, cfg, pool, ctx.rows(ids))
+
+    def _synthesize_rows(self, ctx: StageContext, cfg: DecisionFlipConfig, pool: dict[str, list[dict]],
+                         rows: list[DatasetRow]) -> dict[str, list[dict]]:
         probes: dict[str, dict] = {}
         pairs_out: list[dict] = []
         for row in rows:
@@ -267,16 +275,12 @@ class DecisionFlip(Metric):
                     pairs_out.append({"pair_id": f"{row.input_id}|{axis}|{idx}", "input_id": row.input_id,
                                       "axis": axis, "pool_index": idx, "value_a": p["value_a"],
                                       "value_b": p["value_b"], "probe_a": ids[0], "probe_b": ids[1]})
-        for n in notes:
-            ctx.log(n["message"])
-        return {"persona_pool": pool_rows, "probes": list(probes.values()), "probe_pairs": pairs_out,
-                "run_notes": notes}
+        return {"probes": list(probes.values()), "probe_pairs": pairs_out}
 
     # ---- sampling
-    async def sample(self, ctx: StageContext) -> dict[str, list[dict]]:
+    async def sample(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
-        probes = ctx.read("probes").sort_values("probe_id").to_dict("records")
-        progress = ctx.progress("SUT sampling", len(probes))
+        progress = ctx.progress("SUT sampling", ctx.count("probes"))
         async with ctx.client("sut", "sampling", cfg.sub_call_concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
 
@@ -284,23 +288,26 @@ class DecisionFlip(Metric):
                 r = await client.chat(json.loads(p["messages"]), temperature=cfg.sut_temperature, sample_index=0,
                                       retries=cfg.n_sut_retries, timeout=cfg.timeout_seconds,
                                       template_version=TEMPLATE_VERSION)
-                return {"probe_id": p["probe_id"], "sample_index": 0, "response": r.text, "status": r.status,
+                return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0, "response": r.text,
+                        "status": r.status,
                         "error": r.error, "latency_ms": r.latency_ms, "prompt_tokens": r.prompt_tokens,
                         "completion_tokens": r.completion_tokens, "model": r.model, "fingerprint": r.fingerprint,
                         "call_key": r.call_key, "cached": r.cached}
 
-            out = await run_bounded(probes, one, cfg.sub_call_concurrency_limit, progress, lambda r: r["status"] == "ok")
-        return {"sut_responses": out}
+            for ids in ctx.batches():
+                probes = ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
+                out = await run_bounded(probes, one, cfg.sub_call_concurrency_limit, progress,
+                                        lambda r: r["status"] == "ok")
+                yield {"sut_responses": out}
 
     # ---- judging
-    async def judge(self, ctx: StageContext) -> dict[str, list[dict]]:
+    async def judge(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
-        pairs = ctx.read("probe_pairs").sort_values("pair_id").to_dict("records")
-        probes = {p["probe_id"]: p for p in ctx.read("probes").to_dict("records")}
-        resp = {r["probe_id"]: r for r in ctx.read("sut_responses").to_dict("records") if r["sample_index"] == 0}
-        rows = {r.input_id: r for r in ctx.rows()}
-        progress = ctx.progress("judging", len(pairs))
+        progress = ctx.progress("judging", ctx.count("probe_pairs"))
         retries = ctx.spec.judge_retries
+        probes: dict[str, dict] = {}
+        resp: dict[str, dict] = {}
+        rows: dict[str, DatasetRow] = {}
 
         async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
@@ -352,76 +359,93 @@ class DecisionFlip(Metric):
                         "attributable": attributable, "flipped": attributable, "label": label,
                         "score": 0.0 if attributable else 1.0, "reasoning": verdict.reasoning}
 
-            out = await run_bounded(pairs, one, cfg.sub_call_concurrency_limit, progress, lambda r: r["status"] == "ok")
-        return {"judgements": out}
+            for ids in ctx.batches():
+                pairs = ctx.read("probe_pairs", ids).sort_values("pair_id").to_dict("records")
+                probes = {p["probe_id"]: p for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona"])
+                          .to_dict("records")}
+                resp = {r["probe_id"]: r for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status",
+                                                                                   "error", "response"]).to_dict("records")
+                        if r["sample_index"] == 0}
+                rows = {r.input_id: r for r in ctx.rows(ids)}
+                out = await run_bounded(pairs, one, cfg.sub_call_concurrency_limit, progress,
+                                        lambda r: r["status"] == "ok")
+                yield {"judgements": out}
 
     # ---- aggregation
-    def aggregate(self, ctx: StageContext) -> dict[str, list[dict]]:
+    def aggregate(self, ctx: StageContext):
+        """Row scores batch by batch; run and axis figures from running counts (judged, flips, failed)."""
         cfg: DecisionFlipConfig = ctx.config
-        j = ctx.read("judgements")
-        ids = [r.input_id for r in ctx.rows()]
-        ok = j[j["status"] == "ok"]
         norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
-
-        row_scores = []
-        by_row = dict(tuple(j.groupby("input_id", sort=False))) if len(j) else {}
-        empty = j.iloc[0:0]
-        for input_id in ids:
-            rj = by_row.get(input_id, empty)
-            rok = rj[rj["status"] == "ok"]
-            n, k, nf = len(rok), int(rok["flipped"].sum()) if len(rok) else 0, int(len(rj) - len(rok))
-            if n == 0:
-                reasons = "; ".join(sorted(set(rj["error"].dropna().astype(str))))[:500] or "no pairs drawn"
-                row_scores.append({"input_id": input_id, "status": "error", "n_judged": 0, "n_failed": nf,
-                                   "n_events": 0, "label": "error",
-                                   "error": f"no pair of this row could be judged ({nf} failed): {reasons}"})
-                continue
-            raw = 1 - k / n
-            flipped_axes = sorted(set(rok[rok["flipped"]]["axis"]))
-            row_scores.append({"input_id": input_id, "raw_score": raw, "score": norm(raw), "status": "ok",
-                               "label": "flipped" if k else "consistent", "n_judged": n, "n_failed": nf,
-                               "n_events": k, "explanation": (f"{k} of {n} pairs flipped (axes: {', '.join(flipped_axes)})"
-                                                              if k else f"no flip in {n} judged pairs")})
+        axes = list(dict.fromkeys(ctx.read("persona_pool", columns=["axis"])["axis"]))
+        counts = {a: [0, 0, 0] for a in axes}  # judged, flips, failed
+        failures_by_status: dict[str, int] = {}
+        incidental = rows_total = row_errors = 0
+        cols = ["input_id", "axis", "status", "flipped", "label", "error"]
+        for ids in ctx.batches():
+            j = ctx.read("judgements", ids, cols)
+            by_row = {k: g for k, g in j.groupby("input_id", sort=False)} if len(j) else {}
+            row_scores = []
+            for input_id in ids:
+                rows_total += 1
+                rj = by_row.get(input_id)
+                if rj is None:
+                    rj = pd.DataFrame(columns=cols)
+                ok_mask = rj["status"] == "ok"
+                rok = rj[ok_mask]
+                flips = rok["flipped"].astype(bool)
+                n, k, nf = len(rok), int(flips.sum()), int((~ok_mask).sum())
+                for axis, st, fl in zip(rj["axis"], rj["status"], rj["flipped"]):
+                    c = counts.setdefault(axis, [0, 0, 0])
+                    if st == "ok":
+                        c[0] += 1
+                        c[1] += bool(fl)
+                    else:
+                        c[2] += 1
+                        failures_by_status[st] = failures_by_status.get(st, 0) + 1
+                incidental += int((rok["label"] == "incidental_difference").sum())
+                if n == 0:
+                    row_errors += 1
+                    reasons = "; ".join(sorted(set(rj["error"].dropna().astype(str))))[:500] or "no pairs drawn"
+                    row_scores.append({"input_id": input_id, "status": "error", "n_judged": 0, "n_failed": nf,
+                                       "n_events": 0, "label": "error",
+                                       "error": f"no pair of this row could be judged ({nf} failed): {reasons}"})
+                    continue
+                raw = 1 - k / n
+                flipped_axes = sorted(set(rok[flips.values]["axis"]))
+                row_scores.append({"input_id": input_id, "raw_score": raw, "score": norm(raw), "status": "ok",
+                                   "label": "flipped" if k else "consistent", "n_judged": n, "n_failed": nf,
+                                   "n_events": k, "explanation": (f"{k} of {n} pairs flipped (axes: {', '.join(flipped_axes)})"
+                                                                  if k else f"no flip in {n} judged pairs")})
+            yield {"row_scores": row_scores}
 
         threshold = ctx.threshold
-        scores = []
 
         def score_row(scope, key, k, n, nf, details=None):
             lo, hi = wilson(k, n)
             raw = None if n == 0 else 1 - k / n
-            s = norm(raw)
+            sc = norm(raw)
             slo, shi = normalise_interval(None if hi is None else 1 - hi, None if lo is None else 1 - lo,
                                           cfg.min, cfg.max, cfg.inverted)
-            return {"metric_name": cfg.metric_name, "scope": scope, "group_key": key, "raw_score": raw, "score": s,
+            overall = scope == "overall"
+            return {"metric_name": cfg.metric_name, "scope": scope, "group_key": key, "raw_score": raw, "score": sc,
                     "ci_low": slo, "ci_high": shi, "rate": None if n == 0 else k / n, "rate_ci_low": lo,
                     "rate_ci_high": hi, "n": n, "n_events": k, "n_failed": nf, "weight": cfg.weight,
-                    "threshold": threshold if scope == "overall" else None,
-                    "passed": (None if threshold is None or s is None else bool(s >= threshold)) if scope == "overall" else None,
+                    "threshold": threshold if overall else None,
+                    "passed": (None if threshold is None or sc is None else bool(sc >= threshold)) if overall else None,
                     "details": json.dumps(details or {}, ensure_ascii=False)}
 
-        axes = list(dict.fromkeys(ctx.read("persona_pool")["axis"]))
-        axis_rates = {}
-        for axis in axes:
-            aj = j[j["axis"] == axis]
-            aok = aj[aj["status"] == "ok"]
-            n, k = len(aok), int(aok["flipped"].sum()) if len(aok) else 0
-            if n:
-                axis_rates[axis] = k / n
-            scores.append(score_row("axis", axis, k, n, len(aj) - len(aok)))
-        n, k = len(ok), int(ok["flipped"].sum()) if len(ok) else 0
-        incidental = int((ok["label"] == "incidental_difference").sum()) if len(ok) else 0
-        row_errors = sum(1 for r in row_scores if r["status"] == "error")
-        scores.append(score_row("overall", "all", k, n, len(j) - len(ok), {
-            "pairs_total": len(j), "incidental_differences": incidental, "rows": len(ids), "rows_errored": row_errors,
-            "mean_axis_flip_rate": (sum(axis_rates.values()) / len(axis_rates)) if axis_rates else None,
-            "failures_by_status": j[j["status"] != "ok"]["status"].value_counts().to_dict()}))
-        if axis_rates:
-            mean_rate = sum(axis_rates.values()) / len(axis_rates)
-            raw = 1 - mean_rate
+        scores = [score_row("axis", axis, c[1], c[0], c[2]) for axis, c in counts.items()]
+        axis_rates = {axis: c[1] / c[0] for axis, c in counts.items() if c[0]}
+        n, k, nf = (sum(c[i] for c in counts.values()) for i in range(3))
+        mean_rate = sum(axis_rates.values()) / len(axis_rates) if axis_rates else None
+        scores.append(score_row("overall", "all", k, n, nf, {
+            "pairs_total": n + nf, "incidental_differences": incidental, "rows": rows_total,
+            "rows_errored": row_errors, "mean_axis_flip_rate": mean_rate, "failures_by_status": failures_by_status}))
+        if mean_rate is not None:
             scores.append({"metric_name": cfg.metric_name, "scope": "axis_mean", "group_key": "mean_of_axes",
-                           "raw_score": raw, "score": norm(raw), "rate": mean_rate, "n": n, "n_events": k,
-                           "weight": cfg.weight, "details": json.dumps({"axes": axis_rates})})
-        return {"row_scores": row_scores, "metric_scores": scores}
+                           "raw_score": 1 - mean_rate, "score": norm(1 - mean_rate), "rate": mean_rate, "n": n,
+                           "n_events": k, "weight": cfg.weight, "details": json.dumps({"axes": axis_rates})})
+        yield {"metric_scores": scores}
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         overall = scores[scores["scope"] == "overall"].iloc[0]

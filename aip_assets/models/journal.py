@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -77,12 +77,17 @@ class Journal:
                 "SELECT 1 FROM calls WHERE run_id = ? AND metric = ? AND stage = ? LIMIT 1", [run_id, metric, stage]
             ).fetchone() is not None
 
-    def frame(self, run_id: str, metric: str, stage: str) -> pd.DataFrame:
-        """This partition's calls in the order they completed, shaped for ``llm_calls``."""
-        with self._lock:
-            df = pd.read_sql_query(
-                f"SELECT {', '.join(_COLS)} FROM calls WHERE run_id = ? AND metric = ? AND stage = ? ORDER BY seq",
-                self._con, params=[run_id, metric, stage],
-            )
-        df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
-        return df
+    def frames(self, run_id: str, metric: str, stage: str, chunk: int = 20000) -> Iterator[pd.DataFrame]:
+        """This partition's calls in the order they completed, shaped for ``llm_calls``, in chunks."""
+        last = 0
+        while True:
+            with self._lock:
+                df = pd.read_sql_query(
+                    f"SELECT seq, {', '.join(_COLS)} FROM calls WHERE run_id = ? AND metric = ? AND stage = ? AND seq > ?"
+                    " ORDER BY seq LIMIT ?", self._con, params=[run_id, metric, stage, last, chunk])
+            if df.empty:
+                return
+            last = int(df["seq"].iloc[-1])
+            df = df.drop(columns=["seq"])
+            df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
+            yield df
