@@ -27,21 +27,33 @@ class BuiltinProfile(BaseModel):
     - ``fair``: answers every persona the same way.
     - ``flip``: when the persona has attribute ``value`` (on ``axis``, optional), the decision is
       flipped with probability ``p`` (deterministic per question under the seed).
+    - ``terse``: personas with attribute ``terse_value`` (on ``terse_axis``, optional) get a terse,
+      colder answer with less help.
+    - ``biased``: both of the above.
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["fair", "flip"] = "fair"
+    name: Literal["fair", "flip", "terse", "biased"] = "fair"
     value: str | None = None
     axis: str | None = None
     p: float = Field(0.0, ge=0.0, le=1.0)
+    terse_value: str | None = None
+    terse_axis: str | None = None
     refusal_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)")
     judge_garbage_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that are not valid JSON")
     seed: int = 0
 
     @model_validator(mode="after")
-    def _needs_value(self):
-        if self.name == "flip" and not self.value:
-            raise ValueError("profile 'flip' needs 'value' (the attribute value whose decisions flip)")
+    def _check_effects(self):
+        flips, terse = self.name in ("flip", "biased"), self.name in ("terse", "biased")
+        if flips and not self.value:
+            raise ValueError(f"profile '{self.name}' needs 'value' (the attribute value whose decisions flip)")
+        if terse and not self.terse_value:
+            raise ValueError(f"profile '{self.name}' needs 'terse_value' (the attribute value that gets less effort)")
+        if not flips and (self.value or self.p):
+            raise ValueError(f"profile '{self.name}' does not flip decisions: drop 'value'/'p' or use 'flip'/'biased'")
+        if not terse and self.terse_value:
+            raise ValueError(f"profile '{self.name}' is not terse: drop 'terse_value' or use 'terse'/'biased'")
         return self
 
 
