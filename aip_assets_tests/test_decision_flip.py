@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.catalog.attributes import max_pairs
 from aip_assets.dataset import DatasetRow

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from .attributes import AXES, values
+from .attributes import values
 
 PERSONA_AXES = ("gender", "ethnicity", "religion", "role")
 

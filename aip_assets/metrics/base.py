@@ -8,16 +8,18 @@ transaction, in place of the partition's previous rows.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..dataset import DatasetRow
-from ..models.client import ModelClient
+from ..models.client import ChatResult, ModelClient
 from ..models.journal import Journal
 from ..runspec import Connection, RunSpec
 
@@ -142,6 +144,97 @@ class StageContext:
     def rows(self, ids: list[str] | None = None) -> list[DatasetRow]:
         df = self.read("dataset_rows", ids)
         return [DatasetRow.from_record(r) for r in df.sort_values("row_index").to_dict("records")]
+
+
+# ------------------------------------------------------------------ shared stage mechanics
+_JSON_OBJ = re.compile(r"\{.*\}", re.S)
+
+
+def parse_json_answer(text: str | None, model: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
+    """A judge/synthesis answer validated against ``model``: (value, None) or (None, reason)."""
+    if not text:
+        return None, "empty answer"
+    m = _JSON_OBJ.search(text)
+    if not m:
+        return None, "no JSON object in the answer"
+    try:
+        return model.model_validate(json.loads(m.group(0))), None
+    except json.JSONDecodeError as e:
+        return None, f"answer is not valid JSON: {e.msg}"
+    except ValidationError as e:
+        return None, "JSON does not match the expected schema: " + "; ".join(
+            f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
+
+
+@dataclass
+class JsonOutcome:
+    value: BaseModel | None
+    error: str | None
+    raw: str | None
+    attempts: int
+    last: ChatResult | None
+
+
+async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: type[BaseModel], *, retries: int,
+                   timeout: float, temperature: float, template_version: str) -> JsonOutcome:
+    """Ask for a JSON answer; an unparseable one is re-asked (up to ``retries`` times) with the
+    reason, then reported as failed with the raw text, never silently scored."""
+    value, err, raw, attempts, last = None, None, None, 0, None
+    for _ in range(retries + 1):
+        r = await client.chat(messages, temperature=temperature, sample_index=0, retries=retries, timeout=timeout,
+                              template_version=template_version)
+        attempts += r.attempts
+        last = r
+        if not r.ok:
+            return JsonOutcome(None, f"call failed: {r.error}", None, attempts, last)
+        raw = r.text
+        value, err = parse_json_answer(raw, model)
+        if value is not None:
+            break
+        messages = messages[:2] + [{"role": "assistant", "content": raw or ""}, {"role": "user", "content": (
+            f"Your answer could not be used ({err}). Answer again with the JSON object only.")}]
+    return JsonOutcome(value, err, raw, attempts, last)
+
+
+async def sample_probes(ctx: StageContext, *, concurrency: int, temperature: float, retries: int, timeout: float,
+                        template_version: str):
+    """Send every probe of the partition to the SUT (one sample each), a batch of rows at a time."""
+    progress = ctx.progress("SUT sampling", ctx.count("probes"))
+    async with ctx.client("sut", "sampling", concurrency) as client:
+        progress.in_flight = lambda: client.stats["in_flight"]
+
+        async def one(p):
+            r = await client.chat(json.loads(p["messages"]), temperature=temperature, sample_index=0,
+                                  retries=retries, timeout=timeout, template_version=template_version)
+            return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0, "response": r.text,
+                    "status": r.status, "error": r.error, "latency_ms": r.latency_ms,
+                    "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "model": r.model,
+                    "fingerprint": r.fingerprint, "call_key": r.call_key, "cached": r.cached}
+
+        for ids in ctx.batches():
+            probes = ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
+            yield {"sut_responses": await run_bounded(probes, one, concurrency, progress, lambda r: r["status"] == "ok")}
+
+
+def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str, dict], dict[str, dict]]:
+    """(pairs, probes by id, first SUT answers by probe id) for a batch of rows."""
+    pairs = ctx.read("probe_pairs", ids).sort_values("pair_id").to_dict("records")
+    probes = {p["probe_id"]: p for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona"]).to_dict("records")}
+    resp = {r["probe_id"]: r for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status", "error",
+                                                                      "response"]).to_dict("records")
+            if r["sample_index"] == 0}
+    return pairs, probes, resp
+
+
+def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[str, dict]) -> str | None:
+    """Why a pair cannot be judged (a SUT answer missing or failed), or None."""
+    why = []
+    for m in (pair["probe_a"], pair["probe_b"]):
+        if m not in resp:
+            why.append(f"SUT answer for {probes[m]['attribute_value']!r}: missing")
+        elif resp[m]["status"] != "ok":
+            why.append(f"SUT answer for {probes[m]['attribute_value']!r}: {resp[m]['error']}")
+    return "; ".join(why) or None
 
 
 class Metric:

@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any
 
 from .. import __version__
-from ..catalog.attributes import AXES, LANGUAGES, PERSONA_INTRO, persona_attributes, phrase_index, values
+from ..catalog.attributes import LANGUAGES, PERSONA_INTRO, persona_attributes, phrase_index
 from ..runspec import BuiltinProfile, stable_json
 
 JUDGE_TAG = re.compile(r"\(aip-judge ([a-z_]+) (v\d+)\)")
