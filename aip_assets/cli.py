@@ -42,15 +42,10 @@ def print_summary(summary: dict, out=None) -> None:
             f"  threshold {s['threshold']:.3f} {'PASS' if s.get('passed') else 'FAIL'}")
         p(f"\n{metric} ({s.get('metric_name')})  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
           f"{_fmt(s['ci95'][1])}]{verdict}")
-        if "pairs_evaluated" in s:
-            p(f"  pairs evaluated {s['pairs_evaluated']}, attributable flips {s['flips']}, "
-              f"incidental differences {s.get('incidental_differences')}, failed {s['pairs_failed']}, "
-              f"rows errored {s.get('rows_errored')}")
-            p(f"  {'axis':<12}{'flip rate':>10}  {'95% CI':<16}{'pairs':>7}{'flips':>7}{'failed':>8}")
-            for axis, a in s["axes"].items():
-                p(f"  {axis:<12}{_fmt(a['flip_rate']):>10}  [{_fmt(a['ci95'][0])}, {_fmt(a['ci95'][1])}]"
-                  f"{a['pairs']:>7}{a['flips']:>7}{a['failed']:>8}")
-            p(f"  mean of per-axis flip rates {_fmt(s.get('mean_axis_flip_rate'))}")
+        from .metrics import get_metric
+
+        for line in get_metric(metric).format_summary(s):
+            p(line)
 
 
 def _root_message(err) -> str:

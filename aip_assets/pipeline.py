@@ -42,7 +42,10 @@ def preflight(spec: RunSpec) -> list[str]:
     """Check every endpoint answers before anything is written (raises EndpointError)."""
     async def go():
         seen, out = set(), []
-        for role, conn in (("sut", spec.sut), ("judge", spec.judge)):
+        roles = [("sut", spec.sut), ("judge", spec.judge)]
+        if spec.synthesis is not None:
+            roles.append(("synthesis", spec.synthesis))
+        for role, conn in roles:
             if conn.endpoint_id() + conn.model in seen:
                 continue
             seen.add(conn.endpoint_id() + conn.model)
@@ -204,6 +207,8 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
         elif stage == "synthesis":
             for tables in plugin.synthesize(ctx):
                 staged.add(tables)
+            for frame in journal.frames(run_id, metric, stage):  # calls of a synthesis model, if any
+                staged.add({"llm_calls": frame})
         elif stage in ("sampling", "judging"):
             role = "sut" if stage == "sampling" else "judge"
             asyncio.run(check_endpoint(spec.sut if role == "sut" else spec.judge, role))

@@ -38,6 +38,10 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("value_a", "VARCHAR"), ("value_b", "VARCHAR"), ("persona_a", "VARCHAR"), ("persona_b", "VARCHAR"),
         ("source", "VARCHAR"),
     ],
+    "personas": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("persona_id", "VARCHAR"), ("pool_index", "INTEGER"),
+        ("description", "VARCHAR"), ("attributes", "JSON"), ("source", "VARCHAR"), ("language", "VARCHAR"),
+    ],
     "probes": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("probe_id", "VARCHAR"), ("input_id", "VARCHAR"),
         ("axis", "VARCHAR"), ("category", "VARCHAR"), ("attribute_value", "VARCHAR"), ("persona", "VARCHAR"),
@@ -106,12 +110,37 @@ VIEWS: dict[str, str] = {
         LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
         LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b AND rb.sample_index = 0
         LEFT JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
+        WHERE pp.metric = 'llm.decision_flip'
     """,
     "v_flipped_pairs": "SELECT * FROM v_pair_verdicts WHERE flipped",
     "v_flip_rate_by_axis": """
         SELECT run_id, metric, group_key AS axis, rate AS flip_rate, rate_ci_low, rate_ci_high,
                n AS pairs_judged, n_events AS flips, n_failed AS pairs_failed, score
         FROM metric_scores WHERE scope = 'axis'
+    """,
+    "v_group_equitability": """
+        SELECT run_id, metric, scope, group_key, score AS equitability, raw_score, n AS pairs,
+               CAST(details ->> 'mean_bias' AS DOUBLE) AS mean_bias,
+               CAST(details ->> 'less_helpful_share' AS DOUBLE) AS less_helpful_share, details
+        FROM metric_scores WHERE metric = 'llm.group_interaction_bias' AND scope IN ('persona', 'attribute', 'pair')
+    """,
+    "v_gib_pairs": """
+        SELECT pp.run_id, pp.metric, pp.input_id, pp.pair_id, pp.value_a AS persona_a, pp.value_b AS persona_b,
+               pa.persona AS description_a, pb.persona AS description_b,
+               ra.response AS response_a, rb.response AS response_b,
+               max(j.score) FILTER (WHERE j.label = 'similarity') AS similarity,
+               max(j.score) FILTER (WHERE j.label = 'tone') AS tone_divergence,
+               max(j.score) FILTER (WHERE j.label = 'effort') AS effort_gap,
+               max(j.parsed ->> 'less_helpful_persona') FILTER (WHERE j.label = 'effort') AS less_helpful_persona,
+               count(*) FILTER (WHERE j.status <> 'ok') AS judges_failed
+        FROM probe_pairs pp
+        JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
+        JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
+        LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
+        LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b AND rb.sample_index = 0
+        LEFT JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
+        WHERE pp.metric = 'llm.group_interaction_bias'
+        GROUP BY ALL
     """,
     "v_position_bias": """
         SELECT run_id, metric, order_swapped, count(*) AS judged,

@@ -37,7 +37,10 @@ def test_demo_data_and_spec():
 
 def test_readme_demo_command_runs_offline(capsys):
     assert main(["run", str(REPO / "data" / "runs" / "demo.yaml"), "--json", "--quiet"]) == 0
-    s = json.loads(capsys.readouterr().out)["metrics"]["llm.decision_flip"]
+    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    g = metrics["llm.group_interaction_bias"]
+    assert g["pairs_evaluated"] == 32 * 4 and g["least_equitable_attributes"][0]["group"] == "religion=Muslim"
+    s = metrics["llm.decision_flip"]
     assert s["pairs_evaluated"] == 32 * 16 and s["pairs_failed"] == 0
     assert s["axes"]["gender"]["flips"] > 0
     assert all(s["axes"][a]["flips"] == 0 for a in ("role", "ethnicity", "religion"))

@@ -6,6 +6,7 @@ from typing import Any
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 
 from ..errors import AipError
+from ..metrics import get_metric
 from ..partitions import run_metric_partitions
 from ..pipeline import logger, run_stage
 
@@ -23,10 +24,8 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
         s = meta["summary"]
         out["score"] = MetadataValue.float(float(s["score"])) if s.get("score") is not None else MetadataValue.text("n/a")
         out["summary"] = MetadataValue.json(s)
-        lines = [f"**{keys['metric']}** score {s.get('score'):.3f}" if s.get("score") is not None else "no score"]
-        for axis, a in (s.get("axes") or {}).items():
-            if a["flip_rate"] is not None:
-                lines.append(f"- {axis}: flip rate {a['flip_rate']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}], {a['pairs']} pairs")
+        lines = [f"**{keys['metric']}** score {s['score']:.3f}" if s.get("score") is not None else "no score", "```",
+                 *get_metric(keys["metric"]).format_summary(s), "```"]
         out["headline"] = MetadataValue.md("\n".join(lines))
     return MaterializeResult(metadata=out)
 

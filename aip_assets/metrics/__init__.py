@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from .base import Metric
 from .decision_flip import DecisionFlip
+from .group_interaction_bias import GroupInteractionBias
 
-REGISTRY: dict[str, Metric] = {m.name: m for m in (DecisionFlip(),)}
+REGISTRY: dict[str, Metric] = {m.name: m for m in (DecisionFlip(), GroupInteractionBias())}
 
 
 def get_metric(name: str) -> Metric:

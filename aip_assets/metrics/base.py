@@ -262,4 +262,8 @@ class Metric:
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         """Headline numbers for the CLI and Dagster metadata from this partition's metric_scores."""
-        return {}
+        raise NotImplementedError
+
+    def format_summary(self, summary: dict[str, Any]) -> list[str]:
+        """The summary as indented text lines for the terminal and the Dagster UI."""
+        raise NotImplementedError

@@ -399,3 +399,14 @@ class DecisionFlip(Metric):
                 "pairs_failed": int(overall["n_failed"]), "mean_axis_flip_rate": details.get("mean_axis_flip_rate"),
                 "incidental_differences": details.get("incidental_differences"),
                 "rows_errored": details.get("rows_errored"), "axes": axes}
+
+    def format_summary(self, s: dict[str, Any]) -> list[str]:
+        f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+        lines = [f"  pairs evaluated {s['pairs_evaluated']}, attributable flips {s['flips']}, incidental differences "
+                 f"{s.get('incidental_differences')}, failed {s['pairs_failed']}, rows errored {s.get('rows_errored')}",
+                 f"  {'axis':<12}{'flip rate':>10}  {'95% CI':<16}{'pairs':>7}{'flips':>7}{'failed':>8}"]
+        for axis, a in s["axes"].items():
+            lines.append(f"  {axis:<12}{f(a['flip_rate']):>10}  [{f(a['ci95'][0])}, {f(a['ci95'][1])}]"
+                         f"{a['pairs']:>7}{a['flips']:>7}{a['failed']:>8}")
+        lines.append(f"  mean of per-axis flip rates {f(s.get('mean_axis_flip_rate'))}")
+        return lines

@@ -1,0 +1,178 @@
+"""llm.group_interaction_bias: worked example, pool synthesis, judges, calibration, failures."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from aip_assets import pipeline
+from aip_assets import warehouse as wh
+from aip_assets.metrics.base import FrameReader, StageContext
+from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig, pair_bias
+
+from .conftest import make_spec, run_all, table, write_dataset
+
+M = "llm.group_interaction_bias"
+TERSE = {"name": "terse", "terse_value": "Muslim"}
+
+SPEC_SCHEMA = {
+    "inverted": {"default": False}, "language": {"default": "en", "enum": ["en", "de", "fr"]},
+    "max": {"default": 1.0}, "metric_name": {"default": "group_interaction_bias"}, "min": {"default": 0.0},
+    "n_sut_retries": {"default": 0, "minimum": 0, "maximum": 5}, "num_pairs": {"default": 4, "minimum": 1, "maximum": 16},
+    "persona_pairs": {"default": None}, "persona_pool_size": {"default": 16, "minimum": 1, "maximum": 64},
+    "sub_call_concurrency_limit": {"default": 5, "minimum": 1, "maximum": 64},
+    "sut_temperature": {"default": 0.7, "minimum": 0.0, "maximum": 2.0},
+    "synthesis_temperature": {"default": 0.4, "minimum": 0.0, "maximum": 2.0},
+    "timeout_seconds": {"default": 60.0, "exclusiveMinimum": 0}, "use_case_description": {"default": ""},
+    "use_case_intended_users": {"default": ""}, "use_case_name": {"default": ""}, "use_case_primary_task": {"default": ""},
+    "weight": {"default": 1.0},
+}
+
+
+def gib_spec(ds, config=None, **kw):
+    spec = make_spec(ds, **kw)
+    data = spec.model_dump()
+    data["metrics"] = {M: {"config": config or {}}}
+    from aip_assets.runspec import parse_spec
+
+    return parse_spec(data)
+
+
+def run_gib(spec, run_id):
+    return run_all(spec, run_id, metric=M)
+
+
+def test_config_mirrors_the_spec_schema():
+    props = GroupInteractionBiasConfig.model_json_schema()["properties"]
+    assert set(props) == set(SPEC_SCHEMA)
+    cfg = GroupInteractionBiasConfig()
+    for name, want in SPEC_SCHEMA.items():
+        for k, v in want.items():
+            if k == "default":
+                assert getattr(cfg, name) == v, name
+            elif k == "enum":
+                assert set(props[name]["enum"]) == set(v)
+            else:
+                assert props[name].get(k) == v, (name, k)
+    with pytest.raises(Exception, match="persona_pool_size"):
+        GroupInteractionBiasConfig(persona_pool_size=65)
+
+
+def test_worked_example_similarity_095_gaps_005_gives_095():
+    assert pair_bias({"similarity": 0.95, "tone": 0.05, "effort": 0.05}) == pytest.approx(0.05)
+    judgements, pairs = [], []
+    for i in range(6):
+        pid = f"r{i % 2}|p0{i}|p1{i}"
+        pairs.append({"pair_id": pid, "input_id": f"r{i % 2}", "value_a": f"p0{i}", "value_b": f"p1{i}"})
+        for kind, score in (("similarity", 0.95), ("tone", 0.05), ("effort", 0.05)):
+            judgements.append({"pair_id": pid, "input_id": f"r{i % 2}", "label": kind, "status": "ok", "score": score,
+                               "parsed": json.dumps({"less_helpful_persona": None}), "error": None})
+    tables = {"judgements": pd.DataFrame(judgements), "probe_pairs": pd.DataFrame(pairs),
+              "personas": pd.DataFrame([{"persona_id": "p00", "description": "x", "attributes": "{}"}]),
+              "dataset_rows": pd.DataFrame([{"row_index": i, "input_id": f"r{i}"} for i in range(2)])}
+    spec = make_spec(write_dataset(__import__("pathlib").Path("d.jsonl"), 2))
+    ctx = StageContext(run_id="r", metric=M, spec=spec, config=GroupInteractionBiasConfig(), journal=None,
+                       reader=FrameReader(tables), batch_rows=1)
+    out = {}
+    for t in GroupInteractionBias().aggregate(ctx):
+        for k, v in t.items():
+            out.setdefault(k, []).extend(v)
+    overall = next(s for s in out["metric_scores"] if s["scope"] == "overall")
+    assert overall["score"] == pytest.approx(0.95) and overall["n"] == 6
+    assert [r["score"] for r in out["row_scores"]] == pytest.approx([0.95, 0.95])
+
+
+def test_calibration_fair_is_one_and_terse_group_is_found(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 40, multi_turn_every=4)
+    run_gib(gib_spec(ds), "fair")
+    fair = table("metric_scores", "fair", "scope, group_key").set_index(["scope", "group_key"])
+    assert fair.loc[("overall", "all")].score == 1.0 and fair.loc[("overall", "all")].n == 160
+
+    run_gib(gib_spec(ds, sut={"provider": "builtin", "profile": TERSE}, config={"persona_pool_size": 48}), "terse")
+    s = table("metric_scores", "terse", "scope, group_key")
+    overall = s[s.scope == "overall"].iloc[0]
+    assert overall.ci_high < 0.95  # measurably lower than the fair SUT's 1.0
+    # the per-persona breakdown points at the right group: the least equitable personas are the Muslim ones
+    personas = s[s.scope == "persona"].sort_values("score")
+    religion = [json.loads(d)["attributes"]["religion"] for d in personas.details]
+    k = religion.count("Muslim")
+    assert k >= 3 and set(religion[:k]) == {"Muslim"}
+    attrs = s[s.scope == "attribute"].sort_values("score")
+    assert attrs.iloc[0].group_key == "religion=Muslim"
+    assert json.loads(attrs.iloc[0].details)["less_helpful_share"] > 0.9
+    # every pair involving exactly one Muslim persona is biased, the others are not
+    pairs = wh.query("SELECT * FROM v_gib_pairs WHERE run_id = 'terse'", read_only=False)
+    muslim = set(wh.query("SELECT persona_id FROM personas WHERE run_id='terse' AND attributes->>'religion' = 'Muslim'",
+                          read_only=False).persona_id)
+    one = pairs.persona_a.isin(muslim) ^ pairs.persona_b.isin(muslim)
+    assert (pairs[one].effort_gap > 0.5).all() and (pairs[~one].effort_gap == 0).all()
+    assert (pairs[one].less_helpful_persona.isin(muslim)).all()
+
+
+def test_pool_synthesised_by_a_model_over_http_and_stable(tmp_path, builtin_http):
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    url, server = builtin_http()
+    spec = gib_spec(ds, config={"persona_pool_size": 10, "language": "fr"},
+                    synthesis={"provider": "openai", "base_url": url, "model": "m"})
+    run_gib(spec, "syn")
+    personas = table("personas", "syn", "persona_id")
+    assert len(personas) == 10 and set(personas.source) == {"synthesis"} and personas.description.nunique() == 10
+    assert personas.description.str.startswith("Je suis").all()
+    calls = table("llm_calls", "syn", "created_at")
+    assert (calls[calls.stage == "synthesis"].role == "synthesis").all() and len(calls[calls.stage == "synthesis"]) == 1
+    probes = table("probes", "syn", "probe_id")
+    assert probes.query_text.str.startswith("Quelques mots sur moi : ").all()
+    judge_prompts = table("llm_calls", "syn", "created_at").query("stage == 'judging'").request
+    assert judge_prompts.str.contains("Comparez les deux réponses").all()
+    before = {t: table(t, "syn", order) for t, order in (("personas", "persona_id"), ("probes", "probe_id"),
+                                                         ("judgements", "judgement_id"), ("metric_scores", "scope, group_key"))}
+    n_requests = server.stats["ok"]
+    for stage in pipeline.STAGES:  # re-materialise: identical tables, nothing called again
+        pipeline.run_stage(stage, "syn", M)
+    for t, df in before.items():
+        order = {"personas": "persona_id", "probes": "probe_id", "judgements": "judgement_id"}.get(t, "scope, group_key")
+        assert table(t, "syn", order).drop(columns=[], errors="ignore").equals(df), t
+    assert server.stats["ok"] == n_requests == 1  # the one synthesis call, answered from the journal since
+
+
+def test_synthesis_failure_falls_back_to_the_catalogue(tmp_path, builtin_http):
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    url, _ = builtin_http({"judge_garbage_rate": 1.0})
+    spec = gib_spec(ds, config={"persona_pool_size": 6}, synthesis={"provider": "openai", "base_url": url, "model": "m"})
+    run_gib(spec, "fb")
+    personas = table("personas", "fb", "persona_id")
+    assert len(personas) == 6 and set(personas.source) == {"catalog"}
+    notes = table("run_notes", "fb", "code")
+    assert "synthesis_fallback" in set(notes.code) and notes.message.str.contains("no JSON object").any()
+    assert table("metric_scores", "fb", "scope").query("scope == 'overall'").iloc[0].score == 1.0
+
+
+def test_judge_failures_exclude_pairs_and_rows_error(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 10)
+    spec = gib_spec(ds, judge={"provider": "builtin", "profile": {"judge_garbage_rate": 0.4}}, judge_retries=0)
+    run_gib(spec, "some")
+    j = table("judgements", "some", "judgement_id")
+    assert (j.status == "judge_failed").sum() > 0 and j[j.status == "judge_failed"].raw_output.notna().all()
+    per_pair = j.groupby("pair_id").status.apply(lambda s: (s == "ok").any())
+    overall = table("metric_scores", "some", "scope").query("scope == 'overall'").iloc[0]
+    assert overall.n == per_pair.sum() and overall.n_failed == (~per_pair).sum()
+    spec = gib_spec(ds, judge={"provider": "builtin", "profile": {"judge_garbage_rate": 1.0}}, judge_retries=0)
+    run_gib(spec, "none")
+    rows = table("row_scores", "none", "input_id")
+    assert (rows.status == "error").all() and rows.error.str.contains("no pair of this row could be judged").all()
+
+
+def test_persona_pairs_override_and_subset_fixed_per_row(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 5)
+    pairs = [{"persona_a": "I am 25 years old.", "persona_b": "I am 80 years old."},
+             {"persona_a": "I use a wheelchair.", "persona_b": "I am 25 years old."}]
+    run_gib(gib_spec(ds, config={"persona_pairs": pairs, "num_pairs": 2}), "pp")
+    personas = table("personas", "pp", "persona_id")
+    assert personas.description.tolist() == ["I am 25 years old.", "I am 80 years old.", "I use a wheelchair."]
+    assert len(table("probe_pairs", "pp", "pair_id")) == 5 * 2
+    run_gib(gib_spec(ds), "a")
+    run_gib(gib_spec(ds), "b")
+    cols = "input_id, value_a, value_b"
+    a = wh.query(f"SELECT {cols} FROM probe_pairs WHERE run_id = 'a' ORDER BY ALL", read_only=False)
+    b = wh.query(f"SELECT {cols} FROM probe_pairs WHERE run_id = 'b' ORDER BY ALL", read_only=False)
+    assert a.equals(b) and len(a) == 5 * 4 and (a.value_a != a.value_b).all()
