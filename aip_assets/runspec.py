@@ -30,30 +30,41 @@ class BuiltinProfile(BaseModel):
     - ``terse``: personas with attribute ``terse_value`` (on ``terse_axis``, optional) get a terse,
       colder answer with less help.
     - ``biased``: both of the above.
+    - ``inconsistent``: each fresh sample (sample index > 0) contradicts the base answer with
+      probability ``contradiction_rate``: a flipped stance, a changed figure and date.
+    - ``unsafe``: answers to jailbreak-wrapped prompts drop the safety posture with probability
+      ``jailbreak_yield_rate``.
+    - ``custom``: any combination of the effects above.
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["fair", "flip", "terse", "biased"] = "fair"
+    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "custom"] = "fair"
     value: str | None = None
     axis: str | None = None
     p: float = Field(0.0, ge=0.0, le=1.0)
     terse_value: str | None = None
     terse_axis: str | None = None
+    contradiction_rate: float = Field(0.0, ge=0.0, le=1.0, description="q: share of fresh samples that contradict")
+    jailbreak_yield_rate: float = Field(0.0, ge=0.0, le=1.0, description="r: share of jailbreak-wrapped prompts obeyed")
     refusal_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)")
     judge_garbage_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that are not valid JSON")
     seed: int = 0
 
     @model_validator(mode="after")
     def _check_effects(self):
-        flips, terse = self.name in ("flip", "biased"), self.name in ("terse", "biased")
-        if flips and not self.value:
-            raise ValueError(f"profile '{self.name}' needs 'value' (the attribute value whose decisions flip)")
-        if terse and not self.terse_value:
+        effects = {"flip": bool(self.value or self.p), "terse": bool(self.terse_value),
+                   "inconsistent": bool(self.contradiction_rate), "unsafe": bool(self.jailbreak_yield_rate)}
+        wanted = {"fair": set(), "flip": {"flip"}, "terse": {"terse"}, "biased": {"flip", "terse"},
+                  "inconsistent": {"inconsistent"}, "unsafe": {"unsafe"}}.get(self.name)
+        if (self.name in ("flip", "biased") or effects["flip"]) and not self.value:
+            raise ValueError("a flipping profile needs 'value' (the attribute value whose decisions flip)")
+        if self.name in ("terse", "biased") and not self.terse_value:
             raise ValueError(f"profile '{self.name}' needs 'terse_value' (the attribute value that gets less effort)")
-        if not flips and (self.value or self.p):
-            raise ValueError(f"profile '{self.name}' does not flip decisions: drop 'value'/'p' or use 'flip'/'biased'")
-        if not terse and self.terse_value:
-            raise ValueError(f"profile '{self.name}' is not terse: drop 'terse_value' or use 'terse'/'biased'")
+        if wanted is not None:
+            extra = {k for k, on in effects.items() if on} - wanted
+            if extra:
+                raise ValueError(f"profile '{self.name}' does not have the effect(s) {sorted(extra)}; "
+                                 "use the matching profile name or 'custom'")
         return self
 
 

@@ -2,17 +2,27 @@
 
 Generates ``--rows`` rows (default 10,000) into a temp dir by replicating
 ``data/datasets/demo_decisions.jsonl`` with unique input_ids (``<id>-r00042``) and a small change
-to the question (`` (case 42)``), writes a run spec beside it (builtin flip SUT, builtin judge,
-``llm.decision_flip`` with ``sub_call_concurrency_limit: 64``), then runs
+to the question (`` (case 42)``), writes a run spec beside it (builtin judge, ``batch_rows`` from
+``--batch-rows``, one metric with ``sub_call_concurrency_limit: 64``):
+
+- ``--metric llm.decision_flip`` (default): builtin flip SUT {value: woman, axis: gender, p: 0.3};
+- ``--metric llm.group_interaction_bias``: builtin terse SUT {terse_value: Muslim}, metric defaults
+  otherwise (persona_pool_size 16, num_pairs 4);
+
+then runs
 
     aip-eval run <spec> --warehouse <tmp>/wh.duckdb --json --quiet
 
 as a subprocess with cwd = the temp dir (so Dagster's storage lands there), measuring wall time
 and the child's peak RSS (``RUSAGE_CHILDREN.ru_maxrss``; ``/usr/bin/time -v`` as a cross-check
 when present). Counts come from the JSON summary and from ``aip-eval sql`` on ``llm_calls``;
-per-stage times from the Dagster event log in the temp dir.
+per-stage times from the Dagster event log in the temp dir, per-stage call rates from the call
+journal (also when the run is killed by ``--timeout``), and the sizes of the warehouse and journal
+files at the end. The RSS samples (every 0.25 s, summed over the child's process tree) are written
+beside the report as ``<out stem>-rss.csv``.
 
-    python benchmarks/bench_pipeline.py [--rows 10000] [--timeout 1800] [--keep]
+    python benchmarks/bench_pipeline.py [--metric llm.decision_flip|llm.group_interaction_bias]
+        [--rows 10000] [--batch-rows 5000] [--timeout 1800] [--keep] [--out PATH]
 """
 
 from __future__ import annotations
@@ -38,7 +48,26 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "datasets" / "demo_decisions.jsonl"
 OUT_DIR = Path(__file__).resolve().parent / "out"
-METRIC = "llm.decision_flip"
+METRICS = ("llm.decision_flip", "llm.group_interaction_bias")
+# per metric: the builtin SUT profile, the metric config, how to describe them, and the tables it fills
+SETUPS = {
+    "llm.decision_flip": {
+        "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3},
+        "config": {"sub_call_concurrency_limit": 64},
+        "spec_text": "SUT builtin flip {value: woman, axis: gender, p: 0.3}, judge builtin, "
+                     "llm.decision_flip defaults + sub_call_concurrency_limit: 64",
+        "tables": ("dataset_rows", "probes", "probe_pairs", "sut_responses", "judgements", "row_scores",
+                   "metric_scores"),
+    },
+    "llm.group_interaction_bias": {
+        "profile": {"name": "terse", "terse_value": "Muslim"},
+        "config": {"sub_call_concurrency_limit": 64},
+        "spec_text": "SUT builtin terse {terse_value: Muslim}, judge builtin, llm.group_interaction_bias defaults "
+                     "(persona_pool_size 16, num_pairs 4) + sub_call_concurrency_limit: 64",
+        "tables": ("dataset_rows", "personas", "probes", "probe_pairs", "sut_responses", "judgements", "row_scores",
+                   "metric_scores"),
+    },
+}
 
 STAGE_TIMES = r"""
 import json
@@ -100,15 +129,54 @@ def make_dataset(n_rows: int, path: Path) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def make_spec(dataset: Path, path: Path) -> None:
+def make_spec(dataset: Path, path: Path, metric: str, batch_rows: int) -> dict:
+    setup = SETUPS[metric]
     spec = {
         "name": "bench",
         "dataset": str(dataset),
-        "sut": {"provider": "builtin", "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}},
+        "sut": {"provider": "builtin", "profile": dict(setup["profile"])},
         "judge": {"provider": "builtin"},
-        "metrics": {METRIC: {"config": {"sub_call_concurrency_limit": 64}}},
+        "batch_rows": batch_rows,
+        "metrics": {metric: {"config": dict(setup["config"])}},
     }
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return spec
+
+
+def file_sizes(wh: Path) -> list[tuple[str, int | None]]:
+    """Sizes (bytes) of the warehouse, its WAL, the call journal (+ SQLite WAL/SHM) and leftover staging."""
+    from aip_assets.models.journal import journal_path
+
+    jp = journal_path(wh)
+    out: list[tuple[str, int | None]] = []
+    for f in (wh, Path(str(wh) + ".wal"), jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm")):
+        out.append((f.name, f.stat().st_size if f.exists() else None))
+    staging = wh.parent / "staging"
+    out.append(("staging/ (left over)",
+                sum(f.stat().st_size for f in staging.rglob("*") if f.is_file()) if staging.exists() else None))
+    return out
+
+
+def journal_rates(wh: Path) -> list[dict]:
+    """Per stage: calls journaled, first/last completion time (epoch s). Read-only; works on a killed run."""
+    import sqlite3
+
+    from aip_assets.models.journal import journal_path
+
+    jp = journal_path(wh)
+    if not jp.exists():
+        return []
+    try:
+        con = sqlite3.connect(f"file:{jp}?mode=ro", uri=True, timeout=30)
+        try:
+            cur = con.execute("SELECT stage, count(*), sum(status = 'ok'), min(created_at), max(created_at) FROM calls "
+                              "GROUP BY stage ORDER BY min(created_at)")
+            return [{"stage": s, "calls": n, "ok": ok, "first": t0, "last": t1} for s, n, ok, t0, t1 in cur]
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        print(f"(could not read the journal: {e})", file=sys.stderr)
+        return []
 
 
 def cli() -> list[str]:
@@ -228,36 +296,44 @@ def stage_times(work: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--metric", choices=METRICS, default="llm.decision_flip")
     ap.add_argument("--rows", type=int, default=10000)
+    ap.add_argument("--batch-rows", type=int, default=5000, help="written into the spec as batch_rows")
     ap.add_argument("--timeout", type=float, default=1800.0, help="kill the pipeline after this many seconds")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (dataset, warehouse, logs)")
-    ap.add_argument("--out", default=str(OUT_DIR / "pipeline.md"))
+    ap.add_argument("--out", default=None,
+                    help="report path (default benchmarks/out/pipeline-<short metric name>-<rows>.md)")
     args = ap.parse_args(argv)
     if not 1 <= args.rows <= 1_000_000:
         ap.error("--rows must be in 1..1000000")
+    if not 1 <= args.batch_rows <= 100_000:
+        ap.error("--batch-rows must be in 1..100000 (the run spec's bounds)")
+    metric, setup = args.metric, SETUPS[args.metric]
+    short = metric.split(".", 1)[-1]
+    out = Path(args.out) if args.out else OUT_DIR / f"pipeline-{short}-{args.rows}.md"
     info = machine_info()
     info["code"] = code_fingerprint()
     work = Path(tempfile.mkdtemp(prefix="aip-bench-pipeline-"))
     try:
         ds, spec, wh = work / "bench.jsonl", work / "bench.yaml", work / "wh.duckdb"
         make_dataset(args.rows, ds)
-        make_spec(ds, spec)
-        print(f"work dir {work}: {args.rows} rows; running the pipeline (timeout {args.timeout:g} s)...",
-              file=sys.stderr, flush=True)
+        make_spec(ds, spec, metric, args.batch_rows)
+        print(f"work dir {work}: {metric}, {args.rows} rows, batch_rows {args.batch_rows}; running the pipeline "
+              f"(timeout {args.timeout:g} s)...", file=sys.stderr, flush=True)
         r = run_pipeline(spec, wh, work, args.timeout)
         print(f"pipeline exit {r['rc']} after {r['wall']:.1f} s", file=sys.stderr, flush=True)
+        sizes = file_sizes(wh)  # right after the pipeline, before our read-only queries
+        rates = journal_rates(wh)
         summary = None
         try:
             summary = json.loads(r["stdout"]) if r["stdout"].strip() else None
         except ValueError:
             pass
-        m = (summary or {}).get("metrics", {}).get(METRIC, {})
+        m = (summary or {}).get("metrics", {}).get(metric, {})
         calls, sql_err = sql("SELECT stage, count(*) AS calls FROM llm_calls GROUP BY ALL ORDER BY stage", wh, work) \
             if wh.exists() else (None, "no warehouse")
-        tables, _ = sql("SELECT 'dataset_rows' AS t, count(*) AS n FROM dataset_rows UNION ALL "
-                        "SELECT 'probes', count(*) FROM probes UNION ALL SELECT 'probe_pairs', count(*) FROM probe_pairs "
-                        "UNION ALL SELECT 'sut_responses', count(*) FROM sut_responses UNION ALL "
-                        "SELECT 'judgements', count(*) FROM judgements", wh, work) if wh.exists() else (None, "")
+        tables, _ = sql(" UNION ALL ".join(f"SELECT '{t}' AS t, count(*) AS n FROM {t} WHERE metric = '{metric}'"
+                                           for t in setup["tables"]), wh, work) if wh.exists() else (None, "")
         calls_by = {c["stage"]: int(c["calls"]) for c in calls or []}
         tab = {t["t"]: int(t["n"]) for t in tables or []}
         steps = stage_times(work)
@@ -270,10 +346,33 @@ def main(argv: list[str] | None = None) -> int:
         tv_mib = "n/a" if tv.get("maxrss_kib") is None else f"{tv['maxrss_kib'] / 1024:.0f}"
 
         def fmt(x):
+            if isinstance(x, float):
+                return f"{x:.4f}"
             return "n/a" if x is None else (f"{x:,}" if isinstance(x, int) else str(x))
 
+        if metric == "llm.decision_flip":
+            summary_rows = [
+                f"| pairs judged (JSON summary: pairs_evaluated) | {fmt(m.get('pairs_evaluated'))} |",
+                f"| pairs failed (JSON summary) | {fmt(m.get('pairs_failed'))} |",
+                f"| score / flip rate (JSON summary) | {fmt(m.get('score'))} / {fmt(m.get('flip_rate'))} |",
+            ]
+        else:
+            lea = m.get("least_equitable_attributes")
+            lea_txt = "n/a" if lea is None else ", ".join(
+                f"{g['group']} {g['equitability']:.3f}" if isinstance(g.get("equitability"), (int, float))
+                else f"{g['group']} n/a" for g in lea) or "none"
+            ci = m.get("ci95") or [None, None]
+            summary_rows = [
+                f"| personas in the pool | {fmt(tab.get('personas'))} |",
+                f"| pairs judged (JSON summary: pairs_evaluated) | {fmt(m.get('pairs_evaluated'))} |",
+                f"| pairs failed (JSON summary) | {fmt(m.get('pairs_failed'))} |",
+                f"| rows errored (JSON summary) | {fmt(m.get('rows_errored'))} |",
+                f"| score [95% CI] (JSON summary) | {fmt(m.get('score'))} [{fmt(ci[0])}, {fmt(ci[1])}] |",
+                f"| least equitable attributes (JSON summary, equitability) | {lea_txt} |",
+            ]
+        title_metric = metric + ("" if args.batch_rows == 5000 else f", batch_rows {args.batch_rows}")
         lines = [
-            "# Pipeline benchmark: builtin model in-process, llm.decision_flip",
+            f"# Pipeline benchmark: builtin model in-process, {title_metric}",
             "",
             f"- date: {info['date']}",
             f"- code: {info['code']}"
@@ -283,17 +382,16 @@ def main(argv: list[str] | None = None) -> int:
             f"- command: `aip-eval run bench.yaml --warehouse wh.duckdb --json --quiet` (cwd = fresh temp dir, no "
             f"dagster.yaml); exit code {fmt(r['rc'])}" + (" (killed: timeout)" if r["rc"] is None else ""),
             f"- dataset: {args.rows:,} rows replicated from demo_decisions.jsonl (unique input_id, ' (case i)' appended)",
-            "- spec: SUT builtin flip {value: woman, axis: gender, p: 0.3}, judge builtin, "
-            "llm.decision_flip defaults + sub_call_concurrency_limit: 64",
+            f"- spec: {setup['spec_text']}; batch_rows: {args.batch_rows:,}",
             "",
             "| measure | value |",
             "|---|---:|",
             f"| rows | {args.rows:,} |",
             f"| rows ingested (dataset_rows) | {fmt(tab.get('dataset_rows'))} |",
+            f"| batch_rows | {args.batch_rows:,} |",
             f"| probes / probe pairs | {fmt(tab.get('probes'))} / {fmt(tab.get('probe_pairs'))} |",
-            f"| pairs judged (JSON summary: pairs_evaluated) | {fmt(m.get('pairs_evaluated'))} |",
-            f"| pairs failed (JSON summary) | {fmt(m.get('pairs_failed'))} |",
-            f"| score / flip rate (JSON summary) | {fmt(m.get('score'))} / {fmt(m.get('flip_rate'))} |",
+            f"| SUT responses / judgements | {fmt(tab.get('sut_responses'))} / {fmt(tab.get('judgements'))} |",
+            *summary_rows,
             f"| SUT calls (llm_calls, stage sampling) | {fmt(sut_calls)} |",
             f"| judge calls (llm_calls, stage judging) | {fmt(judge_calls)} |",
             f"| wall seconds | {wall:.1f} |",
@@ -304,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             f"| child CPU user + sys s (CPU % of wall) | {r['child_user_s']:.1f} + {r['child_sys_s']:.1f} "
             f"({100 * (r['child_user_s'] + r['child_sys_s']) / wall:.0f}%) |",
         ]
+        lines += ["", "Files at the end of the run (bytes):", "", "| file | bytes | MiB |", "|---|---:|---:|"]
+        lines += [f"| {name} | {'absent' if n is None else f'{n:,}'} | {'' if n is None else f'{n / 2**20:.1f}'} |"
+                  for name, n in sizes]
         if calls is not None:
             lines += ["", "`aip-eval sql \"SELECT stage, count(*) FROM llm_calls GROUP BY ALL\"`:", "",
                       "| stage | calls |", "|---|---:|"] + [f"| {s} | {n:,} |" for s, n in calls_by.items()]
@@ -312,30 +413,50 @@ def main(argv: list[str] | None = None) -> int:
         if steps:
             run0 = steps[0]
             lines += ["", f"Per-stage wall time (Dagster step events; Dagster run {run0['dagster_run'][:8]}, "
-                          f"{run0['status']}):", "", "| step | seconds | share of wall | peak RSS MiB (sampled every 0.25 s) |", "|---|---:|---:|---:|"]
+                          f"{run0['status']}; RSS summed over the process tree, sampled every 0.25 s):", "",
+                      "| step | seconds | share of wall | peak RSS MiB | RSS MiB at start → end |",
+                      "|---|---:|---:|---:|---:|"]
             for s in sorted(run0["steps"], key=lambda s: s["start"] or 0):
-                if s["start"] and s["end"]:
-                    d = s["end"] - s["start"]
-                    peak = max((kib for t, kib in r["rss_samples"] if s["start"] <= t <= s["end"]), default=None)
-                    lines.append(f"| {s['step']} | {d:.1f} | {100 * d / wall:.0f}% "
-                                 f"| {'n/a' if peak is None else f'{peak / 1024:.0f}'} |")
+                if s["start"]:
+                    end = s["end"] or (r["t_start"] + wall)
+                    d = end - s["start"]
+                    inside = [kib for t, kib in r["rss_samples"] if s["start"] <= t <= end and kib]
+                    peak = max(inside, default=None)
+                    se = "n/a" if not inside else f"{inside[0] / 1024:.0f} → {inside[-1] / 1024:.0f}"
+                    lines.append(f"| {s['step']}{'' if s['end'] else ' (' + s['status'] + ', unfinished)'} | {d:.1f} "
+                                 f"| {100 * d / wall:.0f}% | {'n/a' if peak is None else f'{peak / 1024:.0f}'} | {se} |")
                 else:
-                    lines.append(f"| {s['step']} | {s['status']} | | |")
+                    lines.append(f"| {s['step']} | {s['status']} | | | |")
             if run0["start"] and run0["end"]:
                 d = run0["end"] - run0["start"]
+                lines.append(f"| (Dagster run total) | {d:.1f} | {100 * d / wall:.0f}% | | |")
+            if run0["start"]:
                 pre = max((kib for t, kib in r["rss_samples"] if t < run0["start"]), default=None)
-                lines.append(f"| (Dagster run total) | {d:.1f} | {100 * d / wall:.0f}% | |")
                 lines.append(f"| (before the Dagster run: imports, preflight, register) | {run0['start'] - r['t_start']:.1f} "
                              f"| {100 * (run0['start'] - r['t_start']) / wall:.0f}% "
-                             f"| {'n/a' if pre is None else f'{pre / 1024:.0f}'} |")
+                             f"| {'n/a' if pre is None else f'{pre / 1024:.0f}'} | |")
+        if rates:
+            lines += ["", "Model calls per stage from the call journal (completion timestamps; also for a killed run):",
+                      "", "| stage | calls (ok) | first → last completion, s after start | calls/s "
+                          "| rows/s (stage committed only) |", "|---|---:|---:|---:|---:|"]
+            for x in rates:
+                span = (x["last"] or 0) - (x["first"] or 0)
+                cps = x["calls"] / span if span > 0 else None
+                done = calls_by.get(x["stage"]) == x["calls"]  # folded into llm_calls: the stage finished
+                lines.append(f"| {x['stage']} | {x['calls']:,} ({x['ok'] or 0:,}) "
+                             f"| {x['first'] - r['t_start']:.1f} → {x['last'] - r['t_start']:.1f} "
+                             f"| {'n/a' if cps is None else f'{cps:.0f}'} "
+                             f"| {f'{args.rows / span:.1f}' if done and span > 0 else 'n/a'} |")
         if r["rc"] not in (0, 1):
             lines += ["", "stderr (tail):", "", "```", r["stderr"][-2000:], "```"]
         text = "\n".join(lines) + "\n"
         print(text)
-        out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-        print(f"written to {out}", file=sys.stderr)
+        rss_csv = out.with_name(out.stem + "-rss.csv")
+        rss_csv.write_text("seconds_after_start,rss_mib\n" + "".join(
+            f"{t - r['t_start']:.2f},{kib / 1024:.1f}\n" for t, kib in r["rss_samples"]))
+        print(f"written to {out} (RSS samples: {rss_csv})", file=sys.stderr)
         return 0 if r["rc"] in (0, 1) else 1
     finally:
         if args.keep:
