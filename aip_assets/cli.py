@@ -113,8 +113,7 @@ def cmd_run(args) -> int:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary)
-        print(f"\nWarehouse: {path}\nTry: aip-eval sql \"SELECT axis, value_a, value_b, response_a, response_b "
-              f"FROM v_flipped_pairs WHERE run_id = '{run_id}'\"")
+        print(f"\nWarehouse: {path}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
     if failed:
         return 3
     below = [m for m, s in summary["metrics"].items() if s.get("passed") is False]

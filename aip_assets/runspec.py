@@ -119,6 +119,8 @@ class RunSpec(BaseModel):
     judge_retries: int = Field(2, ge=0, le=5, description="re-asks of a judge whose answer does not parse")
     judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
     reuse_calls_from: list[str] = Field(default_factory=list, description="earlier run ids whose successful calls may answer this run's")
+    templates: dict[Literal["semantic", "factual", "safety", "jailbreak"], list[dict[str, str]]] = Field(
+        default_factory=dict, description="extra variant templates per family: [{category, template}]")
     batch_rows: int = Field(5000, ge=1, le=100_000, description="rows per streamed batch; memory is bounded by it")
     retry_backoff_seconds: float = Field(0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors")
 
@@ -132,6 +134,18 @@ class RunSpec(BaseModel):
         unknown = [m for m in v if m not in REGISTRY]
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(REGISTRY)}")
+        return v
+
+    @field_validator("templates")
+    @classmethod
+    def _templates(cls, v):
+        for family, items in v.items():
+            slot = "{prompt}" if family == "jailbreak" else "{query}"
+            for i, it in enumerate(items):
+                if set(it) != {"category", "template"}:
+                    raise ValueError(f"templates.{family}[{i}]: needs exactly 'category' and 'template'")
+                if it["template"].count(slot) != 1:
+                    raise ValueError(f"templates.{family}[{i}]: the template must contain {slot} exactly once")
         return v
 
     def synthesis_connection(self) -> Connection:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from .base import Metric
+from .consistency import FactualConsistency, SafetyConsistency, SemanticConsistency
 from .decision_flip import DecisionFlip
 from .group_interaction_bias import GroupInteractionBias
 
-REGISTRY: dict[str, Metric] = {m.name: m for m in (DecisionFlip(), GroupInteractionBias())}
+REGISTRY: dict[str, Metric] = {m.name: m for m in (
+    DecisionFlip(), GroupInteractionBias(), SemanticConsistency(), FactualConsistency(), SafetyConsistency())}
 
 
 def get_metric(name: str) -> Metric:

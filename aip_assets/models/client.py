@@ -66,7 +66,10 @@ def _retry_after(headers: dict[str, str]) -> float | None:
 
 
 def build_body(conn: Connection, messages: list[dict[str, str]], temperature: float,
-               max_tokens: int | None = None) -> dict[str, Any]:
+               max_tokens: int | None = None, sample_index: int = 0) -> dict[str, Any]:
+    """The request body. Fresh samples (``sample_index`` > 0) carry ``seed = (params.seed or 0) +
+    sample_index``: N samples are N distinct, reproducible requests on endpoints that honour
+    ``seed``, and still fresh samples on those that ignore it."""
     msgs = list(messages)
     if conn.system_prompt:
         msgs = [{"role": "system", "content": conn.system_prompt}, *msgs]
@@ -75,6 +78,8 @@ def build_body(conn: Connection, messages: list[dict[str, str]], temperature: fl
     if mt is not None:
         body["max_tokens"] = mt
     body.update(conn.params)
+    if sample_index > 0:
+        body["seed"] = int(conn.params.get("seed", 0)) + sample_index
     return body
 
 
@@ -121,7 +126,7 @@ class ModelClient:
     async def chat(self, messages: list[dict[str, str]], *, temperature: float, sample_index: int = 0,
                    retries: int = 0, timeout: float = 60.0, template_version: str = "",
                    max_tokens: int | None = None) -> ChatResult:
-        body = build_body(self.conn, messages, temperature, max_tokens)
+        body = build_body(self.conn, messages, temperature, max_tokens, sample_index)
         key = call_key(self.endpoint_id, body, sample_index, template_version)
         if self.journal is not None and key in self._known_ok:
             rec = self.journal.lookup(key, self.cache_runs)
