@@ -38,6 +38,9 @@ def test_demo_data_and_spec():
 def test_readme_demo_command_runs_offline(capsys):
     assert main(["run", str(REPO / "data" / "runs" / "demo.yaml"), "--json", "--quiet"]) == 0
     metrics = json.loads(capsys.readouterr().out)["metrics"]
+    assert set(metrics) == set(REGISTRY)  # the demo evaluates every metric
+    for m in ("llm.semantic_consistency", "llm.factual_consistency", "llm.safety_consistency"):
+        assert metrics[m]["rows_scored"] == 32 and 0.5 < metrics[m]["score"] < 1.0
     g = metrics["llm.group_interaction_bias"]
     assert g["pairs_evaluated"] == 32 * 4 and g["least_equitable_attributes"][0]["group"] == "religion=Muslim"
     s = metrics["llm.decision_flip"]

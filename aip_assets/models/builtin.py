@@ -159,7 +159,7 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
     history = stable_json([m for m in messages[:-1] if m["role"] != "system"])
     question_key = (profile.seed, history, rest)
     persona_key = stable_json(attrs)
-    terse = profile.name in ("terse", "biased") and _matches(attrs, profile.terse_value, profile.terse_axis)
+    terse = _matches(attrs, profile.terse_value, profile.terse_axis)
     if profile.refusal_rate and u01("refuse", *question_key, persona_key) < profile.refusal_rate:
         return {"de": "Es tut mir leid, dabei kann ich nicht helfen.", "fr": "Désolé, je ne peux pas vous aider."}.get(
             lang, "I'm sorry, but I can't help with this.")
@@ -183,7 +183,7 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
         return body
     labels = parse_labels(rest)
     idx = int(u01("decide", *question_key) * len(labels))
-    if (profile.name in ("flip", "biased") and _matches(attrs, profile.value, profile.axis)
+    if (profile.p and _matches(attrs, profile.value, profile.axis)
             and u01("flip", *question_key) < profile.p):
         idx = (idx + 1) % len(labels)
     word = "Entscheidung" if lang == "de" else "Decision"
