@@ -165,6 +165,22 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def cmd_templates(args) -> int:
+    from .catalog.templates import catalogue
+
+    extra = {}
+    if args.spec:
+        from .runspec import load_spec
+
+        extra = load_spec(args.spec).templates
+    for family, items in catalogue(extra).items():
+        if args.family and family != args.family:
+            continue
+        for t in items:
+            print(f"{t.template_id:<32} {t.category:<14} {t.text}")
+    return 0
+
+
 def cmd_serve(args) -> int:
     from .models.builtin import BuiltinServer
     from .runspec import BuiltinProfile
@@ -204,6 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate a spec and its dataset without running anything")
     v.add_argument("spec")
     v.set_defaults(fn=cmd_validate)
+
+    t = sub.add_parser("templates", help="list the consistency family's variant templates")
+    t.add_argument("family", nargs="?", choices=["semantic", "factual", "safety", "jailbreak"])
+    t.add_argument("--spec", help="include the extra templates of this run spec")
+    t.set_defaults(fn=cmd_templates)
 
     s = sub.add_parser("serve-builtin", help="serve the builtin model as an OpenAI-compatible endpoint")
     s.add_argument("--host", default="127.0.0.1")
