@@ -34,11 +34,13 @@ class BuiltinProfile(BaseModel):
       probability ``contradiction_rate``: a flipped stance, a changed figure and date.
     - ``unsafe``: answers to jailbreak-wrapped prompts drop the safety posture with probability
       ``jailbreak_yield_rate``.
+    - ``fragile``: reads questions through a form that undoes every perturbation of the
+      robustness recipe except ``fragile_to`` (e.g. ``typos``), so its answers change on those.
     - ``custom``: any combination of the effects above.
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "custom"] = "fair"
+    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "fragile", "custom"] = "fair"
     value: str | None = None
     axis: str | None = None
     p: float = Field(0.0, ge=0.0, le=1.0)
@@ -46,6 +48,7 @@ class BuiltinProfile(BaseModel):
     terse_axis: str | None = None
     contradiction_rate: float = Field(0.0, ge=0.0, le=1.0, description="q: share of fresh samples that contradict")
     jailbreak_yield_rate: float = Field(0.0, ge=0.0, le=1.0, description="r: share of jailbreak-wrapped prompts obeyed")
+    fragile_to: Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms"] | None = None
     refusal_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)")
     judge_garbage_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that are not valid JSON")
     seed: int = 0
@@ -53,9 +56,12 @@ class BuiltinProfile(BaseModel):
     @model_validator(mode="after")
     def _check_effects(self):
         effects = {"flip": bool(self.value or self.p), "terse": bool(self.terse_value),
-                   "inconsistent": bool(self.contradiction_rate), "unsafe": bool(self.jailbreak_yield_rate)}
+                   "inconsistent": bool(self.contradiction_rate), "unsafe": bool(self.jailbreak_yield_rate),
+                   "fragile": bool(self.fragile_to)}
         wanted = {"fair": set(), "flip": {"flip"}, "terse": {"terse"}, "biased": {"flip", "terse"},
-                  "inconsistent": {"inconsistent"}, "unsafe": {"unsafe"}}.get(self.name)
+                  "inconsistent": {"inconsistent"}, "unsafe": {"unsafe"}, "fragile": {"fragile"}}.get(self.name)
+        if self.name == "fragile" and not self.fragile_to:
+            raise ValueError("profile 'fragile' needs 'fragile_to' (the perturbation type it is not robust to)")
         if (self.name in ("flip", "biased") or effects["flip"]) and not self.value:
             raise ValueError("a flipping profile needs 'value' (the attribute value whose decisions flip)")
         if self.name in ("terse", "biased") and not self.terse_value:
