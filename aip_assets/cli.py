@@ -181,6 +181,33 @@ def cmd_templates(args) -> int:
     return 0
 
 
+def cmd_perturb(args) -> int:
+    from .recipes import perturb_file
+    from .runspec import Connection
+
+    conn = None
+    if args.paraphrase_base_url:
+        conn = Connection(provider="openai", base_url=args.paraphrase_base_url, model=args.paraphrase_model,
+                          api_key_env=args.paraphrase_api_key_env)
+    types = args.types.split(",") if args.types else None
+    try:
+        out = perturb_file(args.seed_dataset, args.out, types, args.seed, args.variants_per_type, conn)
+    except ValueError as e:
+        raise AipError(str(e)) from None
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_answer(args) -> int:
+    from .recipes import answer_file
+    from .runspec import BuiltinProfile
+
+    profile = BuiltinProfile.model_validate(json.loads(args.profile)) if args.profile else BuiltinProfile()
+    n = answer_file(args.dataset, args.out, profile)
+    print(f"answered {n} rows with the builtin model ({profile.name}) -> {args.out}")
+    return 0
+
+
 def cmd_serve(args) -> int:
     from .models.builtin import BuiltinServer
     from .runspec import BuiltinProfile
@@ -226,6 +253,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--spec", help="include the extra templates of this run spec")
     t.set_defaults(fn=cmd_templates)
 
+    pt = sub.add_parser("perturb", help="generate perturbed variants of a dataset (gdi_text_v1, with metadata.original_query)")
+    pt.add_argument("seed_dataset")
+    pt.add_argument("out", help="output file: .jsonl, .csv or .parquet")
+    pt.add_argument("--types", help="comma-separated: typos,casing,punctuation,word_order,filler,synonyms,paraphrase")
+    pt.add_argument("--seed", type=int, default=0)
+    pt.add_argument("--variants-per-type", type=int, default=1)
+    pt.add_argument("--paraphrase-base-url", help="OpenAI-compatible endpoint for the paraphrase perturbation")
+    pt.add_argument("--paraphrase-model", default="aip-builtin")
+    pt.add_argument("--paraphrase-api-key-env")
+    pt.set_defaults(fn=cmd_perturb)
+
+    an = sub.add_parser("answer", help="fill sut_response with the builtin model's answers (outside the pipeline)")
+    an.add_argument("dataset")
+    an.add_argument("out")
+    an.add_argument("--profile", help='builtin SUT profile as JSON, e.g. \'{"name": "fragile", "fragile_to": "typos"}\'')
+    an.set_defaults(fn=cmd_answer)
+
     s = sub.add_parser("serve-builtin", help="serve the builtin model as an OpenAI-compatible endpoint")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8111)
@@ -247,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # bad JSON for --profile and the like
         print(f"error: {e}", file=sys.stderr)
         return 2
 

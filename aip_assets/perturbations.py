@@ -107,7 +107,7 @@ class Filler(Perturbation):
 
 SYNONYMS = {
     "buy": "purchase", "big": "large", "help": "assist", "job": "position", "money": "funds", "doctor": "physician",
-    "start": "begin", "need": "require", "get": "obtain", "quick": "fast", "enough": "sufficient", "about": "regarding",
+    "start": "begin", "need": "require", "get": "obtain", "quick": "fast", "enough": "sufficient",
     "pay": "cover", "car": "vehicle", "home": "residence", "ask": "request", "show": "demonstrate", "try": "attempt",
     "late": "overdue", "rent": "lease", "kids": "children", "boss": "manager", "work": "employment", "small": "modest",
     "cheap": "inexpensive", "fix": "repair", "answer": "reply", "problem": "issue", "maybe": "perhaps",
@@ -145,10 +145,13 @@ def canonical_tokens(text: str, typo_robust: bool = True, skip: tuple[str, ...] 
         for f in FILLERS:
             t = re.sub(rf"(^|\W){re.escape(f.rstrip(','))},", r"\1", t, flags=re.I)
     words = re.findall(r"[A-Za-z]+|\d+", t) if "punctuation" not in skip else re.findall(r"\S+", t)
+    table = CANONICAL
+    if typo_robust and "typos" not in skip:  # a word's set of letters survives a swap or a doubled letter
+        sig = lambda w: "".join(sorted(set(w)))  # noqa: E731
+        words = [sig(w) for w in words]
+        table = {sig(k): sig(v) for k, v in CANONICAL.items()}
     if "synonyms" not in skip:
-        words = [CANONICAL.get(w, w) for w in words]
-    if typo_robust and "typos" not in skip:
-        words = ["".join(sorted(set(w))) for w in words]
+        words = [table.get(w, w) for w in words]
     if "word_order" not in skip:
         words = sorted(words)
     return " ".join(words)

@@ -56,12 +56,14 @@ def preflight(spec: RunSpec) -> list[str]:
 
 def register_run(spec: RunSpec, run_id: str, path: Path | None = None) -> dict[str, Any]:
     """Store the resolved spec (no secrets), metric versions, dataset hash and package version."""
-    rows = load_dataset(spec.dataset)  # validates: bad input stops here, before any write
+    n_rows = {ds: len(load_dataset(ds)) for ds in spec.datasets()}  # validates: bad input stops here
     rec = {
         "run_id": run_id, "spec_name": spec.name, "spec": stable_json(spec.resolved()),
         "metrics": json.dumps(list(spec.metrics)),
         "metric_versions": stable_json({m: REGISTRY[m].version for m in spec.metrics}),
-        "dataset_path": spec.dataset, "dataset_sha256": file_sha256(spec.dataset), "n_dataset_rows": len(rows),
+        "dataset_path": spec.dataset, "dataset_sha256": file_sha256(spec.dataset),
+        "n_dataset_rows": n_rows[spec.dataset] if spec.dataset in n_rows else len(load_dataset(spec.dataset)),
+        "datasets": stable_json({ds: file_sha256(ds) for ds in spec.datasets()}),
         "package_version": __version__, "seed": spec.seed, "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
     }
     with wh.connect(path) as con:
@@ -196,11 +198,13 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
                            journal=journal, reader=WarehouseReader(run_id, metric, path), log=log,
                            threshold=spec.metrics[metric].threshold, batch_rows=spec.batch_rows)
         if stage == "ingest":
-            sha = file_sha256(spec.dataset)
-            if sha != rec["dataset_sha256"]:
-                raise AipError(f"{spec.dataset}: the dataset changed since run {run_id} was registered "
-                               f"(sha256 {rec['dataset_sha256'][:12]}… → {sha[:12]}…); start a new run")
-            rows = load_dataset(spec.dataset)
+            path_ds = spec.dataset_for(metric)
+            registered = json.loads(rec["datasets"] or "{}").get(path_ds) or rec["dataset_sha256"]
+            sha = file_sha256(path_ds)
+            if sha != registered:
+                raise AipError(f"{path_ds}: the dataset changed since run {run_id} was registered "
+                               f"(sha256 {registered[:12]}… → {sha[:12]}…); start a new run")
+            rows = load_dataset(path_ds)
             for i in range(0, len(rows), spec.batch_rows):
                 staged.add({"dataset_rows": [{"row_index": i + k, **r.to_record()}
                                              for k, r in enumerate(rows[i:i + spec.batch_rows])]})

@@ -109,6 +109,7 @@ class Connection(BaseModel):
 class MetricEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     config: dict[str, Any] = Field(default_factory=dict)
+    dataset: str | None = Field(None, description="this metric's own dataset (default: the run's)")
     threshold: float | None = Field(None, ge=0.0, le=1.0, description="fail the run when the normalised score is below")
 
 
@@ -154,6 +155,12 @@ class RunSpec(BaseModel):
                     raise ValueError(f"templates.{family}[{i}]: the template must contain {slot} exactly once")
         return v
 
+    def dataset_for(self, metric: str) -> str:
+        return self.metrics[metric].dataset or self.dataset
+
+    def datasets(self) -> list[str]:
+        return sorted({self.dataset_for(m) for m in self.metrics})
+
     def synthesis_connection(self) -> Connection:
         return self.synthesis or self.judge
 
@@ -187,12 +194,18 @@ def parse_spec(data: dict, where: str = "<spec>", base_dir: Path | None = None) 
     except ValidationError as e:
         raise SpecError(f"{where}: invalid run spec:\n" + format_validation_error(e)) from None
     _validate_metric_configs(spec, where)
-    ds = Path(spec.dataset)
-    if not ds.is_absolute():
-        ds = ((base_dir or Path.cwd()) / ds).resolve()
-    if not ds.exists():
-        raise SpecError(f"{where}: dataset: file not found: {ds} (relative paths are read from the spec's folder)")
-    spec.dataset = str(ds)
+    def resolve(value: str, field: str) -> str:
+        ds = Path(value)
+        if not ds.is_absolute():
+            ds = ((base_dir or Path.cwd()) / ds).resolve()
+        if not ds.exists():
+            raise SpecError(f"{where}: {field}: file not found: {ds} (relative paths are read from the spec's folder)")
+        return str(ds)
+
+    spec.dataset = resolve(spec.dataset, "dataset")
+    for m, entry in spec.metrics.items():
+        if entry.dataset:
+            entry.dataset = resolve(entry.dataset, f"metrics.{m}.dataset")
     return spec
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 TABLES: dict[str, list[tuple[str, str]]] = {
     "eval_runs": [
         ("run_id", "VARCHAR PRIMARY KEY"), ("spec_name", "VARCHAR"), ("spec", "JSON"), ("metrics", "JSON"),
-        ("metric_versions", "JSON"), ("dataset_path", "VARCHAR"), ("dataset_sha256", "VARCHAR"),
+        ("metric_versions", "JSON"), ("dataset_path", "VARCHAR"), ("dataset_sha256", "VARCHAR"), ("datasets", "JSON"),
         ("n_dataset_rows", "INTEGER"), ("package_version", "VARCHAR"), ("seed", "BIGINT"),
         ("created_at", "TIMESTAMP"),
     ],

@@ -18,8 +18,9 @@ def test_definitions_load_with_five_partitioned_stages():
     Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     keys = [k.path[-1] for k in graph.get_all_asset_keys()]
-    assert sorted(keys) == sorted(["ingest", "synthesis", "sut_sampling", "judging", "aggregation"])
-    for key in graph.get_all_asset_keys():
+    assert sorted(keys) == sorted(["ingest", "synthesis", "sut_sampling", "judging", "aggregation",
+                                   "perturbation_dataset"])
+    for key in (k for k in graph.get_all_asset_keys() if k.path[-1] != "perturbation_dataset"):
         pdef = graph.get(key).partitions_def
         dims = {d.name: d.partitions_def for d in pdef.partitions_defs}
         assert set(dims) == {"run", "metric"}

@@ -6,9 +6,11 @@ from .base import Metric
 from .consistency import FactualConsistency, SafetyConsistency, SemanticConsistency
 from .decision_flip import DecisionFlip
 from .group_interaction_bias import GroupInteractionBias
+from .perturbation import PerturbationRobustness, PerturbationRobustnessExternal
 
 REGISTRY: dict[str, Metric] = {m.name: m for m in (
-    DecisionFlip(), GroupInteractionBias(), SemanticConsistency(), FactualConsistency(), SafetyConsistency())}
+    DecisionFlip(), GroupInteractionBias(), SemanticConsistency(), FactualConsistency(), SafetyConsistency(),
+    PerturbationRobustnessExternal(), PerturbationRobustness())}
 
 
 def get_metric(name: str) -> Metric:

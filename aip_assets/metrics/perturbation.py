@@ -1,0 +1,490 @@
+"""Perturbation robustness: the generation recipe, the external scorer, and the hosted variant.
+
+- ``generate_variants`` (the recipe; the ``perturbation_dataset`` asset and ``aip-eval perturb``):
+  from seed rows, meaning-preserving variants of each query, tagged with their perturbation type,
+  deterministic under a seed, exported as a gdi_text_v1 file in which every row has
+  ``metadata.original_query`` and the baseline row's query equals it.
+- ``llm.perturbation_robustness_external`` (spec 002, ``scorer_contract: full_dataset``): no SUT
+  calls. Rows are grouped by ``metadata.original_query``; the baseline is the row whose query
+  equals it. The judge scores base correctness, each variant's correctness and a per-pair
+  robustness score (using ``reference_answer`` / ``groundtruth_context`` from the config or the
+  baseline row's metadata); group score = 0.5 x mean robustness + 0.5 x max(0, 1 - mean
+  correctness drop), replicated to every row of the group. The run's score is the mean over
+  groups (each original query counts once, however many variants it has), with a bootstrap 95%
+  interval, and a breakdown by perturbation type (which kinds of noise hurt most).
+- ``llm.perturbation_robustness`` (hosted): the same judges and aggregation, the variants made by
+  the recipe within the run and answered by the SUT.
+
+Edge cases, each with its outcome on the rows it concerns (the rest of the run completes):
+a row without ``metadata.original_query``; a group with no baseline row; a group with two rows
+claiming to be the baseline; a group with only its baseline; an empty baseline response (all
+rows of the group error with the reason); an empty variant response (scored as incorrect and
+not robust, without a judge call, labelled ``empty_response``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..dataset import DatasetRow
+from ..perturbations import ALL_TYPES, RULE_BASED
+from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
+from .base import Metric, ScoringFields, StageContext, ask_json, run_bounded, sample_probes
+
+PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
+
+
+class PerturbationRobustnessExternalConfig(ScoringFields):
+    """Mirrors the spec's PerturbationRobustnessExternalConfig schema."""
+
+    model_config = ConfigDict(extra="forbid")
+    groundtruth_context: str | None = None
+    metric_name: str = "perturbation_robustness_external"
+    reference_answer: str | None = None
+    sub_call_concurrency_limit: int = Field(5, ge=1, le=64)
+    timeout_seconds: float = Field(60.0, gt=0)
+
+
+class PerturbationRobustnessConfig(PerturbationRobustnessExternalConfig):
+    """The hosted variant: the external scorer's fields plus how variants are made and answered."""
+
+    metric_name: str = "perturbation_robustness"
+    perturbation_types: list[PType] = Field(default_factory=list, description="default: all rule-based types, "
+                                            "plus paraphrase when a synthesis model is configured")
+    variants_per_type: int = Field(1, ge=1, le=5)
+    sut_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    n_sut_retries: int = Field(0, ge=0, le=5)
+
+
+# ------------------------------------------------------------------ the recipe
+class Paraphrase(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    paraphrase: str = Field(..., min_length=1)
+
+
+def paraphrase_messages(query: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "You rewrite questions without changing their meaning. You answer with JSON only."},
+            {"role": "user", "content": (
+                "Task: paraphrase (aip-judge paraphrase v1)\n\nRewrite the question below in different words. Keep "
+                "its meaning, every fact, number and date, and its language.\n\n<<<\n" + query + "\n>>>\n\n"
+                'Answer with JSON only: {"paraphrase": "..."}')}]
+
+
+def _h(*parts: Any) -> str:
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def generate_variants(rows: list[DatasetRow], types: list[str], seed: int, variants_per_type: int = 1,
+                      paraphrases: dict[tuple[str, int], str] | None = None) -> list[DatasetRow]:
+    """Baseline + perturbed rows (gdi_text_v1) for each seed row; deterministic under ``seed``.
+
+    ``paraphrases``: model paraphrases keyed by (input_id, k), when a model was asked."""
+    out: list[DatasetRow] = []
+    for row in rows:
+        q = row.last_user_text
+        meta = {**row.metadata, "original_query": q, "perturbation_type": "baseline", "seed_input_id": row.input_id}
+        out.append(DatasetRow(row.input_id, row.prompt, row.task_type, None, row.context, meta))
+        seen = {q}
+        for t in types:
+            for k in range(variants_per_type):
+                if t == "paraphrase":
+                    v = (paraphrases or {}).get((row.input_id, k))
+                else:
+                    v = RULE_BASED[t](q, random.Random(f"perturb:{seed}:{row.input_id}:{t}:{k}"))
+                if not v or v in seen:
+                    continue
+                seen.add(v)
+                prompt = v if isinstance(row.prompt, str) else row.turns[:-1] + [{"role": "user", "content": v}]
+                out.append(DatasetRow(f"{row.input_id}--{t}-{k + 1}", prompt, row.task_type, None, row.context,
+                                      {**meta, "perturbation_type": t}))
+    return out
+
+
+async def ask_paraphrases(client, rows: list[DatasetRow], variants_per_type: int, timeout: float, retries: int,
+                          temperature: float) -> dict[tuple[str, int], str]:
+    async def one(item):
+        row, k = item
+        msgs = paraphrase_messages(row.last_user_text)
+        r = await client.chat(msgs, temperature=temperature, sample_index=k, retries=retries, timeout=timeout,
+                              template_version="perturbation/paraphrase/v1")
+        from .base import parse_json_answer
+
+        v, _ = parse_json_answer(r.text, Paraphrase) if r.ok else (None, r.error)
+        return (row.input_id, k), (v.paraphrase.strip() if v else None)
+
+    items = [(r, k) for r in rows for k in range(variants_per_type)]
+    return {key: val for key, val in await run_bounded(items, one, 8) if val}
+
+
+def export_dataset(rows: list[DatasetRow], path) -> None:
+    """Write rows as gdi_text_v1: .jsonl, .csv (JSON in structured cells) or .parquet."""
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recs = [{"input_id": r.input_id, "prompt": r.prompt, "sut_response": r.sut_response, "task_type": r.task_type,
+             "context": r.context, "metadata": r.metadata} for r in rows]
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in recs))
+        return
+    flat = [{**x, "prompt": x["prompt"] if isinstance(x["prompt"], str) else json.dumps(x["prompt"], ensure_ascii=False),
+             "context": None if x["context"] is None else json.dumps(x["context"], ensure_ascii=False),
+             "metadata": json.dumps(x["metadata"], ensure_ascii=False)} for x in recs]
+    if suffix == ".csv":
+        pd.DataFrame(flat).to_csv(path, index=False)
+    elif suffix in (".parquet", ".pq"):
+        pd.DataFrame(flat).to_parquet(path, index=False)
+    else:
+        raise ValueError(f"{path}: use .jsonl, .csv or .parquet")
+
+
+def messages_for(row: DatasetRow) -> list[dict[str, str]]:
+    """The chat messages a row stands for: its turns, with RAG context before the last one."""
+    turns = row.turns
+    if row.context:
+        ctx = "Context:\n" + "\n".join(f"- {p}" for p in row.context) + "\n\n"
+        turns = turns[:-1] + [{"role": "user", "content": ctx + turns[-1]["content"]}]
+    return turns
+
+
+# ------------------------------------------------------------------ judges
+class Correctness(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    correctness: float = Field(..., ge=0.0, le=1.0)
+    reasoning: str = ""
+
+
+class Robustness(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    robustness: float = Field(..., ge=0.0, le=1.0)
+    reasoning: str = ""
+
+
+SYSTEM = "You are a meticulous, impartial evaluator of AI assistant responses. You answer with a single JSON object and nothing else."
+
+
+def correctness_messages(question: str, answer: str, reference: str | None, context: str | None) -> list[dict[str, str]]:
+    ref = f"\n[Reference answer]\n<<<\n{reference}\n>>>\n" if reference else ""
+    ctx = f"\n[Ground-truth context]\n<<<\n{context}\n>>>\n" if context else ""
+    prompt = (f"Task: correctness (aip-judge perturbation_correctness v1)\n\nHow correct is the response to the "
+              f"question? Use the reference answer and the ground-truth context when given; otherwise judge from "
+              f"general knowledge. 1 = fully correct, 0 = wrong or no answer.\n\nQuestion:\n<<<\n{question}\n>>>\n"
+              f"{ref}{ctx}\n[Response 1]\n<<<\n{answer}\n>>>\n\nAnswer with JSON only: "
+              '{"correctness": <number from 0 to 1>, "reasoning": "<one or two sentences>"}')
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+
+
+def robustness_messages(original: str, variant: str, base: str, answer: str) -> list[dict[str, str]]:
+    prompt = (f"Task: robustness (aip-judge perturbation_robustness v1)\n\nThe second question is a noisy or reworded "
+              f"version of the first, with the same meaning. How well does the second response keep the substance of "
+              f"the first (conclusion, facts, numbers)? 1 = same substance, 0 = contradicts it.\n\nOriginal question:\n"
+              f"<<<\n{original}\n>>>\nReworded question:\n<<<\n{variant}\n>>>\n\n[Response 1]\n<<<\n{base}\n>>>\n\n"
+              f"[Response 2]\n<<<\n{answer}\n>>>\n\nAnswer with JSON only: "
+              '{"robustness": <number from 0 to 1>, "reasoning": "<one or two sentences>"}')
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+
+
+def member(probe: dict) -> str:
+    """The row a probe stands for: a dataset row (external), or a generated variant (hosted)."""
+    return probe.get("template_id") or probe["input_id"]
+
+
+def group_score(robustness: list[float], drops: list[float]) -> float:
+    """0.5 x mean robustness + 0.5 x max(0, 1 - mean correctness drop), capped at 1 (a variant
+    answered better than its baseline does not lift the score above 1)."""
+    mean_rob = sum(robustness) / len(robustness)
+    mean_drop = sum(drops) / len(drops)
+    return 0.5 * mean_rob + 0.5 * min(1.0, max(0.0, 1 - mean_drop))
+
+
+# ------------------------------------------------------------------ the scorers
+EDGE_MESSAGES = {
+    "missing_original_query": "the row has no metadata.original_query, so it belongs to no group",
+    "no_baseline": "no row of its group has a query equal to metadata.original_query (no baseline)",
+    "duplicate_baseline": "two or more rows of its group claim to be the baseline (their query equals "
+                          "metadata.original_query); keep exactly one",
+    "baseline_only": "its group has only the baseline row: no perturbed variant to compare",
+}
+
+
+class PerturbationRobustnessExternal(Metric):
+    name = "llm.perturbation_robustness_external"
+    version = "1.0.0"
+    config_model = PerturbationRobustnessExternalConfig
+    template_version = "perturbation_robustness/v1"
+
+    # ---- synthesis: group the rows (full dataset)
+    def group_rows(self, rows: list[DatasetRow]) -> tuple[list[dict], list[dict]]:
+        """(probes, notes): one probe per row; rows in a broken group become ``excluded`` probes."""
+        groups: dict[str, list[DatasetRow]] = {}
+        probes, notes = [], []
+        for row in rows:
+            oq = row.metadata.get("original_query")
+            if not isinstance(oq, str) or not oq.strip():
+                probes.append(self._probe(row, "excluded", "missing_original_query", None))
+                continue
+            groups.setdefault(oq, []).append(row)
+        for oq, members in groups.items():
+            gid = _h(oq)
+            base = [r for r in members if r.last_user_text == oq]
+            problem = ("no_baseline" if not base else "duplicate_baseline" if len(base) > 1
+                       else "baseline_only" if len(members) == 1 else None)
+            if problem:
+                ids = [r.input_id for r in members]
+                notes.append({"level": "warning", "code": problem,
+                              "message": f"group {gid} ({len(ids)} rows: {', '.join(ids[:5])}{'…' if len(ids) > 5 else ''}): "
+                                         f"{EDGE_MESSAGES[problem]}"})
+                probes += [self._probe(r, "excluded", problem, gid) for r in members]
+                continue
+            for r in members:
+                kind = "baseline" if r is base[0] else "variant"
+                probes.append(self._probe(r, kind, r.metadata.get("perturbation_type") or
+                                          ("baseline" if kind == "baseline" else "unknown"), gid))
+        missing = sum(1 for p in probes if p["category"] == "missing_original_query")
+        if missing:
+            notes.append({"level": "warning", "code": "missing_original_query",
+                          "message": f"{missing} rows have no metadata.original_query and are not scored"})
+        return probes, notes
+
+    def _probe(self, row: DatasetRow, axis: str, category: str, gid: str | None) -> dict:
+        msgs = messages_for(row)
+        return {"probe_id": _h(row.input_id, "perturbation"), "input_id": row.input_id, "axis": axis,
+                "category": category, "attribute_value": gid, "query_text": row.last_user_text,
+                "messages": json.dumps(msgs, ensure_ascii=False), "template_version": self.template_version}
+
+    def synthesize(self, ctx: StageContext):
+        probes, notes = self.group_rows(ctx.rows())
+        for n in notes:
+            ctx.log(n["message"])
+        yield {"probes": probes, "run_notes": notes}
+
+    # ---- sampling: the off-platform answers, as given
+    async def sample(self, ctx: StageContext):
+        for ids in ctx.batches():
+            rows = {r.input_id: r for r in ctx.rows(ids)}
+            probes = ctx.read("probes", ids, ["probe_id", "input_id", "axis"]).to_dict("records")
+            yield {"sut_responses": [{"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0,
+                                      "response": rows[p["input_id"]].sut_response, "status": "ok", "model": "dataset",
+                                      "cached": False} for p in probes if p["axis"] != "excluded"]}
+
+    # ---- judging: per group, base correctness, then per variant correctness + robustness
+    async def judge(self, ctx: StageContext):
+        cfg = ctx.config
+        probes = ctx.read("probes", None, ["probe_id", "input_id", "axis", "category", "attribute_value", "query_text",
+                                           "template_id"])
+        probes = probes[probes["axis"] != "excluded"].to_dict("records")
+        resp = {r["probe_id"]: r for r in ctx.read("sut_responses", None, ["probe_id", "sample_index", "status",
+                                                                            "error", "response"]).to_dict("records")
+                if r["sample_index"] == 0}
+        meta = {r.input_id: r.metadata for r in ctx.rows()}
+        groups: dict[str, dict] = {}
+        for p in probes:
+            g = groups.setdefault(p["attribute_value"], {"base": None, "variants": []})
+            if p["axis"] == "baseline":
+                g["base"] = p
+            else:
+                g["variants"].append(p)
+        progress = ctx.progress("judging groups", len(groups))
+        async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
+            progress.in_flight = lambda: client.stats["in_flight"]
+
+            async def ask(jid, pair_id, input_id, axis, label, messages, model, field):
+                o = await ask_json(client, messages, model, retries=ctx.spec.judge_retries,
+                                   timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
+                                   template_version=self.template_version)
+                row = {"judgement_id": jid, "pair_id": pair_id, "input_id": input_id, "axis": axis, "label": label,
+                       "attempts": o.attempts, "raw_output": o.raw, "model": o.last.model if o.last else None,
+                       "call_key": o.last.call_key if o.last else None}
+                if o.value is None:
+                    return {**row, "status": "judge_failed", "error": f"{label} judge {o.error}"}
+                return {**row, "status": "ok", "score": float(getattr(o.value, field)), "reasoning": o.value.reasoning,
+                        "parsed": o.value.model_dump_json()}
+
+            def answer(p):
+                r = resp.get(p["probe_id"])
+                if r is None or r["status"] != "ok":
+                    return None, f"SUT answer {'missing' if r is None else r['error']}"
+                return (r["response"] or "").strip(), None
+
+            async def one(item):
+                gid, g = item
+                base = g["base"]
+                m = meta.get(base["input_id"], {})
+                ref = m.get("reference_answer") or cfg.reference_answer
+                gctx = m.get("groundtruth_context") or cfg.groundtruth_context
+                b_text, b_err = answer(base)
+                out = []
+                if b_err or not b_text:
+                    why = b_err or "the baseline response is empty"
+                    return [{"judgement_id": f"{gid}|base|correctness", "pair_id": f"{gid}|base",
+                             "input_id": base["input_id"], "axis": "baseline", "label": "correctness",
+                             "status": "sut_failed" if b_err else "empty_baseline", "error": why}]
+                tasks = [ask(f"{gid}|base|correctness", f"{gid}|base", base["input_id"], "baseline", "correctness",
+                             correctness_messages(base["query_text"], b_text, ref, gctx), Correctness, "correctness")]
+                for v in g["variants"]:
+                    v_text, v_err = answer(v)
+                    pid = f"{gid}|{member(v)}"
+                    common = {"pair_id": pid, "input_id": v["input_id"], "axis": v["category"]}
+                    if v_err:
+                        out += [{**common, "judgement_id": f"{pid}|{k}", "label": k, "status": "sut_failed",
+                                 "error": v_err} for k in ("correctness", "robustness")]
+                    elif not v_text:  # an empty answer is neither correct nor robust: no judge needed
+                        out += [{**common, "judgement_id": f"{pid}|{k}", "label": k, "status": "ok", "score": 0.0,
+                                 "reasoning": "empty_response: the SUT returned nothing"} for k in ("correctness", "robustness")]
+                    else:
+                        tasks.append(ask(f"{pid}|correctness", pid, v["input_id"], v["category"], "correctness",
+                                         correctness_messages(v["query_text"], v_text, ref, gctx), Correctness, "correctness"))
+                        tasks.append(ask(f"{pid}|robustness", pid, v["input_id"], v["category"], "robustness",
+                                         robustness_messages(base["query_text"], v["query_text"], b_text, v_text),
+                                         Robustness, "robustness"))
+                return out + list(await asyncio.gather(*tasks))
+
+            results = await run_bounded(sorted(groups.items()), one, cfg.sub_call_concurrency_limit, progress,
+                                        lambda rs: all(r["status"] == "ok" for r in rs))
+        yield {"judgements": [r for rs in results for r in rs]}
+
+    # ---- aggregation
+    def aggregate(self, ctx: StageContext):
+        cfg = ctx.config
+        norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
+        probes = ctx.read("probes", None, ["input_id", "axis", "category", "attribute_value", "template_id"]).to_dict("records")
+        j = ctx.read("judgements", None, ["pair_id", "input_id", "axis", "label", "status", "score", "error"])
+        by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
+        groups: dict[str, list[dict]] = {}
+        row_scores, by_type = [], {}
+        for p in probes:
+            if p["axis"] == "excluded" and p["input_id"] not in {r["input_id"] for r in row_scores}:
+                row_scores.append({"input_id": p["input_id"], "status": "error", "label": "error", "n_judged": 0,
+                                   "n_failed": 0, "n_events": 0, "error": EDGE_MESSAGES[p["category"]]})
+            elif p["axis"] != "excluded":
+                groups.setdefault(p["attribute_value"], []).append(p)
+        row_vals, row_clusters = [], []
+        groups_scored = groups_failed = pairs_failed = 0
+        for gid, members in groups.items():
+            base = next(m for m in members if m["axis"] == "baseline")
+            bj = by_pair.get(f"{gid}|base", [])
+            b_ok = [x for x in bj if x["status"] == "ok"]
+            error = None
+            if not b_ok:
+                error = "baseline not scored: " + ("; ".join(str(x["error"]) for x in bj) or "no judgement")
+            rob, drops, failed, explained = [], [], 0, []
+            if error is None:
+                b = float(b_ok[0]["score"])
+                for v in (m for m in members if m["axis"] == "variant"):
+                    vj = {x["label"]: x for x in by_pair.get(f"{gid}|{member(v)}", [])}
+                    c, r = vj.get("correctness"), vj.get("robustness")
+                    if not c or not r or c["status"] != "ok" or r["status"] != "ok":
+                        failed += 1
+                        continue
+                    drop = b - float(c["score"])
+                    rob.append(float(r["score"]))
+                    drops.append(drop)
+                    t = by_type.setdefault(v["category"], {"rob": [], "drop": []})
+                    t["rob"].append(float(r["score"]))
+                    t["drop"].append(drop)
+                    explained.append(f"{v['category']}: robustness {float(r['score']):.2f}, drop {drop:+.2f}")
+                if not rob:
+                    error = f"no variant of the group could be scored ({failed} failed)"
+            pairs_failed += failed
+            if error:
+                groups_failed += 1
+                row_scores += [{"input_id": i, "status": "error", "label": "error", "n_judged": 0,
+                                "n_failed": failed, "n_events": 0, "error": error} for i in {m["input_id"] for m in members}]
+                continue
+            groups_scored += 1
+            raw = group_score(rob, drops)
+            expl = f"group of {len(members)} rows; mean robustness {sum(rob) / len(rob):.2f}, mean correctness drop " \
+                   f"{sum(drops) / len(drops):+.2f}; " + "; ".join(explained)
+            row_vals.append(raw)  # the run's mean counts each original query once
+            row_clusters.append(gid)
+            for m in {m["input_id"]: m for m in members}.values():  # the group score, on every row of the group
+                row_scores.append({"input_id": m["input_id"], "raw_score": raw, "score": norm(raw), "status": "ok",
+                                   "label": "robust" if raw >= 0.85 else "fragile", "n_judged": len(rob),
+                                   "n_failed": failed, "n_events": sum(1 for d in drops if d > 0),
+                                   "explanation": expl[:1000]})
+        yield {"row_scores": row_scores}
+        n = len(row_vals)
+        raw = sum(row_vals) / n if n else None
+        lo, hi = cluster_bootstrap_mean(row_vals, row_clusters, seed=ctx.spec.seed) if n else (None, None)
+        slo, shi = normalise_interval(lo, hi, cfg.min, cfg.max, cfg.inverted)
+        sc, th = norm(raw), ctx.threshold
+        scores = [{"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": raw,
+                   "score": sc, "ci_low": slo, "ci_high": shi, "n": n, "n_failed": groups_failed,
+                   "weight": cfg.weight, "threshold": th, "passed": None if th is None or sc is None else bool(sc >= th),
+                   "details": json.dumps({"groups_scored": groups_scored, "groups_failed": groups_failed,
+                                          "variant_pairs_failed": pairs_failed, "rows_scored": sum(
+                                              1 for r in row_scores if r["status"] == "ok"),
+                                          "rows_errored": sum(1 for r in row_scores if r["status"] != "ok")})}]
+        for t, d in sorted(by_type.items()):
+            mr, md = sum(d["rob"]) / len(d["rob"]), sum(d["drop"]) / len(d["drop"])
+            r = group_score(d["rob"], d["drop"])
+            scores.append({"metric_name": cfg.metric_name, "scope": "perturbation_type", "group_key": t, "raw_score": r,
+                           "score": norm(r), "n": len(d["rob"]), "n_events": sum(1 for x in d["drop"] if x > 0),
+                           "weight": cfg.weight, "details": json.dumps({"mean_robustness": mr, "mean_correctness_drop": md})})
+        yield {"metric_scores": scores}
+
+    def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
+        overall = scores[scores["scope"] == "overall"].iloc[0]
+        d = json.loads(overall["details"]) if overall["details"] else {}
+        types = scores[scores["scope"] == "perturbation_type"].sort_values(["score", "group_key"])
+        return {"score": overall["score"], "ci95": [overall["ci_low"], overall["ci_high"]], **d,
+                "by_perturbation_type": [{"type": r["group_key"], "score": r["score"], "pairs": int(r["n"]),
+                                          **json.loads(r["details"])} for _, r in types.iterrows()]}
+
+    def format_summary(self, s: dict[str, Any]) -> list[str]:
+        f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+        lines = [f"  rows scored {s['rows_scored']}, rows errored {s['rows_errored']}, groups scored "
+                 f"{s.get('groups_scored')}, groups failed {s.get('groups_failed')}, variant pairs failed "
+                 f"{s.get('variant_pairs_failed')}",
+                 f"  {'perturbation type':<20}{'score':>8}{'robustness':>12}{'correct. drop':>15}{'pairs':>7}"]
+        for t in s["by_perturbation_type"]:
+            lines.append(f"  {t['type']:<20}{f(t['score']):>8}{f(t['mean_robustness']):>12}"
+                         f"{t['mean_correctness_drop']:>+15.3f}{t['pairs']:>7}")
+        return lines
+
+
+class PerturbationRobustness(PerturbationRobustnessExternal):
+    """Hosted: variants made by the recipe within the run, answered by the SUT."""
+
+    name = "llm.perturbation_robustness"
+    version = "1.0.0"
+    config_model = PerturbationRobustnessConfig
+
+    def types(self, ctx: StageContext) -> list[str]:
+        cfg = ctx.config
+        if cfg.perturbation_types:
+            return list(cfg.perturbation_types)
+        llm = ctx.spec.synthesis_connection().provider != "builtin"
+        return [t for t in ALL_TYPES if t != "paraphrase" or llm]
+
+    def synthesize(self, ctx: StageContext):
+        cfg = ctx.config
+        rows = ctx.rows()
+        types = self.types(ctx)
+        paraphrases = {}
+        if "paraphrase" in types:
+            async def go():
+                async with ctx.client("synthesis", "synthesis", 8) as client:
+                    return await ask_paraphrases(client, rows, cfg.variants_per_type, cfg.timeout_seconds,
+                                                 ctx.spec.judge_retries, 0.7)
+            paraphrases = asyncio.run(go())
+        variants = generate_variants(rows, types, ctx.spec.seed, cfg.variants_per_type, paraphrases)
+        probes, notes = self.group_rows(variants)
+        for p in probes:  # a variant row belongs to its seed row: keep the seed row's input_id for batching
+            p["template_id"] = p["input_id"]
+            p["input_id"] = p["input_id"].split("--", 1)[0]
+            p["probe_id"] = _h(p["template_id"], "perturbation")
+        yield {"probes": probes, "run_notes": notes}
+
+    def sample(self, ctx: StageContext):
+        cfg = ctx.config
+        return sample_probes(ctx, concurrency=cfg.sub_call_concurrency_limit, temperature=cfg.sut_temperature,
+                             retries=cfg.n_sut_retries, timeout=cfg.timeout_seconds, template_version=self.template_version)
