@@ -14,7 +14,7 @@ from aip_assets.metrics.perturbation import (PerturbationRobustnessExternal, Per
                                              group_score)
 from aip_assets.models.builtin import handle_chat
 from aip_assets.perturbations import RULE_BASED, canonical_tokens
-from aip_assets.recipes import answer_file, perturb_file
+from aip_assets.recipes import perturb_file
 from aip_assets.runspec import BuiltinProfile, parse_spec
 
 from .conftest import make_spec, run_all, table, write_dataset

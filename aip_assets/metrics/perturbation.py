@@ -369,7 +369,6 @@ class PerturbationRobustnessExternal(Metric):
         row_vals, row_clusters = [], []
         groups_scored = groups_failed = pairs_failed = 0
         for gid, members in groups.items():
-            base = next(m for m in members if m["axis"] == "baseline")
             bj = by_pair.get(f"{gid}|base", [])
             b_ok = [x for x in bj if x["status"] == "ok"]
             error = None
