@@ -128,6 +128,9 @@ class RunSpec(BaseModel):
     reuse_calls_from: list[str] = Field(default_factory=list, description="earlier run ids whose successful calls may answer this run's")
     templates: dict[Literal["semantic", "factual", "safety", "jailbreak"], list[dict[str, str]]] = Field(
         default_factory=dict, description="extra variant templates per family: [{category, template}]")
+    schedule: str | None = Field(None, description="cron expression: evaluate this spec again on every tick (UTC)")
+    max_failed_share: float = Field(0.1, ge=0.0, le=1.0, description="completeness checks fail above this share "
+                                    "of failed SUT answers or judge verdicts")
     batch_rows: int = Field(5000, ge=1, le=100_000, description="rows per streamed batch; memory is bounded by it")
     retry_backoff_seconds: float = Field(0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors")
 
@@ -141,6 +144,15 @@ class RunSpec(BaseModel):
         unknown = [m for m in v if m not in REGISTRY]
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(REGISTRY)}")
+        return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v):
+        from dagster._utils.schedules import is_valid_cron_schedule
+
+        if v is not None and not is_valid_cron_schedule(v):
+            raise ValueError(f"not a valid cron expression: {v!r} (e.g. '0 2 * * *' for 02:00 UTC daily)")
         return v
 
     @field_validator("templates")

@@ -3,12 +3,13 @@
 
 from typing import Any
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, Failure, MaterializeResult, MetadataValue, asset
 
+from .. import checks
 from ..errors import AipError
 from ..metrics import get_metric
 from ..partitions import run_metric_partitions
-from ..pipeline import logger, run_stage
+from ..pipeline import load_run, logger, run_stage
 
 GROUP = "evaluation"
 
@@ -27,10 +28,15 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
         lines = [f"**{keys['metric']}** score {s['score']:.3f}" if s.get("score") is not None else "no score", "```",
                  *get_metric(keys["metric"]).format_summary(s), "```"]
         out["headline"] = MetadataValue.md("\n".join(lines))
-    return MaterializeResult(metadata=out)
+    check = []
+    if stage in checks.CHECKS:
+        spec, _ = load_run(keys["run"])
+        check = [checks.evaluate(stage, keys["run"], keys["metric"], spec)]
+    return MaterializeResult(metadata=out, check_results=check)
 
 
-@asset(partitions_def=run_metric_partitions, group_name=GROUP, description="dataset rows (gdi_text_v1) → dataset_rows")
+@asset(partitions_def=run_metric_partitions, group_name=GROUP, description="dataset rows (gdi_text_v1) → dataset_rows",
+       check_specs=checks.spec_for("ingest", AssetKey("ingest")))
 def ingest(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("ingest", context)
 
@@ -42,19 +48,22 @@ def synthesis(context: AssetExecutionContext) -> MaterializeResult:
 
 
 @asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[synthesis],
-       description="every SUT answer → sut_responses, llm_calls")
+       description="every SUT answer → sut_responses, llm_calls",
+       check_specs=checks.spec_for("sampling", AssetKey("sut_sampling")))
 def sut_sampling(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("sampling", context)
 
 
 @asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[sut_sampling],
-       description="judge verdicts → judgements, llm_calls")
+       description="judge verdicts → judgements, llm_calls",
+       check_specs=checks.spec_for("judging", AssetKey("judging")))
 def judging(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("judging", context)
 
 
 @asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[judging],
-       description="row and run scores with 95% intervals → row_scores, metric_scores")
+       description="row and run scores with 95% intervals → row_scores, metric_scores",
+       check_specs=checks.spec_for("aggregation", AssetKey("aggregation")))
 def aggregation(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("aggregation", context)
 

@@ -1,0 +1,144 @@
+"""Operating evaluations: asset checks, schedules, the new-spec sensor."""
+
+import json
+from datetime import datetime, timezone
+
+import yaml
+from dagster import AssetCheckSeverity, SkipReason, build_schedule_context, build_sensor_context, materialize
+
+from aip_assets import pipeline
+from aip_assets import warehouse as wh
+from aip_assets.assets import STAGE_ASSETS
+from aip_assets.automation import build_schedules, build_sensor
+from aip_assets.dagster_home import get_instance
+from aip_assets.definitions import defs, evaluate_job
+from aip_assets.partitions import partition_key, runs_partitions
+
+from .conftest import make_spec, write_dataset
+
+FLIP = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
+
+
+def _checks(result):
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def test_asset_checks_on_every_stage(tmp_path, builtin_http):
+    ds = write_dataset(tmp_path / "d.jsonl", 8)
+    instance = get_instance()
+    url, _ = builtin_http({**FLIP, "p": 1.0}, fail_rate=0.3)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
+                     config={"dimensions": ["gender", "role"]}, threshold=0.99, max_failed_share=0.1)
+    pipeline.register_run(spec, "chk")
+    instance.add_dynamic_partitions(runs_partitions.name, ["chk"])
+    res = materialize(STAGE_ASSETS, partition_key=partition_key("chk", "llm.decision_flip"), instance=instance)
+    assert res.success  # failed checks do not fail the materialisation; they are shown beside it
+    c = _checks(res)
+    assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "threshold"}
+    assert c["dataset_quality"].passed and c["dataset_quality"].metadata["rows"].value == 8
+    assert not c["sut_completeness"].passed and c["sut_completeness"].severity == AssetCheckSeverity.WARN
+    assert c["sut_completeness"].metadata["failed_share"].value > 0.1
+    assert not c["threshold"].passed and c["threshold"].severity == AssetCheckSeverity.ERROR
+    # a clean run passes every check
+    spec = make_spec(ds, threshold=0.5)
+    pipeline.register_run(spec, "clean")
+    instance.add_dynamic_partitions(runs_partitions.name, ["clean"])
+    res = materialize(STAGE_ASSETS, partition_key=partition_key("clean", "llm.decision_flip"), instance=instance)
+    assert all(e.passed for e in res.get_asset_check_evaluations())
+
+
+def _spec_file(tmp_path, ds, profile, name="nightly", schedule="0 2 * * *"):
+    runs = tmp_path / "data" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    p = runs / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({"name": name, "dataset": str(ds), "schedule": schedule, "seed": 1,
+                                 "sut": {"provider": "builtin", "profile": profile},
+                                 "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}}}}))
+    return p
+
+
+def _tick(sched, instance, when):
+    ctx = build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                 repository_def=defs.get_repository_def())
+    return sched.evaluate_tick(ctx)
+
+
+def _execute(requests, instance):
+    for r in requests:
+        assert materialize(STAGE_ASSETS, partition_key=r.partition_key, instance=instance, tags=r.tags).success
+
+
+def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, monkeypatch):
+    ds = write_dataset(tmp_path / "d.jsonl", 60)
+    path = _spec_file(tmp_path, ds, FLIP)
+    instance = get_instance()
+    [sched] = build_schedules(evaluate_job)
+    assert sched.cron_schedule == "0 2 * * *"
+    t1, t2 = datetime(2026, 11, 1, 2, tzinfo=timezone.utc), datetime(2026, 11, 2, 2, tzinfo=timezone.utc)
+    first = _tick(sched, instance, t1)
+    assert [r.partition_key for r in first.run_requests] == [partition_key("nightly-20261101T0200Z", "llm.decision_flip")]
+    _execute(first.run_requests, instance)
+    # a tick while the previous run of the spec is still going skips with the reason
+    import aip_assets.automation as automation
+
+    real = automation.still_going
+    monkeypatch.setattr(automation, "still_going", lambda inst, name: ["nightly-20261101T0200Z"])
+    busy = _tick(sched, instance, t2)
+    assert not busy.run_requests and "still going" in busy.skip_message
+    monkeypatch.setattr(automation, "still_going", real)
+    second = _tick(sched, instance, t2)
+    _execute(second.run_requests, instance)
+    assert set(instance.get_dynamic_partitions(runs_partitions.name)) == {"nightly-20261101T0200Z", "nightly-20261102T0200Z"}
+    s = wh.query("SELECT run_id, scope, group_key, score, n, n_events FROM metric_scores ORDER BY scope, group_key, run_id")
+    a, b = s[s.run_id.str.endswith("1101T0200Z")].drop(columns="run_id"), s[s.run_id.str.endswith("1102T0200Z")].drop(columns="run_id")
+    assert a.reset_index(drop=True).equals(b.reset_index(drop=True))  # same SUT, same spec: zero difference
+    # the same tick again does not overwrite the run
+    assert "already registered" in _tick(sched, instance, t2).skip_message
+    # changing the SUT between ticks: a drop on the gender axis only
+    _spec_file(tmp_path, ds, {**FLIP, "p": 0.9})
+    third = _tick(sched, instance, datetime(2026, 11, 3, 2, tzinfo=timezone.utc))
+    _execute(third.run_requests, instance)
+    axes = wh.query("SELECT run_id, group_key, rate FROM metric_scores WHERE scope = 'axis' ORDER BY group_key, run_id")
+    g = axes[axes.group_key == "gender"].rate.tolist()
+    assert g[2] > g[1] == g[0]
+    assert (axes[axes.group_key != "gender"].rate == 0).all()
+
+
+def test_sensor_launches_new_and_changed_specs_and_reports_invalid_ones(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 5)
+    _spec_file(tmp_path, ds, FLIP, name="a", schedule=None)
+    bad = tmp_path / "data" / "runs" / "broken.yaml"
+    bad.write_text(yaml.safe_dump({"name": "broken", "dataset": str(ds), "metrics": {"llm.decision_flip": {
+        "config": {"num_pairs_per_dimension": 99}}}}))
+    instance = get_instance()
+    sensor = build_sensor(evaluate_job)
+    ctx = build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
+    out = _sensor_tick(sensor, ctx, instance)
+    assert len(out.run_requests) == 1 and out.run_requests[0].tags["aip/spec"] == "a"
+    assert "broken" not in {r.tags["aip/spec"] for r in out.run_requests}
+    cursor = out.cursor
+    bad.write_text(bad.read_text() + "\n# edited, still invalid\n")
+    only_bad = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
+                                                         repository_def=defs.get_repository_def()), instance)
+    assert not only_bad.run_requests
+    assert "broken.yaml not launched" in only_bad.skip_message and "num_pairs_per_dimension" in only_bad.skip_message
+    cursor = only_bad.cursor
+    again = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
+                                                      repository_def=defs.get_repository_def()), instance)
+    assert not again.run_requests and "no new or changed spec" in again.skip_message
+    _spec_file(tmp_path, ds, {**FLIP, "p": 0.5}, name="a", schedule=None)  # changed
+    changed = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
+                                                        repository_def=defs.get_repository_def()), instance)
+    assert len(changed.run_requests) == 1
+    runs = pipeline.list_runs()
+    assert len(runs) == 2 and set(runs.spec_name) == {"a"}
+    assert "broken" not in set(runs.spec_name)
+
+
+def _sensor_tick(sensor, ctx, instance):
+    """Evaluate a tick as the daemon does: partition keys resolve against the instance."""
+    from dagster import partition_loading_context
+
+    with partition_loading_context(dynamic_partitions_store=instance):
+        out = sensor.evaluate_tick(ctx)
+    return out
