@@ -248,3 +248,71 @@ def run_summary(run_id: str, path: Path | None = None) -> dict[str, Any]:
         s["metric_name"] = ov["metric_name"]
         out["metrics"][metric] = s
     return out
+
+
+# ------------------------------------------------------------------ estimates and limits
+ASSUMED_ANSWER_TOKENS = 300  # when the SUT connection sets no max_tokens
+JUDGE_PROMPT_TOKENS = 450    # a judge prompt's own text, before the answers it quotes
+JUDGE_ANSWER_TOKENS = 80
+
+
+def estimate(spec: RunSpec) -> dict[str, Any]:
+    """What a run of ``spec`` will spend, without calling any model: ingest and synthesis run in a
+    temporary warehouse (personas from the catalogue), then each metric counts its calls from
+    the probes it made. Tokens are estimated at 4 characters a token."""
+    import tempfile
+
+    from .runspec import Connection
+
+    with tempfile.TemporaryDirectory(prefix="aip-dry-run-") as tmp:
+        path = Path(tmp) / "estimate.duckdb"
+        offline = spec.model_copy(update={"synthesis": Connection()})
+        register_run(offline, "dry-run", path)
+        sut_answer = spec.sut.max_tokens or ASSUMED_ANSWER_TOKENS
+        out: dict[str, Any] = {"metrics": {}, "assumptions": {
+            "chars_per_token": 4, "sut_answer_tokens": sut_answer, "judge_prompt_tokens": JUDGE_PROMPT_TOKENS,
+            "judge_answer_tokens": JUDGE_ANSWER_TOKENS}}
+        for metric in spec.metrics:
+            for stage in ("ingest", "synthesis"):
+                run_stage(stage, "dry-run", metric, log=lambda m: None, path=path)
+            plugin = get_metric(metric)
+            ctx = StageContext(run_id="dry-run", metric=metric, spec=offline, config=offline.metric_config(metric),
+                               journal=None, reader=WarehouseReader("dry-run", metric, path), batch_rows=spec.batch_rows)
+            e = plugin.estimate(ctx)
+            cfg = spec.metric_config(metric)
+            llm = spec.synthesis_connection().provider != "builtin"
+            if metric == "llm.group_interaction_bias" and llm and not cfg.persona_pairs:
+                e["synthesis_calls"] = 1
+            if metric == "llm.perturbation_robustness" and llm and (not cfg.perturbation_types or "paraphrase" in cfg.perturbation_types):
+                n = len(ctx.input_ids()) * cfg.variants_per_type
+                e["synthesis_calls"] = n
+                e["sut_calls"] += n
+                e["judge_calls"] += 2 * n
+            e["sut_prompt_tokens"] = e.pop("sut_prompt_chars") // 4
+            e["sut_completion_tokens"] = e["sut_calls"] * sut_answer
+            e["judge_prompt_tokens"] = e["judge_calls"] * (JUDGE_PROMPT_TOKENS + 2 * sut_answer)
+            e["judge_completion_tokens"] = e["judge_calls"] * JUDGE_ANSWER_TOKENS
+            out["metrics"][metric] = e
+    tot = {k: sum(m[k] for m in out["metrics"].values()) for k in next(iter(out["metrics"].values()))}
+    tot["calls"] = tot["sut_calls"] + tot["judge_calls"] + tot["synthesis_calls"]
+    tot["tokens"] = sum(v for k, v in tot.items() if k.endswith("_tokens"))
+    out["total"] = tot
+    lim = spec.limits
+    out["limits"] = lim.model_dump()
+    out["within_limits"] = (lim.max_calls is None or tot["calls"] <= lim.max_calls) and (
+        lim.max_tokens is None or tot["tokens"] <= lim.max_tokens)
+    return out
+
+
+def update_limits(run_id: str, max_calls: int | None, max_tokens: int | None, path: Path | None = None) -> None:
+    """Raise (or set) a registered run's caps, recorded in its stored spec, so it can resume."""
+    spec, rec = load_run(run_id, path)
+    data = json.loads(rec["spec"])
+    data.setdefault("limits", {})
+    if max_calls is not None:
+        data["limits"]["max_calls"] = max_calls
+    if max_tokens is not None:
+        data["limits"]["max_tokens"] = max_tokens
+    parse_spec(data, where=f"eval_runs[{run_id}].spec")
+    with wh.connect(path) as con:
+        con.execute("UPDATE eval_runs SET spec = ? WHERE run_id = ?", [stable_json(data), run_id])

@@ -89,6 +89,7 @@ class Connection(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="other request parameters (top_p, seed, stop, ...)")
     profile: BuiltinProfile = Field(default_factory=BuiltinProfile)
     max_connections: int = Field(64, ge=1, le=1024)
+    requests_per_minute: int | None = Field(None, ge=1, description="rate limit for this endpoint (all roles)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -104,6 +105,14 @@ class Connection(BaseModel):
 
     def endpoint_id(self) -> str:
         return f"builtin:{self.profile.model_dump_json()}" if self.provider == "builtin" else f"{self.base_url.rstrip('/')}"
+
+
+class Limits(BaseModel):
+    """Caps for a run: it stops cleanly when reached (nothing half-written) and resumes later."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_calls: int | None = Field(None, ge=1, description="model calls made over the network, all roles")
+    max_tokens: int | None = Field(None, ge=1, description="prompt + completion tokens, all roles")
 
 
 class MetricEntry(BaseModel):
@@ -128,6 +137,7 @@ class RunSpec(BaseModel):
     reuse_calls_from: list[str] = Field(default_factory=list, description="earlier run ids whose successful calls may answer this run's")
     templates: dict[Literal["semantic", "factual", "safety", "jailbreak"], list[dict[str, str]]] = Field(
         default_factory=dict, description="extra variant templates per family: [{category, template}]")
+    limits: Limits = Field(default_factory=Limits)
     schedule: str | None = Field(None, description="cron expression: evaluate this spec again on every tick (UTC)")
     max_failed_share: float = Field(0.1, ge=0.0, le=1.0, description="completeness checks fail above this share "
                                     "of failed SUT answers or judge verdicts")

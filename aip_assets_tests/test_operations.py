@@ -142,3 +142,69 @@ def _sensor_tick(sensor, ctx, instance):
     with partition_loading_context(dynamic_partitions_store=instance):
         out = sensor.evaluate_tick(ctx)
     return out
+
+
+def _spec_yaml(tmp_path, ds, **extra):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"name": "cost", "dataset": str(ds), "retry_backoff_seconds": 0.01,
+                                 "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender", "role"]}},
+                                             "llm.semantic_consistency": {}}, **extra}))
+    return p
+
+
+def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys):
+    from aip_assets.cli import main
+
+    ds = write_dataset(tmp_path / "d.jsonl", 12)
+    spec = _spec_yaml(tmp_path, ds, limits={"max_calls": 10})
+    assert main(["run", str(spec), "--dry-run", "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert not wh.default_path().exists()  # nothing written
+    assert est["within_limits"] is False and est["total"]["tokens"] > 0
+    assert main(["run", str(spec), "--json", "--quiet", "--max-calls", "100000"]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    calls = wh.query("SELECT metric, role, count(*) AS n FROM llm_calls WHERE run_id = ? GROUP BY ALL", [run_id])
+    got = {(r.metric, r.role): r.n for r in calls.itertuples()}
+    for m, e in est["metrics"].items():
+        assert got[(m, "sut")] == e["sut_calls"]  # SUT calls are counted exactly
+        assert got[(m, "judge")] <= e["judge_calls"]  # identical judge prompts may be answered from the cache
+
+
+def test_run_stops_at_its_call_cap_and_resumes(tmp_path, capsys, builtin_http):
+    from aip_assets.cli import main
+
+    ds = write_dataset(tmp_path / "d.jsonl", 10)
+    url, server = builtin_http()
+    spec = _spec_yaml(tmp_path, ds, limits={"max_calls": 25},
+                      sut={"provider": "openai", "base_url": url, "model": "m"})
+    assert main(["run", str(spec), "--json", "--quiet", "--metric", "llm.decision_flip"]) == 4
+    err = capsys.readouterr()
+    run_id = json.loads(err.out)["run_id"]
+    assert "reached limits.max_calls = 25" in err.err
+    assert wh.query("SELECT count(*) AS n FROM sut_responses WHERE run_id = ?", [run_id]).n[0] == 0  # nothing half-written
+    probes = {b for b in server.ok_bodies if "Reply with OK." not in b}
+    assert len(probes) == 25
+    assert main(["run", str(spec), "--run-id", run_id, "--max-calls", "100000", "--json", "--quiet",
+                 "--metric", "llm.decision_flip"]) == 0
+    n_probes = wh.query("SELECT count(*) AS n FROM probes WHERE run_id = ?", [run_id]).n[0]
+    bodies = {b: c for b, c in server.ok_bodies.items() if "Reply with OK." not in b}
+    assert len(bodies) == n_probes and set(bodies.values()) == {1}  # resumed without repeating a call
+    stored = json.loads(wh.query("SELECT spec FROM eval_runs WHERE run_id = ?", [run_id]).spec[0])
+    assert stored["limits"]["max_calls"] == 100000
+
+
+def test_requests_per_minute_spaces_request_starts():
+    import asyncio
+    import time
+
+    from aip_assets.models.client import RateLimiter
+
+    limiter = RateLimiter(rpm=1200)  # one start every 50 ms
+
+    async def go():
+        t0 = time.monotonic()
+        for _ in range(6):
+            await limiter.wait()
+        return time.monotonic() - t0
+
+    assert asyncio.run(go()) >= 5 * 0.05 * 0.99  # a lower bound: a slow machine only adds to it

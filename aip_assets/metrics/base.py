@@ -58,23 +58,43 @@ class Progress:
                      f"{self.failed} failed, {rate:.1f}/s")
 
 
+async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
+    """Like asyncio.gather, but every awaitable runs to its end before the first error is raised,
+    so no call in flight is abandoned (its answer would be lost to the journal)."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return list(results)
+
+
 async def run_bounded(items: Iterable[Any], fn: Callable[[Any], Awaitable[Any]], limit: int,
                       progress: Progress | None = None, ok: Callable[[Any], bool] = lambda r: True) -> list[Any]:
-    """Apply ``fn`` to every item with at most ``limit`` in flight; results in item order."""
+    """Apply ``fn`` to every item with at most ``limit`` in flight; results in item order.
+
+    When one item fails (e.g. the run reached its call cap), no new item starts, the items in
+    flight finish (and are journaled), then the first error is raised."""
     items = list(items)
     results: list[Any] = [None] * len(items)
     next_i = 0
+    error: BaseException | None = None
 
     async def worker():
-        nonlocal next_i
-        while next_i < len(items):
+        nonlocal next_i, error
+        while next_i < len(items) and error is None:
             i = next_i
             next_i += 1
-            results[i] = await fn(items[i])
+            try:
+                results[i] = await fn(items[i])
+            except Exception as e:  # noqa: BLE001 - re-raised below, after the others finish
+                error = error or e
+                return
             if progress:
                 progress.tick(ok(results[i]))
 
     await asyncio.gather(*(worker() for _ in range(max(1, min(limit, len(items))))))
+    if error is not None:
+        raise error
     return results
 
 
@@ -133,10 +153,14 @@ class StageContext:
             yield ids[i:i + self.batch_rows]
 
     def client(self, role: str, stage: str, concurrency: int) -> ModelClient:
+        from ..models.client import Budget
+
         conn: Connection = {"sut": self.spec.sut, "judge": self.spec.judge}.get(role) or self.spec.synthesis_connection()
+        lim = self.spec.limits
+        budget = Budget(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
         return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
                            journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
-                           backoff_s=self.spec.retry_backoff_seconds)
+                           backoff_s=self.spec.retry_backoff_seconds, budget=budget)
 
     def progress(self, what: str, total: int) -> Progress:
         return Progress(what, total, self.log)
@@ -259,6 +283,16 @@ class Metric:
 
     def aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         raise NotImplementedError
+
+    def estimate(self, ctx: StageContext) -> dict[str, int]:
+        """Calls this metric will make, from its synthesised probes: {sut_calls, judge_calls,
+        synthesis_calls, sut_prompt_chars} (used by ``aip-eval run --dry-run``)."""
+        probes = ctx.read("probes", None, ["messages"])
+        pairs = ctx.count("probe_pairs")
+        return {"sut_calls": len(probes), "judge_calls": pairs * self.judges_per_pair, "synthesis_calls": 0,
+                "sut_prompt_chars": int(probes["messages"].str.len().sum()) if len(probes) else 0}
+
+    judges_per_pair: ClassVar[int] = 1
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         """Headline numbers for the CLI and Dagster metadata from this partition's metric_scores."""

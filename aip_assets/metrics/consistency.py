@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..catalog.templates import Template, catalogue
 from ..dataset import DatasetRow
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import Metric, ScoringFields, StageContext, ask_json, run_bounded
+from .base import (Metric, ScoringFields, StageContext, ask_json, gather_all, run_bounded)
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")
 
@@ -155,6 +155,15 @@ class Consistency(Metric):
             text = wrapper.text.replace("{prompt}", text)
         return {"template": t, "wrapper": wrapper, "text": text}
 
+    def estimate(self, ctx: StageContext) -> dict[str, int]:
+        probes = ctx.read("probes", None, ["axis", "attribute_value", "messages"])
+        n_fresh = ctx.config.responses_per_query - 1
+        variants = probes[probes["axis"] == "variant"]
+        bases = probes[(probes["axis"] == "base") & (probes["attribute_value"] == "sampled")]
+        chars = int(variants["messages"].str.len().sum()) * n_fresh + int(bases["messages"].str.len().sum())
+        return {"sut_calls": len(variants) * n_fresh + len(bases), "judge_calls": len(variants) * n_fresh,
+                "synthesis_calls": 0, "sut_prompt_chars": chars}
+
     # ---- synthesis
     def synthesize(self, ctx: StageContext):
         cat = catalogue(ctx.spec.templates)
@@ -209,7 +218,7 @@ class Consistency(Metric):
                                 "response": row.sut_response, "status": "ok", "model": "dataset", "cached": False}]
                     else:  # the hosted runner's job: sample a base answer first, recorded as such
                         out = [await call(base, 0)]
-                    return out + list(await asyncio.gather(*(call(variant, k) for k in range(1, n_fresh + 1))))
+                    return out + list(await gather_all(*(call(variant, k) for k in range(1, n_fresh + 1))))
 
                 results = await run_bounded(list(rows), one, cfg.concurrency_limit, progress,
                                             lambda rs: all(r["status"] == "ok" for r in rs))
@@ -260,7 +269,7 @@ class Consistency(Metric):
                         return {**row, "status": "ok", "label": v.label, "score": v.score, "reasoning": v.reasoning,
                                 "parsed": v.model_dump_json()}
 
-                    return list(await asyncio.gather(*(ask(r) for r in out)))
+                    return list(await gather_all(*(ask(r) for r in out)))
 
                 results = await run_bounded(ids, one, cfg.concurrency_limit, progress,
                                             lambda rs: any(r["status"] == "ok" for r in rs))

@@ -32,7 +32,8 @@ from ..catalog.attributes import PERSONA_INTRO
 from ..catalog.personas import catalogue_personas
 from ..dataset import DatasetRow
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import Metric, ScoringFields, StageContext, ask_json, pair_batch, run_bounded, sample_probes, sut_failure
+from .base import (Metric, ScoringFields, StageContext, ask_json, gather_all, pair_batch, run_bounded,
+                   sample_probes, sut_failure)
 
 TEMPLATE_VERSION = "group_interaction_bias/v1"
 JUDGE_KINDS = ("similarity", "tone", "effort")
@@ -200,6 +201,12 @@ class GroupInteractionBias(Metric):
     name = "llm.group_interaction_bias"
     version = "2.0.0"
     config_model = GroupInteractionBiasConfig
+    judges_per_pair = 3
+
+    def estimate(self, ctx: StageContext) -> dict[str, int]:
+        out = super().estimate(ctx)
+        out["synthesis_calls"] = int(ctx.spec.synthesis_connection().provider != "builtin" and not ctx.config.persona_pairs)
+        return out
 
     # ---- synthesis
     def persona_pool(self, ctx: StageContext) -> tuple[list[dict], list[tuple[int, int]], list[dict]]:
@@ -332,7 +339,7 @@ class GroupInteractionBias(Metric):
                     swapped = random.Random(f"group_interaction_bias:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
                     a, b = resp[pair["probe_a"]]["response"] or "", resp[pair["probe_b"]]["response"] or ""
                     r1, r2 = (b, a) if swapped else (a, b)
-                    return list(await asyncio.gather(*(one_judge(pair, k, swapped, r1, r2) for k in JUDGE_KINDS)))
+                    return list(await gather_all(*(one_judge(pair, k, swapped, r1, r2) for k in JUDGE_KINDS)))
 
                 results = await run_bounded(pairs, one, cfg.sub_call_concurrency_limit, progress,
                                             lambda rs: any(r["status"] == "ok" for r in rs))

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..dataset import DatasetRow
 from ..perturbations import ALL_TYPES, RULE_BASED
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import Metric, ScoringFields, StageContext, ask_json, run_bounded, sample_probes
+from .base import (Metric, ScoringFields, StageContext, ask_json, gather_all, run_bounded, sample_probes)
 
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
@@ -221,6 +221,14 @@ class PerturbationRobustnessExternal(Metric):
     config_model = PerturbationRobustnessExternalConfig
     template_version = "perturbation_robustness/v1"
 
+    def estimate(self, ctx: StageContext) -> dict[str, int]:
+        probes = ctx.read("probes", None, ["axis", "messages"])
+        scored = probes[probes["axis"] != "excluded"]
+        groups, variants = int((scored["axis"] == "baseline").sum()), int((scored["axis"] == "variant").sum())
+        hosted = self.name == "llm.perturbation_robustness"
+        return {"sut_calls": len(scored) if hosted else 0, "judge_calls": groups + 2 * variants,
+                "synthesis_calls": 0, "sut_prompt_chars": int(scored["messages"].str.len().sum()) if hosted else 0}
+
     # ---- synthesis: group the rows (full dataset)
     def group_rows(self, rows: list[DatasetRow]) -> tuple[list[dict], list[dict]]:
         """(probes, notes): one probe per row; rows in a broken group become ``excluded`` probes."""
@@ -345,7 +353,7 @@ class PerturbationRobustnessExternal(Metric):
                         tasks.append(ask(f"{pid}|robustness", pid, v["input_id"], v["category"], "robustness",
                                          robustness_messages(base["query_text"], v["query_text"], b_text, v_text),
                                          Robustness, "robustness"))
-                return out + list(await asyncio.gather(*tasks))
+                return out + list(await gather_all(*tasks))
 
             results = await run_bounded(sorted(groups.items()), one, cfg.sub_call_concurrency_limit, progress,
                                         lambda rs: all(r["status"] == "ok" for r in rs))

@@ -21,12 +21,61 @@ from typing import Any
 import aiohttp
 import httpx
 
-from ..errors import EndpointError
+from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
 from .journal import Journal
 from .openai_compatible import make_transport
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
+
+
+class BudgetExhausted(AipError):
+    """The run reached its limits.max_calls / max_tokens: the stage stops, nothing is written."""
+
+
+class Budget:
+    """A run's caps on network calls and tokens, counted from the journal (so across stages and
+    resumed runs) and reserved before each call."""
+
+    def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None):
+        self.max_calls, self.max_tokens = max_calls, max_tokens
+        self.calls, self.tokens = journal.totals(run_id) if journal is not None and (max_calls or max_tokens) else (0, 0)
+
+    def reserve(self) -> None:
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            raise BudgetExhausted(f"the run reached limits.max_calls = {self.max_calls}; the calls made so far are "
+                                  "kept: raise the limit (aip-eval run SPEC --run-id RUN --max-calls N) to resume")
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            raise BudgetExhausted(f"the run reached limits.max_tokens = {self.max_tokens} ({self.tokens} spent); "
+                                  "raise the limit (aip-eval run SPEC --run-id RUN --max-tokens N) to resume")
+        self.calls += 1
+
+    def spend(self, tokens: int) -> None:
+        self.tokens += tokens
+
+
+class RateLimiter:
+    """At most ``rpm`` request starts per minute for one endpoint, spaced evenly."""
+
+    _by_endpoint: dict[tuple[str, int], "RateLimiter"] = {}
+
+    def __init__(self, rpm: int):
+        self.interval = 60.0 / rpm
+        self.next = 0.0
+
+    @classmethod
+    def for_endpoint(cls, endpoint: str, rpm: int) -> "RateLimiter":
+        key = (endpoint, rpm)
+        if key not in cls._by_endpoint:
+            cls._by_endpoint[key] = cls(rpm)
+        return cls._by_endpoint[key]
+
+    async def wait(self) -> None:
+        now = time.monotonic()
+        slot = max(now, self.next)
+        self.next = slot + self.interval
+        if slot > now:
+            await asyncio.sleep(slot - now)
 MAX_BACKOFF_S = 60.0
 
 
@@ -93,7 +142,7 @@ class ModelClient:
 
     def __init__(self, conn: Connection, *, role: str, run_id: str, metric: str, stage: str,
                  journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
-                 backoff_s: float = 0.5):
+                 backoff_s: float = 0.5, budget: "Budget | None" = None):
         self.conn = conn
         self.role = role
         self.run_id = run_id
@@ -103,6 +152,8 @@ class ModelClient:
         self.cache_runs = [run_id, *reuse_runs]
         self.sem = asyncio.Semaphore(concurrency)
         self.backoff_s = backoff_s
+        self.budget = budget
+        self.limiter = RateLimiter.for_endpoint(conn.endpoint_id(), conn.requests_per_minute) if conn.requests_per_minute else None
         self.transport = None
         self.endpoint_id = conn.endpoint_id()
         # keys of successful calls this run may answer from the journal (kept current as calls
@@ -136,11 +187,15 @@ class ModelClient:
                     self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
                 return self._from_record(rec, key)
         async with self.sem:
+            if self.budget is not None:
+                self.budget.reserve()
             self.stats["in_flight"] += 1
             try:
                 result = await self._call(body, key, retries, timeout)
             finally:
                 self.stats["in_flight"] -= 1
+            if self.budget is not None:
+                self.budget.spend((result.prompt_tokens or 0) + (result.completion_tokens or 0))
         self.stats["network_calls"] += 1
         if not result.ok:
             self.stats["failed"] += 1
@@ -165,6 +220,8 @@ class ModelClient:
         attempts = 0
         while True:
             attempts += 1
+            if self.limiter is not None:
+                await self.limiter.wait()
             t0 = time.perf_counter()
             retry_after = None
             http_status = None

@@ -71,6 +71,14 @@ class Journal:
         with self._lock:
             self._con.execute(f"INSERT INTO calls ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})", values)
 
+    def totals(self, run_id: str) -> tuple[int, int]:
+        """(network calls, tokens) this run has spent so far, all metrics and stages."""
+        with self._lock:
+            n, t = self._con.execute(
+                "SELECT count(*), coalesce(sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0)), 0) "
+                "FROM calls WHERE run_id = ? AND source = 'network'", [run_id]).fetchone()
+        return int(n), int(t)
+
     def has_calls(self, run_id: str, metric: str, stage: str) -> bool:
         with self._lock:
             return self._con.execute(
