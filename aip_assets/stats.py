@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 from typing import Sequence
 
 Z95 = 1.959963984540054
@@ -24,28 +23,33 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
 
 def cluster_bootstrap_mean(values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000,
                            seed: int = 0) -> tuple[float | None, float | None]:
-    """95% percentile interval of the mean, resampling whole clusters (input rows)."""
+    """95% percentile interval of the mean, resampling whole clusters (input rows).
+
+    Vectorised (numpy), in chunks of resamples, so 100,000 clusters take seconds, not minutes."""
+    import numpy as np
+
     if not values:
         return None, None
-    by: dict[str, list[float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for v, c in zip(values, clusters):
-        by.setdefault(c, []).append(v)
-    groups = [(sum(vs), len(vs)) for vs in by.values()]
-    if len(groups) == 1:
-        m = sum(values) / len(values)
+        sums[c] = sums.get(c, 0.0) + v
+        counts[c] = counts.get(c, 0) + 1
+    s = np.fromiter(sums.values(), dtype=float)
+    n = np.fromiter((counts[c] for c in sums), dtype=float)
+    g = len(s)
+    if g == 1:
+        m = float(s[0] / n[0])
         return m, m
-    rng = random.Random(seed)
-    means = []
-    g = len(groups)
-    for _ in range(n_boot):
-        s = c = 0
-        for _ in range(g):
-            gs, gn = groups[rng.randrange(g)]
-            s += gs
-            c += gn
-        means.append(s / c)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_boot, 5_000_000 // g))
+    means = np.empty(n_boot)
+    for start in range(0, n_boot, chunk):
+        k = min(chunk, n_boot - start)
+        idx = rng.integers(0, g, size=(k, g))
+        means[start:start + k] = s[idx].sum(axis=1) / n[idx].sum(axis=1)
     means.sort()
-    return means[int(0.025 * n_boot)], means[min(n_boot - 1, int(0.975 * n_boot))]
+    return float(means[int(0.025 * n_boot)]), float(means[min(n_boot - 1, int(0.975 * n_boot))])
 
 
 def normalise(raw: float | None, lo: float, hi: float, inverted: bool) -> float | None:
