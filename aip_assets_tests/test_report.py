@@ -1,0 +1,272 @@
+"""The HTML run report: self-contained, a chart per breakdown, numbers equal to the warehouse's."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from aip_assets import pipeline
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+from aip_assets.errors import AipError
+from aip_assets.report import GROUP_CAP, TEXT_LIMIT, WEAKEST_ROWS, build_report, write_report
+from aip_assets.runspec import parse_spec
+
+from .conftest import make_spec, run_all, write_dataset
+
+RUN = "rep-1"
+MARK = "<script>x</script> & Co."  # in every prompt: must come out escaped
+METRICS = {
+    "llm.decision_flip": {"num_pairs_per_dimension": 2, "pool_size_per_dimension": 4},
+    "llm.group_interaction_bias": {"num_pairs": 3, "persona_pool_size": 8},
+    "llm.semantic_consistency": {"responses_per_query": 3},
+    "llm.safety_consistency": {"responses_per_query": 2, "dpi_ratio": 0.5},
+    "llm.perturbation_robustness": {"perturbation_types": ["typos", "casing", "filler"]},
+}
+NOT_CHARTED = {"overall", "axis_mean"}
+CHART_FIELD = {"axis": "rate", "judge": "raw_score", "label": "n"}  # else score
+VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
+
+
+class Doc(HTMLParser):
+    """Every element with its attributes, its full text content and its ancestors."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[dict] = []
+        self.stack: list[dict] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        el = {"tag": tag, "attrs": dict(attrs), "text": "", "parents": list(self.stack)}
+        self.elements.append(el)
+        if tag not in VOID:
+            self.stack.append(el)
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append({"tag": tag, "attrs": dict(attrs), "text": "", "parents": list(self.stack)})
+
+    def handle_endtag(self, tag):
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i]["tag"] == tag:
+                del self.stack[i:]
+                break
+
+    def handle_data(self, data):
+        for el in self.stack:
+            el["text"] += data
+
+    def find(self, tag: str | None = None, **attrs) -> list[dict]:
+        want = {k.replace("_", "-"): v for k, v in attrs.items()}
+        return [e for e in self.elements if (tag is None or e["tag"] == tag)
+                and all(e["attrs"].get(k) == v for k, v in want.items())]
+
+
+def _same(html_value: str, wh_value) -> bool:
+    if wh_value is None or (isinstance(wh_value, float) and math.isnan(wh_value)):
+        return html_value == ""
+    return float(html_value) == float(wh_value)
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> Path:
+    """One run with five metrics (a flipping, terse, contradicting, jailbreak-yielding, typo-fragile SUT;
+    a judge that sometimes answers garbage, so some rows error)."""
+    root = tmp_path_factory.mktemp("report")
+    db = root / "data" / "warehouse.duckdb"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("AIP_WAREHOUSE", str(db))
+        mp.delenv("DAGSTER_HOME", raising=False)
+        ds = write_dataset(root / "d.jsonl", 8, multi_turn_every=4)
+        rows = [json.loads(x) for x in ds.read_text().splitlines()]
+        for r in rows:
+            if isinstance(r["prompt"], str):
+                r["prompt"] += f" {MARK}"
+            else:
+                r["prompt"][-1]["content"] += f" {MARK}"
+        ds.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        sut = {"provider": "builtin", "profile": {"name": "custom", "value": "woman", "p": 0.5, "terse_value": "Muslim",
+                                                  "contradiction_rate": 0.3, "jailbreak_yield_rate": 0.5,
+                                                  "fragile_to": "typos"}}
+        judge = {"provider": "builtin", "profile": {"judge_garbage_rate": 0.25}}
+        data = make_spec(ds, name="rep", sut=sut, judge=judge, judge_retries=0, batch_rows=50).model_dump()
+        data["metrics"] = {m: {"config": c, "threshold": 0.8} for m, c in METRICS.items()}
+        spec = parse_spec(data)
+        for m in METRICS:
+            run_all(spec, RUN, metric=m)
+    return db
+
+
+@pytest.fixture(scope="module")
+def report(warehouse) -> tuple[Path, str, Doc]:
+    out = write_report(RUN, path=warehouse)
+    text = out.read_text(encoding="utf-8")
+    return out, text, Doc(text)
+
+
+def q(db: Path, sql: str, params: list | None = None):
+    return wh.query(sql, params or [], path=db, read_only=True)
+
+
+def test_report_is_written_beside_the_warehouse_and_self_contained(warehouse, report):
+    out, text, doc = report
+    assert out == (warehouse.parent / "reports" / f"{RUN}.html").resolve() and out.stat().st_size > 10_000
+    assert text.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in text
+    for e in doc.elements:
+        for name in ("src", "href", "xlink:href", "action", "data"):
+            v = (e["attrs"].get(name) or "").strip().lower()
+            assert not v.startswith(("http:", "https:", "//")), (e["tag"], name, v)
+            assert not v or v.startswith("#"), (e["tag"], name, v)  # only in-page anchors
+    lower = text.lower()
+    assert "<script" not in lower and "<link" not in lower and "<img" not in lower and "<iframe" not in lower
+    assert "url(" not in lower and "@import" not in lower
+    assert "&lt;script&gt;x&lt;/script&gt; &amp; Co." in text  # the dataset's markup, escaped
+
+
+def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
+    _, text, doc = report
+    scores = q(warehouse, "SELECT * FROM metric_scores WHERE run_id = ?", [RUN])
+    assert set(scores.metric) == set(METRICS)
+    scopes = scores[~scores.scope.isin(NOT_CHARTED)].groupby(["metric", "scope"])
+    assert {s for _, s in scopes.groups} >= {"axis", "attribute", "persona", "pair", "judge", "category", "wrapping",
+                                             "label", "perturbation_type"}
+    for (metric, scope), g in scopes:
+        svgs = doc.find("svg", data_metric=metric, data_scope=scope)
+        assert len(svgs) == 1, (metric, scope)
+        svg = svgs[0]
+        bars = [e for e in doc.elements if svg in e["parents"] and e["attrs"].get("class") == "v"]
+        field = CHART_FIELD.get(scope, "score")
+        capped = scope in ("persona", "attribute", "pair")
+        want = g.sort_values(["score", "group_key"]).head(GROUP_CAP) if capped else g
+        assert len(bars) == len(want) and {b["attrs"]["data-key"] for b in bars} == set(want.group_key.astype(str))
+        by_key = {str(r.group_key): r for r in g.itertuples()}
+        for b in bars:
+            assert b["attrs"]["data-field"] == field
+            assert _same(b["attrs"]["data-value"], getattr(by_key[b["attrs"]["data-key"]], field)), (metric, scope, b)
+        lo = "rate_ci_low" if scope == "axis" else "ci_low"
+        whiskers = [e for e in doc.elements if svg in e["parents"] and e["attrs"].get("class") == "ci"]
+        assert len(whiskers) == int(g[lo].notna().sum()), (metric, scope)
+        if scope in ("axis", "category", "wrapping"):
+            assert whiskers, (metric, scope)
+        if capped and len(g) > GROUP_CAP:
+            assert f"the {GROUP_CAP} lowest of {len(g)}" in text
+
+
+def test_overall_numbers_equal_the_warehouse(warehouse, report):
+    _, _, doc = report
+    overall = q(warehouse, "SELECT * FROM metric_scores WHERE run_id = ? AND scope = 'overall'", [RUN])
+    seen = set()
+    for e in doc.find(data_scope="overall"):
+        field = e["attrs"].get("data-field")
+        if not field or field.startswith("details.") or "data-value" not in e["attrs"]:
+            continue
+        row = overall[overall.metric == e["attrs"]["data-metric"]].iloc[0]
+        if field == "passed":
+            continue
+        assert _same(e["attrs"]["data-value"], row[field]), (e["attrs"], row[field])
+        if field == "score":
+            text = e["text"].strip()
+            assert text == f"{row['score']:.3f}"
+            seen.add(row.metric)
+    assert seen == set(overall.metric)
+    for m, s in overall.set_index("metric").iterrows():  # the verdict badge
+        badges = [b for b in doc.find("span", data_field="passed")
+                  if any(p["attrs"].get("data-metric") == m and p["tag"] == "section" for p in b["parents"])]
+        assert len(badges) == 1 and badges[0]["attrs"]["data-value"] == ("true" if s.passed else "false")
+        assert badges[0]["text"] == ("PASS" if s.passed else "FAIL")
+
+
+def test_weakest_rows_with_their_probes_and_answers(warehouse, report):
+    _, _, doc = report
+    for metric in METRICS:
+        weakest = q(warehouse, """SELECT input_id, score FROM row_scores WHERE run_id = ? AND metric = ?
+                                  AND status = 'ok' AND score IS NOT NULL ORDER BY score, input_id LIMIT ?""",
+                    [RUN, metric, WEAKEST_ROWS])
+        cards = [e for e in doc.find("div", data_metric=metric) if e["attrs"].get("class") == "row-card"]
+        assert [c["attrs"]["data-input-id"] for c in cards] == list(weakest.input_id)
+        for card, row in zip(cards, weakest.itertuples()):
+            score = [e for e in doc.find(data_field="score", data_input_id=row.input_id, data_metric=metric)]
+            assert len(score) == 1 and _same(score[0]["attrs"]["data-value"], row.score)
+            answers = q(warehouse, """SELECT r.response FROM sut_responses r JOIN probes p USING (run_id, metric, probe_id)
+                                      WHERE r.run_id = ? AND r.metric = ? AND p.input_id = ? AND r.status = 'ok'""",
+                        [RUN, metric, row.input_id]).response
+            clipped = {a if len(a) <= TEXT_LIMIT else a[:TEXT_LIMIT].rstrip() + "…" for a in answers}
+            shown = [e["text"] for e in doc.elements if card in e["parents"] and e["attrs"].get("class") == "answer"]
+            probes = [e["text"] for e in doc.elements if card in e["parents"] and e["attrs"].get("class") == "probe"]
+            assert 1 <= len(shown) <= 4 and len(probes) == len(shown), (metric, row.input_id)
+            assert all(s in clipped for s in shown if not s.startswith("(")), (metric, row.input_id)
+            assert any(s in clipped for s in shown)
+            assert all(len(p) <= TEXT_LIMIT + 1 for p in probes)
+    errored = q(warehouse, "SELECT metric, input_id, error FROM row_scores WHERE run_id = ? AND status <> 'ok'", [RUN])
+    assert len(errored), "the garbage-answering judge should leave some rows errored"
+    for r in errored.itertuples():
+        rows = [e for e in doc.find("tr", data_metric=r.metric, data_input_id=r.input_id)]
+        assert len(rows) == 1 and r.error[:100] in rows[0]["text"]
+
+
+def test_token_use_per_role_equals_llm_calls(warehouse, report):
+    _, _, doc = report
+    calls = q(warehouse, """SELECT role, count(*) AS calls, count(*) FILTER (WHERE status <> 'ok') AS failed,
+                                   sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
+                                   median(latency_ms) AS p50_latency_ms
+                            FROM llm_calls WHERE run_id = ? GROUP BY role""", [RUN])
+    assert {"sut", "judge"} <= set(calls.role)
+    for r in calls.itertuples():
+        for field in ("calls", "failed", "prompt_tokens", "completion_tokens", "p50_latency_ms"):
+            cells = doc.find("td", data_table="cost_by_role", data_role=r.role, data_field=field)
+            assert len(cells) == 1 and _same(cells[0]["attrs"]["data-value"], getattr(r, field)), (r.role, field)
+        assert doc.find("td", data_table="cost_by_role", data_role=r.role, data_field="prompt_tokens")[0][
+            "text"].replace(",", "") == str(int(r.prompt_tokens))
+    total = doc.find("td", data_table="cost_by_role", data_role="all", data_field="prompt_tokens")[0]
+    assert int(total["attrs"]["data-value"]) == int(calls.prompt_tokens.sum())
+
+
+def test_header_names_the_run(warehouse, report):
+    _, text, _ = report
+    run = q(warehouse, "SELECT * FROM eval_runs WHERE run_id = ?", [RUN]).iloc[0]
+    for s in (RUN, run.spec_name, str(run.created_at), run.package_version, run.dataset_path):
+        assert s in text
+    for m, v in json.loads(run.metric_versions).items():
+        assert f"<code>{m}</code> {v}" in text
+
+
+def test_cli_report_and_unknown_run(warehouse, tmp_path, capsys):
+    out = tmp_path / "r" / "x.html"
+    assert main(["report", RUN, "--warehouse", str(warehouse), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out.resolve()) and out.stat().st_size > 10_000
+    assert main(["report", "no-such-run", "--warehouse", str(warehouse)]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-run" in err and "not registered" in err
+    with pytest.raises(AipError):
+        build_report("no-such-run", warehouse)
+    assert main(["report", RUN, "--warehouse", str(tmp_path / "missing.duckdb")]) == 2
+
+
+def test_a_run_without_scores_still_reports(tmp_path):
+    spec = make_spec(write_dataset(tmp_path / "d.jsonl", 2))
+    pipeline.register_run(spec, "empty")
+    text = write_report("empty").read_text()
+    assert "No metric of this run has been aggregated yet" in text and "No model calls recorded" in text
+
+
+def test_renders_in_headless_chromium(report, tmp_path):
+    exe = "/usr/bin/chromium"
+    if not os.path.exists(exe):
+        pytest.skip("chromium is not installed")
+    out, _, _ = report
+    png = tmp_path / "report.png"
+    proc = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1200,3000",
+                           f"file://{out}"], check=False, capture_output=True, text=True, timeout=180)
+    assert png.exists(), proc.stderr[-2000:]
+    assert png.stat().st_size > 10_000
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
