@@ -1,7 +1,7 @@
 """`aip-eval`: run a spec end to end, query the warehouse, serve the builtin model.
 
 Exit codes: 0 success; 1 a metric fell below its threshold; 2 bad input (spec, dataset,
-endpoint); 3 a stage failed.
+endpoint); 3 a stage failed; 4 the run stopped at its limits (resumable with --run-id).
 """
 
 from __future__ import annotations
@@ -55,6 +55,35 @@ def _root_message(err) -> str:
     return err.message.strip()
 
 
+class _Failed(str):
+    def __new__(cls, metric: str, capped: bool = False):
+        obj = super().__new__(cls, metric)
+        obj.capped = capped
+        return obj
+
+
+def _dry_run(spec, as_json: bool) -> int:
+    from . import pipeline
+
+    est = pipeline.estimate(spec)
+    if as_json:
+        print(json.dumps(est, indent=2))
+    else:
+        print(f"Dry run of {spec.name}: no model is called. Estimated spend:")
+        print(f"  {'metric':<40}{'SUT calls':>11}{'judge calls':>13}{'synth calls':>13}{'tokens':>14}")
+        for m, e in est["metrics"].items():
+            tokens = sum(v for k, v in e.items() if k.endswith("_tokens"))
+            print(f"  {m:<40}{e['sut_calls']:>11,}{e['judge_calls']:>13,}{e['synthesis_calls']:>13,}{tokens:>14,}")
+        t = est["total"]
+        print(f"  {'total':<40}{t['sut_calls']:>11,}{t['judge_calls']:>13,}{t['synthesis_calls']:>13,}{t['tokens']:>14,}")
+        a = est["assumptions"]
+        print(f"  (tokens: 4 characters a token; SUT answers {a['sut_answer_tokens']} tokens; judge prompts "
+              f"{a['judge_prompt_tokens']} + both answers; judge answers {a['judge_answer_tokens']})")
+        if not est["within_limits"]:
+            print(f"  over the spec's limits {est['limits']}: the run would stop at the cap (resumable)")
+    return 0
+
+
 def cmd_run(args) -> int:
     from dagster import materialize
 
@@ -69,18 +98,24 @@ def cmd_run(args) -> int:
         os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
     path = wh.default_path()
     spec = load_spec(args.spec)
+    if args.dry_run:
+        return _dry_run(spec, args.json)
     run_id = args.run_id
     resume = False
     if run_id:
-        try:
+        if pipeline.run_exists(run_id, path):
+            if args.max_calls or args.max_tokens:
+                pipeline.update_limits(run_id, args.max_calls, args.max_tokens, path)
+                log.info(f"run {run_id}: limits raised to max_calls={args.max_calls}, max_tokens={args.max_tokens}")
             spec, _ = pipeline.load_run(run_id, path)
             resume = True
             log.info(f"resuming run {run_id} with its stored spec")
-        except AipError:
-            pass
     for line in pipeline.preflight(spec):
         log.info(f"endpoint ok: {line}")
     if not resume:
+        if args.max_calls or args.max_tokens:
+            spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={
+                k: v for k, v in (("max_calls", args.max_calls), ("max_tokens", args.max_tokens)) if v})})
         if not run_id:
             base = run_id = pipeline.new_run_id(spec)
             n = 1
@@ -105,7 +140,7 @@ def cmd_run(args) -> int:
             msgs = [_root_message(e.event_specific_data.error) for e in result.get_step_failure_events()
                     if e.event_specific_data and e.event_specific_data.error]
             log.error(f"{metric}: stage failed (Dagster run {result.run_id}): " + " | ".join(msgs))
-            failed.append(metric)
+            failed.append(_Failed(metric, capped=any("reached limits." in m for m in msgs)))
     summary = pipeline.run_summary(run_id, path)
     summary["warehouse"] = str(path)
     summary["failed_metrics"] = failed
@@ -115,7 +150,7 @@ def cmd_run(args) -> int:
         print_summary(summary)
         print(f"\nWarehouse: {path}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
     if failed:
-        return 3
+        return 4 if any(getattr(f, "capped", False) for f in failed) else 3
     below = [m for m, s in summary["metrics"].items() if s.get("passed") is False]
     if below:
         log.error(f"below threshold: {', '.join(below)}")
@@ -153,6 +188,39 @@ def cmd_runs(args) -> int:
 
     print(pipeline.list_runs().to_string(index=False))
     return 0
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    path = Path(args.warehouse).resolve() if args.warehouse else None
+    print(write_report(args.run, out=args.out, path=path))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from . import compare
+
+    if args.warehouse:
+        os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
+    if args.latest and args.runs:
+        raise AipError("give either RUN_A RUN_B or --latest SPEC_NAME, not both")
+    if args.latest:
+        run_a, run_b = compare.latest_pair(args.latest)
+    elif len(args.runs) == 2:
+        run_a, run_b = args.runs
+    else:
+        raise AipError("compare needs two run ids (RUN_A RUN_B) or --latest SPEC_NAME")
+    df, warnings = compare.compare_runs(run_a, run_b, alpha=args.alpha)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    drops = [r for r in df.to_dict("records") if compare.is_drop(r)]
+    if args.json:
+        print(json.dumps({"run_a": run_a, "run_b": run_b, "alpha": args.alpha, "warnings": warnings,
+                          "significant_drops": len(drops), "rows": json.loads(df.to_json(orient="records"))}, indent=2))
+    else:
+        print(compare.format_table(df, run_a, run_b, args.alpha))
+    return 1 if args.fail_on_drop and drops else 0
 
 
 def cmd_validate(args) -> int:
@@ -232,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE or data/warehouse.duckdb)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing")
+    r.add_argument("--max-calls", type=int, help="cap the run's model calls (raises a resumed run's cap)")
+    r.add_argument("--max-tokens", type=int, help="cap the run's tokens (raises a resumed run's cap)")
     r.set_defaults(fn=cmd_run)
 
     q = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")
@@ -243,6 +314,21 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_sql)
 
     sub.add_parser("runs", help="list registered runs").set_defaults(fn=cmd_runs)
+
+    c = sub.add_parser("compare", help="compare run B against run A: each metric's change, tested")
+    c.add_argument("runs", nargs="*", metavar="RUN", help="RUN_A RUN_B (diff = B - A)")
+    c.add_argument("--latest", metavar="SPEC_NAME", help="the latest run of this spec against the one before")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.add_argument("--fail-on-drop", action="store_true", help="exit 1 when any score dropped significantly")
+    c.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (Holm), default 0.05")
+    c.add_argument("--warehouse")
+    c.set_defaults(fn=cmd_compare)
+
+    rp = sub.add_parser("report", help="write a self-contained HTML report of RUN and print its path")
+    rp.add_argument("run", help="run id (see `aip-eval runs`)")
+    rp.add_argument("--out", help="output file (default <warehouse dir>/reports/<run>.html)")
+    rp.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE or data/warehouse.duckdb)")
+    rp.set_defaults(fn=cmd_report)
 
     v = sub.add_parser("validate", help="validate a spec and its dataset without running anything")
     v.add_argument("spec")

@@ -91,6 +91,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("stage", "VARCHAR"), ("level", "VARCHAR"),
         ("code", "VARCHAR"), ("message", "VARCHAR"),
     ],
+    # run B against run A (compare.py): run_id = run_b; a re-comparison of a pair replaces its rows
+    "run_comparisons": [
+        ("run_a", "VARCHAR"), ("run_b", "VARCHAR"), ("run_id", "VARCHAR"), ("metric", "VARCHAR"),
+        ("scope", "VARCHAR"), ("group_key", "VARCHAR"), ("score_a", "DOUBLE"), ("score_b", "DOUBLE"),
+        ("diff", "DOUBLE"), ("ci_low", "DOUBLE"), ("ci_high", "DOUBLE"), ("p_value", "DOUBLE"),
+        ("p_adjusted", "DOUBLE"), ("significant", "BOOLEAN"), ("n_a", "INTEGER"), ("n_b", "INTEGER"),
+        ("method", "VARCHAR"), ("warnings", "JSON"), ("created_at", "TIMESTAMP"),
+    ],
 }
 
 # tables whose rows are owned per (run, metric, stage) rather than per (run, metric)
@@ -206,6 +214,23 @@ VIEWS: dict[str, str] = {
                sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
                median(latency_ms) AS p50_latency_ms, quantile_cont(latency_ms, 0.95) AS p95_latency_ms
         FROM llm_calls GROUP BY ALL
+    """,
+    # each run's overall scores beside the previous run's of the same spec: the plain difference,
+    # no test (aip-eval compare tests it); a changed metric version is flagged
+    "v_run_over_run": """
+        WITH o AS (
+            SELECT m.run_id, r.spec_name, r.created_at, m.metric, m.score, m.n,
+                   r.metric_versions ->> m.metric AS metric_version
+            FROM metric_scores m JOIN eval_runs r USING (run_id) WHERE m.scope = 'overall'),
+        l AS (
+            SELECT *, lag(run_id) OVER w AS prev_run_id, lag(created_at) OVER w AS prev_created_at,
+                   lag(score) OVER w AS prev_score, lag(n) OVER w AS prev_n,
+                   lag(metric_version) OVER w AS prev_metric_version
+            FROM o WINDOW w AS (PARTITION BY spec_name, metric ORDER BY created_at, run_id))
+        SELECT spec_name, metric, prev_run_id, run_id, prev_created_at, created_at, prev_score, score,
+               score - prev_score AS diff, prev_n, n, prev_metric_version, metric_version,
+               prev_metric_version IS DISTINCT FROM metric_version AS version_changed
+        FROM l WHERE prev_run_id IS NOT NULL
     """,
 }
 

@@ -147,6 +147,10 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     assert [m.asset_key.path[-1] for m in mats] == ["ingest", "synthesis", "sut_sampling", "judging", "aggregation"]
     agg = mats[-1].materialization.metadata
     assert "score" in agg and "headline" in agg
+    from pathlib import Path
+
+    report = Path(agg["report"].value)
+    assert report.exists() and "dg" in report.read_text()  # the run's report, linked from the metadata
     first = _stable("dg")
     # re-materialising a partition replaces its rows: same tables, no duplicates
     assert materialize(STAGE_ASSETS, partition_key=key, instance=instance).success

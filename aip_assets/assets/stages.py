@@ -28,6 +28,11 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
         lines = [f"**{keys['metric']}** score {s['score']:.3f}" if s.get("score") is not None else "no score", "```",
                  *get_metric(keys["metric"]).format_summary(s), "```"]
         out["headline"] = MetadataValue.md("\n".join(lines))
+        from ..report import write_report
+
+        report = write_report(keys["run"])  # the run's report, refreshed as each metric lands
+        out["report"] = MetadataValue.path(str(report))
+        out["report_url"] = MetadataValue.url(report.resolve().as_uri())
     check = []
     if stage in checks.CHECKS:
         spec, _ = load_run(keys["run"])

@@ -1,0 +1,607 @@
+"""Run comparison: the change in each metric and breakdown between two runs, with a test.
+
+``compare_runs(run_a, run_b)`` returns one row per compared score (``diff = b - a``) and a list
+of warnings; ``latest_pair(spec)`` names the two latest scored runs of a spec.
+
+What is compared, and how:
+
+- **every metric's ``overall``**: a bootstrap over the units the score averages, resampled
+  *paired* (the same draw of units for both runs) when both runs ingested the same input ids,
+  independently otherwise. The units are input rows, weighted by their judged pairs where the
+  metric pools pairs (decision flip, group interaction bias), and perturbation groups (one
+  original query each) for the perturbation scorers. The bootstrap replicates each run's stored
+  statistic exactly (checked against ``metric_scores``; when it does not, the difference is
+  reported without a test). p-value and interval: the bootstrap standard error (scaled by
+  sqrt(n/(n-1))) against Student's t on n-1 df, n the number of units: unlike percentiles it
+  stays stable at the small tail levels the multiple-comparison correction asks for, and t keeps
+  small groups (a handful of rows) from looking surer than they are.
+- **decision flip ``axis``**: flip rates k/n of two runs: a two-proportion z-test (pooled) for
+  the p-value and Newcombe's hybrid Wilson interval for the difference. Lower is better here:
+  a rise in the flip rate is the drop. Pairs count as independent, as in the metric's own
+  Wilson interval (pairs of one row on one axis, with ``num_pairs_per_dimension`` > 1, are not
+  quite), and the runs as independent samples, which is conservative when they share pairs.
+- **group interaction bias ``attribute``, consistency ``category``, perturbation
+  ``perturbation_type``**: the group's items are rebuilt from the stored judgements and probes
+  (pair biases with the input row they belong to; row scores with their variant category;
+  variant robustness and correctness drops with their group), and the group's score is
+  bootstrapped over input rows (or perturbation groups) as above, so pairs from one row stay
+  together. A group whose rebuilt score does not match the stored one is reported without a test.
+
+Holm–Bonferroni across every test of one comparison gives ``p_adjusted`` and ``significant``
+(at ``alpha``); ``ci_low``/``ci_high`` are at the Bonferroni level 1 - alpha/m (simultaneous
+coverage), so a Holm-significant row may still have an interval that touches 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import warehouse as wh
+from .errors import AipError
+from .stats import wilson
+
+COLUMNS = ["metric", "scope", "group_key", "score_a", "score_b", "diff", "ci_low", "ci_high", "p_value",
+           "p_adjusted", "significant", "n_a", "n_b", "method"]
+# scopes whose numbers are rates where lower is better (score_a/score_b hold the rate)
+LOWER_IS_BETTER = {("llm.decision_flip", "axis")}
+N_BOOT = 2000
+TOL = 1e-6
+
+
+# ------------------------------------------------------------------ statistics
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adj = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adj[i] = running
+    return adj
+
+
+def two_proportion_p(ka: int, na: int, kb: int, nb: int) -> float:
+    """Two-sided p-value of the pooled two-proportion z-test of kb/nb - ka/na."""
+    pool = (ka + kb) / (na + nb)
+    se = math.sqrt(pool * (1 - pool) * (1 / na + 1 / nb))
+    diff = kb / nb - ka / na
+    if se == 0:
+        return 1.0 if diff == 0 else 0.0
+    return math.erfc(abs(diff / se) / math.sqrt(2))
+
+
+def newcombe(ka: int, na: int, kb: int, nb: int, z: float) -> tuple[float, float]:
+    """Newcombe's hybrid Wilson score interval for kb/nb - ka/na (his method 10)."""
+    pa, pb = ka / na, kb / nb
+    la, ua = wilson(ka, na, z)
+    lb, ub = wilson(kb, nb, z)
+    d = pb - pa
+    return d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with integer ``df`` (Abramowitz & Stegun 26.7.3-4); the normal
+    distribution beyond 1000 df."""
+    t = abs(t)
+    if df > 1000:
+        return math.erfc(t / math.sqrt(2))
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    term = acc = 1.0
+    if df % 2:
+        for k in range(3, df, 2):
+            term *= (k - 1) / k * c2
+            acc += term
+        a = 2 / math.pi * (theta + (s * math.cos(theta) * acc if df > 1 else 0.0))
+    else:
+        for k in range(2, df - 1, 2):
+            term *= (k - 1) / k * c2
+            acc += term
+        a = s * acc
+    return min(1.0, max(0.0, 1.0 - a))
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The q-quantile (q > 0.5) of Student's t with ``df`` degrees of freedom, by bisection."""
+    if df > 1000:
+        return NormalDist().inv_cdf(q)
+    target, lo, hi = 2 * (1 - q), 0.0, 1.0
+    while t_two_sided_p(hi, df) > target:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _normaliser(cfg: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """The metric's normalise() (stats.normalise), vectorised; NaN stays NaN."""
+    lo, hi, inv = float(cfg.get("min", 0.0)), float(cfg.get("max", 1.0)), bool(cfg.get("inverted", False))
+
+    def f(raw: np.ndarray) -> np.ndarray:
+        raw = np.asarray(raw, dtype=float)
+        x = np.where(raw >= hi, 1.0, 0.0) if hi == lo else np.clip((raw - lo) / (hi - lo), 0.0, 1.0)
+        x = np.where(np.isnan(raw), np.nan, x)
+        return 1.0 - x if inv else x
+    return f
+
+
+def _mean(s: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(s[..., 1] > 0, s[..., 0] / s[..., 1], np.nan)
+
+
+def _one_minus_mean(s: np.ndarray) -> np.ndarray:
+    return 1.0 - _mean(s)
+
+
+def _group_score(s: np.ndarray) -> np.ndarray:
+    """perturbation.group_score from sums (robustness, correctness drop, count)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.where(s[..., 2] > 0, s[..., 2], np.nan)
+        return 0.5 * s[..., 0] / c + 0.5 * np.clip(1 - s[..., 1] / c, 0.0, 1.0)
+
+
+Units = dict[str, np.ndarray]  # unit (input id or perturbation group) -> sufficient sums
+
+
+def bootstrap_se(units_a: Units, units_b: Units, stat, norm_a, norm_b, paired: bool, seed: int,
+                 n_boot: int = N_BOOT) -> float:
+    """Standard deviation of norm_b(stat(B*)) - norm_a(stat(A*)) over bootstrap resamples of the units.
+
+    Paired: one multinomial draw over the union of units serves both runs (a unit a run did not
+    score contributes nothing to that run). Unpaired: each run's units are drawn on their own.
+    """
+    rng = np.random.default_rng(seed)
+    k = len(next(iter(units_a.values())))
+    zero = np.zeros(k)
+    diffs = []
+    chunk = max(1, min(n_boot, 2_000_000 // max(1, len(units_a) + len(units_b))))
+    if paired:
+        keys = sorted(set(units_a) | set(units_b))
+        ma = np.array([units_a.get(u, zero) for u in keys])
+        mb = np.array([units_b.get(u, zero) for u in keys])
+        n = len(keys)
+        for start in range(0, n_boot, chunk):
+            w = rng.multinomial(n, np.full(n, 1 / n), size=min(chunk, n_boot - start))
+            diffs.append(norm_b(stat(w @ mb)) - norm_a(stat(w @ ma)))
+    else:
+        ma, mb = np.array(list(units_a.values())), np.array(list(units_b.values()))
+        for start in range(0, n_boot, chunk):
+            size = min(chunk, n_boot - start)
+            wa = rng.multinomial(len(ma), np.full(len(ma), 1 / len(ma)), size=size)
+            wb = rng.multinomial(len(mb), np.full(len(mb), 1 / len(mb)), size=size)
+            diffs.append(norm_b(stat(wb @ mb)) - norm_a(stat(wa @ ma)))
+    d = np.concatenate(diffs)
+    d = d[~np.isnan(d)]
+    return float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
+
+
+# ------------------------------------------------------------------ reading the two runs
+def _run_record(con, run_id: str) -> dict[str, Any]:
+    cur = con.execute("SELECT * FROM eval_runs WHERE run_id = ?", [run_id])
+    row = cur.fetchone()
+    if row is None:
+        raise AipError(f"run {run_id!r} is not registered in the warehouse")
+    rec = dict(zip([d[0] for d in cur.description], row))
+    rec["spec"] = json.loads(rec["spec"] or "{}")
+    rec["metric_versions"] = json.loads(rec["metric_versions"] or "{}")
+    rec["datasets"] = json.loads(rec["datasets"] or "{}")
+    return rec
+
+
+def _df(con, sql: str, params: list) -> pd.DataFrame:
+    return con.execute(sql, params).df()
+
+
+def _metric_kind(metric: str) -> str | None:
+    from .metrics import REGISTRY
+    from .metrics.consistency import Consistency
+    from .metrics.decision_flip import DecisionFlip
+    from .metrics.group_interaction_bias import GroupInteractionBias
+    from .metrics.perturbation import PerturbationRobustnessExternal
+
+    m = REGISTRY.get(metric)
+    for cls, kind in ((DecisionFlip, "decision_flip"), (GroupInteractionBias, "gib"), (Consistency, "consistency"),
+                      (PerturbationRobustnessExternal, "perturbation")):
+        if isinstance(m, cls):
+            return kind
+    return None
+
+
+BREAKDOWN = {"decision_flip": "axis", "gib": "attribute", "consistency": "category", "perturbation": "perturbation_type"}
+
+
+def _load(con, run_id: str, metric: str, kind: str | None) -> dict[str, Any]:
+    """What the tests need of one (run, metric) partition."""
+    p = [run_id, metric]
+    out = {
+        "scores": _df(con, "SELECT * FROM metric_scores WHERE run_id = ? AND metric = ?", p),
+        "rows": _df(con, "SELECT input_id, raw_score, n_judged FROM row_scores WHERE run_id = ? AND metric = ? "
+                         "AND status = 'ok' AND raw_score IS NOT NULL", p),
+        "ids": set(_df(con, "SELECT input_id FROM dataset_rows WHERE run_id = ? AND metric = ?", p)["input_id"]),
+    }
+    if kind == "gib":
+        out["judgements"] = _df(con, "SELECT pair_id, input_id, label, score FROM judgements "
+                                     "WHERE run_id = ? AND metric = ? AND status = 'ok'", p)
+        out["pairs"] = _df(con, "SELECT pair_id, input_id, value_a, value_b FROM probe_pairs WHERE run_id = ? AND metric = ?", p)
+        out["personas"] = _df(con, "SELECT persona_id, attributes FROM personas WHERE run_id = ? AND metric = ?", p)
+    elif kind == "consistency":
+        out["variants"] = _df(con, "SELECT input_id, category FROM probes WHERE run_id = ? AND metric = ? "
+                                   "AND axis = 'variant'", p)
+    elif kind == "perturbation":
+        out["probes"] = _df(con, "SELECT input_id, axis, category, attribute_value, template_id FROM probes "
+                                 "WHERE run_id = ? AND metric = ? AND axis <> 'excluded'", p)
+        out["judgements"] = _df(con, "SELECT pair_id, label, status, score FROM judgements WHERE run_id = ? AND metric = ?", p)
+    return out
+
+
+# ------------------------------------------------------------------ units per score
+def _overall_units(data: dict, kind: str | None) -> list[tuple[str, Units]]:
+    """Candidate unit sets for the overall score, (description, units); the first that reproduces
+    the stored score is used."""
+    rows = data["rows"]
+    if kind == "perturbation":
+        gid = {}
+        for r in data["probes"].itertuples():
+            gid.setdefault(r.input_id, r.attribute_value)
+        units: Units = {}
+        for r in rows.itertuples():
+            g = gid.get(r.input_id)
+            if g is not None and g not in units:  # the group's score sits on each of its rows: count it once
+                units[g] = np.array([float(r.raw_score), 1.0])
+        return [("perturbation groups", units)]
+    weighted = {r.input_id: np.array([float(r.raw_score) * float(r.n_judged or 0), float(r.n_judged or 0)])
+                for r in rows.itertuples()}
+    flat = {r.input_id: np.array([float(r.raw_score), 1.0]) for r in rows.itertuples()}
+    if kind in ("decision_flip", "gib"):
+        return [("input_ids, weighted by judged pairs", weighted)]
+    if kind == "consistency":
+        return [("input_ids", flat)]
+    return [("input_ids, weighted by judged pairs", weighted), ("input_ids", flat)]
+
+
+def _group_units(data: dict, kind: str) -> dict[str, Units]:
+    """Breakdown group -> units (input id / perturbation group) -> sufficient sums."""
+    groups: dict[str, Units] = {}
+
+    def add(key: str, unit: str, vals: list[float]) -> None:
+        g = groups.setdefault(key, {})
+        g[unit] = g.get(unit, np.zeros(len(vals))) + np.array(vals)
+
+    if kind == "consistency":
+        cat = dict(zip(data["variants"]["input_id"], data["variants"]["category"]))
+        for r in data["rows"].itertuples():
+            add(cat.get(r.input_id) or "?", r.input_id, [float(r.raw_score), 1.0])
+    elif kind == "gib":
+        j = data["judgements"]
+        if len(j):
+            j = j.assign(term=np.where(j["label"] == "similarity", 1 - j["score"].astype(float), j["score"].astype(float)))
+            bias = j.drop_duplicates(["pair_id", "label"], keep="last").groupby("pair_id")["term"].mean().to_dict()
+        else:
+            bias = {}
+        attrs = {p: json.loads(a or "{}") for p, a in zip(data["personas"]["persona_id"], data["personas"]["attributes"])}
+        for r in data["pairs"].itertuples():
+            b = bias.get(r.pair_id)
+            if b is None:
+                continue
+            for pid in (r.value_a, r.value_b):
+                for axis, val in attrs.get(pid, {}).items():
+                    add(f"{axis}={val}", r.input_id, [b, 1.0])
+    elif kind == "perturbation":
+        j = data["judgements"]
+        by_pair: dict[str, dict[str, dict]] = {}
+        for r in j.to_dict("records"):
+            by_pair.setdefault(r["pair_id"], {})[r["label"]] = r  # last wins, as in aggregate()
+        base_ok: dict[str, float] = {}
+        for r in j.to_dict("records"):
+            if r["pair_id"].endswith("|base") and r["status"] == "ok":
+                base_ok.setdefault(r["pair_id"][:-5], float(r["score"]))
+        for p in data["probes"].to_dict("records"):
+            gid = p["attribute_value"]
+            if p["axis"] != "variant" or gid not in base_ok:
+                continue
+            vj = by_pair.get(f"{gid}|{p['template_id'] or p['input_id']}", {})
+            c, r = vj.get("correctness"), vj.get("robustness")
+            if not c or not r or c["status"] != "ok" or r["status"] != "ok":
+                continue
+            add(p["category"], gid, [float(r["score"]), base_ok[gid] - float(c["score"]), 1.0])
+    return groups
+
+
+# ------------------------------------------------------------------ the comparison
+def _seed(*parts: str) -> int:
+    return zlib.crc32("|".join(parts).encode())
+
+
+def _num(x) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) or pd.isna(x) else float(x)
+
+
+def _int(x) -> int | None:
+    return None if x is None or pd.isna(x) else int(x)
+
+
+def _config(rec: dict, metric: str) -> dict:
+    return (rec["spec"].get("metrics", {}).get(metric) or {}).get("config") or {}
+
+
+def _dataset_sha(rec: dict, metric: str) -> str | None:
+    entry = rec["spec"].get("metrics", {}).get(metric) or {}
+    path = entry.get("dataset") or rec["spec"].get("dataset")
+    return rec["datasets"].get(path) or (rec["dataset_sha256"] if path == rec["dataset_path"] else None)
+
+
+def _diffs(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON-like objects."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _diffs(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def _bootstrap_row(ctx: dict[str, Any], scope: str, key: str, ova, ovb, ua: Units, ub: Units, stat,
+                   unit_desc: str) -> dict[str, Any]:
+    """One compared score tested by the bootstrap: the stored scores, and a p-value and deferred
+    interval when the units reproduce both stored scores."""
+    m, paired, n_boot = ctx["metric"], ctx["paired"], ctx["n_boot"]
+    row = {"metric": m, "scope": scope, "group_key": key, "score_a": _num(ova["score"]),
+           "score_b": _num(ovb["score"]), "n_a": _int(ova["n"]), "n_b": _int(ovb["n"])}
+    _finish_diff(row)
+    if row["diff"] is None:
+        row["method"] = "no test: a score is missing"
+        return row
+    if len(ua) < 3 or len(ub) < 3:
+        row["method"] = f"no test: fewer than 3 {unit_desc.split(',')[0]} in a run"
+        return row
+    for units, ov, norm in ((ua, ova, ctx["norm_a"]), (ub, ovb, ctx["norm_b"])):
+        raw = float(stat(np.sum(np.array(list(units.values())), axis=0)))
+        stored_raw = _num(ov["raw_score"])
+        if (stored_raw is not None and abs(raw - stored_raw) > TOL) or abs(float(norm(np.array(raw))) - _num(ov["score"])) > TOL:
+            row["method"] = "no test: the stored rows do not reproduce the score"
+            return row
+    se = bootstrap_se(ua, ub, stat, ctx["norm_a"], ctx["norm_b"], paired, _seed(ctx["run_a"], ctx["run_b"], m, scope, key),
+                      n_boot)
+    if math.isnan(se):
+        row["method"] = "no test: bootstrap failed"
+        return row
+    # the bootstrap variance of a mean is (n-1)/n of the unbiased one; Student's t on n-1 df
+    n_units = len(set(ua) | set(ub)) if paired else min(len(ua), len(ub))
+    se *= math.sqrt(n_units / (n_units - 1))
+    df_t = n_units - 1
+    d = row["diff"]
+    row["p_value"] = (1.0 if d == 0 else 0.0) if se == 0 else t_two_sided_p(d / se, df_t)
+    row["_ci"] = lambda q: (max(-1.0, d - t_quantile(q, df_t) * se),  # scores lie in [0, 1]
+                            min(1.0, d + t_quantile(q, df_t) * se))
+    shown = n_units if paired else f"{len(ua)}/{len(ub)}"
+    row["method"] = (f"{'paired' if paired else 'unpaired'} bootstrap over {shown} {unit_desc} (B={n_boot}): "
+                     f"bootstrap SE, Student t on {df_t} df")
+    return row
+
+
+def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: float = 0.05,
+                 persist: bool = True, n_boot: int = N_BOOT) -> tuple[pd.DataFrame, list[str]]:
+    """Compare run B against run A: one row per compared score (``diff = b - a``) and warnings.
+
+    The result is also written to ``run_comparisons`` (replacing an earlier comparison of the
+    same pair) unless ``persist`` is false.
+    """
+    warnings: list[str] = []
+    data: dict[str, tuple[dict, dict]] = {}
+    with wh.connect(path) as con:
+        ra, rb = _run_record(con, run_a), _run_record(con, run_b)
+        ma, mb = json.loads(ra["metrics"] or "[]"), json.loads(rb["metrics"] or "[]")
+        metrics = [m for m in ma if m in mb]
+        for m in ma:
+            if m not in mb:
+                warnings.append(f"{m}: only in run A ({run_a}), not compared")
+        for m in mb:
+            if m not in ma:
+                warnings.append(f"{m}: only in run B ({run_b}), not compared")
+        for m in metrics:
+            kind = _metric_kind(m)
+            data[m] = (_load(con, run_a, m, kind), _load(con, run_b, m, kind))
+
+    if run_a == run_b:
+        warnings.insert(0, f"run {run_a} is compared with itself")
+    if ra["spec_name"] != rb["spec_name"]:
+        warnings.insert(0, f"runs of different specs (A: {ra['spec_name']}, B: {rb['spec_name']}): compared anyway")
+    if ra["spec"].get("judge") != rb["spec"].get("judge"):
+        warnings.append(f"the judge differs ({', '.join(_diffs(ra['spec'].get('judge'), rb['spec'].get('judge')))}): "
+                        "scores come from different judges")
+
+    results: list[dict[str, Any]] = []  # rows, with a deferred interval for tested ones
+    for m in metrics:
+        da, db = data[m]
+        kind = _metric_kind(m)
+        va, vb = ra["metric_versions"].get(m), rb["metric_versions"].get(m)
+        if va != vb:
+            warnings.append(f"{m}: metric version {va} in run A vs {vb} in run B: not the same measurement; "
+                            "compared anyway")
+        cfg_a, cfg_b = _config(ra, m), _config(rb, m)
+        changed = _diffs(cfg_a, cfg_b)
+        if changed:
+            warnings.append(f"{m}: the metric config differs ({', '.join(changed)})")
+        sha_a, sha_b = _dataset_sha(ra, m), _dataset_sha(rb, m)
+        if sha_a != sha_b:
+            warnings.append(f"{m}: the runs read different datasets (sha256 {str(sha_a)[:12]}… vs {str(sha_b)[:12]}…)")
+        paired = bool(da["ids"]) and da["ids"] == db["ids"]
+        if not paired and sha_a == sha_b:
+            warnings.append(f"{m}: the runs ingested different input ids; tests are unpaired")
+        sa, sb = da["scores"], db["scores"]
+        if not (sa["scope"] == "overall").any() or not (sb["scope"] == "overall").any():
+            missing = [x for x, s in (("A", sa), ("B", sb)) if not (s["scope"] == "overall").any()]
+            warnings.append(f"{m}: not aggregated in run {' and '.join(missing)}, not compared")
+            continue
+        ctx = {"run_a": run_a, "run_b": run_b, "metric": m, "norm_a": _normaliser(cfg_a), "norm_b": _normaliser(cfg_b),
+               "paired": paired, "n_boot": n_boot}
+
+        # overall
+        ova, ovb = sa[sa["scope"] == "overall"].iloc[0], sb[sb["scope"] == "overall"].iloc[0]
+        cand_a, cand_b = _overall_units(da, kind), _overall_units(db, kind)
+        chosen = None
+        for (desc, ua), (_, ub) in zip(cand_a, cand_b):
+            if not ua or not ub:
+                continue
+            fits = all(_num(ov["raw_score"]) is not None and abs(float(_mean(np.sum(np.array(list(u.values())), axis=0)))
+                                                                  - _num(ov["raw_score"])) <= TOL
+                       for u, ov in ((ua, ova), (ub, ovb)))
+            if fits:
+                chosen = (desc, ua, ub)
+                break
+        if chosen is None and cand_a:
+            chosen = (cand_a[0][0], cand_a[0][1], cand_b[0][1])  # boot_row reports the mismatch
+        results.append(_bootstrap_row(ctx, "overall", "all", ova, ovb, chosen[1], chosen[2], _mean, chosen[0]))
+
+        # breakdown
+        scope = BREAKDOWN.get(kind)
+        if scope is None:
+            continue
+        ga = sa[sa["scope"] == scope].set_index("group_key")
+        gb = sb[sb["scope"] == scope].set_index("group_key")
+        keys = list(dict.fromkeys(list(ga.index) + list(gb.index)))
+        if kind != "decision_flip":
+            units_a, units_b = _group_units(da, kind), _group_units(db, kind)
+            stat = {"gib": _one_minus_mean, "consistency": _mean, "perturbation": _group_score}[kind]
+            unit_desc = ("perturbation groups" if kind == "perturbation" else
+                         "input_ids of the group's pairs" if kind == "gib" else "input_ids")
+        for key in keys:
+            if key not in ga.index or key not in gb.index:
+                side = "A" if key in ga.index else "B"
+                g = ga.loc[key] if side == "A" else gb.loc[key]
+                val = _num(g["rate"] if kind == "decision_flip" else g["score"])
+                results.append({"metric": m, "scope": scope, "group_key": key,
+                                "score_a": val if side == "A" else None, "score_b": val if side == "B" else None,
+                                "n_a": _int(g["n"]) if side == "A" else None, "n_b": _int(g["n"]) if side == "B" else None,
+                                "diff": None, "method": f"no test: only in run {side}"})
+                continue
+            a, b = ga.loc[key], gb.loc[key]
+            if kind == "decision_flip":
+                na, nb, ka, kb = _int(a["n"]) or 0, _int(b["n"]) or 0, _int(a["n_events"]) or 0, _int(b["n_events"]) or 0
+                row = {"metric": m, "scope": scope, "group_key": key, "score_a": ka / na if na else None,
+                       "score_b": kb / nb if nb else None, "n_a": na, "n_b": nb}
+                _finish_diff(row)
+                if not na or not nb:
+                    row["method"] = "no test: no judged pair in a run"
+                else:
+                    row["p_value"] = two_proportion_p(ka, na, kb, nb)
+                    row["_ci"] = lambda q, ka=ka, na=na, kb=kb, nb=nb: newcombe(ka, na, kb, nb, NormalDist().inv_cdf(q))
+                    row["method"] = ("two-proportion z-test (pooled), Newcombe hybrid Wilson interval; "
+                                     "flip rate, lower is better")
+                results.append(row)
+            else:
+                results.append(_bootstrap_row(ctx, scope, key, a, b, units_a.get(key, {}), units_b.get(key, {}), stat,
+                                             unit_desc))
+
+    tested = [r for r in results if r.get("p_value") is not None]
+    m_tests = len(tested)
+    q = 1 - alpha / (2 * m_tests) if m_tests else None  # two-sided, Bonferroni
+    for r, adj in zip(tested, holm([r["p_value"] for r in tested])):
+        r["p_adjusted"] = adj
+        r["significant"] = bool(adj <= alpha)
+        r["ci_low"], r["ci_high"] = r.pop("_ci")(q)
+    if m_tests:
+        for r in tested:
+            r["method"] += f"; Holm over {m_tests} tests, interval at the Bonferroni level {1 - alpha / m_tests:.4g}"
+    for r in results:
+        r.setdefault("significant", False)
+    df = pd.DataFrame(results, columns=COLUMNS)
+    df["significant"] = df["significant"].astype(bool)
+    for c in ("n_a", "n_b"):
+        df[c] = df[c].astype("Int64")
+    if persist:
+        save_comparison(run_a, run_b, df, warnings, path)
+    return df, warnings
+
+
+def _finish_diff(row: dict) -> None:
+    a, b = row.get("score_a"), row.get("score_b")
+    row["diff"] = None if a is None or b is None else b - a
+
+
+def is_drop(row: dict | pd.Series) -> bool:
+    """A significant change for the worse: a lower score, or a higher flip rate on an axis row."""
+    if not bool(row["significant"]) or row["diff"] is None or pd.isna(row["diff"]):
+        return False
+    return row["diff"] > 0 if (row["metric"], row["scope"]) in LOWER_IS_BETTER else row["diff"] < 0
+
+
+def save_comparison(run_a: str, run_b: str, df: pd.DataFrame, warnings: list[str],
+                    path: str | Path | None = None) -> int:
+    """Replace the stored comparison of (run_a, run_b) in ``run_comparisons``, in one transaction."""
+    out = df.copy()
+    out["run_a"], out["run_b"], out["run_id"] = run_a, run_b, run_b
+    out["warnings"] = json.dumps(warnings, ensure_ascii=False)
+    out["created_at"] = datetime.now(timezone.utc).replace(tzinfo=None)
+    out = wh.frame("run_comparisons", out)
+    with wh.connect(path) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute("DELETE FROM run_comparisons WHERE run_a = ? AND run_b = ?", [run_a, run_b])
+            if len(out):
+                cols = ", ".join(out.columns)
+                con.register("_incoming", out)
+                con.execute(f"INSERT INTO run_comparisons ({cols}) SELECT {cols} FROM _incoming")
+                con.unregister("_incoming")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return len(out)
+
+
+def latest_pair(spec_name: str, path: str | Path | None = None) -> tuple[str, str]:
+    """(previous, latest): the two most recent runs of ``spec_name`` by ``created_at`` that have
+    scores (a run registered but never aggregated is skipped)."""
+    with wh.connect(path) as con:
+        rows = con.execute(
+            "SELECT r.run_id FROM eval_runs r WHERE r.spec_name = ? AND EXISTS (SELECT 1 FROM metric_scores m "
+            "WHERE m.run_id = r.run_id AND m.scope = 'overall') ORDER BY r.created_at DESC, r.run_id DESC LIMIT 2",
+            [spec_name]).fetchall()
+        n_all = con.execute("SELECT count(*) FROM eval_runs WHERE spec_name = ?", [spec_name]).fetchone()[0]
+    if len(rows) < 2:
+        raise AipError(f"spec {spec_name!r} has {len(rows)} scored run{'s' if len(rows) != 1 else ''} "
+                       f"({n_all} registered); a comparison needs two")
+    return rows[1][0], rows[0][0]
+
+
+def format_table(df: pd.DataFrame, run_a: str, run_b: str, alpha: float = 0.05) -> str:
+    """The comparison as terminal text: one line per score, significant rows marked."""
+    f = lambda x, nd=3: "" if x is None or pd.isna(x) else f"{x:.{nd}f}"  # noqa: E731
+    fd = lambda x: "" if x is None or pd.isna(x) else f"{x:+.3f}"  # noqa: E731
+    fp = lambda x: "" if x is None or pd.isna(x) else (f"{x:.4f}" if x >= 1e-4 else f"{x:.1e}")  # noqa: E731
+    rows = []
+    for r in df.to_dict("records"):
+        mark = ("* drop" if is_drop(r) else "* gain") if r["significant"] and r["diff"] else ""
+        test = ("none" if str(r["method"]).startswith("no test") else
+                "2-prop" if str(r["method"]).startswith("two-proportion") else "bootstrap")
+        lower = " (rate, lower better)" if (r["metric"], r["scope"]) in LOWER_IS_BETTER else ""
+        rows.append({"": mark, "metric": r["metric"], "scope": r["scope"] + lower, "group": r["group_key"],
+                     "A": f(r["score_a"]), "B": f(r["score_b"]), "diff": fd(r["diff"]),
+                     "interval": "" if r["ci_low"] is None or pd.isna(r["ci_low"]) else f"[{fd(r['ci_low'])}, {fd(r['ci_high'])}]",
+                     "p": fp(r["p_value"]), "p adj.": fp(r["p_adjusted"]), "n A": "" if pd.isna(r["n_a"]) else int(r["n_a"]),
+                     "n B": "" if pd.isna(r["n_b"]) else int(r["n_b"]), "test": test})
+    m = int(df["p_value"].notna().sum())
+    head = f"Run B {run_b} vs run A {run_a} (diff = B - A)"
+    if not rows:
+        return head + "\n(nothing to compare)"
+    lines = [head, pd.DataFrame(rows).to_string(index=False), "",
+             (f"* significant at alpha {alpha} after Holm over {m} tests; intervals at the Bonferroni level "
+              f"{1 - alpha / max(m, 1):.4g}; a drop is a lower score or a higher flip rate.")]
+    untested = df[df["p_value"].isna()]
+    for reason, g in untested.groupby("method", sort=False):
+        lines.append(f"{reason}: " + ", ".join(f"{a} {b} {c}" for a, b, c in zip(g["metric"], g["scope"], g["group_key"])))
+    return "\n".join(lines)

@@ -1,0 +1,159 @@
+"""Run comparison: identical runs show no change, a changed SUT shows a significant drop on the
+right axis, differing metric versions are flagged, and `aip-eval compare` prints, exits and picks
+the latest runs."""
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aip_assets import compare
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+from aip_assets.metrics import REGISTRY
+
+from .conftest import make_spec, run_all, write_dataset
+
+CFG = {"num_pairs_per_dimension": 1}
+FLIP03 = {"provider": "builtin", "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}}
+FLIP06 = {"provider": "builtin", "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.6}}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One warehouse with four 200-row decision-flip runs, built once for the module:
+    `same-1`, `same-2` (spec `same`, flip p 0.3 twice) and `fair`, `flip` (spec `sut-change`:
+    the fair builtin SUT, then flips for women with p 0.6)."""
+    root = tmp_path_factory.mktemp("compare")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
+        mp.delenv("DAGSTER_HOME", raising=False)
+        ds = write_dataset(root / "d.jsonl", 200)
+        for run_id, name, sut in (("same-1", "same", FLIP03), ("same-2", "same", FLIP03),
+                                  ("fair", "sut-change", None), ("flip", "sut-change", FLIP06)):
+            run_all(make_spec(ds, name=name, sut=sut, config=CFG, batch_rows=200), run_id)
+    return root / "data" / "warehouse.duckdb"
+
+
+@pytest.fixture
+def warehouse(built, isolated):
+    """This test's own copy of the module's warehouse (AIP_WAREHOUSE points at it)."""
+    dst = Path(os.environ["AIP_WAREHOUSE"])
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(built, dst)
+    return dst
+
+
+def _row(df, scope, key):
+    return df[(df["scope"] == scope) & (df["group_key"] == key)].iloc[0]
+
+
+def test_same_spec_same_sut_shows_zero_difference(warehouse):
+    df, warnings = compare.compare_runs("same-1", "same-2")
+    assert warnings == []
+    assert set(zip(df["scope"], df["group_key"])) == {("overall", "all"), ("axis", "role"), ("axis", "gender"),
+                                                      ("axis", "ethnicity"), ("axis", "religion")}
+    assert (df["diff"] == 0).all() and not df["significant"].any()
+    assert (df["p_value"] == 1).all() and (df["p_adjusted"] == 1).all()
+    assert _row(df, "axis", "gender")["score_a"] > 0.03  # the p 0.3 flips are there, in both runs alike
+    overall = _row(df, "overall", "all")
+    assert overall["ci_low"] == overall["ci_high"] == 0  # paired: every resample differs by exactly 0
+    assert overall["method"].startswith("paired bootstrap over 200 input_ids")
+    assert list(df.columns) == compare.COLUMNS
+
+
+def test_changed_sut_profile_shows_significant_drop_on_gender(warehouse):
+    df, warnings = compare.compare_runs("fair", "flip")
+    assert warnings == []
+    gender = _row(df, "axis", "gender")
+    assert gender["score_a"] == 0 and gender["diff"] > 0.1  # the flip rate went up
+    assert gender["significant"] and gender["p_adjusted"] < 1e-6 and gender["ci_low"] > 0
+    assert gender["method"].startswith("two-proportion z-test")
+    for axis in ("role", "ethnicity", "religion"):
+        r = _row(df, "axis", axis)
+        assert r["diff"] == 0 and not r["significant"]
+    overall = _row(df, "overall", "all")
+    assert overall["diff"] < 0 and overall["significant"] and overall["ci_high"] < 0
+    assert overall["diff"] == pytest.approx(-gender["diff"] / 4)  # one pair per axis and row: a quarter of the pairs
+    assert {r["group_key"] for r in df.to_dict("records") if compare.is_drop(r)} == {"all", "gender"}
+    # persisted, and a re-comparison replaces the pair's rows
+    compare.compare_runs("fair", "flip")
+    stored = wh.query("SELECT * FROM run_comparisons WHERE run_a = 'fair' AND run_b = 'flip'", read_only=False)
+    assert len(stored) == len(df) and set(stored["run_id"]) == {"flip"}
+    assert stored["significant"].sum() == 2 and json.loads(stored["warnings"].iloc[0]) == []
+    # the quick look without Python: each run against the previous run of its spec
+    rr = wh.query("SELECT * FROM v_run_over_run ORDER BY spec_name", read_only=False)
+    assert list(zip(rr["spec_name"], rr["prev_run_id"], rr["run_id"])) == [("same", "same-1", "same-2"),
+                                                                          ("sut-change", "fair", "flip")]
+    assert rr["diff"].iloc[0] == 0 and rr["diff"].iloc[1] == pytest.approx(overall["diff"])
+    assert not rr["version_changed"].any()
+
+
+def test_differing_metric_versions_and_specs_are_flagged(warehouse, tmp_path, monkeypatch):
+    ds = write_dataset(tmp_path / "small.jsonl", 12)
+    spec = make_spec(ds, name="ver", config=CFG, batch_rows=50)
+    run_all(spec, "v1")
+    monkeypatch.setattr(type(REGISTRY["llm.decision_flip"]), "version", "2.1.0")
+    run_all(spec, "v2")
+    df, warnings = compare.compare_runs("v1", "v2")
+    assert len(warnings) == 1 and "not the same measurement" in warnings[0]
+    assert "2.0.0" in warnings[0] and "2.1.0" in warnings[0] and "llm.decision_flip" in warnings[0]
+    assert len(df) == 5 and (df["diff"] == 0).all()  # still compared
+    rr = wh.query("SELECT * FROM v_run_over_run WHERE spec_name = 'ver'", read_only=False)
+    assert rr["version_changed"].tolist() == [True]
+    # runs of different specs (and datasets): compared, with warnings; unpaired
+    df, warnings = compare.compare_runs("v1", "fair")
+    assert any("different specs" in w for w in warnings) and any("different datasets" in w for w in warnings)
+    assert _row(df, "overall", "all")["method"].startswith("unpaired bootstrap over 12/200")
+
+
+def test_cli_compare_table_json_latest_and_fail_on_drop(warehouse, capsys):
+    assert main(["compare", "fair", "flip"]) == 0
+    out = capsys.readouterr()
+    assert "Run B flip vs run A fair" in out.out and "gender" in out.out and out.err == ""
+    marked = [line for line in out.out.splitlines() if line.startswith("* drop")]
+    assert len(marked) == 2 and any("gender" in line for line in marked)
+
+    assert main(["compare", "fair", "flip", "--fail-on-drop"]) == 1
+    capsys.readouterr()
+    assert main(["compare", "same-1", "same-2", "--fail-on-drop"]) == 0
+    capsys.readouterr()
+
+    assert main(["compare", "--latest", "sut-change", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["run_a"], doc["run_b"]) == ("fair", "flip") and doc["significant_drops"] == 2
+    assert {r["group_key"]: r["significant"] for r in doc["rows"]}["gender"] is True
+
+    # warnings go to stderr, before the table
+    wh.query("UPDATE eval_runs SET metric_versions = '{\"llm.decision_flip\": \"9.9.9\"}' WHERE run_id = 'same-2'",
+             read_only=False)
+    assert main(["compare", "--latest", "same"]) == 0
+    out = capsys.readouterr()
+    assert "not the same measurement" in out.err and "Run B same-2 vs run A same-1" in out.out
+
+    assert main(["compare", "--latest", "no-such-spec"]) == 2
+    assert "has 0 scored runs" in capsys.readouterr().err
+    assert main(["compare", "fair"]) == 2
+    assert "two run ids" in capsys.readouterr().err
+
+
+def test_statistics_helpers():
+    # Newcombe (1998), method 10: 56/70 vs 48/80 -> 0.2000, 95% CI 0.0524 to 0.3339
+    lo, hi = compare.newcombe(48, 80, 56, 70, 1.959963984540054)
+    assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
+    assert compare.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert compare.two_proportion_p(0, 50, 0, 50) == 1.0
+    assert compare.t_two_sided_p(2.0, 10) == pytest.approx(0.07339, abs=1e-5)
+    assert compare.t_quantile(0.975, 10) == pytest.approx(2.228139, abs=1e-5)
+    # the bootstrap SE of an unpaired difference of two means of 0/1 values with p = 0.5, n = 400 each
+    rng = random.Random(1)
+    a = {f"a{i}": np.array([float(rng.random() < 0.5), 1.0]) for i in range(400)}
+    b = {f"b{i}": np.array([float(rng.random() < 0.5), 1.0]) for i in range(400)}
+    ident = lambda x: x  # noqa: E731
+    se = compare.bootstrap_se(a, b, compare._mean, ident, ident, paired=False, seed=0)
+    assert se == pytest.approx((2 * 0.25 / 400) ** 0.5, rel=0.1)
