@@ -98,10 +98,14 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     _spec_file(tmp_path, ds, {**FLIP, "p": 0.9})
     third = _tick(sched, instance, datetime(2026, 11, 3, 2, tzinfo=timezone.utc))
     _execute(third.run_requests, instance)
-    axes = wh.query("SELECT run_id, group_key, rate FROM metric_scores WHERE scope = 'axis' ORDER BY group_key, run_id")
-    g = axes[axes.group_key == "gender"].rate.tolist()
-    assert g[2] > g[1] == g[0]
-    assert (axes[axes.group_key != "gender"].rate == 0).all()
+    from aip_assets.compare import compare_runs
+
+    same, warnings = compare_runs("nightly-20261101T0200Z", "nightly-20261102T0200Z")
+    assert (same["diff"].fillna(0) == 0).all() and not same.significant.any()
+    drop, _ = compare_runs("nightly-20261102T0200Z", "nightly-20261103T0200Z")
+    sig = drop[drop.significant]
+    assert set(zip(sig.scope, sig.group_key)) >= {("axis", "gender")}
+    assert not sig[(sig.scope == "axis") & (sig.group_key != "gender")].shape[0]
 
 
 def test_sensor_launches_new_and_changed_specs_and_reports_invalid_ones(tmp_path):
