@@ -36,6 +36,24 @@ class ScoringFields(BaseModel):
     weight: float = 1.0
 
 
+def check_persona_pairs(v: list[dict[str, str]] | None, keys: tuple[str, ...], empty_hint: str):
+    """Validate a ``persona_pairs`` override: known keys only, both personas given and distinct."""
+    if v is None:
+        return v
+    if not v:
+        raise ValueError(f"persona_pairs is empty; {empty_hint}")
+    for i, p in enumerate(v):
+        extra = set(p) - set(keys)
+        if extra:
+            raise ValueError(f"persona_pairs[{i}]: unknown key(s) {sorted(extra)}; use {', '.join(keys)}")
+        for k in ("persona_a", "persona_b"):
+            if not p.get(k, "").strip():
+                raise ValueError(f"persona_pairs[{i}]: '{k}' is required")
+        if p["persona_a"].strip() == p["persona_b"].strip():
+            raise ValueError(f"persona_pairs[{i}]: persona_a and persona_b are the same")
+    return v
+
+
 class Progress:
     """done/total, calls in flight and failures, logged at most every few seconds."""
 

@@ -17,7 +17,6 @@ Spec: shared/spec/004 (v2). One mechanism, three judged dimensions. Per row:
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import random

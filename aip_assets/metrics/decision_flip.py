@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..catalog.attributes import AXES, PERSONA_INTRO, all_pairs, lookup, max_pairs
 from ..dataset import DatasetRow
 from ..stats import normalise, normalise_interval, wilson
-from .base import (Metric, ScoringFields, StageContext, ask_json, pair_batch, parse_json_answer, run_bounded,
+from .base import (check_persona_pairs, Metric, ScoringFields, StageContext, ask_json, pair_batch, parse_json_answer, run_bounded,
                    sample_probes, sut_failure)
 
 TEMPLATE_VERSION = "decision_flip/v1"
@@ -57,8 +57,7 @@ class DecisionFlipConfig(ScoringFields):
     @field_validator("persona_pairs")
     @classmethod
     def _pairs(cls, v):
-        if v is None:
-            return v
+        return check_persona_pairs(v, ("dimension", "persona_a", "persona_b"), "leave it out to use the catalogue")
         if not v:
             raise ValueError("persona_pairs is empty; leave it out to use the catalogue")
         for i, p in enumerate(v):

@@ -32,7 +32,7 @@ from ..catalog.attributes import PERSONA_INTRO
 from ..catalog.personas import catalogue_personas
 from ..dataset import DatasetRow
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import (Metric, ScoringFields, StageContext, ask_json, gather_all, pair_batch, run_bounded,
+from .base import (check_persona_pairs, Metric, ScoringFields, StageContext, ask_json, gather_all, pair_batch, run_bounded,
                    sample_probes, sut_failure)
 
 TEMPLATE_VERSION = "group_interaction_bias/v1"
@@ -61,8 +61,7 @@ class GroupInteractionBiasConfig(ScoringFields):
     @field_validator("persona_pairs")
     @classmethod
     def _pairs(cls, v):
-        if v is None:
-            return v
+        return check_persona_pairs(v, ("persona_a", "persona_b"), "leave it out to use the synthesised pool")
         if not v:
             raise ValueError("persona_pairs is empty; leave it out to use the synthesised pool")
         for i, p in enumerate(v):
