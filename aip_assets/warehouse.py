@@ -235,6 +235,9 @@ VIEWS: dict[str, str] = {
 }
 
 _ENSURED: set[tuple[str, int]] = set()
+# DuckDB's buffer pool defaults to 80% of RAM; a stage's write of a large partition should not
+# make the pipeline's footprint grow with the dataset (DuckDB spills to disk past this).
+DUCKDB_MEMORY = os.environ.get("AIP_DUCKDB_MEMORY", "512MB")
 LOCK_TIMEOUT_S = float(os.environ.get("AIP_WAREHOUSE_LOCK_TIMEOUT", "600"))
 
 
@@ -274,7 +277,7 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> Iterator
         deadline = time.monotonic() + LOCK_TIMEOUT_S
         while True:
             try:
-                con = duckdb.connect(str(path), read_only=read_only)
+                con = duckdb.connect(str(path), read_only=read_only, config={"memory_limit": DUCKDB_MEMORY})
                 break
             except duckdb.IOException as e:
                 if "lock" not in str(e).lower() or time.monotonic() > deadline:
