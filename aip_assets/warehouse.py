@@ -235,9 +235,10 @@ VIEWS: dict[str, str] = {
 }
 
 _ENSURED: set[tuple[str, int]] = set()
-# DuckDB's buffer pool defaults to 80% of RAM; a stage's write of a large partition should not
-# make the pipeline's footprint grow with the dataset (DuckDB spills to disk past this).
-DUCKDB_MEMORY = os.environ.get("AIP_DUCKDB_MEMORY", "512MB")
+# DuckDB's memory limit (default: 80% of RAM). A stage's one-transaction write of a large
+# partition needs memory that grows with the partition (about 1.5 GB for 100,000 rows of group
+# interaction bias judgements); a lower limit makes that write fail, so none is set by default.
+DUCKDB_MEMORY = os.environ.get("AIP_DUCKDB_MEMORY")
 LOCK_TIMEOUT_S = float(os.environ.get("AIP_WAREHOUSE_LOCK_TIMEOUT", "600"))
 
 
@@ -277,7 +278,8 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> Iterator
         deadline = time.monotonic() + LOCK_TIMEOUT_S
         while True:
             try:
-                con = duckdb.connect(str(path), read_only=read_only, config={"memory_limit": DUCKDB_MEMORY})
+                con = duckdb.connect(str(path), read_only=read_only,
+                                     config={"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {})
                 break
             except duckdb.IOException as e:
                 if "lock" not in str(e).lower() or time.monotonic() > deadline:

@@ -412,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             lines += ["", f"llm_calls query failed: {sql_err[-300:]}"]
         if steps:
             run0 = steps[0]
-            lines += ["", f"Per-stage wall time (Dagster step events; Dagster run {run0['dagster_run'][:8]}, "
-                          f"{run0['status']}; RSS summed over the process tree, sampled every 0.25 s):", "",
+            lines += ["", (f"Per-stage wall time (Dagster step events; Dagster run {run0['dagster_run'][:8]}, "
+                           f"{run0['status']}; RSS summed over the process tree, sampled every 0.25 s):"), "",
                       "| step | seconds | share of wall | peak RSS MiB | RSS MiB at start → end |",
                       "|---|---:|---:|---:|---:|"]
             for s in sorted(run0["steps"], key=lambda s: s["start"] or 0):
@@ -437,8 +437,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"| {'n/a' if pre is None else f'{pre / 1024:.0f}'} | |")
         if rates:
             lines += ["", "Model calls per stage from the call journal (completion timestamps; also for a killed run):",
-                      "", "| stage | calls (ok) | first → last completion, s after start | calls/s "
-                          "| rows/s (stage committed only) |", "|---|---:|---:|---:|---:|"]
+                      "", ("| stage | calls (ok) | first → last completion, s after start | calls/s "
+                           "| rows/s (stage committed only) |"), "|---|---:|---:|---:|---:|"]
             for x in rates:
                 span = (x["last"] or 0) - (x["first"] or 0)
                 cps = x["calls"] / span if span > 0 else None

@@ -158,7 +158,7 @@ class ModelClient:
         self.endpoint_id = conn.endpoint_id()
         # keys of successful calls this run may answer from the journal (kept current as calls
         # succeed), so a call with nothing to reuse costs no SQL lookup
-        self._known_ok: set[str] = journal.ok_keys(self.cache_runs) if journal is not None else set()
+        self._known_ok: set[str] = journal.ok_keys(self.cache_runs, stage) if journal is not None else set()
         self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0}
         self._rng = random.Random()
 

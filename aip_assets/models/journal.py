@@ -41,16 +41,19 @@ class Journal:
         )
         self._con.execute("CREATE INDEX IF NOT EXISTS calls_key ON calls (call_key, status)")
         self._con.execute("CREATE INDEX IF NOT EXISTS calls_part ON calls (run_id, metric, stage)")
+        self._con.execute("CREATE INDEX IF NOT EXISTS calls_ok ON calls (run_id, stage, status)")
 
     def close(self) -> None:
         self._con.close()
 
-    def ok_keys(self, run_ids: list[str]) -> set[str]:
-        """Keys of the successful calls of these runs: a cheap in-memory test before ``lookup``."""
+    def ok_keys(self, run_ids: list[str], stage: str) -> set[str]:
+        """Keys of the successful calls of these runs in this stage (any metric): a cheap in-memory
+        test before ``lookup``. A SUT prompt never equals a judge prompt, so other stages'
+        keys could never match and are not loaded."""
         marks = ",".join("?" * len(run_ids))
         with self._lock:
-            cur = self._con.execute(f"SELECT DISTINCT call_key FROM calls WHERE status = 'ok' AND run_id IN ({marks})",
-                                    run_ids)
+            cur = self._con.execute(f"SELECT DISTINCT call_key FROM calls WHERE status = 'ok' AND stage = ? "
+                                    f"AND run_id IN ({marks})", [stage, *run_ids])
             return {k for (k,) in cur}
 
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
