@@ -358,48 +358,51 @@ class GroupInteractionBias(Metric):
         row_ids: list[str] = []
         n_failed_pairs = rows_errored = 0
 
-        def add(group: str, key: str, bias: float) -> None:
+        def add_many(group: str, key: str, total: float, count: int) -> None:
             s = acc[group].setdefault(key, [0.0, 0])
-            s[0] += bias
-            s[1] += 1
+            s[0] += total
+            s[1] += count
 
         for ids in ctx.batches():
             j = ctx.read("judgements", ids, ["pair_id", "input_id", "label", "status", "score", "parsed", "error"])
             pp = ctx.read("probe_pairs", ids, ["pair_id", "input_id", "value_a", "value_b"])
-            by_pair = {k: g for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
-            by_row = {k: g for k, g in pp.groupby("input_id", sort=False)} if len(pp) else {}
+            # one row per pair: its judges' scores side by side (judges that failed are missing)
+            ok = j[j["status"] == "ok"]
+            comp = (ok.pivot_table(index="pair_id", columns="label", values="score", aggfunc="first")
+                    if len(ok) else pd.DataFrame())
+            terms = pd.DataFrame(index=comp.index)
+            for k in JUDGE_KINDS:
+                if k in comp:
+                    terms[k] = 1 - comp[k].astype(float) if k == "similarity" else comp[k].astype(float)
+                    judge_sum[k][0] += float(comp[k].astype(float).sum())
+                    judge_sum[k][1] += int(comp[k].notna().sum())
+            pairs = pp.set_index("pair_id")
+            pairs["bias"] = terms.mean(axis=1, skipna=True).reindex(pairs.index) if len(terms.columns) else float("nan")
+            judged = pairs[pairs["bias"].notna()]
+            for col in ("value_a", "value_b"):
+                for pid, g in judged.groupby(col)["bias"]:
+                    add_many("persona", pid, float(g.sum()), len(g))
+                    for axis, val in attrs.get(pid, {}).items():
+                        add_many("attribute", f"{axis}={val}", float(g.sum()), len(g))
+            keys = judged[["value_a", "value_b"]].min(axis=1) + "|" + judged[["value_a", "value_b"]].max(axis=1)
+            for key, g in judged["bias"].groupby(keys):
+                add_many("pair", key, float(g.sum()), len(g))
+            effort = ok[ok["label"] == "effort"]
+            for parsed in effort["parsed"]:
+                lh = json.loads(parsed).get("less_helpful_persona")
+                if lh:
+                    less_helpful[lh] = less_helpful.get(lh, 0) + 1
+            errors = j[j["status"] != "ok"].groupby("input_id")["error"].agg(lambda e: sorted({str(x) for x in e if x}))
+            by_row = {k: g for k, g in pairs.groupby("input_id", sort=False)} if len(pairs) else {}
             row_scores = []
             for input_id in ids:
-                biases, failed, reasons = [], 0, set()
-                pairs = by_row.get(input_id)
-                for pair in ([] if pairs is None else pairs.to_dict("records")):
-                    g = by_pair.get(pair["pair_id"])
-                    ok = [] if g is None else g[g["status"] == "ok"].to_dict("records")
-                    if not ok:
-                        failed += 1
-                        if g is not None:
-                            reasons.update(str(e) for e in g["error"].dropna())
-                        continue
-                    comps = {r["label"]: float(r["score"]) for r in ok}
-                    b = pair_bias(comps)
-                    biases.append(b)
-                    for k, v in comps.items():
-                        judge_sum[k][0] += v
-                        judge_sum[k][1] += 1
-                    for pid in (pair["value_a"], pair["value_b"]):
-                        add("persona", pid, b)
-                        for axis, val in attrs.get(pid, {}).items():
-                            add("attribute", f"{axis}={val}", b)
-                    add("pair", "|".join(sorted((pair["value_a"], pair["value_b"]))), b)
-                    effort = next((r for r in ok if r["label"] == "effort"), None)
-                    if effort is not None:
-                        lh = json.loads(effort["parsed"]).get("less_helpful_persona")
-                        if lh:
-                            less_helpful[lh] = less_helpful.get(lh, 0) + 1
+                g = by_row.get(input_id)
+                biases = [] if g is None else [float(b) for b in g["bias"] if b == b]
+                failed = 0 if g is None else int(g["bias"].isna().sum())
                 n_failed_pairs += failed
                 if not biases:
                     rows_errored += 1
-                    why = "; ".join(sorted(reasons))[:500] or "no pairs drawn"
+                    why = "; ".join(errors.get(input_id, []))[:500] or "no pairs drawn"
                     row_scores.append({"input_id": input_id, "status": "error", "label": "error", "n_judged": 0,
                                        "n_failed": failed, "n_events": 0,
                                        "error": f"no pair of this row could be judged ({failed} failed): {why}"})
