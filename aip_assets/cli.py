@@ -55,13 +55,6 @@ def _root_message(err) -> str:
     return err.message.strip()
 
 
-class _Failed(str):
-    def __new__(cls, metric: str, capped: bool = False):
-        obj = super().__new__(cls, metric)
-        obj.capped = capped
-        return obj
-
-
 def _dry_run(spec, as_json: bool) -> int:
     from . import pipeline
 
@@ -128,7 +121,7 @@ def cmd_run(args) -> int:
     if not instance.has_dynamic_partition(runs_partitions.name, run_id):
         instance.add_dynamic_partitions(runs_partitions.name, [run_id])
     metrics = args.metric or list(spec.metrics)
-    failed = []
+    failed, capped = [], False
     for metric in metrics:
         if metric not in spec.metrics:
             raise AipError(f"metric {metric} is not configured in spec {spec.name} (configured: {', '.join(spec.metrics)})")
@@ -140,7 +133,8 @@ def cmd_run(args) -> int:
             msgs = [_root_message(e.event_specific_data.error) for e in result.get_step_failure_events()
                     if e.event_specific_data and e.event_specific_data.error]
             log.error(f"{metric}: stage failed (Dagster run {result.run_id}): " + " | ".join(msgs))
-            failed.append(_Failed(metric, capped=any("reached limits." in m for m in msgs)))
+            failed.append(metric)
+            capped = capped or any("reached limits." in m for m in msgs)
     summary = pipeline.run_summary(run_id, path)
     summary["warehouse"] = str(path)
     summary["failed_metrics"] = failed
@@ -150,7 +144,7 @@ def cmd_run(args) -> int:
         print_summary(summary)
         print(f"\nWarehouse: {path}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
     if failed:
-        return 4 if any(getattr(f, "capped", False) for f in failed) else 3
+        return 4 if capped else 3
     below = [m for m, s in summary["metrics"].items() if s.get("passed") is False]
     if below:
         log.error(f"below threshold: {', '.join(below)}")
