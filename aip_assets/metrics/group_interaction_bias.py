@@ -62,18 +62,6 @@ class GroupInteractionBiasConfig(ScoringFields):
     @classmethod
     def _pairs(cls, v):
         return check_persona_pairs(v, ("persona_a", "persona_b"), "leave it out to use the synthesised pool")
-        if not v:
-            raise ValueError("persona_pairs is empty; leave it out to use the synthesised pool")
-        for i, p in enumerate(v):
-            extra = set(p) - {"persona_a", "persona_b"}
-            if extra:
-                raise ValueError(f"persona_pairs[{i}]: unknown key(s) {sorted(extra)}; use persona_a, persona_b")
-            for k in ("persona_a", "persona_b"):
-                if not p.get(k, "").strip():
-                    raise ValueError(f"persona_pairs[{i}]: '{k}' is required")
-            if p["persona_a"].strip() == p["persona_b"].strip():
-                raise ValueError(f"persona_pairs[{i}]: persona_a and persona_b are the same")
-        return v
 
 
 # ------------------------------------------------------------------ answers we validate
