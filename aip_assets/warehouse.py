@@ -321,32 +321,6 @@ def frame(table: str, records: Iterable[dict[str, Any]] | pd.DataFrame, **const:
     return df[cols]
 
 
-def write_partition(run_id: str, metric: str, tables: dict[str, pd.DataFrame], stage: str | None = None,
-                    path: str | Path | None = None) -> dict[str, int]:
-    """Replace this (run, metric) partition's rows in each table, all in one transaction."""
-    counts = {}
-    with connect(path) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for table, df in tables.items():
-                cols = [c for c, _ in TABLES[table]]
-                if table in STAGE_SCOPED:
-                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ? AND stage = ?", [run_id, metric, stage])
-                else:
-                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric])
-                if len(df):
-                    con.register("_incoming", df)
-                    col_sql = ", ".join(cols)
-                    con.execute(f"INSERT INTO {table} ({col_sql}) SELECT {col_sql} FROM _incoming")
-                    con.unregister("_incoming")
-                counts[table] = len(df)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-    return counts
-
-
 _ARROW = {"VARCHAR": "string", "JSON": "string", "DOUBLE": "float64", "INTEGER": "int64", "BIGINT": "int64",
           "BOOLEAN": "bool", "TIMESTAMP": "timestamp"}
 

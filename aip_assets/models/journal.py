@@ -82,12 +82,6 @@ class Journal:
                 "FROM calls WHERE run_id = ? AND source = 'network'", [run_id]).fetchone()
         return int(n), int(t)
 
-    def has_calls(self, run_id: str, metric: str, stage: str) -> bool:
-        with self._lock:
-            return self._con.execute(
-                "SELECT 1 FROM calls WHERE run_id = ? AND metric = ? AND stage = ? LIMIT 1", [run_id, metric, stage]
-            ).fetchone() is not None
-
     def frames(self, run_id: str, metric: str, stage: str, chunk: int = 20000) -> Iterator[pd.DataFrame]:
         """This partition's calls in the order they completed, shaped for ``llm_calls``, in chunks."""
         last = 0
