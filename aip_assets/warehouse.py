@@ -351,6 +351,13 @@ def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]]
                 if paths:
                     con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [[str(p) for p in paths]])
             con.execute("COMMIT")
+        except duckdb.OutOfMemoryException as e:
+            con.execute("ROLLBACK")
+            from .errors import AipError
+
+            raise AipError(f"{path or default_path()}: DuckDB ran out of memory writing {run_id} × {metric} "
+                           f"(limit {DUCKDB_MEMORY}); nothing was written — set AIP_DUCKDB_MEMORY higher, e.g. 4GB, "
+                           f"and materialise again: {e}") from None
         except BaseException:
             con.execute("ROLLBACK")
             raise
