@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -40,8 +39,10 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import code_fingerprint, machine_info
 
 import yaml
 
@@ -82,36 +83,6 @@ for run in inst.get_runs(limit=10):
                 "end": stats.end_time, "steps": steps})
 print(json.dumps(out))
 """
-
-
-def machine_info() -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        nproc = str(os.cpu_count())
-    return {"nproc": nproc, "cpu": cpu, "python": platform.python_version(),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-
-
-def code_fingerprint() -> str:
-    """sha256 (12 hex) over aip_assets/**/*.py and the newest mtime: ties a result to the code it measured."""
-    import hashlib
-
-    pkg = Path(__file__).resolve().parents[1] / "aip_assets"
-    h, newest = hashlib.sha256(), 0.0
-    for f in sorted(pkg.rglob("*.py")):
-        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes())
-        newest = max(newest, f.stat().st_mtime)
-    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"aip_assets sources sha256 {h.hexdigest()[:12]} (newest file {when})"
 
 
 def make_dataset(n_rows: int, path: Path) -> None:

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -34,8 +33,10 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import code_fingerprint, machine_info as _machine_info
 
 import aiohttp
 
@@ -48,34 +49,7 @@ LABELS = "APPROVE, DENY"
 
 
 def machine_info() -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        nproc = str(os.cpu_count())
-    return {"nproc": nproc, "cpu": cpu, "python": platform.python_version(),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "aiohttp": aiohttp.__version__}
-
-
-def code_fingerprint() -> str:
-    """sha256 (12 hex) over aip_assets/**/*.py and the newest mtime: ties a result to the code it measured."""
-    import hashlib
-
-    pkg = Path(__file__).resolve().parents[1] / "aip_assets"
-    h, newest = hashlib.sha256(), 0.0
-    for f in sorted(pkg.rglob("*.py")):
-        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes())
-        newest = max(newest, f.stat().st_mtime)
-    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"aip_assets sources sha256 {h.hexdigest()[:12]} (newest file {when})"
+    return {**_machine_info(), "aiohttp": aiohttp.__version__}
 
 
 def free_port() -> int:
