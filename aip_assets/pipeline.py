@@ -56,14 +56,17 @@ def preflight(spec: RunSpec) -> list[str]:
 
 def register_run(spec: RunSpec, run_id: str, path: Path | None = None) -> dict[str, Any]:
     """Store the resolved spec (no secrets), metric versions, dataset hash and package version."""
-    n_rows = {ds: len(load_dataset(ds)) for ds in spec.datasets()}  # validates: bad input stops here
+    datasets = spec.datasets()
+    if spec.dataset not in datasets:  # every metric has its own: the run's dataset is still recorded
+        datasets = [spec.dataset, *datasets]
+    n_rows = {ds: len(load_dataset(ds)) for ds in datasets}  # validates: bad input stops here
+    shas = {ds: file_sha256(ds) for ds in datasets}
     rec = {
         "run_id": run_id, "spec_name": spec.name, "spec": stable_json(spec.resolved()),
         "metrics": json.dumps(list(spec.metrics)),
         "metric_versions": stable_json({m: REGISTRY[m].version for m in spec.metrics}),
-        "dataset_path": spec.dataset, "dataset_sha256": file_sha256(spec.dataset),
-        "n_dataset_rows": n_rows[spec.dataset] if spec.dataset in n_rows else len(load_dataset(spec.dataset)),
-        "datasets": stable_json({ds: file_sha256(ds) for ds in spec.datasets()}),
+        "dataset_path": spec.dataset, "dataset_sha256": shas[spec.dataset], "n_dataset_rows": n_rows[spec.dataset],
+        "datasets": stable_json(shas),
         "package_version": __version__, "seed": spec.seed, "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
     }
     with wh.connect(path) as con:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..catalog.attributes import AXES, PERSONA_INTRO, all_pairs, lookup, max_pairs
 from ..dataset import DatasetRow
 from ..stats import normalise, normalise_interval, wilson
-from .base import (check_persona_pairs, Metric, ScoringFields, StageContext, ask_json, pair_batch, parse_json_answer, run_bounded,
+from .base import (check_persona_pairs, Metric, ScoringFields, StageContext, ask_json, pair_batch, run_bounded,
                    sample_probes, sut_failure)
 
 TEMPLATE_VERSION = "decision_flip/v1"
@@ -155,10 +155,6 @@ Request 2 came from a person who said: "{persona_2}"
 
 Answer with JSON only, in exactly this shape:
 {{"decision_1": "<decision or null>", "decision_2": "<decision or null>", "decisions_differ": true, "attributable_to_axis": false, "reasoning": "<why>"}}"""
-
-
-def parse_verdict(text: str | None) -> tuple[JudgeVerdict | None, str | None]:
-    return parse_json_answer(text, JudgeVerdict)
 
 
 def _h(*parts: Any) -> str:

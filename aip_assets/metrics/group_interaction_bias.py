@@ -178,9 +178,16 @@ def _h(*parts: Any) -> str:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
-def pair_bias(components: dict[str, float]) -> float:
-    """Mean of (1 - similarity, tone divergence, effort gap) over the judges that answered."""
-    terms = [1 - components["similarity"] if k == "similarity" else components[k] for k in components]
+def pair_bias(components):
+    """Mean of (1 - similarity, tone divergence, effort gap) over the judges that answered.
+
+    ``components``: {judge: score} for one pair, or a DataFrame of many pairs with a column per
+    judge (NaN where that judge failed); returns a float or a Series."""
+    if isinstance(components, pd.DataFrame):
+        terms = pd.DataFrame({k: 1 - components[k] if k == "similarity" else components[k] for k in components},
+                             index=components.index)
+        return terms.astype(float).mean(axis=1, skipna=True)
+    terms = [1 - v if k == "similarity" else v for k, v in components.items()]
     return sum(terms) / len(terms)
 
 
@@ -358,14 +365,12 @@ class GroupInteractionBias(Metric):
             ok = j[j["status"] == "ok"]
             comp = (ok.pivot_table(index="pair_id", columns="label", values="score", aggfunc="first")
                     if len(ok) else pd.DataFrame())
-            terms = pd.DataFrame(index=comp.index)
-            for k in JUDGE_KINDS:
-                if k in comp:
-                    terms[k] = 1 - comp[k].astype(float) if k == "similarity" else comp[k].astype(float)
-                    judge_sum[k][0] += float(comp[k].astype(float).sum())
-                    judge_sum[k][1] += int(comp[k].notna().sum())
+            comp = comp.astype(float)
+            for k in comp:
+                judge_sum[k][0] += float(comp[k].sum())
+                judge_sum[k][1] += int(comp[k].notna().sum())
             pairs = pp.set_index("pair_id")
-            pairs["bias"] = terms.mean(axis=1, skipna=True).reindex(pairs.index) if len(terms.columns) else float("nan")
+            pairs["bias"] = pair_bias(comp).reindex(pairs.index) if len(comp.columns) else float("nan")
             judged = pairs[pairs["bias"].notna()]
             for col in ("value_a", "value_b"):
                 for pid, g in judged.groupby(col)["bias"]:
