@@ -42,7 +42,9 @@ def preflight(spec: RunSpec) -> list[str]:
     """Check every endpoint answers before anything is written (raises EndpointError)."""
     async def go():
         seen, out = set(), []
-        roles = [("sut", spec.sut), ("judge", spec.judge)]
+        roles = [("judge", spec.judge)]
+        if any(get_metric(m).calls_sut for m in spec.metrics):
+            roles.insert(0, ("sut", spec.sut))
         if spec.synthesis is not None:
             roles.append(("synthesis", spec.synthesis))
         for role, conn in roles:
@@ -217,8 +219,9 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
             for frame in journal.frames(run_id, metric, stage):  # calls of a synthesis model, if any
                 staged.add({"llm_calls": frame})
         elif stage in ("sampling", "judging"):
-            role = "sut" if stage == "sampling" else "judge"
-            asyncio.run(check_endpoint(spec.sut if role == "sut" else spec.judge, role))
+            if stage == "judging" or plugin.calls_sut:
+                role = "sut" if stage == "sampling" else "judge"
+                asyncio.run(check_endpoint(spec.sut if role == "sut" else spec.judge, role))
             _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.judge(ctx), staged)
             for frame in journal.frames(run_id, metric, stage):
                 staged.add({"llm_calls": frame})

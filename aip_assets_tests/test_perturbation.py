@@ -8,6 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
+from aip_assets import pipeline
 from aip_assets.dataset import load_dataset
 from aip_assets.metrics.base import FrameReader, StageContext
 from aip_assets.metrics.perturbation import (PerturbationRobustnessExternal, PerturbationRobustnessExternalConfig,
@@ -127,7 +128,10 @@ def test_calibration_fragile_to_typos_and_round_trip(tmp_path):
     cmd = [sys.executable, "-m", "aip_assets.cli", "answer", str(tmp_path / "export.jsonl"), str(tmp_path / "answered.csv"),
            "--profile", json.dumps(fragile["profile"])]
     subprocess.run(cmd, check=True, capture_output=True)
-    run_all(spec_for(tmp_path / "answered.csv", EXT), "external", metric=EXT)
+    # the external scorer needs no SUT: an unreachable one is never asked
+    no_sut = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    assert pipeline.preflight(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut)) == ["judge: builtin model (fair)"]
+    run_all(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut), "external", metric=EXT)
     ext, host = scores("external"), scores("hosted")
     cols = ["scope", "group_key", "raw_score", "n"]
     assert ext[ext.scope == "perturbation_type"][cols].reset_index(drop=True).equals(

@@ -289,6 +289,7 @@ class Metric:
     name: ClassVar[str]
     version: ClassVar[str]
     config_model: ClassVar[type[BaseModel]]
+    calls_sut: ClassVar[bool] = True  # False for pure scorers of answers given in the dataset
 
     def synthesize(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         raise NotImplementedError

@@ -220,6 +220,7 @@ class PerturbationRobustnessExternal(Metric):
     version = "1.0.0"
     config_model = PerturbationRobustnessExternalConfig
     template_version = "perturbation_robustness/v1"
+    calls_sut = False  # scores off-platform answers: no SUT connection is needed
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
         probes = ctx.read("probes", None, ["axis", "messages"])
@@ -464,6 +465,7 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
     name = "llm.perturbation_robustness"
     version = "1.0.0"
     config_model = PerturbationRobustnessConfig
+    calls_sut = True
 
     def types(self, ctx: StageContext) -> list[str]:
         cfg = ctx.config
