@@ -4,7 +4,7 @@ import json
 from datetime import datetime, timezone
 
 import yaml
-from dagster import AssetCheckSeverity, SkipReason, build_schedule_context, build_sensor_context, materialize
+from dagster import AssetCheckSeverity, build_schedule_context, build_sensor_context, materialize
 
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
@@ -70,7 +70,7 @@ def _execute(requests, instance):
 
 def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, monkeypatch):
     ds = write_dataset(tmp_path / "d.jsonl", 60)
-    path = _spec_file(tmp_path, ds, FLIP)
+    _spec_file(tmp_path, ds, FLIP)
     instance = get_instance()
     [sched] = build_schedules(evaluate_job)
     assert sched.cron_schedule == "0 2 * * *"
