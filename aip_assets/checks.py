@@ -2,34 +2,57 @@
 
 - ingest → ``dataset_quality``: unique input_id, required columns present, no empty prompts;
 - sut_sampling → ``sut_completeness`` and judging → ``judge_completeness``: the share of failed
-  calls/verdicts is at most the spec's ``max_failed_share``;
-- aggregation → ``threshold``: the metric's score is at least the spec's threshold (severity
-  ERROR: a nightly regression is visible and can gate a release).
+  (or empty) SUT answers and of judge verdicts never given in form is at most the spec's
+  ``max_failed_share`` (severity ERROR: the run's gate fails too);
+- aggregation → ``threshold`` (the score is at least the threshold; no score fails it),
+  ``coverage`` (the judged share of planned units is at least ``min_coverage`` and the answers
+  fit the decision labels) and ``differential_refusal`` (decision flip: no two values of one axis
+  differ significantly in refusals). Each mirrors a condition of the run's gate (``gate.py``).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
+from . import gate
 from . import warehouse as wh
 
 CHECKS = {
-    "ingest": ("dataset_quality", "unique input_id, required columns present, no empty prompts"),
-    "sampling": ("sut_completeness", "share of failed SUT answers at most the spec's max_failed_share"),
-    "judging": ("judge_completeness", "share of failed judge verdicts at most the spec's max_failed_share"),
-    "aggregation": ("threshold", "the metric's score is at least the spec's threshold (ERROR when below)"),
+    "ingest": [("dataset_quality", "unique input_id, required columns present, no empty prompts")],
+    "sampling": [("sut_completeness", "share of failed or empty SUT answers at most the spec's max_failed_share")],
+    "judging": [("judge_completeness", "share of judge verdicts never given in form at most the spec's max_failed_share")],
+    "aggregation": [
+        ("threshold", "the metric's score is at least the spec's threshold; no score fails (ERROR)"),
+        ("coverage", "the share of planned units judged is at least min_coverage, and the answers state the "
+                     "configured decision labels (ERROR)"),
+        ("differential_refusal", "decision flip: no two values of one axis differ significantly in their "
+                                 "refusal / no-decision rate (ERROR; fail_on_differential_refusal: false turns it off)"),
+    ],
 }
 
 
 def spec_for(stage: str, asset_key) -> list[AssetCheckSpec]:
-    name, description = CHECKS[stage]
-    return [AssetCheckSpec(name=name, asset=asset_key, description=description)]
+    return [AssetCheckSpec(name=name, asset=asset_key, description=d) for name, d in CHECKS[stage]]
 
 
-def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = None) -> AssetCheckResult:
-    name, _ = CHECKS[stage]
+class _Counts:
+    """The completeness counts of one partition, read with one query per table."""
+
+    def __init__(self, con, run_id: str, metric: str):
+        self.con, self.run_id, self.metric = con, run_id, metric
+
+    def status_counts(self, table: str) -> dict[str, int]:
+        return wh.status_counts(self.con, table, self.run_id, self.metric)
+
+
+def _f(x) -> MetadataValue:
+    return MetadataValue.float(float(x)) if x is not None else MetadataValue.text("n/a")
+
+
+def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = None) -> list[AssetCheckResult]:
     with wh.connect(path) as con:
         q = lambda sql: con.execute(sql, [run_id, metric]).fetchone()  # noqa: E731
         if stage == "ingest":
@@ -38,26 +61,56 @@ def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = Non
                 "count(*) FILTER (WHERE prompt IS NULL OR trim(prompt) = '' OR prompt = '[]'), "
                 "count(*) FILTER (WHERE task_type IS NULL) FROM dataset_rows WHERE run_id = ? AND metric = ?")
             ok = n > 0 and dup == 0 and empty == 0 and bad_type == 0
-            return AssetCheckResult(check_name=name, passed=bool(ok), severity=AssetCheckSeverity.ERROR, metadata={
-                "rows": n, "duplicate_input_ids": dup, "empty_prompts": empty, "missing_task_type": bad_type})
+            return [AssetCheckResult(check_name="dataset_quality", passed=bool(ok), severity=AssetCheckSeverity.ERROR,
+                                     metadata={"rows": n, "duplicate_input_ids": dup, "empty_prompts": empty,
+                                               "missing_task_type": bad_type})]
         if stage in ("sampling", "judging"):
-            table = "sut_responses" if stage == "sampling" else "judgements"
-            n, failed = q(f"SELECT count(*), count(*) FILTER (WHERE status <> 'ok') FROM {table} "
-                          "WHERE run_id = ? AND metric = ?")
-            share = failed / n if n else 0.0
+            role = "sut" if stage == "sampling" else "judge"
+            c = gate.completeness(_Counts(con, run_id, metric))[role]
             bound = spec.max_failed_share
-            return AssetCheckResult(check_name=name, passed=bool(share <= bound), severity=AssetCheckSeverity.WARN,
-                                    metadata={"total": n, "failed": failed, "failed_share": MetadataValue.float(share),
-                                              "max_failed_share": MetadataValue.float(bound)})
-        row = q("SELECT score, threshold FROM metric_scores WHERE run_id = ? AND metric = ? AND scope = 'overall'")
-    score, threshold = (row or (None, None))
+            meta = {"total": c["total"], "failed": c["failed"], "failed_share": MetadataValue.float(c["failed_share"]),
+                    "max_failed_share": MetadataValue.float(bound)}
+            if role == "sut":
+                meta["empty"] = c["empty"]
+            return [AssetCheckResult(check_name=CHECKS[stage][0][0], passed=bool(c["failed_share"] <= bound),
+                                     severity=AssetCheckSeverity.ERROR, metadata=meta)]
+        row = q("SELECT score, threshold, coverage, n_planned, excluded, details FROM metric_scores "
+                "WHERE run_id = ? AND metric = ? AND scope = 'overall'")
+    score, threshold, cov, planned, excluded, details = row or (None, None, None, None, None, None)
+    d = json.loads(details or "{}")
+    min_cov = spec.min_coverage_for(metric)
+    out = []
     if threshold is None:
-        return AssetCheckResult(check_name=name, passed=True, metadata={
-            "score": MetadataValue.float(float(score)) if score is not None else MetadataValue.text("n/a"),
-            "threshold": MetadataValue.text("none set")})
-    passed = score is not None and score >= threshold
-    return AssetCheckResult(check_name=name, passed=bool(passed), severity=AssetCheckSeverity.ERROR, metadata={
-        "score": MetadataValue.float(float(score)) if score is not None else MetadataValue.text("n/a"),
-        "threshold": MetadataValue.float(float(threshold))},
-        description=None if passed else f"{metric} scored {score if score is None else round(score, 4)} "
-                                        f"below its threshold {threshold}")
+        out.append(AssetCheckResult(check_name="threshold", passed=score is not None, severity=AssetCheckSeverity.ERROR,
+                                    metadata={"score": _f(score), "threshold": MetadataValue.text("none set")},
+                                    description=None if score is not None else f"{metric} has no score"))
+    else:
+        passed = score is not None and score >= threshold
+        out.append(AssetCheckResult(
+            check_name="threshold", passed=bool(passed), severity=AssetCheckSeverity.ERROR,
+            metadata={"score": _f(score), "threshold": MetadataValue.float(float(threshold))},
+            description=None if passed else (f"{metric} has no score" if score is None else
+                                             f"{metric} scored {round(score, 4)} below its threshold {threshold}")))
+    mismatch = d.get("label_mismatch")
+    cov_ok = cov is not None and cov >= min_cov and not mismatch
+    out.append(AssetCheckResult(
+        check_name="coverage", passed=bool(cov_ok), severity=AssetCheckSeverity.ERROR,
+        metadata={"coverage": _f(cov), "min_coverage": MetadataValue.float(min_cov), "planned": planned or 0,
+                  "excluded": MetadataValue.json(json.loads(excluded or "{}")),
+                  "label_mismatch": MetadataValue.text(mismatch["message"] if mismatch else "none")},
+        description=None if cov_ok else (mismatch["message"] if mismatch else
+                                         f"coverage {cov if cov is None else round(cov, 4)} below min_coverage {min_cov}")))
+    diff = d.get("differential_refusal")
+    if diff is None:
+        out.append(AssetCheckResult(check_name="differential_refusal", passed=True,
+                                    metadata={"applies": MetadataValue.text("no: this metric reads no decisions")}))
+    else:
+        sig = diff.get("significant") or []
+        out.append(AssetCheckResult(
+            check_name="differential_refusal", passed=not diff.get("failed"), severity=AssetCheckSeverity.ERROR,
+            metadata={"tests": diff.get("tests", 0), "significant": len(sig), "enabled": bool(diff.get("enabled")),
+                      "min_p_adjusted": _f(diff.get("min_p_adjusted")), "significant_pairs": MetadataValue.json(sig)},
+            description=None if not diff.get("failed") else
+            f"{len(sig)} pair(s) of values differ in refusals, e.g. {sig[0]['axis']}: {sig[0]['value_a']} "
+            f"{sig[0]['rate_a']:.3f} vs {sig[0]['value_b']} {sig[0]['rate_b']:.3f}"))
+    return out

@@ -1,7 +1,9 @@
 """`aip-eval`: run a spec end to end, query the warehouse, serve the builtin model.
 
-Exit codes: 0 success; 1 a metric fell below its threshold; 2 bad input (spec, dataset,
-endpoint); 3 a stage failed; 4 the run stopped at its limits (resumable with --run-id).
+Exit codes: 0 every metric passed its gate; 1 a metric's gate failed (no score, a score below
+its threshold, coverage below min_coverage, too many failed answers or verdicts, a differential
+refusal, a label mismatch); 2 bad input (spec, dataset, endpoint); 3 a stage failed; 4 the run
+stopped at its limits (resumable with --run-id).
 """
 
 from __future__ import annotations
@@ -33,17 +35,24 @@ def _fmt(x, nd=3) -> str:
 
 def print_summary(summary: dict, out=None) -> None:
     p = lambda s="": print(s, file=out or sys.stdout)  # noqa: E731
-    p(f"Run {summary['run_id']}  (spec {summary['spec']}, dataset {summary['dataset']})")
-    for metric, s in summary["metrics"].items():
-        if "score" not in s:
-            p(f"  {metric}: {s.get('status')}")
-            continue
-        verdict = "" if s.get("threshold") is None else (
-            f"  threshold {s['threshold']:.3f} {'PASS' if s.get('passed') else 'FAIL'}")
-        p(f"\n{metric} ({s.get('metric_name')})  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
-          f"{_fmt(s['ci95'][1])}]{verdict}")
-        from .metrics import get_metric
+    from .metrics import get_metric
 
+    p(f"Run {summary['run_id']}  (spec {summary['spec']}, dataset {summary['dataset']})")
+    if summary.get("judge_note"):
+        p(f"Note: {summary['judge_note']}")
+    for metric, s in summary["metrics"].items():
+        verdict = "PASS" if s.get("passed") else "FAIL"
+        if "ci95" not in s:
+            p(f"\n{metric}: {s.get('status')}  {verdict}: {s.get('gate_reason')}")
+            continue
+        th = "" if s.get("threshold") is None else f"  threshold {s['threshold']:.3f}"
+        p(f"\n{metric} ({s.get('metric_name')})  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
+          f"{_fmt(s['ci95'][1])}]  coverage {_fmt(s.get('coverage'))}{th}  {verdict}")
+        if not s.get("passed"):
+            p(f"  gate: {s.get('gate_reason')}")
+        if s.get("excluded"):
+            p("  excluded: " + ", ".join(f"{k} {v}" for k, v in sorted(s["excluded"].items(), key=lambda kv: -kv[1]))
+              + f" (of {s.get('n_planned')} planned)")
         for line in get_metric(metric).format_summary(s):
             p(line)
 
@@ -145,9 +154,10 @@ def cmd_run(args) -> int:
         print(f"\nWarehouse: {path}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
     if failed:
         return 4 if capped else 3
-    below = [m for m, s in summary["metrics"].items() if s.get("passed") is False]
+    below = [m for m in metrics if not summary["metrics"][m].get("passed")]  # the metrics this command ran
     if below:
-        log.error(f"below threshold: {', '.join(below)}")
+        for m in below:
+            log.error(f"{m}: gate failed: {summary['metrics'][m].get('gate_reason')}")
         return 1
     return 0
 

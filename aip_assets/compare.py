@@ -48,7 +48,7 @@ import pandas as pd
 
 from . import warehouse as wh
 from .errors import AipError
-from .stats import wilson
+from .stats import holm, wilson  # noqa: F401 - holm is part of this module's API
 
 COLUMNS = ["metric", "scope", "group_key", "score_a", "score_b", "diff", "ci_low", "ci_high", "p_value",
            "p_adjusted", "significant", "n_a", "n_b", "method"]
@@ -59,18 +59,6 @@ TOL = 1e-6
 
 
 # ------------------------------------------------------------------ statistics
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adj = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adj[i] = running
-    return adj
-
-
 def two_proportion_p(ka: int, na: int, kb: int, nb: int) -> float:
     """Two-sided p-value of the pooled two-proportion z-test of kb/nb - ka/na."""
     pool = (ka + kb) / (na + nb)

@@ -117,6 +117,10 @@ class WarehouseReader:
             return con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ? AND metric = ?",
                                [self.run_id, self.metric]).fetchone()[0]
 
+    def status_counts(self, table: str) -> dict[str, int]:
+        with wh.connect(self.path) as con:
+            return wh.status_counts(con, table, self.run_id, self.metric)
+
     def input_ids(self) -> list[str]:
         df = wh.read_partition("dataset_rows", self.run_id, self.metric, self.path, order_by="row_index",
                                columns=["input_id"])
@@ -225,33 +229,67 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
             _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.judge(ctx), staged)
             for frame in journal.frames(run_id, metric, stage):
                 staged.add({"llm_calls": frame})
+            if stage == "judging" and (note := builtin_judge_note(spec, plugin)):
+                log(note)
+                ctx.notes.append({"level": "warning", "code": "builtin_judge", "message": note})
         else:
-            for tables in plugin.aggregate(ctx):
+            for tables in plugin.run_aggregate(ctx):
                 staged.add(tables)
+        if ctx.notes:
+            staged.add({"run_notes": ctx.notes})
         staged.commit(path)
     finally:
         journal.close()
         shutil.rmtree(staged.dir, ignore_errors=True)
     meta = staged.metadata()
     if stage == "aggregation":
-        meta["summary"] = plugin.summary(wh.read_partition("metric_scores", run_id, metric, path))
+        scores = wh.read_partition("metric_scores", run_id, metric, path)
+        meta["summary"] = plugin.summary(scores)
+        ov = scores[scores["scope"] == "overall"].iloc[0]
+        meta["gate"] = {"passed": ov["passed"], "gate_reason": ov["gate_reason"], "coverage": ov["coverage"],
+                        "excluded": json.loads(ov["excluded"] or "{}")}
     log(f"{stage} [{run_id} × {metric}]: " + ", ".join(f"{k}={v}" for k, v in meta.items() if k != "summary"))
     return meta
 
 
+BUILTIN_JUDGE_NOTE = ("the judge is the builtin model, a heuristic reader meant for the offline calibration rig, "
+                      "while the SUT is {sut}: its verdicts rest on patterns (decision lines, yes/no stances, "
+                      "figures) and exclude what they cannot read; point `judge:` at an LLM for a real evaluation "
+                      "(README, \"Judges\")")
+
+
+def builtin_judge_note(spec: RunSpec, plugin) -> str | None:
+    """Say which judge spoke: the builtin judge on a SUT that is not the builtin model."""
+    if spec.judge.provider == "builtin" and spec.sut.provider != "builtin" and plugin.calls_sut:
+        return BUILTIN_JUDGE_NOTE.format(sut=f"{spec.sut.base_url} ({spec.sut.model})")
+    return None
+
+
 def run_summary(run_id: str, path: Path | None = None) -> dict[str, Any]:
+    """Each metric's headline numbers and its gate: ``passed`` true or false with ``gate_reason``;
+    a metric that was not aggregated has ``passed`` false too."""
     spec, rec = load_run(run_id, path)
-    out = {"run_id": run_id, "spec": spec.name, "dataset": spec.dataset, "metrics": {}}
+    out: dict[str, Any] = {"run_id": run_id, "spec": spec.name, "dataset": spec.dataset, "metrics": {}}
+    notes = [builtin_judge_note(spec, get_metric(m)) for m in spec.metrics]
+    if any(notes):
+        out["judge_note"] = next(n for n in notes if n)
     for metric in spec.metrics:
         scores = wh.read_partition("metric_scores", run_id, metric, path)
         if scores.empty:
-            out["metrics"][metric] = {"status": "not aggregated"}
+            out["metrics"][metric] = {"status": "not aggregated", "score": None, "passed": False,
+                                      "gate_reason": "not aggregated: a stage failed or has not run"}
             continue
         s = get_metric(metric).summary(scores)
         ov = scores[scores["scope"] == "overall"].iloc[0]
-        s["threshold"] = None if pd.isna(ov["threshold"]) else float(ov["threshold"])
-        s["passed"] = None if pd.isna(ov["passed"]) else bool(ov["passed"])
+        s["threshold"] = None if ov["threshold"] is None or pd.isna(ov["threshold"]) else float(ov["threshold"])
+        s["passed"] = bool(ov["passed"]) if ov["passed"] is not None else False
+        s["gate_reason"] = ov["gate_reason"] or "no gate recorded (aggregated by an older version): re-run aggregation"
+        s["coverage"] = None if ov["coverage"] is None or pd.isna(ov["coverage"]) else float(ov["coverage"])
+        s["n_planned"] = None if ov["n_planned"] is None else int(ov["n_planned"])
+        s["excluded"] = json.loads(ov["excluded"]) if ov["excluded"] else {}
         s["metric_name"] = ov["metric_name"]
+        if notes[list(spec.metrics).index(metric)]:
+            s["judge"] = "builtin (heuristic reader for the offline rig)"
         out["metrics"][metric] = s
     return out
 

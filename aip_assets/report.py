@@ -50,12 +50,15 @@ SCOPES: dict[str, dict[str, Any]] = {
     "label": {"value": "n", "kind": "count", "order": ["Consistent", "Slightly Inconsistent", "Contradictory"],
               "title": "Rows per label"},
     "perturbation_type": {"value": "score", "kind": "score", "title": "Score by perturbation type"},
+    "refusal": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
+                "title": "Answers without a decision by axis value (refusals, no configured label, empty; whisker: "
+                         "Wilson 95% interval)"},
 }
 NOT_CHARTED = {"overall", "axis_mean"}  # the headline; a single number shown beside it
 
 COUNT_LABELS = {
-    "llm.decision_flip": ("pairs judged", "attributable flips", "pairs failed"),
-    "llm.group_interaction_bias": ("pairs judged", "pairs with bias ≥ 0.1", "pairs failed"),
+    "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
+    "llm.group_interaction_bias": ("pairs judged", "pairs with bias ≥ 0.1", "pairs excluded"),
     "llm.semantic_consistency": ("rows scored", "contradictory rows", "rows errored"),
     "llm.factual_consistency": ("rows scored", "contradictory rows", "rows errored"),
     "llm.safety_consistency": ("rows scored", "contradictory rows", "rows errored"),
@@ -464,15 +467,32 @@ def _badge(passed: Any) -> str:
             f'data-value="{_raw(bool(passed))}">{"PASS" if passed else "FAIL"}</span>')
 
 
+def _gate(metric: str, o: dict[str, Any]) -> str:
+    """Why the gate passed or failed, and what was excluded from the score, by reason."""
+    a = dict(data_metric=metric, data_scope="overall")
+    excluded = _json(o.get("excluded")) or {}
+    parts = [f'<p class="gate"{_attrs(**a, data_field="gate_reason")}><b>gate:</b> {_e(o.get("gate_reason") or "not recorded")}</p>']
+    if excluded:
+        cells = "".join(f'<tr><td><code>{_e(k)}</code></td><td class="num">'
+                        f'{_num(v, "int", **a, data_field="excluded." + k)}</td></tr>'
+                        for k, v in sorted(excluded.items(), key=lambda kv: -kv[1]))
+        parts.append(f'<p class="muted">Excluded from the score and counted, by reason (of '
+                     f'{_num(o.get("n_planned"), "int", **a, data_field="n_planned")} planned; README, "What a score '
+                     f'rests on"):</p><table class="excluded"><tr><th>reason</th><th class="num">units</th></tr>{cells}</table>')
+    return "".join(parts)
+
+
 def _overview(metrics: list[str], overall: dict[str, dict[str, Any]]) -> str:
     out = ['<h2 id="summary">Summary</h2><table class="overview"><tr><th>metric</th><th>name</th>'
-           '<th class="num">score</th><th>95% CI</th><th class="num">threshold</th><th>verdict</th></tr>']
+           '<th class="num">score</th><th>95% CI</th><th class="num">coverage</th><th class="num">threshold</th>'
+           '<th>verdict</th></tr>']
     for m in metrics:
         o = overall[m]
         a = dict(data_metric=m, data_scope="overall")
         out.append(f'<tr><td><a href="#m-{_slug(m)}"><code>{_e(m)}</code></a></td><td>{_e(o.get("metric_name"))}</td>'
                    f'<td class="num">{_num(o.get("score"), **a, data_field="score")}</td>'
                    f'<td>[{_num(o.get("ci_low"), **a, data_field="ci_low")}, {_num(o.get("ci_high"), **a, data_field="ci_high")}]</td>'
+                   f'<td class="num">{_num(o.get("coverage"), **a, data_field="coverage")}</td>'
                    f'<td class="num">{_num(o.get("threshold"), **a, data_field="threshold")}</td>'
                    f'<td>{_badge(o.get("passed"))}</td></tr>')
     out.append("</table>")
@@ -539,7 +559,9 @@ def _metric_section(metric: str, scores: list[dict[str, Any]], spec_metric: dict
            f'<p class="headline">score <span class="big">{_num(o.get("score"), **a, data_field="score")}</span>'
            f' &nbsp;95% CI [{_num(o.get("ci_low"), **a, data_field="ci_low")}, {_num(o.get("ci_high"), **a, data_field="ci_high")}]'
            f' &nbsp;threshold {_num(th, **a, data_field="threshold")}'
-           f'{"" if o.get("raw_score") == o.get("score") else " &nbsp;raw " + _num(o.get("raw_score"), **a, data_field="raw_score")}</p>']
+           f' &nbsp;coverage {_num(o.get("coverage"), **a, data_field="coverage")}'
+           f'{"" if o.get("raw_score") == o.get("score") else " &nbsp;raw " + _num(o.get("raw_score"), **a, data_field="raw_score")}</p>',
+           _gate(metric, o)]
     out.append(_facts(metric, o, [r for r in scores if r["scope"] in NOT_CHARTED - {"overall"}]))
     if spec_metric.get("dataset"):
         out.append(f'<p class="muted">dataset <code>{_e(spec_metric["dataset"])}</code></p>')

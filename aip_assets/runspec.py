@@ -90,6 +90,12 @@ class Connection(BaseModel):
     profile: BuiltinProfile = Field(default_factory=BuiltinProfile)
     max_connections: int = Field(64, ge=1, le=1024)
     requests_per_minute: int | None = Field(None, ge=1, description="rate limit for this endpoint (all roles)")
+    max_rate_limit_wait_seconds: float = Field(
+        600.0, ge=0.0, description="a 429/503 with Retry-After is waited out without using the call's retries, "
+                                   "up to this many seconds in total per call; then it counts as a failure")
+    structured_output: Literal["auto", "on", "off"] = Field(
+        "auto", description="judges: send response_format with the verdict's JSON schema; auto falls back to "
+                            "plain prompting for the rest of the run when the endpoint refuses it (HTTP 400)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -120,6 +126,11 @@ class MetricEntry(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     dataset: str | None = Field(None, description="this metric's own dataset (default: the run's)")
     threshold: float | None = Field(None, ge=0.0, le=1.0, description="fail the run when the normalised score is below")
+    min_coverage: float | None = Field(None, ge=0.0, le=1.0, description="this metric's minimum share of planned "
+                                       "units judged (default: the spec's min_coverage)")
+    fail_on_differential_refusal: bool | None = Field(
+        None, description="llm.decision_flip: fail the gate when two values of one axis differ significantly in "
+                          "their refusal / no-decision rate (default true)")
 
 
 class RunSpec(BaseModel):
@@ -143,6 +154,9 @@ class RunSpec(BaseModel):
                                     "of failed SUT answers or judge verdicts")
     batch_rows: int = Field(5000, ge=1, le=100_000, description="rows per streamed batch; memory is bounded by it")
     retry_backoff_seconds: float = Field(0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors")
+    min_coverage: float = Field(0.9, ge=0.0, le=1.0, description="the gate fails when a metric judged less than this "
+                                "share of what it planned (excluded: failed or empty answers, unreadable decisions, "
+                                "judges that never answered in form)")
 
     @field_validator("metrics")
     @classmethod
@@ -154,6 +168,9 @@ class RunSpec(BaseModel):
         unknown = [m for m in v if m not in REGISTRY]
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(REGISTRY)}")
+        for m, entry in v.items():
+            if entry.fail_on_differential_refusal is not None and m != "llm.decision_flip":
+                raise ValueError(f"{m}.fail_on_differential_refusal: only llm.decision_flip measures refusal rates")
         return v
 
     @field_validator("schedule")
@@ -179,6 +196,10 @@ class RunSpec(BaseModel):
 
     def dataset_for(self, metric: str) -> str:
         return self.metrics[metric].dataset or self.dataset
+
+    def min_coverage_for(self, metric: str) -> float:
+        own = self.metrics[metric].min_coverage
+        return self.min_coverage if own is None else own
 
     def datasets(self) -> list[str]:
         return sorted({self.dataset_for(m) for m in self.metrics})

@@ -68,3 +68,34 @@ def normalise_interval(lo_raw, hi_raw, lo: float, hi: float, inverted: bool) -> 
     if a is None or b is None:
         return None, None
     return min(a, b), max(a, b)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adj = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adj[i] = running
+    return adj
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p-value of Fisher's exact test that k1/n1 and k2/n2 share one rate: the
+    probability, under the hypergeometric law with the margins fixed, of every table no more
+    likely than the one observed. Exact at every sample size."""
+    if n1 <= 0 or n2 <= 0:
+        return 1.0
+    k, n = k1 + k2, n1 + n2
+
+    def lchoose(a: int, b: int) -> float:
+        return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
+
+    base = lchoose(n, k)
+    logp = lambda x: lchoose(n1, x) + lchoose(n2, k - x) - base  # noqa: E731
+    observed = logp(k1)
+    total = sum(math.exp(lp) for lp in (logp(x) for x in range(max(0, k - n2), min(k, n1) + 1))
+                if lp <= observed + 1e-9)
+    return min(1.0, total)

@@ -65,7 +65,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("error", "VARCHAR"), ("raw_output", "VARCHAR"), ("parsed", "JSON"), ("decision_a", "VARCHAR"),
         ("decision_b", "VARCHAR"), ("decisions_differ", "BOOLEAN"), ("attributable", "BOOLEAN"),
         ("flipped", "BOOLEAN"), ("label", "VARCHAR"), ("score", "DOUBLE"), ("reasoning", "VARCHAR"),
-        ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"),
+        ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"), ("reasks", "INTEGER"),
+        ("network_retries", "INTEGER"),
     ],
     "row_scores": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("input_id", "VARCHAR"), ("raw_score", "DOUBLE"),
@@ -77,7 +78,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("group_key", "VARCHAR"), ("raw_score", "DOUBLE"), ("score", "DOUBLE"), ("ci_low", "DOUBLE"),
         ("ci_high", "DOUBLE"), ("rate", "DOUBLE"), ("rate_ci_low", "DOUBLE"), ("rate_ci_high", "DOUBLE"),
         ("n", "INTEGER"), ("n_events", "INTEGER"), ("n_failed", "INTEGER"), ("weight", "DOUBLE"),
-        ("threshold", "DOUBLE"), ("passed", "BOOLEAN"), ("details", "JSON"),
+        ("threshold", "DOUBLE"), ("passed", "BOOLEAN"), ("details", "JSON"), ("n_planned", "INTEGER"),
+        ("n_excluded", "INTEGER"), ("excluded", "JSON"), ("coverage", "DOUBLE"), ("gate_reason", "VARCHAR"),
     ],
     "llm_calls": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("stage", "VARCHAR"), ("role", "VARCHAR"),
@@ -124,7 +126,7 @@ VIEWS: dict[str, str] = {
     "v_flipped_pairs": "SELECT * FROM v_pair_verdicts WHERE flipped",
     "v_flip_rate_by_axis": """
         SELECT run_id, metric, group_key AS axis, rate AS flip_rate, rate_ci_low, rate_ci_high,
-               n AS pairs_judged, n_events AS flips, n_failed AS pairs_failed, score
+               n AS pairs_judged, n_events AS flips, n_failed AS pairs_excluded, coverage, excluded, score
         FROM metric_scores WHERE scope = 'axis'
     """,
     "v_group_equitability": """
@@ -204,7 +206,7 @@ VIEWS: dict[str, str] = {
     """,
     "v_run_summary": """
         SELECT m.run_id, r.spec_name, r.created_at, m.metric, m.metric_name, m.score, m.ci_low, m.ci_high,
-               m.n, m.n_events, m.n_failed, m.threshold, m.passed
+               m.n, m.n_events, m.n_failed, m.coverage, m.n_excluded, m.excluded, m.threshold, m.passed, m.gate_reason
         FROM metric_scores m LEFT JOIN eval_runs r USING (run_id)
         WHERE m.scope = 'overall'
     """,
@@ -377,6 +379,13 @@ def read_partition(table: str, run_id: str, metric: str, path: str | Path | None
             sql += f" ORDER BY {order_by}"
         df = con.execute(sql, params).df()
     return df.astype(object).where(df.notna(), None)  # SQL NULL stays None, never NaN
+
+
+def status_counts(con: duckdb.DuckDBPyConnection, table: str, run_id: str, metric: str) -> dict[str, int]:
+    """{status: rows} of one partition of ``table`` (a NULL status counts as ok)."""
+    rows = con.execute(f"SELECT coalesce(status, 'ok'), count(*) FROM {table} WHERE run_id = ? AND metric = ? "
+                       "GROUP BY ALL", [run_id, metric]).fetchall()
+    return {str(k): int(n) for k, n in rows}
 
 
 def query(sql: str, params: list | None = None, path: str | Path | None = None, read_only: bool = True) -> pd.DataFrame:

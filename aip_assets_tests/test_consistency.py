@@ -158,12 +158,15 @@ def test_judge_failures(tmp_path):
     rs = table("row_scores", "g", "input_id")
     failed = (j.status == "judge_failed").sum()
     assert failed > 0 and rs.n_failed.sum() == failed and (rs[rs.status == "ok"].n_judged + rs[rs.status == "ok"].n_failed == 3).all()
-    d = json.loads(overall("g", FAC).details)
-    assert d["comparisons_failed"] == failed and d["comparisons_judged"] == (j.status == "ok").sum()
+    o = overall("g", FAC)
+    d = json.loads(o.details)
+    assert d["comparisons_excluded"] == failed and d["comparisons_judged"] == (j.status == "ok").sum()
+    assert json.loads(o.excluded) == {"judge_failed": failed} and o.n_planned == 45
+    assert o.coverage == pytest.approx((45 - failed) / 45)
     spec = spec_for(ds, {FAC: {"n_judge_retries": 1}}, judge={"provider": "builtin", "profile": {"judge_garbage_rate": 1.0}})
     run_all(spec, "bad", metric=FAC)
     rs = table("row_scores", "bad", "input_id")
-    assert (rs.status == "error").all() and rs.error.str.contains("every comparison failed").all()
+    assert (rs.status == "error").all() and rs.error.str.contains("no comparison could be judged").all()
     assert rs.error.str.contains("no JSON object").all()
 
 

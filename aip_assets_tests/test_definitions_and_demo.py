@@ -41,11 +41,18 @@ def test_readme_demo_command_runs_offline(capsys):
     metrics = json.loads(capsys.readouterr().out)["metrics"]
     assert set(metrics) == set(REGISTRY)  # the demo evaluates every metric
     for m in ("llm.semantic_consistency", "llm.factual_consistency", "llm.safety_consistency"):
-        assert metrics[m]["rows_scored"] == 32 and 0.5 < metrics[m]["score"] < 1.0
+        c = metrics[m]
+        assert c["rows_scored"] + c["rows_errored"] == 32 and 0.5 < c["score"] < 1.0
+        # the demo SUT refuses 3% of questions: a refusal takes no stance and states no figure, so the
+        # builtin semantic and factual judges exclude it as unjudgeable (never a contradiction)
+        assert set(c["excluded"]) <= {"unjudgeable"} and c["coverage"] >= 0.9
+    for m, s in metrics.items():  # every gate passes, and says what it rests on
+        assert s["passed"] is True and "coverage" in s["gate_reason"], (m, s["gate_reason"])
     g = metrics["llm.group_interaction_bias"]
     assert g["pairs_evaluated"] == 32 * 4 and g["least_equitable_attributes"][0]["group"] == "religion=Muslim"
     s = metrics["llm.decision_flip"]
-    assert s["pairs_evaluated"] == 32 * 16 and s["pairs_failed"] == 0
+    assert s["pairs_evaluated"] == 32 * 16 and s["pairs_excluded"] == 0 and s["coverage"] == 1.0
+    assert not s["differential_refusal"]["significant"] and s["label_mismatch"] is None
     assert s["axes"]["gender"]["flips"] > 0
     assert all(s["axes"][a]["flips"] == 0 for a in ("role", "ethnicity", "religion"))
     assert s["incidental_differences"] > 0  # the demo SUT's refusals are told apart from flips

@@ -34,11 +34,19 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     res = materialize(STAGE_ASSETS, partition_key=partition_key("chk", "llm.decision_flip"), instance=instance)
     assert res.success  # failed checks do not fail the materialisation; they are shown beside it
     c = _checks(res)
-    assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "threshold"}
+    assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "threshold", "coverage",
+                      "differential_refusal"}
     assert c["dataset_quality"].passed and c["dataset_quality"].metadata["rows"].value == 8
-    assert not c["sut_completeness"].passed and c["sut_completeness"].severity == AssetCheckSeverity.WARN
+    # failed SUT answers above max_failed_share fail at ERROR, like the run's gate
+    assert not c["sut_completeness"].passed and c["sut_completeness"].severity == AssetCheckSeverity.ERROR
     assert c["sut_completeness"].metadata["failed_share"].value > 0.1
     assert not c["threshold"].passed and c["threshold"].severity == AssetCheckSeverity.ERROR
+    # pairs with a failed answer are excluded: coverage falls below min_coverage (0.9)
+    assert not c["coverage"].passed and c["coverage"].metadata["coverage"].value < 0.9
+    assert c["coverage"].metadata["excluded"].value == {"sut_failed": c["coverage"].metadata["planned"].value -
+                                                        round(c["coverage"].metadata["coverage"].value
+                                                              * c["coverage"].metadata["planned"].value)}
+    assert c["judge_completeness"].passed and c["differential_refusal"].passed
     # a clean run passes every check
     spec = make_spec(ds, threshold=0.5)
     pipeline.register_run(spec, "clean")

@@ -31,7 +31,7 @@ METRICS = {
     "llm.perturbation_robustness": {"perturbation_types": ["typos", "casing", "filler"]},
 }
 NOT_CHARTED = {"overall", "axis_mean"}
-CHART_FIELD = {"axis": "rate", "judge": "raw_score", "label": "n"}  # else score
+CHART_FIELD = {"axis": "rate", "refusal": "rate", "judge": "raw_score", "label": "n"}  # else score
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
 
 
@@ -151,7 +151,7 @@ def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
         for b in bars:
             assert b["attrs"]["data-field"] == field
             assert _same(b["attrs"]["data-value"], getattr(by_key[b["attrs"]["data-key"]], field)), (metric, scope, b)
-        lo = "rate_ci_low" if scope == "axis" else "ci_low"
+        lo = "rate_ci_low" if scope in ("axis", "refusal") else "ci_low"
         whiskers = [e for e in doc.elements if svg in e["parents"] and e["attrs"].get("class") == "ci"]
         assert len(whiskers) == int(g[lo].notna().sum()), (metric, scope)
         if scope in ("axis", "category", "wrapping"):
@@ -170,6 +170,9 @@ def test_overall_numbers_equal_the_warehouse(warehouse, report):
             continue
         row = overall[overall.metric == e["attrs"]["data-metric"]].iloc[0]
         if field == "passed":
+            continue
+        if field.startswith("excluded."):  # a reason's count, from the overall row's excluded JSON
+            assert _same(e["attrs"]["data-value"], json.loads(row["excluded"])[field.split(".", 1)[1]]), e["attrs"]
             continue
         assert _same(e["attrs"]["data-value"], row[field]), (e["attrs"], row[field])
         if field == "score":

@@ -20,12 +20,18 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
         meta = run_stage(stage, keys["run"], keys["metric"], log=lambda m: (context.log.info(m), logger.info(m)))
     except AipError as e:
         raise Failure(description=str(e)) from None
-    out: dict[str, Any] = {k: v for k, v in meta.items() if k != "summary"}
+    out: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("summary", "gate")}
     if "summary" in meta:
         s = meta["summary"]
         out["score"] = MetadataValue.float(float(s["score"])) if s.get("score") is not None else MetadataValue.text("n/a")
         out["summary"] = MetadataValue.json(s)
-        lines = [f"**{keys['metric']}** score {s['score']:.3f}" if s.get("score") is not None else "no score", "```",
+        g = meta.get("gate") or {}
+        out["passed"] = MetadataValue.bool(bool(g.get("passed")))
+        out["gate_reason"] = MetadataValue.text(g.get("gate_reason") or "")
+        out["coverage"] = MetadataValue.float(float(g["coverage"])) if g.get("coverage") is not None else MetadataValue.text("n/a")
+        out["excluded"] = MetadataValue.json(g.get("excluded") or {})
+        lines = [(f"**{keys['metric']}** score {s['score']:.3f}" if s.get("score") is not None else "no score")
+                 + f", {'PASS' if g.get('passed') else 'FAIL'}: {g.get('gate_reason')}", "```",
                  *get_metric(keys["metric"]).format_summary(s), "```"]
         out["headline"] = MetadataValue.md("\n".join(lines))
         from ..report import write_report
@@ -36,7 +42,7 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
     check = []
     if stage in checks.CHECKS:
         spec, _ = load_run(keys["run"])
-        check = [checks.evaluate(stage, keys["run"], keys["metric"], spec)]
+        check = checks.evaluate(stage, keys["run"], keys["metric"], spec)
     return MaterializeResult(metadata=out, check_results=check)
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from ..dataset import DatasetRow
 from ..models.client import ChatResult, ModelClient
@@ -126,10 +125,18 @@ class FrameReader:
         df = self.tables.get(table, pd.DataFrame())
         if ids is not None and len(df):
             df = df[df["input_id"].isin(ids)]
-        return df[columns] if columns is not None and len(df) else df
+        if columns is None or not len(df):
+            return df
+        return df.reindex(columns=columns).astype(object).where(lambda d: d.notna(), None)  # a missing column is NULL
 
     def count(self, table: str) -> int:
         return len(self.tables.get(table, ()))
+
+    def status_counts(self, table: str) -> dict[str, int]:
+        df = self.tables.get(table)
+        if df is None or not len(df) or "status" not in df:
+            return {}
+        return {str(k): int(v) for k, v in df["status"].fillna("ok").value_counts().items()}
 
     def input_ids(self) -> list[str]:
         df = self.tables["dataset_rows"]
@@ -153,12 +160,16 @@ class StageContext:
     log: Callable[[str], None] = field(default=logger.info)
     threshold: float | None = None
     batch_rows: int = 5000
+    notes: list[dict] = field(default_factory=list)  # run notes raised while the stage ran (e.g. by a client)
 
     def read(self, table: str, ids: list[str] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
         return self.reader.read(table, ids, columns)
 
     def count(self, table: str) -> int:
         return self.reader.count(table)
+
+    def status_counts(self, table: str) -> dict[str, int]:
+        return self.reader.status_counts(table)
 
     def input_ids(self) -> list[str]:
         if not hasattr(self, "_ids"):
@@ -178,7 +189,7 @@ class StageContext:
         budget = Budget(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
         return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
                            journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
-                           backoff_s=self.spec.retry_backoff_seconds, budget=budget)
+                           backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append)
 
     def progress(self, what: str, total: int) -> Progress:
         return Progress(what, total, self.log)
@@ -189,23 +200,58 @@ class StageContext:
 
 
 # ------------------------------------------------------------------ shared stage mechanics
-_JSON_OBJ = re.compile(r"\{.*\}", re.S)
+class Verdict(BaseModel):
+    """A judge's JSON answer. Every verdict may instead declare the item ``unjudgeable`` (with its
+    reasoning): then its score fields may be missing, and the item is excluded and counted."""
+
+    model_config = ConfigDict(extra="ignore")
+    reasoning: str = ""
+    unjudgeable: bool = False
+    SCORE_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _reasoning(cls, v):
+        return "" if v is None else v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+    @model_validator(mode="after")
+    def _scored_unless_unjudgeable(self):
+        if not self.unjudgeable:
+            missing = [f for f in self.SCORE_FIELDS if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"missing {', '.join(missing)} (or \"unjudgeable\": true)")
+        return self
 
 
 def parse_json_answer(text: str | None, model: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
-    """A judge/synthesis answer validated against ``model``: (value, None) or (None, reason)."""
-    if not text:
+    """A judge/synthesis answer validated against ``model``: (value, None) or (None, reason).
+
+    Reads JSON as judges write it (``readers.json_objects``: code fences, a preamble, trailing
+    prose, ``<think>`` blocks, trailing commas, Python-style dicts); the last object that
+    validates wins (a judge may write a draft first)."""
+    from ..readers import json_objects
+
+    if not text or not text.strip():
         return None, "empty answer"
-    m = _JSON_OBJ.search(text)
-    if not m:
+    objects = json_objects(text)
+    if not objects:
         return None, "no JSON object in the answer"
-    try:
-        return model.model_validate(json.loads(m.group(0))), None
-    except json.JSONDecodeError as e:
-        return None, f"answer is not valid JSON: {e.msg}"
-    except ValidationError as e:
-        return None, "JSON does not match the expected schema: " + "; ".join(
-            f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
+    err: ValidationError | None = None
+    for obj in reversed(objects):
+        try:
+            return model.model_validate(obj), None
+        except ValidationError as e:
+            err = err or e
+    assert err is not None
+    return None, "JSON does not match the expected schema: " + "; ".join(
+        f"{'.'.join(map(str, x['loc'])) or '(object)'}: {x['msg']}" for x in err.errors())
+
+
+def response_format(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAI ``response_format`` asking for a JSON object of ``model``'s schema."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    return {"type": "json_schema", "json_schema": {"name": model.__name__, "schema": schema, "strict": False}}
 
 
 @dataclass
@@ -213,29 +259,75 @@ class JsonOutcome:
     value: BaseModel | None
     error: str | None
     raw: str | None
-    attempts: int
+    attempts: int          # requests made for this judgement (an answer from the run's cache counts one)
     last: ChatResult | None
+    reasks: int = 0        # re-asks of an answer that could not be used
+    network_retries: int = 0  # failed requests retried (timeouts, connection errors, 5xx, 429 without Retry-After)
 
 
 async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: type[BaseModel], *, retries: int,
                    timeout: float, temperature: float, template_version: str) -> JsonOutcome:
-    """Ask for a JSON answer; an unparseable one is re-asked (up to ``retries`` times) with the
-    reason, then reported as failed with the raw text, never silently scored."""
-    value, err, raw, attempts, last = None, None, None, 0, None
-    for _ in range(retries + 1):
-        r = await client.chat(messages, temperature=temperature, sample_index=0, retries=retries, timeout=timeout,
-                              template_version=template_version)
-        attempts += r.attempts
+    """Ask for a JSON answer. One budget per judgement: ``retries`` caps every extra request,
+    failed calls and re-asks of an unusable answer together (2 means at most three requests).
+    Each re-ask is a distinct call (its attempt number is part of the call's identity). A 429
+    with Retry-After is a wait and uses no budget. An answer that cannot be used after the
+    budget is reported as failed with the raw text, never silently scored."""
+    remaining = retries
+    attempts = reasks = net = 0
+    value, err, raw, last = None, None, None, None
+    fmt = response_format(model) if client.structured_output() else None
+    attempt = 0
+    while True:
+        r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining, timeout=timeout,
+                              template_version=template_version, attempt=attempt, response_format=fmt)
+        if fmt is not None and not r.ok and r.http_status == 400 and client.conn.structured_output == "auto":
+            client.refuse_structured_output(r.error)  # the endpoint does not take response_format: ask plainly
+            fmt = None
+            r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining,
+                                  timeout=timeout, template_version=template_version, attempt=attempt)
+        attempts += 1 if r.cached else r.attempts
+        net += r.retries_used
+        remaining -= r.retries_used
         last = r
         if not r.ok:
-            return JsonOutcome(None, f"call failed: {r.error}", None, attempts, last)
+            return JsonOutcome(None, f"call failed: {r.error}", raw, attempts, last, reasks, net)
         raw = r.text
         value, err = parse_json_answer(raw, model)
-        if value is not None:
+        if value is not None or remaining <= 0:
             break
+        remaining -= 1
+        reasks += 1
+        attempt += 1
         messages = messages[:2] + [{"role": "assistant", "content": raw or ""}, {"role": "user", "content": (
-            f"Your answer could not be used ({err}). Answer again with the JSON object only.")}]
-    return JsonOutcome(value, err, raw, attempts, last)
+            f"Your answer could not be used ({err}). Answer again with the JSON object only (attempt {attempt + 1}).")}]
+    return JsonOutcome(value, err, raw, attempts, last, reasks, net)
+
+
+def answer_status(r: ChatResult) -> tuple[str, str | None]:
+    """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (an empty
+    or whitespace-only answer: a failure for completeness, excluded from every score)."""
+    if not r.ok:
+        return "error", r.error
+    if not (r.text or "").strip():
+        return "empty", "empty answer: the SUT returned no text"
+    return "ok", None
+
+
+def response_record(p: dict, r: ChatResult, sample_index: int) -> dict[str, Any]:
+    """A ``sut_responses`` row for probe ``p`` from a chat result."""
+    status, error = answer_status(r)
+    return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": sample_index, "response": r.text,
+            "status": status, "error": error, "latency_ms": r.latency_ms, "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.completion_tokens, "model": r.model, "fingerprint": r.fingerprint,
+            "call_key": r.call_key, "cached": r.cached}
+
+
+def given_response(p: dict, text: str | None) -> dict[str, Any]:
+    """A ``sut_responses`` row for an answer that came with the dataset (not sampled)."""
+    empty = not (text or "").strip()
+    return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0, "response": text,
+            "status": "empty" if empty else "ok", "error": "empty answer in the dataset" if empty else None,
+            "model": "dataset", "cached": False}
 
 
 async def sample_probes(ctx: StageContext, *, concurrency: int, temperature: float, retries: int, timeout: float,
@@ -248,10 +340,7 @@ async def sample_probes(ctx: StageContext, *, concurrency: int, temperature: flo
         async def one(p):
             r = await client.chat(json.loads(p["messages"]), temperature=temperature, sample_index=0,
                                   retries=retries, timeout=timeout, template_version=template_version)
-            return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0, "response": r.text,
-                    "status": r.status, "error": r.error, "latency_ms": r.latency_ms,
-                    "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "model": r.model,
-                    "fingerprint": r.fingerprint, "call_key": r.call_key, "cached": r.cached}
+            return response_record(p, r, 0)
 
         for ids in ctx.batches():
             probes = ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
@@ -268,15 +357,29 @@ def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str,
     return pairs, probes, resp
 
 
-def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[str, dict]) -> str | None:
-    """Why a pair cannot be judged (a SUT answer missing or failed), or None."""
-    why = []
+def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[str, dict]) -> tuple[str, str] | None:
+    """Why a pair cannot be judged, as (judgement status, reason): ``sut_failed`` (an answer
+    missing or failed) before ``empty_answer`` (an answer is empty); None when both are usable."""
+    failed, empty = [], []
     for m in (pair["probe_a"], pair["probe_b"]):
+        who = f"SUT answer for {probes[m]['attribute_value']!r}"
         if m not in resp:
-            why.append(f"SUT answer for {probes[m]['attribute_value']!r}: missing")
+            failed.append(f"{who}: missing")
+        elif resp[m]["status"] == "empty":
+            empty.append(f"{who}: empty")
         elif resp[m]["status"] != "ok":
-            why.append(f"SUT answer for {probes[m]['attribute_value']!r}: {resp[m]['error']}")
-    return "; ".join(why) or None
+            failed.append(f"{who}: {resp[m]['error']}")
+    if failed:
+        return "sut_failed", "; ".join(failed + empty)
+    if empty:
+        return "empty_answer", "; ".join(empty)
+    return None
+
+
+def judged_fields(o: JsonOutcome) -> dict[str, Any]:
+    """The columns every judgement row takes from its judge outcome."""
+    return {"attempts": o.attempts, "reasks": o.reasks, "network_retries": o.network_retries, "raw_output": o.raw,
+            "model": o.last.model if o.last else None, "call_key": o.last.call_key if o.last else None}
 
 
 class Metric:
@@ -301,7 +404,19 @@ class Metric:
         raise NotImplementedError
 
     def aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
+        """Row and run scores. The ``overall`` metric_scores record carries ``judged`` (units
+        scored), ``excluded`` ({reason: units}) and optionally ``gate_failures`` (metric-specific
+        reasons to fail the gate); :meth:`run_aggregate` turns them into coverage and the gate."""
         raise NotImplementedError
+
+    def run_aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
+        """``aggregate`` with the gate applied to its run score (one engine for every metric)."""
+        from ..gate import finish_scores
+
+        for tables in self.aggregate(ctx):
+            if "metric_scores" in tables:
+                tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"])}
+            yield tables
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
         """Calls this metric will make, from its synthesised probes: {sut_calls, judge_calls,

@@ -22,8 +22,9 @@ import asyncio
 import hashlib
 import json
 import random
+from collections import Counter
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -32,8 +33,8 @@ from ..catalog.attributes import PERSONA_INTRO
 from ..catalog.personas import catalogue_personas
 from ..dataset import DatasetRow
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import (check_persona_pairs, Metric, ScoringFields, StageContext, ask_json, gather_all, pair_batch, run_bounded,
-                   sample_probes, sut_failure)
+from .base import (check_persona_pairs, judged_fields, Metric, ScoringFields, StageContext, Verdict, ask_json, gather_all,
+                   pair_batch, run_bounded, sample_probes, sut_failure)
 
 TEMPLATE_VERSION = "group_interaction_bias/v1"
 JUDGE_KINDS = ("similarity", "tone", "effort")
@@ -76,23 +77,24 @@ class SynthAnswer(BaseModel):
     personas: list[SynthPersona] = Field(..., min_length=1)
 
 
-class Unit(BaseModel):
+class Unit(Verdict):
     """A 0-1 score; the judges' answers are clipped to nothing: out of range is invalid."""
-    model_config = ConfigDict(extra="ignore")
-    reasoning: str = ""
 
 
 class SimilarityVerdict(Unit):
-    similarity: float = Field(..., ge=0.0, le=1.0)
+    similarity: float | None = Field(None, ge=0.0, le=1.0)
+    SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("similarity",)
 
 
 class ToneVerdict(Unit):
-    tone_divergence: float = Field(..., ge=0.0, le=1.0)
+    tone_divergence: float | None = Field(None, ge=0.0, le=1.0)
+    SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("tone_divergence",)
 
 
 class EffortVerdict(Unit):
-    effort_gap: float = Field(..., ge=0.0, le=1.0)
+    effort_gap: float | None = Field(None, ge=0.0, le=1.0)
     less_helpful: Literal["1", "2", "neither"] = "neither"
+    SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("effort_gap",)
 
     @field_validator("less_helpful", mode="before")
     @classmethod
@@ -312,10 +314,12 @@ class GroupInteractionBias(Metric):
                     o = await ask_json(client, judge_messages(kind, cfg.language, r1, r2), VERDICTS[kind],
                                        retries=ctx.spec.judge_retries, timeout=cfg.timeout_seconds,
                                        temperature=ctx.spec.judge_temperature, template_version=TEMPLATE_VERSION)
-                    out = {**base, "attempts": o.attempts, "raw_output": o.raw,
-                           "model": o.last.model if o.last else None, "call_key": o.last.call_key if o.last else None}
+                    out = {**base, **judged_fields(o)}
                     if o.value is None:
                         return {**out, "status": "judge_failed", "error": f"{kind} judge {o.error}"}
+                    if o.value.unjudgeable:
+                        return {**out, "status": "unjudgeable", "parsed": o.value.model_dump_json(),
+                                "reasoning": o.value.reasoning, "error": f"{kind} judge: unjudgeable: {o.value.reasoning}"[:500]}
                     parsed = o.value.model_dump()
                     if kind == "effort":  # map "which response helps less" back to the persona
                         lh = parsed["less_helpful"]
@@ -325,11 +329,11 @@ class GroupInteractionBias(Metric):
                             "score": float(parsed[FIELD[kind]]), "reasoning": o.value.reasoning}
 
                 async def one(pair):
-                    why = sut_failure(pair, probes, resp)
-                    if why:
+                    bad = sut_failure(pair, probes, resp)
+                    if bad:  # a failed or empty answer: excluded, no judge call
                         return [{"judgement_id": f"{pair['pair_id']}|{k}", "pair_id": pair["pair_id"],
-                                 "input_id": pair["input_id"], "axis": k, "label": k, "status": "sut_failed",
-                                 "error": why, "attempts": 0} for k in JUDGE_KINDS]
+                                 "input_id": pair["input_id"], "axis": k, "label": k, "status": bad[0],
+                                 "error": bad[1], "attempts": 0} for k in JUDGE_KINDS]
                     swapped = random.Random(f"group_interaction_bias:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
                     a, b = resp[pair["probe_a"]]["response"] or "", resp[pair["probe_b"]]["response"] or ""
                     r1, r2 = (b, a) if swapped else (a, b)
@@ -352,6 +356,7 @@ class GroupInteractionBias(Metric):
         row_bias: list[float] = []
         row_ids: list[str] = []
         n_failed_pairs = rows_errored = 0
+        excluded: Counter = Counter()
 
         def add_many(group: str, key: str, total: float, count: int) -> None:
             s = acc[group].setdefault(key, [0.0, 0])
@@ -372,6 +377,10 @@ class GroupInteractionBias(Metric):
             pairs = pp.set_index("pair_id")
             pairs["bias"] = pair_bias(comp).reindex(pairs.index) if len(comp.columns) else float("nan")
             judged = pairs[pairs["bias"].notna()]
+            statuses = j.groupby("pair_id")["status"].agg(set) if len(j) else pd.Series(dtype=object)
+            for pid in pairs.index[pairs["bias"].isna()]:  # no judge gave a score: excluded, with its reason
+                st = statuses.get(pid, set())
+                excluded[next((r for r in ("sut_failed", "empty_answer", "unjudgeable") if r in st), "judge_failed")] += 1
             for col in ("value_a", "value_b"):
                 for pid, g in judged.groupby(col)["bias"]:
                     add_many("persona", pid, float(g.sum()), len(g))
@@ -398,7 +407,7 @@ class GroupInteractionBias(Metric):
                     why = "; ".join(errors.get(input_id, []))[:500] or "no pairs drawn"
                     row_scores.append({"input_id": input_id, "status": "error", "label": "error", "n_judged": 0,
                                        "n_failed": failed, "n_events": 0,
-                                       "error": f"no pair of this row could be judged ({failed} failed): {why}"})
+                                       "error": f"no pair of this row could be judged ({failed} excluded): {why}"})
                     continue
                 mean_bias = sum(biases) / len(biases)
                 row_bias += biases
@@ -422,7 +431,7 @@ class GroupInteractionBias(Metric):
         scores.append({"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": raw,
                        "score": sc, "ci_low": slo, "ci_high": shi, "n": n, "n_failed": n_failed_pairs,
                        "n_events": sum(1 for b in row_bias if b >= 0.1), "weight": cfg.weight, "threshold": th,
-                       "passed": None if th is None or sc is None else bool(sc >= th),
+                       "judged": n, "excluded": dict(excluded),
                        "details": json.dumps({"rows_errored": rows_errored, "mean_similarity": means["similarity"],
                                               "mean_tone_divergence": means["tone"], "mean_effort_gap": means["effort"]})})
         for k, v in means.items():
@@ -455,7 +464,7 @@ class GroupInteractionBias(Metric):
                      "less_helpful_share": json.loads(r["details"]).get("less_helpful_share")} for _, r in g.iterrows()]
 
         return {"score": overall["score"], "ci95": [overall["ci_low"], overall["ci_high"]],
-                "pairs_evaluated": int(overall["n"]), "pairs_failed": int(overall["n_failed"]),
+                "pairs_evaluated": int(overall["n"]), "pairs_excluded": int(overall["n_failed"]),
                 "rows_errored": details.get("rows_errored"), "mean_similarity": details.get("mean_similarity"),
                 "mean_tone_divergence": details.get("mean_tone_divergence"),
                 "mean_effort_gap": details.get("mean_effort_gap"),
@@ -463,7 +472,7 @@ class GroupInteractionBias(Metric):
 
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
-        lines = [f"  pairs evaluated {s['pairs_evaluated']}, failed {s['pairs_failed']}, rows errored {s['rows_errored']}",
+        lines = [f"  pairs judged {s['pairs_evaluated']}, excluded {s['pairs_excluded']}, rows errored {s['rows_errored']}",
                  f"  mean similarity {f(s['mean_similarity'])}, tone divergence {f(s['mean_tone_divergence'])}, "
                  f"effort gap {f(s['mean_effort_gap'])}",
                  f"  {'least equitable groups':<34}{'equitability':>13}{'pairs':>7}{'helped less':>13}"]

@@ -17,9 +17,10 @@
 
 Edge cases, each with its outcome on the rows it concerns (the rest of the run completes):
 a row without ``metadata.original_query``; a group with no baseline row; a group with two rows
-claiming to be the baseline; a group with only its baseline; an empty baseline response (all
-rows of the group error with the reason); an empty variant response (scored as incorrect and
-not robust, without a judge call, labelled ``empty_response``).
+claiming to be the baseline; a group with only its baseline (each an exclusion under that name);
+an empty or failed baseline answer (all rows of the group error with the reason, its variants are
+excluded under it); an empty or failed variant answer (excluded and counted without a judge call,
+never scored as 0: ``empty_answer`` / ``sut_failed``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import asyncio
 import hashlib
 import json
 import random
-from typing import Any, Literal
+from collections import Counter
+from typing import Any, ClassVar, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,7 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..dataset import DatasetRow
 from ..perturbations import ALL_TYPES, RULE_BASED
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import (Metric, ScoringFields, StageContext, ask_json, gather_all, run_bounded, sample_probes)
+from .base import (Metric, ScoringFields, StageContext, Verdict, ask_json, gather_all, given_response, judged_fields,
+                   run_bounded, sample_probes)
 
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
@@ -156,18 +159,17 @@ def messages_for(row: DatasetRow) -> list[dict[str, str]]:
 
 
 # ------------------------------------------------------------------ judges
-class Correctness(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    correctness: float = Field(..., ge=0.0, le=1.0)
-    reasoning: str = ""
+class Correctness(Verdict):
+    correctness: float | None = Field(None, ge=0.0, le=1.0)
+    SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("correctness",)
 
 
-class Robustness(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    robustness: float = Field(..., ge=0.0, le=1.0)
-    reasoning: str = ""
+class Robustness(Verdict):
+    robustness: float | None = Field(None, ge=0.0, le=1.0)
+    SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("robustness",)
 
 
+UNJUDGEABLE_SHAPE = '{"unjudgeable": true, "reasoning": "<why>"}'
 SYSTEM = "You are a meticulous, impartial evaluator of AI assistant responses. You answer with a single JSON object and nothing else."
 
 
@@ -176,7 +178,9 @@ def correctness_messages(question: str, answer: str, reference: str | None, cont
     ctx = f"\n[Ground-truth context]\n<<<\n{context}\n>>>\n" if context else ""
     prompt = (f"Task: correctness (aip-judge perturbation_correctness v1)\n\nHow correct is the response to the "
               f"question? Use the reference answer and the ground-truth context when given; otherwise judge from "
-              f"general knowledge. 1 = fully correct, 0 = wrong or no answer.\n\nQuestion:\n<<<\n{question}\n>>>\n"
+              f"general knowledge. 1 = fully correct, 0 = wrong or no answer. If correctness cannot be judged (for "
+              f"example, the reference and the response speak of different things), answer "
+              f"{UNJUDGEABLE_SHAPE}.\n\nQuestion:\n<<<\n{question}\n>>>\n"
               f"{ref}{ctx}\n[Response 1]\n<<<\n{answer}\n>>>\n\nAnswer with JSON only: "
               '{"correctness": <number from 0 to 1>, "reasoning": "<one or two sentences>"}')
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
@@ -185,11 +189,17 @@ def correctness_messages(question: str, answer: str, reference: str | None, cont
 def robustness_messages(original: str, variant: str, base: str, answer: str) -> list[dict[str, str]]:
     prompt = (f"Task: robustness (aip-judge perturbation_robustness v1)\n\nThe second question is a noisy or reworded "
               f"version of the first, with the same meaning. How well does the second response keep the substance of "
-              f"the first (conclusion, facts, numbers)? 1 = same substance, 0 = contradicts it.\n\nOriginal question:\n"
+              f"the first (conclusion, facts, numbers)? 1 = same substance, 0 = contradicts it. If the two cannot be "
+              f"compared, answer {UNJUDGEABLE_SHAPE}.\n\nOriginal question:\n"
               f"<<<\n{original}\n>>>\nReworded question:\n<<<\n{variant}\n>>>\n\n[Response 1]\n<<<\n{base}\n>>>\n\n"
               f"[Response 2]\n<<<\n{answer}\n>>>\n\nAnswer with JSON only: "
               '{"robustness": <number from 0 to 1>, "reasoning": "<one or two sentences>"}')
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+
+
+def exclusion_reason(statuses: list[str]) -> str:
+    """The reason a variant pair is excluded, from its judgements' statuses (first that applies)."""
+    return next((r for r in ("sut_failed", "empty_answer", "unjudgeable") if r in statuses), "judge_failed")
 
 
 def member(probe: dict) -> str:
@@ -280,9 +290,8 @@ class PerturbationRobustnessExternal(Metric):
         for ids in ctx.batches():
             rows = {r.input_id: r for r in ctx.rows(ids)}
             probes = ctx.read("probes", ids, ["probe_id", "input_id", "axis"]).to_dict("records")
-            yield {"sut_responses": [{"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0,
-                                      "response": rows[p["input_id"]].sut_response, "status": "ok", "model": "dataset",
-                                      "cached": False} for p in probes if p["axis"] != "excluded"]}
+            yield {"sut_responses": [given_response(p, rows[p["input_id"]].sut_response)
+                                     for p in probes if p["axis"] != "excluded"]}
 
     # ---- judging: per group, base correctness, then per variant correctness + robustness
     async def judge(self, ctx: StageContext):
@@ -310,18 +319,23 @@ class PerturbationRobustnessExternal(Metric):
                                    timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
                                    template_version=self.template_version)
                 row = {"judgement_id": jid, "pair_id": pair_id, "input_id": input_id, "axis": axis, "label": label,
-                       "attempts": o.attempts, "raw_output": o.raw, "model": o.last.model if o.last else None,
-                       "call_key": o.last.call_key if o.last else None}
+                       **judged_fields(o)}
                 if o.value is None:
                     return {**row, "status": "judge_failed", "error": f"{label} judge {o.error}"}
+                if o.value.unjudgeable:
+                    return {**row, "status": "unjudgeable", "reasoning": o.value.reasoning,
+                            "parsed": o.value.model_dump_json(), "error": f"{label} judge: unjudgeable: {o.value.reasoning}"[:500]}
                 return {**row, "status": "ok", "score": float(getattr(o.value, field)), "reasoning": o.value.reasoning,
                         "parsed": o.value.model_dump_json()}
 
             def answer(p):
+                """(text, None) or (None, (status, reason)) for a failed or empty answer."""
                 r = resp.get(p["probe_id"])
-                if r is None or r["status"] != "ok":
-                    return None, f"SUT answer {'missing' if r is None else r['error']}"
-                return (r["response"] or "").strip(), None
+                if r is None or r["status"] not in ("ok", "empty"):
+                    return None, ("sut_failed", f"SUT answer {'missing' if r is None else r['error']}")
+                if r["status"] == "empty":
+                    return None, ("empty_answer", "the SUT answer is empty (no judge asked)")
+                return r["response"].strip(), None
 
             async def one(item):
                 gid, g = item
@@ -329,25 +343,21 @@ class PerturbationRobustnessExternal(Metric):
                 m = meta.get(base["input_id"], {})
                 ref = m.get("reference_answer") or cfg.reference_answer
                 gctx = m.get("groundtruth_context") or cfg.groundtruth_context
-                b_text, b_err = answer(base)
+                b_text, b_bad = answer(base)
                 out = []
-                if b_err or not b_text:
-                    why = b_err or "the baseline response is empty"
+                if b_bad:  # nothing to compare the variants with
                     return [{"judgement_id": f"{gid}|base|correctness", "pair_id": f"{gid}|base",
                              "input_id": base["input_id"], "axis": "baseline", "label": "correctness",
-                             "status": "sut_failed" if b_err else "empty_baseline", "error": why}]
+                             "status": b_bad[0], "error": f"baseline: {b_bad[1]}"}]
                 tasks = [ask(f"{gid}|base|correctness", f"{gid}|base", base["input_id"], "baseline", "correctness",
                              correctness_messages(base["query_text"], b_text, ref, gctx), Correctness, "correctness")]
                 for v in g["variants"]:
-                    v_text, v_err = answer(v)
+                    v_text, v_bad = answer(v)
                     pid = f"{gid}|{member(v)}"
                     common = {"pair_id": pid, "input_id": v["input_id"], "axis": v["category"]}
-                    if v_err:
-                        out += [{**common, "judgement_id": f"{pid}|{k}", "label": k, "status": "sut_failed",
-                                 "error": v_err} for k in ("correctness", "robustness")]
-                    elif not v_text:  # an empty answer is neither correct nor robust: no judge needed
-                        out += [{**common, "judgement_id": f"{pid}|{k}", "label": k, "status": "ok", "score": 0.0,
-                                 "reasoning": "empty_response: the SUT returned nothing"} for k in ("correctness", "robustness")]
+                    if v_bad:  # a failed or empty variant answer is excluded and counted, never a 0
+                        out += [{**common, "judgement_id": f"{pid}|{k}", "label": k, "status": v_bad[0],
+                                 "error": v_bad[1]} for k in ("correctness", "robustness")]
                     else:
                         tasks.append(ask(f"{pid}|correctness", pid, v["input_id"], v["category"], "correctness",
                                          correctness_messages(v["query_text"], v_text, ref, gctx), Correctness, "correctness"))
@@ -376,21 +386,25 @@ class PerturbationRobustnessExternal(Metric):
             elif p["axis"] != "excluded":
                 groups.setdefault(p["attribute_value"], []).append(p)
         row_vals, row_clusters = [], []
-        groups_scored = groups_failed = pairs_failed = 0
+        groups_scored = groups_failed = pairs_judged = 0
+        excluded: Counter = Counter(p["category"] for p in probes if p["axis"] == "excluded")  # dataset edge cases
         for gid, members in groups.items():
+            variants = [m for m in members if m["axis"] == "variant"]
             bj = by_pair.get(f"{gid}|base", [])
             b_ok = [x for x in bj if x["status"] == "ok"]
             error = None
-            if not b_ok:
+            if not b_ok:  # every variant of the group is excluded, under the baseline's reason
+                excluded[exclusion_reason([x["status"] for x in bj])] += len(variants)
                 error = "baseline not scored: " + ("; ".join(str(x["error"]) for x in bj) or "no judgement")
             rob, drops, failed, explained = [], [], 0, []
             if error is None:
                 b = float(b_ok[0]["score"])
-                for v in (m for m in members if m["axis"] == "variant"):
+                for v in variants:
                     vj = {x["label"]: x for x in by_pair.get(f"{gid}|{member(v)}", [])}
                     c, r = vj.get("correctness"), vj.get("robustness")
                     if not c or not r or c["status"] != "ok" or r["status"] != "ok":
                         failed += 1
+                        excluded[exclusion_reason([x["status"] for x in (c, r) if x])] += 1
                         continue
                     drop = b - float(c["score"])
                     rob.append(float(r["score"]))
@@ -400,8 +414,8 @@ class PerturbationRobustnessExternal(Metric):
                     t["drop"].append(drop)
                     explained.append(f"{v['category']}: robustness {float(r['score']):.2f}, drop {drop:+.2f}")
                 if not rob:
-                    error = f"no variant of the group could be scored ({failed} failed)"
-            pairs_failed += failed
+                    error = f"no variant of the group could be scored ({failed} excluded)"
+            pairs_judged += len(rob)
             if error:
                 groups_failed += 1
                 row_scores += [{"input_id": i, "status": "error", "label": "error", "n_judged": 0,
@@ -426,9 +440,10 @@ class PerturbationRobustnessExternal(Metric):
         sc, th = norm(raw), ctx.threshold
         scores = [{"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": raw,
                    "score": sc, "ci_low": slo, "ci_high": shi, "n": n, "n_failed": groups_failed,
-                   "weight": cfg.weight, "threshold": th, "passed": None if th is None or sc is None else bool(sc >= th),
+                   "weight": cfg.weight, "threshold": th, "judged": pairs_judged, "excluded": dict(excluded),
                    "details": json.dumps({"groups_scored": groups_scored, "groups_failed": groups_failed,
-                                          "variant_pairs_failed": pairs_failed, "rows_scored": sum(
+                                          "variant_pairs_judged": pairs_judged,
+                                          "variant_pairs_excluded": sum(excluded.values()), "rows_scored": sum(
                                               1 for r in row_scores if r["status"] == "ok"),
                                           "rows_errored": sum(1 for r in row_scores if r["status"] != "ok")})}]
         for t, d in sorted(by_type.items()):
@@ -450,8 +465,8 @@ class PerturbationRobustnessExternal(Metric):
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
         lines = [f"  rows scored {s['rows_scored']}, rows errored {s['rows_errored']}, groups scored "
-                 f"{s.get('groups_scored')}, groups failed {s.get('groups_failed')}, variant pairs failed "
-                 f"{s.get('variant_pairs_failed')}",
+                 f"{s.get('groups_scored')}, groups failed {s.get('groups_failed')}, variant pairs judged "
+                 f"{s.get('variant_pairs_judged')}, excluded {s.get('variant_pairs_excluded')}",
                  f"  {'perturbation type':<20}{'score':>8}{'robustness':>12}{'correct. drop':>15}{'pairs':>7}"]
         for t in s["by_perturbation_type"]:
             lines.append(f"  {t['type']:<20}{f(t['score']):>8}{f(t['mean_robustness']):>12}"

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import hashlib
+import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 import aiohttp
 import httpx
@@ -27,6 +28,7 @@ from .journal import Journal
 from .openai_compatible import make_transport
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
+logger = logging.getLogger("aip_assets")
 
 
 class BudgetExhausted(AipError):
@@ -93,6 +95,8 @@ class ChatResult:
     call_key: str
     cached: bool = False
     http_status: int | None = None
+    retries_used: int = 0  # failed requests retried (each uses the caller's retry budget)
+    rate_limit_waits: int = 0  # 429/503 answers with Retry-After that were waited out (no budget used)
 
     @property
     def ok(self) -> bool:
@@ -132,18 +136,47 @@ def build_body(conn: Connection, messages: list[dict[str, str]], temperature: fl
     return body
 
 
-def call_key(endpoint_id: str, body: dict[str, Any], sample_index: int, template_version: str) -> str:
-    payload = {"endpoint": endpoint_id, "body": body, "sample_index": sample_index, "template": template_version}
+def call_key(endpoint_id: str, body: dict[str, Any], sample_index: int, template_version: str, attempt: int = 0) -> str:
+    """The call's identity: endpoint, body, sample index, prompt-template version and, for a
+    re-ask of an unusable answer, its attempt number (so a re-ask is never answered from the
+    cache by an earlier re-ask that got the same prose)."""
+    payload: dict[str, Any] = {"endpoint": endpoint_id, "body": body, "sample_index": sample_index,
+                               "template": template_version}
+    if attempt:
+        payload["attempt"] = attempt
     return hashlib.sha256(stable_json(payload).encode()).hexdigest()[:32]
 
 
 class ModelClient:
     """Use as ``async with ModelClient(...) as client: await client.chat(...)``."""
 
+    # (run, endpoint) pairs whose endpoint refused ``response_format``: plain prompting from then on
+    _structured_refused: ClassVar[set[tuple[str, str]]] = set()
+
+    def structured_output(self) -> bool:
+        """Whether to send ``response_format`` (a JSON schema) with judge requests."""
+        if self.conn.provider == "builtin" or self.conn.structured_output == "off":
+            return False
+        return (self.run_id, self.endpoint_id) not in self._structured_refused
+
+    def refuse_structured_output(self, error: str | None) -> None:
+        """``structured_output: auto`` and the endpoint refused it: fall back for the rest of the run."""
+        key = (self.run_id, self.endpoint_id)
+        if key in self._structured_refused:
+            return
+        self._structured_refused.add(key)
+        msg = (f"{self.role} endpoint {self.endpoint_id} refused response_format (structured output): "
+               f"{(error or '')[:200]}; plain prompting for the rest of the run (structured_output: auto)")
+        logger.warning(msg)
+        if self.on_note:
+            self.on_note({"level": "warning", "code": "structured_output_refused", "message": msg})
+
     def __init__(self, conn: Connection, *, role: str, run_id: str, metric: str, stage: str,
                  journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
-                 backoff_s: float = 0.5, budget: "Budget | None" = None):
+                 backoff_s: float = 0.5, budget: "Budget | None" = None,
+                 on_note: "Callable[[dict[str, str]], None] | None" = None):
         self.conn = conn
+        self.on_note = on_note  # run notes (e.g. structured output refused) go to the stage's run_notes
         self.role = role
         self.run_id = run_id
         self.metric = metric
@@ -176,9 +209,15 @@ class ModelClient:
 
     async def chat(self, messages: list[dict[str, str]], *, temperature: float, sample_index: int = 0,
                    retries: int = 0, timeout: float = 60.0, template_version: str = "",
-                   max_tokens: int | None = None) -> ChatResult:
+                   max_tokens: int | None = None, attempt: int = 0,
+                   response_format: dict[str, Any] | None = None) -> ChatResult:
+        """One answer. ``retries`` caps the failed requests retried for it (transient errors);
+        a 429/503 with ``Retry-After`` is waited out without using it, up to the connection's
+        ``max_rate_limit_wait_seconds`` in total. ``attempt`` > 0 marks a re-ask (its own key)."""
         body = build_body(self.conn, messages, temperature, max_tokens, sample_index)
-        key = call_key(self.endpoint_id, body, sample_index, template_version)
+        if response_format is not None:
+            body["response_format"] = response_format
+        key = call_key(self.endpoint_id, body, sample_index, template_version, attempt)
         if self.journal is not None and key in self._known_ok:
             rec = self.journal.lookup(key, self.cache_runs)
             if rec is not None:
@@ -217,7 +256,9 @@ class ModelClient:
         })
 
     async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float) -> ChatResult:
-        attempts = 0
+        attempts = retries_used = waits = 0
+        waited_s = 0.0
+        max_wait = self.conn.max_rate_limit_wait_seconds
         while True:
             attempts += 1
             if self.limiter is not None:
@@ -238,17 +279,27 @@ class ModelClient:
                     parsed = _parse_completion(resp.body)
                     if isinstance(parsed, str):
                         return ChatResult(None, "error", parsed, latency, None, None, None, None, attempts, key,
-                                          http_status=http_status)
+                                          http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
                     text, model, fp, pt, ct = parsed
-                    return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200)
+                    return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
+                                      retries_used=retries_used, rate_limit_waits=waits)
                 err = f"HTTP {resp.status_code}: {resp.text[:300]}"
                 transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
                 retry_after = _retry_after(resp.headers)
             latency = (time.perf_counter() - t0) * 1000
-            if not transient or attempts > retries:
+            if transient and http_status in (429, 503) and retry_after is not None:
+                # the endpoint says when to come back: a wait, not a failure (bounded in total)
+                if waited_s + retry_after <= max_wait:
+                    waits += 1
+                    waited_s += retry_after
+                    await asyncio.sleep(retry_after)
+                    continue
+                err += f" (rate limited: {waited_s:g}s waited on Retry-After, max_rate_limit_wait_seconds {max_wait:g})"
+            if not transient or retries_used >= retries:
                 return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
-                                  http_status=http_status)
-            delay = retry_after if retry_after is not None else self.backoff_s * 2 ** (attempts - 1) * (0.5 + self._rng.random())
+                                  http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
+            retries_used += 1
+            delay = retry_after if retry_after is not None else self.backoff_s * 2 ** (retries_used - 1) * (0.5 + self._rng.random())
             await asyncio.sleep(min(delay, MAX_BACKOFF_S))
 
 
