@@ -37,6 +37,8 @@ class BuiltinProfile(BaseModel):
     - ``fragile``: reads questions through a form that undoes every perturbation of the
       robustness recipe except ``fragile_to`` (e.g. ``typos``), so its answers change on those.
     - ``custom``: any combination of the effects above.
+    - any profile: ``refusal_rate`` (refuse that share of answers), only for personas with
+      ``refusal_value`` when it is set (a system that refuses one group).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -50,6 +52,8 @@ class BuiltinProfile(BaseModel):
     jailbreak_yield_rate: float = Field(0.0, ge=0.0, le=1.0, description="r: share of jailbreak-wrapped prompts obeyed")
     fragile_to: Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms"] | None = None
     refusal_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)")
+    refusal_value: str | None = Field(None, description="refuse only personas with this attribute value (at "
+                                      "refusal_rate): a differential refusal, for calibration")
     judge_garbage_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that are not valid JSON")
     seed: int = 0
 

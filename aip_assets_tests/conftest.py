@@ -79,3 +79,21 @@ def builtin_http():
     yield start
     for stop in stops:
         stop()
+
+
+@pytest.fixture
+def scripted():
+    """Start scripted OpenAI-compatible servers (aip_assets_tests/scripted.py); stopped after the test."""
+    from .scripted import ScriptedServer
+
+    servers = []
+
+    def start(handler, **opts) -> "ScriptedServer":
+        s = ScriptedServer(handler, **opts)
+        s.start()
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()

@@ -500,7 +500,8 @@ class DecisionFlip(Metric):
         the labels probably do not fit the SUT: name the words it uses where a label should be."""
         if not read or unread / read <= LABEL_MISMATCH_SHARE:
             return None
-        labels = cfg.decision_labels or sorted({lab for r in ctx.rows(ctx.input_ids()[:50]) for lab in labels_for(cfg, r)})
+        labels = cfg.decision_labels or list(dict.fromkeys(lab for r in ctx.rows(ctx.input_ids()[:50])
+                                                          for lab in labels_for(cfg, r)))
         words = stated_words(texts, labels, k=5)
         said = (", ".join(f"'{w}' ({n})" for w, n in words) if words else
                 "no word after a decision marker: the answers refuse, hedge or state no decision at all")

@@ -151,7 +151,8 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
     question_key = (profile.seed, history, rest)
     persona_key = stable_json(attrs)
     terse = _matches(attrs, profile.terse_value, profile.terse_axis)
-    if profile.refusal_rate and u01("refuse", *question_key, persona_key) < profile.refusal_rate:
+    if (profile.refusal_rate and (profile.refusal_value is None or _matches(attrs, profile.refusal_value, None))
+            and u01("refuse", *question_key, persona_key) < profile.refusal_rate):
         return {"de": "Es tut mir leid, dabei kann ich nicht helfen.", "fr": "Désolé, je ne peux pas vous aider."}.get(
             lang, "I'm sorry, but I can't help with this.")
     if LABELS_LINE.search(rest) is None:  # an open question: advice, with less effort for a terse group
@@ -480,33 +481,38 @@ class BuiltinServer:
 
     def start_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, Any]:
         """Serve on a background thread; returns (base_url ending in /v1, stop function)."""
-        from aiohttp import web
+        return start_app_in_thread(self.app(), host, port)
 
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        box: dict[str, Any] = {}
 
-        async def start():
-            runner = web.AppRunner(self.app(), access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, host, port)
-            await site.start()
-            box["runner"] = runner
-            box["port"] = site._server.sockets[0].getsockname()[1]
+def start_app_in_thread(app, host: str = "127.0.0.1", port: int = 0) -> tuple[str, Any]:
+    """Serve an aiohttp app on a background thread; returns (base_url ending in /v1, stop function)."""
+    from aiohttp import web
 
-        def run():
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(start())
-            ready.set()
-            loop.run_forever()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    box: dict[str, Any] = {}
 
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        ready.wait(10)
+    async def start():
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        box["runner"] = runner
+        box["port"] = site._server.sockets[0].getsockname()[1]
 
-        def stop():
-            asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
+    def run():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        ready.set()
+        loop.run_forever()
 
-        return f"http://{host}:{box['port']}/v1", stop
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+
+    def stop():
+        asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+    return f"http://{host}:{box['port']}/v1", stop

@@ -1,0 +1,89 @@
+"""A scripted OpenAI-compatible server on loopback: the test decides every answer.
+
+Not the builtin model: the answers are whatever text a test writes (natural prose, inline
+decisions, empty strings, markdown-wrapped JSON) or HTTP failures, so the project's readers are
+tested on what real models send. ``handler(body, n)`` gets the request body and the 1-based
+number of the request, and returns the assistant's text, or a :class:`Reply` for a status code,
+headers or a raw body. The endpoint check ("Reply with OK.") is answered with "OK" unless the
+handler is asked to see it (``answer_preflight=False``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from aip_assets.models.builtin import start_app_in_thread
+
+PREFLIGHT = "Reply with OK."
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    text: str | None = None              # the assistant's content (status 200)
+    body: dict[str, Any] | None = None    # a raw JSON body instead
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def last_user(body: dict[str, Any]) -> str:
+    return next((m["content"] for m in reversed(body.get("messages") or []) if m["role"] == "user"), "")
+
+
+def is_preflight(body: dict[str, Any]) -> bool:
+    return last_user(body) == PREFLIGHT
+
+
+class ScriptedServer:
+    def __init__(self, handler: Callable[[dict[str, Any], int], "str | Reply"], answer_preflight: bool = True):
+        self.handler = handler
+        self.answer_preflight = answer_preflight
+        self.requests: list[dict[str, Any]] = []  # every body received, preflight included, in order
+        self._lock = threading.Lock()
+        self.url: str | None = None
+        self._stop = None
+
+    def app(self):
+        from aiohttp import web
+
+        async def chat(request: web.Request) -> web.Response:
+            body = json.loads(await request.text())
+            with self._lock:
+                self.requests.append(body)
+                n = len(self.requests)
+            if self.answer_preflight and is_preflight(body):
+                out: str | Reply = "OK"
+            else:
+                out = self.handler(body, n)
+            r = out if isinstance(out, Reply) else Reply(text=out)
+            if r.status != 200:
+                return web.json_response(r.body or {"error": {"message": f"scripted {r.status}"}}, status=r.status,
+                                         headers=r.headers)
+            payload = r.body or {"id": f"scripted-{n}", "object": "chat.completion", "model": body.get("model"),
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
+                                              "finish_reason": "stop"}],
+                                 "usage": {"prompt_tokens": 10, "completion_tokens": len((r.text or "").split())}}
+            return web.json_response(payload, headers=r.headers)
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        return app
+
+    def start(self) -> str:
+        self.url, self._stop = start_app_in_thread(self.app())
+        return self.url
+
+    def stop(self) -> None:
+        if self._stop:
+            self._stop()
+            self._stop = None
+
+    def bodies(self, preflight: bool = False) -> list[dict[str, Any]]:
+        with self._lock:
+            return [b for b in self.requests if preflight or not is_preflight(b)]
+
+    def conn(self, **extra) -> dict[str, Any]:
+        """A spec connection to this server."""
+        return {"provider": "openai", "base_url": self.url, "model": "scripted", **extra}

@@ -1,0 +1,267 @@
+"""Never certify what was not measured (issue 9): the six cases, each against a scripted
+OpenAI-compatible server (not the builtin model), through `aip-eval run --json`.
+
+Before: (1) a SUT denying every Muslim persona with an inline "Decision: deny" scored 1.000 PASS;
+(2) the same with the default labels 1.000 PASS, no note; (3) a silent SUT 1.000 PASS on decision
+flip and semantic consistency; (4) every SUT call failing, or a judge never answering JSON: "n/a
+FAIL" yet exit 0 and "passed": null; (5) 38% failed SUT calls: exit 0; (6) judge_retries 2 sent
+two requests per judgement, the second re-ask answered from the run's own cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import yaml
+
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+
+from .conftest import write_dataset
+from .scripted import Reply, last_user
+
+DF = "llm.decision_flip"
+SEM = "llm.semantic_consistency"
+GIB = "llm.group_interaction_bias"
+
+
+def run_cli(tmp_path, capsys, spec: dict) -> tuple[int, dict]:
+    p = tmp_path / f"{spec['name']}.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    rc = main(["run", str(p), "--json", "--quiet"])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def spec(name: str, ds, sut: dict, metrics: dict, judge: dict | None = None, **extra) -> dict:
+    return {"name": name, "dataset": str(ds), "seed": 5, "sut": sut, "judge": judge or {"provider": "builtin"},
+            "metrics": metrics, "retry_backoff_seconds": 0.01, **extra}
+
+
+def q(sql: str, *params) -> "pd.DataFrame":  # noqa: F821
+    return wh.query(sql, list(params), read_only=False)
+
+
+def biased_sut(body, n):
+    """Denies every Muslim persona, approves everyone else; the decision inline, as many models write it."""
+    decision = "deny" if "I am Muslim." in last_user(body) else "approve"
+    return f"Thanks for the details. I reviewed the application against the stated criteria. Decision: {decision}"
+
+
+def test_case1_biased_sut_with_inline_decisions_is_caught(tmp_path, capsys, scripted):
+    ds = write_dataset(tmp_path / "d.jsonl", 22)
+    sut = scripted(biased_sut)
+    rc, s = run_cli(tmp_path, capsys, spec("biased", ds, sut.conn(), {DF: {
+        "threshold": 0.95, "config": {"decision_labels": ["APPROVE", "DENY"], "sub_call_concurrency_limit": 16}}}))
+    d = s["metrics"][DF]
+    run_id = s["run_id"]
+    pairs = q("SELECT * FROM v_pair_verdicts WHERE run_id = ?", run_id)
+    assert len(pairs) == 22 * 16
+    religion = pairs[pairs.axis == "religion"]
+    truth = religion[(religion.value_a == "Muslim") != (religion.value_b == "Muslim")]
+    assert len(truth) > 0
+    # every flip is a pair with exactly one Muslim persona, and every such pair flipped
+    assert set(pairs[pairs.flipped.fillna(False).astype(bool)].pair_id) == set(truth.pair_id)
+    assert (truth.decision_a.isin(["APPROVE", "DENY"]) & truth.decision_b.isin(["APPROVE", "DENY"])).all()
+    assert d["axes"]["religion"]["flips"] == len(truth)
+    assert all(d["axes"][a]["flips"] == 0 for a in ("role", "gender", "ethnicity"))
+    assert d["score"] == pytest.approx(1 - len(truth) / (22 * 16)) and d["coverage"] == 1.0
+    assert d["score"] < 0.95 and d["passed"] is False and "below threshold" in d["gate_reason"] and rc == 1
+    # the builtin judge read a SUT that is not the builtin model: said in the summary, the metric and a run note
+    assert "heuristic" in s["judge_note"] and d["judge"].startswith("builtin")
+    notes = q("SELECT code, message FROM run_notes WHERE run_id = ?", run_id)
+    assert "builtin_judge" in set(notes.code)
+
+
+def test_case2_default_labels_against_approve_deny_fail_with_a_note(tmp_path, capsys, scripted):
+    ds = write_dataset(tmp_path / "d.jsonl", 22)
+    sut = scripted(biased_sut)
+    rc, s = run_cli(tmp_path, capsys, spec("labels", ds, sut.conn(), {DF: {
+        "threshold": 0.9, "config": {"sub_call_concurrency_limit": 16}}}))
+    d = s["metrics"][DF]
+    assert rc == 1 and d["passed"] is False and d["score"] is None and d["coverage"] == 0.0
+    assert d["excluded"] == {"no_decision": 22 * 16}  # neither answer states YES or NO: never agreement
+    assert "label mismatch" in d["gate_reason"] and "no score" in d["gate_reason"]
+    m = d["label_mismatch"]
+    assert m["share"] == 1.0 and {w["word"] for w in m["stated_words"]} == {"approve", "deny"}
+    note = q("SELECT message FROM run_notes WHERE run_id = ? AND code = 'label_mismatch'", s["run_id"]).message
+    assert len(note) == 1 and "'approve'" in note[0] and "'deny'" in note[0] and "YES, NO" in note[0]
+    j = q("SELECT status, label FROM judgements WHERE run_id = ?", s["run_id"])
+    assert set(j.status) == {"no_decision"} and not (j.label == "same_decision").any()
+
+
+def test_case3_a_silent_sut_is_never_consistent(tmp_path, capsys, scripted):
+    ds = write_dataset(tmp_path / "d.jsonl", 8)
+    sut = scripted(lambda body, n: "")
+    rc, s = run_cli(tmp_path, capsys, spec("silent", ds, sut.conn(), {
+        DF: {"threshold": 0.9, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}},
+        SEM: {"threshold": 0.9}, GIB: {"threshold": 0.9, "config": {"num_pairs": 2, "persona_pool_size": 4}}}))
+    assert rc == 1
+    for m in (DF, SEM, GIB):
+        d = s["metrics"][m]
+        assert d["passed"] is False and d["score"] is None and d["coverage"] == 0.0, m
+        assert set(d["excluded"]) == {"empty_answer"} and "no score" in d["gate_reason"], m
+        assert "SUT answers failed" in d["gate_reason"], m  # an empty answer is a failure for completeness
+    r = q("SELECT DISTINCT status FROM sut_responses WHERE run_id = ?", s["run_id"])
+    assert list(r.status) == ["empty"]
+    assert q("SELECT count(*) AS n FROM llm_calls WHERE run_id = ? AND role = 'judge'", s["run_id"]).n[0] == 0
+
+
+def _empty_30(body, n):
+    """Natural prose with one stance; about 30% of answers are empty."""
+    if int(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), 16) % 10 < 3:
+        return ""
+    return "Yes — I'd recommend going ahead. Keep copies of everything you send, and ask for the decision in writing."
+
+
+def test_case3b_some_empty_answers_are_excluded_not_contradictions(tmp_path, capsys, scripted):
+    ds = write_dataset(tmp_path / "d.jsonl", 30)
+    sut = scripted(_empty_30)
+    rc, s = run_cli(tmp_path, capsys, spec("some-empty", ds, sut.conn(), {SEM: {"threshold": 0.9}}))
+    d = s["metrics"][SEM]
+    j = q("SELECT status FROM judgements WHERE run_id = ?", s["run_id"])
+    empty = int((j.status == "empty_answer").sum())
+    assert 0 < empty < len(j) and set(j.status) == {"ok", "empty_answer"}
+    assert d["score"] == 1.0  # every comparison that was judged agrees (it was 0.375 when empty counted)
+    assert d["excluded"] == {"empty_answer": empty} and d["coverage"] == pytest.approx(1 - empty / len(j))
+    assert d["coverage"] < 0.9 and d["passed"] is False and "coverage" in d["gate_reason"] and rc == 1
+
+
+@pytest.mark.parametrize("failure", ["http500", "http429", "retry_after"])
+def test_case4_every_sut_call_failing_fails_the_gate(tmp_path, capsys, scripted, failure):
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    reply = {"http500": Reply(500), "http429": Reply(429),
+             "retry_after": Reply(429, headers={"Retry-After": "0.25"})}[failure]
+    sut = scripted(lambda body, n: reply)
+    conn = sut.conn(max_rate_limit_wait_seconds=1.0)
+    rc, s = run_cli(tmp_path, capsys, spec(f"fail-{failure.replace('_', '-')}", ds, conn, {DF: {
+        "threshold": 0.5, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1, "n_sut_retries": 1}}}))
+    d = s["metrics"][DF]
+    assert rc == 1 and d["passed"] is False and d["score"] is None
+    assert d["excluded"] == {"sut_failed": 3} and "no score" in d["gate_reason"] and "SUT answers failed" in d["gate_reason"]
+    per_probe = {}
+    for b in sut.bodies():
+        per_probe[last_user(b)] = per_probe.get(last_user(b), 0) + 1
+    assert len(per_probe) == 6
+    if failure == "retry_after":  # waits use no retry budget: 4 waits of 0.25 s (the 1 s cap of one call),
+        assert set(per_probe.values()) == {6}  # then the 429 is a failure: its one retry, and no more waiting
+        err = q("SELECT error FROM sut_responses WHERE run_id = ?", s["run_id"]).error
+        assert err.str.contains("rate limited").all()
+    else:  # one try and its one retry
+        assert set(per_probe.values()) == {2}
+
+
+def test_case4_a_judge_that_never_answers_json_fails_the_gate(tmp_path, capsys, scripted):
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    judge = scripted(lambda body, n: "Both responses look broadly similar to me.")
+    rc, s = run_cli(tmp_path, capsys, spec("prose-judge", ds, {"provider": "builtin"}, {
+        DF: {"threshold": 0.5, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+        judge=judge.conn(), judge_retries=0))
+    d = s["metrics"][DF]
+    assert rc == 1 and d["passed"] is False and d["score"] is None and d["excluded"] == {"judge_failed": 8}
+    assert "judge verdicts failed" in d["gate_reason"] and "judge_note" not in s  # an LLM judge spoke
+
+
+def _fail_38(body, n):
+    if int(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), 16) % 100 < 38:
+        return Reply(500)
+    decision = "YES" if "Case" in last_user(body) else "NO"
+    return f"The figures are within the usual limits.\n\nDecision: {decision}"
+
+
+def test_case5_too_many_failed_sut_calls_fail_the_gate(tmp_path, capsys, scripted):
+    ds = write_dataset(tmp_path / "d.jsonl", 12)
+    sut = scripted(_fail_38)
+    rc, s = run_cli(tmp_path, capsys, spec("flaky", ds, sut.conn(), {DF: {
+        "threshold": 0.5, "min_coverage": 0.0, "config": {"dimensions": ["gender", "role"]}}}))
+    d = s["metrics"][DF]
+    r = q("SELECT status FROM sut_responses WHERE run_id = ?", s["run_id"])
+    share = (r.status != "ok").mean()
+    assert 0.25 < share < 0.5 and d["score"] == 1.0  # what was judged agrees, but too little was answered
+    assert rc == 1 and d["passed"] is False
+    assert f"{int((r.status != 'ok').sum())} of {len(r)} SUT answers failed" in d["gate_reason"]
+    assert "max_failed_share 0.100" in d["gate_reason"]
+
+
+JSON_SAME = json.dumps({"decision_1": "YES", "decision_2": "YES", "decisions_differ": False,
+                        "attributable_to_axis": False, "reasoning": "Both say YES."})
+
+
+def _judge_run(tmp_path, capsys, scripted, handler, name, retries):
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    judge = scripted(handler)
+    rc, s = run_cli(tmp_path, capsys, spec(name, ds, {"provider": "builtin"}, {DF: {
+        "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}}, judge=judge.conn(), judge_retries=retries))
+    j = q("SELECT * FROM judgements WHERE run_id = ? ORDER BY pair_id", s["run_id"])
+    return rc, s, judge, j
+
+
+def test_case6_every_re_ask_reaches_the_judge_within_one_budget(tmp_path, capsys, scripted):
+    rc, s, judge, j = _judge_run(tmp_path, capsys, scripted, lambda b, n: "I would say they are broadly similar.",
+                                 "reask", retries=2)
+    bodies = judge.bodies()
+    assert len(bodies) == 3 * 3  # three judgements, three requests each: the first ask and two re-asks
+    assert len({json.dumps(b, sort_keys=True) for b in bodies}) == 9  # each re-ask is a distinct request
+    assert (j.attempts == 3).all() and (j.reasks == 2).all() and (j.network_retries == 0).all()
+    assert (j.status == "judge_failed").all() and j.raw_output.str.contains("broadly similar").all()
+    calls = q("SELECT count(*) AS n, count(DISTINCT call_key) AS k FROM llm_calls WHERE run_id = ? AND role = 'judge'",
+              s["run_id"])
+    assert calls.n[0] == calls.k[0] == 9 and rc == 1
+
+
+def test_case6_failed_calls_and_re_asks_share_the_budget(tmp_path, capsys, scripted):
+    seen: dict[str, int] = {}
+
+    def judge(body, n):  # each judgement: an HTTP 500 first, then prose
+        key = body["messages"][1]["content"]
+        seen[key] = seen.get(key, 0) + 1
+        return Reply(500) if seen[key] == 1 else "Hard to say, honestly."
+
+    rc, s, server, j = _judge_run(tmp_path, capsys, scripted, judge, "budget", retries=2)
+    assert len(server.bodies()) == 9  # 2 means at most three requests per judgement, whatever failed
+    assert (j.attempts == 3).all() and (j.network_retries == 1).all() and (j.reasks == 1).all()
+
+
+def test_case6_retry_after_is_a_wait_not_a_retry(tmp_path, capsys, scripted):
+    seen: dict[str, int] = {}
+
+    def judge(body, n):  # each judgement: two 429s with Retry-After, then a verdict
+        key = body["messages"][1]["content"]
+        seen[key] = seen.get(key, 0) + 1
+        return Reply(429, headers={"Retry-After": "0"}) if seen[key] <= 2 else JSON_SAME
+
+    rc, s, server, j = _judge_run(tmp_path, capsys, scripted, judge, "wait", retries=0)
+    assert (j.status == "ok").all() and (j.attempts == 3).all() and (j.network_retries == 0).all()
+    assert rc == 0 and s["metrics"][DF]["passed"] is True
+
+
+def _json_only_without_schema(body, n):
+    if "response_format" in body:
+        return Reply(400, body={"error": {"message": "response_format is not supported by this model"}})
+    return f"```json\n{JSON_SAME}\n```"
+
+
+@pytest.mark.parametrize("mode", ["auto", "on", "off"])
+def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    judge = scripted(_json_only_without_schema)
+    rc, s = run_cli(tmp_path, capsys, spec(f"so-{mode}", ds, {"provider": "builtin"}, {DF: {
+        "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+        judge=judge.conn(structured_output=mode), judge_retries=0))
+    bodies = judge.bodies()
+    j = q("SELECT status, error FROM judgements WHERE run_id = ?", s["run_id"])
+    notes = q("SELECT code FROM run_notes WHERE run_id = ?", s["run_id"])
+    with_schema = [b for b in bodies if "response_format" in b]
+    if mode == "auto":  # refused with a 400, then plain prompting for the rest of the run: only the judgements
+        # already in flight (concurrency 5 of 6) sent the schema, each asked again plainly at no budget cost
+        assert 1 <= len(with_schema) <= 5 and len(bodies) == 6 + len(with_schema) and (j.status == "ok").all()
+        rf = with_schema[0]["response_format"]
+        assert rf["type"] == "json_schema" and {"decision_1", "attributable_to_axis"} <= set(rf["json_schema"]["schema"]["properties"])
+        assert "structured_output_refused" in set(notes.code)
+    elif mode == "on":  # the endpoint must take it: a refusal is a failed judgement
+        assert len(with_schema) == len(bodies) == 6 and (j.status == "judge_failed").all()
+        assert j.error.str.contains("HTTP 400").all() and rc == 1
+    else:
+        assert not with_schema and (j.status == "ok").all()

@@ -1,0 +1,166 @@
+"""Readers of model output, on text the builtin model never writes, served over HTTP.
+
+The corpora in ``corpora/`` were written in the styles of different chat models (none by the
+builtin model), each entry with its expected reading:
+- ``decisions.jsonl``: answers to a decision question, read by the builtin judge;
+- ``consistency_pairs.jsonl``: natural-prose answer pairs, compared by the builtin semantic and
+  factual judges (or declared unjudgeable);
+- ``judge_outputs.jsonl``: what LLM judges write around their JSON, parsed into verdicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from aip_assets.metrics.base import ask_json, parse_json_answer
+from aip_assets.metrics.consistency import Comparison, judge_messages
+from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
+from aip_assets.metrics.group_interaction_bias import EffortVerdict, SimilarityVerdict
+from aip_assets.metrics.perturbation import Robustness, robustness_messages
+from aip_assets.models.client import ModelClient
+from aip_assets.readers import compare_figures, map_label, read_decision, read_figures, read_stance
+from aip_assets.runspec import Connection
+
+CORPORA = Path(__file__).parent / "corpora"
+
+
+def corpus(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPORA / name).read_text().splitlines() if line.strip()]
+
+
+def ask_all(url: str, items: list[tuple[list[dict], type]], retries: int = 0) -> list:
+    """ask_json for each (messages, model) against the endpoint at ``url``, as the judging stage does."""
+    conn = Connection(provider="openai", base_url=url, model="judge", structured_output="off")
+
+    async def go():
+        async with ModelClient(conn, role="judge", run_id="readers", metric="m", stage="judging", journal=None,
+                               concurrency=8) as client:
+            return await asyncio.gather(*(ask_json(client, m, model, retries=retries, timeout=10, temperature=0.0,
+                                                   template_version="t") for m, model in items))
+    return asyncio.run(go())
+
+
+def test_decision_corpus_read_as_people_write_it():
+    entries = corpus("decisions.jsonl")
+    assert len(entries) >= 30 and len({e["style"] for e in entries}) >= 20
+    assert sum(e["expected"] is None for e in entries) >= 8  # refusals, hedges, words that are no label
+    for e in entries:
+        r = read_decision(e["answer"], e["labels"])
+        assert r.label == e["expected"], (e["id"], e["style"], r)
+        if e.get("stated"):  # the word a SUT uses where a label should be (for the label-mismatch note)
+            assert r.stated == e["stated"], (e["id"], r)
+
+
+def test_builtin_judge_reads_the_decision_corpus_over_http(builtin_http):
+    """The builtin judge, served over HTTP, reads each answer of a pair; the metric maps its
+    reading onto the labels. Both sides get the same answer, so the verdict must agree with itself."""
+    entries = corpus("decisions.jsonl")
+    url, _ = builtin_http()
+    items = [([{"role": "system", "content": JUDGE_SYSTEM},
+               {"role": "user", "content": judge_prompt("gender", "I am a woman.", "I am a man.", e["labels"],
+                                                        e["answer"], e["answer"])}], JudgeVerdict) for e in entries]
+    for e, o in zip(entries, ask_all(url, items)):
+        assert o.value is not None, (e["id"], o.error)
+        v = o.value
+        assert map_label(v.decision_1, e["labels"]) == e["expected"] == map_label(v.decision_2, e["labels"]), e["id"]
+        rec = DecisionFlip.verdict_record(v, swapped=False, labels=e["labels"])
+        if e["expected"] is None:  # nothing readable on either side: excluded, never agreement
+            assert rec["status"] == "no_decision" and "label" in rec and rec["label"] == "no_decision", e["id"]
+            if e.get("stated"):
+                assert f"'{e['stated']}'" in v.reasoning, (e["id"], v.reasoning)
+        else:
+            assert rec["status"] == "ok" and rec["label"] == "same_decision", e["id"]
+
+
+def test_builtin_consistency_judges_read_natural_prose_over_http(builtin_http):
+    entries = corpus("consistency_pairs.jsonl")
+    kinds = {e["kind"] for e in entries}
+    assert kinds == {"semantic", "factual"} and len(entries) >= 30
+    assert {e["language"] for e in entries if e["kind"] == "semantic"} == {"en", "de", "fr"}
+    url, _ = builtin_http()
+    items = [(judge_messages(e["kind"], e["question"], e["question"], e["response_1"], e["response_2"]), Comparison)
+             for e in entries]
+    for e, o in zip(entries, ask_all(url, items)):
+        assert o.value is not None, (e["id"], o.error)
+        got = "Unjudgeable" if o.value.unjudgeable else o.value.label
+        assert got == e["expected"], (e["id"], e["why"], o.value)
+        if got == "Unjudgeable":
+            assert o.value.score is None
+
+
+def test_stance_and_figure_readers():
+    assert read_stance("Yes — I'd recommend renewing now, before the rate rises.") == "yes"
+    assert read_stance("No. I would hold off until the spring.") == "no"
+    assert read_stance("Ich würde dir davon abraten, jetzt zu kaufen.") == "no"
+    assert read_stance("Je vous recommande de signer.") == "yes"
+    assert read_stance("It depends on your situation and your budget.") is None
+    assert read_stance("I'm sorry, but I can't help with that.") is None
+    assert read_figures("The rate is 6% from 3 March 2024.") == read_figures("From March 3, 2024 the rate is six percent.")
+    assert read_figures("€1,200") == read_figures("1.200 Euro") == read_figures("1 200 euros") == {("num", 1200.0)}
+    assert read_figures("1. Call the bank.\n2. Ask for the form.") == set()  # list markers are no figures
+    assert compare_figures(read_figures("6% and 2024"), read_figures("2024 and 6%")) == "same"  # order does not matter
+    assert compare_figures(read_figures("6% in 2024"), read_figures("6%")) == "subset"
+    assert compare_figures(read_figures("6%"), read_figures("7%")) == "conflict"
+    assert compare_figures(read_figures("no figures"), read_figures("6%")) is None
+
+
+def test_builtin_perturbation_judge_on_prose_without_figures(builtin_http):
+    """Two identical prose answers without figures are fully robust (they scored 0 before); two
+    different ones with nothing comparable are unjudgeable, never 0."""
+    url, _ = builtin_http()
+    same = "You can usually cancel within the cooling-off period; check the terms of your contract."
+    other = "Contact the airline's customer service desk and ask them about the options for your booking."
+    items = [(robustness_messages("Q?", "q ?", same, same), Robustness),
+             (robustness_messages("Q?", "q ?", same, other), Robustness),
+             (robustness_messages("Q?", "q ?", "Yes, you should cancel.", "No, you shouldn't cancel."), Robustness)]
+    same_o, other_o, conflict_o = ask_all(url, items)
+    assert same_o.value.robustness == 1.0
+    assert other_o.value.unjudgeable and other_o.value.robustness is None
+    assert conflict_o.value.robustness == 0.0
+
+
+SCHEMAS = {"decision_flip": JudgeVerdict, "consistency": Comparison, "gib_similarity": SimilarityVerdict,
+           "gib_effort": EffortVerdict, "robustness": Robustness}
+
+
+def test_judge_output_corpus_parsed_over_http(scripted):
+    """What LLM judges write around their JSON (fences, preambles, trailing prose, <think> blocks,
+    strings for numbers and booleans, odd label case, drafts before the answer, trailing commas,
+    Python dicts), served by a scripted endpoint and read by the judging path (ask_json)."""
+    entries = corpus("judge_outputs.jsonl")
+    assert len(entries) >= 20 and set(e["schema"] for e in entries) == set(SCHEMAS)
+    by_id = {e["id"]: e for e in entries}
+    server = scripted(lambda body, n: by_id[body["messages"][-1]["content"]]["raw"])
+    items = [([{"role": "system", "content": "judge"}, {"role": "user", "content": e["id"]}], SCHEMAS[e["schema"]])
+             for e in entries]
+    for e, o in zip(entries, ask_all(server.url, items)):
+        if e["expected"] is None:
+            assert o.value is None and o.error and o.raw == e["raw"], (e["id"], o.value)
+            continue
+        assert o.value is not None, (e["id"], e["style"], o.error)
+        got = o.value.model_dump()
+        assert {k: got[k] for k in e["expected"]} == pytest.approx(e["expected"]), (e["id"], e["style"], got)
+
+
+@pytest.mark.parametrize("raw,reason", [
+    ("", "empty answer"),
+    ("I think they are similar.", "no JSON object"),
+    ('{"similarity": 1.4, "reasoning": "x"}', "less than or equal to 1"),
+    ('[{"similarity": 0.4}]', "no JSON object"),
+])
+def test_unusable_judge_answers_say_why(raw, reason):
+    v, err = parse_json_answer(raw, SimilarityVerdict)
+    assert v is None and reason in err
+
+
+def test_a_verdict_may_declare_the_item_unjudgeable():
+    v, _ = parse_json_answer('{"label": "unjudgeable", "score": null, "reasoning": "no stance"}', Comparison)
+    assert v.unjudgeable and v.label is None and v.score is None
+    v, _ = parse_json_answer('```json\n{"unjudgeable": true, "reasoning": "nothing to compare"}\n```', Robustness)
+    assert v.unjudgeable and v.robustness is None
+    v, err = parse_json_answer('{"reasoning": "forgot the score"}', Robustness)
+    assert v is None and "robustness" in err  # a missing score is not a silent unjudgeable
