@@ -277,18 +277,18 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     assert run.tags["dagster/partition"] == f"{METRIC}|{run_id}"
     evaluations = [e.dagster_event.event_specific_data for e in
                    instance.all_logs(dagster_run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
-    assert sorted(e.check_name for e in evaluations) == ["dataset_quality", "judge_completeness",
-                                                       "sut_completeness", "threshold"]
+    assert sorted(e.check_name for e in evaluations) == ["coverage", "dataset_quality", "differential_refusal",
+                                                       "judge_completeness", "sut_completeness", "threshold"]
     assert all(e.passed for e in evaluations)
 
     # 5. The check results: each asset's Checks tab lists its check with the latest result, and the
     # check's execution history has one row per evaluation: the CLI run's and the UI run's.
-    for n, asset, check in ((4, "ingest", "dataset_quality"), (5, "aggregation", "threshold")):
+    for n, asset, check, count in ((4, "ingest", "dataset_quality", 1), (5, "aggregation", "threshold", 3)):
         page.goto(f"{url}/assets/{asset}?view=checks", wait_until="domcontentloaded")
-        expect(page.get_by_text("Checks (1)", exact=True)).to_be_visible()
+        expect(page.get_by_text(f"Checks ({count})", exact=True)).to_be_visible()
         expect(page.get_by_text(check, exact=True).first).to_be_visible()
-        expect(page.get_by_text("Succeeded", exact=True)).to_be_visible()  # the check list's status line
-        expect(page.get_by_text("Passed", exact=True)).to_be_visible()  # "Latest execution: Passed"
+        expect(page.get_by_text("Succeeded", exact=True)).to_have_count(count)  # each check's status line
+        expect(page.get_by_text("Passed", exact=True).first).to_be_visible()  # "Latest execution: Passed"
         page.screenshot(path=str(shots / f"{n}_checks_{asset}.png"), full_page=True)
         page.get_by_role("tab", name="Execution history").click()
         expect(page.get_by_text("Passed", exact=True)).to_have_count(2)
