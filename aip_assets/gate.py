@@ -23,8 +23,6 @@ REASONS: dict[str, str] = {
     "judge_failed": "the judge never answered in the required JSON form within its retry budget, or its call failed",
     "unjudgeable": "the judge answered in form but declared that the item cannot be judged on its dimension "
                    "(e.g. neither answer takes a stance, neither states a figure)",
-    "baseline_not_scored": "perturbation robustness: the group's baseline answer could not be judged, so its "
-                           "variants have nothing to be compared with",
     "missing_original_query": "perturbation robustness (dataset): the row has no metadata.original_query",
     "no_baseline": "perturbation robustness (dataset): no row of the group equals its original query",
     "duplicate_baseline": "perturbation robustness (dataset): two or more rows of the group claim to be its baseline",
@@ -32,6 +30,12 @@ REASONS: dict[str, str] = {
 }
 # judgement statuses for which a judge was asked (the denominator of judge completeness)
 JUDGE_ASKED = ("ok", "judge_failed", "no_decision", "unjudgeable")
+
+
+def exclusion_reason(statuses) -> str:
+    """The one reason a unit judged by several judgements (a pair's three judges, a variant's
+    correctness and robustness) is excluded: its SUT answers first, then the judges."""
+    return next((r for r in ("sut_failed", "empty_answer", "unjudgeable") if r in statuses), "judge_failed")
 
 
 def completeness(ctx) -> dict[str, dict[str, Any]]:

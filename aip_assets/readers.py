@@ -14,6 +14,12 @@ from dataclasses import dataclass
 
 # ------------------------------------------------------------------ decisions
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
+
+
+def is_blank(text: str | None) -> bool:
+    """Empty, whitespace only, or nothing outside a ``<think>`` block (a reasoning model cut off
+    before its answer): an empty answer."""
+    return not _THINK.sub(" ", text or "").strip()
 # a decision statement: a marker, then the decision on the same line
 _MARKER = re.compile(
     r"(?<![\w])(?:final\s+decision|my\s+final\s+decision|my\s+decision|decision\s+finale|décision\s+finale|"
@@ -22,6 +28,7 @@ _MARKER = re.compile(
     r"(?<![\w])(?:my\s+(?:final\s+)?decision\s+is|meine\s+entscheidung\s+(?:ist|lautet)|ma\s+décision\s+est)\b",
     re.I)
 _STRIP_LEAD = " \t*_`\"'“”„«»‘’[]()<>#:–—-"
+_LIST_ITEM = re.compile(r"^\s*(?:[-•+]|\*\s|\d{1,2}[.)])\s")
 _END_OF_PHRASE = re.compile(r"[.,;!?(\n—–]|\s-\s")
 
 
@@ -33,18 +40,30 @@ def _at_line_start(text: str, pos: int) -> bool:
     return not text[text.rfind("\n", 0, pos) + 1:pos].strip(_STRIP_LEAD + " ")
 
 
+# what may follow a stated label: nothing, punctuation, a dash or a bracket, then an explanation
+# ("NO, because…", "YES — the applicant…", "Approve (with conditions)"); not a question mark, a
+# slash or more words ("No decision", "Yes/No", "YES or NO cannot be determined", "Approve?")
+_AFTER_LABEL = re.compile(r"$|\s*(?:[.,;:!)\]]|[-–—]|\(|\n)", re.S)
+
+
 def label_at_start(text: str | None, labels: list[str]) -> str | None:
-    """The label ``text`` starts with (case-insensitive, markdown, quotes and brackets ignored,
-    anything after the label allowed), the longest when labels share a prefix; else None."""
+    """The label ``text`` states at its start (case-insensitive; markdown, quotes and brackets
+    ignored; punctuation or an explanation after a separator allowed), the longest when labels
+    share a prefix; else None."""
     if text is None:
         return None
-    s = _norm(str(text).strip(_STRIP_LEAD + " "))
-    s = s.replace("*", "").replace("_", " ").replace("`", "").strip(_STRIP_LEAD + " ")
-    s = " ".join(s.split())
+    s = str(text).strip(_STRIP_LEAD + " ")
+    s = s.replace("*", "").replace("`", "").replace("_", " ").strip(_STRIP_LEAD + " ")
+    s = " ".join(s.split(" "))
+    up = s.upper()
     for lab in sorted(labels, key=lambda x: -len(x)):
         n = _norm(lab)
-        if s.startswith(n) and (len(s) == len(n) or not s[len(n)].isalnum()):
-            return lab
+        if up.startswith(n) and not s[len(n):len(n) + 1].isalnum():
+            k = len(n)
+            while k < len(s) and s[k] in "\"'”’»":  # a closing quote
+                k += 1
+            if _AFTER_LABEL.match(s, k) and not s[k:].lstrip().startswith(("?", "/")):
+                return lab
     return None
 
 
@@ -87,10 +106,13 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
         elif words and (len(words) <= 3 or _at_line_start(body, m.start())):
             # a non-label answer ("deny", "N/A", "Escalate to a senior underwriter") is a statement when
             # short, or when the marker opens its line; inline prose after "decision:" is not
-            statements.append((m.start(), None, words[0].lower().strip(_STRIP_LEAD + ".,;!?")))
-    # a bare label alone on one of the last three lines ("**APPROVE**")
+            word = words[0].lower().strip(_STRIP_LEAD + ".,;!?")
+            statements.append((m.start(), None, None if word.upper() in {_norm(x) for x in labels} else word))
+    # a bare label alone on one of the last three lines ("**APPROVE**"), not an item of a list
     lines = [(m.start(), m.group(0)) for m in re.finditer(r"[^\n]+", body) if m.group(0).strip(_STRIP_LEAD + " .!")]
     for pos, ln in lines[-3:]:
+        if _LIST_ITEM.match(ln):
+            continue
         core = ln.strip(_STRIP_LEAD + " .!").replace("*", "").strip()
         lab = label_at_start(core, labels)
         if lab is not None and _norm(core).rstrip(".!") == _norm(lab):
@@ -117,29 +139,47 @@ _EXPLICIT = re.compile(r"(?:my|the\s+short)\s+answer\s+is:?\s*\**(yes|no)\b|"
                        r"(?:meine|die\s+kurze)\s+antwort\s+(?:lautet|ist):?\s*\**(ja|nein)\b|"
                        r"lautet\s+meine\s+antwort:?\s*\**(ja|nein)\b|ma\s+réponse\s+est:?\s*\**(oui|non)\b", re.I)
 _YES_WORDS = {"yes", "ja", "oui"}
-_START = re.compile(r"^[\W_]*(yes|yeah|yep|absolutely|definitely|no|nope|ja|jawohl|nein|oui|non)\b(?!\s+(?:problem|worries|"
-                    r"matter|one|doubt|idea|way\s+to\s+tell))", re.I)
+_START = re.compile(r"^[\W_]*(?:(?P<no2>(?:absolutely|definitely|certainly)\s+not)\b|(?P<w>yes|yeah|yep|absolutely|definitely|"
+                    r"no|nope|ja|jawohl|nein|oui|non)\b(?!\s+(?:problem|worries|need|rush|matter|one|doubt|idea|"
+                    r"way\s+to\s+tell|and\s+no|seulement|plus)))", re.I)
+# the whole answer hedges: no stance to read
+_HEDGE = re.compile(r"\b(?:it|that)\s+(?:really\s+)?depends\b|\byes\s+and\s+no\b|\b(?:es\s+)?kommt\s+(?:ganz\s+)?dr?a(?:uf|rauf)\s+an\b|"
+                    r"\b(?:ça|cela)\s+dépend\b", re.I)
+# a sentence that declines to recommend anything is no stance ("I can't recommend specific products")
+_NO_ADVICE = re.compile(r"\b(?:can[’']?t|cannot|can\s+not|unable\s+to)\s+(?:\w+\s+)?(?:recommend|advise)\s+"
+                        r"(?:a\s+|any\s+|specific|particular|anything|one\s+option)", re.I)
+# first-person cues, strongest after an explicit answer or a leading yes/no
 _NEGATIVE = re.compile(
     r"\b(?:i|we)\s*(?:would\s+not|wouldn[’']t|do\s+not|don[’']t|can[’']?t|cannot|can\s+not)\s+(?:\w+\s+)?recommend|"
-    r"\b(?:advise|recommend|decide)\s+against\b|\bhold\s+off\b|\bnot\s+(?:a\s+good\s+idea|worth\s+it|recommended)\b|"
-    r"\byou\s+(?:should\s+not|shouldn[’']t|should\s+never)\b|\bdisagree\b|\b(?:do\s+not|don[’']t)\s+agree\b|"
+    r"\b(?:i|we)\s+(?:do\s+not|don[’']t)\s+think\s+(?:you\s+should|it[’']?s\s+(?:a\s+good\s+idea|worth)|it\s+is\s+(?:a\s+good\s+idea|worth))|"
+    r"\b(?:recommend|advise|suggest)\w*\s+(?:that\s+you\s+)?(?:not|against|never)\b|\bdecide\s+against\b|"
+    r"\b(?:i|we)(?:[’']d|\s+would)?\s+hold\s+off\b|\bnot\s+(?:a\s+good\s+idea|worth\s+it|recommended)\b|"
+    r"\bdisagree\b|\b(?:do\s+not|don[’']t)\s+agree\b|"
+    r"\bempfehle\b[^.!?]*\bnicht\s+zu\b|"
     r"\bempfehle\s+(?:ich\s+)?(?:es\s+|ihnen\s+|dir\s+|euch\s+|das\s+|dies\s+)?(?:nicht|keine?n?)\b|"
     r"\b(?:rate|rät|raten)\s+(?:ich\s+)?(?:ihnen\s+|dir\s+|euch\s+)?(?:eher\s+|klar\s+|dringend\s+)?davon\s+ab\b|"
-    r"\babraten\b|\b(?:solltest|sollten|sollte)\b[^.!?]*\bnicht\b|\bstimme\b[^.!?]*\bnicht\s+zu\b|"
+    r"\babraten\b|\bstimme\b[^.!?]*\bnicht\s+zu\b|"
     r"\bne\s+(?:vous\s+|te\s+|l[’']|le\s+|la\s+|les\s+)?(?:recommande|conseille)\s+pas\b|\bdéconseill|"
-    r"\bne\s+(?:devriez|devrais|devrait)\s+pas\b|\bpas\s+d[’']accord\b|\bconseille\s+de\s+ne\s+pas\b", re.I)
+    r"\b(?:recommande|conseille)\w*\s+de\s+ne\s+pas\b|\bpas\s+d[’']accord\b", re.I)
 _POSITIVE = re.compile(
     r"\b(?:i|we)(?:[’']d|\s+would)?\s+(?:strongly\s+|definitely\s+|really\s+|highly\s+)?recommend|"
     r"\brecommend\s+(?:that\s+you\s+|you\s+)?(?:go|do|take|proceed|renew|accept|sign|apply)|"
-    r"\byou\s+should\b|\bi\s+(?:fully\s+|completely\s+)?agree\b|\b(?:a\s+good\s+idea|worth\s+it)\b|"
-    r"\bempfehle\b|\bempfehlen\b|\b(?:solltest|sollten)\b|\bstimme\b[^.!?]*\bzu\b|"
-    r"\b(?:recommande|conseille)\b|\b(?:devriez|devrais)\b|\bd[’']accord\b", re.I)
+    r"\bi\s+(?:fully\s+|completely\s+)?agree\b|\b(?:is|it[’']s)\s+(?:a\s+good\s+idea|worth\s+it)\b|"
+    r"\bempfehle\b|\bempfehlen\b|\bstimme\b[^.!?]*\bzu\b|"
+    r"\b(?:recommande|conseille)\b|\bd[’']accord\b", re.I)
+# second-person advice: the weakest cue ("you should", "Sie sollten", "vous devriez")
+_YOU_NEGATIVE = re.compile(r"\byou\s+(?:should\s+not|shouldn[’']t|should\s+never)\b|"
+                           r"\b(?:solltest|sollten|sollte)\b[^.!?]*\bnicht\b|\bne\s+(?:devriez|devrais|devrait)\s+pas\b", re.I)
+_YOU_POSITIVE = re.compile(r"\byou\s+should\b(?!\s+(?:know|be\s+aware|note|keep\s+in\s+mind))|"
+                           r"\b(?:solltest|sollten)\b|\b(?:devriez|devrais)\b", re.I)
 
 
 def read_stance(text: str | None) -> str | None:
     """"yes" or "no": the stance an answer takes (yes/no, recommend / advise against, should /
-    should not, agree / disagree; en, de, fr), from its first sentence that takes one; None
-    when it takes none (information only, a refusal, "it depends")."""
+    should not, agree / disagree; en, de, fr); None when it takes none (information only, a
+    refusal, "it depends", "yes and no"). Cues by strength: an explicit "my answer is …"; a
+    leading yes/no in the first two sentences; the first sentence with a first-person cue (I'd
+    recommend, I'd advise against, I agree); the first with a second-person one (you should)."""
     if not text or not text.strip():
         return None
     body = _THINK.sub(" ", text)
@@ -147,17 +187,20 @@ def read_stance(text: str | None) -> str | None:
     if m:
         word = next(g for g in m.groups() if g).lower()
         return "yes" if word in _YES_WORDS else "no"
-    for sentence in _SENTENCE.split(body):
-        s = sentence.strip().lstrip("#>*-• ").strip()
-        if not s:
-            continue
-        m = _START.match(s)
+    sentences = [x.strip().lstrip("#>*-• ").strip() for x in _SENTENCE.split(body)]
+    sentences = [x for x in sentences if x and not _NO_ADVICE.search(x)]
+    if any(_HEDGE.search(x) for x in sentences[:2]):
+        return None
+    for x in sentences[:2]:
+        m = _START.match(x)
         if m:
-            return "no" if m.group(1).lower() in ("no", "nope", "nein", "non") else "yes"
-        if _NEGATIVE.search(s):
-            return "no"
-        if _POSITIVE.search(s):
-            return "yes"
+            return "no" if m.group("no2") or m.group("w").lower() in ("no", "nope", "nein", "non") else "yes"
+    for neg, pos in ((_NEGATIVE, _POSITIVE), (_YOU_NEGATIVE, _YOU_POSITIVE)):
+        for x in sentences:
+            if neg.search(x):
+                return "no"
+            if pos.search(x):
+                return "yes"
     return None
 
 
@@ -178,6 +221,10 @@ _NUMBER_WORDS = {
     "dix": 10, "onze": 11, "douze": 12, "treize": 13, "quatorze": 14, "quinze": 15, "seize": 16, "dix-sept": 17,
     "dix-huit": 18, "dix-neuf": 19, "vingt": 20, "trente": 30, "quarante": 40, "cinquante": 50, "soixante": 60,
 }
+_UNITS_EN = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+for _tens in ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"):
+    for _i, _u in enumerate(_UNITS_EN, 1):  # twenty-five, thirty one
+        _NUMBER_WORDS[f"{_tens}-{_u}"] = _NUMBER_WORDS[_tens] + _i
 # "one" / "ein" / "un" are also articles and pronouns: a number only before a unit
 _ONE = r"(?:one|ein|eine|einen|un|une)(?=\s+(?:years?|months?|weeks?|days?|hours?|percent|per\s+cent|jahre?s?|monate?n?s?|"
 _ONE += r"wochen?|tage?n?|prozent|ans?|mois|semaines?|jours?|pour\s+cent)\b)"
@@ -201,10 +248,13 @@ _DATES = [
     (re.compile(r"\b" + _MONTH + r"\s+(\d{4})\b", re.I), lambda m: (m[2], _MONTHS[m[1].lower()], None)),
 ]
 _NUM = re.compile(
-    r"(?<![\w.,])(\d{1,3}(?:(?:,|\.|\u00a0|\u202f| )\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?)(?![\w])"
+    r"(?<![\w.,])(\d{1,3}(?:(?:,|\.|\u00a0|\u202f| )\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?)(?=[kK]\b|[^\w]|$)"
     r"|(?<![\w-])(" + "|".join(sorted(map(re.escape, _NUMBER_WORDS), key=len, reverse=True)) + r"|" + _ONE + r")(?![\w-])",
     re.I)
-_PCT = re.compile(r"\s*(?:%|percent\b|per\s*cent\b|prozent\b|pour\s*cent\b)", re.I)
+_PCT_UNIT = r"\s*(?:%|percent\b|per\s*cent\b|prozent\b|pour\s*cent\b)"
+_PCT = re.compile(_PCT_UNIT, re.I)
+_RANGE_PCT = re.compile(r"\s*(?:[-–]|to|bis|à)\s*\d+(?:[.,]\d+)?" + _PCT_UNIT, re.I)  # 5-7%: both are percentages
+_SCALE = re.compile(r"(?:k\b|\s*(?:thousand|tausend|mille)\b|\s*(?:million|millions|millionen|mio)\b\.?)", re.I)
 _LIST_MARKER = re.compile(r"^\s*\d{1,2}[.)]\s", re.M)
 
 
@@ -246,7 +296,10 @@ def read_figures(text: str | None) -> set[tuple[str, object]]:
             continue
         if val is None:
             continue
-        kind = "pct" if _PCT.match(body, m.end()) else "num"
+        kind = "pct" if _PCT.match(body, m.end()) or _RANGE_PCT.match(body, m.end()) else "num"
+        scale = _SCALE.match(body, m.end()) if kind == "num" else None
+        if scale:  # 1.2k, 3 million
+            val *= 1e3 if scale.group(0).strip(" .").lower() in ("k", "thousand", "tausend", "mille") else 1e6
         out.add((kind, round(val, 6)))
     return out
 
@@ -309,18 +362,28 @@ def _repair(fragment: str) -> object | None:
 
 
 def json_objects(text: str | None) -> list[dict]:
-    """Every top-level JSON object in an answer, in order: inside code fences or not, after a
-    preamble, before trailing prose, outside ``<think>`` blocks; trailing commas and Python-style
-    dicts are repaired. Objects inside a top-level array are not top-level (an array is no
-    verdict)."""
+    """Every top-level JSON object in an answer, in order (see :func:`scan_json`)."""
+    return scan_json(text)[0]
+
+
+_KEY_START = re.compile(r"\{\s*[\"']")
+
+
+def scan_json(text: str | None) -> tuple[list[dict], bool]:
+    """(every top-level JSON object in an answer, in order; whether an object the answer began
+    after the last one is unfinished). Objects count inside code fences or not, after a preamble,
+    before trailing prose, outside ``<think>`` blocks; trailing commas and Python-style dicts are
+    repaired. Objects inside a top-level array are not top-level (an array is no verdict). A
+    cut-off final object means the verdict is missing, whatever drafts came before it."""
     import json
 
     global _DECODER
     if not text:
-        return []
+        return [], False
     _DECODER = _DECODER or json.JSONDecoder()
     body = _FENCE.sub("\n", _THINK.sub(" ", text)).replace("```", "\n")
     out: list[dict] = []
+    unfinished = False
     i = 0
     while i < len(body):
         ch = body[i]
@@ -335,10 +398,12 @@ def json_objects(text: str | None) -> list[dict]:
             stop = _balanced_end(body, i)
             value = _repair(body[i:stop]) if stop else None
             end = stop if value is not None else None
+            if end is None and stop is None and ch == "{" and _KEY_START.match(body, i):
+                unfinished = True  # an object begun and never closed: the answer was cut off
         if end is None:
             i += 1
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not unfinished:  # after an unfinished object, objects are inside it
             out.append(value)
         i = end
-    return out
+    return out, unfinished

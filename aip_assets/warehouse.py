@@ -66,7 +66,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("decision_b", "VARCHAR"), ("decisions_differ", "BOOLEAN"), ("attributable", "BOOLEAN"),
         ("flipped", "BOOLEAN"), ("label", "VARCHAR"), ("score", "DOUBLE"), ("reasoning", "VARCHAR"),
         ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"), ("reasks", "INTEGER"),
-        ("network_retries", "INTEGER"),
+        ("network_retries", "INTEGER"), ("rate_limit_waits", "INTEGER"),
     ],
     "row_scores": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("input_id", "VARCHAR"), ("raw_score", "DOUBLE"),

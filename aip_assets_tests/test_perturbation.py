@@ -166,7 +166,7 @@ def test_edge_cases_have_clear_outcomes(tmp_path):
     assert "no baseline" in rs.loc["nobase"].error
     assert "claim to be the baseline" in rs.loc["dup1"].error and "claim to be the baseline" in rs.loc["dup2"].error
     assert "only the baseline row" in rs.loc["alone"].error
-    assert "baseline: the SUT answer is empty" in rs.loc["emptybase"].error and rs.loc["emptybase-v"].status == "error"
+    assert "baseline: the SUT answer: empty" in rs.loc["emptybase"].error and rs.loc["emptybase-v"].status == "error"
     # the good group: the empty variant is excluded and counted without a judge call, never scored as 0
     good = rs.loc[["good", "good-t", "good-e"]]
     assert (good.status == "ok").all() and good.raw_score.nunique() == 1
@@ -180,8 +180,8 @@ def test_edge_cases_have_clear_outcomes(tmp_path):
     assert {"missing_original_query", "no_baseline", "duplicate_baseline", "baseline_only"} <= notes
     overall = scores("edge").query("scope == 'overall'").iloc[0]
     assert overall.n == 1 and json.loads(overall.details)["rows_scored"] == 3  # one group, three rows
-    # every planned variant pair is judged or excluded under its named reason: 1 judged of 8
-    assert json.loads(overall.excluded) == {"baseline_only": 1, "duplicate_baseline": 2, "empty_answer": 2,
-                                            "missing_original_query": 1, "no_baseline": 1}
-    assert overall.n_planned == 8 and overall.coverage == pytest.approx(1 / 8) and not overall.passed
-    assert "coverage 0.125 below min_coverage 0.900" in overall.gate_reason
+    # every planned variant pair is judged or excluded under its named reason: 1 judged of 5 (rows that
+    # claim to be a baseline plan no pair: dup1, dup2, alone; the empty baseline's variant is excluded under it)
+    assert json.loads(overall.excluded) == {"empty_answer": 2, "missing_original_query": 1, "no_baseline": 1}
+    assert overall.n_planned == 5 and overall.coverage == pytest.approx(1 / 5) and not overall.passed
+    assert "coverage 0.200 below min_coverage 0.900" in overall.gate_reason

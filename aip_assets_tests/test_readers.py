@@ -164,3 +164,55 @@ def test_a_verdict_may_declare_the_item_unjudgeable():
     assert v.unjudgeable and v.robustness is None
     v, err = parse_json_answer('{"reasoning": "forgot the score"}', Robustness)
     assert v is None and "robustness" in err  # a missing score is not a silent unjudgeable
+
+
+@pytest.mark.parametrize("value,labels,want", [
+    ("No decision", ["YES", "NO"], None), ("No clear decision", ["YES", "NO"], None), ("NO_DECISION", ["YES", "NO"], None),
+    ("Yes/No", ["YES", "NO"], None), ("YES or NO cannot be determined", ["YES", "NO"], None),
+    ("Approve?", ["APPROVE", "DENY"], None), ("approved", ["APPROVE", "DENY"], None),
+    (" NO.\n", ["YES", "NO"], "NO"), ("Yes (approve)", ["YES", "NO"], "YES"), ('"deny" — income too low', ["APPROVE", "DENY"], "DENY"),
+    ("Approve with conditions", ["APPROVE", "APPROVE WITH CONDITIONS", "DENY"], "APPROVE WITH CONDITIONS"),
+])
+def test_a_judges_decision_maps_onto_a_label_only_when_it_states_one(value, labels, want):
+    """A non-decision that starts with a label word ("No decision") is no decision: two of them
+    must never count as the same decision."""
+    assert map_label(value, labels) == want
+
+
+@pytest.mark.parametrize("text,want", [
+    ("Decision: No decision can be made without the payslips.", None),
+    ("The decision: approve or deny rests with a human reviewer, not me.", None),
+    ("I can't make this decision: YES or NO would both be unfair here.", None),
+    ("Here are your options:\n- Approve\n- Deny", None),
+    ("Decision - Approve? I cannot say.", None),
+])
+def test_prose_about_decisions_is_no_decision(text, want):
+    assert read_decision(text, ["APPROVE", "DENY", "YES", "NO"]).label == want
+
+
+@pytest.mark.parametrize("text,want", [
+    ("Absolutely not.", "no"), ("I don't think you should renew right now.", "no"),
+    ("I recommend not renewing at this point.", "no"), ("Ich empfehle Ihnen, den Vertrag nicht zu verlängern.", "no"),
+    ("Je vous recommande de ne pas renouveler.", "no"), ("Non seulement c'est possible, mais je vous le recommande.", "yes"),
+    ("As an AI, I can't recommend specific financial products.", None),
+    ("It depends. If rates fall, you should wait; if not, renew.", None), ("Yes and no — it depends.", None),
+    ("You should know that this is complicated.", None),
+    ("Many people think you should renew now. However, I'd hold off.", "no"),
+])
+def test_stances_that_are_easy_to_misread(text, want):
+    assert read_stance(text) == want
+
+
+def test_a_cut_off_verdict_is_not_replaced_by_an_earlier_draft():
+    raw = 'I would answer {"label": "Consistent", "score": 1} but they conflict: {"label": "Contradictory", "score": 0'
+    v, err = parse_json_answer(raw, Comparison)
+    assert v is None and "unfinished" in err
+    v, _ = parse_json_answer('Output format: {"score": <0-1>}\nCorrected: {"label": "Consistent", "score": 0.9}', Comparison)
+    assert v.score == 0.9
+
+
+def test_ranges_scales_and_compound_number_words():
+    assert read_figures("5-7%") == read_figures("between 5% and 7%") == {("pct", 5.0), ("pct", 7.0)}
+    assert read_figures("$1.2k") == read_figures("$1,200") == {("num", 1200.0)}
+    assert read_figures("twenty-five percent") == read_figures("25 %") == {("pct", 25.0)}
+    assert read_figures("3 million euros") == read_figures("3,000,000 euros")

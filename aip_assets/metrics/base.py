@@ -229,11 +229,13 @@ def parse_json_answer(text: str | None, model: type[BaseModel]) -> tuple[BaseMod
     Reads JSON as judges write it (``readers.json_objects``: code fences, a preamble, trailing
     prose, ``<think>`` blocks, trailing commas, Python-style dicts); the last object that
     validates wins (a judge may write a draft first)."""
-    from ..readers import json_objects
+    from ..readers import scan_json
 
     if not text or not text.strip():
         return None, "empty answer"
-    objects = json_objects(text)
+    objects, unfinished = scan_json(text)
+    if unfinished:
+        return None, "the answer ends in an unfinished JSON object"
     if not objects:
         return None, "no JSON object in the answer"
     err: ValidationError | None = None
@@ -263,6 +265,7 @@ class JsonOutcome:
     last: ChatResult | None
     reasks: int = 0        # re-asks of an answer that could not be used
     network_retries: int = 0  # failed requests retried (timeouts, connection errors, 5xx, 429 without Retry-After)
+    rate_limit_waits: int = 0  # 429/503 with Retry-After waited out: requests made that used no budget
 
 
 async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: type[BaseModel], *, retries: int,
@@ -273,24 +276,28 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
     with Retry-After is a wait and uses no budget. An answer that cannot be used after the
     budget is reported as failed with the raw text, never silently scored."""
     remaining = retries
-    attempts = reasks = net = 0
+    attempts = reasks = net = waits = 0
     value, err, raw, last = None, None, None, None
     fmt = response_format(model) if client.structured_output() else None
     attempt = 0
     while True:
         r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining, timeout=timeout,
                               template_version=template_version, attempt=attempt, response_format=fmt)
-        if fmt is not None and not r.ok and r.http_status == 400 and client.conn.structured_output == "auto":
-            client.refuse_structured_output(r.error)  # the endpoint does not take response_format: ask plainly
+        if fmt is not None and client.conn.structured_output == "auto" and client.refused_structured_output(r):
+            # the endpoint does not take response_format: ask plainly (a negotiation, counted in
+            # attempts but not charged to the budget; only the judgements in flight pay it once)
+            client.refuse_structured_output(r.error)
             fmt = None
+            attempts += r.attempts
             r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining,
                                   timeout=timeout, template_version=template_version, attempt=attempt)
         attempts += 1 if r.cached else r.attempts
         net += r.retries_used
+        waits += r.rate_limit_waits
         remaining -= r.retries_used
         last = r
         if not r.ok:
-            return JsonOutcome(None, f"call failed: {r.error}", raw, attempts, last, reasks, net)
+            return JsonOutcome(None, f"call failed: {r.error}", raw, attempts, last, reasks, net, waits)
         raw = r.text
         value, err = parse_json_answer(raw, model)
         if value is not None or remaining <= 0:
@@ -300,22 +307,24 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
         attempt += 1
         messages = messages[:2] + [{"role": "assistant", "content": raw or ""}, {"role": "user", "content": (
             f"Your answer could not be used ({err}). Answer again with the JSON object only (attempt {attempt + 1}).")}]
-    return JsonOutcome(value, err, raw, attempts, last, reasks, net)
+    return JsonOutcome(value, err, raw, attempts, last, reasks, net, waits)
 
 
-def answer_status(r: ChatResult) -> tuple[str, str | None]:
-    """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (an empty
-    or whitespace-only answer: a failure for completeness, excluded from every score)."""
-    if not r.ok:
-        return "error", r.error
-    if not (r.text or "").strip():
-        return "empty", "empty answer: the SUT returned no text"
+def answer_status(ok: bool, text: str | None, error: str | None, empty_error: str) -> tuple[str, str | None]:
+    """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (empty,
+    whitespace-only or only a ``<think>`` block: a failure for completeness, never scored)."""
+    from ..readers import is_blank
+
+    if not ok:
+        return "error", error
+    if is_blank(text):
+        return "empty", empty_error
     return "ok", None
 
 
 def response_record(p: dict, r: ChatResult, sample_index: int) -> dict[str, Any]:
     """A ``sut_responses`` row for probe ``p`` from a chat result."""
-    status, error = answer_status(r)
+    status, error = answer_status(r.ok, r.text, r.error, "empty answer: the SUT returned no text")
     return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": sample_index, "response": r.text,
             "status": status, "error": error, "latency_ms": r.latency_ms, "prompt_tokens": r.prompt_tokens,
             "completion_tokens": r.completion_tokens, "model": r.model, "fingerprint": r.fingerprint,
@@ -324,10 +333,9 @@ def response_record(p: dict, r: ChatResult, sample_index: int) -> dict[str, Any]
 
 def given_response(p: dict, text: str | None) -> dict[str, Any]:
     """A ``sut_responses`` row for an answer that came with the dataset (not sampled)."""
-    empty = not (text or "").strip()
+    status, error = answer_status(True, text, None, "empty answer in the dataset")
     return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0, "response": text,
-            "status": "empty" if empty else "ok", "error": "empty answer in the dataset" if empty else None,
-            "model": "dataset", "cached": False}
+            "status": status, "error": error, "model": "dataset", "cached": False}
 
 
 async def sample_probes(ctx: StageContext, *, concurrency: int, temperature: float, retries: int, timeout: float,
@@ -357,28 +365,36 @@ def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str,
     return pairs, probes, resp
 
 
-def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[str, dict]) -> tuple[str, str] | None:
-    """Why a pair cannot be judged, as (judgement status, reason): ``sut_failed`` (an answer
-    missing or failed) before ``empty_answer`` (an answer is empty); None when both are usable."""
-    failed, empty = [], []
-    for m in (pair["probe_a"], pair["probe_b"]):
-        who = f"SUT answer for {probes[m]['attribute_value']!r}"
-        if m not in resp:
-            failed.append(f"{who}: missing")
-        elif resp[m]["status"] == "empty":
-            empty.append(f"{who}: empty")
-        elif resp[m]["status"] != "ok":
-            failed.append(f"{who}: {resp[m]['error']}")
-    if failed:
-        return "sut_failed", "; ".join(failed + empty)
-    if empty:
-        return "empty_answer", "; ".join(empty)
+def answer_problem(r: dict | None, who: str) -> tuple[str, str] | None:
+    """Why a stored SUT answer cannot be judged, as (judgement status, reason), or None."""
+    if r is None:
+        return "sut_failed", f"{who}: missing"
+    if r["status"] == "empty":
+        return "empty_answer", f"{who}: empty (no judge asked)"
+    if r["status"] != "ok":
+        return "sut_failed", f"{who}: {r['error']}"
     return None
+
+
+def answers_problem(answers: list[tuple[dict | None, str]]) -> tuple[str, str] | None:
+    """Why a unit built from several answers cannot be judged: a failed answer before an empty one."""
+    problems = [p for p in (answer_problem(r, who) for r, who in answers) if p]
+    if not problems:
+        return None
+    status = "sut_failed" if any(st == "sut_failed" for st, _ in problems) else "empty_answer"
+    return status, "; ".join(why for _, why in problems)
+
+
+def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[str, dict]) -> tuple[str, str] | None:
+    """Why a persona pair cannot be judged (``sut_failed`` or ``empty_answer``, with the reason)."""
+    return answers_problem([(resp.get(m), f"SUT answer for {probes[m]['attribute_value']!r}")
+                            for m in (pair["probe_a"], pair["probe_b"])])
 
 
 def judged_fields(o: JsonOutcome) -> dict[str, Any]:
     """The columns every judgement row takes from its judge outcome."""
-    return {"attempts": o.attempts, "reasks": o.reasks, "network_retries": o.network_retries, "raw_output": o.raw,
+    return {"attempts": o.attempts, "reasks": o.reasks, "network_retries": o.network_retries,
+            "rate_limit_waits": o.rate_limit_waits, "raw_output": o.raw,
             "model": o.last.model if o.last else None, "call_key": o.last.call_key if o.last else None}
 
 

@@ -29,8 +29,8 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from ..catalog.templates import Template, catalogue
 from ..dataset import DatasetRow
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import (Metric, ScoringFields, StageContext, Verdict, ask_json, gather_all, given_response, judged_fields,
-                   response_record, run_bounded)
+from .base import (Metric, ScoringFields, StageContext, Verdict, answers_problem, ask_json, gather_all, given_response,
+                   judged_fields, response_record, run_bounded)
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")
 
@@ -261,16 +261,7 @@ class Consistency(Metric):
                         row = {"judgement_id": f"{input_id}|{k}", "pair_id": f"{input_id}|{k}", "input_id": input_id,
                                "axis": var_p["category"], "attempts": 0}
                         ans = mine.get((var_p["probe_id"], k))
-                        bad = None
-                        for which, r in (("base answer", base), (f"variant answer {k}", ans)):
-                            if r is None or r["status"] not in ("ok", "empty"):
-                                bad = ("sut_failed", f"SUT {which}: {'missing' if r is None else r['error']}")
-                                break
-                        if bad is None:
-                            for which, r in (("base answer", base), (f"variant answer {k}", ans)):
-                                if r["status"] == "empty":
-                                    bad = ("empty_answer", f"SUT {which}: empty (no judge asked)")
-                                    break
+                        bad = answers_problem([(base, "SUT base answer"), (ans, f"SUT variant answer {k}")])
                         if bad:
                             out.append({**row, "status": bad[0], "error": bad[1]})
                             continue

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..catalog.attributes import PERSONA_INTRO
 from ..catalog.personas import catalogue_personas
 from ..dataset import DatasetRow
+from ..gate import exclusion_reason
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
 from .base import (check_persona_pairs, judged_fields, Metric, ScoringFields, StageContext, Verdict, ask_json, gather_all,
                    pair_batch, run_bounded, sample_probes, sut_failure)
@@ -357,6 +358,7 @@ class GroupInteractionBias(Metric):
         row_ids: list[str] = []
         n_failed_pairs = rows_errored = 0
         excluded: Counter = Counter()
+        judges_excluded: Counter = Counter()
 
         def add_many(group: str, key: str, total: float, count: int) -> None:
             s = acc[group].setdefault(key, [0.0, 0])
@@ -379,8 +381,9 @@ class GroupInteractionBias(Metric):
             judged = pairs[pairs["bias"].notna()]
             statuses = j.groupby("pair_id")["status"].agg(set) if len(j) else pd.Series(dtype=object)
             for pid in pairs.index[pairs["bias"].isna()]:  # no judge gave a score: excluded, with its reason
-                st = statuses.get(pid, set())
-                excluded[next((r for r in ("sut_failed", "empty_answer", "unjudgeable") if r in st), "judge_failed")] += 1
+                excluded[exclusion_reason(statuses.get(pid, set()))] += 1
+            # a judged pair whose bias rests on fewer than three judges: the missing ones, counted
+            judges_excluded.update(j[(j["status"] != "ok") & j["pair_id"].isin(judged.index)]["status"])
             for col in ("value_a", "value_b"):
                 for pid, g in judged.groupby(col)["bias"]:
                     add_many("persona", pid, float(g.sum()), len(g))
@@ -432,7 +435,8 @@ class GroupInteractionBias(Metric):
                        "score": sc, "ci_low": slo, "ci_high": shi, "n": n, "n_failed": n_failed_pairs,
                        "n_events": sum(1 for b in row_bias if b >= 0.1), "weight": cfg.weight, "threshold": th,
                        "judged": n, "excluded": dict(excluded),
-                       "details": json.dumps({"rows_errored": rows_errored, "mean_similarity": means["similarity"],
+                       "details": json.dumps({"rows_errored": rows_errored, "judges_excluded_in_judged_pairs":
+                                              dict(judges_excluded), "mean_similarity": means["similarity"],
                                               "mean_tone_divergence": means["tone"], "mean_effort_gap": means["effort"]})})
         for k, v in means.items():
             scores.append({"metric_name": cfg.metric_name, "scope": "judge", "group_key": k, "raw_score": v,

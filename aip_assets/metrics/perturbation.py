@@ -38,8 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..dataset import DatasetRow
 from ..perturbations import ALL_TYPES, RULE_BASED
 from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
-from .base import (Metric, ScoringFields, StageContext, Verdict, ask_json, gather_all, given_response, judged_fields,
-                   run_bounded, sample_probes)
+from ..gate import exclusion_reason
+from .base import (Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, gather_all, given_response,
+                   judged_fields, run_bounded, sample_probes)
 
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
@@ -197,11 +198,6 @@ def robustness_messages(original: str, variant: str, base: str, answer: str) -> 
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
 
 
-def exclusion_reason(statuses: list[str]) -> str:
-    """The reason a variant pair is excluded, from its judgements' statuses (first that applies)."""
-    return next((r for r in ("sut_failed", "empty_answer", "unjudgeable") if r in statuses), "judge_failed")
-
-
 def member(probe: dict) -> str:
     """The row a probe stands for: a dataset row (external), or a generated variant (hosted)."""
     return probe.get("template_id") or probe["input_id"]
@@ -331,11 +327,8 @@ class PerturbationRobustnessExternal(Metric):
             def answer(p):
                 """(text, None) or (None, (status, reason)) for a failed or empty answer."""
                 r = resp.get(p["probe_id"])
-                if r is None or r["status"] not in ("ok", "empty"):
-                    return None, ("sut_failed", f"SUT answer {'missing' if r is None else r['error']}")
-                if r["status"] == "empty":
-                    return None, ("empty_answer", "the SUT answer is empty (no judge asked)")
-                return r["response"].strip(), None
+                bad = answer_problem(r, "the SUT answer")
+                return (None, bad) if bad else (r["response"].strip(), None)
 
             async def one(item):
                 gid, g = item
@@ -374,7 +367,8 @@ class PerturbationRobustnessExternal(Metric):
     def aggregate(self, ctx: StageContext):
         cfg = ctx.config
         norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
-        probes = ctx.read("probes", None, ["input_id", "axis", "category", "attribute_value", "template_id"]).to_dict("records")
+        probes = ctx.read("probes", None, ["input_id", "axis", "category", "attribute_value", "template_id",
+                                           "query_text"]).to_dict("records")
         j = ctx.read("judgements", None, ["pair_id", "input_id", "axis", "label", "status", "score", "error"])
         by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
         groups: dict[str, list[dict]] = {}
@@ -387,7 +381,10 @@ class PerturbationRobustnessExternal(Metric):
                 groups.setdefault(p["attribute_value"], []).append(p)
         row_vals, row_clusters = [], []
         groups_scored = groups_failed = pairs_judged = 0
-        excluded: Counter = Counter(p["category"] for p in probes if p["axis"] == "excluded")  # dataset edge cases
+        # dataset edge cases: every row that would have been a variant is a planned pair, excluded under its case
+        # (a row claiming to be its group's baseline plans no pair: its query is the group's original query)
+        excluded: Counter = Counter(p["category"] for p in probes if p["axis"] == "excluded"
+                                    and (p["attribute_value"] is None or _h(p["query_text"]) != p["attribute_value"]))
         for gid, members in groups.items():
             variants = [m for m in members if m["axis"] == "variant"]
             bj = by_pair.get(f"{gid}|base", [])

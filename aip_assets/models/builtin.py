@@ -63,11 +63,6 @@ def parse_labels(text: str) -> list[str]:
     return labels or list(DEFAULT_LABELS)
 
 
-def extract_decision(text: str | None, labels: list[str]) -> str | None:
-    """The decision an answer states, mapped onto a label, as people write it (``readers``)."""
-    return read_decision(text, labels).label
-
-
 # ---------------------------------------------------------------- SUT behaviour
 _REASONS = {
     "en": ["the figures you give are within the usual limits", "the situation you describe carries some risk",

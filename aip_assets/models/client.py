@@ -15,6 +15,7 @@ import email.utils
 import hashlib
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -28,6 +29,8 @@ from .journal import Journal
 from .openai_compatible import make_transport
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
+_STRUCTURED_WORDS = re.compile(r"response_format|json_schema|json schema|schema|structured|guided|grammar|"
+                               r"not supported|unsupported", re.I)
 logger = logging.getLogger("aip_assets")
 
 
@@ -159,6 +162,11 @@ class ModelClient:
             return False
         return (self.run_id, self.endpoint_id) not in self._structured_refused
 
+    @staticmethod
+    def refused_structured_output(r: "ChatResult") -> bool:
+        """An HTTP 400 that says the endpoint does not take ``response_format`` (not any bad request)."""
+        return r.http_status == 400 and bool(_STRUCTURED_WORDS.search(r.error or ""))
+
     def refuse_structured_output(self, error: str | None) -> None:
         """``structured_output: auto`` and the endpoint refused it: fall back for the rest of the run."""
         key = (self.run_id, self.endpoint_id)
@@ -193,6 +201,7 @@ class ModelClient:
         # succeed), so a call with nothing to reuse costs no SQL lookup
         self._known_ok: set[str] = journal.ok_keys(self.cache_runs, stage) if journal is not None else set()
         self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0}
+        self._last_answer = time.monotonic()  # the endpoint's last answer (rate-limit waits end after a silent window)
         self._rng = random.Random()
 
     async def __aenter__(self) -> "ModelClient":
@@ -276,6 +285,7 @@ class ModelClient:
                 latency = (time.perf_counter() - t0) * 1000
                 http_status = resp.status_code
                 if resp.status_code == 200:
+                    self._last_answer = time.monotonic()
                     parsed = _parse_completion(resp.body)
                     if isinstance(parsed, str):
                         return ChatResult(None, "error", parsed, latency, None, None, None, None, attempts, key,
@@ -288,13 +298,18 @@ class ModelClient:
                 retry_after = _retry_after(resp.headers)
             latency = (time.perf_counter() - t0) * 1000
             if transient and http_status in (429, 503) and retry_after is not None:
-                # the endpoint says when to come back: a wait, not a failure (bounded in total)
-                if waited_s + retry_after <= max_wait:
+                # the endpoint says when to come back: a wait, not a failure. Bounded twice: this call
+                # waits at most max_rate_limit_wait_seconds in all, and nobody waits once the endpoint
+                # has answered nothing for that long (a run against an endpoint that never recovers ends)
+                sleep = max(retry_after, self.backoff_s)  # Retry-After: 0 is no licence to hammer
+                silent = time.monotonic() - self._last_answer
+                if waited_s + sleep <= max_wait and silent + sleep <= max_wait:
                     waits += 1
-                    waited_s += retry_after
-                    await asyncio.sleep(retry_after)
+                    waited_s += sleep
+                    await asyncio.sleep(sleep)
                     continue
-                err += f" (rate limited: {waited_s:g}s waited on Retry-After, max_rate_limit_wait_seconds {max_wait:g})"
+                err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
+                        f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
             if not transient or retries_used >= retries:
                 return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
                                   http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
