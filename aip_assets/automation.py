@@ -30,7 +30,11 @@ ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatu
 
 
 def runs_dir() -> Path:
-    return Path(os.environ.get("AIP_RUNS_DIR", "data/runs"))
+    if os.environ.get("AIP_RUNS_DIR"):
+        return Path(os.environ["AIP_RUNS_DIR"])
+    from .dagster_home import data_dir
+
+    return data_dir() / "runs"
 
 
 def launch(spec: RunSpec, run_id: str, instance, trigger: str) -> list[RunRequest]:

@@ -92,28 +92,35 @@ def cmd_run(args) -> int:
     from . import pipeline
     from . import warehouse as wh
     from .assets import STAGE_ASSETS
-    from .dagster_home import get_instance
+    from .dagster_home import get_instance, use_project_of
     from .partitions import partition_key, runs_partitions
     from .runspec import load_spec
 
+    # validation order: the spec, every dataset, the endpoints, then the warehouse; bad input of
+    # any kind stops before a file is written
     if args.warehouse:
         os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
-    path = wh.default_path()
     spec = load_spec(args.spec)
+    use_project_of(args.spec)  # the warehouse and Dagster storage of the spec's project, wherever we stand
+    path = wh.default_path()
+    unknown = [m for m in args.metric or [] if m not in spec.metrics]
+    if unknown:
+        raise AipError(f"metric {', '.join(unknown)} is not configured in spec {spec.name} "
+                       f"(configured: {', '.join(spec.metrics)})")
     if args.dry_run:
         return _dry_run(spec, args.json)
     run_id = args.run_id
-    resume = False
-    if run_id:
-        if pipeline.run_exists(run_id, path):
-            if args.max_calls or args.max_tokens:
-                pipeline.update_limits(run_id, args.max_calls, args.max_tokens, path)
-                log.info(f"run {run_id}: limits raised to max_calls={args.max_calls}, max_tokens={args.max_tokens}")
-            spec, _ = pipeline.load_run(run_id, path)
-            resume = True
-            log.info(f"resuming run {run_id} with its stored spec")
+    resume = run_id is not None and pipeline.run_exists(run_id, path)
+    if resume:
+        spec, _ = pipeline.load_run(run_id, path)
+        log.info(f"resuming run {run_id} with its stored spec")
+    n_rows = pipeline.validate_datasets(spec)
     for line in pipeline.preflight(spec):
         log.info(f"endpoint ok: {line}")
+    if resume and (args.max_calls or args.max_tokens):
+        pipeline.update_limits(run_id, args.max_calls, args.max_tokens, path)
+        spec, _ = pipeline.load_run(run_id, path)
+        log.info(f"run {run_id}: limits raised to max_calls={args.max_calls}, max_tokens={args.max_tokens}")
     if not resume:
         if args.max_calls or args.max_tokens:
             spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={
@@ -124,7 +131,7 @@ def cmd_run(args) -> int:
             while pipeline.run_exists(run_id, path):  # two runs of one spec within a second
                 n += 1
                 run_id = f"{base}-{n}"
-        rec = pipeline.register_run(spec, run_id, path)
+        rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows)
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
     instance = get_instance()
     if not instance.has_dynamic_partition(runs_partitions.name, run_id):
@@ -132,8 +139,6 @@ def cmd_run(args) -> int:
     metrics = args.metric or list(spec.metrics)
     failed, capped = [], False
     for metric in metrics:
-        if metric not in spec.metrics:
-            raise AipError(f"metric {metric} is not configured in spec {spec.name} (configured: {', '.join(spec.metrics)})")
         log.info(f"materialising {run_id} × {metric}")
         result = materialize(STAGE_ASSETS, partition_key=partition_key(run_id, metric), instance=instance,
                              run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
@@ -172,7 +177,16 @@ def cmd_sql(args) -> int:
     import duckdb
 
     try:
-        df = wh.query(args.query, read_only=True)
+        with wh.sandboxed() as con:
+            df = con.execute(args.query).df()
+    except (duckdb.PermissionException, duckdb.InvalidInputException) as e:
+        msg = str(e)
+        if isinstance(e, duckdb.PermissionException) or "configuration has been locked" in msg or "read-only" in msg:
+            print(f"error: refused: `aip-eval sql` reads the warehouse and nothing else (no other file, no network, "
+                  f"no extension, no settings, no writes): {msg.splitlines()[0]}", file=sys.stderr)
+        else:
+            print(f"error: {msg}", file=sys.stderr)
+        return 2
     except duckdb.Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -190,7 +204,8 @@ def cmd_sql(args) -> int:
 def cmd_runs(args) -> int:
     from . import pipeline
 
-    print(pipeline.list_runs().to_string(index=False))
+    runs = pipeline.list_runs()
+    print(runs.to_string(index=False) if len(runs) else "(no runs)")
     return 0
 
 
@@ -228,12 +243,13 @@ def cmd_compare(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .dataset import load_dataset
+    from . import pipeline
     from .runspec import load_spec
 
     spec = load_spec(args.spec)
-    rows = load_dataset(spec.dataset)
-    print(json.dumps({"spec": spec.name, "dataset_rows": len(rows), "resolved": spec.resolved()}, indent=2))
+    rows = pipeline.validate_datasets(spec)
+    print(json.dumps({"spec": spec.name, "dataset_rows": rows[spec.dataset], "datasets": rows,
+                      "resolved": spec.shown()}, indent=2))
     return 0
 
 
@@ -272,19 +288,34 @@ def cmd_perturb(args) -> int:
 
 def cmd_answer(args) -> int:
     from .recipes import answer_file
-    from .runspec import BuiltinProfile
 
-    profile = BuiltinProfile.model_validate(json.loads(args.profile)) if args.profile else BuiltinProfile()
+    profile = _profile(args.profile)
     n = answer_file(args.dataset, args.out, profile)
     print(f"answered {n} rows with the builtin model ({profile.name}) -> {args.out}")
     return 0
 
 
-def cmd_serve(args) -> int:
-    from .models.builtin import BuiltinServer
+def _profile(text: str | None):
+    """A builtin profile from --profile JSON; a malformed one is the user's input error."""
+    from pydantic import ValidationError
+
+    from .errors import format_validation_error
     from .runspec import BuiltinProfile
 
-    profile = BuiltinProfile.model_validate(json.loads(args.profile)) if args.profile else BuiltinProfile()
+    if not text:
+        return BuiltinProfile()
+    try:
+        return BuiltinProfile.model_validate(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise AipError(f"--profile: not valid JSON: {e}") from None
+    except ValidationError as e:
+        raise AipError("--profile: " + format_validation_error(e).replace("\n", "; ")) from None
+
+
+def cmd_serve(args) -> int:
+    from .models.builtin import BuiltinServer
+
+    profile = _profile(args.profile)
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     server = BuiltinServer(profile, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
                            fail_substring=args.fail_substring, api_key=api_key)
@@ -373,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit 2 for the user's input (spec, dataset, endpoint, missing file), 3 for anything else:
+    an unexpected exception is a bug of aip-eval, not the user's mistake."""
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "quiet", False))
     try:
@@ -383,9 +416,17 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ValueError as e:  # bad JSON for --profile and the like
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - reported, with the way to the traceback
+        if os.environ.get("AIP_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        print(f"internal error: {type(e).__name__}: {e}\nThis is a bug in aip-eval, not a problem with your "
+              "input. Run again with AIP_DEBUG=1 for the traceback, and report it.", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

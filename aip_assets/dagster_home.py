@@ -1,8 +1,18 @@
-"""The Dagster instance the CLI shares with `dagster dev`.
+"""Where the project keeps its data, and the Dagster instance the CLI shares with `dagster dev`.
 
-`dagster dev` without DAGSTER_HOME reads ``dagster.yaml`` in the working directory, which points
-its storage at ``data/dagster_home``. The CLI opens the same storage the same way, so runs and
-partitions launched from either appear in both. A DAGSTER_HOME set by the user wins for both.
+The data folder holds the warehouse, its call journal, reports and Dagster's storage
+(``dagster_home``). It is, first found:
+1. ``$AIP_DATA_DIR``;
+2. ``data/`` in the project root: the nearest folder, from the spec's folder (``aip-eval run
+   SPEC``) or else the working directory upwards, that holds ``workspace.yaml`` or
+   ``dagster.yaml`` (this repository, or a user's own Dagster project);
+3. a user-level default, ``$XDG_DATA_HOME/aip-assets`` (``~/.local/share/aip-assets``).
+So the CLI never creates a stray ``data/`` folder in whatever directory it is started from.
+
+``$AIP_WAREHOUSE`` (or ``--warehouse``) still picks the warehouse file, and ``$DAGSTER_HOME``
+Dagster's storage; a DAGSTER_HOME set by the user wins for the CLI and `dagster dev` alike.
+`dagster dev` in the project root reads ``dagster.yaml`` there, which points its storage at
+``data/dagster_home``; the CLI opens that same storage, so runs launched from either show in both.
 """
 
 from __future__ import annotations
@@ -10,15 +20,64 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dagster import DagsterInstance
-from dagster._core.instance.ref import InstanceRef
+MARKERS = ("workspace.yaml", "dagster.yaml")
 
 
-def get_instance() -> DagsterInstance:
+def project_root(start: str | Path | None = None) -> Path | None:
+    """The nearest folder from ``start`` (or the working directory) upwards with a project marker."""
+    here = Path(start or Path.cwd()).resolve()
+    if here.is_file():
+        here = here.parent
+    for d in (here, *here.parents):
+        if any((d / m).is_file() for m in MARKERS):
+            return d
+    return None
+
+
+def user_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "aip-assets"
+
+
+def data_dir(start: str | Path | None = None) -> Path:
+    """The data folder (see the module's docstring); nothing is created here."""
+    if os.environ.get("AIP_DATA_DIR"):
+        return Path(os.environ["AIP_DATA_DIR"]).resolve()
+    root = project_root(start)
+    return root / "data" if root is not None else user_data_dir()
+
+
+def use_project_of(spec_path: str | Path) -> Path:
+    """Fix the data folder for this process from the spec's project (``AIP_DATA_DIR``), so every
+    stage, check and report of the run finds the same warehouse and Dagster storage."""
+    d = data_dir(Path(spec_path).resolve().parent)
+    os.environ["AIP_DATA_DIR"] = str(d)
+    return d
+
+
+def instance_settings(home: Path) -> str:
+    """``dagster.yaml`` for ``home``: the layout of the project's own dagster.yaml (storage under
+    ``home/storage``), with absolute paths, so it holds from any working directory."""
+    h = home.resolve()
+    return (f"# written by aip-assets for the CLI: the same storage as the project's dagster.yaml\n"
+            f"storage:\n  sqlite:\n    base_dir: {h / 'storage'}\n"
+            f"local_artifact_storage:\n  module: dagster._core.storage.root\n  class: LocalArtifactStorage\n"
+            f"  config:\n    base_dir: {h}\n"
+            f"compute_logs:\n  module: dagster._core.storage.local_compute_log_manager\n"
+            f"  class: LocalComputeLogManager\n  config:\n    base_dir: {h / 'compute_logs'}\n"
+            f"telemetry:\n  enabled: false\n")
+
+
+def get_instance():
+    from dagster import DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
     if os.environ.get("DAGSTER_HOME"):
         return DagsterInstance.get()
-    cwd = Path.cwd()
-    home = cwd / "data" / "dagster_home"
+    home = data_dir() / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    config_dir = cwd if (cwd / "dagster.yaml").exists() else home
-    return DagsterInstance.from_ref(InstanceRef.from_dir(str(home), config_dir=str(config_dir)))
+    settings = home / "dagster.yaml"
+    text = instance_settings(home)
+    if not settings.exists() or settings.read_text() != text:
+        settings.write_text(text)
+    return DagsterInstance.from_ref(InstanceRef.from_dir(str(home), config_dir=str(home)))

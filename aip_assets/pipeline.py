@@ -56,12 +56,21 @@ def preflight(spec: RunSpec) -> list[str]:
     return asyncio.run(go())
 
 
-def register_run(spec: RunSpec, run_id: str, path: Path | None = None) -> dict[str, Any]:
-    """Store the resolved spec (no secrets), metric versions, dataset hash and package version."""
+def validate_datasets(spec: RunSpec) -> dict[str, int]:
+    """Read and validate every dataset the spec names (the run's and each metric's): {path: rows}.
+    Raises DatasetError naming the file, row and field; touches nothing."""
     datasets = spec.datasets()
     if spec.dataset not in datasets:  # every metric has its own: the run's dataset is still recorded
         datasets = [spec.dataset, *datasets]
-    n_rows = {ds: len(load_dataset(ds)) for ds in datasets}  # validates: bad input stops here
+    return {ds: len(load_dataset(ds)) for ds in datasets}
+
+
+def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
+                 n_rows: dict[str, int] | None = None) -> dict[str, Any]:
+    """Store the resolved spec (no secrets), metric versions, dataset hash and package version;
+    the one step that creates the warehouse. ``n_rows``: the datasets already validated."""
+    n_rows = n_rows or validate_datasets(spec)  # validates: bad input stops here
+    datasets = list(n_rows)
     shas = {ds: file_sha256(ds) for ds in datasets}
     rec = {
         "run_id": run_id, "spec_name": spec.name, "spec": stable_json(spec.resolved()),
@@ -71,7 +80,7 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None) -> dict[s
         "datasets": stable_json(shas),
         "package_version": __version__, "seed": spec.seed, "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
     }
-    with wh.connect(path) as con:
+    with wh.connect(path, create=True) as con:
         if con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone():
             raise SpecError(f"run {run_id} is already registered; pass it to --run-id to resume it")
         df = wh.frame("eval_runs", [rec])
@@ -82,7 +91,11 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None) -> dict[s
 
 
 def run_exists(run_id: str, path: Path | None = None) -> bool:
-    with wh.connect(path) as con:
+    """Whether ``run_id`` is registered (False when there is no warehouse yet; none is created)."""
+    path = Path(path) if path else wh.default_path()
+    if not path.exists():
+        return False
+    with wh.connect(path, read_only=True) as con:
         return con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone() is not None
 
 
@@ -100,7 +113,7 @@ def load_run(run_id: str, path: Path | None = None) -> tuple[RunSpec, dict[str, 
 
 def list_runs(path: Path | None = None) -> pd.DataFrame:
     return wh.query("SELECT run_id, spec_name, created_at, metrics FROM eval_runs ORDER BY created_at", path=path,
-                    read_only=False)
+                    read_only=True)
 
 
 class WarehouseReader:

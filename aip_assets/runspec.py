@@ -18,7 +18,31 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import SpecError, format_validation_error
 
-_SECRET_HEADER = re.compile(r"(auth|key|token|secret|cookie|password)", re.I)
+_SECRET_HEADER = re.compile(r"(auth|key|token|secret|cookie|password|credential|signature|session)", re.I)
+_TOKEN_PREFIX = re.compile(r"^(?:(?:bearer|basic|token|apikey)\s+\S{6,}|sk-|sk_|pk_|rk_|ghp_|gho_|ghs_|github_pat_|"
+                           r"xox[abprs]-|AKIA|ASIA|eyJ|glpat-|hf_|AIza|ya29\.)", re.I)
+
+
+def looks_like_credential(value: str) -> bool:
+    """A header value that looks like a secret whatever its header's name: a known token prefix
+    (``Bearer …``, ``sk-…``, ``ghp_…``, a JWT…), or a long, high-entropy string with no spaces."""
+    import math
+    from collections import Counter
+
+    v = value.strip()
+    if _TOKEN_PREFIX.match(v) and len(v) >= 10:
+        return True
+    for token in v.split():
+        if len(token) < 20:
+            continue
+        counts = Counter(token)
+        entropy = -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
+        alnum = [c for c in token if c.isascii() and c.isalnum()]
+        cls = [0 if c.islower() else 1 if c.isupper() else 2 for c in alnum]
+        mixing = sum(a != b for a, b in zip(cls, cls[1:])) / max(1, len(cls))  # random strings switch class often
+        if (entropy >= 3.5 and len(set(cls)) >= 2 and mixing >= 0.3) or re.fullmatch(r"[0-9a-fA-F]{32,}", token):
+            return True
+    return False
 
 
 class BuiltinProfile(BaseModel):
@@ -108,6 +132,11 @@ class Connection(BaseModel):
         secret = [h for h in self.headers if _SECRET_HEADER.search(h)]
         if secret:
             raise ValueError(f"headers {secret} look secret: name an environment variable for them in header_env instead")
+        secret = [h for h, v in self.headers.items() if looks_like_credential(v)]
+        if secret:  # the value is never echoed
+            raise ValueError(f"headers {secret}: the value looks like a credential (a token prefix, or long and "
+                             "random); put it in an environment variable and name it in header_env instead, "
+                             f"e.g. header_env: {{{secret[0]}: MY_{re.sub(r'[^A-Z0-9]', '_', secret[0].upper())}}}")
         reserved = {"model", "messages", "temperature", "n", "stream"} & set(self.params)
         if reserved:
             raise ValueError(f"params may not set {sorted(reserved)}: the metric controls them")
@@ -115,6 +144,11 @@ class Connection(BaseModel):
 
     def endpoint_id(self) -> str:
         return f"builtin:{self.profile.model_dump_json()}" if self.provider == "builtin" else f"{self.base_url.rstrip('/')}"
+
+
+BUILTIN_ONLY = {"profile"}
+OPENAI_ONLY = {"base_url", "api_key_env", "system_prompt", "headers", "header_env", "max_tokens", "max_connections",
+               "max_rate_limit_wait_seconds", "structured_output"}
 
 
 class Limits(BaseModel):
@@ -215,6 +249,17 @@ class RunSpec(BaseModel):
         from .metrics import REGISTRY
 
         return REGISTRY[metric].config_model.model_validate(self.metrics[metric].config)
+
+    def shown(self) -> dict:
+        """The resolved spec with, per connection, only the fields that apply to its provider
+        (no builtin ``profile`` under an ``openai`` connection, no URL or headers under a builtin one)."""
+        d = self.resolved()
+        for role in ("sut", "judge", "synthesis"):
+            conn = getattr(self, role)
+            if conn is not None:
+                d[role] = {k: v for k, v in d[role].items() if k not in (
+                    OPENAI_ONLY if conn.provider == "builtin" else BUILTIN_ONLY)}
+        return d
 
     def resolved(self) -> dict:
         """Defaults filled, metric configs resolved. Holds no secret: keys and secret headers are

@@ -245,7 +245,12 @@ LOCK_TIMEOUT_S = float(os.environ.get("AIP_WAREHOUSE_LOCK_TIMEOUT", "600"))
 
 
 def default_path() -> Path:
-    return Path(os.environ.get("AIP_WAREHOUSE", "data/warehouse.duckdb")).resolve()
+    """``$AIP_WAREHOUSE``, else ``warehouse.duckdb`` in the project's data folder (``dagster_home.data_dir``)."""
+    if os.environ.get("AIP_WAREHOUSE"):
+        return Path(os.environ["AIP_WAREHOUSE"]).resolve()
+    from .dagster_home import data_dir
+
+    return data_dir() / "warehouse.duckdb"
 
 
 @contextmanager
@@ -268,20 +273,24 @@ def _file_lock(db_path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def connect(path: str | Path | None = None, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+def connect(path: str | Path | None = None, read_only: bool = False, create: bool = False,
+            config: dict[str, Any] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short-lived connection, serialised with every other user of the file.
 
+    Only ``create=True`` (registering a run) makes a new warehouse: every other use of a missing
+    one is an error, so a mistyped ``--warehouse`` or a bad input leaves no file behind.
     Retries when another program (outside this project's lock, e.g. a DuckDB UI) holds the file.
     """
     path = Path(path) if path else default_path()
-    if read_only and not path.exists():
+    if not path.exists() and (read_only or not create):
         raise FileNotFoundError(f"{path}: no warehouse yet; run `aip-eval run <spec>` first")
+    settings = {"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {}
+    settings.update(config or {})
     with _file_lock(path):
         deadline = time.monotonic() + LOCK_TIMEOUT_S
         while True:
             try:
-                con = duckdb.connect(str(path), read_only=read_only,
-                                     config={"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {})
+                con = duckdb.connect(str(path), read_only=read_only, config=settings)
                 break
             except duckdb.IOException as e:
                 if "lock" not in str(e).lower() or time.monotonic() > deadline:
@@ -296,6 +305,24 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> Iterator
             yield con
         finally:
             con.close()
+
+
+# A user's query (`aip-eval sql`) gets a read-only connection that can touch nothing but the
+# warehouse: no other file read or written, no network, no extension installed or loaded by a
+# query, and its configuration locked. Whatever a later mode must load or attach (a lake's
+# extensions) happens in ``setup``, before the lock.
+SANDBOX = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+           "allow_community_extensions": False, "allow_unsigned_extensions": False}
+
+
+@contextmanager
+def sandboxed(path: str | Path | None = None, setup: Iterable[str] = ()) -> Iterator[duckdb.DuckDBPyConnection]:
+    with connect(path, read_only=True, config=SANDBOX) as con:
+        for stmt in setup:
+            con.execute(stmt)
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        yield con
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

@@ -20,6 +20,7 @@ def isolated(tmp_path, monkeypatch):
     """Every test gets its own warehouse, journal and Dagster storage; no DAGSTER_HOME leaks in."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AIP_WAREHOUSE", str(tmp_path / "data" / "warehouse.duckdb"))
+    monkeypatch.setenv("AIP_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     yield tmp_path
 
@@ -52,9 +53,7 @@ def make_spec(dataset: Path, name: str = "t", sut: dict | None = None, judge: di
 
 def run_all(spec, run_id: str = "run-1", stages=pipeline.STAGES, metric: str = "llm.decision_flip") -> str:
     """Register (if needed) and run the given stages in-process, without Dagster."""
-    with wh.connect() as con:
-        exists = con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()
-    if not exists:
+    if not pipeline.run_exists(run_id):
         pipeline.register_run(spec, run_id)
     for stage in stages:
         pipeline.run_stage(stage, run_id, metric)

@@ -277,10 +277,8 @@ class ModelClient:
             http_status = None
             try:
                 resp = await self.transport.post_chat(body, timeout)
-            except (asyncio.TimeoutError, httpx.TimeoutException):
-                err, transient = f"timeout after {timeout:g}s", True
-            except (httpx.TransportError, aiohttp.ClientError, OSError) as e:
-                err, transient = f"connection error: {type(e).__name__}: {e}", True
+            except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
+                err, transient = describe_failure(e, timeout)
             else:
                 latency = (time.perf_counter() - t0) * 1000
                 http_status = resp.status_code
@@ -316,6 +314,48 @@ class ModelClient:
             retries_used += 1
             delay = retry_after if retry_after is not None else self.backoff_s * 2 ** (retries_used - 1) * (0.5 + self._rng.random())
             await asyncio.sleep(min(delay, MAX_BACKOFF_S))
+
+
+def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
+    """(what happened, whether to retry) for a request that got no HTTP answer. httpx-aiohttp
+    reports most connection failures as ``ConnectTimeout``; the aiohttp error it wraps (its
+    ``__cause__``) says what really happened."""
+    import ssl
+
+    chain: list[BaseException] = []
+    x: BaseException | None = e
+    while x is not None and x not in chain:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+        if isinstance(x, aiohttp.ClientConnectorError) and x.os_error is not None:
+            chain.append(x)
+            x = x.os_error
+
+    def has(*types) -> BaseException | None:
+        return next((c for c in chain if isinstance(c, types)), None)
+
+    text = " ".join(str(c) for c in chain)
+    if has(aiohttp.ClientConnectorDNSError) or re.search(r"name or service not known|nodename nor servname|"
+                                                           r"temporary failure in name resolution|getaddrinfo", text, re.I):
+        return f"DNS failure: the host name cannot be resolved ({_first_line(chain[-1])})", True
+    if has(aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError):
+        return f"TLS failure: {_first_line(has(aiohttp.ClientSSLError, ssl.SSLError) or chain[-1])}", False
+    if has(ConnectionRefusedError):
+        return "connection refused: nothing listens at that address and port", True
+    if has(aiohttp.ServerDisconnectedError, ConnectionResetError, httpx.RemoteProtocolError):
+        return "connection closed by the server without an answer", True
+    if has(aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout) and not has(aiohttp.ClientConnectorError):
+        if has(aiohttp.ConnectionTimeoutError) or isinstance(e, httpx.ConnectTimeout) and "onnect" in text:
+            return f"connect timeout: no connection within {timeout:g}s", True
+    if has(aiohttp.SocketTimeoutError, httpx.ReadTimeout):
+        return f"read timeout: connected, but no answer within {timeout:g}s", True
+    if has(asyncio.TimeoutError, httpx.TimeoutException):
+        return f"timeout: no complete answer within {timeout:g}s", True
+    return f"connection error: {type(chain[-1]).__name__}: {_first_line(chain[-1])}", True
+
+
+def _first_line(x: BaseException) -> str:
+    return (str(x).strip().splitlines() or [type(x).__name__])[0][:200]
 
 
 def _parse_completion(body: dict[str, Any] | None):

@@ -77,7 +77,11 @@ class HttpTransport:
         self.headers = resolve_headers(conn)
 
     async def post_chat(self, body: dict[str, Any], timeout: float) -> TransportResponse:
-        request = httpx.Request("POST", self.url, headers=self.headers, content=json.dumps(body).encode())
+        # connect and read timeouts inside the transport, so a failure says which it was; the outer
+        # bound (a little later) only catches an answer trickled in so slowly that no read times out
+        limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+        request = httpx.Request("POST", self.url, headers=self.headers, content=json.dumps(body).encode(),
+                                extensions={"timeout": limits})
 
         async def send() -> httpx.Response:
             response = await self.transport.handle_async_request(request)
@@ -87,7 +91,7 @@ class HttpTransport:
                 await response.aclose()
             return response
 
-        resp = await asyncio.wait_for(send(), timeout)
+        resp = await asyncio.wait_for(send(), timeout * 1.05 + 0.05)
         try:
             parsed = json.loads(resp.content)
         except ValueError:

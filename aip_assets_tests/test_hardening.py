@@ -1,0 +1,356 @@
+"""Hardening (issue 10): `aip-eval sql` reads only the warehouse, bad input writes nothing,
+secrets by value, connection failures named, a clear home for data, exit codes that blame the
+right party."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aip_assets import pipeline
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+from aip_assets.errors import SpecError
+from aip_assets.models.client import ModelClient
+from aip_assets.runspec import Connection
+
+from .conftest import make_spec, run_all, write_dataset
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+# ------------------------------------------------------------------ aip-eval sql
+@pytest.fixture
+def warehouse(tmp_path, monkeypatch):
+    """A warehouse with one small run; HOME moved so DuckDB's user folder is visible to the test."""
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    run_all(make_spec(ds, config={"dimensions": ["gender"], "num_pairs_per_dimension": 1}), "r")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("sql", [
+    "COPY judgements TO '{tmp}/out.csv'",
+    "COPY judgements TO '../out.csv'",
+    "SELECT 1; COPY judgements TO '{tmp}/out2.csv'",
+    "EXPORT DATABASE '{tmp}/export'",
+    "SELECT * FROM read_text('/etc/hostname')",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM glob('/etc/*')",
+    "CREATE SECRET s3 (TYPE S3, KEY_ID 'a', SECRET 'b')",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SELECT * FROM 'https://example.com/data.csv'",
+    "ATTACH '{tmp}/other.duckdb' AS other",
+    "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "CREATE TABLE t AS SELECT 1",
+    "DELETE FROM judgements",
+])
+def test_sql_reads_the_warehouse_and_nothing_else(warehouse, capsys, sql):
+    before = tree(warehouse)
+    t0 = time.monotonic()
+    assert main(["sql", sql.format(tmp=warehouse)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: refused: `aip-eval sql` reads the warehouse and nothing else"), err
+    assert time.monotonic() - t0 < 30  # no extension download was attempted
+    assert tree(warehouse) == before  # nothing written, no ~/.duckdb folder made
+    assert main(["sql", "SELECT count(*) AS n FROM judgements"]) == 0 and "n" in capsys.readouterr().out
+
+
+def test_sql_settings_are_locked(warehouse, capsys):
+    assert main(["sql", "SELECT name, value FROM duckdb_settings() WHERE name IN ('enable_external_access', "
+                        "'lock_configuration', 'autoinstall_known_extensions') ORDER BY name", "--format", "json"]) == 0
+    got = {r["name"]: r["value"] for r in json.loads(capsys.readouterr().out)}
+    assert got == {"autoinstall_known_extensions": "false", "enable_external_access": "false", "lock_configuration": "true"}
+
+
+# ------------------------------------------------------------------ bad input writes nothing
+def _spec_file(tmp_path, **over) -> Path:
+    ds = over.pop("dataset", None) or write_dataset(tmp_path / "in" / "d.jsonl", 3)
+    data = {"name": "bad", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}, **over}
+    p = tmp_path / "in" / "spec.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def _bad_dataset(tmp_path) -> Path:
+    p = tmp_path / "in" / "bad.jsonl"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps({"input_id": "a", "prompt": "q?", "task_type": "single_turn_llm"}) + "\n"
+                 + json.dumps({"input_id": "a", "prompt": "q2?", "task_type": "single_turn_llm"}) + "\n")
+    return p
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize("case", ["bad_yaml", "unknown_field", "bad_config", "bad_dataset", "bad_metric_dataset",
+                                  "unreachable_sut", "unknown_metric_flag", "missing_key"])
+def test_bad_input_leaves_no_file(tmp_path, capsys, monkeypatch, case):
+    """Validation order: the spec, every dataset, the endpoints, then the warehouse. Nothing is
+    written for bad input of any kind: the folder (warehouse, lock, journal, Dagster storage) is
+    exactly as it was."""
+    monkeypatch.delenv("MISSING_KEY", raising=False)
+    args = []
+    if case == "bad_yaml":
+        p = tmp_path / "in" / "spec.yaml"
+        p.parent.mkdir(parents=True)
+        p.write_text("name: [unclosed\n")
+    elif case == "unknown_field":
+        p = _spec_file(tmp_path, sedd=1)
+    elif case == "bad_config":
+        p = _spec_file(tmp_path, metrics={"llm.decision_flip": {"config": {"num_pairs_per_dimension": 99}}})
+    elif case == "bad_dataset":
+        p = _spec_file(tmp_path, dataset=_bad_dataset(tmp_path))
+    elif case == "bad_metric_dataset":
+        p = _spec_file(tmp_path, metrics={"llm.decision_flip": {}, "llm.perturbation_robustness_external": {
+            "dataset": str(_bad_dataset(tmp_path))}})
+    elif case == "unreachable_sut":
+        p = _spec_file(tmp_path, sut={"provider": "openai", "base_url": f"http://127.0.0.1:{_free_port()}/v1",
+                                      "model": "m"})
+    elif case == "unknown_metric_flag":
+        p = _spec_file(tmp_path)
+        args = ["--metric", "llm.semantic_consistency"]
+    else:
+        p = _spec_file(tmp_path, sut={"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                      "api_key_env": "MISSING_KEY"})
+    before = tree(tmp_path)
+    assert main(["run", str(p), "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert tree(tmp_path) == before, sorted(tree(tmp_path) - before)
+    if case == "bad_dataset":
+        assert "bad.jsonl: row 2" in err and "input_id" in err
+    if case == "unreachable_sut":
+        assert "connection refused" in err
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["sql", "SELECT 1"], ["report", "nope"], ["compare", "a", "b"]])
+def test_commands_on_a_missing_warehouse_create_nothing(tmp_path, capsys, argv):
+    before = tree(tmp_path)
+    assert main(argv) == 2
+    assert "no warehouse yet" in capsys.readouterr().err
+    assert tree(tmp_path) == before
+
+
+# ------------------------------------------------------------------ secrets by value
+@pytest.mark.parametrize("name,value", [
+    ("X-Credential", "plain"),  # by name
+    ("X-Signature", "abc"),
+    ("X-Client", "a8Kq2LmZ9xYw4Tr7Vb3Np6HcQ"),  # by value: long and random
+    ("X-Trace", "Bearer abcdefghijkl"),
+    ("X-Upstream", "sk-proj-0123456789abcdef"),
+    ("X-Id", "c331034d7081fef773bbff5b359388d9b89d5e2d"),
+])
+def test_credential_headers_are_refused_whatever_their_name(tmp_path, name, value):
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    with pytest.raises(SpecError, match="header_env") as e:
+        make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "headers": {name: value}})
+    assert value not in str(e.value) or value in ("plain", "abc")
+
+
+@pytest.mark.parametrize("value", ["fairness", "application/json", "team-fairness-nightly-2026-11",
+                                   "evaluation-pipeline-v2.3.1", "Mozilla/5.0 (X11; Linux x86_64)"])
+def test_ordinary_header_values_are_kept(tmp_path, value):
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "headers": {"X-Team": value}})
+    assert spec.resolved()["sut"]["headers"] == {"X-Team": value}
+
+
+def test_secrets_from_the_environment_are_never_stored(tmp_path, monkeypatch, capsys, builtin_http):
+    secret_key, secret_sig = "sk-live-4f9Qz8LmX2", "sig-7Hq2Xw9PzL4k"
+    monkeypatch.setenv("THE_KEY", secret_key)
+    monkeypatch.setenv("THE_SIG", secret_sig)
+    url, _ = builtin_http(api_key=secret_key)
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "sec", "dataset": str(ds), "sut": {
+        "provider": "openai", "base_url": url, "model": "m", "api_key_env": "THE_KEY",
+        "header_env": {"X-Signature": "THE_SIG", "X-Credential": "THE_SIG"}},
+        "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}}}))
+    assert main(["run", str(spec), "--quiet", "--json"]) == 0
+    out = capsys.readouterr()
+    with wh.connect(read_only=True) as con:
+        for (t,) in con.execute("SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'").fetchall():
+            text = con.execute(f"SELECT * FROM {t}").df().to_csv()
+            assert secret_key not in text and secret_sig not in text, t
+    assert secret_key not in out.out + out.err and secret_sig not in out.out + out.err
+    journal = (tmp_path / "data" / "warehouse.journal.sqlite").read_bytes()
+    assert secret_key.encode() not in journal and secret_sig.encode() not in journal
+
+
+# ------------------------------------------------------------------ connection failures, named
+def _server(mode: str) -> tuple[int, object]:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    if mode == "backlog":  # a full accept queue: a new connection hangs in its handshake
+        s.listen(0)
+        fill = []
+        for _ in range(8):
+            c = socket.socket()
+            c.setblocking(False)
+            try:
+                c.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            fill.append(c)
+        return port, (s, fill)
+    s.listen(16)
+
+    def run():
+        while True:
+            try:
+                c, _ = s.accept()
+            except OSError:
+                return
+            if mode == "close":
+                c.recv(65536)
+                c.close()
+            elif mode == "plain":  # answers a TLS hello in plain HTTP
+                c.recv(65536)
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                c.close()
+            else:  # hang: accept, never answer
+                threading.Thread(target=lambda c=c: (time.sleep(20), c.close()), daemon=True).start()
+    threading.Thread(target=run, daemon=True).start()
+    return port, s
+
+
+def _error(url: str, timeout: float = 1.0) -> tuple[str, float]:
+    async def go():
+        conn = Connection(provider="openai", base_url=url, model="m")
+        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="s", journal=None) as c:
+            t0 = time.perf_counter()
+            r = await c.chat([{"role": "user", "content": "x"}], temperature=0, retries=0, timeout=timeout)
+            return r.error, time.perf_counter() - t0
+    return asyncio.run(go())
+
+
+def test_connection_failures_say_what_happened(monkeypatch):
+    keep = []
+    err, took = _error(f"http://127.0.0.1:{_free_port()}/v1")
+    assert err.startswith("connection refused") and took < 1.0
+    port, s = _server("close")
+    keep.append(s)
+    err, took = _error(f"http://127.0.0.1:{port}/v1")
+    assert err.startswith("connection closed by the server without an answer") and took < 1.0, err
+    port, s = _server("plain")
+    keep.append(s)
+    err, _ = _error(f"https://127.0.0.1:{port}/v1")
+    assert err.startswith("TLS failure"), err
+    port, s = _server("hang")
+    keep.append(s)
+    err, took = _error(f"http://127.0.0.1:{port}/v1", timeout=0.5)
+    assert err.startswith("read timeout: connected, but no answer within 0.5s") and took >= 0.5, err
+    port, s = _server("backlog")
+    keep.append(s)
+    err, took = _error(f"http://127.0.0.1:{port}/v1", timeout=0.5)
+    assert err.startswith("connect timeout: no connection within 0.5s"), err
+    # a name that cannot be resolved (the resolver is replaced: no lookup leaves the machine)
+    real = socket.getaddrinfo
+
+    def fake(host, *a, **kw):
+        if host == "no-such-host.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *a, **kw)
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    err, _ = _error("http://no-such-host.invalid/v1")
+    assert err.startswith("DNS failure"), err
+
+
+# ------------------------------------------------------------------ where the data goes
+def _standalone_spec(folder: Path) -> Path:
+    ds = write_dataset(folder / "d.jsonl", 2)
+    p = folder / "spec.yaml"
+    p.write_text(yaml.safe_dump({"name": "away", "dataset": "d.jsonl", "metrics": {"llm.decision_flip": {
+        "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}}}))
+    assert ds.exists()
+    return p
+
+
+def test_outside_a_project_the_data_goes_to_the_user_folder(tmp_path, monkeypatch, capsys):
+    for var in ("AIP_DATA_DIR", "AIP_WAREHOUSE", "DAGSTER_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    spec = _standalone_spec(tmp_path / "specs")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", str(spec), "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warehouse"] == str(tmp_path / "xdg" / "aip-assets" / "warehouse.duckdb")
+    assert not any(elsewhere.iterdir())  # no stray data/ folder where we stand
+    assert (tmp_path / "xdg" / "aip-assets" / "dagster_home" / "storage").is_dir()
+
+
+def test_inside_a_project_the_data_goes_to_its_data_folder(tmp_path, monkeypatch, capsys):
+    for var in ("AIP_DATA_DIR", "AIP_WAREHOUSE", "DAGSTER_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    project = tmp_path / "proj"
+    (project / "runs").mkdir(parents=True)
+    (project / "workspace.yaml").write_text("load_from: [{python_module: aip_assets.definitions}]\n")
+    spec = _standalone_spec(project / "runs")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", str(spec), "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warehouse"] == str(project / "data" / "warehouse.duckdb")
+    assert not any(elsewhere.iterdir())
+    monkeypatch.chdir(project / "runs")  # a later command from inside the project finds the same data
+    assert main(["runs"]) == 0 and "away-" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ validate and exit codes
+def test_validate_shows_only_what_applies(tmp_path, capsys):
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"name": "v", "dataset": str(ds), "sut": {
+        "provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"},
+        "metrics": {"llm.decision_flip": {}}}))
+    before = tree(tmp_path)
+    assert main(["validate", str(p)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "profile" not in out["resolved"]["sut"] and out["resolved"]["sut"]["base_url"].startswith("http://")
+    assert "base_url" not in out["resolved"]["judge"] and "profile" in out["resolved"]["judge"]
+    assert out["dataset_rows"] == 3 and tree(tmp_path) == before
+
+
+def test_a_bug_is_not_the_users_mistake(tmp_path, capsys, monkeypatch):
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"name": "v", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}}))
+
+    def boom(spec):
+        raise ValueError("an internal invariant broke")
+    monkeypatch.setattr(pipeline, "validate_datasets", boom)
+    assert main(["validate", str(p)]) == 3
+    err = capsys.readouterr().err
+    assert "internal error: ValueError: an internal invariant broke" in err and "AIP_DEBUG=1" in err
+    assert "Traceback" not in err
+    monkeypatch.setenv("AIP_DEBUG", "1")
+    assert main(["validate", str(p)]) == 3
+    assert "Traceback" in capsys.readouterr().err
+    # the user's own mistakes stay exit 2, with the field named
+    assert main(["serve-builtin", "--profile", "{not json"]) == 2
+    assert "--profile: not valid JSON" in capsys.readouterr().err
+    assert main(["serve-builtin", "--profile", '{"name": "flip"}']) == 2
+    assert "--profile" in capsys.readouterr().err
+    os.environ.pop("AIP_DEBUG", None)
