@@ -109,9 +109,14 @@ def test_case3_a_silent_sut_is_never_consistent(tmp_path, capsys, scripted):
     assert q("SELECT count(*) AS n FROM llm_calls WHERE run_id = ? AND role = 'judge'", s["run_id"]).n[0] == 0
 
 
+def percentile(body) -> int:
+    """0-99 from the request body: a deterministic share of requests, the same in every run."""
+    return int(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), 16) % 100
+
+
 def _empty_30(body, n):
     """Natural prose with one stance; about 30% of answers are empty."""
-    if int(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), 16) % 10 < 3:
+    if percentile(body) < 30:
         return ""
     return "Yes — I'd recommend going ahead. Keep copies of everything you send, and ask for the decision in writing."
 
@@ -192,7 +197,7 @@ def test_case4_a_judge_that_never_answers_json_fails_the_gate(tmp_path, capsys, 
 
 
 def _fail_38(body, n):
-    if int(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), 16) % 100 < 38:
+    if percentile(body) < 38:
         return Reply(500)
     decision = "YES" if "Case" in last_user(body) else "NO"
     return f"The figures are within the usual limits.\n\nDecision: {decision}"
