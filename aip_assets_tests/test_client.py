@@ -1,0 +1,88 @@
+"""The model client's retry policy, against a scripted server: which failures are retried, how
+many times, and what Retry-After does."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from aip_assets.models.client import ModelClient, _retry_after, build_body, call_key
+from aip_assets.runspec import Connection
+
+from .scripted import Reply
+
+
+def _chat(url: str, retries: int, **conn):
+    async def go():
+        c = Connection(provider="openai", base_url=url, model="m", **conn)
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01) as cl:
+            t0 = time.monotonic()
+            r = await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=retries, timeout=5)
+            return r, time.monotonic() - t0
+    return asyncio.run(go())
+
+
+def _sequence(statuses: list[int], headers: dict | None = None):
+    """A handler answering the given statuses in turn, then 200 'fine'."""
+    def handler(body, n):
+        i = handler.calls
+        handler.calls += 1
+        if i < len(statuses):
+            return Reply(statuses[i], headers=headers or {})
+        return "fine"
+    handler.calls = 0
+    return handler
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_other_4xx_are_not_retried(scripted, status):
+    h = _sequence([status])
+    server = scripted(h)
+    r, _ = _chat(server.url, retries=3)
+    assert not r.ok and r.http_status == status and r.attempts == 1 and h.calls == 1
+    assert r.error.startswith(f"HTTP {status}")
+
+
+@pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503])
+def test_transient_failures_are_retried_within_the_budget(scripted, status):
+    h = _sequence([status, status])
+    server = scripted(h)
+    r, _ = _chat(server.url, retries=2)
+    assert r.ok and r.text == "fine" and r.attempts == 3 and r.retries_used == 2 and h.calls == 3
+    h2 = _sequence([status, status, status])
+    server2 = scripted(h2)
+    r, _ = _chat(server2.url, retries=2)
+    assert not r.ok and r.attempts == 3 and h2.calls == 3  # the budget: one try and two retries
+
+
+def test_retry_after_is_honoured_and_uses_no_budget(scripted):
+    h = _sequence([429, 429], headers={"Retry-After": "0.3"})
+    server = scripted(h)
+    r, took = _chat(server.url, retries=0)
+    assert r.ok and r.rate_limit_waits == 2 and r.retries_used == 0 and r.attempts == 3
+    assert took >= 0.6  # it waited as told
+    # a 500 with Retry-After is a failure (it uses the budget), waited as told
+    h = _sequence([500], headers={"Retry-After": "0.2"})
+    server = scripted(h)
+    r, took = _chat(server.url, retries=1)
+    assert r.ok and r.retries_used == 1 and r.rate_limit_waits == 0 and took >= 0.2
+
+
+def test_retry_after_formats():
+    assert _retry_after({"Retry-After": "2"}) == 2.0
+    assert _retry_after({"retry-after": "0.5"}) == 0.5
+    assert _retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # a date in the past
+    assert _retry_after({"Retry-After": "soon"}) is None and _retry_after({}) is None
+
+
+def test_call_identity():
+    conn = Connection(provider="openai", base_url="http://x/v1", model="m")
+    msgs = [{"role": "user", "content": "q"}]
+    b0, b1 = build_body(conn, msgs, 0.7, sample_index=0), build_body(conn, msgs, 0.7, sample_index=1)
+    assert "seed" not in b0 and b1["seed"] == 1  # N fresh samples are N distinct requests
+    k = call_key("e", b0, 0, "t")
+    assert k == call_key("e", dict(reversed(list(b0.items()))), 0, "t")  # key order does not matter
+    assert len({k, call_key("e", b1, 1, "t"), call_key("e", b0, 0, "t2"), call_key("e", b0, 0, "t", attempt=1),
+                call_key("f", b0, 0, "t")}) == 5
