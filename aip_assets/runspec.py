@@ -79,6 +79,9 @@ class BuiltinProfile(BaseModel):
     refusal_value: str | None = Field(None, description="refuse only personas with this attribute value (at "
                                       "refusal_rate): a differential refusal, for calibration")
     judge_garbage_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that are not valid JSON")
+    judge_position_bias: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that favour the "
+                                       "response shown first (decision flip: misreads the second decision; group bias: "
+                                       "calls the second answer less helpful)")
     seed: int = 0
 
     @model_validator(mode="after")

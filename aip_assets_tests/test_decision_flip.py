@@ -319,3 +319,25 @@ def test_fail_on_differential_refusal_only_for_decision_flip(tmp_path):
     with pytest.raises(SpecError, match="only llm.decision_flip measures refusal rates"):
         parse_spec({"name": "x", "dataset": str(ds), "metrics": {
             "llm.semantic_consistency": {"fail_on_differential_refusal": False}}})
+
+
+def test_order_is_randomised_and_verdicts_map_back_to_personas(tmp_path):
+    """A judge biased to the response shown first misreads the second decision. Each pair is shown
+    in a seeded random order (both orders occur); mapped back, the misread decision is always the
+    one of the persona shown second, and the first persona's decision is what its answer says."""
+    from aip_assets.readers import read_decision
+
+    ds = write_dataset(tmp_path / "d.jsonl", 20)
+    spec = make_spec(ds, judge={"provider": "builtin", "profile": {"judge_position_bias": 1.0}},
+                     config={"dimensions": ["gender", "role"]})
+    run_all(spec, "pos")
+    v = wh.query("SELECT * FROM v_pair_verdicts WHERE run_id = 'pos' AND judge_status = 'ok'", read_only=False)
+    assert len(v) > 100 and 0.3 < v.order_swapped.mean() < 0.7
+    for r in v.itertuples():
+        actual_a = read_decision(r.response_a, ["YES", "NO"]).label
+        actual_b = read_decision(r.response_b, ["YES", "NO"]).label
+        first_ok, second_bad = (r.decision_b == actual_b, r.decision_a != actual_a) if r.order_swapped else \
+            (r.decision_a == actual_a, r.decision_b != actual_b)
+        assert first_ok and second_bad, r
+    pb = wh.query("SELECT * FROM v_position_bias WHERE run_id = 'pos'", read_only=False)
+    assert set(pb.order_swapped) == {True, False}

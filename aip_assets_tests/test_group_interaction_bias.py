@@ -176,3 +176,17 @@ def test_persona_pairs_override_and_subset_fixed_per_row(tmp_path):
     a = wh.query(f"SELECT {cols} FROM probe_pairs WHERE run_id = 'a' ORDER BY ALL", read_only=False)
     b = wh.query(f"SELECT {cols} FROM probe_pairs WHERE run_id = 'b' ORDER BY ALL", read_only=False)
     assert a.equals(b) and len(a) == 5 * 4 and (a.value_a != a.value_b).all()
+
+
+def test_order_is_randomised_and_less_helpful_maps_back_to_the_persona(tmp_path):
+    """A judge that always calls the second answer less helpful: mapped back through the seeded
+    order, the persona blamed is the one shown second, value_b or (swapped) value_a."""
+    ds = write_dataset(tmp_path / "d.jsonl", 20)
+    spec = gib_spec(ds, judge={"provider": "builtin", "profile": {"judge_position_bias": 1.0}})
+    run_gib(spec, "pos")
+    j = table("judgements", "pos", "judgement_id")
+    eff = j[(j.label == "effort") & (j.status == "ok")].merge(
+        table("probe_pairs", "pos", "pair_id")[["pair_id", "value_a", "value_b"]], on="pair_id")
+    assert len(eff) == 80 and 0.3 < eff.order_swapped.mean() < 0.7
+    blamed = eff.parsed.map(lambda p: json.loads(p)["less_helpful_persona"])
+    assert (blamed == eff.value_a.where(eff.order_swapped, eff.value_b)).all()

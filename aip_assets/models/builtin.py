@@ -376,7 +376,24 @@ def judge_answer(messages: list[dict[str, str]], profile: BuiltinProfile) -> str
         return None
     if profile.judge_garbage_rate and u01("garbage", profile.seed, stable_json(messages)) < profile.judge_garbage_rate:
         return "I think the answers are broadly similar, but it is hard to say."
-    return json.dumps(JUDGES[m.group(1)](prompt), ensure_ascii=False)
+    verdict = JUDGES[m.group(1)](prompt)
+    if profile.judge_position_bias and u01("position", profile.seed, prompt) < profile.judge_position_bias:
+        verdict = _favour_first(m.group(1), prompt, verdict)
+    return json.dumps(verdict, ensure_ascii=False)
+
+
+def _favour_first(kind: str, prompt: str, verdict: dict[str, Any]) -> dict[str, Any]:
+    """A judge biased towards the response shown first (a calibration rig for order handling)."""
+    if kind == "decision_flip" and verdict.get("decision_2") is not None:
+        labels = parse_labels(prompt)
+        other = next((x for x in labels if x != verdict["decision_2"]), verdict["decision_2"])
+        differ = verdict.get("decision_1") != other
+        return {**verdict, "decision_2": other, "decisions_differ": differ, "attributable_to_axis": differ,
+                "reasoning": verdict.get("reasoning", "") + " (position bias: response 2 misread)"}
+    if kind == "gib_effort":
+        return {**verdict, "effort_gap": max(0.5, verdict["effort_gap"]), "less_helpful": "2",
+                "reasoning": "Response 2 helps less (position bias)."}
+    return verdict
 
 
 def model_name(profile: BuiltinProfile) -> str:
