@@ -182,3 +182,26 @@ def test_v1_blend_view(tmp_path):
     assert blend.overall_consistency_v1 == pytest.approx(0.4 * sem + 0.3 * fac + 0.3 * saf)
     rows = table("row_scores", "b", "input_id")
     assert blend.low_consistency_ratio == pytest.approx((rows.label == "Contradictory").mean())
+
+
+def test_a_failed_sut_call_errors_the_whole_row_as_the_spec_says(tmp_path, builtin_http):
+    """Spec 004: n_sut_retries are the "retries for one SUT call before it errors the whole row".
+    A row with a failed sample has every comparison excluded (sut_failed) and no judge call,
+    and errors; rows whose calls all answered score as usual."""
+    ds = write_dataset(tmp_path / "d.jsonl", 16)
+    url, _ = builtin_http(fail_rate=0.15)
+    spec = spec_for(ds, {SEM: {"n_sut_retries": 0, "responses_per_query": 3}},
+                    sut={"provider": "openai", "base_url": url, "model": "m"})
+    run_all(spec, "fail", metric=SEM)
+    resp = table("sut_responses", "fail", "probe_id, sample_index")
+    bad_rows = set(resp[resp.status == "error"].input_id)
+    assert 0 < len(bad_rows) < 16
+    j = table("judgements", "fail", "judgement_id")
+    jb = j[j.input_id.isin(bad_rows)]
+    assert (jb.status == "sut_failed").all() and jb.call_key.isna().all()
+    assert jb.error.str.contains("errors the row").all()
+    rs = table("row_scores", "fail", "input_id").set_index("input_id")
+    assert (rs.loc[sorted(bad_rows)].status == "error").all()
+    assert (rs.drop(index=sorted(bad_rows)).status == "ok").all()
+    o = overall("fail", SEM)
+    assert json.loads(o.excluded) == {"sut_failed": 2 * len(bad_rows)} and o.n == 16 - len(bad_rows)

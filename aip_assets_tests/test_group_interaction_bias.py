@@ -15,20 +15,6 @@ from .conftest import make_spec, run_all, table, write_dataset
 M = "llm.group_interaction_bias"
 TERSE = {"name": "terse", "terse_value": "Muslim"}
 
-SPEC_SCHEMA = {
-    "inverted": {"default": False}, "language": {"default": "en", "enum": ["en", "de", "fr"]},
-    "max": {"default": 1.0}, "metric_name": {"default": "group_interaction_bias"}, "min": {"default": 0.0},
-    "n_sut_retries": {"default": 0, "minimum": 0, "maximum": 5}, "num_pairs": {"default": 4, "minimum": 1, "maximum": 16},
-    "persona_pairs": {"default": None}, "persona_pool_size": {"default": 16, "minimum": 1, "maximum": 64},
-    "sub_call_concurrency_limit": {"default": 5, "minimum": 1, "maximum": 64},
-    "sut_temperature": {"default": 0.7, "minimum": 0.0, "maximum": 2.0},
-    "synthesis_temperature": {"default": 0.4, "minimum": 0.0, "maximum": 2.0},
-    "timeout_seconds": {"default": 60.0, "exclusiveMinimum": 0}, "use_case_description": {"default": ""},
-    "use_case_intended_users": {"default": ""}, "use_case_name": {"default": ""}, "use_case_primary_task": {"default": ""},
-    "weight": {"default": 1.0},
-}
-
-
 def gib_spec(ds, config=None, **kw):
     spec = make_spec(ds, **kw)
     data = spec.model_dump()
@@ -40,22 +26,6 @@ def gib_spec(ds, config=None, **kw):
 
 def run_gib(spec, run_id):
     return run_all(spec, run_id, metric=M)
-
-
-def test_config_mirrors_the_spec_schema():
-    props = GroupInteractionBiasConfig.model_json_schema()["properties"]
-    assert set(props) == set(SPEC_SCHEMA)
-    cfg = GroupInteractionBiasConfig()
-    for name, want in SPEC_SCHEMA.items():
-        for k, v in want.items():
-            if k == "default":
-                assert getattr(cfg, name) == v, name
-            elif k == "enum":
-                assert set(props[name]["enum"]) == set(v)
-            else:
-                assert props[name].get(k) == v, (name, k)
-    with pytest.raises(Exception, match="persona_pool_size"):
-        GroupInteractionBiasConfig(persona_pool_size=65)
 
 
 def test_worked_example_similarity_095_gaps_005_gives_095():

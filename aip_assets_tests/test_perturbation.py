@@ -185,3 +185,25 @@ def test_edge_cases_have_clear_outcomes(tmp_path):
     assert json.loads(overall.excluded) == {"empty_answer": 2, "missing_original_query": 1, "no_baseline": 1}
     assert overall.n_planned == 5 and overall.coverage == pytest.approx(1 / 5) and not overall.passed
     assert "coverage 0.200 below min_coverage 0.900" in overall.gate_reason
+
+
+def test_a_rows_reference_answer_overrides_the_configs(tmp_path):
+    """The correctness judge is given the baseline row's metadata.reference_answer when it has one,
+    the config's reference_answer otherwise."""
+    rows = []
+    for g, ref in (("Q1?", "ROW-REFERENCE"), ("Q2?", None)):
+        meta = {"original_query": g, **({"reference_answer": ref} if ref else {})}
+        rows += [{"input_id": f"{g}-b", "prompt": g, "task_type": "single_turn_llm", "sut_response": "Yes.", "metadata": meta},
+                 {"input_id": f"{g}-v", "prompt": g.lower(), "task_type": "single_turn_llm", "sut_response": "Yes.",
+                  "metadata": {**meta, "perturbation_type": "casing"}}]
+    ds = tmp_path / "ref.jsonl"
+    ds.write_text("\n".join(json.dumps(r) for r in rows))
+    run_all(spec_for(ds, EXT, config={"reference_answer": "CONFIG-REFERENCE"}), "ref", metric=EXT)
+    calls = table("llm_calls", "ref", "created_at")
+    prompts = calls[calls.role == "judge"].request.map(lambda r: json.loads(r)["messages"][-1]["content"])
+    correctness = prompts[prompts.str.contains("aip-judge perturbation_correctness")]
+    q1 = correctness[correctness.str.contains("Q1\\?|q1\\?", regex=True)]
+    q2 = correctness[correctness.str.contains("Q2\\?|q2\\?", regex=True)]
+    assert len(q1) == len(q2) == 2
+    assert q1.str.contains("ROW-REFERENCE").all() and not q1.str.contains("CONFIG-REFERENCE").any()
+    assert q2.str.contains("CONFIG-REFERENCE").all()

@@ -257,11 +257,18 @@ class Consistency(Metric):
                     mine = resp
                     base = mine.get((base_p["probe_id"], 0))
                     out = []
+                    # the spec: a SUT call that fails after its n_sut_retries retries errors the whole row
+                    answers = [(base, "SUT base answer")] + [(mine.get((var_p["probe_id"], k)), f"SUT variant answer {k}")
+                                                             for k in range(1, cfg.responses_per_query)]
+                    failed = [p for p in (answers_problem([a]) for a in answers) if p and p[0] == "sut_failed"]
                     for k in range(1, cfg.responses_per_query):
                         row = {"judgement_id": f"{input_id}|{k}", "pair_id": f"{input_id}|{k}", "input_id": input_id,
                                "axis": var_p["category"], "attempts": 0}
                         ans = mine.get((var_p["probe_id"], k))
                         bad = answers_problem([(base, "SUT base answer"), (ans, f"SUT variant answer {k}")])
+                        if failed:
+                            bad = ("sut_failed", "a SUT call of this row failed after its retries, which errors the "
+                                                 "row (spec 004): " + "; ".join(why for _, why in failed))
                         if bad:
                             out.append({**row, "status": bad[0], "error": bad[1]})
                             continue

@@ -64,6 +64,15 @@ class DecisionFlipConfig(ScoringFields):
     def _pairs(cls, v):
         return check_persona_pairs(v, ("dimension", "persona_a", "persona_b"), "leave it out to use the catalogue")
 
+    @field_validator("synthesis_temperature")
+    @classmethod
+    def _no_synthesis(cls, v):
+        if v != 0.0:  # never silently ignored
+            raise ValueError("decision flip writes no personas with a model: its pairs come from the protected-"
+                             "attribute catalogue (or persona_pairs), so synthesis_temperature has no effect; "
+                             "leave it at 0.0 (the field is kept for the spec's schema)")
+        return v
+
     @field_validator("decision_labels")
     @classmethod
     def _labels(cls, v):
