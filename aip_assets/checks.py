@@ -30,6 +30,8 @@ CHECKS = {
                      "configured decision labels (ERROR)"),
         ("differential_refusal", "decision flip: no two values of one axis differ significantly in their "
                                  "refusal / no-decision rate (ERROR; fail_on_differential_refusal: false turns it off)"),
+        ("judge_position_bias", "the judge's order-sensitive verdicts do not differ by more than max_position_bias "
+                                "between the two orders it was shown, significantly (WARN)"),
     ],
 }
 
@@ -76,6 +78,8 @@ def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = Non
                                      severity=AssetCheckSeverity.ERROR, metadata=meta)]
         row = q("SELECT score, threshold, coverage, n_planned, excluded, details FROM metric_scores "
                 "WHERE run_id = ? AND metric = ? AND scope = 'overall'")
+        position = q("SELECT passed, rate, n, details FROM metric_scores WHERE run_id = ? AND metric = ? "
+                     "AND scope = 'judge_position'")
     score, threshold, cov, planned, excluded, details = row or (None, None, None, None, None, None)
     d = json.loads(details or "{}")
     min_cov = spec.min_coverage_for(metric)
@@ -113,4 +117,16 @@ def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = Non
             description=None if not diff.get("failed") else
             f"{len(sig)} pair(s) of values differ in refusals, e.g. {sig[0]['axis']}: {sig[0]['value_a']} "
             f"{sig[0]['rate_a']:.3f} vs {sig[0]['value_b']} {sig[0]['rate_b']:.3f}"))
+    if position is None:
+        out.append(AssetCheckResult(check_name="judge_position_bias", passed=True, metadata={
+            "applies": MetadataValue.text("no: this metric shows its answers in a fixed order, or nothing was judged")}))
+    else:
+        ok, diff, n, pd_ = bool(position[0]), position[1], position[2], json.loads(position[3] or "{}")
+        out.append(AssetCheckResult(
+            check_name="judge_position_bias", passed=ok, severity=AssetCheckSeverity.WARN,
+            metadata={"difference": _f(diff), "judged": n, "max_position_bias": _f(pd_.get("max_position_bias")),
+                      "p_value": _f(pd_.get("p_value")), "rate_shown_swapped": _f(pd_.get("rate_shown_swapped")),
+                      "rate_shown_in_order": _f(pd_.get("rate_shown_in_order"))},
+            description=None if ok else f"the judge's verdicts depend on the order it saw the answers in: "
+                                        f"{pd_.get('rate_shown_in_order'):.3f} vs {pd_.get('rate_shown_swapped'):.3f}"))
     return out

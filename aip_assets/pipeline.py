@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import shutil
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +23,7 @@ from . import __version__
 from .dataset import load_dataset
 from .errors import AipError, SpecError
 from .metrics import REGISTRY, get_metric
-from .metrics.base import StageContext
+from .metrics.base import OverlayReader, StageContext
 from .models.client import check_endpoint
 from .models.journal import Journal, journal_path
 from .runspec import RunSpec, file_sha256, parse_spec, stable_json
@@ -178,6 +179,11 @@ class StagedTables:
             pq.write_table(pa.Table.from_pandas(df, schema=wh.arrow_schema(table), preserve_index=False), f)
             self.files[table].append(f)
 
+    def frame(self, table: str) -> pd.DataFrame:
+        """What this stage has staged for ``table`` so far (before it is committed)."""
+        files = self.files.get(table) or []
+        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else pd.DataFrame()
+
     def commit(self, path: Path) -> None:
         wh.write_partition_files(self.run_id, self.metric, self.files, stage=self.stage, path=path)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -240,6 +246,11 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
                 role = "sut" if stage == "sampling" else "judge"
                 asyncio.run(check_endpoint(spec.sut if role == "sut" else spec.judge, role))
             _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.judge(ctx), staged)
+            if stage == "judging" and spec.judge_audit is not None:  # a second judge for a sample
+                from .judge_audit import audit
+
+                judged = OverlayReader(ctx.reader, {"judgements": staged.frame("judgements")})
+                staged.add({"judge_audits": asyncio.run(audit(replace(ctx, reader=judged), plugin))})
             for frame in journal.frames(run_id, metric, stage):
                 staged.add({"llm_calls": frame})
             if stage == "judging" and (note := builtin_judge_note(spec, plugin)):
@@ -345,6 +356,8 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
                 e["synthesis_calls"] = n
                 e["sut_calls"] += n
                 e["judge_calls"] += 2 * n
+            if spec.judge_audit is not None:  # the audit judge asks a share of the judgements again
+                e["judge_calls"] += int(e["judge_calls"] * spec.judge_audit.share + 0.999)
             e["sut_prompt_tokens"] = e.pop("sut_prompt_chars") // 4
             e["sut_completion_tokens"] = e["sut_calls"] * sut_answer
             e["judge_prompt_tokens"] = e["judge_calls"] * (JUDGE_PROMPT_TOKENS + 2 * sut_answer)

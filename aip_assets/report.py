@@ -54,7 +54,7 @@ SCOPES: dict[str, dict[str, Any]] = {
                 "title": "Answers without a decision by axis value (refusals, no configured label, empty; whisker: "
                          "Wilson 95% interval)"},
 }
-NOT_CHARTED = {"overall", "axis_mean"}  # the headline; a single number shown beside it
+NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position"}  # the headline; single numbers beside it
 
 COUNT_LABELS = {
     "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
@@ -67,7 +67,9 @@ COUNT_LABELS = {
 }
 
 RATE_LABELS = {"llm.decision_flip": "flip rate"}
-EXTRA_SCOPE_LABELS = {"axis_mean": "mean axis flip rate"}  # the same words as the overall row's detail
+EXTRA_SCOPE_LABELS = {"axis_mean": "mean axis flip rate",  # the same words as the overall row's detail
+                      "judge_audit": "judge agreement with the audit judge",
+                      "judge_position": "judge position bias (difference between orders)"}
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #222;
@@ -529,6 +531,8 @@ def _facts(metric: str, o: dict[str, Any], extra_scopes: list[dict[str, Any]]) -
         lab = EXTRA_SCOPE_LABELS.get(r["scope"], f'{r["scope"]} ({r["group_key"]})')
         if r.get("rate") is not None:
             add(lab, _num(r["rate"], **b, data_field="rate"))
+            if r["scope"] == "judge_audit" and r.get("raw_score") is not None:
+                add("Cohen's kappa", _num(r["raw_score"], **b, data_field="raw_score"))
         elif r.get("score") is not None:
             add(lab, _num(r["score"], **b, data_field="score"))
 

@@ -162,6 +162,14 @@ class Limits(BaseModel):
     max_tokens: int | None = Field(None, ge=1, description="prompt + completion tokens, all roles")
 
 
+class JudgeAudit(BaseModel):
+    """A second judge for a sample of the judgements: how often do two judges agree?"""
+
+    model_config = ConfigDict(extra="forbid")
+    judge: Connection = Field(..., description="the auditing judge, another model than the run's judge")
+    share: float = Field(0.2, gt=0.0, le=1.0, description="share of the judgements asked again (seeded per judgement)")
+
+
 class MetricEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     config: dict[str, Any] = Field(default_factory=dict)
@@ -195,6 +203,11 @@ class RunSpec(BaseModel):
                                     "of failed SUT answers or judge verdicts")
     batch_rows: int = Field(5000, ge=1, le=100_000, description="rows per streamed batch; memory is bounded by it")
     retry_backoff_seconds: float = Field(0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors")
+    judge_audit: JudgeAudit | None = Field(None, description="a second judge for a sample of the judgements: "
+                                           "agreement and Cohen's kappa per metric")
+    max_position_bias: float = Field(0.1, ge=0.0, le=1.0, description="the judge_position_bias check fails when the "
+                                     "judge's verdicts differ by more than this between the two orders it was shown "
+                                     "(and significantly)")
     min_coverage: float = Field(0.9, ge=0.0, le=1.0, description="the gate fails when a metric judged less than this "
                                 "share of what it planned (excluded: failed or empty answers, unreadable decisions, "
                                 "judges that never answered in form)")

@@ -99,3 +99,8 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     total = sum(math.exp(lp) for lp in (logp(x) for x in range(max(0, k - n2), min(k, n1) + 1))
                 if lp <= observed + 1e-9)
     return min(1.0, total)
+
+
+def third(score: float) -> str:
+    """A 0-1 score as a category for agreement between judges: low [0, 1/3), mid, high [2/3, 1]."""
+    return "low" if score < 1 / 3 else ("mid" if score < 2 / 3 else "high")

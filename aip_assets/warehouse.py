@@ -68,6 +68,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"), ("reasks", "INTEGER"),
         ("network_retries", "INTEGER"), ("rate_limit_waits", "INTEGER"),
     ],
+    "judge_audits": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("pair_id", "VARCHAR"),
+        ("input_id", "VARCHAR"), ("axis", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"),
+        ("primary_label", "VARCHAR"), ("audit_label", "VARCHAR"), ("agree", "BOOLEAN"), ("raw_output", "VARCHAR"),
+        ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"),
+    ],
     "row_scores": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("input_id", "VARCHAR"), ("raw_score", "DOUBLE"),
         ("score", "DOUBLE"), ("label", "VARCHAR"), ("n_judged", "INTEGER"), ("n_failed", "INTEGER"),

@@ -341,3 +341,23 @@ def test_order_is_randomised_and_verdicts_map_back_to_personas(tmp_path):
         assert first_ok and second_bad, r
     pb = wh.query("SELECT * FROM v_position_bias WHERE run_id = 'pos'", read_only=False)
     assert set(pb.order_swapped) == {True, False}
+
+
+def test_judge_audit_compares_decision_labels(tmp_path):
+    """The audit judge re-reads a sample of pairs: a judge that misreads the second answer
+    disagrees on exactly the audited pairs it turns into flips; the confusion says so."""
+    ds = write_dataset(tmp_path / "d.jsonl", 12)
+    spec = make_spec(ds, sut={"provider": "builtin", "profile": {"name": "flip", "value": "woman", "p": 0.5}},
+                     config={"dimensions": ["gender"]},
+                     judge_audit={"judge": {"provider": "builtin", "profile": {"judge_position_bias": 1.0}}, "share": 1.0})
+    run_all(spec, "aud")
+    a = table("judge_audits", "aud", "judgement_id")
+    j = table("judgements", "aud", "judgement_id").set_index("judgement_id")
+    assert len(a) == (j.status.isin(["ok", "no_decision"])).sum() and (a.status == "ok").all()
+    assert (a.primary_label == j.loc[a.judgement_id].label.values).all()
+    assert set(a.audit_label) <= {"flip", "incidental_difference", "same_decision", "no_decision"}
+    # the biased auditor misreads the second answer: where the run's judge saw the same decision, it sees a flip
+    same = a[a.primary_label == "same_decision"]
+    assert len(same) > 0 and (same.audit_label == "flip").all() and not same.agree.any()
+    s = table("metric_scores", "aud", "scope").set_index("scope").loc["judge_audit"]
+    assert s.rate == pytest.approx(a.agree.mean()) and s.raw_score < 0.5

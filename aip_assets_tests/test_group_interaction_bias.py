@@ -160,3 +160,33 @@ def test_order_is_randomised_and_less_helpful_maps_back_to_the_persona(tmp_path)
     assert len(eff) == 80 and 0.3 < eff.order_swapped.mean() < 0.7
     blamed = eff.parsed.map(lambda p: json.loads(p)["less_helpful_persona"])
     assert (blamed == eff.value_a.where(eff.order_swapped, eff.value_b)).all()
+
+
+def test_judge_audit_and_position_bias(tmp_path):
+    """A second judge for half of the judgements: the same builtin judge agrees fully (kappa 1);
+    one biased to the first answer disagrees on effort. The run's own position-biased judge fails
+    the judge_position_bias measure; a fair one passes it."""
+    ds = write_dataset(tmp_path / "d.jsonl", 16)
+    same = gib_spec(ds, sut={"provider": "builtin", "profile": TERSE}, judge_audit={"judge": {"provider": "builtin"}, "share": 0.5})
+    run_gib(same, "same")
+    s = table("metric_scores", "same", "scope").set_index("scope")
+    a = s.loc["judge_audit"]
+    audits = table("judge_audits", "same", "judgement_id")
+    assert 0.3 * 192 < len(audits) < 0.7 * 192 and (audits.status == "ok").all()
+    assert a.rate == 1.0 and a.raw_score == 1.0 and a.n == len(audits)
+    calls = table("llm_calls", "same", "created_at")
+    assert 0 < (calls.role == "audit").sum() <= len(audits)  # identical audit prompts are asked once
+    p = s.loc["judge_position"]
+    assert bool(p.passed) and json.loads(p.details)["n_in_order"] > 0
+    biased = gib_spec(ds, sut={"provider": "builtin", "profile": TERSE}, judge_audit={
+        "judge": {"provider": "builtin", "profile": {"judge_position_bias": 1.0}}, "share": 0.5})
+    run_gib(biased, "audited-by-biased")
+    a = table("metric_scores", "audited-by-biased", "scope").set_index("scope").loc["judge_audit"]
+    d = json.loads(a.details)
+    assert a.rate < 1.0 and a.raw_score < 1.0 and d["audit_failed"] == 0
+    assert all(k.startswith("effort:") for k, n in d["confusion (run judge / audit judge)"].items()
+               if k.split(" / ")[0] != k.split(" / ")[1])  # they disagree on effort only
+    run_gib(gib_spec(ds, judge={"provider": "builtin", "profile": {"judge_position_bias": 1.0}}), "biased-judge")
+    p = table("metric_scores", "biased-judge", "scope").set_index("scope").loc["judge_position"]
+    d = json.loads(p.details)
+    assert not p.passed and d["rate_shown_swapped"] == 1.0 and d["rate_shown_in_order"] == 0.0

@@ -35,7 +35,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     assert res.success  # failed checks do not fail the materialisation; they are shown beside it
     c = _checks(res)
     assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "threshold", "coverage",
-                      "differential_refusal"}
+                      "differential_refusal", "judge_position_bias"}
     assert c["dataset_quality"].passed and c["dataset_quality"].metadata["rows"].value == 8
     # failed SUT answers above max_failed_share fail at ERROR, like the run's gate
     assert not c["sut_completeness"].passed and c["sut_completeness"].severity == AssetCheckSeverity.ERROR

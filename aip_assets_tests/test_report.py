@@ -30,7 +30,7 @@ METRICS = {
     "llm.safety_consistency": {"responses_per_query": 2, "dpi_ratio": 0.5},
     "llm.perturbation_robustness": {"perturbation_types": ["typos", "casing", "filler"]},
 }
-NOT_CHARTED = {"overall", "axis_mean"}
+NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position"}  # shown as numbers beside the headline
 CHART_FIELD = {"axis": "rate", "refusal": "rate", "judge": "raw_score", "label": "n"}  # else score
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
 

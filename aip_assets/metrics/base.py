@@ -143,6 +143,25 @@ class FrameReader:
         return list(df.sort_values("row_index")["input_id"]) if "row_index" in df else list(df["input_id"])
 
 
+class OverlayReader:
+    """A reader with some tables replaced (a stage's own output, before it is committed)."""
+
+    def __init__(self, base: Any, tables: dict[str, pd.DataFrame]):
+        self.base, self.frames = base, FrameReader(tables)
+
+    def read(self, table: str, ids: list[str] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+        return (self.frames if table in self.frames.tables else self.base).read(table, ids, columns)
+
+    def count(self, table: str) -> int:
+        return (self.frames if table in self.frames.tables else self.base).count(table)
+
+    def status_counts(self, table: str) -> dict[str, int]:
+        return (self.frames if table in self.frames.tables else self.base).status_counts(table)
+
+    def input_ids(self) -> list[str]:
+        return self.base.input_ids()
+
+
 @dataclass
 class StageContext:
     """What a metric's stage sees: the run, its config, the journal and this partition's tables.
@@ -184,7 +203,9 @@ class StageContext:
     def client(self, role: str, stage: str, concurrency: int) -> ModelClient:
         from ..models.client import Budget
 
-        conn: Connection = {"sut": self.spec.sut, "judge": self.spec.judge}.get(role) or self.spec.synthesis_connection()
+        audit = self.spec.judge_audit.judge if self.spec.judge_audit else None
+        conn: Connection = ({"sut": self.spec.sut, "judge": self.spec.judge, "audit": audit}.get(role)
+                            or self.spec.synthesis_connection())
         lim = self.spec.limits
         budget = Budget(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
         return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
@@ -428,10 +449,12 @@ class Metric:
     def run_aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         """``aggregate`` with the gate applied to its run score (one engine for every metric)."""
         from ..gate import finish_scores
+        from ..judge_audit import audit_scores, position_scores
 
         for tables in self.aggregate(ctx):
             if "metric_scores" in tables:
-                tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"])}
+                judges = audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, self)
+                tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
             yield tables
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
@@ -447,6 +470,21 @@ class Metric:
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         """Headline numbers for the CLI and Dagster metadata from this partition's metric_scores."""
         raise NotImplementedError
+
+    # ---- judge validation (judge_audit.py): which verdict a judgement holds, as a category
+    def audit_model(self, judgement: dict[str, Any]) -> type[BaseModel] | None:
+        """The verdict model a second judge answers for this judgement (None: not audited)."""
+        return None
+
+    def audit_category(self, ctx: "StageContext", judgement: dict[str, Any], verdict: BaseModel | None) -> str:
+        """The verdict as a category to compare two judges by: from ``verdict`` (the auditor's)
+        or, when None, from the stored judgement (the run's judge)."""
+        raise NotImplementedError
+
+    # position bias: for judgements shown in a seeded random order, the verdict whose rate should
+    # not depend on the order (None: this metric shows its answers in a fixed order)
+    def position_outcome(self, judgement: dict[str, Any], pair: dict[str, Any]) -> bool | None:
+        return None
 
     def format_summary(self, summary: dict[str, Any]) -> list[str]:
         """The summary as indented text lines for the terminal and the Dagster UI."""

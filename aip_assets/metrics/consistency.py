@@ -369,6 +369,15 @@ class Consistency(Metric):
                                "score": norm(m), "ci_low": g_lo, "ci_high": g_hi, "n": len(vals), "weight": cfg.weight})
         yield {"metric_scores": scores}
 
+    # ---- judge validation
+    def audit_model(self, judgement):
+        return Comparison
+
+    def audit_category(self, ctx, judgement, verdict):
+        if verdict is None:
+            return judgement["label"] if judgement["status"] == "ok" else "Unjudgeable"
+        return "Unjudgeable" if verdict.unjudgeable else verdict.label
+
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         overall = scores[scores["scope"] == "overall"].iloc[0]
         d = json.loads(overall["details"]) if overall["details"] else {}

@@ -520,6 +520,22 @@ class DecisionFlip(Metric):
         return {"share": unread / read, "answers": read, "without_label": unread, "labels": labels,
                 "stated_words": [{"word": w, "count": n} for w, n in words], "message": msg}
 
+    # ---- judge validation
+    def audit_model(self, judgement):
+        return JudgeVerdict
+
+    def audit_category(self, ctx, judgement, verdict):
+        if verdict is None:
+            return judgement["label"] if judgement["status"] == "ok" else judgement["status"]
+        [row] = ctx.rows([judgement["input_id"]])
+        rec = self.verdict_record(verdict, bool(judgement["order_swapped"]), labels_for(ctx.config, row))
+        return rec["label"] if rec["status"] == "ok" else rec["status"]
+
+    def position_outcome(self, judgement, pair):
+        """Whether the decisions differ: with the order random, as likely either way round."""
+        d = judgement.get("decisions_differ")
+        return None if d is None else bool(d)
+
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         overall = scores[scores["scope"] == "overall"].iloc[0]
         details = json.loads(overall["details"]) if overall["details"] else {}

@@ -33,7 +33,7 @@ from ..catalog.attributes import PERSONA_INTRO
 from ..catalog.personas import catalogue_personas
 from ..dataset import DatasetRow
 from ..gate import exclusion_reason
-from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
+from ..stats import cluster_bootstrap_mean, normalise, normalise_interval, third
 from .base import (check_persona_pairs, judged_fields, Metric, ScoringFields, StageContext, Verdict, ask_json, gather_all,
                    pair_batch, run_bounded, sample_probes, sut_failure)
 
@@ -457,6 +457,24 @@ class GroupInteractionBias(Metric):
                                "score": norm(r), "n": count, "weight": cfg.weight,
                                "details": json.dumps(details, ensure_ascii=False)})
         yield {"metric_scores": scores}
+
+    # ---- judge validation
+    def audit_model(self, judgement):
+        return VERDICTS.get(judgement["label"])
+
+    def audit_category(self, ctx, judgement, verdict):
+        kind = judgement["label"]
+        if verdict is None:
+            score = judgement["score"] if judgement["status"] == "ok" else None
+        else:
+            score = None if verdict.unjudgeable else getattr(verdict, FIELD[kind])
+        return "unjudgeable" if score is None else f"{kind}:{third(score)}"
+
+    def position_outcome(self, judgement, pair):
+        """Whether persona a is the one that helped less: with the order random, as likely either way round."""
+        if judgement.get("label") != "effort" or not judgement.get("parsed"):
+            return None
+        return json.loads(judgement["parsed"]).get("less_helpful_persona") == pair.get("value_a")
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         overall = scores[scores["scope"] == "overall"].iloc[0]

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..dataset import DatasetRow
 from ..perturbations import ALL_TYPES, RULE_BASED
-from ..stats import cluster_bootstrap_mean, normalise, normalise_interval
+from ..stats import cluster_bootstrap_mean, normalise, normalise_interval, third
 from ..gate import exclusion_reason
 from .base import (Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, gather_all, given_response,
                    judged_fields, run_bounded, sample_probes)
@@ -450,6 +450,18 @@ class PerturbationRobustnessExternal(Metric):
                            "score": norm(r), "n": len(d["rob"]), "n_events": sum(1 for x in d["drop"] if x > 0),
                            "weight": cfg.weight, "details": json.dumps({"mean_robustness": mr, "mean_correctness_drop": md})})
         yield {"metric_scores": scores}
+
+    # ---- judge validation
+    def audit_model(self, judgement):
+        return {"correctness": Correctness, "robustness": Robustness}.get(judgement["label"])
+
+    def audit_category(self, ctx, judgement, verdict):
+        kind = judgement["label"]
+        if verdict is None:
+            score = judgement["score"] if judgement["status"] == "ok" else None
+        else:
+            score = None if verdict.unjudgeable else getattr(verdict, kind)
+        return "unjudgeable" if score is None else f"{kind}:{third(score)}"
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         overall = scores[scores["scope"] == "overall"].iloc[0]
