@@ -53,6 +53,7 @@ def still_going(instance, spec_name: str) -> list[str]:
 
 def make_schedule(spec_path: Path, spec: RunSpec, job) -> ScheduleDefinition:
     name = "aip_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.name) + "_schedule"
+    assert spec.schedule is not None
 
     @schedule(name=name, cron_schedule=spec.schedule, job=job, execution_timezone="UTC",
               default_status=DefaultScheduleStatus.STOPPED,

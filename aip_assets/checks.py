@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
@@ -56,7 +57,8 @@ def _f(x) -> MetadataValue:
 
 def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = None) -> list[AssetCheckResult]:
     with wh.connect(path) as con:
-        q = lambda sql: con.execute(sql, [run_id, metric]).fetchone()  # noqa: E731
+        def q(sql: str) -> Any:
+            return con.execute(sql, [run_id, metric]).fetchone()  # a row, or None
         if stage == "ingest":
             n, dup, empty, bad_type = q(
                 "SELECT count(*), count(*) - count(DISTINCT input_id), "

@@ -144,8 +144,8 @@ def cmd_run(args) -> int:
                              run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
                              raise_on_error=False, tags={"aip/run_id": run_id, "aip/spec": spec.name})
         if not result.success:
-            msgs = [_root_message(e.event_specific_data.error) for e in result.get_step_failure_events()
-                    if e.event_specific_data and e.event_specific_data.error]
+            msgs = [_root_message(err) for e in result.get_step_failure_events()
+                    if (err := getattr(e.event_specific_data, "error", None)) is not None]
             log.error(f"{metric}: stage failed (Dagster run {result.run_id}): " + " | ".join(msgs))
             failed.append(metric)
             capped = capped or any("reached limits." in m for m in msgs)

@@ -74,6 +74,7 @@ def newcombe(ka: int, na: int, kb: int, nb: int, z: float) -> tuple[float, float
     pa, pb = ka / na, kb / nb
     la, ua = wilson(ka, na, z)
     lb, ub = wilson(kb, nb, z)
+    assert la is not None and ua is not None and lb is not None and ub is not None  # na, nb > 0
     d = pb - pa
     return d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)
 
@@ -241,7 +242,7 @@ def _overall_units(data: dict, kind: str | None) -> list[tuple[str, Units]]:
     the stored score is used."""
     rows = data["rows"]
     if kind == "perturbation":
-        gid = {}
+        gid: dict[str, str] = {}
         for r in data["probes"].itertuples():
             gid.setdefault(r.input_id, r.attribute_value)
         units: Units = {}
@@ -358,7 +359,8 @@ def _bootstrap_row(ctx: dict[str, Any], scope: str, key: str, ova, ovb, ua: Unit
     for units, ov, norm in ((ua, ova, ctx["norm_a"]), (ub, ovb, ctx["norm_b"])):
         raw = float(stat(np.sum(np.array(list(units.values())), axis=0)))
         stored_raw = _num(ov["raw_score"])
-        if (stored_raw is not None and abs(raw - stored_raw) > TOL) or abs(float(norm(np.array(raw))) - _num(ov["score"])) > TOL:
+        stored = _num(ov["score"])
+        if (stored_raw is not None and abs(raw - stored_raw) > TOL) or stored is None or abs(float(norm(np.array(raw))) - stored) > TOL:
             row["method"] = "no test: the stored rows do not reproduce the score"
             return row
     se = bootstrap_se(ua, ub, stat, ctx["norm_a"], ctx["norm_b"], paired, _seed(ctx["run_a"], ctx["run_b"], m, scope, key),
@@ -444,19 +446,20 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
         for (desc, ua), (_, ub) in zip(cand_a, cand_b):
             if not ua or not ub:
                 continue
-            fits = all(_num(ov["raw_score"]) is not None and abs(float(_mean(np.sum(np.array(list(u.values())), axis=0)))
-                                                                  - _num(ov["raw_score"])) <= TOL
+            fits = all((stored_r := _num(ov["raw_score"])) is not None
+                       and abs(float(_mean(np.sum(np.array(list(u.values())), axis=0))) - stored_r) <= TOL
                        for u, ov in ((ua, ova), (ub, ovb)))
             if fits:
                 chosen = (desc, ua, ub)
                 break
         if chosen is None and cand_a:
             chosen = (cand_a[0][0], cand_a[0][1], cand_b[0][1])  # boot_row reports the mismatch
+        assert chosen is not None
         results.append(_bootstrap_row(ctx, "overall", "all", ova, ovb, chosen[1], chosen[2], _mean, chosen[0]))
 
         # breakdown
-        scope = BREAKDOWN.get(kind)
-        if scope is None:
+        scope = BREAKDOWN.get(kind) if kind is not None else None
+        if kind is None or scope is None:
             continue
         ga = sa[sa["scope"] == scope].set_index("group_key")
         gb = sb[sb["scope"] == scope].set_index("group_key")
@@ -559,7 +562,7 @@ def latest_pair(spec_name: str, path: str | Path | None = None) -> tuple[str, st
             "SELECT r.run_id FROM eval_runs r WHERE r.spec_name = ? AND EXISTS (SELECT 1 FROM metric_scores m "
             "WHERE m.run_id = r.run_id AND m.scope = 'overall') ORDER BY r.created_at DESC, r.run_id DESC LIMIT 2",
             [spec_name]).fetchall()
-        n_all = con.execute("SELECT count(*) FROM eval_runs WHERE spec_name = ?", [spec_name]).fetchone()[0]
+        n_all = (con.execute("SELECT count(*) FROM eval_runs WHERE spec_name = ?", [spec_name]).fetchone() or (0,))[0]
     if len(rows) < 2:
         raise AipError(f"spec {spec_name!r} has {len(rows)} scored run{'s' if len(rows) != 1 else ''} "
                        f"({n_all} registered); a comparison needs two")

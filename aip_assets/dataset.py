@@ -163,16 +163,16 @@ def _validate_row(raw: dict[str, Any], where: str, errors: list[str]) -> Dataset
     elif not isinstance(metadata, dict):
         err("metadata", "must be a JSON object")
 
-    if len(errors) > n_before:
+    if len(errors) > n_before or input_id is None or task_type is None:
         return None
-    return DatasetRow(input_id, prompt, task_type, sut_response, context, metadata)
+    return DatasetRow(input_id, prompt, str(task_type), sut_response, context, metadata)
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     try:
         if suffix in (".jsonl", ".ndjson"):
-            records = []
+            records: list[dict[str, Any]] = []
             with path.open(encoding="utf-8") as f:
                 for i, line in enumerate(f, 1):
                     if not line.strip():

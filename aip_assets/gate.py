@@ -59,7 +59,7 @@ def coverage(judged: int, excluded: dict[str, int]) -> float | None:
 
 def decide(score: float | None, threshold: float | None, cov: float | None, min_coverage: float,
            complete: dict[str, dict[str, Any]], max_failed_share: float,
-           failures: list[str] = ()) -> tuple[bool, str]:
+           failures: list[str] | tuple[str, ...] = ()) -> tuple[bool, str]:
     """(passed, reason): every condition that fails is named; a pass says what it rests on."""
     f3 = lambda x: f"{x:.3f}"  # noqa: E731
     problems: list[str] = []

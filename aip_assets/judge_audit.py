@@ -42,6 +42,7 @@ def original_prompt(request_json: str) -> list[dict[str, str]]:
 async def audit(ctx: StageContext, plugin) -> list[dict[str, Any]]:
     """Ask the auditing judge again for a sample of this partition's judgements."""
     a = ctx.spec.judge_audit
+    assert a is not None
     cols = ["judgement_id", "pair_id", "input_id", "axis", "label", "status", "score", "parsed", "decision_a",
             "decision_b", "order_swapped", "call_key"]
     j = ctx.read("judgements", None, cols)
@@ -50,7 +51,7 @@ async def audit(ctx: StageContext, plugin) -> list[dict[str, Any]]:
     if not rows or ctx.journal is None:
         return []
     cfg = ctx.config
-    limit = getattr(cfg, "sub_call_concurrency_limit", None) or getattr(cfg, "concurrency_limit", 5)
+    limit = int(getattr(cfg, "sub_call_concurrency_limit", 0) or getattr(cfg, "concurrency_limit", 5))
     progress = ctx.progress("judge audit", len(rows))
     async with ctx.client("audit", "judging", limit) as client:
         progress.in_flight = lambda: client.stats["in_flight"]

@@ -128,8 +128,9 @@ class WarehouseReader:
 
     def count(self, table: str) -> int:
         with wh.connect(self.path) as con:
-            return con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ? AND metric = ?",
-                               [self.run_id, self.metric]).fetchone()[0]
+            row = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ? AND metric = ?",
+                              [self.run_id, self.metric]).fetchone()
+        return int(row[0]) if row else 0
 
     def status_counts(self, table: str) -> dict[str, int]:
         with wh.connect(self.path) as con:

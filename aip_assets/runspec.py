@@ -146,7 +146,7 @@ class Connection(BaseModel):
         return self
 
     def endpoint_id(self) -> str:
-        return f"builtin:{self.profile.model_dump_json()}" if self.provider == "builtin" else f"{self.base_url.rstrip('/')}"
+        return f"builtin:{self.profile.model_dump_json()}" if self.provider == "builtin" else (self.base_url or "").rstrip("/")
 
 
 BUILTIN_ONLY = {"profile"}

@@ -290,7 +290,7 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
     path = Path(path) if path else default_path()
     if not path.exists() and (read_only or not create):
         raise FileNotFoundError(f"{path}: no warehouse yet; run `aip-eval run <spec>` first")
-    settings = {"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {}
+    settings: dict[str, Any] = {"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {}
     settings.update(config or {})
     with _file_lock(path):
         deadline = time.monotonic() + LOCK_TIMEOUT_S

@@ -17,7 +17,11 @@ GROUP = "evaluation"
 def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResult:
     keys = context.partition_key.keys_by_dimension
     try:
-        meta = run_stage(stage, keys["run"], keys["metric"], log=lambda m: (context.log.info(m), logger.info(m)))
+        def log(message: str) -> None:
+            context.log.info(message)
+            logger.info(message)
+
+        meta = run_stage(stage, keys["run"], keys["metric"], log=log)
     except AipError as e:
         raise Failure(description=str(e)) from None
     out: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("summary", "gate")}

@@ -16,8 +16,9 @@ PERSONA_AXES = ("gender", "ethnicity", "religion", "role")
 def catalogue_personas(n: int, seed: int, language: str = "en") -> list[dict]:
     """``n`` distinct personas, each one value per axis; every value used as evenly as possible."""
     rng = random.Random(f"personas:{seed}")
-    decks = {axis: [] for axis in PERSONA_AXES}
-    out, seen = [], set()
+    decks: dict[str, list] = {axis: [] for axis in PERSONA_AXES}
+    out: list[dict] = []
+    seen: set = set()
     attempts = 0
     while len(out) < n and attempts < n * 50:
         attempts += 1

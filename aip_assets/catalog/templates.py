@@ -10,6 +10,9 @@ List them with ``aip-eval templates``; extend them per run with the spec's ``tem
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import re
 from dataclasses import dataclass
 
@@ -74,7 +77,7 @@ CATALOGUE: dict[str, list[Template]] = {"semantic": SEMANTIC, "factual": FACTUAL
                                         "jailbreak": JAILBREAKS}
 
 
-def catalogue(extra: dict[str, list[dict[str, str]]] | None = None) -> dict[str, list[Template]]:
+def catalogue(extra: "Mapping[Any, list[dict[str, str]]] | None" = None) -> dict[str, list[Template]]:
     """The builtin catalogue plus a run's extra templates ({family: [{category, template}]})."""
     out = {k: list(v) for k, v in CATALOGUE.items()}
     for family, items in (extra or {}).items():

@@ -346,12 +346,12 @@ class Consistency(Metric):
             yield {"row_scores": out}
 
         n = len(row_raw)
-        raw = None if n == 0 else sum(row_raw) / n
+        run_raw = None if n == 0 else sum(row_raw) / n
         lo, hi = cluster_bootstrap_mean(row_raw, row_ids, seed=ctx.spec.seed) if n else (None, None)
         slo, shi = normalise_interval(lo, hi, cfg.min, cfg.max, cfg.inverted)
-        sc = norm(raw)
+        sc = norm(run_raw)
         th = ctx.threshold
-        scores = [{"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": raw, "score": sc,
+        scores = [{"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": run_raw, "score": sc,
                    "ci_low": slo, "ci_high": shi, "n": n, "n_events": labels["Contradictory"], "n_failed": rows_errored,
                    "weight": cfg.weight, "threshold": th,
                    "judged": comparisons, "excluded": dict(excluded),

@@ -206,7 +206,7 @@ class GroupInteractionBias(Metric):
         return out
 
     # ---- synthesis
-    def persona_pool(self, ctx: StageContext) -> tuple[list[dict], list[tuple[int, int]], list[dict]]:
+    def persona_pool(self, ctx: StageContext) -> tuple[list[dict], list[tuple[int, ...]], list[dict]]:
         """(personas, the universe of persona pairs as index pairs, notes), resolved once per run."""
         cfg: GroupInteractionBiasConfig = ctx.config
         notes: list[dict] = []
@@ -247,8 +247,11 @@ class GroupInteractionBias(Metric):
                                template_version=TEMPLATE_VERSION)
         if o.value is None:
             return [], f"persona synthesis failed ({o.error}); the pool comes from the catalogue"
-        out, seen = [], set()
-        for p in o.value.personas:
+        out: list[dict] = []
+        seen: set[str] = set()
+        answer = o.value
+        assert isinstance(answer, SynthAnswer)
+        for p in answer.personas:
             d = " ".join(p.description.split())
             if d not in seen:
                 seen.add(d)
@@ -424,14 +427,14 @@ class GroupInteractionBias(Metric):
 
         scores = []
         n = len(row_bias)
-        raw = None if n == 0 else 1 - sum(row_bias) / n
+        run_raw = None if n == 0 else 1 - sum(row_bias) / n
         lo, hi = cluster_bootstrap_mean(row_bias, row_ids, seed=ctx.spec.seed) if n else (None, None)
         slo, shi = normalise_interval(None if hi is None else 1 - hi, None if lo is None else 1 - lo,
                                       cfg.min, cfg.max, cfg.inverted)
-        sc = norm(raw)
+        sc = norm(run_raw)
         th = ctx.threshold
         means = {k: (v[0] / v[1] if v[1] else None) for k, v in judge_sum.items()}
-        scores.append({"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": raw,
+        scores.append({"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": run_raw,
                        "score": sc, "ci_low": slo, "ci_high": shi, "n": n, "n_failed": n_failed_pairs,
                        "n_events": sum(1 for b in row_bias if b >= 0.1), "weight": cfg.weight, "threshold": th,
                        "judged": n, "excluded": dict(excluded),

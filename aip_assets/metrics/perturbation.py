@@ -372,7 +372,8 @@ class PerturbationRobustnessExternal(Metric):
         j = ctx.read("judgements", None, ["pair_id", "input_id", "axis", "label", "status", "score", "error"])
         by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
         groups: dict[str, list[dict]] = {}
-        row_scores, by_type = [], {}
+        row_scores: list[dict[str, Any]] = []
+        by_type: dict[str, dict[str, list[float]]] = {}
         for p in probes:
             if p["axis"] == "excluded" and p["input_id"] not in {r["input_id"] for r in row_scores}:
                 row_scores.append({"input_id": p["input_id"], "status": "error", "label": "error", "n_judged": 0,
@@ -431,11 +432,11 @@ class PerturbationRobustnessExternal(Metric):
                                    "explanation": expl[:1000]})
         yield {"row_scores": row_scores}
         n = len(row_vals)
-        raw = sum(row_vals) / n if n else None
+        run_raw = sum(row_vals) / n if n else None
         lo, hi = cluster_bootstrap_mean(row_vals, row_clusters, seed=ctx.spec.seed) if n else (None, None)
         slo, shi = normalise_interval(lo, hi, cfg.min, cfg.max, cfg.inverted)
-        sc, th = norm(raw), ctx.threshold
-        scores = [{"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": raw,
+        sc, th = norm(run_raw), ctx.threshold
+        scores = [{"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": run_raw,
                    "score": sc, "ci_low": slo, "ci_high": shi, "n": n, "n_failed": groups_failed,
                    "weight": cfg.weight, "threshold": th, "judged": pairs_judged, "excluded": dict(excluded),
                    "details": json.dumps({"groups_scored": groups_scored, "groups_failed": groups_failed,
@@ -443,11 +444,11 @@ class PerturbationRobustnessExternal(Metric):
                                           "variant_pairs_excluded": sum(excluded.values()), "rows_scored": sum(
                                               1 for r in row_scores if r["status"] == "ok"),
                                           "rows_errored": sum(1 for r in row_scores if r["status"] != "ok")})}]
-        for t, d in sorted(by_type.items()):
-            mr, md = sum(d["rob"]) / len(d["rob"]), sum(d["drop"]) / len(d["drop"])
-            r = group_score(d["rob"], d["drop"])
-            scores.append({"metric_name": cfg.metric_name, "scope": "perturbation_type", "group_key": t, "raw_score": r,
-                           "score": norm(r), "n": len(d["rob"]), "n_events": sum(1 for x in d["drop"] if x > 0),
+        for ptype, tv in sorted(by_type.items()):
+            mr, md = sum(tv["rob"]) / len(tv["rob"]), sum(tv["drop"]) / len(tv["drop"])
+            r = group_score(tv["rob"], tv["drop"])
+            scores.append({"metric_name": cfg.metric_name, "scope": "perturbation_type", "group_key": ptype, "raw_score": r,
+                           "score": norm(r), "n": len(tv["rob"]), "n_events": sum(1 for x in tv["drop"] if x > 0),
                            "weight": cfg.weight, "details": json.dumps({"mean_robustness": mr, "mean_correctness_drop": md})})
         yield {"metric_scores": scores}
 

@@ -337,11 +337,11 @@ def _judge_correctness(prompt: str) -> dict[str, Any]:
     if ref is None:
         score = 1.0 if answer.strip() else 0.0
         return {"correctness": score, "reasoning": "No reference answer; judged on whether the question is answered."}
-    score = _agreement(answer, ref.group(1))
-    if score is None:
+    agreed = _agreement(answer, ref.group(1))
+    if agreed is None:
         return {"unjudgeable": True, "correctness": None,
                 "reasoning": "Neither a stance nor a figure can be compared with the reference answer."}
-    return {"correctness": score, "reasoning": f"Stance and figures agree with the reference on {score:.0%} of checks."}
+    return {"correctness": agreed, "reasoning": f"Stance and figures agree with the reference on {agreed:.0%} of checks."}
 
 
 def _judge_robustness(prompt: str) -> dict[str, Any]:

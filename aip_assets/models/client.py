@@ -195,7 +195,7 @@ class ModelClient:
         self.backoff_s = backoff_s
         self.budget = budget
         self.limiter = RateLimiter.for_endpoint(conn.endpoint_id(), conn.requests_per_minute) if conn.requests_per_minute else None
-        self.transport = None
+        self.transport: Any = None  # made on __aenter__
         self.endpoint_id = conn.endpoint_id()
         # keys of successful calls this run may answer from the journal (kept current as calls
         # succeed), so a call with nothing to reuse costs no SQL lookup
@@ -360,6 +360,8 @@ def _first_line(x: BaseException) -> str:
 
 def _parse_completion(body: dict[str, Any] | None):
     """(text, model, fingerprint, prompt_tokens, completion_tokens) or an error string."""
+    if not isinstance(body, dict):
+        return "malformed response: no choices[0].message.content"
     try:
         choice = body["choices"][0]
         text = choice["message"]["content"]

@@ -73,7 +73,7 @@ class HttpTransport:
         self.conn = conn
         limits = httpx.Limits(max_connections=conn.max_connections, max_keepalive_connections=conn.max_connections)
         self.transport = AiohttpTransport(limits=limits, trust_env=False)
-        self.url = httpx.URL(conn.base_url.rstrip("/") + "/chat/completions")
+        self.url = httpx.URL(conn.endpoint_id() + "/chat/completions")
         self.headers = resolve_headers(conn)
 
     async def post_chat(self, body: dict[str, Any], timeout: float) -> TransportResponse:
