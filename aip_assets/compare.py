@@ -48,7 +48,8 @@ import pandas as pd
 
 from . import warehouse as wh
 from .errors import AipError
-from .stats import holm, wilson  # noqa: F401 - holm is part of this module's API
+from . import scoring
+from .stats import holm, normalise_array, wilson  # noqa: F401 - holm is part of this module's API
 
 COLUMNS = ["metric", "scope", "group_key", "score_a", "score_b", "diff", "ci_low", "ci_high", "p_value",
            "p_adjusted", "significant", "n_a", "n_b", "method"]
@@ -115,31 +116,9 @@ def t_quantile(q: float, df: int) -> float:
 
 
 def _normaliser(cfg: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
-    """The metric's normalise() (stats.normalise), vectorised; NaN stays NaN."""
+    """The metric's normalisation (stats.normalise_array) with this run's config."""
     lo, hi, inv = float(cfg.get("min", 0.0)), float(cfg.get("max", 1.0)), bool(cfg.get("inverted", False))
-
-    def f(raw: np.ndarray) -> np.ndarray:
-        raw = np.asarray(raw, dtype=float)
-        x = np.where(raw >= hi, 1.0, 0.0) if hi == lo else np.clip((raw - lo) / (hi - lo), 0.0, 1.0)
-        x = np.where(np.isnan(raw), np.nan, x)
-        return 1.0 - x if inv else x
-    return f
-
-
-def _mean(s: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(s[..., 1] > 0, s[..., 0] / s[..., 1], np.nan)
-
-
-def _one_minus_mean(s: np.ndarray) -> np.ndarray:
-    return 1.0 - _mean(s)
-
-
-def _group_score(s: np.ndarray) -> np.ndarray:
-    """perturbation.group_score from sums (robustness, correctness drop, count)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        c = np.where(s[..., 2] > 0, s[..., 2], np.nan)
-        return 0.5 * s[..., 0] / c + 0.5 * np.clip(1 - s[..., 1] / c, 0.0, 1.0)
+    return lambda raw: normalise_array(raw, lo, hi, inv)
 
 
 Units = dict[str, np.ndarray]  # unit (input id or perturbation group) -> sufficient sums
@@ -194,119 +173,29 @@ def _df(con, sql: str, params: list) -> pd.DataFrame:
     return con.execute(sql, params).df()
 
 
-def _metric_kind(metric: str) -> str | None:
-    from .metrics import REGISTRY
-    from .metrics.consistency import Consistency
-    from .metrics.decision_flip import DecisionFlip
-    from .metrics.group_interaction_bias import GroupInteractionBias
-    from .metrics.perturbation import PerturbationRobustnessExternal
-
-    m = REGISTRY.get(metric)
-    for cls, kind in ((DecisionFlip, "decision_flip"), (GroupInteractionBias, "gib"), (Consistency, "consistency"),
-                      (PerturbationRobustnessExternal, "perturbation")):
-        if isinstance(m, cls):
-            return kind
-    return None
-
-
-BREAKDOWN = {"decision_flip": "axis", "gib": "attribute", "consistency": "category", "perturbation": "perturbation_type"}
-
-
-def _load(con, run_id: str, metric: str, kind: str | None) -> dict[str, Any]:
-    """What the tests need of one (run, metric) partition."""
+def _load(con, run_id: str, metric: str) -> dict[str, Any]:
+    """What the tests need of one (run, metric) partition: its scores, its input ids and the
+    units its scores were computed from (``score_units``)."""
     p = [run_id, metric]
-    out = {
+    return {
         "scores": _df(con, "SELECT * FROM metric_scores WHERE run_id = ? AND metric = ?", p),
-        "rows": _df(con, "SELECT input_id, raw_score, n_judged FROM row_scores WHERE run_id = ? AND metric = ? "
-                         "AND status = 'ok' AND raw_score IS NOT NULL", p),
         "ids": set(_df(con, "SELECT input_id FROM dataset_rows WHERE run_id = ? AND metric = ?", p)["input_id"]),
+        "units": scoring.stored_units(_df(con, "SELECT * FROM score_units WHERE run_id = ? AND metric = ?", p)),
     }
-    if kind == "gib":
-        out["judgements"] = _df(con, "SELECT pair_id, input_id, label, score FROM judgements "
-                                     "WHERE run_id = ? AND metric = ? AND status = 'ok'", p)
-        out["pairs"] = _df(con, "SELECT pair_id, input_id, value_a, value_b FROM probe_pairs WHERE run_id = ? AND metric = ?", p)
-        out["personas"] = _df(con, "SELECT persona_id, attributes FROM personas WHERE run_id = ? AND metric = ?", p)
-    elif kind == "consistency":
-        out["variants"] = _df(con, "SELECT input_id, category FROM probes WHERE run_id = ? AND metric = ? "
-                                   "AND axis = 'variant'", p)
-    elif kind == "perturbation":
-        out["probes"] = _df(con, "SELECT input_id, axis, category, attribute_value, template_id FROM probes "
-                                 "WHERE run_id = ? AND metric = ? AND axis <> 'excluded'", p)
-        out["judgements"] = _df(con, "SELECT pair_id, label, status, score FROM judgements WHERE run_id = ? AND metric = ?", p)
+
+
+def _clusters(units: pd.DataFrame, formula: scoring.Formula, scope: str | None = None) -> dict[str, Units]:
+    """{group key: {cluster: sufficient vector}} of the units (the overall score under key 'all')."""
+    if not len(units):
+        return {}
+    if scope is None:
+        t = scoring.cluster_table(units, formula)
+        return {"all": {str(c): v for c, v in zip(t.index, t.to_numpy())}}
+    out: dict[str, Units] = {}
+    for key, g in scoring.explode(units, scope).groupby("key", sort=False):
+        t = scoring.cluster_table(g, formula)
+        out[str(key)] = {str(c): v for c, v in zip(t.index, t.to_numpy())}
     return out
-
-
-# ------------------------------------------------------------------ units per score
-def _overall_units(data: dict, kind: str | None) -> list[tuple[str, Units]]:
-    """Candidate unit sets for the overall score, (description, units); the first that reproduces
-    the stored score is used."""
-    rows = data["rows"]
-    if kind == "perturbation":
-        gid: dict[str, str] = {}
-        for r in data["probes"].itertuples():
-            gid.setdefault(r.input_id, r.attribute_value)
-        units: Units = {}
-        for r in rows.itertuples():
-            g = gid.get(r.input_id)
-            if g is not None and g not in units:  # the group's score sits on each of its rows: count it once
-                units[g] = np.array([float(r.raw_score), 1.0])
-        return [("perturbation groups", units)]
-    weighted = {r.input_id: np.array([float(r.raw_score) * float(r.n_judged or 0), float(r.n_judged or 0)])
-                for r in rows.itertuples()}
-    flat = {r.input_id: np.array([float(r.raw_score), 1.0]) for r in rows.itertuples()}
-    if kind in ("decision_flip", "gib"):
-        return [("input_ids, weighted by judged pairs", weighted)]
-    if kind == "consistency":
-        return [("input_ids", flat)]
-    return [("input_ids, weighted by judged pairs", weighted), ("input_ids", flat)]
-
-
-def _group_units(data: dict, kind: str) -> dict[str, Units]:
-    """Breakdown group -> units (input id / perturbation group) -> sufficient sums."""
-    groups: dict[str, Units] = {}
-
-    def add(key: str, unit: str, vals: list[float]) -> None:
-        g = groups.setdefault(key, {})
-        g[unit] = g.get(unit, np.zeros(len(vals))) + np.array(vals)
-
-    if kind == "consistency":
-        cat = dict(zip(data["variants"]["input_id"], data["variants"]["category"]))
-        for r in data["rows"].itertuples():
-            add(cat.get(r.input_id) or "?", r.input_id, [float(r.raw_score), 1.0])
-    elif kind == "gib":
-        j = data["judgements"]
-        if len(j):
-            j = j.assign(term=np.where(j["label"] == "similarity", 1 - j["score"].astype(float), j["score"].astype(float)))
-            bias = j.drop_duplicates(["pair_id", "label"], keep="last").groupby("pair_id")["term"].mean().to_dict()
-        else:
-            bias = {}
-        attrs = {p: json.loads(a or "{}") for p, a in zip(data["personas"]["persona_id"], data["personas"]["attributes"])}
-        for r in data["pairs"].itertuples():
-            b = bias.get(r.pair_id)
-            if b is None:
-                continue
-            for pid in (r.value_a, r.value_b):
-                for axis, val in attrs.get(pid, {}).items():
-                    add(f"{axis}={val}", r.input_id, [b, 1.0])
-    elif kind == "perturbation":
-        j = data["judgements"]
-        by_pair: dict[str, dict[str, dict]] = {}
-        for r in j.to_dict("records"):
-            by_pair.setdefault(r["pair_id"], {})[r["label"]] = r  # last wins, as in aggregate()
-        base_ok: dict[str, float] = {}
-        for r in j.to_dict("records"):
-            if r["pair_id"].endswith("|base") and r["status"] == "ok":
-                base_ok.setdefault(r["pair_id"][:-5], float(r["score"]))
-        for p in data["probes"].to_dict("records"):
-            gid = p["attribute_value"]
-            if p["axis"] != "variant" or gid not in base_ok:
-                continue
-            vj = by_pair.get(f"{gid}|{p['template_id'] or p['input_id']}", {})
-            c, r = vj.get("correctness"), vj.get("robustness")
-            if not c or not r or c["status"] != "ok" or r["status"] != "ok":
-                continue
-            add(p["category"], gid, [float(r["score"]), base_ok[gid] - float(c["score"]), 1.0])
-    return groups
 
 
 # ------------------------------------------------------------------ the comparison
@@ -402,8 +291,7 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
             if m not in ma:
                 warnings.append(f"{m}: only in run B ({run_b}), not compared")
         for m in metrics:
-            kind = _metric_kind(m)
-            data[m] = (_load(con, run_a, m, kind), _load(con, run_b, m, kind))
+            data[m] = (_load(con, run_a, m), _load(con, run_b, m))
 
     if run_a == run_b:
         warnings.insert(0, f"run {run_a} is compared with itself")
@@ -414,9 +302,12 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
                         "scores come from different judges")
 
     results: list[dict[str, Any]] = []  # rows, with a deferred interval for tested ones
+    from .metrics import REGISTRY
+
     for m in metrics:
         da, db = data[m]
-        kind = _metric_kind(m)
+        plugin = REGISTRY[m]
+        formula = plugin.formula
         va, vb = ra["metric_versions"].get(m), rb["metric_versions"].get(m)
         if va != vb:
             warnings.append(f"{m}: metric version {va} in run A vs {vb} in run B: not the same measurement; "
@@ -439,48 +330,35 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
         ctx = {"run_a": run_a, "run_b": run_b, "metric": m, "norm_a": _normaliser(cfg_a), "norm_b": _normaliser(cfg_b),
                "paired": paired, "n_boot": n_boot}
 
-        # overall
+        # overall: the bootstrap of the score's own statistic over its clusters (scoring.py)
         ova, ovb = sa[sa["scope"] == "overall"].iloc[0], sb[sb["scope"] == "overall"].iloc[0]
-        cand_a, cand_b = _overall_units(da, kind), _overall_units(db, kind)
-        chosen = None
-        for (desc, ua), (_, ub) in zip(cand_a, cand_b):
-            if not ua or not ub:
-                continue
-            fits = all((stored_r := _num(ov["raw_score"])) is not None
-                       and abs(float(_mean(np.sum(np.array(list(u.values())), axis=0))) - stored_r) <= TOL
-                       for u, ov in ((ua, ova), (ub, ovb)))
-            if fits:
-                chosen = (desc, ua, ub)
-                break
-        if chosen is None and cand_a:
-            chosen = (cand_a[0][0], cand_a[0][1], cand_b[0][1])  # boot_row reports the mismatch
-        assert chosen is not None
-        results.append(_bootstrap_row(ctx, "overall", "all", ova, ovb, chosen[1], chosen[2], _mean, chosen[0]))
+        stat = scoring.statistic(formula)
+        ua, ub = _clusters(da["units"], formula).get("all", {}), _clusters(db["units"], formula).get("all", {})
+        results.append(_bootstrap_row(ctx, "overall", "all", ova, ovb, ua, ub, stat, formula.clusters))
 
         # breakdown
-        scope = BREAKDOWN.get(kind) if kind is not None else None
-        if kind is None or scope is None:
+        scope = plugin.compare_scope
+        if scope is None:
             continue
         ga = sa[sa["scope"] == scope].set_index("group_key")
         gb = sb[sb["scope"] == scope].set_index("group_key")
         keys = list(dict.fromkeys(list(ga.index) + list(gb.index)))
-        if kind != "decision_flip":
-            units_a, units_b = _group_units(da, kind), _group_units(db, kind)
-            stat = {"gib": _one_minus_mean, "consistency": _mean, "perturbation": _group_score}[kind]
-            unit_desc = ("perturbation groups" if kind == "perturbation" else
-                         "input_ids of the group's pairs" if kind == "gib" else "input_ids")
+        rate = formula.interval == "wilson"
+        if not rate:
+            units_a, units_b = _clusters(da["units"], formula, scope), _clusters(db["units"], formula, scope)
+            unit_desc = formula.clusters if formula.level == "rows" else f"{formula.clusters} of the group's units"
         for key in keys:
             if key not in ga.index or key not in gb.index:
                 side = "A" if key in ga.index else "B"
                 g = ga.loc[key] if side == "A" else gb.loc[key]
-                val = _num(g["rate"] if kind == "decision_flip" else g["score"])
+                val = _num(g["rate"] if rate else g["score"])
                 results.append({"metric": m, "scope": scope, "group_key": key,
                                 "score_a": val if side == "A" else None, "score_b": val if side == "B" else None,
                                 "n_a": _int(g["n"]) if side == "A" else None, "n_b": _int(g["n"]) if side == "B" else None,
                                 "diff": None, "method": f"no test: only in run {side}"})
                 continue
             a, b = ga.loc[key], gb.loc[key]
-            if kind == "decision_flip":
+            if rate:  # a rate of events (flips): two proportions
                 na, nb, ka, kb = _int(a["n"]) or 0, _int(b["n"]) or 0, _int(a["n_events"]) or 0, _int(b["n_events"]) or 0
                 row = {"metric": m, "scope": scope, "group_key": key, "score_a": ka / na if na else None,
                        "score_b": kb / nb if nb else None, "n_a": na, "n_b": nb}

@@ -345,18 +345,10 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
             for stage in ("ingest", "synthesis"):
                 run_stage(stage, "dry-run", metric, log=lambda m: None, path=path)
             plugin = get_metric(metric)
-            ctx = StageContext(run_id="dry-run", metric=metric, spec=offline, config=offline.metric_config(metric),
+            # the metric counts from the probes synthesised offline, with the run's real connections
+            ctx = StageContext(run_id="dry-run", metric=metric, spec=spec, config=spec.metric_config(metric),
                                journal=None, reader=WarehouseReader("dry-run", metric, path), batch_rows=spec.batch_rows)
             e = plugin.estimate(ctx)
-            cfg = spec.metric_config(metric)
-            llm = spec.synthesis_connection().provider != "builtin"
-            if metric == "llm.group_interaction_bias" and llm and not cfg.persona_pairs:
-                e["synthesis_calls"] = 1
-            if metric == "llm.perturbation_robustness" and llm and (not cfg.perturbation_types or "paraphrase" in cfg.perturbation_types):
-                n = len(ctx.input_ids()) * cfg.variants_per_type
-                e["synthesis_calls"] = n
-                e["sut_calls"] += n
-                e["judge_calls"] += 2 * n
             if spec.judge_audit is not None:  # the audit judge asks a share of the judgements again
                 e["judge_calls"] += int(e["judge_calls"] * spec.judge_audit.share + 0.999)
             e["sut_prompt_tokens"] = e.pop("sut_prompt_chars") // 4

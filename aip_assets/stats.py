@@ -21,46 +21,61 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
     return lo, hi
 
 
-def cluster_bootstrap_mean(values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000,
-                           seed: int = 0) -> tuple[float | None, float | None]:
-    """95% percentile interval of the mean, resampling whole clusters (input rows).
-
-    Vectorised (numpy), in chunks of resamples, so 100,000 clusters take seconds, not minutes."""
+def bootstrap(vectors, stat, seed: int = 0, n_boot: int = 2000) -> tuple[float | None, float | None]:
+    """95% percentile interval of ``stat`` of summed cluster vectors, resampling whole clusters
+    (each a row: its units' summed values and count). Vectorised (numpy) in chunks of resamples,
+    so 100,000 clusters take seconds, not minutes. The statistic is exactly the one the score
+    reports (a pooled mean weighs each cluster by its units; see ``scoring``)."""
     import numpy as np
 
-    if not values:
+    vectors = np.asarray(vectors, dtype=float)
+    g = len(vectors)
+    if g == 0:
         return None, None
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for v, c in zip(values, clusters):
-        sums[c] = sums.get(c, 0.0) + v
-        counts[c] = counts.get(c, 0) + 1
-    s = np.fromiter(sums.values(), dtype=float)
-    n = np.fromiter((counts[c] for c in sums), dtype=float)
-    g = len(s)
     if g == 1:
-        m = float(s[0] / n[0])
-        return m, m
+        v = float(stat(vectors[0]))
+        return (None, None) if math.isnan(v) else (v, v)
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_boot, 5_000_000 // g))
-    means = np.empty(n_boot)
+    out = np.empty(n_boot)
     for start in range(0, n_boot, chunk):
         k = min(chunk, n_boot - start)
         idx = rng.integers(0, g, size=(k, g))
-        means[start:start + k] = s[idx].sum(axis=1) / n[idx].sum(axis=1)
-    means.sort()
-    return float(means[int(0.025 * n_boot)]), float(means[min(n_boot - 1, int(0.975 * n_boot))])
+        out[start:start + k] = stat(vectors[idx].sum(axis=1))
+    out = np.sort(out[~np.isnan(out)])
+    if not len(out):
+        return None, None
+    return float(out[int(0.025 * len(out))]), float(out[min(len(out) - 1, int(0.975 * len(out)))])
+
+
+def cluster_bootstrap_mean(values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000,
+                           seed: int = 0) -> tuple[float | None, float | None]:
+    """95% percentile interval of the pooled mean of ``values``, resampling whole clusters (input
+    rows): :func:`bootstrap` of each cluster's (sum, count)."""
+    if not values:
+        return None, None
+    sums: dict[str, list[float]] = {}
+    for v, c in zip(values, clusters):
+        s = sums.setdefault(c, [0.0, 0.0])
+        s[0] += v
+        s[1] += 1
+    return bootstrap(list(sums.values()), lambda x: x[..., 0] / x[..., 1], seed=seed, n_boot=n_boot)
+
+
+def normalise_array(raw, lo: float, hi: float, inverted: bool):
+    """clip((raw - min) / (max - min), 0, 1), then 1 - x when inverted; vectorised (NaN stays NaN).
+    With min == max the normalised score is a step: 1 at or above it, else 0."""
+    import numpy as np
+
+    raw = np.asarray(raw, dtype=float)
+    x = np.where(raw >= hi, 1.0, 0.0) if hi == lo else np.clip((raw - lo) / (hi - lo), 0.0, 1.0)
+    x = np.where(np.isnan(raw), np.nan, x)
+    return 1.0 - x if inverted else x
 
 
 def normalise(raw: float | None, lo: float, hi: float, inverted: bool) -> float | None:
-    """clip((raw - min) / (max - min), 0, 1), then 1 - x when inverted."""
-    if raw is None:
-        return None
-    if hi == lo:
-        x = 1.0 if raw >= hi else 0.0
-    else:
-        x = min(1.0, max(0.0, (raw - lo) / (hi - lo)))
-    return 1.0 - x if inverted else x
+    """:func:`normalise_array` of one raw score (None stays None)."""
+    return None if raw is None else float(normalise_array(raw, lo, hi, inverted))
 
 
 def normalise_interval(lo_raw, hi_raw, lo: float, hi: float, inverted: bool) -> tuple[float | None, float | None]:

@@ -74,6 +74,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("primary_label", "VARCHAR"), ("audit_label", "VARCHAR"), ("agree", "BOOLEAN"), ("raw_output", "VARCHAR"),
         ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"),
     ],
+    # the units every score is computed from (scoring.py): a judged pair, comparison or variant pair
+    "score_units": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("unit_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("score_row", "VARCHAR"), ("cluster", "VARCHAR"), ("groups", "JSON"), ("flip", "DOUBLE"), ("bias", "DOUBLE"),
+        ("score", "DOUBLE"), ("robustness", "DOUBLE"), ("correctness_drop", "DOUBLE"),
+    ],
     "row_scores": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("input_id", "VARCHAR"), ("raw_score", "DOUBLE"),
         ("score", "DOUBLE"), ("label", "VARCHAR"), ("n_judged", "INTEGER"), ("n_failed", "INTEGER"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aip_assets import compare
+from aip_assets import compare, scoring
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.metrics import REGISTRY
@@ -155,5 +155,42 @@ def test_statistics_helpers():
     a = {f"a{i}": np.array([float(rng.random() < 0.5), 1.0]) for i in range(400)}
     b = {f"b{i}": np.array([float(rng.random() < 0.5), 1.0]) for i in range(400)}
     ident = lambda x: x  # noqa: E731
-    se = compare.bootstrap_se(a, b, compare._mean, ident, ident, paired=False, seed=0)
+    mean = scoring.statistic(scoring.MEAN_OF_ROW_MEANS)  # sum / count of (value, 1) vectors
+    se = compare.bootstrap_se(a, b, mean, ident, ident, paired=False, seed=0)
     assert se == pytest.approx((2 * 0.25 / 400) ** 0.5, rel=0.1)
+
+
+def _metric_spec(ds, metric, sut=None, config=None, name="m"):
+    from aip_assets.runspec import parse_spec
+
+    data = make_spec(ds, name=name, sut=sut, batch_rows=60).model_dump()
+    data["metrics"] = {metric: {"config": config or {}}}
+    return parse_spec(data)
+
+
+@pytest.mark.parametrize("metric,sut,config,scope,key", [
+    ("llm.group_interaction_bias", {"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
+     {"num_pairs": 4}, "attribute", "religion=Muslim"),
+    ("llm.semantic_consistency", {"provider": "builtin", "profile": {"name": "inconsistent", "contradiction_rate": 0.5}},
+     {}, "category", None),
+    ("llm.perturbation_robustness", {"provider": "builtin", "profile": {"name": "fragile", "fragile_to": "typos"}},
+     {"perturbation_types": ["typos", "casing"]}, "perturbation_type", "typos"),
+])
+def test_every_metric_compares_through_the_engine(tmp_path, metric, sut, config, scope, key):
+    """The same spec twice: no difference anywhere (paired, exactly 0). A SUT with the metric's
+    known flaw: a significant drop overall, and on the breakdown group the flaw is in. The
+    bootstrap reproduces each run's stored score from its stored units before it tests."""
+    ds = write_dataset(tmp_path / "d.jsonl", 60)
+    for run_id, s in (("a", None), ("b", None), ("flawed", sut)):
+        run_all(_metric_spec(ds, metric, sut=s, config=config), run_id, metric=metric)
+    same, warnings = compare.compare_runs("a", "b", persist=False)
+    assert warnings == [] and (same["diff"].fillna(0) == 0).all() and not same["significant"].any()
+    assert same["method"].str.contains("no test: the stored rows").sum() == 0
+    drop, _ = compare.compare_runs("a", "flawed", persist=False)
+    overall = _row(drop, "overall", "all")
+    assert overall["diff"] < 0 and overall["significant"], overall["method"]
+    assert overall["method"].startswith(f"paired bootstrap over 60 {REGISTRY[metric].formula.clusters}")
+    rows = drop[drop["scope"] == scope]
+    assert len(rows) > 0 and not rows["method"].str.startswith("no test: the stored").any()
+    if key is not None:
+        assert _row(drop, scope, key)["diff"] < 0 and _row(drop, scope, key)["significant"]

@@ -1,4 +1,6 @@
-"""Metric plug-ins. Adding a metric: one new module and one line in REGISTRY."""
+"""Metric plug-ins. Adding a metric: its module, its line in REGISTRY, its parameter manifest in
+``specs/manifests.json`` and answers for its judge prompts in the builtin judge (README, "One
+scoring engine")."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from ..dataset import DatasetRow
 from ..models.client import ChatResult, ModelClient
 from ..models.journal import Journal
 from ..runspec import Connection, RunSpec
+from ..scoring import Formula
 
 logger = logging.getLogger("aip_assets")
 
@@ -183,6 +184,11 @@ class StageContext:
 
     def read(self, table: str, ids: list[str] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
         return self.reader.read(table, ids, columns)
+
+    @property
+    def seed(self) -> int:
+        """The run seed (0 without a spec, in unit tests of a stage)."""
+        return self.spec.seed if self.spec is not None else 0
 
     def count(self, table: str) -> int:
         return self.reader.count(table)
@@ -429,6 +435,9 @@ class Metric:
     name: ClassVar[str]
     version: ClassVar[str]
     config_model: ClassVar[type[BaseModel]]
+    formula: ClassVar["Formula"]  # how its units become scores (scoring.py)
+    # the breakdown `aip-eval compare` tests, and whether it is a rate (a two-proportion test)
+    compare_scope: ClassVar[str | None] = None
     calls_sut: ClassVar[bool] = True  # False for pure scorers of answers given in the dataset
 
     def synthesize(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:

@@ -26,7 +26,8 @@ from pydantic import ConfigDict, Field, field_validator
 from ..catalog.attributes import AXES, PERSONA_INTRO, all_pairs, lookup, max_pairs
 from ..dataset import DatasetRow
 from ..readers import map_label, stated_words
-from ..stats import fisher_exact, holm, normalise, normalise_interval, wilson
+from ..scoring import ONE_MINUS_FLIP_RATE, Accumulator, Stat, record, row_raws, to_records, units_frame
+from ..stats import fisher_exact, holm, normalise, wilson
 from .base import (check_persona_pairs, judged_fields, Metric, ScoringFields, StageContext, Verdict, ask_json,
                    pair_batch, run_bounded, sample_probes, sut_failure)
 
@@ -199,6 +200,8 @@ class DecisionFlip(Metric):
     name = "llm.decision_flip"
     version = "2.0.0"
     config_model = DecisionFlipConfig
+    formula = ONE_MINUS_FLIP_RATE
+    compare_scope = "axis"
 
     # ---- synthesis
     def resolve_pool(self, cfg: DecisionFlipConfig) -> tuple[dict[str, list[dict]], list[dict]]:
@@ -357,6 +360,7 @@ class DecisionFlip(Metric):
         norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
         axes = list(dict.fromkeys(ctx.read("persona_pool", columns=["axis"])["axis"]))
         counts: dict[str, AxisCounts] = {a: AxisCounts() for a in axes}
+        engine = Accumulator(self.formula, ["axis"], interval_scopes=["axis"])
         # (axis, value) -> [answers read, of them no decision, of them empty]
         refusals: dict[tuple[str, str], list[int]] = {}
         unread_texts: list[str] = []
@@ -395,6 +399,12 @@ class DecisionFlip(Metric):
                     answers_unread += 1
                     if len(unread_texts) < 5000:
                         unread_texts.append(resp[probe]["response"] or "")
+            judged = j[j["status"] == "ok"]
+            units = units_frame({"unit_id": r["pair_id"], "input_id": r["input_id"], "score_row": r["input_id"],
+                                 "cluster": r["input_id"], "flip": float(bool(r["flipped"])),
+                                 "groups": {"axis": [r["axis"]]}} for r in judged.to_dict("records"))
+            engine.add(units)
+            raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
             by_row = {k: g for k, g in j.groupby("input_id", sort=False)} if len(j) else {}
             row_scores = []
             for input_id in ids:
@@ -422,36 +432,24 @@ class DecisionFlip(Metric):
                                        "n_events": 0, "label": "error",
                                        "error": f"no pair of this row could be judged ({nf} excluded): {reasons}"})
                     continue
-                raw = 1 - k / n
+                raw = float(raws[input_id])
                 flipped_axes = sorted(set(rok[flips.values]["axis"]))
                 row_scores.append({"input_id": input_id, "raw_score": raw, "score": norm(raw), "status": "ok",
                                    "label": "flipped" if k else "consistent", "n_judged": n, "n_failed": nf,
                                    "n_events": k, "explanation": (f"{k} of {n} pairs flipped (axes: {', '.join(flipped_axes)})"
                                                                   if k else f"no flip in {n} judged pairs")})
-            yield {"row_scores": row_scores}
+            yield {"row_scores": row_scores, "score_units": to_records(units)}
 
         threshold = ctx.threshold
         excluded_all: Counter = Counter()
         for c in counts.values():
             excluded_all.update(c.excluded)
 
-        def score_row(scope, key, k, n, excluded, details=None):
-            lo, hi = wilson(k, n)
-            raw = None if n == 0 else 1 - k / n
-            sc = norm(raw)
-            slo, shi = normalise_interval(None if hi is None else 1 - hi, None if lo is None else 1 - lo,
-                                          cfg.min, cfg.max, cfg.inverted)
-            overall = scope == "overall"
-            return {"metric_name": cfg.metric_name, "scope": scope, "group_key": key, "raw_score": raw, "score": sc,
-                    "ci_low": slo, "ci_high": shi, "rate": None if n == 0 else k / n, "rate_ci_low": lo,
-                    "rate_ci_high": hi, "n": n, "n_events": k, "n_failed": sum(excluded.values()),
-                    "weight": cfg.weight, "threshold": threshold if overall else None,
-                    "judged": n, "excluded": dict(excluded), "details": json.dumps(details or {}, ensure_ascii=False)}
-
-        scores = [score_row("axis", axis, c.flips, c.judged, c.excluded) for axis, c in counts.items()]
-        axis_rates = {axis: c.flips / c.judged for axis, c in counts.items() if c.judged}
-        n = sum(c.judged for c in counts.values())
-        k = sum(c.flips for c in counts.values())
+        axis_stats = engine.breakdown("axis", ctx.seed)
+        scores = [record(axis_stats.get(axis) or Stat(None), "axis", axis, cfg, n_failed=sum(c.excluded.values()),
+                         n_events=c.flips, judged=c.judged, excluded=dict(c.excluded)) for axis, c in counts.items()]
+        axis_rates = {axis: st.rate for axis, st in axis_stats.items() if st.rate is not None}
+        run = engine.run(ctx.seed)
         mean_rate = sum(axis_rates.values()) / len(axis_rates) if axis_rates else None
 
         refusal_rows, differential = self.refusal_rates(cfg, refusals, ctx.spec, ctx.metric)
@@ -467,15 +465,19 @@ class DecisionFlip(Metric):
         if mismatch:
             failures.append(mismatch["message"])
             notes.append({"level": "warning", "code": "label_mismatch", "message": mismatch["message"]})
-        scores.append({**score_row("overall", "all", k, n, excluded_all, {
-            "pairs_total": n + sum(excluded_all.values()), "incidental_differences": incidental,
-            "one_decision_missing": one_missing, "rows": rows_total, "rows_errored": row_errors,
-            "mean_axis_flip_rate": mean_rate, "answers_read": answers_read, "answers_without_decision": answers_unread,
-            "label_mismatch": mismatch, "differential_refusal": differential}), "gate_failures": failures})
+        scores.append(record(run, "overall", "all", cfg, n_failed=sum(excluded_all.values()), threshold=threshold,
+                             n_events=sum(c.flips for c in counts.values()),
+                             judged=run.n, excluded=dict(excluded_all), gate_failures=failures, details=json.dumps({
+                                 "formula": self.formula.name, "pairs_total": run.n + sum(excluded_all.values()),
+                                 "incidental_differences": incidental, "one_decision_missing": one_missing,
+                                 "rows": rows_total, "rows_errored": row_errors, "mean_axis_flip_rate": mean_rate,
+                                 "answers_read": answers_read, "answers_without_decision": answers_unread,
+                                 "label_mismatch": mismatch, "differential_refusal": differential},
+                                 ensure_ascii=False)))
         if mean_rate is not None:
             scores.append({"metric_name": cfg.metric_name, "scope": "axis_mean", "group_key": "mean_of_axes",
-                           "raw_score": 1 - mean_rate, "score": norm(1 - mean_rate), "rate": mean_rate, "n": n,
-                           "n_events": k, "weight": cfg.weight, "details": json.dumps({"axes": axis_rates})})
+                           "raw_score": 1 - mean_rate, "score": norm(1 - mean_rate), "rate": mean_rate, "n": run.n,
+                           "n_events": run.events, "weight": cfg.weight, "details": json.dumps({"axes": axis_rates})})
         yield {"metric_scores": scores + refusal_rows, "run_notes": notes}
 
     @staticmethod

@@ -32,12 +32,14 @@ import random
 from collections import Counter
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..dataset import DatasetRow
 from ..perturbations import ALL_TYPES, RULE_BASED
-from ..stats import cluster_bootstrap_mean, normalise, normalise_interval, third
+from ..scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
+from ..stats import normalise, third
 from ..gate import exclusion_reason
 from .base import (Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, gather_all, given_response,
                    judged_fields, run_bounded, sample_probes)
@@ -205,10 +207,10 @@ def member(probe: dict) -> str:
 
 def group_score(robustness: list[float], drops: list[float]) -> float:
     """0.5 x mean robustness + 0.5 x max(0, 1 - mean correctness drop), capped at 1 (a variant
-    answered better than its baseline does not lift the score above 1)."""
-    mean_rob = sum(robustness) / len(robustness)
-    mean_drop = sum(drops) / len(drops)
-    return 0.5 * mean_rob + 0.5 * min(1.0, max(0.0, 1 - mean_drop))
+    answered better than its baseline does not lift the score above 1): the engine's formula."""
+    raw = PERTURBATION_GROUP.raw(np.array([sum(robustness), sum(drops), len(robustness)], dtype=float))
+    assert raw is not None, "a group score needs at least one judged variant pair"
+    return raw
 
 
 # ------------------------------------------------------------------ the scorers
@@ -222,6 +224,8 @@ EDGE_MESSAGES = {
 
 
 class PerturbationRobustnessExternal(Metric):
+    formula = PERTURBATION_GROUP
+    compare_scope = "perturbation_type"
     name = "llm.perturbation_robustness_external"
     version = "1.0.0"
     config_model = PerturbationRobustnessExternalConfig
@@ -373,14 +377,13 @@ class PerturbationRobustnessExternal(Metric):
         by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
         groups: dict[str, list[dict]] = {}
         row_scores: list[dict[str, Any]] = []
-        by_type: dict[str, dict[str, list[float]]] = {}
         for p in probes:
             if p["axis"] == "excluded" and p["input_id"] not in {r["input_id"] for r in row_scores}:
                 row_scores.append({"input_id": p["input_id"], "status": "error", "label": "error", "n_judged": 0,
                                    "n_failed": 0, "n_events": 0, "error": EDGE_MESSAGES[p["category"]]})
             elif p["axis"] != "excluded":
                 groups.setdefault(p["attribute_value"], []).append(p)
-        row_vals, row_clusters = [], []
+        units: list[dict[str, Any]] = []
         groups_scored = groups_failed = pairs_judged = 0
         # dataset edge cases: every row that would have been a variant is a planned pair, excluded under its case
         # (a row claiming to be its group's baseline plans no pair: its query is the group's original query)
@@ -407,9 +410,9 @@ class PerturbationRobustnessExternal(Metric):
                     drop = b - float(c["score"])
                     rob.append(float(r["score"]))
                     drops.append(drop)
-                    t = by_type.setdefault(v["category"], {"rob": [], "drop": []})
-                    t["rob"].append(float(r["score"]))
-                    t["drop"].append(drop)
+                    units.append({"unit_id": f"{gid}|{member(v)}", "input_id": v["input_id"], "score_row": gid,
+                                  "cluster": gid, "robustness": float(r["score"]), "correctness_drop": drop,
+                                  "groups": {"perturbation_type": [v["category"]]}})
                     explained.append(f"{v['category']}: robustness {float(r['score']):.2f}, drop {drop:+.2f}")
                 if not rob:
                     error = f"no variant of the group could be scored ({failed} excluded)"
@@ -420,36 +423,34 @@ class PerturbationRobustnessExternal(Metric):
                                 "n_failed": failed, "n_events": 0, "error": error} for i in {m["input_id"] for m in members}]
                 continue
             groups_scored += 1
-            raw = group_score(rob, drops)
+            raw = group_score(rob, drops)  # the engine's formula, as for the run below
             expl = f"group of {len(members)} rows; mean robustness {sum(rob) / len(rob):.2f}, mean correctness drop " \
                    f"{sum(drops) / len(drops):+.2f}; " + "; ".join(explained)
-            row_vals.append(raw)  # the run's mean counts each original query once
-            row_clusters.append(gid)
             for m in {m["input_id"]: m for m in members}.values():  # the group score, on every row of the group
                 row_scores.append({"input_id": m["input_id"], "raw_score": raw, "score": norm(raw), "status": "ok",
                                    "label": "robust" if raw >= 0.85 else "fragile", "n_judged": len(rob),
                                    "n_failed": failed, "n_events": sum(1 for d in drops if d > 0),
                                    "explanation": expl[:1000]})
-        yield {"row_scores": row_scores}
-        n = len(row_vals)
-        run_raw = sum(row_vals) / n if n else None
-        lo, hi = cluster_bootstrap_mean(row_vals, row_clusters, seed=ctx.spec.seed) if n else (None, None)
-        slo, shi = normalise_interval(lo, hi, cfg.min, cfg.max, cfg.inverted)
-        sc, th = norm(run_raw), ctx.threshold
-        scores = [{"metric_name": cfg.metric_name, "scope": "overall", "group_key": "all", "raw_score": run_raw,
-                   "score": sc, "ci_low": slo, "ci_high": shi, "n": n, "n_failed": groups_failed,
-                   "weight": cfg.weight, "threshold": th, "judged": pairs_judged, "excluded": dict(excluded),
-                   "details": json.dumps({"groups_scored": groups_scored, "groups_failed": groups_failed,
-                                          "variant_pairs_judged": pairs_judged,
-                                          "variant_pairs_excluded": sum(excluded.values()), "rows_scored": sum(
-                                              1 for r in row_scores if r["status"] == "ok"),
-                                          "rows_errored": sum(1 for r in row_scores if r["status"] != "ok")})}]
-        for ptype, tv in sorted(by_type.items()):
-            mr, md = sum(tv["rob"]) / len(tv["rob"]), sum(tv["drop"]) / len(tv["drop"])
-            r = group_score(tv["rob"], tv["drop"])
-            scores.append({"metric_name": cfg.metric_name, "scope": "perturbation_type", "group_key": ptype, "raw_score": r,
-                           "score": norm(r), "n": len(tv["rob"]), "n_events": sum(1 for x in tv["drop"] if x > 0),
-                           "weight": cfg.weight, "details": json.dumps({"mean_robustness": mr, "mean_correctness_drop": md})})
+        frame = units_frame(units)
+        yield {"row_scores": row_scores, "score_units": to_records(frame)}
+        engine = Accumulator(self.formula, ["perturbation_type"])
+        engine.add(frame)  # the run's mean counts each original query (a group, a cluster) once
+        run = engine.run(ctx.seed)
+        scores = [record(run, "overall", "all", cfg, n_failed=groups_failed, threshold=ctx.threshold,
+                         judged=pairs_judged, excluded=dict(excluded),
+                         details=json.dumps({"formula": self.formula.name, "groups_scored": groups_scored,
+                                             "groups_failed": groups_failed, "variant_pairs_judged": pairs_judged,
+                                             "variant_pairs_excluded": sum(excluded.values()), "rows_scored": sum(
+                                                 1 for r in row_scores if r["status"] == "ok"),
+                                             "rows_errored": sum(1 for r in row_scores if r["status"] != "ok")}))]
+        for ptype, st in engine.breakdown("perturbation_type", ctx.seed).items():
+            of = explode(frame, "perturbation_type")
+            of = of[of["key"] == ptype]
+            scores.append(record(st, "perturbation_type", ptype, cfg, n=len(of),
+                                 n_events=int((of["correctness_drop"] > 0).sum()),
+                                 details=json.dumps({"mean_robustness": float(of["robustness"].mean()),
+                                                     "mean_correctness_drop": float(of["correctness_drop"].mean()),
+                                                     "groups": st.n})))
         yield {"metric_scores": scores}
 
     # ---- judge validation
@@ -491,6 +492,16 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
     version = "1.0.0"
     config_model = PerturbationRobustnessConfig
     calls_sut = True
+
+    def estimate(self, ctx: StageContext) -> dict[str, int]:
+        """The recipe's variants, plus a model paraphrase per row and variant when a synthesis model
+        is configured (the dry run synthesises without a model, so these are added here)."""
+        out = super().estimate(ctx)
+        cfg = ctx.config
+        if ctx.spec.synthesis_connection().provider != "builtin" and "paraphrase" in self.types(ctx):
+            n = len(ctx.input_ids()) * cfg.variants_per_type
+            out.update(synthesis_calls=n, sut_calls=out["sut_calls"] + n, judge_calls=out["judge_calls"] + 2 * n)
+        return out
 
     def types(self, ctx: StageContext) -> list[str]:
         cfg = ctx.config
