@@ -43,8 +43,8 @@ async def audit(ctx: StageContext, plugin) -> list[dict[str, Any]]:
     """Ask the auditing judge again for a sample of this partition's judgements."""
     a = ctx.spec.judge_audit
     assert a is not None
-    cols = ["judgement_id", "pair_id", "input_id", "axis", "label", "status", "score", "parsed", "decision_a",
-            "decision_b", "order_swapped", "call_key"]
+    cols = ["judgement_id", "pair_id", "input_id", "axis", "judge_kind", "category", "label", "status", "score",
+            "parsed", "decision_a", "decision_b", "order_swapped", "call_key"]
     j = ctx.read("judgements", None, cols)
     rows = [r for r in j.to_dict("records") if r["status"] in AUDITED and r["call_key"]
             and plugin.audit_model(r) is not None and sampled(ctx.spec.seed, r["judgement_id"], a.share)]
@@ -101,7 +101,7 @@ def audit_scores(ctx: StageContext, cfg) -> list[dict[str, Any]]:
 
 
 def position_scores(ctx: StageContext, cfg, plugin) -> list[dict[str, Any]]:
-    j = ctx.read("judgements", None, ["pair_id", "label", "status", "parsed", "decisions_differ", "order_swapped"])
+    j = ctx.read("judgements", None, ["pair_id", "judge_kind", "status", "parsed", "decisions_differ", "order_swapped"])
     if not len(j) or not j["order_swapped"].notna().any():
         return []
     pairs = {p["pair_id"]: p for p in ctx.read("probe_pairs", None, ["pair_id", "value_a", "value_b"]).to_dict("records")}

@@ -328,8 +328,10 @@ def _entry_meta(e: dict[str, Any]) -> str:
         val = e.get(k)
         if val and val not in parts:
             parts.append(str(val))
-    if e.get("template_id") and e.get("template_id") != e.get("input_id"):
+    if e.get("template_id"):
         parts.append(f"template {e['template_id']}")
+    if e.get("variant_id") and e.get("variant_id") != e.get("input_id"):
+        parts.append(f"variant {e['variant_id']}")
     if e.get("wrapper_id"):
         parts.append(f"wrapped: {e['wrapper_id']}")
     if (e.get("sample_index") or 0) > 0:
@@ -370,11 +372,11 @@ def _pick_evidence(row: dict[str, Any], entries: list[dict[str, Any]], pairs: li
 
     def verdict_for(e: dict[str, Any]) -> list[dict[str, Any]]:
         keys = []
-        if e.get("axis") in ("base", "baseline"):
+        if e.get("role") in ("base", "baseline"):
             keys.append("base")
-        elif e.get("axis") == "variant" and (e.get("sample_index") or 0) > 0:
+        elif e.get("role") == "variant" and (e.get("sample_index") or 0) > 0:
             keys.append(str(e["sample_index"]))
-        keys += [k for k in (e.get("template_id"), e.get("input_id")) if k]
+        keys += [k for k in (e.get("variant_id"), e.get("input_id")) if k]
         for k in keys:
             if k in verdicts:
                 return verdicts[k]
@@ -392,7 +394,7 @@ def _pick_evidence(row: dict[str, Any], entries: list[dict[str, Any]], pairs: li
             f"{v.get('label') or v.get('status')} {_f3(v.get('score'))}" if v.get("status") == "ok"
             else f"{v.get('status')}: {_clip(v.get('error'), 120)}" for v in vs)
 
-    ordered = sorted(entries, key=lambda e: (e.get("axis") not in ("base", "baseline"),
+    ordered = sorted(entries, key=lambda e: (e.get("role") not in ("base", "baseline"),
                                              -badness(verdict_for(e)), str(e.get("category") or ""),
                                              e.get("sample_index") or 0, e["probe_id"]))
     for i, e in enumerate(ordered):
@@ -709,8 +711,8 @@ def build_report(run_id: str, path: str | Path | None = None) -> str:
     verdicts: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
     if keys:
         for e in _records(rd.q("""
-                SELECT p.metric, p.input_id, p.probe_id, p.axis, p.category, p.attribute_value, p.persona,
-                       p.template_id, p.wrapper_id, p.query_text, r.sample_index, r.response,
+                SELECT p.metric, p.input_id, p.probe_id, p.role, p.axis, p.category, p.attribute_value, p.persona,
+                       p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.query_text, r.sample_index, r.response,
                        r.status AS sut_status, r.error AS sut_error
                 FROM probes p
                 LEFT JOIN sut_responses r ON r.run_id = p.run_id AND r.metric = p.metric AND r.probe_id = p.probe_id
@@ -720,20 +722,23 @@ def build_report(run_id: str, path: str | Path | None = None) -> str:
         for p in _records(rd.q("""
                 SELECT pp.metric, pp.input_id, pp.pair_id, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b,
                        bool_or(coalesce(j.flipped, false)) AS flipped,
-                       avg(CASE WHEN j.status = 'ok' THEN CASE WHEN j.label IN ('tone', 'effort') THEN j.score
+                       avg(CASE WHEN j.status = 'ok' THEN CASE WHEN j.judge_kind IN ('tone', 'effort') THEN j.score
                                 ELSE 1 - j.score END END) AS badness,
                        string_agg(CASE WHEN j.status <> 'ok' THEN 'judge ' || j.status
                                        WHEN j.decision_a IS NOT NULL OR j.decision_b IS NOT NULL
                                        THEN j.label || ' (' || coalesce(j.decision_a, '?') || ' vs ' || coalesce(j.decision_b, '?') || ')'
-                                       ELSE j.label || ' ' || printf('%.3f', j.score) END, '; ' ORDER BY j.label) AS verdict
+                                       ELSE coalesce(j.label, j.judge_kind) || ' ' || printf('%.3f', j.score) END, '; '
+                                  ORDER BY j.judge_kind) AS verdict
                 FROM probe_pairs pp
                 LEFT JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
                 WHERE pp.run_id = ? AND pp.metric || chr(31) || pp.input_id IN (SELECT unnest(?::VARCHAR[]))
                 GROUP BY ALL""", [keys])):
             pairs.setdefault((p["metric"], p["input_id"]), []).append(p)
         for j in _records(rd.q("""
-                SELECT j.metric, j.input_id, split_part(coalesce(j.pair_id, j.judgement_id), '|', -1) AS key,
-                       j.label, j.score, j.status, j.error
+                SELECT j.metric, j.input_id,
+                       coalesce(CAST(j.sample_index AS VARCHAR), CASE WHEN j.category = 'baseline' THEN 'base' END,
+                                j.variant_id, j.input_id) AS key,
+                       coalesce(j.label, j.judge_kind) AS label, j.score, j.status, j.error
                 FROM judgements j
                 WHERE j.run_id = ? AND j.metric || chr(31) || j.input_id IN (SELECT unnest(?::VARCHAR[]))
                   AND NOT EXISTS (SELECT 1 FROM probe_pairs pp WHERE pp.run_id = j.run_id AND pp.metric = j.metric

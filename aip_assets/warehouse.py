@@ -47,6 +47,10 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("axis", "VARCHAR"), ("category", "VARCHAR"), ("attribute_value", "VARCHAR"), ("persona", "VARCHAR"),
         ("query_text", "VARCHAR"), ("messages", "JSON"), ("template_version", "VARCHAR"),
         ("template_id", "VARCHAR"), ("wrapper_id", "VARCHAR"),
+        # what the probe is: persona (decision flip, group bias), variant / base (consistency),
+        # baseline / variant / excluded (perturbation); axis and attribute_value are decision flip's
+        ("role", "VARCHAR"), ("persona_id", "VARCHAR"), ("group_id", "VARCHAR"), ("variant_id", "VARCHAR"),
+        ("base_source", "VARCHAR"), ("exclusion", "VARCHAR"),
     ],
     "probe_pairs": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("pair_id", "VARCHAR"), ("input_id", "VARCHAR"),
@@ -67,6 +71,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("flipped", "BOOLEAN"), ("label", "VARCHAR"), ("score", "DOUBLE"), ("reasoning", "VARCHAR"),
         ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"), ("reasks", "INTEGER"),
         ("network_retries", "INTEGER"), ("rate_limit_waits", "INTEGER"),
+        # which judge (decision, similarity / tone / effort, comparison, correctness / robustness), of what
+        ("judge_kind", "VARCHAR"), ("category", "VARCHAR"), ("sample_index", "INTEGER"), ("group_id", "VARCHAR"),
+        ("variant_id", "VARCHAR"),
     ],
     "judge_audits": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("pair_id", "VARCHAR"),
@@ -151,10 +158,10 @@ VIEWS: dict[str, str] = {
         SELECT pp.run_id, pp.metric, pp.input_id, pp.pair_id, pp.value_a AS persona_a, pp.value_b AS persona_b,
                pa.persona AS description_a, pb.persona AS description_b,
                ra.response AS response_a, rb.response AS response_b,
-               max(j.score) FILTER (WHERE j.label = 'similarity') AS similarity,
-               max(j.score) FILTER (WHERE j.label = 'tone') AS tone_divergence,
-               max(j.score) FILTER (WHERE j.label = 'effort') AS effort_gap,
-               max(j.parsed ->> 'less_helpful_persona') FILTER (WHERE j.label = 'effort') AS less_helpful_persona,
+               max(j.score) FILTER (WHERE j.judge_kind = 'similarity') AS similarity,
+               max(j.score) FILTER (WHERE j.judge_kind = 'tone') AS tone_divergence,
+               max(j.score) FILTER (WHERE j.judge_kind = 'effort') AS effort_gap,
+               max(j.parsed ->> 'less_helpful_persona') FILTER (WHERE j.judge_kind = 'effort') AS less_helpful_persona,
                count(*) FILTER (WHERE j.status <> 'ok') AS judges_failed
         FROM probe_pairs pp
         JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
@@ -169,19 +176,19 @@ VIEWS: dict[str, str] = {
         SELECT rs.run_id, rs.metric, rs.input_id, rs.score, rs.label, rs.n_judged, rs.n_failed, rs.status, rs.error,
                v.category, v.template_id, v.wrapper_id, v.query_text AS variant_query, b.query_text AS original_query
         FROM row_scores rs
-        JOIN probes v ON v.run_id = rs.run_id AND v.metric = rs.metric AND v.input_id = rs.input_id AND v.axis = 'variant'
-        JOIN probes b ON b.run_id = rs.run_id AND b.metric = rs.metric AND b.input_id = rs.input_id AND b.axis = 'base'
+        JOIN probes v ON v.run_id = rs.run_id AND v.metric = rs.metric AND v.input_id = rs.input_id AND v.role = 'variant'
+        JOIN probes b ON b.run_id = rs.run_id AND b.metric = rs.metric AND b.input_id = rs.input_id AND b.role = 'base'
         WHERE rs.metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
     """,
     "v_consistency_comparisons": """
-        SELECT j.run_id, j.metric, j.input_id, j.judgement_id, j.axis AS category, j.status, j.label, j.score,
+        SELECT j.run_id, j.metric, j.input_id, j.judgement_id, j.category, j.sample_index, j.status, j.label, j.score,
                j.reasoning, j.error, b.response AS base_response, a.response AS variant_response
         FROM judgements j
-        JOIN probes pb ON pb.run_id = j.run_id AND pb.metric = j.metric AND pb.input_id = j.input_id AND pb.axis = 'base'
-        JOIN probes pv ON pv.run_id = j.run_id AND pv.metric = j.metric AND pv.input_id = j.input_id AND pv.axis = 'variant'
+        JOIN probes pb ON pb.run_id = j.run_id AND pb.metric = j.metric AND pb.input_id = j.input_id AND pb.role = 'base'
+        JOIN probes pv ON pv.run_id = j.run_id AND pv.metric = j.metric AND pv.input_id = j.input_id AND pv.role = 'variant'
         LEFT JOIN sut_responses b ON b.run_id = j.run_id AND b.metric = j.metric AND b.probe_id = pb.probe_id AND b.sample_index = 0
         LEFT JOIN sut_responses a ON a.run_id = j.run_id AND a.metric = j.metric AND a.probe_id = pv.probe_id
-             AND a.sample_index = CAST(split_part(j.judgement_id, '|', -1) AS INTEGER)
+             AND a.sample_index = j.sample_index
         WHERE j.metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
     """,
     # v1's blended figure, a convenience for users who relied on it, not a v2 metric

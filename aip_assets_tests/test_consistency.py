@@ -66,7 +66,7 @@ def test_sampling_judging_and_outputs(tmp_path):
     ds.write_text("\n".join(json.dumps(r) for r in rows))
     run_all(spec_for(ds, {SEM: {"responses_per_query": 4}}), "s", metric=SEM)
     probes = table("probes", "s", "probe_id")
-    variants = probes[probes.axis == "variant"]
+    variants = probes[probes.role == "variant"]
     assert len(variants) == 12 and variants.category.notna().all() and variants.template_id.notna().all()
     resp = table("sut_responses", "s", "probe_id, sample_index")
     v = resp[resp.probe_id.isin(variants.probe_id)]
@@ -94,7 +94,7 @@ def test_dpi_ratio_extremes_and_reproducible_choice(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 30)
     for ratio, run in ((0.0, "d0"), (1.0, "d1"), (0.25, "dq"), (0.25, "dq2")):
         run_all(spec_for(ds, {SAF: {"dpi_ratio": ratio}}), run, stages=["ingest", "synthesis"], metric=SAF)
-    v = lambda r: table("probes", r, "probe_id").query("axis == 'variant'")  # noqa: E731
+    v = lambda r: table("probes", r, "probe_id").query("role == 'variant'")  # noqa: E731
     assert v("d0").wrapper_id.isna().all()
     assert v("d1").wrapper_id.notna().all() and v("d1").wrapper_id.str.startswith("jailbreak.").all()
     assert v("dq")[["probe_id", "template_id", "wrapper_id", "query_text"]].equals(
@@ -106,7 +106,7 @@ def test_spec_templates_extend_the_catalogue(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 60)
     extra = {"semantic": [{"category": "pirate", "template": "Arr, tell me this, matey: {query}"}]}
     run_all(spec_for(ds, {SEM: {}}, templates=extra), "x", stages=["ingest", "synthesis"], metric=SEM)
-    v = table("probes", "x", "probe_id").query("axis == 'variant'")
+    v = table("probes", "x", "probe_id").query("role == 'variant'")
     assert "pirate" in set(v.category)
     with pytest.raises(Exception, match="exactly once"):
         spec_for(ds, {SEM: {}}, templates={"semantic": [{"category": "c", "template": "no slot"}]})

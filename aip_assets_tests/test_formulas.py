@@ -47,7 +47,7 @@ def test_group_interaction_bias_with_partial_and_failed_judges(tmp_path):
     J = []
 
     def judge(pid, row, kind, score=None, status="ok", less=None):
-        J.append({"pair_id": pid, "input_id": row, "label": kind, "status": status, "score": score,
+        J.append({"pair_id": pid, "input_id": row, "judge_kind": kind, "status": status, "score": score,
                   "error": None if status == "ok" else status,
                   "parsed": json.dumps({"less_helpful_persona": less}) if status == "ok" else None})
     judge("A", "r0", "similarity", 0.8), judge("A", "r0", "tone", 0.2), judge("A", "r0", "effort", 0.4, less="p2")
@@ -99,7 +99,7 @@ def test_consistency_run_score_is_the_mean_of_row_scores(tmp_path):
                           ("r2", [("empty_answer", None), ("unjudgeable", None)]), ("r3", [("ok", 1.0), ("ok", 1.0)])):
         for k, (st, sc) in enumerate(verdicts, 1):
             J.append({"input_id": row, "status": st, "score": sc, "error": None if st == "ok" else st})
-    probes = [{"input_id": f"r{i}", "axis": "variant", "category": c, "template_id": "t", "wrapper_id": None,
+    probes = [{"input_id": f"r{i}", "role": "variant", "category": c, "template_id": "t", "wrapper_id": None,
                "query_text": "q"} for i, c in enumerate(("casual", "formal", "casual", "formal"))]
     out, _ = collect(SemanticConsistency(), SemanticConsistencyConfig(), {
         "judgements": J, "probes": probes, "dataset_rows": rows_table(4)}, tmp_path, "llm.semantic_consistency")
@@ -130,17 +130,17 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
 
     def group(gid_text, base_c, variants):
         gid = _h(gid_text)
-        P.append({"input_id": f"{gid_text}-b", "axis": "baseline", "category": "baseline", "attribute_value": gid,
-                  "template_id": None, "query_text": gid_text})
-        J.append({"pair_id": f"{gid}|base", "input_id": f"{gid_text}-b", "axis": "baseline", "label": "correctness",
+        P.append({"input_id": f"{gid_text}-b", "role": "baseline", "category": "baseline", "group_id": gid,
+                  "variant_id": None, "query_text": gid_text})
+        J.append({"pair_id": f"{gid}|base", "input_id": f"{gid_text}-b", "category": "baseline", "judge_kind": "correctness",
                   "status": "ok", "score": base_c, "error": None})
         for i, (kind, c, r) in enumerate(variants):
             iid = f"{gid_text}-v{i}"
-            P.append({"input_id": iid, "axis": "variant", "category": kind, "attribute_value": gid, "template_id": None,
+            P.append({"input_id": iid, "role": "variant", "category": kind, "group_id": gid, "variant_id": None,
                       "query_text": f"{gid_text} ({kind})"})
             for label, v in (("correctness", c), ("robustness", r)):
                 st = v if isinstance(v, str) else "ok"
-                J.append({"pair_id": f"{gid}|{iid}", "input_id": iid, "axis": kind, "label": label, "status": st,
+                J.append({"pair_id": f"{gid}|{iid}", "input_id": iid, "category": kind, "judge_kind": label, "status": st,
                           "score": None if isinstance(v, str) else v, "error": None if st == "ok" else st})
     group("Q1?", 1.0, [("typos", 0.6, 0.5), ("casing", 1.0, 1.0)])
     group("Q2?", 0.5, [("filler", 0.9, 0.8), ("synonyms", 0.3, 0.6)])

@@ -35,7 +35,7 @@ def test_worked_example_similarity_095_gaps_005_gives_095():
         pid = f"r{i % 2}|p0{i}|p1{i}"
         pairs.append({"pair_id": pid, "input_id": f"r{i % 2}", "value_a": f"p0{i}", "value_b": f"p1{i}"})
         for kind, score in (("similarity", 0.95), ("tone", 0.05), ("effort", 0.05)):
-            judgements.append({"pair_id": pid, "input_id": f"r{i % 2}", "label": kind, "status": "ok", "score": score,
+            judgements.append({"pair_id": pid, "input_id": f"r{i % 2}", "judge_kind": kind, "status": "ok", "score": score,
                                "parsed": json.dumps({"less_helpful_persona": None}), "error": None})
     tables = {"judgements": pd.DataFrame(judgements), "probe_pairs": pd.DataFrame(pairs),
               "personas": pd.DataFrame([{"persona_id": "p00", "description": "x", "attributes": "{}"}]),
@@ -155,7 +155,7 @@ def test_order_is_randomised_and_less_helpful_maps_back_to_the_persona(tmp_path)
     spec = gib_spec(ds, judge={"provider": "builtin", "profile": {"judge_position_bias": 1.0}})
     run_gib(spec, "pos")
     j = table("judgements", "pos", "judgement_id")
-    eff = j[(j.label == "effort") & (j.status == "ok")].merge(
+    eff = j[(j.judge_kind == "effort") & (j.status == "ok")].merge(
         table("probe_pairs", "pos", "pair_id")[["pair_id", "value_a", "value_b"]], on="pair_id")
     assert len(eff) == 80 and 0.3 < eff.order_swapped.mean() < 0.7
     blamed = eff.parsed.map(lambda p: json.loads(p)["less_helpful_persona"])

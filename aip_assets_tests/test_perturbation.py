@@ -59,13 +59,14 @@ def test_worked_example_robustness_09_drop_01_gives_09():
     assert group_score([1.0, 0.8], [0.0, 0.2]) == pytest.approx(0.9)
     assert group_score([1.0], [-0.5]) == 1.0  # a variant answered better does not lift the score above 1
     # through the aggregation: one group, baseline + two variants; the score replicated to its 3 rows
-    probes = pd.DataFrame([{"input_id": i, "axis": ax, "category": c, "attribute_value": "g", "template_id": None}
+    probes = pd.DataFrame([{"input_id": i, "role": ax, "category": c, "group_id": "g", "variant_id": None}
                            for i, ax, c in (("b", "baseline", "baseline"), ("v1", "variant", "typos"),
                                             ("v2", "variant", "casing"))])
-    j = [{"pair_id": "g|base", "input_id": "b", "axis": "baseline", "label": "correctness", "status": "ok", "score": 1.0}]
+    j = [{"pair_id": "g|base", "input_id": "b", "category": "baseline", "judge_kind": "correctness", "status": "ok",
+          "score": 1.0}]
     for v, rob, cor in (("v1", 0.8, 0.8), ("v2", 1.0, 1.0)):
-        j += [{"pair_id": f"g|{v}", "input_id": v, "axis": "x", "label": "robustness", "status": "ok", "score": rob},
-              {"pair_id": f"g|{v}", "input_id": v, "axis": "x", "label": "correctness", "status": "ok", "score": cor}]
+        j += [{"pair_id": f"g|{v}", "input_id": v, "judge_kind": "robustness", "status": "ok", "score": rob},
+              {"pair_id": f"g|{v}", "input_id": v, "judge_kind": "correctness", "status": "ok", "score": cor}]
     spec = make_spec(write_dataset(__import__("pathlib").Path("d.jsonl"), 1))
     ctx = StageContext(run_id="r", metric=EXT, spec=spec, config=PerturbationRobustnessExternalConfig(), journal=None,
                        reader=FrameReader({"probes": probes, "judgements": pd.DataFrame(j).assign(error=None),

@@ -385,7 +385,8 @@ async def sample_probes(ctx: StageContext, *, concurrency: int, temperature: flo
 def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str, dict], dict[str, dict]]:
     """(pairs, probes by id, first SUT answers by probe id) for a batch of rows."""
     pairs = ctx.read("probe_pairs", ids).sort_values("pair_id").to_dict("records")
-    probes = {p["probe_id"]: p for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona"]).to_dict("records")}
+    probes = {p["probe_id"]: p for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona_id",
+                                                                 "persona"]).to_dict("records")}
     resp = {r["probe_id"]: r for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status", "error",
                                                                       "response"]).to_dict("records")
             if r["sample_index"] == 0}
@@ -414,7 +415,7 @@ def answers_problem(answers: list[tuple[dict | None, str]]) -> tuple[str, str] |
 
 def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[str, dict]) -> tuple[str, str] | None:
     """Why a persona pair cannot be judged (``sut_failed`` or ``empty_answer``, with the reason)."""
-    return answers_problem([(resp.get(m), f"SUT answer for {probes[m]['attribute_value']!r}")
+    return answers_problem([(resp.get(m), f"SUT answer for {probes[m]['attribute_value'] or probes[m]['persona_id']!r}")
                             for m in (pair["probe_a"], pair["probe_b"])])
 
 

@@ -177,10 +177,10 @@ class Consistency(Metric):
         return {"template": t, "wrapper": wrapper, "text": text}
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
-        probes = ctx.read("probes", None, ["axis", "attribute_value", "messages"])
+        probes = ctx.read("probes", None, ["role", "base_source", "messages"])
         n_fresh = ctx.config.responses_per_query - 1
-        variants = probes[probes["axis"] == "variant"]
-        bases = probes[(probes["axis"] == "base") & (probes["attribute_value"] == "sampled")]
+        variants = probes[probes["role"] == "variant"]
+        bases = probes[(probes["role"] == "base") & (probes["base_source"] == "sampled")]
         chars = int(variants["messages"].str.len().sum()) * n_fresh + int(bases["messages"].str.len().sum())
         return {"sut_calls": len(variants) * n_fresh + len(bases), "judge_calls": len(variants) * n_fresh,
                 "synthesis_calls": 0, "sut_prompt_chars": chars}
@@ -195,15 +195,15 @@ class Consistency(Metric):
                 t, w = v["template"], v["wrapper"]
                 msgs = with_last_turn(row, v["text"])
                 probes.append({"probe_id": _h(row.input_id, "variant", t.template_id, w.template_id if w else ""),
-                               "input_id": row.input_id, "axis": "variant",
+                               "input_id": row.input_id, "role": "variant",
                                "category": t.category, "template_id": t.template_id,
                                "wrapper_id": w.template_id if w else None, "query_text": v["text"],
                                "messages": json.dumps(msgs, ensure_ascii=False),
                                "template_version": self.template_version})
                 base_msgs = with_last_turn(row, row.last_user_text)
-                probes.append({"probe_id": _h(row.input_id, "base"), "input_id": row.input_id, "axis": "base",
-                               "category": "base", "template_id": None,
-                               "attribute_value": "dataset" if row.sut_response is not None else "sampled",
+                probes.append({"probe_id": _h(row.input_id, "base"), "input_id": row.input_id, "role": "base",
+                               "template_id": None,
+                               "base_source": "dataset" if row.sut_response is not None else "sampled",
                                "query_text": row.last_user_text, "messages": json.dumps(base_msgs, ensure_ascii=False),
                                "template_version": self.template_version})
             yield {"probes": probes}
@@ -224,9 +224,9 @@ class Consistency(Metric):
 
             for ids in ctx.batches():
                 rows = {r.input_id: r for r in ctx.rows(ids)}
-                probes = ctx.read("probes", ids, ["probe_id", "input_id", "axis", "messages"]).to_dict("records")
+                probes = ctx.read("probes", ids, ["probe_id", "input_id", "role", "messages"]).to_dict("records")
 
-                by_row = {(p["input_id"], p["axis"]): p for p in probes}
+                by_row = {(p["input_id"], p["role"]): p for p in probes}
 
                 async def one(input_id):
                     base, variant = by_row[(input_id, "base")], by_row[(input_id, "variant")]
@@ -248,8 +248,8 @@ class Consistency(Metric):
         async with ctx.client("judge", "judging", cfg.concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
             for ids in ctx.batches():
-                probes = {(p["input_id"], p["axis"]): p for p in ctx.read(
-                    "probes", ids, ["probe_id", "input_id", "axis", "category", "query_text"]).to_dict("records")}
+                probes = {(p["input_id"], p["role"]): p for p in ctx.read(
+                    "probes", ids, ["probe_id", "input_id", "role", "category", "query_text"]).to_dict("records")}
                 resp = {(r["probe_id"], r["sample_index"]): r for r in ctx.read(
                     "sut_responses", ids, ["probe_id", "sample_index", "status", "error", "response"]).to_dict("records")}
 
@@ -264,7 +264,8 @@ class Consistency(Metric):
                     failed = [p for p in (answers_problem([a]) for a in answers) if p and p[0] == "sut_failed"]
                     for k in range(1, cfg.responses_per_query):
                         row = {"judgement_id": f"{input_id}|{k}", "pair_id": f"{input_id}|{k}", "input_id": input_id,
-                               "axis": var_p["category"], "attempts": 0}
+                               "category": var_p["category"], "sample_index": k, "judge_kind": "comparison",
+                               "attempts": 0}
                         ans = mine.get((var_p["probe_id"], k))
                         bad = answers_problem([(base, "SUT base answer"), (ans, f"SUT variant answer {k}")])
                         if failed:
@@ -314,8 +315,8 @@ class Consistency(Metric):
         excluded: Counter = Counter()
         for ids in ctx.batches():
             j = ctx.read("judgements", ids, ["judgement_id", "input_id", "status", "score", "error"])
-            probes = ctx.read("probes", ids, ["input_id", "axis", "category", "template_id", "wrapper_id", "query_text"])
-            variants = {p["input_id"]: p for p in probes.to_dict("records") if p["axis"] == "variant"}
+            probes = ctx.read("probes", ids, ["input_id", "role", "category", "template_id", "wrapper_id", "query_text"])
+            variants = {p["input_id"]: p for p in probes.to_dict("records") if p["role"] == "variant"}
             order = {i: n for n, i in enumerate(ids)}
             judged = j[j["status"] == "ok"].assign(_o=lambda d: d["input_id"].map(order)).sort_values("_o", kind="stable")
             units = units_frame({

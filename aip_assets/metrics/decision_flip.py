@@ -272,8 +272,8 @@ class DecisionFlip(Metric):
                         ids.append(pid)
                         if pid not in probes:
                             msgs = probe_messages(row, persona, instruction, cfg.language)
-                            probes[pid] = {"probe_id": pid, "input_id": row.input_id, "axis": axis,
-                                           "category": axis, "attribute_value": value, "persona": persona,
+                            probes[pid] = {"probe_id": pid, "input_id": row.input_id, "role": "persona", "axis": axis,
+                                           "attribute_value": value, "persona": persona,
                                            "query_text": msgs[-1]["content"],
                                            "messages": json.dumps(msgs, ensure_ascii=False),
                                            "template_version": TEMPLATE_VERSION}
@@ -300,7 +300,7 @@ class DecisionFlip(Metric):
 
                 async def one(pair):
                     base = {"judgement_id": pair["pair_id"], "pair_id": pair["pair_id"], "input_id": pair["input_id"],
-                            "axis": pair["axis"], "attempts": 0}
+                            "axis": pair["axis"], "judge_kind": "decision", "attempts": 0}
                     bad = sut_failure(pair, probes, resp)
                     if bad:  # a failed or empty answer: excluded, no judge call
                         return {**base, "status": bad[0], "error": bad[1], "label": "not_judged"}

@@ -287,14 +287,14 @@ class GroupInteractionBias(Metric):
                         pids.append(pid)
                         if pid not in probes:
                             msgs = probe_messages(row, pool[i]["description"], cfg.language)
-                            probes[pid] = {"probe_id": pid, "input_id": row.input_id, "axis": "persona",
-                                           "category": "persona", "attribute_value": pool[i]["persona_id"],
+                            probes[pid] = {"probe_id": pid, "input_id": row.input_id, "role": "persona",
+                                           "persona_id": pool[i]["persona_id"],
                                            "persona": pool[i]["description"], "query_text": msgs[-1]["content"],
                                            "messages": json.dumps(msgs, ensure_ascii=False),
                                            "template_version": TEMPLATE_VERSION}
                     pa, pb = pool[ia]["persona_id"], pool[ib]["persona_id"]
                     pairs_out.append({"pair_id": f"{row.input_id}|{pa}|{pb}", "input_id": row.input_id,
-                                      "axis": "persona", "pool_index": u, "value_a": pa, "value_b": pb,
+                                      "pool_index": u, "value_a": pa, "value_b": pb,
                                       "probe_a": pids[0], "probe_b": pids[1]})
             yield {"probes": list(probes.values()), "probe_pairs": pairs_out}
 
@@ -315,7 +315,7 @@ class GroupInteractionBias(Metric):
 
                 async def one_judge(pair, kind, swapped, r1, r2):
                     base = {"judgement_id": f"{pair['pair_id']}|{kind}", "pair_id": pair["pair_id"],
-                            "input_id": pair["input_id"], "axis": kind, "label": kind, "order_swapped": swapped}
+                            "input_id": pair["input_id"], "judge_kind": kind, "order_swapped": swapped}
                     o = await ask_json(client, judge_messages(kind, cfg.language, r1, r2), VERDICTS[kind],
                                        retries=ctx.spec.judge_retries, timeout=cfg.timeout_seconds,
                                        temperature=ctx.spec.judge_temperature, template_version=TEMPLATE_VERSION)
@@ -337,7 +337,7 @@ class GroupInteractionBias(Metric):
                     bad = sut_failure(pair, probes, resp)
                     if bad:  # a failed or empty answer: excluded, no judge call
                         return [{"judgement_id": f"{pair['pair_id']}|{k}", "pair_id": pair["pair_id"],
-                                 "input_id": pair["input_id"], "axis": k, "label": k, "status": bad[0],
+                                 "input_id": pair["input_id"], "judge_kind": k, "status": bad[0],
                                  "error": bad[1], "attempts": 0} for k in JUDGE_KINDS]
                     swapped = random.Random(f"group_interaction_bias:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
                     a, b = resp[pair["probe_a"]]["response"] or "", resp[pair["probe_b"]]["response"] or ""
@@ -370,11 +370,11 @@ class GroupInteractionBias(Metric):
         judges_excluded: Counter = Counter()
 
         for ids in ctx.batches():
-            j = ctx.read("judgements", ids, ["pair_id", "input_id", "label", "status", "score", "parsed", "error"])
+            j = ctx.read("judgements", ids, ["pair_id", "input_id", "judge_kind", "status", "score", "parsed", "error"])
             pp = ctx.read("probe_pairs", ids, ["pair_id", "input_id", "value_a", "value_b"])
             # one row per pair: its judges' scores side by side (judges that failed are missing)
             ok = j[j["status"] == "ok"]
-            comp = (ok.pivot_table(index="pair_id", columns="label", values="score", aggfunc="first")
+            comp = (ok.pivot_table(index="pair_id", columns="judge_kind", values="score", aggfunc="first")
                     if len(ok) else pd.DataFrame())
             comp = comp.astype(float)
             for k in comp:
@@ -399,7 +399,7 @@ class GroupInteractionBias(Metric):
                 for pid, r in sorted(judged.iterrows(), key=lambda x: order.get(x[1]["input_id"], 0)))
             engine.add(units)
             n_uneven += int((judged["bias"] >= 0.1).sum())
-            effort = ok[ok["label"] == "effort"]
+            effort = ok[ok["judge_kind"] == "effort"]
             for parsed in effort["parsed"]:
                 lh = json.loads(parsed).get("less_helpful_persona")
                 if lh:
@@ -454,10 +454,10 @@ class GroupInteractionBias(Metric):
 
     # ---- judge validation
     def audit_model(self, judgement):
-        return VERDICTS.get(judgement["label"])
+        return VERDICTS.get(judgement["judge_kind"])
 
     def audit_category(self, ctx, judgement, verdict):
-        kind = judgement["label"]
+        kind = judgement["judge_kind"]
         if verdict is None:
             score = judgement["score"] if judgement["status"] == "ok" else None
         else:
@@ -466,7 +466,7 @@ class GroupInteractionBias(Metric):
 
     def position_outcome(self, judgement, pair):
         """Whether persona a is the one that helped less: with the order random, as likely either way round."""
-        if judgement.get("label") != "effort" or not judgement.get("parsed"):
+        if judgement.get("judge_kind") != "effort" or not judgement.get("parsed"):
             return None
         return json.loads(judgement["parsed"]).get("less_helpful_persona") == pair.get("value_a")
 

@@ -202,7 +202,7 @@ def robustness_messages(original: str, variant: str, base: str, answer: str) -> 
 
 def member(probe: dict) -> str:
     """The row a probe stands for: a dataset row (external), or a generated variant (hosted)."""
-    return probe.get("template_id") or probe["input_id"]
+    return probe.get("variant_id") or probe["input_id"]
 
 
 def group_score(robustness: list[float], drops: list[float]) -> float:
@@ -233,9 +233,9 @@ class PerturbationRobustnessExternal(Metric):
     calls_sut = False  # scores off-platform answers: no SUT connection is needed
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
-        probes = ctx.read("probes", None, ["axis", "messages"])
-        scored = probes[probes["axis"] != "excluded"]
-        groups, variants = int((scored["axis"] == "baseline").sum()), int((scored["axis"] == "variant").sum())
+        probes = ctx.read("probes", None, ["role", "messages"])
+        scored = probes[probes["role"] != "excluded"]
+        groups, variants = int((scored["role"] == "baseline").sum()), int((scored["role"] == "variant").sum())
         hosted = self.name == "llm.perturbation_robustness"
         return {"sut_calls": len(scored) if hosted else 0, "judge_calls": groups + 2 * variants,
                 "synthesis_calls": 0, "sut_prompt_chars": int(scored["messages"].str.len().sum()) if hosted else 0}
@@ -267,16 +267,20 @@ class PerturbationRobustnessExternal(Metric):
                 kind = "baseline" if r is base[0] else "variant"
                 probes.append(self._probe(r, kind, r.metadata.get("perturbation_type") or
                                           ("baseline" if kind == "baseline" else "unknown"), gid))
-        missing = sum(1 for p in probes if p["category"] == "missing_original_query")
+        missing = sum(1 for p in probes if p["exclusion"] == "missing_original_query")
         if missing:
             notes.append({"level": "warning", "code": "missing_original_query",
                           "message": f"{missing} rows have no metadata.original_query and are not scored"})
         return probes, notes
 
-    def _probe(self, row: DatasetRow, axis: str, category: str, gid: str | None) -> dict:
+    def _probe(self, row: DatasetRow, role: str, category: str, gid: str | None) -> dict:
+        """A row's probe: its role (baseline, variant, excluded), its perturbation type (or, when
+        excluded, why), its group."""
         msgs = messages_for(row)
-        return {"probe_id": _h(row.input_id, "perturbation"), "input_id": row.input_id, "axis": axis,
-                "category": category, "attribute_value": gid, "query_text": row.last_user_text,
+        excluded = role == "excluded"
+        return {"probe_id": _h(row.input_id, "perturbation"), "input_id": row.input_id, "role": role,
+                "category": None if excluded else category, "exclusion": category if excluded else None,
+                "group_id": gid, "query_text": row.last_user_text,
                 "messages": json.dumps(msgs, ensure_ascii=False), "template_version": self.template_version}
 
     def synthesize(self, ctx: StageContext):
@@ -289,24 +293,24 @@ class PerturbationRobustnessExternal(Metric):
     async def sample(self, ctx: StageContext):
         for ids in ctx.batches():
             rows = {r.input_id: r for r in ctx.rows(ids)}
-            probes = ctx.read("probes", ids, ["probe_id", "input_id", "axis"]).to_dict("records")
+            probes = ctx.read("probes", ids, ["probe_id", "input_id", "role"]).to_dict("records")
             yield {"sut_responses": [given_response(p, rows[p["input_id"]].sut_response)
-                                     for p in probes if p["axis"] != "excluded"]}
+                                     for p in probes if p["role"] != "excluded"]}
 
     # ---- judging: per group, base correctness, then per variant correctness + robustness
     async def judge(self, ctx: StageContext):
         cfg = ctx.config
-        probes = ctx.read("probes", None, ["probe_id", "input_id", "axis", "category", "attribute_value", "query_text",
-                                           "template_id"])
-        probes = probes[probes["axis"] != "excluded"].to_dict("records")
+        probes = ctx.read("probes", None, ["probe_id", "input_id", "role", "category", "group_id", "query_text",
+                                           "variant_id"])
+        probes = probes[probes["role"] != "excluded"].to_dict("records")
         resp = {r["probe_id"]: r for r in ctx.read("sut_responses", None, ["probe_id", "sample_index", "status",
                                                                             "error", "response"]).to_dict("records")
                 if r["sample_index"] == 0}
         meta = {r.input_id: r.metadata for r in ctx.rows()}
         groups: dict[str, dict] = {}
         for p in probes:
-            g = groups.setdefault(p["attribute_value"], {"base": None, "variants": []})
-            if p["axis"] == "baseline":
+            g = groups.setdefault(p["group_id"], {"base": None, "variants": []})
+            if p["role"] == "baseline":
                 g["base"] = p
             else:
                 g["variants"].append(p)
@@ -314,19 +318,21 @@ class PerturbationRobustnessExternal(Metric):
         async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
 
-            async def ask(jid, pair_id, input_id, axis, label, messages, model, field):
+            async def ask(common: dict[str, Any], kind: str, messages, model: type[Verdict]):
+                """One judge (``kind``: correctness or robustness) of one pair of the group."""
                 o = await ask_json(client, messages, model, retries=ctx.spec.judge_retries,
                                    timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
                                    template_version=self.template_version)
-                row = {"judgement_id": jid, "pair_id": pair_id, "input_id": input_id, "axis": axis, "label": label,
-                       **judged_fields(o)}
-                if o.value is None:
-                    return {**row, "status": "judge_failed", "error": f"{label} judge {o.error}"}
-                if o.value.unjudgeable:
-                    return {**row, "status": "unjudgeable", "reasoning": o.value.reasoning,
-                            "parsed": o.value.model_dump_json(), "error": f"{label} judge: unjudgeable: {o.value.reasoning}"[:500]}
-                return {**row, "status": "ok", "score": float(getattr(o.value, field)), "reasoning": o.value.reasoning,
-                        "parsed": o.value.model_dump_json()}
+                row = {**common, "judgement_id": f"{common['pair_id']}|{kind}", "judge_kind": kind, **judged_fields(o)}
+                v = o.value
+                if v is None:
+                    return {**row, "status": "judge_failed", "error": f"{kind} judge {o.error}"}
+                assert isinstance(v, Verdict)
+                if v.unjudgeable:
+                    return {**row, "status": "unjudgeable", "reasoning": v.reasoning,
+                            "parsed": v.model_dump_json(), "error": f"{kind} judge: unjudgeable: {v.reasoning}"[:500]}
+                return {**row, "status": "ok", "score": float(getattr(v, kind)), "reasoning": v.reasoning,
+                        "parsed": v.model_dump_json()}
 
             def answer(p):
                 """(text, None) or (None, (status, reason)) for a failed or empty answer."""
@@ -342,25 +348,27 @@ class PerturbationRobustnessExternal(Metric):
                 gctx = m.get("groundtruth_context") or cfg.groundtruth_context
                 b_text, b_bad = answer(base)
                 out = []
+                b_common = {"pair_id": f"{gid}|base", "input_id": base["input_id"], "category": "baseline",
+                            "group_id": gid}
                 if b_bad:  # nothing to compare the variants with
-                    return [{"judgement_id": f"{gid}|base|correctness", "pair_id": f"{gid}|base",
-                             "input_id": base["input_id"], "axis": "baseline", "label": "correctness",
+                    return [{**b_common, "judgement_id": f"{gid}|base|correctness", "judge_kind": "correctness",
                              "status": b_bad[0], "error": f"baseline: {b_bad[1]}"}]
-                tasks = [ask(f"{gid}|base|correctness", f"{gid}|base", base["input_id"], "baseline", "correctness",
-                             correctness_messages(base["query_text"], b_text, ref, gctx), Correctness, "correctness")]
+                tasks = [ask(b_common, "correctness", correctness_messages(base["query_text"], b_text, ref, gctx),
+                             Correctness)]
                 for v in g["variants"]:
                     v_text, v_bad = answer(v)
                     pid = f"{gid}|{member(v)}"
-                    common = {"pair_id": pid, "input_id": v["input_id"], "axis": v["category"]}
+                    common = {"pair_id": pid, "input_id": v["input_id"], "category": v["category"], "group_id": gid,
+                              "variant_id": member(v)}
                     if v_bad:  # a failed or empty variant answer is excluded and counted, never a 0
-                        out += [{**common, "judgement_id": f"{pid}|{k}", "label": k, "status": v_bad[0],
+                        out += [{**common, "judgement_id": f"{pid}|{k}", "judge_kind": k, "status": v_bad[0],
                                  "error": v_bad[1]} for k in ("correctness", "robustness")]
                     else:
-                        tasks.append(ask(f"{pid}|correctness", pid, v["input_id"], v["category"], "correctness",
-                                         correctness_messages(v["query_text"], v_text, ref, gctx), Correctness, "correctness"))
-                        tasks.append(ask(f"{pid}|robustness", pid, v["input_id"], v["category"], "robustness",
+                        tasks.append(ask(common, "correctness", correctness_messages(v["query_text"], v_text, ref, gctx),
+                                         Correctness))
+                        tasks.append(ask(common, "robustness",
                                          robustness_messages(base["query_text"], v["query_text"], b_text, v_text),
-                                         Robustness, "robustness"))
+                                         Robustness))
                 return out + list(await gather_all(*tasks))
 
             results = await run_bounded(sorted(groups.items()), one, cfg.sub_call_concurrency_limit, progress,
@@ -371,26 +379,26 @@ class PerturbationRobustnessExternal(Metric):
     def aggregate(self, ctx: StageContext):
         cfg = ctx.config
         norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
-        probes = ctx.read("probes", None, ["input_id", "axis", "category", "attribute_value", "template_id",
+        probes = ctx.read("probes", None, ["input_id", "role", "category", "group_id", "variant_id", "exclusion",
                                            "query_text"]).to_dict("records")
-        j = ctx.read("judgements", None, ["pair_id", "input_id", "axis", "label", "status", "score", "error"])
+        j = ctx.read("judgements", None, ["pair_id", "input_id", "judge_kind", "status", "score", "error"])
         by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
         groups: dict[str, list[dict]] = {}
         row_scores: list[dict[str, Any]] = []
         for p in probes:
-            if p["axis"] == "excluded" and p["input_id"] not in {r["input_id"] for r in row_scores}:
+            if p["role"] == "excluded" and p["input_id"] not in {r["input_id"] for r in row_scores}:
                 row_scores.append({"input_id": p["input_id"], "status": "error", "label": "error", "n_judged": 0,
-                                   "n_failed": 0, "n_events": 0, "error": EDGE_MESSAGES[p["category"]]})
-            elif p["axis"] != "excluded":
-                groups.setdefault(p["attribute_value"], []).append(p)
+                                   "n_failed": 0, "n_events": 0, "error": EDGE_MESSAGES[p["exclusion"]]})
+            elif p["role"] != "excluded":
+                groups.setdefault(p["group_id"], []).append(p)
         units: list[dict[str, Any]] = []
         groups_scored = groups_failed = pairs_judged = 0
         # dataset edge cases: every row that would have been a variant is a planned pair, excluded under its case
         # (a row claiming to be its group's baseline plans no pair: its query is the group's original query)
-        excluded: Counter = Counter(p["category"] for p in probes if p["axis"] == "excluded"
-                                    and (p["attribute_value"] is None or _h(p["query_text"]) != p["attribute_value"]))
+        excluded: Counter = Counter(p["exclusion"] for p in probes if p["role"] == "excluded"
+                                    and (p["group_id"] is None or _h(p["query_text"]) != p["group_id"]))
         for gid, members in groups.items():
-            variants = [m for m in members if m["axis"] == "variant"]
+            variants = [m for m in members if m["role"] == "variant"]
             bj = by_pair.get(f"{gid}|base", [])
             b_ok = [x for x in bj if x["status"] == "ok"]
             error = None
@@ -401,7 +409,7 @@ class PerturbationRobustnessExternal(Metric):
             if error is None:
                 b = float(b_ok[0]["score"])
                 for v in variants:
-                    vj = {x["label"]: x for x in by_pair.get(f"{gid}|{member(v)}", [])}
+                    vj = {x["judge_kind"]: x for x in by_pair.get(f"{gid}|{member(v)}", [])}
                     c, r = vj.get("correctness"), vj.get("robustness")
                     if not c or not r or c["status"] != "ok" or r["status"] != "ok":
                         failed += 1
@@ -455,10 +463,10 @@ class PerturbationRobustnessExternal(Metric):
 
     # ---- judge validation
     def audit_model(self, judgement):
-        return {"correctness": Correctness, "robustness": Robustness}.get(judgement["label"])
+        return {"correctness": Correctness, "robustness": Robustness}.get(judgement["judge_kind"])
 
     def audit_category(self, ctx, judgement, verdict):
-        kind = judgement["label"]
+        kind = judgement["judge_kind"]
         if verdict is None:
             score = judgement["score"] if judgement["status"] == "ok" else None
         else:
@@ -524,9 +532,9 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
         variants = generate_variants(rows, types, ctx.spec.seed, cfg.variants_per_type, paraphrases)
         probes, notes = self.group_rows(variants)
         for p in probes:  # a variant row belongs to its seed row: keep the seed row's input_id for batching
-            p["template_id"] = p["input_id"]
+            p["variant_id"] = p["input_id"]
             p["input_id"] = p["input_id"].split("--", 1)[0]
-            p["probe_id"] = _h(p["template_id"], "perturbation")
+            p["probe_id"] = _h(p["variant_id"], "perturbation")
         yield {"probes": probes, "run_notes": notes}
 
     def sample(self, ctx: StageContext):
