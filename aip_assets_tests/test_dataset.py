@@ -98,3 +98,19 @@ def test_csv_structured_cells_and_numeric_ids(tmp_path):
                    "metadata": '{"k": 1}'}]).to_csv(p, index=False)
     [row] = load_dataset(p)
     assert row.input_id == "7" and row.context == ["one passage"] and row.metadata == {"k": 1}
+
+
+def test_single_turn_takes_a_list_of_one_user_turn_and_long_error_lists_are_cut(tmp_path):
+    p = tmp_path / "one.jsonl"
+    p.write_text(json.dumps({"input_id": "a", "prompt": [{"role": "user", "content": "q?"}], "task_type": "single_turn_llm"}))
+    assert load_dataset(p)[0].turns == [{"role": "user", "content": "q?"}]
+    from aip_assets.dataset import MAX_ERRORS_SHOWN
+
+    for n, more in ((MAX_ERRORS_SHOWN, None), (MAX_ERRORS_SHOWN + 3, "... and 3 more")):
+        p.write_text("\n".join(json.dumps({"input_id": f"r{i}", "prompt": "", "task_type": "single_turn_llm"})
+                               for i in range(n)))
+        with pytest.raises(DatasetError) as e:
+            load_dataset(p)
+        lines = str(e.value).splitlines()
+        assert len(lines) == 1 + MAX_ERRORS_SHOWN + (1 if more else 0)
+        assert (lines[-1] == more) if more else "more" not in str(e.value)

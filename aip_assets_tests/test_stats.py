@@ -116,3 +116,42 @@ def test_normalise_edges():
     assert normalise(0.25, 0.2, 0.6, False) == pytest.approx(0.125)
     assert normalise_interval(None, 0.4, 0.0, 1.0, False) == (None, None)
     assert normalise_interval(0.2, 0.4, 0.0, 1.0, True) == pytest.approx((0.6, 0.8))  # swapped back into order
+
+
+def test_wilson_edges():
+    assert wilson(0, 1)[0] == 0.0 and wilson(1, 1)[1] == 1.0 and wilson(1, 1)[0] == pytest.approx(0.2065, abs=1e-4)
+    lo, hi = wilson(1, 10)  # k = 1: the lower bound is above 0, not clipped to it
+    assert lo == pytest.approx(0.01787, abs=1e-4) and hi == pytest.approx(0.4042, abs=1e-4)
+    assert wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+
+
+def test_bootstrap_edges_and_chunking():
+    """One cluster: its mean, no resampling. Many clusters: the resamples are drawn in chunks,
+    and the result equals one draw of all resamples at once (the same random stream)."""
+    import numpy as np
+
+    from aip_assets.stats import bootstrap
+
+    assert cluster_bootstrap_mean([0.2, 0.4], ["a", "a"]) == pytest.approx((0.3, 0.3))
+    assert cluster_bootstrap_mean([], []) == (None, None)
+    rng = np.random.default_rng(5)
+    g, n_boot = 30_000, 200  # 5,000,000 // 30,000 = 166 resamples a chunk: two chunks
+    vec = np.column_stack([rng.random(g), np.ones(g)])
+    ratio = lambda s: s[..., 0] / s[..., 1]  # noqa: E731
+    lo, hi = bootstrap(vec, ratio, seed=9, n_boot=n_boot)
+    idx = np.random.default_rng(9).integers(0, g, size=(n_boot, g))
+    means = np.sort(vec[idx].sum(axis=1)[:, 0] / g)
+    assert (lo, hi) == (float(means[int(0.025 * n_boot)]), float(means[int(0.975 * n_boot)]))
+    assert bootstrap(vec[:0], ratio) == (None, None)
+    # the default: 2,000 resamples, seed 0 (a different seed or count gives another interval)
+    v = vec[:50]
+    assert bootstrap(v, ratio) == bootstrap(v, ratio, seed=0, n_boot=2000)
+    assert bootstrap(v, ratio) != bootstrap(v, ratio, seed=1) and bootstrap(v, ratio) != bootstrap(v, ratio, n_boot=2001)
+
+
+def test_fisher_exact_edges():
+    from aip_assets.stats import fisher_exact
+
+    assert fisher_exact(1, 1, 0, 10) == pytest.approx(1 / 11)  # one answer against ten: p = 1/11
+    assert fisher_exact(0, 10, 1, 1) == pytest.approx(1 / 11)
+    assert fisher_exact(0, 0, 0, 5) == 1.0 and fisher_exact(0, 5, 0, 0) == 1.0
