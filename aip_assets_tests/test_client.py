@@ -86,3 +86,73 @@ def test_call_identity():
     assert k == call_key("e", dict(reversed(list(b0.items()))), 0, "t")  # key order does not matter
     assert len({k, call_key("e", b1, 1, "t"), call_key("e", b0, 0, "t2"), call_key("e", b0, 0, "t", attempt=1),
                 call_key("f", b0, 0, "t")}) == 5
+
+
+def test_backoff_is_exponential_with_jitter(scripted, monkeypatch):
+    """Without Retry-After, the k-th retry waits backoff x 2^(k-1) x (0.5 + u), u uniform in [0, 1):
+    the waits asked of asyncio.sleep are recorded (no wall clock)."""
+    import random
+
+    from aip_assets.models import client as client_mod
+
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(d, *a, **k):
+        slept.append(d)
+        await real_sleep(0)
+    monkeypatch.setattr(client_mod.asyncio, "sleep", record)
+    server = scripted(_sequence([500, 500, 500]))
+
+    async def go():
+        c = Connection(provider="openai", base_url=server.url, model="m")
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.2) as cl:
+            cl._rng = random.Random(7)
+            return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=3, timeout=5)
+    r = asyncio.run(go())
+    u = random.Random(7)
+    want = [0.2 * 2 ** k * (0.5 + u.random()) for k in range(3)]
+    assert r.ok and slept == pytest.approx(want)
+
+
+def test_a_503_with_retry_after_is_a_wait_too(scripted):
+    h = _sequence([503], headers={"Retry-After": "0.05"})
+    server = scripted(h)
+    r, _ = _chat(server.url, retries=0)
+    assert r.ok and r.rate_limit_waits == 1 and r.retries_used == 0 and r.http_status == 200
+
+
+def test_latency_is_measured_in_milliseconds(scripted):
+    import time as _t
+
+    def slow(body, n):
+        _t.sleep(0.2)
+        return "fine"
+    server = scripted(slow)
+    r, took = _chat(server.url, retries=0)
+    assert r.ok and 200 <= r.latency_ms <= took * 1000 + 1
+    server = scripted(lambda body, n: (_t.sleep(0.2), Reply(400))[1])
+    r, took = _chat(server.url, retries=0)
+    assert not r.ok and 200 <= r.latency_ms <= took * 1000 + 1
+
+
+def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypatch):
+    """Each wait sleeps max(Retry-After, backoff); a call waits while its total stays within
+    max_rate_limit_wait_seconds (a wait that reaches it exactly is allowed) and while the
+    endpoint's silence, plus the wait, stays within it too."""
+    from aip_assets.models import client as client_mod
+
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(d, *a, **k):
+        slept.append(d)
+        await real_sleep(0)
+    monkeypatch.setattr(client_mod.asyncio, "sleep", record)
+    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"}))
+    r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=1.0)
+    assert slept == [0.25] * 4 and r.rate_limit_waits == 4 and r.attempts == 5 and "rate limited" in r.error
+    slept.clear()
+    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0"}))
+    r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=0.05)  # backoff 0.01: Retry-After 0 waits 0.01
+    assert slept and all(d == 0.01 for d in slept) and len(slept) <= 5

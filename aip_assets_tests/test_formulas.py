@@ -160,3 +160,65 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
     rs = {r["input_id"]: r for r in out["row_scores"]}
     assert all(rs[i]["raw_score"] == pytest.approx(g1) for i in ("Q1?-b", "Q1?-v0", "Q1?-v1"))  # replicated
     assert rs["Q3?-v0"]["status"] == "error" and "no variant of the group could be scored" in rs["Q3?-v0"]["error"]
+
+
+# ------------------------------------------------------------------ the gate
+def _complete(sut_failed=0, sut_total=10, judge_failed=0, judge_total=10):
+    return {"sut": {"total": sut_total, "failed": sut_failed, "empty": 0, "failed_share": sut_failed / sut_total},
+            "judge": {"total": judge_total, "failed": judge_failed, "failed_share": judge_failed / judge_total}}
+
+
+@pytest.mark.parametrize("score,threshold,cov,failed,passes,needle", [
+    (0.9, 0.9, 0.9, 1, True, "score 0.900 at least threshold 0.900"),      # every bound met exactly
+    (0.8999, 0.9, 1.0, 0, False, "score 0.900 below threshold 0.900"),
+    (1.0, None, 0.8999, 0, False, "coverage 0.900 below min_coverage 0.900"),
+    (1.0, None, 1.0, 2, False, "2 of 10 SUT answers failed (0.200, above max_failed_share 0.100)"),
+    (None, 0.5, 1.0, 0, False, "no score: nothing could be judged"),
+    (None, None, None, 0, False, "coverage n/a: nothing was planned"),
+])
+def test_the_gate_and_its_bounds(score, threshold, cov, failed, passes, needle):
+    from aip_assets.gate import decide
+
+    passed, why = decide(score, threshold, cov, 0.9, _complete(sut_failed=failed), 0.1)
+    assert passed is passes and needle in why, why
+    passed, why = decide(1.0, None, 1.0, 0.9, _complete(judge_failed=1), 0.1)
+    assert passed and "(no threshold)" in why  # 1 of 10 is exactly the bound
+    passed, why = decide(1.0, None, 1.0, 0.9, _complete(), 0.1, ["differential refusal: x"])
+    assert not passed and why == "differential refusal: x"
+
+
+def test_completeness_counts_empty_answers_and_only_asked_judges():
+    from aip_assets.gate import completeness
+
+    class C:
+        def status_counts(self, table):
+            return ({"ok": 7, "error": 2, "empty": 1} if table == "sut_responses" else
+                    {"ok": 5, "judge_failed": 2, "no_decision": 1, "unjudgeable": 1, "sut_failed": 3, "empty_answer": 4})
+    c = completeness(C())
+    assert c["sut"] == {"total": 10, "failed": 3, "empty": 1, "failed_share": 0.3}
+    assert c["judge"] == {"total": 9, "failed": 2, "failed_share": pytest.approx(2 / 9)}
+
+    class Nothing:
+        def status_counts(self, table):
+            return {}
+    assert completeness(Nothing()) == {"sut": {"total": 0, "failed": 0, "empty": 0, "failed_share": 0.0},
+                                       "judge": {"total": 0, "failed": 0, "failed_share": 0.0}}
+
+
+def test_consistency_row_counts_and_labels(tmp_path):
+    """Row events are comparisons scoring below 0.6 (0.6 itself is not one); a row with no
+    judgement is an error with nothing failed; label rates are over scored rows."""
+    J = [{"judgement_id": f"{r}|{k}", "input_id": r, "status": "ok", "score": s, "error": None}
+         for r, scores in (("r0", (0.59, 0.9)), ("r1", (0.6, 1.0))) for k, s in enumerate(scores, 1)]
+    probes = [{"input_id": f"r{i}", "role": "variant", "category": "casual", "template_id": "t", "wrapper_id": None,
+               "query_text": "q"} for i in range(3)]
+    out, _ = collect(SemanticConsistency(), SemanticConsistencyConfig(), {
+        "judgements": J, "probes": probes, "dataset_rows": rows_table(3)}, tmp_path, "llm.semantic_consistency")
+    rs = {r["input_id"]: r for r in out["row_scores"]}
+    assert rs["r0"]["n_events"] == 1 and rs["r0"]["label"] == "Slightly Inconsistent"  # 0.745
+    assert rs["r1"]["n_events"] == 0 and rs["r1"]["raw_score"] == pytest.approx(0.8)  # 0.6 is no event
+    assert rs["r2"]["status"] == "error" and rs["r2"]["n_failed"] == 0 and rs["r2"]["n_judged"] == 0
+    s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
+    d = json.loads(s[("overall", "all")]["details"])
+    assert d["rows_errored"] == 1 and d["labels"] == {"Consistent": 0, "Slightly Inconsistent": 2, "Contradictory": 0}
+    assert s[("label", "Slightly Inconsistent")]["rate"] == 1.0 and s[("label", "Consistent")]["rate"] == 0.0
