@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 MARKERS = ("workspace.yaml", "dagster.yaml")
+MAX_CONCURRENCY = 8  # the specs' execution manifests: runs of one metric's partitions at once
 
 
 def project_root(start: str | Path | None = None) -> Path | None:
@@ -65,7 +66,10 @@ def instance_settings(home: Path) -> str:
             f"  config:\n    base_dir: {h}\n"
             f"compute_logs:\n  module: dagster._core.storage.local_compute_log_manager\n"
             f"  class: LocalComputeLogManager\n  config:\n    base_dir: {h / 'compute_logs'}\n"
-            f"telemetry:\n  enabled: false\n")
+            f"telemetry:\n  enabled: false\n"
+            f"run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n  config:\n"
+            f"    tag_concurrency_limits:\n      - key: dagster/partition/metric\n        value:\n"
+            f"          applyLimitPerUniqueValue: true\n        limit: {MAX_CONCURRENCY}\n")
 
 
 def get_instance():

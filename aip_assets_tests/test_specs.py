@@ -75,3 +75,22 @@ def test_config_model_matches_the_spec_manifest(metric):
 def test_metric_versions_are_the_specs():
     for metric, m in MANIFESTS.items():
         assert REGISTRY[metric].version.split(".")[0] == str(m["version"]).split(".")[0], metric
+
+
+def test_execution_manifests_max_concurrency_is_the_run_queue_limit_per_metric():
+    """The specs allow max_concurrency executions of one metric at once: the Dagster instance
+    (the repo's dagster.yaml and the one the CLI writes) queues runs so that at most that many
+    runs of one metric's partitions run together (tag dagster/partition/metric)."""
+    import yaml
+
+    from aip_assets.dagster_home import MAX_CONCURRENCY, instance_settings
+
+    limits = {m["execution"]["max_concurrency"] for m in MANIFESTS.values() if m["execution"]}
+    assert limits == {MAX_CONCURRENCY}
+    repo = Path(aip_assets.__file__).parent.parent
+    for cfg in (yaml.safe_load((repo / "dagster.yaml").read_text()), yaml.safe_load(instance_settings(Path("/x")))):
+        rc = cfg["run_coordinator"]
+        assert rc["class"] == "QueuedRunCoordinator"
+        [lim] = rc["config"]["tag_concurrency_limits"]
+        assert lim == {"key": "dagster/partition/metric", "value": {"applyLimitPerUniqueValue": True},
+                       "limit": MAX_CONCURRENCY}
