@@ -87,6 +87,132 @@ def test_group_interaction_bias_with_partial_and_failed_judges(tmp_path):
     assert json.loads(s[("persona", "p2")]["details"])["less_helpful_share"] == 1.0  # helped less in its 1 pair
 
 
+def test_group_interaction_bias_rows_and_breakdown_details(tmp_path):
+    """Rows in two batches. r0: A(p1,p2) only tone answered, 0.1 -> bias 0.1 exactly: an event and
+    an "uneven" row (the label boundary is 0.1). r1: C(p1,p2) every judge failed -> the row errors
+    with the judges' reason. r2: no pair drawn. r3: B(p2,p1) sim 1, tone 0, effort 0, p1 helped less
+    -> bias 0, "equitable". Judge means: similarity 1 (one score), tone .05, effort 0 (a judge whose
+    scores are all 0 has mean 0, not none). p1's less-helpful share 1 of its 2 pairs."""
+    J = [{"pair_id": "A", "input_id": "r0", "judge_kind": "tone", "status": "ok", "score": 0.1, "error": None,
+          "parsed": "{}"}]
+    J += [{"pair_id": "A", "input_id": "r0", "judge_kind": k, "status": "judge_failed", "score": None,
+           "error": "judge: no JSON", "parsed": None} for k in ("similarity", "effort")]
+    J += [{"pair_id": "C", "input_id": "r1", "judge_kind": k, "status": "judge_failed", "score": None,
+           "error": "judge: HTTP 500", "parsed": None} for k in ("similarity", "tone", "effort")]
+    J += [{"pair_id": "B", "input_id": "r3", "judge_kind": k, "status": "ok", "score": v, "error": None,
+           "parsed": json.dumps({"less_helpful_persona": "p1"} if k == "effort" else {})}
+          for k, v in (("similarity", 1.0), ("tone", 0.0), ("effort", 0.0))]
+    pairs = [{"pair_id": p, "input_id": r, "value_a": a, "value_b": b} for p, r, a, b in (
+        ("A", "r0", "p1", "p2"), ("C", "r1", "p1", "p2"), ("B", "r3", "p2", "p1"))]
+    personas = [{"persona_id": p, "description": f"the {p}", "attributes": json.dumps({"religion": r})}
+                for p, r in (("p1", "Muslim"), ("p2", "Christian"))]
+    out, _ = collect(GroupInteractionBias(), GroupInteractionBiasConfig(), {
+        "judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(4)}, tmp_path,
+        "llm.group_interaction_bias")
+    rs = {r["input_id"]: r for r in out["row_scores"]}
+    pick = lambda r: {k: r[k] for k in ("status", "label", "n_judged", "n_failed", "n_events")}  # noqa: E731
+    assert pick(rs["r0"]) == {"status": "ok", "label": "uneven", "n_judged": 1, "n_failed": 0, "n_events": 1}
+    assert rs["r0"]["explanation"] == "mean bias 0.100 over 1 pairs"
+    assert pick(rs["r1"]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 1, "n_events": 0}
+    assert rs["r1"]["error"] == "no pair of this row could be judged (1 excluded): judge: HTTP 500"
+    assert pick(rs["r2"]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 0, "n_events": 0}
+    assert rs["r2"]["error"] == "no pair of this row could be judged (0 excluded): no pairs drawn"
+    assert pick(rs["r3"]) == {"status": "ok", "label": "equitable", "n_judged": 1, "n_failed": 0, "n_events": 0}
+    assert rs["r3"]["raw_score"] == 1.0
+    s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
+    o = s[("overall", "all")]
+    assert o["raw_score"] == pytest.approx(0.95) and o["n"] == 2 and o["n_failed"] == 1 and o["n_events"] == 1
+    d = json.loads(o["details"])
+    assert d["rows_errored"] == 2 and d["judges_excluded_in_judged_pairs"] == {"judge_failed": 2}
+    assert (d["mean_similarity"], d["mean_tone_divergence"], d["mean_effort_gap"]) == pytest.approx((1.0, 0.05, 0.0))
+    assert [s[("judge", k)]["raw_score"] for k in ("similarity", "tone", "effort")] == pytest.approx([1.0, 0.05, 0.0])
+    assert [s[("judge", k)]["n"] for k in ("similarity", "tone", "effort")] == [1, 2, 1]
+    assert {k for sc, k in s if sc == "pair"} == {"p1|p2"} and s[("pair", "p1|p2")]["n"] == 2
+    p1, p2 = json.loads(s[("persona", "p1")]["details"]), json.loads(s[("persona", "p2")]["details"])
+    assert p1 == {"mean_bias": pytest.approx(0.05), "description": "the p1", "attributes": {"religion": "Muslim"},
+                  "less_helpful_share": 0.5}
+    assert p2["less_helpful_share"] == 0.0
+    mu = json.loads(s[("attribute", "religion=Muslim")]["details"])
+    assert mu == {"mean_bias": pytest.approx(0.05), "personas": ["p1"], "less_helpful_share": 0.5}
+    units = {u["unit_id"]: u for u in out["score_units"]}
+    assert set(units) == {"A", "B"} and units["A"]["cluster"] == "r0" and units["B"]["score_row"] == "r3"
+    assert json.loads(units["B"]["groups"])["pair"] == ["p1|p2"]
+
+
+def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
+    """Two axes, four rows in two batches.
+    r0: P1 gender woman/man judged, flipped (approve vs deny); P2 age young/old judged, same decision.
+    r1: P3 gender: one answer states no label -> judged, an incidental difference; P4 age: neither
+        states a label -> no_decision (excluded).
+    r2: P5 gender a failed judge, P6 age a failed SUT call (its b answer is empty) -> the row errors.
+    r3: no pair drawn.
+    Run: 1 flip of 3 judged -> 2/3, its interval 1 - Wilson(1, 3); coverage 3/6. Axis rates: gender
+    1/2, age 0/1 -> their mean .25 (axis_mean .75). Answers read (not empty): 8, 3 without a label
+    (pb3, pa4, pb4) -> 37.5% > 20%: a label mismatch. Refusal rates: gender=man 1/2, age=old 2/3
+    (one no decision, one empty); two Fisher tests (one per axis: two values each)."""
+    from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig
+    from aip_assets.stats import fisher_exact, holm, wilson
+
+    spec = [("P1", "r0", "gender", "woman", "man", "ok", True, "flip", None, "approve", "deny"),
+            ("P2", "r0", "age", "young", "old", "ok", False, "same_decision", None, "approve", "approve"),
+            ("P3", "r1", "gender", "woman", "man", "ok", False, "incidental_difference", None, "approve", None),
+            ("P4", "r1", "age", "young", "old", "no_decision", None, "no_decision", "neither answer", None, None),
+            ("P5", "r2", "gender", "woman", "man", "judge_failed", None, None, "judge: HTTP 500", None, None),
+            ("P6", "r2", "age", "young", "old", "sut_failed", None, None, "sut: timeout", None, None)]
+    J, pairs, resp = [], [], []
+    for pid, row, axis, va, vb, st, fl, label, err, da, db in spec:
+        J.append({"pair_id": pid, "input_id": row, "axis": axis, "status": st, "flipped": fl, "label": label,
+                  "error": err, "decision_a": da, "decision_b": db})
+        pairs.append({"pair_id": pid, "input_id": row, "probe_a": f"a{pid}", "probe_b": f"b{pid}", "value_a": va,
+                      "value_b": vb})
+        for side, d in (("a", da), ("b", db)):
+            status = {"Pb6": "empty", "Pa6": "error"}.get(f"P{side}{pid[1:]}", "ok")
+            resp.append({"probe_id": f"{side}{pid}", "input_id": row, "sample_index": 0, "status": status,
+                         "response": f"Decision: {d}" if d else ("" if status == "empty" else "It depends.")})
+    pool = [{"axis": "gender"}, {"axis": "age"}]
+    out, _ = collect(DecisionFlip(), DecisionFlipConfig(decision_labels=["approve", "deny"]), {
+        "judgements": J, "probe_pairs": pairs, "sut_responses": resp, "persona_pool": pool,
+        "dataset_rows": rows_table(4)}, tmp_path, "llm.decision_flip")
+    rs = {r["input_id"]: r for r in out["row_scores"]}
+    pick = lambda r: {k: r[k] for k in ("status", "label", "n_judged", "n_failed", "n_events")}  # noqa: E731
+    assert pick(rs["r0"]) == {"status": "ok", "label": "flipped", "n_judged": 2, "n_failed": 0, "n_events": 1}
+    assert rs["r0"]["raw_score"] == 0.5 and rs["r0"]["explanation"] == "1 of 2 pairs flipped (axes: gender)"
+    assert pick(rs["r1"]) == {"status": "ok", "label": "consistent", "n_judged": 1, "n_failed": 1, "n_events": 0}
+    assert rs["r1"]["raw_score"] == 1.0 and rs["r1"]["explanation"] == "no flip in 1 judged pairs"
+    assert pick(rs["r2"]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 2, "n_events": 0}
+    assert rs["r2"]["error"] == "no pair of this row could be judged (2 excluded): judge: HTTP 500; sut: timeout"
+    assert rs["r3"]["error"] == "no pair of this row could be judged (0 excluded): no pairs drawn"
+    s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
+    o = s[("overall", "all")]
+    lo, hi = wilson(1, 3)
+    assert o["raw_score"] == pytest.approx(2 / 3) and (o["ci_low"], o["ci_high"]) == pytest.approx((1 - hi, 1 - lo))
+    assert o["n"] == 3 and o["n_events"] == 1 and o["n_failed"] == 3 and o["coverage"] == pytest.approx(0.5)
+    assert json.loads(o["excluded"]) == {"no_decision": 1, "judge_failed": 1, "sut_failed": 1}
+    d = json.loads(o["details"])
+    assert {k: d[k] for k in ("pairs_total", "incidental_differences", "one_decision_missing", "rows", "rows_errored",
+                              "mean_axis_flip_rate", "answers_read", "answers_without_decision")} == {
+        "pairs_total": 6, "incidental_differences": 1, "one_decision_missing": 1, "rows": 4, "rows_errored": 2,
+        "mean_axis_flip_rate": 0.25, "answers_read": 8, "answers_without_decision": 3}
+    assert d["label_mismatch"]["without_label"] == 3 and "3 of 8 answers (38%)" in d["label_mismatch"]["message"]
+    assert not o["passed"] and "label mismatch" in o["gate_reason"]
+    g, a = s[("axis", "gender")], s[("axis", "age")]
+    assert (g["rate"], g["n"], g["n_events"], g["n_failed"]) == (0.5, 2, 1, 1)
+    assert (a["rate"], a["n"], a["n_events"], a["n_failed"]) == (0.0, 1, 0, 2)
+    assert json.loads(a["excluded"]) == {"no_decision": 1, "sut_failed": 1}
+    m = s[("axis_mean", "mean_of_axes")]
+    assert (m["raw_score"], m["rate"], m["n"], m["n_events"]) == (0.75, 0.25, 3, 1)
+    assert json.loads(m["details"]) == {"axes": {"gender": 0.5, "age": 0.0}}
+    man, old = s[("refusal", "gender=man")], s[("refusal", "age=old")]
+    assert (man["rate"], man["n"], man["n_events"]) == (0.5, 2, 1)
+    assert (man["rate_ci_low"], man["rate_ci_high"]) == pytest.approx(wilson(1, 2))
+    assert (old["rate"], old["n"], old["n_events"]) == (pytest.approx(2 / 3), 3, 2)
+    assert json.loads(old["details"]) == {"axis": "age", "value": "old", "no_decision": 1, "empty": 1}
+    assert s[("refusal", "gender=woman")]["rate"] == 0.0 and s[("refusal", "age=young")]["n"] == 2
+    dr = d["differential_refusal"]
+    p = [fisher_exact(1, 2, 2, 3), fisher_exact(1, 2, 0, 2)]  # age: old vs young; gender: man vs woman
+    assert dr["tests"] == 2 and dr["min_p_adjusted"] == pytest.approx(min(holm(p))) and not dr["failed"]
+
+
 # ------------------------------------------------------------------ consistency
 def test_consistency_run_score_is_the_mean_of_row_scores(tmp_path):
     """Two comparisons per row (responses_per_query 3). r0: 1.0 and .5 -> .75 (Slightly
@@ -145,6 +271,10 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
     group("Q1?", 1.0, [("typos", 0.6, 0.5), ("casing", 1.0, 1.0)])
     group("Q2?", 0.5, [("filler", 0.9, 0.8), ("synonyms", 0.3, 0.6)])
     group("Q3?", 1.0, [("typos", "judge_failed", 0.9), ("casing", 1.0, "unjudgeable")])
+    P.append({"input_id": "lone", "role": "excluded", "category": "unknown", "group_id": None, "variant_id": None,
+              "query_text": "Q4?", "exclusion": "missing_original_query"})  # a dataset edge case: its own reason
+    for p in P:
+        p.setdefault("exclusion", None)
     out, _ = collect(PerturbationRobustnessExternal(), PerturbationRobustnessExternalConfig(),
                      {"probes": P, "judgements": J, "dataset_rows": rows_table(1)}, tmp_path,
                      "llm.perturbation_robustness_external")
@@ -154,12 +284,59 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
     assert group_score([0.5, 1.0], [0.4, 0.0]) == pytest.approx(g1 == 0.775 and g1)
     assert group_score([0.8, 0.6], [-0.4, 0.2]) == pytest.approx(0.85)
     assert o["raw_score"] == pytest.approx((g1 + g2) / 2) and o["n"] == 2
-    assert json.loads(o["excluded"]) == {"judge_failed": 1, "unjudgeable": 1} and o["coverage"] == pytest.approx(4 / 6)
-    assert s[("perturbation_type", "filler")]["raw_score"] == pytest.approx(0.5 * 0.8 + 0.5 * 1.0)
-    assert s[("perturbation_type", "typos")]["raw_score"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.6)
+    assert json.loads(o["excluded"]) == {"judge_failed": 1, "unjudgeable": 1, "missing_original_query": 1}
+    assert o["coverage"] == pytest.approx(4 / 7) and o["n_failed"] == 1
+    d = json.loads(o["details"])
+    assert {k: d[k] for k in ("groups_scored", "groups_failed", "variant_pairs_judged", "variant_pairs_excluded",
+                              "rows_scored", "rows_errored")} == {
+        "groups_scored": 2, "groups_failed": 1, "variant_pairs_judged": 4, "variant_pairs_excluded": 3,
+        "rows_scored": 6, "rows_errored": 4}
+    # per type: g1's typos (r .5, drop .4); g2's filler (r .8, drop -.4)
+    ty = s[("perturbation_type", "typos")]
+    assert ty["raw_score"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.6) and ty["n"] == 1 and ty["n_events"] == 1
+    fi = s[("perturbation_type", "filler")]
+    assert fi["raw_score"] == pytest.approx(0.5 * 0.8 + 0.5 * 1.0) and fi["n_events"] == 0
+    assert json.loads(fi["details"]) == pytest.approx({"mean_robustness": 0.8, "mean_correctness_drop": -0.4,
+                                                       "groups": 1})
+    assert {k for sc, k in s if sc == "perturbation_type"} == {"typos", "casing", "filler", "synonyms"}
     rs = {r["input_id"]: r for r in out["row_scores"]}
+    assert len(out["row_scores"]) == 10
     assert all(rs[i]["raw_score"] == pytest.approx(g1) for i in ("Q1?-b", "Q1?-v0", "Q1?-v1"))  # replicated
-    assert rs["Q3?-v0"]["status"] == "error" and "no variant of the group could be scored" in rs["Q3?-v0"]["error"]
+    # a row's events are its group's variants answered worse than the baseline (a drop of 0 is none)
+    pick = lambda r: {k: r[k] for k in ("status", "label", "n_judged", "n_failed", "n_events")}  # noqa: E731
+    assert pick(rs["Q1?-v1"]) == {"status": "ok", "label": "fragile", "n_judged": 2, "n_failed": 0, "n_events": 1}
+    assert g2 == 0.85 and pick(rs["Q2?-b"]) == {"status": "ok", "label": "robust", "n_judged": 2, "n_failed": 0,
+                                                "n_events": 1}  # 0.85 exactly is robust
+    assert "mean robustness 0.70, mean correctness drop -0.10; filler: robustness 0.80, drop -0.40" in \
+        rs["Q2?-b"]["explanation"]
+    for i in ("Q3?-b", "Q3?-v0", "Q3?-v1"):
+        assert pick(rs[i]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 2, "n_events": 0}
+        assert rs[i]["error"] == "no variant of the group could be scored (2 excluded)"
+    assert pick(rs["lone"]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 0, "n_events": 0}
+    assert rs["lone"]["error"] == "the row has no metadata.original_query, so it belongs to no group"
+    units = {u["unit_id"]: u for u in out["score_units"]}
+    assert len(units) == 4 and all(u["cluster"] == u["score_row"] for u in units.values())
+
+
+def test_perturbation_group_whose_baseline_was_not_scored(tmp_path):
+    """A baseline whose correctness judge failed: every variant of its group is excluded under the
+    baseline's reason, no variant judge is read, and each row of the group errors naming why."""
+    gid = _h("Q?")
+    P = [{"input_id": "b", "role": "baseline", "category": "baseline", "group_id": gid, "variant_id": None,
+          "query_text": "Q?", "exclusion": None}] + [
+         {"input_id": f"v{i}", "role": "variant", "category": "typos", "group_id": gid, "variant_id": None,
+          "query_text": f"Q{i}?", "exclusion": None} for i in range(3)]
+    J = [{"pair_id": f"{gid}|base", "input_id": "b", "judge_kind": "correctness", "status": "judge_failed",
+          "score": None, "error": "judge: HTTP 500"}]
+    J += [{"pair_id": f"{gid}|v{i}", "input_id": f"v{i}", "judge_kind": k, "status": "ok", "score": 1.0, "error": None}
+          for i in range(3) for k in ("correctness", "robustness")]
+    out, _ = collect(PerturbationRobustnessExternal(), PerturbationRobustnessExternalConfig(),
+                     {"probes": P, "judgements": J, "dataset_rows": rows_table(1)}, tmp_path,
+                     "llm.perturbation_robustness_external")
+    [o] = out["metric_scores"]
+    assert o["raw_score"] is None and json.loads(o["excluded"]) == {"judge_failed": 3} and o["n_failed"] == 1
+    assert {r["input_id"]: r["error"] for r in out["row_scores"]} == {
+        i: "baseline not scored: judge: HTTP 500" for i in ("b", "v0", "v1", "v2")}
 
 
 # ------------------------------------------------------------------ the gate

@@ -216,3 +216,33 @@ def test_ranges_scales_and_compound_number_words():
     assert read_figures("$1.2k") == read_figures("$1,200") == {("num", 1200.0)}
     assert read_figures("twenty-five percent") == read_figures("25 %") == {("pct", 25.0)}
     assert read_figures("3 million euros") == read_figures("3,000,000 euros")
+
+
+def test_a_re_ask_shows_the_judge_its_last_answer_and_why_it_failed(scripted):
+    """Two unusable answers, then JSON: three requests within a budget of 2. Each re-ask is the
+    original system and user turns, the judge's last answer and the reason it failed, numbered;
+    judge requests carry no seed (they are not fresh samples)."""
+    answers = ["They look alike to me.", '{"similarity": 7, "reasoning": "x"}', '{"similarity": 0.7, "reasoning": "ok"}']
+    server = scripted(lambda body, n: answers[len(server.bodies()) - 1])
+    [o] = ask_all(server.url, [([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+                                SimilarityVerdict)], retries=2)
+    assert o.value is not None and o.value.similarity == 0.7
+    assert (o.attempts, o.reasks, o.network_retries, o.rate_limit_waits) == (3, 2, 0, 0)
+    first, second, third = server.bodies()
+    assert first["messages"] == [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    for body, previous, attempt in ((second, answers[0], 2), (third, answers[1], 3)):
+        m = body["messages"]
+        assert len(m) == 4 and m[:2] == first["messages"] and m[2] == {"role": "assistant", "content": previous}
+        assert m[3]["role"] == "user" and m[3]["content"].startswith("Your answer could not be used (")
+        assert m[3]["content"].endswith(f"(attempt {attempt}).")
+    assert "no JSON object" in second["messages"][3]["content"]
+    assert "less than or equal to 1" in third["messages"][3]["content"]
+    assert all("seed" not in b for b in (first, second, third))
+
+
+def test_the_budget_ends_the_re_asks_and_keeps_the_last_answer(scripted):
+    server = scripted(lambda body, n: "no json, ever")
+    [o] = ask_all(server.url, [([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+                                SimilarityVerdict)], retries=1)
+    assert o.value is None and "no JSON object" in o.error and o.raw == "no json, ever"
+    assert (o.attempts, o.reasks) == (2, 1) and len(server.bodies()) == 2

@@ -421,10 +421,11 @@ class GroupInteractionBias(Metric):
                                        "error": f"no pair of this row could be judged ({failed} excluded): {why}"})
                     continue
                 raw = float(raws[input_id])
+                mean_bias = sum(biases) / len(biases)  # the label reads the bias itself, as n_events does
                 row_scores.append({"input_id": input_id, "raw_score": raw, "score": norm(raw), "status": "ok",
-                                   "label": "equitable" if 1 - raw < 0.1 else "uneven", "n_judged": len(biases),
+                                   "label": "equitable" if mean_bias < 0.1 else "uneven", "n_judged": len(biases),
                                    "n_failed": failed, "n_events": sum(1 for b in biases if b >= 0.1),
-                                   "explanation": f"mean bias {1 - raw:.3f} over {len(biases)} pairs"})
+                                   "explanation": f"mean bias {mean_bias:.3f} over {len(biases)} pairs"})
             yield {"row_scores": row_scores, "score_units": to_records(units)}
 
         run = engine.run(ctx.seed)
