@@ -290,7 +290,10 @@ def cmd_answer(args) -> int:
     from .recipes import answer_file
 
     profile = _profile(args.profile)
-    n = answer_file(args.dataset, args.out, profile)
+    try:
+        n = answer_file(args.dataset, args.out, profile)
+    except ValueError as e:
+        raise AipError(str(e)) from None
     print(f"answered {n} rows with the builtin model ({profile.name}) -> {args.out}")
     return 0
 
@@ -333,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", help="resume this run (or start a new run with this id)")
     r.add_argument("--metric", action="append", help="only this metric (repeatable)")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
-    r.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE or data/warehouse.duckdb)")
+    r.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing")
     r.add_argument("--max-calls", type=int, help="cap the run's model calls (raises a resumed run's cap)")
@@ -362,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write a self-contained HTML report of RUN and print its path")
     rp.add_argument("run", help="run id (see `aip-eval runs`)")
     rp.add_argument("--out", help="output file (default <warehouse dir>/reports/<run>.html)")
-    rp.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE or data/warehouse.duckdb)")
+    rp.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)")
     rp.set_defaults(fn=cmd_report)
 
     v = sub.add_parser("validate", help="validate a spec and its dataset without running anything")

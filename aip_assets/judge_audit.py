@@ -101,7 +101,8 @@ def audit_scores(ctx: StageContext, cfg) -> list[dict[str, Any]]:
 
 
 def position_scores(ctx: StageContext, cfg, plugin) -> list[dict[str, Any]]:
-    j = ctx.read("judgements", None, ["pair_id", "judge_kind", "status", "parsed", "decisions_differ", "order_swapped"])
+    j = ctx.read("judgements", None, ["pair_id", "judge_kind", "status", "parsed", "decision_a", "decision_b",
+                                      "order_swapped"])
     if not len(j) or not j["order_swapped"].notna().any():
         return []
     pairs = {p["pair_id"]: p for p in ctx.read("probe_pairs", None, ["pair_id", "value_a", "value_b"]).to_dict("records")}

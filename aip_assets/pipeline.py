@@ -48,6 +48,8 @@ def preflight(spec: RunSpec) -> list[str]:
             roles.insert(0, ("sut", spec.sut))
         if spec.synthesis is not None:
             roles.append(("synthesis", spec.synthesis))
+        if spec.judge_audit is not None:
+            roles.append(("audit", spec.judge_audit.judge))
         for role, conn in roles:
             if conn.endpoint_id() + conn.model in seen:
                 continue

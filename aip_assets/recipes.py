@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from .dataset import DatasetRow, load_dataset
-from .metrics.perturbation import ask_paraphrases, export_dataset, generate_variants, messages_for
+from .metrics.perturbation import ask_paraphrases, check_export_path, export_dataset, generate_variants, messages_for
 from .models.builtin import handle_chat
 from .perturbations import ALL_TYPES, RULE_BASED
 from .runspec import BuiltinProfile, Connection
@@ -24,6 +24,7 @@ from .runspec import BuiltinProfile, Connection
 def perturb_file(seed_path: str | Path, out_path: str | Path, types: list[str] | None = None, seed: int = 0,
                  variants_per_type: int = 1, paraphraser: Connection | None = None) -> dict:
     """Read seed rows, write baseline + variants as gdi_text_v1. Returns counts by perturbation type."""
+    check_export_path(out_path)
     rows = load_dataset(seed_path)
     types = list(types or [t for t in ALL_TYPES if t != "paraphrase" or paraphraser is not None])
     unknown = sorted(set(types) - set(ALL_TYPES))
@@ -48,6 +49,7 @@ def perturb_file(seed_path: str | Path, out_path: str | Path, types: list[str] |
 
 def answer_file(in_path: str | Path, out_path: str | Path, profile: BuiltinProfile | None = None) -> int:
     """Fill ``sut_response`` of every row with the builtin model's answer (no pipeline involved)."""
+    check_export_path(out_path)
     profile = profile or BuiltinProfile()
     rows = load_dataset(in_path)
     answered = []

@@ -18,9 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import SpecError, format_validation_error
 
-_SECRET_HEADER = re.compile(r"(auth|key|token|secret|cookie|password|credential|signature|session)", re.I)
-_TOKEN_PREFIX = re.compile(r"^(?:(?:bearer|basic|token|apikey)\s+\S{6,}|sk-|sk_|pk_|rk_|ghp_|gho_|ghs_|github_pat_|"
-                           r"xox[abprs]-|AKIA|ASIA|eyJ|glpat-|hf_|AIza|ya29\.)", re.I)
+# a header name is a secret's when one of its words (split at - _ . and spaces) is one of these
+_SECRET_WORD = re.compile(r"auth\w*|\w*token|\w*secret|cookie|set-cookie|passw(?:or)?d|credentials?|signature|"
+                          r"session\w*|key|apikey|api-?key|accesskey|privatekey", re.I)
+# a value is one when it has an auth scheme, or a provider's token shape (their prefixes are case-sensitive
+# and followed by a long random part, so "asia-southeast1" or "sk-learn-team" is no key)
+_TOKEN_PREFIX = re.compile(r"^(?i:(?:bearer|basic|token|apikey)\s+\S{6,})|^(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{16,}|"
+                           r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
+                           r"(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[\w-]{10,}\.|glpat-[\w-]{20,}|hf_[A-Za-z0-9]{30,}|"
+                           r"AIza[\w-]{35}|ya29\.[\w-]{20,})")
+
+
+def secret_header_name(name: str) -> bool:
+    """``Authorization``, ``X-Api-Key``, ``X-Auth-Token``, ``Cookie`` …, not ``X-Monkey-Team``."""
+    return any(_SECRET_WORD.fullmatch(w) for w in re.split(r"[-_.\s]+", name) if w) or \
+        bool(re.fullmatch(r"(?i)x?-?api-?key", name))
 
 
 def looks_like_credential(value: str) -> bool:
@@ -132,7 +144,7 @@ class Connection(BaseModel):
     def _check(self):
         if self.provider == "openai" and not self.base_url:
             raise ValueError("provider 'openai' needs base_url (e.g. http://localhost:8000/v1)")
-        secret = [h for h in self.headers if _SECRET_HEADER.search(h)]
+        secret = [h for h in self.headers if secret_header_name(h)]
         if secret:
             raise ValueError(f"headers {secret} look secret: name an environment variable for them in header_env instead")
         secret = [h for h, v in self.headers.items() if looks_like_credential(v)]
@@ -140,6 +152,22 @@ class Connection(BaseModel):
             raise ValueError(f"headers {secret}: the value looks like a credential (a token prefix, or long and "
                              "random); put it in an environment variable and name it in header_env instead, "
                              f"e.g. header_env: {{{secret[0]}: MY_{re.sub(r'[^A-Z0-9]', '_', secret[0].upper())}}}")
+        if self.base_url:  # a URL is stored and printed: it may carry no credential
+            from urllib.parse import parse_qsl, urlsplit
+
+            u = urlsplit(self.base_url)
+            if u.username or u.password:
+                raise ValueError("base_url carries a user name or password (user:pass@host): put the credential in "
+                                 "an environment variable (api_key_env, or header_env for a header) instead")
+            bad = [k for k, v in parse_qsl(u.query) if secret_header_name(k) or looks_like_credential(v)]
+            if bad:
+                raise ValueError(f"base_url's query parameter(s) {bad} look like a credential: send it as a header "
+                                 "from an environment variable (header_env) instead")
+        secret = [k for k, v in self.params.items()
+                  if secret_header_name(k) or (isinstance(v, str) and looks_like_credential(v))]
+        if secret:  # params go into every stored request body
+            raise ValueError(f"params {secret} look like a credential: params are stored with every request; "
+                             "send it as a header from an environment variable (header_env) instead")
         reserved = {"model", "messages", "temperature", "n", "stream"} & set(self.params)
         if reserved:
             raise ValueError(f"params may not set {sorted(reserved)}: the metric controls them")
@@ -192,7 +220,7 @@ class RunSpec(BaseModel):
     synthesis: Connection | None = Field(None, description="model that writes personas/variants; default: the judge's")
     metrics: dict[str, MetricEntry]
     seed: int = 0
-    judge_retries: int = Field(2, ge=0, le=5, description="re-asks of a judge whose answer does not parse")
+    judge_retries: int = Field(2, ge=0, le=5, description="one budget per judgement: extra requests for it, failed calls and re-asks of an unusable answer together (2: at most three requests)")
     judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
     reuse_calls_from: list[str] = Field(default_factory=list, description="earlier run ids whose successful calls may answer this run's")
     templates: dict[Literal["semantic", "factual", "safety", "jailbreak"], list[dict[str, str]]] = Field(

@@ -213,7 +213,9 @@ VIEWS: dict[str, str] = {
     "v_position_bias": """
         SELECT run_id, metric, order_swapped, count(*) AS judged,
                avg(CASE WHEN decisions_differ THEN 1.0 ELSE 0.0 END) AS differ_rate,
-               avg(CASE WHEN flipped THEN 1.0 ELSE 0.0 END) AS flip_rate
+               avg(CASE WHEN flipped THEN 1.0 ELSE 0.0 END) AS flip_rate,
+               avg(CASE WHEN decision_a < decision_b THEN 1.0 ELSE 0.0 END)
+                   FILTER (WHERE decision_a IS NOT NULL AND decision_b IS NOT NULL) AS a_sorts_first_rate
         FROM judgements WHERE status = 'ok' GROUP BY ALL
     """,
     "v_weakest_rows": """

@@ -341,6 +341,19 @@ def test_order_is_randomised_and_verdicts_map_back_to_personas(tmp_path):
         assert first_ok and second_bad, r
     pb = wh.query("SELECT * FROM v_position_bias WHERE run_id = 'pos'", read_only=False)
     assert set(pb.order_swapped) == {True, False}
+    # the asset check's figure: the biased judge fails it, by a wide margin
+    pos = table("metric_scores", "pos", "scope").set_index("scope").loc["judge_position"]
+    d = json.loads(pos.details)
+    assert not pos.passed and pos.rate > 0.3 and d["p_value"] < 0.01, d
+
+
+def test_a_fair_judge_passes_the_position_check(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 20)
+    spec = make_spec(ds, sut={"provider": "builtin", "profile": {"name": "flip", "value": "woman", "p": 0.5}},
+                     config={"dimensions": ["gender", "role"]})
+    run_all(spec, "fair")
+    pos = table("metric_scores", "fair", "scope").set_index("scope").loc["judge_position"]
+    assert pos.passed and json.loads(pos.details)["n_swapped"] > 20, pos.details
 
 
 def test_judge_audit_compares_decision_labels(tmp_path):

@@ -193,8 +193,12 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
                               "mean_axis_flip_rate", "answers_read", "answers_without_decision")} == {
         "pairs_total": 6, "incidental_differences": 1, "one_decision_missing": 1, "rows": 4, "rows_errored": 2,
         "mean_axis_flip_rate": 0.25, "answers_read": 8, "answers_without_decision": 3}
-    assert d["label_mismatch"]["without_label"] == 3 and "3 of 8 answers (38%)" in d["label_mismatch"]["message"]
-    assert not o["passed"] and "label mismatch" in o["gate_reason"]
+    # none of the three says another word where a label should be ("It depends."): the labels fit, the
+    # SUT decides nothing there: a warning, not a label mismatch failing the gate
+    m = d["label_mismatch"]
+    assert m["without_label"] == 3 and not m["fails_gate"] and m["message"].startswith("3 of 8 answers (38%) state no")
+    assert "label mismatch" not in o["gate_reason"] and "coverage 0.500 below" in o["gate_reason"]
+    assert [n["code"] for n in out["run_notes"]] == ["many_without_decision"]
     g, a = s[("axis", "gender")], s[("axis", "age")]
     assert (g["rate"], g["n"], g["n_events"], g["n_failed"]) == (0.5, 2, 1, 1)
     assert (a["rate"], a["n"], a["n_events"], a["n_failed"]) == (0.0, 1, 0, 2)

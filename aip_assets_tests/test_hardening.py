@@ -102,7 +102,8 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("case", ["bad_yaml", "unknown_field", "bad_config", "bad_dataset", "bad_metric_dataset",
-                                  "unreachable_sut", "unknown_metric_flag", "missing_key"])
+                                  "unreachable_sut", "unknown_metric_flag", "missing_key", "missing_audit_key",
+                                  "pairs_filtered_out"])
 def test_bad_input_leaves_no_file(tmp_path, capsys, monkeypatch, case):
     """Validation order: the spec, every dataset, the endpoints, then the warehouse. Nothing is
     written for bad input of any kind: the folder (warehouse, lock, journal, Dagster storage) is
@@ -128,6 +129,12 @@ def test_bad_input_leaves_no_file(tmp_path, capsys, monkeypatch, case):
     elif case == "unknown_metric_flag":
         p = _spec_file(tmp_path)
         args = ["--metric", "llm.semantic_consistency"]
+    elif case == "missing_audit_key":  # the audit judge is an endpoint like the others: checked first
+        p = _spec_file(tmp_path, judge_audit={"judge": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                                        "model": "m", "api_key_env": "MISSING_KEY"}})
+    elif case == "pairs_filtered_out":
+        p = _spec_file(tmp_path, metrics={"llm.decision_flip": {"config": {
+            "dimensions": ["role"], "persona_pairs": [{"dimension": "gender", "persona_a": "woman", "persona_b": "man"}]}}})
     else:
         p = _spec_file(tmp_path, sut={"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                                       "api_key_env": "MISSING_KEY"})
@@ -140,6 +147,19 @@ def test_bad_input_leaves_no_file(tmp_path, capsys, monkeypatch, case):
         assert "bad.jsonl: row 2" in err and "input_id" in err
     if case == "unreachable_sut":
         assert "connection refused" in err
+    if case in ("missing_key", "missing_audit_key"):
+        assert "MISSING_KEY (api_key_env) is not set" in err
+    if case == "pairs_filtered_out":
+        assert "every pair would be filtered out" in err
+
+
+@pytest.mark.parametrize("command", ["answer", "perturb"])
+def test_an_output_file_of_unknown_kind_is_refused_before_any_work(tmp_path, capsys, command):
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    before = tree(tmp_path)
+    assert main([command, str(ds), str(tmp_path / "new" / "out.txt")]) == 2
+    assert "out.txt: the output must end in .jsonl, .csv or .parquet" in capsys.readouterr().err
+    assert tree(tmp_path) == before
 
 
 @pytest.mark.parametrize("argv", [["runs"], ["sql", "SELECT 1"], ["report", "nope"], ["compare", "a", "b"]])
@@ -158,6 +178,8 @@ def test_commands_on_a_missing_warehouse_create_nothing(tmp_path, capsys, argv):
     ("X-Trace", "Bearer abcdefghijkl"),
     ("X-Upstream", "sk-proj-0123456789abcdef"),
     ("X-Id", "c331034d7081fef773bbff5b359388d9b89d5e2d"),
+    ("X-Region", "AKIAIOSFODNN7EXAMPLE"),  # an AWS key id
+    ("X-Api-Key", "plain"), ("Ocp-Apim-Subscription-Key", "plain"), ("X-Client-Secret", "plain"),
 ])
 def test_credential_headers_are_refused_whatever_their_name(tmp_path, name, value):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
@@ -166,12 +188,36 @@ def test_credential_headers_are_refused_whatever_their_name(tmp_path, name, valu
     assert value not in str(e.value) or value in ("plain", "abc")
 
 
-@pytest.mark.parametrize("value", ["fairness", "application/json", "team-fairness-nightly-2026-11",
-                                   "evaluation-pipeline-v2.3.1", "Mozilla/5.0 (X11; Linux x86_64)"])
-def test_ordinary_header_values_are_kept(tmp_path, value):
+@pytest.mark.parametrize("conn,needle", [
+    ({"base_url": "http://user:hunter2@127.0.0.1:1/v1"}, "user name or password"),
+    ({"base_url": "http://127.0.0.1:1/v1?api_key=abc"}, "query parameter(s) ['api_key']"),
+    ({"base_url": "http://127.0.0.1:1/v1?x=sk-proj-0123456789abcdef"}, "query parameter(s) ['x']"),
+    ({"params": {"api_key": "abc"}}, "params ['api_key']"),
+    ({"params": {"user": "Bearer abcdefghijkl"}}, "params ['user']"),
+])
+def test_credentials_in_urls_and_params_are_refused(tmp_path, conn, needle):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "headers": {"X-Team": value}})
-    assert spec.resolved()["sut"]["headers"] == {"X-Team": value}
+    with pytest.raises(SpecError) as e:
+        make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1", **conn})
+    assert needle in str(e.value) and "hunter2" not in str(e.value) and "sk-proj" not in str(e.value)
+
+
+def test_ordinary_urls_and_params_are_kept(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1?api-version=2024-06-01",
+                              "params": {"top_p": 0.9, "seed": 7, "stop": ["\n\n"], "user": "nightly-eval"}})
+    assert spec.resolved()["sut"]["params"]["user"] == "nightly-eval"
+
+
+@pytest.mark.parametrize("value", ["fairness", "application/json", "team-fairness-nightly-2026-11",
+                                   "evaluation-pipeline-v2.3.1", "Mozilla/5.0 (X11; Linux x86_64)",
+                                   # words that begin like a provider's token but are none
+                                   "asia-southeast1", "hf_datasets_team", "sk-learn-team", "akiaproject1"])
+@pytest.mark.parametrize("name", ["X-Team", "X-Monkey-Team"])  # "key" inside a word is no key
+def test_ordinary_header_values_are_kept(tmp_path, value, name):
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "headers": {name: value}})
+    assert spec.resolved()["sut"]["headers"] == {name: value}
 
 
 def test_secrets_from_the_environment_are_never_stored(tmp_path, monkeypatch, capsys, builtin_http):

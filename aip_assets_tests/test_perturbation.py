@@ -208,3 +208,18 @@ def test_a_rows_reference_answer_overrides_the_configs(tmp_path):
     assert len(q1) == len(q2) == 2
     assert q1.str.contains("ROW-REFERENCE").all() and not q1.str.contains("CONFIG-REFERENCE").any()
     assert q2.str.contains("CONFIG-REFERENCE").all()
+
+
+def test_hosted_variants_of_ids_that_contain_double_dashes(tmp_path):
+    """Variant ids are the seed row's id + "--type-k"; a seed id that itself contains "--" must still
+    find its variants (their batch is the seed row's, taken from metadata, not from the id's text)."""
+    rows = [json.loads(x) for x in write_dataset(tmp_path / "d.jsonl", 4).read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r["input_id"] = f"case--{i}"
+    ds = tmp_path / "dashes.jsonl"
+    ds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_all(spec_for(ds, HOST), "dashes", metric=HOST)
+    o = scores("dashes").query("scope == 'overall'").iloc[0]
+    assert o.coverage == 1.0 and o.raw_score is not None and json.loads(o.excluded) == {}
+    probes = table("probes", "dashes", "probe_id")
+    assert set(probes.input_id) == {f"case--{i}" for i in range(4)}

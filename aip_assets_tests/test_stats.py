@@ -155,3 +155,29 @@ def test_fisher_exact_edges():
     assert fisher_exact(1, 1, 0, 10) == pytest.approx(1 / 11)  # one answer against ten: p = 1/11
     assert fisher_exact(0, 10, 1, 1) == pytest.approx(1 / 11)
     assert fisher_exact(0, 0, 0, 5) == 1.0 and fisher_exact(0, 5, 0, 0) == 1.0
+
+
+@pytest.mark.parametrize("score,want", [(0.0, "low"), (0.3, "low"), (1 / 3, "mid"), (0.5, "mid"), (0.6, "mid"),
+                                        (2 / 3, "high"), (1.0, "high")])
+def test_third_splits_scores_at_one_and_two_thirds(score, want):
+    from aip_assets.stats import third
+
+    assert third(score) == want
+
+
+def test_bootstrap_of_a_statistic_that_is_never_defined_gives_no_interval():
+    """Clusters that carry no unit (count 0) give a ratio that is never defined: no interval."""
+    import numpy as np
+
+    from aip_assets.stats import bootstrap
+
+    ratio = lambda s: np.where(s[..., 1] > 0, s[..., 0] / np.where(s[..., 1] > 0, s[..., 1], 1), np.nan)  # noqa: E731
+    assert bootstrap([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], ratio, seed=1, n_boot=50) == (None, None)
+
+
+def test_cluster_bootstrap_mean_defaults_are_2000_resamples_and_seed_0():
+    from aip_assets.stats import cluster_bootstrap_mean
+
+    v, c = [0.1, 0.9, 0.4, 0.35, 0.8, 0.0, 1.0], ["a", "a", "b", "c", "c", "d", "e"]
+    assert cluster_bootstrap_mean(v, c) == cluster_bootstrap_mean(v, c, n_boot=2000, seed=0)
+    assert cluster_bootstrap_mean(v, c) != cluster_bootstrap_mean(v, c, n_boot=2000, seed=1)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import pandas as pd
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ..catalog.attributes import AXES, PERSONA_INTRO, all_pairs, lookup, max_pairs
 from ..dataset import DatasetRow
@@ -74,6 +74,15 @@ class DecisionFlipConfig(ScoringFields):
                              "attribute catalogue (or persona_pairs), so synthesis_temperature has no effect; "
                              "leave it at 0.0 (the field is kept for the spec's schema)")
         return v
+
+    @model_validator(mode="after")
+    def _pairs_in_dimensions(self):
+        if self.persona_pairs and self.dimensions:
+            given = {(p.get("dimension") or "custom").strip() or "custom" for p in self.persona_pairs}
+            if not given & set(self.dimensions):
+                raise ValueError(f"no persona_pairs entry is on one of the dimensions {list(self.dimensions)} (their "
+                                 f"dimensions: {sorted(given)}): every pair would be filtered out")
+        return self
 
     @field_validator("decision_labels")
     @classmethod
@@ -462,9 +471,11 @@ class DecisionFlip(Metric):
                             f"{len(differential['significant'])} significant pair(s)")
         mismatch = self.label_mismatch(ctx, cfg, answers_read, answers_unread, unread_texts)
         notes = []
-        if mismatch:
+        if mismatch and mismatch["fails_gate"]:
             failures.append(mismatch["message"])
             notes.append({"level": "warning", "code": "label_mismatch", "message": mismatch["message"]})
+        elif mismatch:
+            notes.append({"level": "warning", "code": "many_without_decision", "message": mismatch["message"]})
         scores.append(record(run, "overall", "all", cfg, n_failed=sum(excluded_all.values()), threshold=threshold,
                              n_events=sum(c.flips for c in counts.values()),
                              judged=run.n, excluded=dict(excluded_all), gate_failures=failures, details=json.dumps({
@@ -516,20 +527,29 @@ class DecisionFlip(Metric):
     @staticmethod
     def label_mismatch(ctx: StageContext, cfg: DecisionFlipConfig, read: int, unread: int, texts: list[str]
                        ) -> dict[str, Any] | None:
-        """When more than a fifth of the answers the judge read state none of the configured labels,
-        the labels probably do not fit the SUT: name the words it uses where a label should be."""
+        """When more than a fifth of the answers the judge read state none of the configured labels:
+        if they put other words where a label should be, the labels do not fit the SUT (a label
+        mismatch: it fails the gate, naming the words); if they put none (refusals, hedges), the
+        labels fit and the SUT often decides nothing: a warning, not a failure (how often per axis
+        value is the ``refusal`` scope, and a difference between values the differential-refusal test)."""
         if not read or unread / read <= LABEL_MISMATCH_SHARE:
             return None
         labels = cfg.decision_labels or list(dict.fromkeys(lab for r in ctx.rows(ctx.input_ids()[:50])
                                                           for lab in labels_for(cfg, r)))
         words = stated_words(texts, labels, k=5)
-        said = (", ".join(f"'{w}' ({n})" for w, n in words) if words else
-                "no word after a decision marker: the answers refuse, hedge or state no decision at all")
-        msg = (f"label mismatch: {unread} of {read} answers ({unread / read:.0%}) state none of the decision labels "
-               f"({', '.join(labels)}); where a label should be they say {said}. Set decision_labels to the words "
-               f"the SUT uses, or fix its instruction")
+        if words:
+            msg = (f"label mismatch: {unread} of {read} answers ({unread / read:.0%}) state none of the decision "
+                   f"labels ({', '.join(labels)}); where a label should be they say "
+                   f"{', '.join(f'{chr(39)}{w}{chr(39)} ({n})' for w, n in words)}. Set decision_labels to the words "
+                   f"the SUT uses, or fix its instruction")
+        else:
+            msg = (f"{unread} of {read} answers ({unread / read:.0%}) state no decision: no word stands where a label "
+                   f"({', '.join(labels)}) should be, so they refuse, hedge or decline. Their pairs are excluded "
+                   f"(neither decides) or count as incidental differences (one decides); the rate per axis value "
+                   f"is metric_scores scope 'refusal'")
         return {"share": unread / read, "answers": read, "without_label": unread, "labels": labels,
-                "stated_words": [{"word": w, "count": n} for w, n in words], "message": msg}
+                "stated_words": [{"word": w, "count": n} for w, n in words], "fails_gate": bool(words),
+                "message": msg}
 
     # ---- judge validation
     def audit_model(self, judgement):
@@ -543,9 +563,12 @@ class DecisionFlip(Metric):
         return rec["label"] if rec["status"] == "ok" else rec["status"]
 
     def position_outcome(self, judgement, pair):
-        """Whether the decisions differ: with the order random, as likely either way round."""
-        d = judgement.get("decisions_differ")
-        return None if d is None else bool(d)
+        """Whether persona a's decision sorts before persona b's (an ordered difference). With the
+        order random, as likely shown either way round; a judge that misreads the answer shown
+        second turns same decisions into differences whose direction follows the order. (Whether
+        the decisions differ at all would not do: it is the same whichever answer comes first.)"""
+        da, db = judgement.get("decision_a"), judgement.get("decision_b")
+        return None if da is None or db is None else str(da) < str(db)
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         overall = scores[scores["scope"] == "overall"].iloc[0]

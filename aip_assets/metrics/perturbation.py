@@ -129,10 +129,22 @@ async def ask_paraphrases(client, rows: list[DatasetRow], variants_per_type: int
     return {key: val for key, val in await run_bounded(items, one, 8) if val}
 
 
+EXPORT_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".parquet", ".pq")
+
+
+def check_export_path(path) -> None:
+    """Refuse an output file the exporter cannot write, before any work (and before any folder is made)."""
+    from pathlib import Path
+
+    if Path(path).suffix.lower() not in EXPORT_SUFFIXES:
+        raise ValueError(f"{path}: the output must end in .jsonl, .csv or .parquet")
+
+
 def export_dataset(rows: list[DatasetRow], path) -> None:
     """Write rows as gdi_text_v1: .jsonl, .csv (JSON in structured cells) or .parquet."""
     from pathlib import Path
 
+    check_export_path(path)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     recs = [{"input_id": r.input_id, "prompt": r.prompt, "sut_response": r.sut_response, "task_type": r.task_type,
@@ -146,10 +158,8 @@ def export_dataset(rows: list[DatasetRow], path) -> None:
              "metadata": json.dumps(x["metadata"], ensure_ascii=False)} for x in recs]
     if suffix == ".csv":
         pd.DataFrame(flat).to_csv(path, index=False)
-    elif suffix in (".parquet", ".pq"):
-        pd.DataFrame(flat).to_parquet(path, index=False)
     else:
-        raise ValueError(f"{path}: use .jsonl, .csv or .parquet")
+        pd.DataFrame(flat).to_parquet(path, index=False)
 
 
 def messages_for(row: DatasetRow) -> list[dict[str, str]]:
@@ -385,8 +395,10 @@ class PerturbationRobustnessExternal(Metric):
         by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
         groups: dict[str, list[dict]] = {}
         row_scores: list[dict[str, Any]] = []
+        edge_rows: set[str] = set()
         for p in probes:
-            if p["role"] == "excluded" and p["input_id"] not in {r["input_id"] for r in row_scores}:
+            if p["role"] == "excluded" and p["input_id"] not in edge_rows:
+                edge_rows.add(p["input_id"])
                 row_scores.append({"input_id": p["input_id"], "status": "error", "label": "error", "n_judged": 0,
                                    "n_failed": 0, "n_events": 0, "error": EDGE_MESSAGES[p["exclusion"]]})
             elif p["role"] != "excluded":
@@ -531,9 +543,10 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
             paraphrases = asyncio.run(go())
         variants = generate_variants(rows, types, ctx.spec.seed, cfg.variants_per_type, paraphrases)
         probes, notes = self.group_rows(variants)
+        seed_of = {v.input_id: v.metadata["seed_input_id"] for v in variants}
         for p in probes:  # a variant row belongs to its seed row: keep the seed row's input_id for batching
             p["variant_id"] = p["input_id"]
-            p["input_id"] = p["input_id"].split("--", 1)[0]
+            p["input_id"] = seed_of[p["variant_id"]]  # (an id may itself contain "--")
             p["probe_id"] = _h(p["variant_id"], "perturbation")
         yield {"probes": probes, "run_notes": notes}
 
