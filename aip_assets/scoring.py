@@ -24,12 +24,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
 
 from .stats import bootstrap, normalise, normalise_interval, wilson
+from .records import MetricScore, ScoreUnit
 
 VALUE_COLUMNS = ("flip", "bias", "score", "robustness", "correctness_drop")
 N_BOOT = 2000
@@ -202,15 +203,35 @@ class Accumulator:
                 for key, vs in sorted(self.groups[scope].items())}
 
 
-def record(st: Stat, scope: str, key: str, cfg: Any, **extra: Any) -> dict[str, Any]:
-    """A metric_scores record: raw and normalised score and interval, counts, the metric's name."""
+def record(st: Stat, scope: str, key: str, cfg: Any, *, n: int | None = None, n_events: int | None = None,
+           n_failed: int | None = None, threshold: float | None = None, judged: int | None = None,
+           excluded: dict[str, int] | None = None, gate_failures: list[str] | None = None,
+           details: str | None = None) -> MetricScore:
+    """A metric_scores record: raw and normalised score and interval, counts, the metric's name
+    (the keyword arguments, when given, set or override those fields)."""
     slo, shi = normalise_interval(st.lo, st.hi, cfg.min, cfg.max, cfg.inverted)
-    rec = {"metric_name": cfg.metric_name, "scope": scope, "group_key": key, "raw_score": st.raw,
-           "score": normalise(st.raw, cfg.min, cfg.max, cfg.inverted), "ci_low": slo, "ci_high": shi, "n": st.n,
-           "weight": cfg.weight}
+    rec: MetricScore = {"metric_name": cfg.metric_name, "scope": scope, "group_key": key, "raw_score": st.raw,
+                        "score": normalise(st.raw, cfg.min, cfg.max, cfg.inverted), "ci_low": slo, "ci_high": shi,
+                        "n": st.n, "weight": cfg.weight}
     if st.rate is not None or st.rate_lo is not None:
-        rec.update(rate=st.rate, rate_ci_low=st.rate_lo, rate_ci_high=st.rate_hi, n_events=st.events)
-    rec.update(extra)
+        rec["rate"], rec["rate_ci_low"], rec["rate_ci_high"] = st.rate, st.rate_lo, st.rate_hi
+        rec["n_events"] = st.events
+    if n is not None:
+        rec["n"] = n
+    if n_events is not None:
+        rec["n_events"] = n_events
+    if n_failed is not None:
+        rec["n_failed"] = n_failed
+    if threshold is not None:
+        rec["threshold"] = threshold
+    if judged is not None:
+        rec["judged"] = judged
+    if excluded is not None:
+        rec["excluded"] = excluded
+    if gate_failures is not None:
+        rec["gate_failures"] = gate_failures
+    if details is not None:
+        rec["details"] = details
     return rec
 
 
@@ -221,8 +242,9 @@ def stored_units(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def to_records(units: pd.DataFrame) -> list[dict[str, Any]]:
+def to_records(units: pd.DataFrame) -> list[ScoreUnit]:
     """Units as ``score_units`` rows (groups as JSON text)."""
     out = units.copy()
     out["groups"] = out["groups"].map(lambda g: json.dumps(g or {}, sort_keys=True, ensure_ascii=False))
-    return out[["unit_id", "input_id", "score_row", "cluster", "groups", *VALUE_COLUMNS]].to_dict("records")
+    recs = out[["unit_id", "input_id", "score_row", "cluster", "groups", *VALUE_COLUMNS]].to_dict("records")
+    return cast(list[ScoreUnit], recs)

@@ -94,3 +94,18 @@ def test_execution_manifests_max_concurrency_is_the_run_queue_limit_per_metric()
         [lim] = rc["config"]["tag_concurrency_limits"]
         assert lim == {"key": "dagster/partition/metric", "value": {"applyLimitPerUniqueValue": True},
                        "limit": MAX_CONCURRENCY}
+
+
+def test_records_match_the_warehouse():
+    """The typed records the metrics build (checked by mypy) name exactly the warehouse's columns
+    (less run_id and metric, which the writing stage adds; plus the gate's inputs)."""
+    from typing import get_type_hints
+
+    from aip_assets import records
+    from aip_assets.warehouse import TABLES
+
+    for table, td, extra in (("row_scores", records.RowScore, ()), ("score_units", records.ScoreUnit, ()),
+                             ("metric_scores", records.MetricScore, records.GATE_INPUTS),
+                             ("run_notes", records.RunNote, ())):
+        cols = {c for c, _ in TABLES[table]} - {"run_id", "metric"} - ({"stage"} if table == "run_notes" else set())
+        assert set(get_type_hints(td)) == cols | set(extra), table

@@ -28,6 +28,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ..catalog.templates import Template, catalogue
 from ..dataset import DatasetRow
+from ..records import RowScore
 from ..scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame
 from ..stats import normalise
 from .base import (Metric, ScoringFields, StageContext, Verdict, answers_problem, ask_json, gather_all, given_response,
@@ -328,7 +329,7 @@ class Consistency(Metric):
             engine.add(units)
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
             groups = {k: g for k, g in j.groupby("input_id", sort=False)} if len(j) else {}
-            out = []
+            out: list[RowScore] = []
             for input_id in ids:
                 g = groups.get(input_id)
                 ok = [] if g is None else [float(x) for x in g[g["status"] == "ok"]["score"]]

@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from ..catalog.attributes import AXES, PERSONA_INTRO, all_pairs, lookup, max_pairs
 from ..dataset import DatasetRow
 from ..readers import map_label, stated_words
+from ..records import RowScore, RunNote
 from ..scoring import ONE_MINUS_FLIP_RATE, Accumulator, Stat, record, row_raws, to_records, units_frame
 from ..stats import fisher_exact, holm, normalise, wilson
 from .base import (check_persona_pairs, judged_fields, Metric, ScoringFields, StageContext, Verdict, ask_json,
@@ -415,7 +416,7 @@ class DecisionFlip(Metric):
             engine.add(units)
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
             by_row = {k: g for k, g in j.groupby("input_id", sort=False)} if len(j) else {}
-            row_scores = []
+            row_scores: list[RowScore] = []
             for input_id in ids:
                 rows_total += 1
                 rj = by_row.get(input_id)
@@ -470,7 +471,7 @@ class DecisionFlip(Metric):
                             f"decision (Fisher p {worst['p_value']:.2g}, Holm {worst['p_adjusted']:.2g}); "
                             f"{len(differential['significant'])} significant pair(s)")
         mismatch = self.label_mismatch(ctx, cfg, answers_read, answers_unread, unread_texts)
-        notes = []
+        notes: list[RunNote] = []
         if mismatch and mismatch["fails_gate"]:
             failures.append(mismatch["message"])
             notes.append({"level": "warning", "code": "label_mismatch", "message": mismatch["message"]})

@@ -33,6 +33,7 @@ from ..catalog.attributes import PERSONA_INTRO
 from ..catalog.personas import catalogue_personas
 from ..dataset import DatasetRow
 from ..gate import exclusion_reason
+from ..records import RowScore
 from ..scoring import EQUITABILITY, Accumulator, record, row_raws, to_records, units_frame
 from ..stats import normalise, third
 from .base import (check_persona_pairs, judged_fields, Metric, ScoringFields, StageContext, Verdict, ask_json, gather_all,
@@ -407,7 +408,7 @@ class GroupInteractionBias(Metric):
             errors = j[j["status"] != "ok"].groupby("input_id")["error"].agg(lambda e: sorted({str(x) for x in e if x}))
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
             by_row = {k: g for k, g in pairs.groupby("input_id", sort=False)} if len(pairs) else {}
-            row_scores = []
+            row_scores: list[RowScore] = []
             for input_id in ids:
                 g = by_row.get(input_id)
                 biases = [] if g is None else [float(b) for b in g["bias"] if b == b]
@@ -438,7 +439,7 @@ class GroupInteractionBias(Metric):
                                              "mean_tone_divergence": means["tone"], "mean_effort_gap": means["effort"]}))]
         for k, v in means.items():
             scores.append({"metric_name": cfg.metric_name, "scope": "judge", "group_key": k, "raw_score": v,
-                           "n": judge_sum[k][1], "weight": cfg.weight})
+                           "n": int(judge_sum[k][1]), "weight": cfg.weight})
         for scope in self.breakdown_scopes:
             for key, st in engine.breakdown(scope, ctx.seed).items():
                 details: dict[str, Any] = {"mean_bias": None if st.raw is None else 1 - st.raw}

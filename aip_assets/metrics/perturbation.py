@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..dataset import DatasetRow
 from ..perturbations import ALL_TYPES, RULE_BASED
+from ..records import RowScore
 from ..scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
 from ..stats import normalise, third
 from ..gate import exclusion_reason
@@ -394,7 +395,7 @@ class PerturbationRobustnessExternal(Metric):
         j = ctx.read("judgements", None, ["pair_id", "input_id", "judge_kind", "status", "score", "error"])
         by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
         groups: dict[str, list[dict]] = {}
-        row_scores: list[dict[str, Any]] = []
+        row_scores: list[RowScore] = []
         edge_rows: set[str] = set()
         for p in probes:
             if p["role"] == "excluded" and p["input_id"] not in edge_rows:
