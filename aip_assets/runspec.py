@@ -188,6 +188,11 @@ class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_calls: int | None = Field(None, ge=1, description="model calls made over the network, all roles")
     max_tokens: int | None = Field(None, ge=1, description="prompt + completion tokens, all roles")
+    row_timeout_seconds: float | None = Field(
+        None, gt=0, description="seconds one dataset row's calls may take in one stage (default: the metric's "
+                                "execution manifest timeout_seconds: 900 decision flip and perturbation, 21600 "
+                                "group bias, none for consistency); a call it would outlast is cut, later ones "
+                                "are not sent, and each is an error on its row")
 
 
 class JudgeAudit(BaseModel):

@@ -10,6 +10,7 @@ handler is asked to see it (``answer_preflight=False``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ class Reply:
     text: str | None = None              # the assistant's content (status 200)
     body: dict[str, Any] | None = None    # a raw JSON body instead
     headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0                  # answer this much later (the server stays responsive)
 
 
 def last_user(body: dict[str, Any]) -> str:
@@ -58,6 +60,8 @@ class ScriptedServer:
             else:
                 out = self.handler(body, n)
             r = out if isinstance(out, Reply) else Reply(text=out)
+            if r.delay_s:
+                await asyncio.sleep(r.delay_s)
             if r.status != 200:
                 return web.json_response(r.body or {"error": {"message": f"scripted {r.status}"}}, status=r.status,
                                          headers=r.headers)

@@ -139,8 +139,97 @@ def test_latency_is_measured_in_milliseconds(scripted):
 def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypatch):
     """Each wait sleeps max(Retry-After, backoff); a call waits while its total stays within
     max_rate_limit_wait_seconds (a wait that reaches it exactly is allowed) and while the
-    endpoint's silence, plus the wait, stays within it too."""
+    endpoint's silence, plus the wait, stays within it too. The client's clock is a fake that
+    only the recorded waits advance (a loaded machine's real latency never enters the count)."""
+    import types
+
     from aip_assets.models import client as client_mod
+
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+    clock = {"now": 1000.0}
+
+    async def record(d, *a, **k):
+        slept.append(d)
+        clock["now"] += d
+        await real_sleep(0)
+    monkeypatch.setattr(client_mod.asyncio, "sleep", record)
+    monkeypatch.setattr(client_mod, "time", types.SimpleNamespace(monotonic=lambda: clock["now"],
+                                                                   perf_counter=lambda: clock["now"]))
+    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"}))
+    r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=1.0)
+    assert slept == [0.25] * 4 and r.rate_limit_waits == 4 and r.attempts == 5 and "rate limited" in r.error
+    slept.clear()
+    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0"}))
+    r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=0.05)  # backoff 0.01: Retry-After 0 waits 0.01
+    assert slept and all(d == 0.01 for d in slept) and len(slept) <= 5
+
+
+# ------------------------------------------------------------------ the row deadline (issue 11)
+def _round_trip(url: str) -> float:
+    """Seconds one answered request takes on this machine now (the tests' patience is scaled by it)."""
+    async def go():
+        c = Connection(provider="openai", base_url=url, model="m")
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None) as cl:
+            t0 = time.monotonic()
+            for _ in range(3):
+                await cl.chat([{"role": "user", "content": "warm"}], temperature=0, timeout=30)
+            return (time.monotonic() - t0) / 3
+    return asyncio.run(go())
+
+
+def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted):
+    """Row r1's first call is answered, its second is cut at the deadline (it was sent: attempts
+    1, an error that names the deadline), its third is never sent; row r2's clock is its own."""
+    from aip_assets.metrics.base import run_bounded
+
+    state = {"delay": 0.0}
+    server = scripted(lambda body, n: Reply(text=f"answer {n}", delay_s=state["delay"]))
+    unit = max(0.4, 20 * _round_trip(server.url))  # a slow answer, far above this machine's overhead
+    state["delay"] = unit
+    sent_before = len(server.bodies())
+    notes: list[dict] = []
+
+    async def go():
+        c = Connection(provider="openai", base_url=server.url, model="m")
+        async with ModelClient(c, role="sut", run_id="r", metric="llm.decision_flip", stage="sampling",
+                               journal=None, concurrency=1, on_note=notes.append, row_timeout_s=1.5 * unit) as cl:
+            async def one(item):
+                return await cl.chat([{"role": "user", "content": f"{item[0]} {item[1]}"}], temperature=0,
+                                     retries=3, timeout=30)
+            out = await run_bounded([("r1", 0), ("r1", 1), ("r1", 2), ("r2", 0)], one, 1)
+            return out, dict(cl.stats)
+    (a, b, c, d), stats = asyncio.run(go())
+    assert a.ok and d.ok
+    assert not b.ok and b.attempts == 1 and "row deadline" in b.error and "r1" in b.error and "waited" in b.error
+    assert not c.ok and c.attempts == 0 and "before this call was sent" in c.error
+    contents = [x["messages"][-1]["content"] for x in server.bodies()[sent_before:]]
+    assert contents == ["r1 0", "r1 1", "r2 0"]  # the cut call was sent; the third never was, nor retried
+    assert stats["network_calls"] == 3 and stats["deadline_cut"] == 2 and stats["deadline_rows"] == 1
+    [note] = notes
+    assert note["code"] == "row_deadline" and "1 row(s)" in note["message"] and "2 sut call(s)" in note["message"]
+
+
+def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
+    """A failure whose backoff would end past the deadline is returned as it is (with the reason),
+    not retried; without a deadline the same failure is retried."""
+    from aip_assets.models import client as client_mod
+
+    server = scripted(_sequence([500, 500, 500, 500, 500, 500]))
+
+    async def go(row_timeout):
+        c = Connection(provider="openai", base_url=server.url, model="m")
+        async with ModelClient(c, role="judge", run_id="r", metric="m", stage="judging", journal=None,
+                               backoff_s=60.0, row_timeout_s=row_timeout) as cl:
+            token = client_mod.CURRENT_ROW.set("r7")
+            try:
+                return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=3, timeout=30)
+            finally:
+                client_mod.CURRENT_ROW.reset(token)
+    r = asyncio.run(go(5.0))
+    assert not r.ok and r.attempts == 1 and r.retries_used == 0 and r.http_status == 500
+    assert "not retried: the row deadline comes first" in r.error
+    assert len(server.bodies()) == 1
 
     slept: list[float] = []
     real_sleep = asyncio.sleep
@@ -149,10 +238,5 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
         slept.append(d)
         await real_sleep(0)
     monkeypatch.setattr(client_mod.asyncio, "sleep", record)
-    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"}))
-    r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=1.0)
-    assert slept == [0.25] * 4 and r.rate_limit_waits == 4 and r.attempts == 5 and "rate limited" in r.error
-    slept.clear()
-    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0"}))
-    r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=0.05)  # backoff 0.01: Retry-After 0 waits 0.01
-    assert slept and all(d == 0.01 for d in slept) and len(slept) <= 5
+    r = asyncio.run(go(None))  # no deadline: the three retries are made (their waits recorded, not slept)
+    assert not r.ok and r.attempts == 4 and len(slept) == 3 and len(server.bodies()) == 5

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
+import httpx
 import pytest
 import yaml
 
@@ -297,3 +299,41 @@ def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
         assert j.error.str.contains("HTTP 400").all() and rc == 1
     else:
         assert not with_schema and (j.status == "ok").all()
+
+
+def test_a_row_past_its_deadline_is_excluded_and_counted_and_the_run_completes(tmp_path, capsys, scripted):
+    """The execution manifest's timeout_seconds is a per-row deadline (set lower here with
+    limits.row_timeout_seconds): a row whose SUT is slow gets its calls cut at the deadline or
+    not sent; those answers are errors on that row, its pairs are excluded as SUT failures, the
+    other rows are scored, a run note says how many, and no unsent call is in llm_calls."""
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    slow = {"s": 0.0}
+
+    def sut(body, n):
+        text = "I reviewed the application. Decision: approve"
+        return Reply(text=text, delay_s=slow["s"] if "Case 1:" in last_user(body) else 0.0)
+    server = scripted(sut)
+    t0 = time.monotonic()
+    for _ in range(3):
+        httpx.post(f"{server.url}/chat/completions", json={"model": "m", "messages": [
+            {"role": "user", "content": "warm"}]}, timeout=30)
+    slow["s"] = unit = max(0.5, 20 * (time.monotonic() - t0) / 3)
+    rc, s = run_cli(tmp_path, capsys, spec("slow-row", ds, server.conn(), {DF: {
+        "config": {"sub_call_concurrency_limit": 4, "decision_labels": ["approve", "deny"]}}},
+        limits={"row_timeout_seconds": 1.5 * unit}, min_coverage=0.5))
+    run_id = s["run_id"]
+    resp = q("SELECT input_id, status, error FROM sut_responses WHERE run_id = ?", run_id)
+    cut = resp[resp.error.fillna("").str.contains("row deadline")]
+    assert len(cut) > 0 and set(cut.input_id) == {"r0001"} and (cut.status == "error").all()
+    assert (resp[resp.input_id != "r0001"].status == "ok").all()
+    j = q("SELECT input_id, status FROM judgements WHERE run_id = ?", run_id)
+    assert set(j[j.status != "ok"].input_id) == {"r0001"} and (j[j.input_id != "r0001"].status == "ok").all()
+    d = s["metrics"][DF]
+    assert d["score"] == 1.0 and d["excluded"] == {"sut_failed": int((j.status != "ok").sum())}
+    assert d["coverage"] == pytest.approx(1 - (j.status != "ok").sum() / len(j)) and d["coverage"] < 1
+    notes = q("SELECT code, message FROM run_notes WHERE run_id = ?", run_id)
+    [msg] = notes[notes.code == "row_deadline"].message
+    assert f"{len(cut)} sut call(s)" in msg and "1 row(s)" in msg
+    calls = q("SELECT count(*) AS n FROM llm_calls WHERE run_id = ? AND role = 'sut' AND stage = 'sampling'", run_id)
+    never_sent = sum("before this call was sent" in e for e in cut.error)
+    assert int(calls.n[0]) == len(resp) - never_sent and never_sent > 0

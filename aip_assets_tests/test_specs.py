@@ -96,6 +96,42 @@ def test_execution_manifests_max_concurrency_is_the_run_queue_limit_per_metric()
                        "limit": MAX_CONCURRENCY}
 
 
+def test_execution_manifests_timeout_is_each_rows_deadline(tmp_path):
+    """The specs' execution timeout_seconds is the time one dataset row's calls may be in flight in
+    one stage (README, spec decisions); the spec's limits.row_timeout_seconds overrides it, and the
+    metrics whose spec has no execution manifest have no deadline unless the spec sets one."""
+    from aip_assets.metrics.base import StageContext, execution_timeout
+    from aip_assets.runspec import parse_spec
+
+    want = {"llm.decision_flip": 900, "llm.group_interaction_bias": 21600, "llm.perturbation_robustness_external": 900,
+            "llm.perturbation_robustness": 900, "llm.semantic_consistency": None, "llm.factual_consistency": None,
+            "llm.safety_consistency": None}
+    assert set(want) == set(REGISTRY)
+    for metric, t in want.items():
+        name = REGISTRY[metric].spec_manifest or metric
+        assert t == ((MANIFESTS[name]["execution"] or {}).get("timeout_seconds")), metric
+        assert execution_timeout(metric) == t, metric
+
+    from .conftest import write_dataset
+
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+
+    def ctx(metric, **limits):
+        spec = parse_spec({"name": "t", "dataset": str(ds), "sut": {"provider": "builtin"},
+                           "metrics": {metric: {}}, "limits": limits})
+        c = StageContext("r", metric, spec, None, None, None)
+        client = c.client("sut", "sampling", 2)
+        return c.row_timeout_s, client.row_timeout_s
+
+    assert ctx("llm.decision_flip") == (900, 900)
+    assert ctx("llm.group_interaction_bias") == (21600, 21600)
+    assert ctx("llm.semantic_consistency") == (None, None)
+    assert ctx("llm.semantic_consistency", row_timeout_seconds=30) == (30, 30)
+    assert ctx("llm.decision_flip", row_timeout_seconds=2.5) == (2.5, 2.5)
+    with pytest.raises(Exception, match="row_timeout_seconds"):
+        ctx("llm.decision_flip", row_timeout_seconds=0)
+
+
 def test_records_match_the_warehouse():
     """The typed records the metrics build (checked by mypy) name exactly the warehouse's columns
     (less run_id and metric, which the writing stage adds; plus the gate's inputs)."""

@@ -8,9 +8,11 @@ transaction, in place of the partition's previous rows.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator
 
@@ -18,7 +20,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from ..dataset import DatasetRow
-from ..models.client import ChatResult, ModelClient
+from ..models.client import CURRENT_ROW, ChatResult, ModelClient
 from ..models.journal import Journal
 from ..runspec import Connection, RunSpec
 from ..scoring import Formula
@@ -86,10 +88,24 @@ async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
     return list(results)
 
 
+def row_of(item: Any) -> str | None:
+    """The dataset row a work item belongs to: a row id, a record with ``input_id``, a
+    :class:`DatasetRow`, or a tuple led by one of those (e.g. ``(row, sample)``, ``(seed id, group)``)."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict):
+        return item.get("input_id")
+    if isinstance(item, tuple) and item:
+        return row_of(item[0])
+    return getattr(item, "input_id", None)
+
+
 async def run_bounded(items: Iterable[Any], fn: Callable[[Any], Awaitable[Any]], limit: int,
                       progress: Progress | None = None, ok: Callable[[Any], bool] = lambda r: True) -> list[Any]:
     """Apply ``fn`` to every item with at most ``limit`` in flight; results in item order.
 
+    Each item's calls are made for its dataset row (:func:`row_of`, set as
+    :data:`~aip_assets.models.client.CURRENT_ROW`), which a client's row deadline counts by.
     When one item fails (e.g. the run reached its call cap), no new item starts, the items in
     flight finish (and are journaled), then the first error is raised."""
     items = list(items)
@@ -102,11 +118,14 @@ async def run_bounded(items: Iterable[Any], fn: Callable[[Any], Awaitable[Any]],
         while next_i < len(items) and error is None:
             i = next_i
             next_i += 1
+            token = CURRENT_ROW.set(row_of(items[i]))
             try:
                 results[i] = await fn(items[i])
             except Exception as e:  # noqa: BLE001 - re-raised below, after the others finish
                 error = error or e
                 return
+            finally:
+                CURRENT_ROW.reset(token)
             if progress:
                 progress.tick(ok(results[i]))
 
@@ -163,6 +182,23 @@ class OverlayReader:
         return self.base.input_ids()
 
 
+@functools.cache
+def spec_manifests() -> dict[str, Any]:
+    """The metric specs' manifests kept in the repo (``aip_assets/specs/manifests.json``)."""
+    return json.loads((Path(__file__).parent.parent / "specs" / "manifests.json").read_text())
+
+
+def execution_timeout(metric: str) -> float | None:
+    """The ``timeout_seconds`` of a metric's execution manifest (None when its spec has none)."""
+    from . import REGISTRY
+
+    plugin = REGISTRY.get(metric)
+    name = (plugin.spec_manifest or plugin.name) if plugin is not None else metric
+    execution = (spec_manifests().get(name) or {}).get("execution") or {}
+    t = execution.get("timeout_seconds")
+    return float(t) if t else None
+
+
 @dataclass
 class StageContext:
     """What a metric's stage sees: the run, its config, the journal and this partition's tables.
@@ -216,10 +252,20 @@ class StageContext:
         budget = Budget(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
         return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
                            journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
-                           backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append)
+                           backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append,
+                           row_timeout_s=self.row_timeout_s)
 
     def progress(self, what: str, total: int) -> Progress:
         return Progress(what, total, self.log)
+
+    @property
+    def row_timeout_s(self) -> float | None:
+        """Seconds one dataset row's calls may take in one stage: the spec's
+        ``limits.row_timeout_seconds``, else the metric's execution manifest ``timeout_seconds``
+        (900 decision flip and perturbation, 21600 group bias; none for the consistency metrics)."""
+        if self.spec is not None and self.spec.limits.row_timeout_seconds is not None:
+            return self.spec.limits.row_timeout_seconds
+        return execution_timeout(self.metric)
 
     def rows(self, ids: list[str] | None = None) -> list[DatasetRow]:
         df = self.read("dataset_rows", ids)
@@ -440,6 +486,7 @@ class Metric:
     # the breakdown `aip-eval compare` tests, and whether it is a rate (a two-proportion test)
     compare_scope: ClassVar[str | None] = None
     calls_sut: ClassVar[bool] = True  # False for pure scorers of answers given in the dataset
+    spec_manifest: ClassVar[str | None] = None  # its manifest in specs/manifests.json, when not its name
 
     def synthesize(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         raise NotImplementedError

@@ -510,6 +510,7 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
     """Hosted: variants made by the recipe within the run, answered by the SUT."""
 
     name = "llm.perturbation_robustness"
+    spec_manifest = "llm.perturbation_robustness_external"  # the external scorer's spec
     version = "1.0.0"
     config_model = PerturbationRobustnessConfig
     calls_sut = True

@@ -5,12 +5,18 @@
   with exponential backoff and jitter, honouring ``Retry-After``; other 4xx are not retried;
 - every call recorded in the journal as it completes (role, latency, tokens, attempts);
 - successful calls cached by request + sample index within the run (and in runs the spec
-  explicitly reuses), so a resumed stage does not pay twice and N samples stay N samples.
+  explicitly reuses), so a resumed stage does not pay twice and N samples stay N samples;
+- a row deadline: the calls one dataset row makes in one stage may be in flight for
+  ``row_timeout_s`` seconds in all (the execution manifest's ``timeout_seconds``): the row's clock
+  runs while at least one of its calls is sent, retried or waiting out a Retry-After, not while
+  it waits for a free slot behind other rows. A call it would outlast is cut at the deadline,
+  and none is sent or retried after it (see :data:`CURRENT_ROW`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import hashlib
 import logging
@@ -32,6 +38,35 @@ TRANSIENT_STATUS = {408, 409, 425, 429}
 _STRUCTURED_WORDS = re.compile(r"response_format|json_schema|json schema|schema|structured|guided|grammar|"
                                r"not supported|unsupported", re.I)
 logger = logging.getLogger("aip_assets")
+
+# the dataset row a call is made for (set per work item by ``metrics.base.run_bounded``); a
+# client with a row timeout gives each row its own clock (:class:`RowClock`)
+CURRENT_ROW: contextvars.ContextVar[str | None] = contextvars.ContextVar("aip_current_row", default=None)
+
+
+class RowClock:
+    """The time one row has had a call in flight (the union of its calls' spans, so calls of one
+    row in flight together count once), against the row's limit."""
+
+    __slots__ = ("limit", "used", "active", "since")
+
+    def __init__(self, limit: float):
+        self.limit, self.used, self.active, self.since = limit, 0.0, 0, 0.0
+
+    def start(self) -> None:
+        if self.active == 0:
+            self.since = time.monotonic()
+        self.active += 1
+
+    def stop(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.used += time.monotonic() - self.since
+
+    def left(self) -> float:
+        """Seconds left. While the row has a call in flight its clock runs at wall-clock speed, so
+        a call started now with this much left reaches the deadline exactly when it runs out."""
+        return self.limit - self.used - (time.monotonic() - self.since if self.active else 0.0)
 
 
 class BudgetExhausted(AipError):
@@ -182,8 +217,11 @@ class ModelClient:
     def __init__(self, conn: Connection, *, role: str, run_id: str, metric: str, stage: str,
                  journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
                  backoff_s: float = 0.5, budget: "Budget | None" = None,
-                 on_note: "Callable[[dict[str, str]], None] | None" = None):
+                 on_note: "Callable[[dict[str, str]], None] | None" = None, row_timeout_s: float | None = None):
         self.conn = conn
+        self.row_timeout_s = row_timeout_s  # None: no row deadline
+        self._row_clock: dict[str, RowClock] = {}
+        self._rows_cut: set[str] = set()
         self.on_note = on_note  # run notes (e.g. structured output refused) go to the stage's run_notes
         self.role = role
         self.run_id = run_id
@@ -200,7 +238,8 @@ class ModelClient:
         # keys of successful calls this run may answer from the journal (kept current as calls
         # succeed), so a call with nothing to reuse costs no SQL lookup
         self._known_ok: set[str] = journal.ok_keys(self.cache_runs, stage) if journal is not None else set()
-        self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0}
+        self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0, "deadline_cut": 0,
+                      "deadline_rows": 0}
         self._last_answer = time.monotonic()  # the endpoint's last answer (rate-limit waits end after a silent window)
         self._rng = random.Random()
 
@@ -210,6 +249,34 @@ class ModelClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.transport.aclose()
+        if self.stats["deadline_cut"] and self.on_note:
+            msg = (f"{self.metric} {self.stage}: {self.stats['deadline_rows']} row(s) passed the {self.row_timeout_s:g}s "
+                   f"row deadline (the execution manifest's timeout_seconds, or limits.row_timeout_seconds); "
+                   f"{self.stats['deadline_cut']} {self.role} call(s) were cut or not sent, and each is an error on its "
+                   f"row (excluded and counted, never scored)")
+            logger.warning(msg)
+            self.on_note({"level": "warning", "code": "row_deadline", "message": msg})
+
+    def row_clock(self) -> RowClock | None:
+        """The current row's clock (None without a row timeout or outside a row's work item)."""
+        row = CURRENT_ROW.get()
+        if self.row_timeout_s is None or row is None:
+            return None
+        if row not in self._row_clock:
+            self._row_clock[row] = RowClock(self.row_timeout_s)
+        return self._row_clock[row]
+
+    def _past_deadline(self, key: str, attempts: int = 0, http_status: int | None = None,
+                       retries_used: int = 0, waits: int = 0, what: str = "before this call was sent") -> ChatResult:
+        row = CURRENT_ROW.get()
+        self.stats["deadline_cut"] += 1
+        if row not in self._rows_cut:
+            self._rows_cut.add(row or "")
+            self.stats["deadline_rows"] += 1
+        err = (f"row deadline: row {row}'s calls in the {self.stage} stage reached their {self.row_timeout_s:g}s "
+               f"limit of time in flight {what} (execution timeout_seconds; limits.row_timeout_seconds sets it)")
+        return ChatResult(None, "error", err, None, None, None, None, None, attempts, key, http_status=http_status,
+                          retries_used=retries_used, rate_limit_waits=waits)
 
     def _from_record(self, rec: dict[str, Any], key: str) -> ChatResult:
         return ChatResult(rec["response_text"], "ok", None, rec["latency_ms"], rec["prompt_tokens"],
@@ -234,16 +301,27 @@ class ModelClient:
                 if rec["run_id"] != self.run_id:  # reused from an earlier run: record it in this run
                     self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
                 return self._from_record(rec, key)
+        clock = self.row_clock()
         async with self.sem:
+            if clock is not None and clock.left() <= 0:  # not sent: not a model call, not journaled
+                return self._past_deadline(key)
             if self.budget is not None:
                 self.budget.reserve()
             self.stats["in_flight"] += 1
+            if clock is not None:
+                clock.start()
             try:
-                result = await self._call(body, key, retries, timeout)
+                result = await self._call(body, key, retries, timeout, clock)
             finally:
                 self.stats["in_flight"] -= 1
+                if clock is not None:
+                    clock.stop()
             if self.budget is not None:
+                if result.attempts == 0:  # never sent (the row deadline came first): no call to count
+                    self.budget.calls -= 1
                 self.budget.spend((result.prompt_tokens or 0) + (result.completion_tokens or 0))
+        if result.attempts == 0:
+            return result
         self.stats["network_calls"] += 1
         if not result.ok:
             self.stats["failed"] += 1
@@ -264,20 +342,39 @@ class ModelClient:
             "response_model": r.model, "fingerprint": r.fingerprint, "source": source, "created_at": time.time(),
         })
 
-    async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float) -> ChatResult:
+    async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float,
+                    clock: RowClock | None = None) -> ChatResult:
         attempts = retries_used = waits = 0
         waited_s = 0.0
         max_wait = self.conn.max_rate_limit_wait_seconds
+        http_status = None
+
+        def left() -> float:
+            return float("inf") if clock is None else clock.left()
+
         while True:
+            if self.limiter is not None:  # waiting for the endpoint's shared rate is not the row's time
+                if clock is not None:
+                    clock.stop()
+                try:
+                    await self.limiter.wait()
+                finally:
+                    if clock is not None:
+                        clock.start()
+            if left() <= 0:
+                return self._past_deadline(key, attempts, http_status, retries_used, waits,
+                                           "before this attempt" if attempts else "before this call was sent")
             attempts += 1
-            if self.limiter is not None:
-                await self.limiter.wait()
+            cut = left() < timeout  # this attempt ends at the row deadline, not at its own timeout
             t0 = time.perf_counter()
             retry_after = None
             http_status = None
             try:
-                resp = await self.transport.post_chat(body, timeout)
+                resp = await self.transport.post_chat(body, min(timeout, left()))
             except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
+                if cut and left() <= 0:
+                    return self._past_deadline(key, attempts, None, retries_used, waits, "while this call waited "
+                                               "for its answer")
                 err, transient = describe_failure(e, timeout)
             else:
                 latency = (time.perf_counter() - t0) * 1000
@@ -301,7 +398,7 @@ class ModelClient:
                 # has answered nothing for that long (a run against an endpoint that never recovers ends)
                 sleep = max(retry_after, self.backoff_s)  # Retry-After: 0 is no licence to hammer
                 silent = time.monotonic() - self._last_answer
-                if waited_s + sleep <= max_wait and silent + sleep <= max_wait:
+                if waited_s + sleep <= max_wait and silent + sleep <= max_wait and sleep < left():
                     waits += 1
                     waited_s += sleep
                     await asyncio.sleep(sleep)
@@ -311,8 +408,12 @@ class ModelClient:
             if not transient or retries_used >= retries:
                 return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
                                   http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
+            delay = retry_after if retry_after is not None else self.backoff_s * 2 ** retries_used * (0.5 + self._rng.random())
+            if min(delay, MAX_BACKOFF_S) >= left():  # the retry would start after the row deadline
+                return ChatResult(None, "error", f"{err} (not retried: the row deadline comes first)", latency, None,
+                                  None, None, None, attempts, key, http_status=http_status,
+                                  retries_used=retries_used, rate_limit_waits=waits)
             retries_used += 1
-            delay = retry_after if retry_after is not None else self.backoff_s * 2 ** (retries_used - 1) * (0.5 + self._rng.random())
             await asyncio.sleep(min(delay, MAX_BACKOFF_S))
 
 
