@@ -33,12 +33,12 @@ from .stats import bootstrap, normalise, normalise_interval, wilson
 from .records import MetricScore, ScoreUnit
 
 VALUE_COLUMNS = ("flip", "bias", "score", "robustness", "correctness_drop")
-N_BOOT = 2000
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den, undefined (NaN) where nothing was counted."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+        return np.where(den > 0, num / den, np.nan)
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class Formula:
     # wilson: the event count among the units (e.g. flips), from the same sums
     events: Callable[[np.ndarray], np.ndarray] | None = None
     clusters: str = "input_ids"  # what the bootstrap resamples, in words
+
+    def __post_init__(self):
+        if self.interval == "wilson" and self.events is None:
+            raise ValueError(f"formula {self.name!r}: a Wilson interval needs the event count (events=)")
 
     def raw(self, sums: np.ndarray) -> float | None:
         v = float(self.stat(np.asarray(sums, dtype=float)))
@@ -152,7 +156,8 @@ def stat_of(vectors: np.ndarray, formula: Formula, seed: int, interval: bool = T
     raw_v = float(statistic(formula)(total))
     raw = None if np.isnan(raw_v) else raw_v
     st = Stat(raw, n=int(round(total[-1])))
-    if formula.interval == "wilson" and formula.events is not None:
+    if formula.interval == "wilson":
+        assert formula.events is not None  # __post_init__
         k = int(round(float(formula.events(total))))
         st.events, st.rate = k, (k / st.n if st.n else None)
         st.rate_lo, st.rate_hi = wilson(k, st.n)
@@ -162,13 +167,6 @@ def stat_of(vectors: np.ndarray, formula: Formula, seed: int, interval: bool = T
     elif interval and raw is not None:
         st.lo, st.hi = bootstrap(vectors, statistic(formula), seed=seed)
     return st
-
-
-def score(units: pd.DataFrame, formula: Formula, seed: int, interval: bool = True) -> Stat:
-    """The score of a set of units, with its interval (Wilson or the clustered bootstrap)."""
-    if not len(units):
-        return Stat(None)
-    return stat_of(cluster_vectors(units, formula), formula, seed, interval)
 
 
 class Accumulator:
@@ -196,7 +194,9 @@ class Accumulator:
                 self.groups[scope].setdefault(str(key), []).append(v)
 
     def run(self, seed: int) -> Stat:
-        return stat_of(np.concatenate(self.overall) if self.overall else np.empty((0, 0)), self.formula, seed)
+        if not self.overall:
+            return Stat(None)
+        return stat_of(np.concatenate(self.overall), self.formula, seed)
 
     def breakdown(self, scope: str, seed: int) -> dict[str, Stat]:
         return {key: stat_of(np.concatenate(vs), self.formula, seed, interval=scope in self.interval_scopes)
@@ -213,7 +213,7 @@ def record(st: Stat, scope: str, key: str, cfg: Any, *, n: int | None = None, n_
     rec: MetricScore = {"metric_name": cfg.metric_name, "scope": scope, "group_key": key, "raw_score": st.raw,
                         "score": normalise(st.raw, cfg.min, cfg.max, cfg.inverted), "ci_low": slo, "ci_high": shi,
                         "n": st.n, "weight": cfg.weight}
-    if st.rate is not None or st.rate_lo is not None:
+    if st.rate is not None:  # a Wilson formula with units (its interval exists exactly then)
         rec["rate"], rec["rate_ci_low"], rec["rate_ci_high"] = st.rate, st.rate_lo, st.rate_hi
         rec["n_events"] = st.events
     if n is not None:
@@ -238,7 +238,7 @@ def record(st: Stat, scope: str, key: str, cfg: Any, *, n: int | None = None, n_
 def stored_units(frame: pd.DataFrame) -> pd.DataFrame:
     """Units read back from ``score_units`` (groups as JSON text) into the engine's shape."""
     out = frame.copy()
-    out["groups"] = out["groups"].map(lambda g: json.loads(g) if isinstance(g, str) else (g or {}))
+    out["groups"] = out["groups"].map(lambda g: json.loads(g) if isinstance(g, str) else {})  # NULL: none
     return out
 
 

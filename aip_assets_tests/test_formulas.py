@@ -403,3 +403,72 @@ def test_consistency_row_counts_and_labels(tmp_path):
     d = json.loads(s[("overall", "all")]["details"])
     assert d["rows_errored"] == 1 and d["labels"] == {"Consistent": 0, "Slightly Inconsistent": 2, "Contradictory": 0}
     assert s[("label", "Slightly Inconsistent")]["rate"] == 1.0 and s[("label", "Consistent")]["rate"] == 0.0
+
+
+# ------------------------------------------------------------------ the engine itself (scoring.py)
+def test_an_empty_sum_is_no_score_for_every_formula():
+    """Nothing counted is no score (None), never 1 - 0 / 0 = 1 or 0 / 0 = 0: for each formula,
+    the sums of no units (values 0, count 0), and a stat of no vectors (n 0, no interval)."""
+    import numpy as np
+
+    from aip_assets import scoring
+
+    for f in (scoring.ONE_MINUS_FLIP_RATE, scoring.EQUITABILITY, scoring.MEAN_OF_ROW_MEANS, scoring.PERTURBATION_GROUP):
+        assert f.raw(np.zeros(len(f.values) + 1)) is None, f.name
+        width = len(f.values) + 1 if f.level == "pooled" else 2
+        st = scoring.stat_of(np.empty((0, width)), f, seed=0)
+        assert (st.raw, st.lo, st.hi, st.n, st.events, st.rate) == (None, None, None, 0, None, None), f.name
+        empty = scoring.Accumulator(f, scopes=("axis",)).run(0)
+        assert (empty.raw, empty.n) == (None, 0)
+    # one unit: 1 flip of 1 -> 0.0, not None; 0 of 3 -> 1.0
+    assert scoring.ONE_MINUS_FLIP_RATE.raw(np.array([1.0, 1.0])) == 0.0
+    assert scoring.ONE_MINUS_FLIP_RATE.raw(np.array([0.0, 3.0])) == 1.0
+
+
+def test_the_engine_counts_units_whatever_the_formula_and_skips_intervals_when_asked():
+    """A pooled formula of two values: n is the unit count (the last sum), not the second value.
+    Units (a, b): (1, 5), (0, 2), (1, 1) in clusters x, x, y -> sums a 2, b 8, n 3; stat a / n
+    = 0.66667. interval=False leaves lo / hi unset (Wilson and bootstrap alike); True sets them."""
+    import numpy as np
+
+    from aip_assets import scoring
+
+    two = scoring.Formula("a / n", ("flip", "bias"), lambda s: scoring._ratio(s[..., 0], s[..., 2]), "pooled",
+                          "bootstrap")
+    units = scoring.units_frame([
+        {"unit_id": "u1", "input_id": "x", "score_row": "x", "cluster": "x", "flip": 1, "bias": 5, "groups": {}},
+        {"unit_id": "u2", "input_id": "x", "score_row": "x", "cluster": "x", "flip": 0, "bias": 2, "groups": {}},
+        {"unit_id": "u3", "input_id": "y", "score_row": "y", "cluster": "y", "flip": 1, "bias": 1, "groups": {}}])
+    v = scoring.cluster_vectors(units, two)
+    assert v.tolist() == [[1.0, 7.0, 2.0], [1.0, 1.0, 1.0]]
+    st = scoring.stat_of(v, two, seed=1)
+    assert st.n == 3 and st.raw == pytest.approx(2 / 3) and st.lo is not None and st.hi is not None
+    bare = scoring.stat_of(v, two, seed=1, interval=False)
+    assert (bare.raw, bare.n, bare.lo, bare.hi) == (pytest.approx(2 / 3), 3, None, None)
+    flips = scoring.stat_of(np.array([[1.0, 4.0], [0.0, 6.0]]), scoring.ONE_MINUS_FLIP_RATE, seed=1, interval=False)
+    # 1 flip in 10 pairs: the rate and its Wilson interval are always given; the score's only when asked
+    assert (flips.raw, flips.n, flips.events, flips.rate) == (0.9, 10, 1, 0.1)
+    assert flips.rate_lo is not None and (flips.lo, flips.hi) == (None, None)
+    full = scoring.stat_of(np.array([[1.0, 4.0], [0.0, 6.0]]), scoring.ONE_MINUS_FLIP_RATE, seed=1)
+    assert (full.lo, full.hi) == (pytest.approx(1 - flips.rate_hi), pytest.approx(1 - flips.rate_lo))
+
+
+def test_formulas_are_fixed_and_a_wilson_formula_names_its_events():
+    import dataclasses
+
+    from aip_assets import scoring
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        scoring.ONE_MINUS_FLIP_RATE.level = "rows"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="event count"):
+        scoring.Formula("rate", ("flip",), lambda s: s[..., 0], "pooled", "wilson")
+
+
+def test_stored_units_read_back_their_groups():
+    from aip_assets import scoring
+
+    frame = pd.DataFrame({"unit_id": ["a", "b"], "groups": ['{"axis": ["religion"]}', None]})
+    assert scoring.stored_units(frame)["groups"].tolist() == [{"axis": ["religion"]}, {}]
+    back = scoring.to_records(scoring.units_frame([{"unit_id": "a", "groups": {"axis": ["b", "a"]}},
+                                                  {"unit_id": "b", "groups": None}]))
+    assert [r["groups"] for r in back] == ['{"axis": ["b", "a"]}', "{}"]

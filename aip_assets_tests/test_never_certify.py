@@ -268,6 +268,7 @@ def test_case6_retry_after_is_a_wait_not_a_retry(tmp_path, capsys, scripted):
 
     rc, s, server, j = _judge_run(tmp_path, capsys, scripted, judge, "wait", retries=0)
     assert (j.status == "ok").all() and (j.attempts == 3).all() and (j.network_retries == 0).all()
+    assert (j.rate_limit_waits == 2).all() and (j.reasks == 0).all()  # the two waits, recorded on the judgement
     assert rc == 0 and s["metrics"][DF]["passed"] is True
 
 
@@ -275,6 +276,22 @@ def _json_only_without_schema(body, n):
     if "response_format" in body:
         return Reply(400, body={"error": {"message": "response_format is not supported by this model"}})
     return f"```json\n{JSON_SAME}\n```"
+
+
+def test_an_answer_from_the_runs_cache_counts_one_attempt(tmp_path):
+    """Judging again (a resumed or re-materialised stage) answers every judgement from the
+    journal: the judgements are the same, each one's attempts still 1, not 0."""
+    from aip_assets import pipeline
+
+    from .conftest import make_spec, run_all, table
+
+    spec_ = make_spec(write_dataset(tmp_path / "d.jsonl", 3), config={"dimensions": ["gender"]})
+    run_all(spec_)
+    first = table("judgements", "run-1", "judgement_id")
+    pipeline.run_stage("judging", "run-1", DF)
+    again = table("judgements", "run-1", "judgement_id")
+    assert len(again) == len(first) > 0 and (first.attempts == 1).all() and (again.attempts == 1).all()
+    assert again.label.tolist() == first.label.tolist() and again.call_key.tolist() == first.call_key.tolist()
 
 
 @pytest.mark.parametrize("mode", ["auto", "on", "off"])
@@ -285,7 +302,7 @@ def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
         "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
         judge=judge.conn(structured_output=mode), judge_retries=0))
     bodies = judge.bodies()
-    j = q("SELECT status, error FROM judgements WHERE run_id = ?", s["run_id"])
+    j = q("SELECT status, error, attempts FROM judgements WHERE run_id = ?", s["run_id"])
     notes = q("SELECT code FROM run_notes WHERE run_id = ?", s["run_id"])
     with_schema = [b for b in bodies if "response_format" in b]
     if mode == "auto":  # refused with a 400, then plain prompting for the rest of the run: only the judgements
@@ -294,6 +311,8 @@ def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
         rf = with_schema[0]["response_format"]
         assert rf["type"] == "json_schema" and {"decision_1", "attributable_to_axis"} <= set(rf["json_schema"]["schema"]["properties"])
         assert "structured_output_refused" in set(notes.code)
+        # a judgement that sent the schema made two requests (refused, then plain); the others one
+        assert sorted(j.attempts) == [1] * (6 - len(with_schema)) + [2] * len(with_schema)
     elif mode == "on":  # the endpoint must take it: a refusal is a failed judgement
         assert len(with_schema) == len(bodies) == 6 and (j.status == "judge_failed").all()
         assert j.error.str.contains("HTTP 400").all() and rc == 1
