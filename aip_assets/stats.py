@@ -6,6 +6,7 @@ import math
 from typing import Sequence
 
 Z95 = 1.959963984540054
+BOOT_CELLS = 5_000_000  # cluster draws held in memory at once by the bootstrap (a chunk of resamples)
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
@@ -32,11 +33,8 @@ def bootstrap(vectors, stat, seed: int = 0, n_boot: int = 2000) -> tuple[float |
     g = len(vectors)
     if g == 0:
         return None, None
-    if g == 1:
-        v = float(stat(vectors[0]))
-        return (None, None) if math.isnan(v) else (v, v)
     rng = np.random.default_rng(seed)
-    chunk = max(1, min(n_boot, 5_000_000 // g))
+    chunk = max(1, min(n_boot, BOOT_CELLS // g))  # the chunking never changes the interval, only memory
     out = np.empty(n_boot)
     for start in range(0, n_boot, chunk):
         k = min(chunk, n_boot - start)
@@ -45,7 +43,7 @@ def bootstrap(vectors, stat, seed: int = 0, n_boot: int = 2000) -> tuple[float |
     out = np.sort(out[~np.isnan(out)])
     if not len(out):
         return None, None
-    return float(out[int(0.025 * len(out))]), float(out[min(len(out) - 1, int(0.975 * len(out)))])
+    return float(out[int(0.025 * len(out))]), float(out[int(0.975 * len(out))])  # int(0.975 L) < L
 
 
 def cluster_bootstrap_mean(values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000,
@@ -89,20 +87,19 @@ def holm(pvalues: list[float]) -> list[float]:
     """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
     m = len(pvalues)
     order = sorted(range(m), key=lambda i: pvalues[i])
-    adj = [0.0] * m
+    adj: dict[int, float] = {}
     running = 0.0
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         adj[i] = running
-    return adj
+    return [adj[i] for i in range(m)]
 
 
 def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     """Two-sided p-value of Fisher's exact test that k1/n1 and k2/n2 share one rate: the
     probability, under the hypergeometric law with the margins fixed, of every table no more
-    likely than the one observed. Exact at every sample size."""
-    if n1 <= 0 or n2 <= 0:
-        return 1.0
+    likely than the one observed. Exact at every sample size; an empty group gives 1.0 (the
+    only table with its margins is the one observed)."""
     k, n = k1 + k2, n1 + n2
 
     def lchoose(a: int, b: int) -> float:

@@ -149,6 +149,23 @@ def test_bootstrap_edges_and_chunking():
     assert bootstrap(v, ratio) != bootstrap(v, ratio, seed=1) and bootstrap(v, ratio) != bootstrap(v, ratio, n_boot=2001)
 
 
+def test_bootstrap_chunks_of_any_size_give_the_same_interval(monkeypatch):
+    """Fewer cells than clusters (BOOT_CELLS // g == 0) still draws one resample a chunk; every
+    chunk size gives the same interval (the same random stream); one cluster resamples to itself."""
+    import numpy as np
+
+    from aip_assets import stats
+
+    vec = np.column_stack([np.random.default_rng(2).random(40), np.ones(40)])
+    ratio = lambda s: s[..., 0] / s[..., 1]  # noqa: E731
+    want = stats.bootstrap(vec, ratio, seed=4, n_boot=300)
+    for cells in (10, 40, 41, 4000, 10**9):
+        monkeypatch.setattr(stats, "BOOT_CELLS", cells)
+        assert stats.bootstrap(vec, ratio, seed=4, n_boot=300) == want, cells
+    assert stats.bootstrap(vec[:1], ratio, seed=4, n_boot=300) == (vec[0, 0], vec[0, 0])
+    assert stats.bootstrap([[1.0, 0.0]], lambda s: np.where(s[..., 1] > 0, 1.0, np.nan)) == (None, None)
+
+
 def test_fisher_exact_edges():
     from aip_assets.stats import fisher_exact
 
