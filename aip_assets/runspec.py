@@ -183,7 +183,8 @@ OPENAI_ONLY = {"base_url", "api_key_env", "system_prompt", "headers", "header_en
 
 
 class Limits(BaseModel):
-    """Caps for a run: it stops cleanly when reached (nothing half-written) and resumes later."""
+    """Caps for a run (it stops cleanly when one is reached, nothing half-written, and resumes
+    later) and the row deadline (a row past it is an error on that row; the run goes on)."""
 
     model_config = ConfigDict(extra="forbid")
     max_calls: int | None = Field(None, ge=1, description="model calls made over the network, all roles")
