@@ -190,10 +190,15 @@ def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted
     sent_before = len(server.bodies())
     notes: list[dict] = []
 
+    from aip_assets.models.client import Budget
+
+    budget = Budget("r", None, max_calls=3, max_tokens=None)  # exactly the calls really sent
+
     async def go():
         c = Connection(provider="openai", base_url=server.url, model="m")
         async with ModelClient(c, role="sut", run_id="r", metric="llm.decision_flip", stage="sampling",
-                               journal=None, concurrency=1, on_note=notes.append, row_timeout_s=1.5 * unit) as cl:
+                               journal=None, concurrency=1, on_note=notes.append, row_timeout_s=1.5 * unit,
+                               budget=budget) as cl:
             async def one(item):
                 return await cl.chat([{"role": "user", "content": f"{item[0]} {item[1]}"}], temperature=0,
                                      retries=3, timeout=30)
@@ -206,6 +211,7 @@ def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted
     contents = [x["messages"][-1]["content"] for x in server.bodies()[sent_before:]]
     assert contents == ["r1 0", "r1 1", "r2 0"]  # the cut call was sent; the third never was, nor retried
     assert stats["network_calls"] == 3 and stats["deadline_cut"] == 2 and stats["deadline_rows"] == 1
+    assert budget.calls == 3  # the call never sent is not charged (a fourth row would have been refused)
     [note] = notes
     assert note["code"] == "row_deadline" and "1 row(s)" in note["message"] and "2 sut call(s)" in note["message"]
 
@@ -216,9 +222,10 @@ def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
     from aip_assets.models import client as client_mod
 
     server = scripted(_sequence([500, 500, 500, 500, 500, 500]))
+    stats: dict = {}
 
-    async def go(row_timeout):
-        c = Connection(provider="openai", base_url=server.url, model="m")
+    async def go(row_timeout, url=None):
+        c = Connection(provider="openai", base_url=url or server.url, model="m")
         async with ModelClient(c, role="judge", run_id="r", metric="m", stage="judging", journal=None,
                                backoff_s=60.0, row_timeout_s=row_timeout) as cl:
             token = client_mod.CURRENT_ROW.set("r7")
@@ -226,10 +233,16 @@ def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
                 return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=3, timeout=30)
             finally:
                 client_mod.CURRENT_ROW.reset(token)
+                stats.update(cl.stats)
     r = asyncio.run(go(5.0))
     assert not r.ok and r.attempts == 1 and r.retries_used == 0 and r.http_status == 500
     assert "not retried: the row deadline comes first" in r.error
-    assert len(server.bodies()) == 1
+    assert len(server.bodies()) == 1 and stats["deadline_cut"] == 1 and stats["deadline_rows"] == 1
+    # a Retry-After longer than the time left is not waited out either, and says so
+    limited = scripted(lambda body, n: Reply(429, headers={"Retry-After": "30"}))
+    r = asyncio.run(go(5.0, limited.url))
+    assert not r.ok and r.attempts == 1 and r.rate_limit_waits == 0 and "not waited: the row deadline" in r.error
+    assert len(limited.bodies()) == 1 and stats["deadline_cut"] == 1
 
     slept: list[float] = []
     real_sleep = asyncio.sleep

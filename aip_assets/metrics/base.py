@@ -90,7 +90,8 @@ async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
 
 def row_of(item: Any) -> str | None:
     """The dataset row a work item belongs to: a row id, a record with ``input_id``, a
-    :class:`DatasetRow`, or a tuple led by one of those (e.g. ``(row, sample)``, ``(seed id, group)``)."""
+    :class:`DatasetRow`, or a tuple led by one of those (e.g. ``(row, sample)``). A work item
+    that calls for several rows sets :data:`CURRENT_ROW` per call itself (perturbation judging)."""
     if isinstance(item, str):
         return item
     if isinstance(item, dict):

@@ -37,6 +37,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..dataset import DatasetRow
+from ..models.client import CURRENT_ROW
 from ..perturbations import ALL_TYPES, RULE_BASED
 from ..records import RowScore
 from ..scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
@@ -330,7 +331,9 @@ class PerturbationRobustnessExternal(Metric):
             progress.in_flight = lambda: client.stats["in_flight"]
 
             async def ask(common: dict[str, Any], kind: str, messages, model: type[Verdict]):
-                """One judge (``kind``: correctness or robustness) of one pair of the group."""
+                """One judge (``kind``: correctness or robustness) of one pair of the group, its calls
+                made for the judged answer's own row (its row deadline; a task of its own, see gather_all)."""
+                CURRENT_ROW.set(common["input_id"])
                 o = await ask_json(client, messages, model, retries=ctx.spec.judge_retries,
                                    timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
                                    template_version=self.template_version)

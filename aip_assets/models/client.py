@@ -266,13 +266,17 @@ class ModelClient:
             self._row_clock[row] = RowClock(self.row_timeout_s)
         return self._row_clock[row]
 
+    def _count_cut(self) -> None:
+        row = CURRENT_ROW.get() or ""
+        self.stats["deadline_cut"] += 1
+        if row not in self._rows_cut:
+            self._rows_cut.add(row)
+            self.stats["deadline_rows"] += 1
+
     def _past_deadline(self, key: str, attempts: int = 0, http_status: int | None = None,
                        retries_used: int = 0, waits: int = 0, what: str = "before this call was sent") -> ChatResult:
         row = CURRENT_ROW.get()
-        self.stats["deadline_cut"] += 1
-        if row not in self._rows_cut:
-            self._rows_cut.add(row or "")
-            self.stats["deadline_rows"] += 1
+        self._count_cut()
         err = (f"row deadline: row {row}'s calls in the {self.stage} stage reached their {self.row_timeout_s:g}s "
                f"limit of time in flight {what} (execution timeout_seconds; limits.row_timeout_seconds sets it)")
         return ChatResult(None, "error", err, None, None, None, None, None, attempts, key, http_status=http_status,
@@ -305,8 +309,6 @@ class ModelClient:
         async with self.sem:
             if clock is not None and clock.left() <= 0:  # not sent: not a model call, not journaled
                 return self._past_deadline(key)
-            if self.budget is not None:
-                self.budget.reserve()
             self.stats["in_flight"] += 1
             if clock is not None:
                 clock.start()
@@ -317,10 +319,8 @@ class ModelClient:
                 if clock is not None:
                     clock.stop()
             if self.budget is not None:
-                if result.attempts == 0:  # never sent (the row deadline came first): no call to count
-                    self.budget.calls -= 1
                 self.budget.spend((result.prompt_tokens or 0) + (result.completion_tokens or 0))
-        if result.attempts == 0:
+        if result.attempts == 0:  # never sent (the row deadline came first): no model call, not journaled
             return result
         self.stats["network_calls"] += 1
         if not result.ok:
@@ -364,6 +364,8 @@ class ModelClient:
             if left() <= 0:
                 return self._past_deadline(key, attempts, http_status, retries_used, waits,
                                            "before this attempt" if attempts else "before this call was sent")
+            if attempts == 0 and self.budget is not None:  # a call is counted once it is really sent
+                self.budget.reserve()
             attempts += 1
             cut = left() < timeout  # this attempt ends at the row deadline, not at its own timeout
             t0 = time.perf_counter()
@@ -398,7 +400,13 @@ class ModelClient:
                 # has answered nothing for that long (a run against an endpoint that never recovers ends)
                 sleep = max(retry_after, self.backoff_s)  # Retry-After: 0 is no licence to hammer
                 silent = time.monotonic() - self._last_answer
-                if waited_s + sleep <= max_wait and silent + sleep <= max_wait and sleep < left():
+                if waited_s + sleep <= max_wait and silent + sleep <= max_wait:
+                    if sleep >= left():  # the wait would end after the row deadline
+                        self._count_cut()
+                        return ChatResult(None, "error", f"{err} (rate limited; not waited: the row deadline comes "
+                                          f"first, {max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency,
+                                          None, None, None, None, attempts, key, http_status=http_status,
+                                          retries_used=retries_used, rate_limit_waits=waits)
                     waits += 1
                     waited_s += sleep
                     await asyncio.sleep(sleep)
@@ -410,6 +418,7 @@ class ModelClient:
                                   http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
             delay = retry_after if retry_after is not None else self.backoff_s * 2 ** retries_used * (0.5 + self._rng.random())
             if min(delay, MAX_BACKOFF_S) >= left():  # the retry would start after the row deadline
+                self._count_cut()
                 return ChatResult(None, "error", f"{err} (not retried: the row deadline comes first)", latency, None,
                                   None, None, None, attempts, key, http_status=http_status,
                                   retries_used=retries_used, rate_limit_waits=waits)
