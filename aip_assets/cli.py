@@ -195,9 +195,16 @@ def cmd_sql(args) -> int:
     elif args.format == "json":
         print(df.to_json(orient="records", date_format="iso", force_ascii=False))
     else:
-        with pd.option_context("display.max_rows", args.max_rows, "display.max_columns", None, "display.width", 200,
-                               "display.max_colwidth", args.max_colwidth):
-            print(df.to_string(index=False) if len(df) else "(no rows)")
+        if not len(df):
+            print("(no rows)")
+            return 0
+        shown = df.head(args.max_rows) if args.max_rows > 0 else df
+        width = args.max_colwidth if args.max_colwidth > 0 else None
+        with pd.option_context("display.max_columns", None, "display.width", 200):
+            print(shown.to_string(index=False, max_colwidth=width))
+        if len(shown) < len(df):
+            print(f"... {len(df) - len(shown)} more row(s) not shown ({len(df)} in all; --max-rows 0 shows every row, "
+                  f"--format csv or json prints them all)")
     return 0
 
 
@@ -346,8 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")
     q.add_argument("query")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    q.add_argument("--max-rows", type=int, default=200)
-    q.add_argument("--max-colwidth", type=int, default=80)
+    q.add_argument("--max-rows", type=int, default=200, help="table format: rows printed (0: all; csv and json "
+                                                                  "print every row)")
+    q.add_argument("--max-colwidth", type=int, default=80, help="table format: characters per cell, longer cells "
+                                                                "end in '...' (0: no limit)")
     q.add_argument("--warehouse")
     q.set_defaults(fn=cmd_sql)
 

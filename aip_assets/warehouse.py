@@ -10,8 +10,10 @@ partition's rows in one transaction and closes it.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import random
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -263,6 +265,18 @@ _ENSURED: set[tuple[str, int]] = set()
 # bias). Capped, DuckDB spills to disk instead: the same run peaks at 1.4 GB (benchmarks/).
 DUCKDB_MEMORY = os.environ.get("AIP_DUCKDB_MEMORY", "1GB")
 LOCK_TIMEOUT_S = float(os.environ.get("AIP_WAREHOUSE_LOCK_TIMEOUT", "600"))
+LOCK_NOTICE_S = 5.0  # a wait for the lock says so this often
+logger = logging.getLogger("aip_assets")
+
+
+def _holder(fh) -> str:
+    """Who holds the warehouse lock, as its holder wrote it in the lock file."""
+    try:
+        fh.seek(0)
+        text = fh.read().strip()
+    except OSError:
+        text = ""
+    return text or "another process"
 
 
 def default_path() -> Path:
@@ -278,15 +292,30 @@ def default_path() -> Path:
 def _file_lock(db_path: Path) -> Iterator[None]:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with open(str(db_path) + ".lock", "a+") as fh:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        t0 = time.monotonic()
+        deadline, notice = t0 + LOCK_TIMEOUT_S, t0 + LOCK_NOTICE_S
         while True:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{db_path}: waited {LOCK_TIMEOUT_S:.0f}s for the warehouse lock") from None
+                now = time.monotonic()
+                if now > deadline:
+                    raise TimeoutError(f"{db_path}: waited {LOCK_TIMEOUT_S:.0f}s for the warehouse lock, held by "
+                                       f"{_holder(fh)} (AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait)") from None
+                if now >= notice:
+                    notice = now + LOCK_NOTICE_S
+                    logger.warning(f"waiting {now - t0:.0f}s for the warehouse lock on {db_path}, held by "
+                                   f"{_holder(fh)} (gives up after {LOCK_TIMEOUT_S:.0f}s)")
                 time.sleep(0.05 + random.random() * 0.05)
+        try:  # say who holds it, for anyone waiting: pid, program and subcommand (no arguments, no environment)
+            fh.seek(0)
+            fh.truncate()
+            prog = " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:2]])[:80]
+            fh.write(f"pid {os.getpid()} ({prog})")
+            fh.flush()
+        except OSError:
+            pass
         try:
             yield
         finally:
@@ -308,14 +337,20 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
     settings: dict[str, Any] = {"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {}
     settings.update(config or {})
     with _file_lock(path):
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        t0 = time.monotonic()
+        deadline, notice = t0 + LOCK_TIMEOUT_S, t0 + LOCK_NOTICE_S
         while True:
             try:
                 con = duckdb.connect(str(path), read_only=read_only, config=settings)
                 break
             except duckdb.IOException as e:
-                if "lock" not in str(e).lower() or time.monotonic() > deadline:
+                now = time.monotonic()
+                if "lock" not in str(e).lower() or now > deadline:
                     raise
+                if now >= notice:
+                    notice = now + LOCK_NOTICE_S
+                    logger.warning(f"waiting {now - t0:.0f}s for {path}, held open by a program outside aip-eval: "
+                                   f"{str(e).splitlines()[0][:200]}")
                 time.sleep(0.1 + random.random() * 0.2)
         try:
             if not read_only:

@@ -76,6 +76,49 @@ def test_sql_settings_are_locked(warehouse, capsys):
     assert got == {"autoinstall_known_extensions": "false", "enable_external_access": "false", "lock_configuration": "true"}
 
 
+def test_sql_prints_at_most_max_rows_and_max_colwidth(warehouse, capsys):
+    """--max-rows and --max-colwidth bound the table it prints (500 rows and a 300-character
+    cell asked for), and say what was left out; csv prints every row; 0 lifts a bound."""
+    q = "SELECT i, repeat('x', 300) AS long_text FROM range(500) t(i) ORDER BY i"
+    assert main(["sql", q, "--max-rows", "5", "--max-colwidth", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    body = [ln for ln in lines[1:] if not ln.startswith("...")]
+    assert len(body) == 5 and [ln.split()[0] for ln in body] == ["0", "1", "2", "3", "4"]
+    assert max(len(ln) for ln in lines[:6]) < 40 and all(ln.rstrip().endswith("...") for ln in body)
+    assert lines[-1].startswith("... 495 more row(s) not shown (500 in all")
+    assert main(["sql", q, "--format", "csv", "--max-rows", "5"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 501  # header + every row
+    assert main(["sql", q, "--max-rows", "0", "--max-colwidth", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 501 and len(lines[1]) > 300
+
+
+def test_a_lock_wait_says_who_it_waits_for(warehouse, capsys, monkeypatch):
+    """A query waiting for the warehouse lock logs, every LOCK_NOTICE_S, how long it has waited
+    and who holds the lock (pid and program, written by the holder); then it runs."""
+    import threading
+
+    from aip_assets import warehouse as wh
+
+    monkeypatch.setattr(wh, "LOCK_NOTICE_S", 0.2)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with wh.connect():
+            held.set()
+            release.wait(10)
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    threading.Timer(1.0, release.set).start()
+    assert main(["sql", "SELECT count(*) AS n FROM judgements", "--format", "json"]) == 0
+    t.join()
+    out, err = capsys.readouterr()
+    waits = [ln for ln in err.splitlines() if "waiting" in ln]
+    assert waits and all("for the warehouse lock" in w and f"held by pid {os.getpid()}" in w for w in waits)
+    assert json.loads(out)[0]["n"] > 0
+
+
 # ------------------------------------------------------------------ bad input writes nothing
 def _spec_file(tmp_path, **over) -> Path:
     ds = over.pop("dataset", None) or write_dataset(tmp_path / "in" / "d.jsonl", 3)
