@@ -38,7 +38,8 @@ def test_demo_data_and_spec():
 
 def test_readme_demo_command_runs_offline(capsys):
     assert main(["run", str(REPO / "data" / "runs" / "demo.yaml"), "--json", "--quiet"]) == 0
-    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    out = json.loads(capsys.readouterr().out)
+    metrics, run_id = out["metrics"], out["run_id"]
     assert set(metrics) == set(REGISTRY)  # the demo evaluates every metric
     for m in ("llm.semantic_consistency", "llm.factual_consistency", "llm.safety_consistency"):
         c = metrics[m]
@@ -58,3 +59,19 @@ def test_readme_demo_command_runs_offline(capsys):
     assert s["incidental_differences"] > 0  # the demo SUT's refusals are told apart from flips
     readme = (REPO / "README.md").read_text().splitlines()
     assert 'aip-eval run data/runs/demo.yaml' in "\n".join(readme[:6]) and "pytest" in "\n".join(readme[:6])
+    # the README's sample output is what the demo prints, line for line
+    import io
+
+    from aip_assets import pipeline
+    from aip_assets.cli import print_summary
+
+    printed = io.StringIO()
+    print_summary(pipeline.run_summary(run_id), printed)
+    text = "\n".join(readme)
+    start = text.index("```\n", text.index("## The demo")) + 4
+    sample = text[start:text.index("```", start)].rstrip("\n").splitlines()
+    got = printed.getvalue().rstrip("\n").splitlines()
+    assert got[0].startswith(f"Run {run_id}  (spec demo") and got[1] == ""  # the README leaves out the run's header
+    got = got[2:]
+    diff = [f"README: {a!r}\ndemo:   {b!r}" for a, b in zip(sample, got) if a != b]
+    assert not diff and len(sample) == len(got), "the README's sample output is stale:\n" + "\n".join(diff[:10])
