@@ -37,8 +37,16 @@ CHECKS = {
 }
 
 
-def spec_for(stage: str, asset_key) -> list[AssetCheckSpec]:
-    return [AssetCheckSpec(name=name, asset=asset_key, description=d) for name, d in CHECKS[stage]]
+def spec_for(stage: str, asset_key, partitions_def=None) -> list[AssetCheckSpec]:
+    """The stage's checks, partitioned like their asset (run × metric), so each result is kept
+    per partition and the UI's check history says which metric of which run it judged."""
+    import warnings
+
+    with warnings.catch_warnings():  # partitioned checks are a "preview" in Dagster 1.13
+        warnings.filterwarnings("ignore", message=".*partitions_def.*AssetCheckSpec.*")
+        warnings.filterwarnings("ignore", category=Warning, module="dagster")
+        return [AssetCheckSpec(name=name, asset=asset_key, description=d, partitions_def=partitions_def)
+                for name, d in CHECKS[stage]]
 
 
 class _Counts:
@@ -86,17 +94,20 @@ def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = Non
     d = json.loads(details or "{}")
     min_cov = spec.min_coverage_for(metric)
     out = []
+    shown = "no score" if score is None else f"scored {score:.4f}"
     if threshold is None:
         out.append(AssetCheckResult(check_name="threshold", passed=score is not None, severity=AssetCheckSeverity.ERROR,
-                                    metadata={"score": _f(score), "threshold": MetadataValue.text("none set")},
-                                    description=None if score is not None else f"{metric} has no score"))
+                                    metadata={"metric": MetadataValue.text(metric), "score": _f(score),
+                                              "threshold": MetadataValue.text("none set")},
+                                    description=f"{metric} (run {run_id}) {shown}; no threshold set"))
     else:
         passed = score is not None and score >= threshold
         out.append(AssetCheckResult(
             check_name="threshold", passed=bool(passed), severity=AssetCheckSeverity.ERROR,
-            metadata={"score": _f(score), "threshold": MetadataValue.float(float(threshold))},
-            description=None if passed else (f"{metric} has no score" if score is None else
-                                             f"{metric} scored {round(score, 4)} below its threshold {threshold}")))
+            metadata={"metric": MetadataValue.text(metric), "score": _f(score),
+                      "threshold": MetadataValue.float(float(threshold))},
+            description=f"{metric} (run {run_id}) {shown}, {'at least' if passed else 'below'} its threshold "
+                        f"{threshold:g}" if score is not None else f"{metric} (run {run_id}) has no score"))
     mismatch = d.get("label_mismatch")
     if mismatch and not mismatch.get("fails_gate", True):  # answers that decide nothing: a run note, no failure
         mismatch = None

@@ -274,9 +274,16 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
         meta["summary"] = plugin.summary(scores)
         ov = scores[scores["scope"] == "overall"].iloc[0]
         meta["gate"] = {"passed": ov["passed"], "gate_reason": ov["gate_reason"], "coverage": ov["coverage"],
-                        "excluded": json.loads(ov["excluded"] or "{}")}
+                        "excluded": json.loads(ov["excluded"] or "{}"), "score": _num(ov["score"]),
+                        "ci_low": _num(ov["ci_low"]), "ci_high": _num(ov["ci_high"]),
+                        "threshold": _num(ov["threshold"])}
     log(f"{stage} [{run_id} × {metric}]: " + ", ".join(f"{k}={v}" for k, v in meta.items() if k != "summary"))
     return meta
+
+
+def _num(x: Any) -> float | None:
+    """A stored number, None for NULL / NaN."""
+    return None if x is None or pd.isna(x) else float(x)
 
 
 BUILTIN_JUDGE_NOTE = ("the judge is the builtin model, a heuristic reader meant for the offline calibration rig, "

@@ -146,7 +146,24 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     mats = res.get_asset_materialization_events()
     assert [m.asset_key.path[-1] for m in mats] == ["ingest", "synthesis", "sut_sampling", "judging", "aggregation"]
     agg = mats[-1].materialization.metadata
-    assert "score" in agg and "headline" in agg
+    # read first: a headline with score, interval, threshold and verdict; then one typed entry each,
+    # named by the metric (so a plot of one is that metric's history); the full summary last
+    keys = list(agg)
+    assert keys[0] == "headline" and keys[-1] == "summary"
+    ov = table("metric_scores", "dg", "scope").query("scope == 'overall'").iloc[0]
+    assert agg["decision_flip score"].value == round(ov.score, 4)
+    assert (agg["decision_flip ci_low"].value, agg["decision_flip ci_high"].value) == (round(ov.ci_low, 4),
+                                                                                       round(ov.ci_high, 4))
+    assert agg["decision_flip threshold"].text == "n/a" and agg["passed"].value is True  # no threshold set
+    head = agg["headline"].md_str
+    assert head.startswith(f"**llm.decision_flip** score **{ov.score:.3f}**, 95% CI [{ov.ci_low:.3f}, "
+                           f"{ov.ci_high:.3f}], no threshold: **PASS**")
+    assert agg["metric"].text == "llm.decision_flip" and "score" not in agg  # no key shared by all seven metrics
+    # its checks are partitioned like the asset: each result belongs to this run × metric
+    evals = res.get_asset_check_evaluations()
+    assert evals and {e.partition for e in evals} == {key}
+    thr = next(e for e in evals if e.check_name == "threshold")
+    assert thr.metadata["metric"].text == "llm.decision_flip" and "llm.decision_flip (run dg)" in thr.description
     from pathlib import Path
 
     report = Path(agg["report"].value)

@@ -24,25 +24,12 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
         meta = run_stage(stage, keys["run"], keys["metric"], log=log)
     except AipError as e:
         raise Failure(description=str(e)) from None
-    out: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("summary", "gate")}
+    out: dict[str, Any] = {}
+    if "summary" in meta:  # aggregation: a headline to read first, then one typed entry per number
+        out.update(score_metadata(keys["run"], keys["metric"], meta["summary"], meta.get("gate") or {}))
+    out.update({k: v for k, v in meta.items() if k not in ("summary", "gate")})
     if "summary" in meta:
-        s = meta["summary"]
-        out["score"] = MetadataValue.float(float(s["score"])) if s.get("score") is not None else MetadataValue.text("n/a")
-        out["summary"] = MetadataValue.json(s)
-        g = meta.get("gate") or {}
-        out["passed"] = MetadataValue.bool(bool(g.get("passed")))
-        out["gate_reason"] = MetadataValue.text(g.get("gate_reason") or "")
-        out["coverage"] = MetadataValue.float(float(g["coverage"])) if g.get("coverage") is not None else MetadataValue.text("n/a")
-        out["excluded"] = MetadataValue.json(g.get("excluded") or {})
-        lines = [(f"**{keys['metric']}** score {s['score']:.3f}" if s.get("score") is not None else "no score")
-                 + f", {'PASS' if g.get('passed') else 'FAIL'}: {g.get('gate_reason')}", "```",
-                 *get_metric(keys["metric"]).format_summary(s), "```"]
-        out["headline"] = MetadataValue.md("\n".join(lines))
-        from ..report import write_report
-
-        report = write_report(keys["run"])  # the run's report, refreshed as each metric lands
-        out["report"] = MetadataValue.path(str(report))
-        out["report_url"] = MetadataValue.url(report.resolve().as_uri())
+        out["summary"] = MetadataValue.json(meta["summary"])  # everything, last
     check = []
     if stage in checks.CHECKS:
         spec, _ = load_run(keys["run"])
@@ -50,8 +37,44 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
     return MaterializeResult(metadata=out, check_results=check)
 
 
+def _num(x: float | None) -> MetadataValue:
+    return MetadataValue.float(round(float(x), 4)) if x is not None else MetadataValue.text("n/a")
+
+
+def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any]) -> dict[str, Any]:
+    """An aggregation's metadata as people read it: a markdown headline (score, interval,
+    threshold, verdict and why), then the score, its interval and threshold as separate floats
+    named by the metric (so the asset's plot of each is that metric's history, not seven metrics
+    on one line), passed, coverage, what was excluded, and the run's report."""
+    short = metric.split(".", 1)[-1]
+    score, lo, hi, thr = g.get("score"), g.get("ci_low"), g.get("ci_high"), g.get("threshold")
+    verdict = "PASS" if g.get("passed") else "FAIL"
+    head = (f"**{metric}** score **{score:.3f}**" if score is not None else f"**{metric}** no score")
+    if lo is not None and hi is not None:
+        head += f", 95% CI [{lo:.3f}, {hi:.3f}]"
+    head += f", threshold {thr:.3f}" if thr is not None else ", no threshold"
+    lines = [f"{head}: **{verdict}**", "", f"{g.get('gate_reason') or ''}", "", "```",
+             *get_metric(metric).format_summary(s), "```"]
+    out: dict[str, Any] = {
+        "headline": MetadataValue.md("\n".join(lines)),
+        "metric": MetadataValue.text(metric),
+        f"{short} score": _num(score), f"{short} ci_low": _num(lo), f"{short} ci_high": _num(hi),
+        f"{short} threshold": _num(thr),
+        "passed": MetadataValue.bool(bool(g.get("passed"))),
+        "coverage": _num(g.get("coverage")),
+        "gate_reason": MetadataValue.text(g.get("gate_reason") or ""),
+        "excluded": MetadataValue.json(g.get("excluded") or {}),
+    }
+    from ..report import write_report
+
+    report = write_report(run_id)  # the run's report, refreshed as each metric lands
+    out["report"] = MetadataValue.path(str(report))
+    out["report_url"] = MetadataValue.url(report.resolve().as_uri())
+    return out
+
+
 @asset(partitions_def=run_metric_partitions, group_name=GROUP, description="dataset rows (gdi_text_v1) → dataset_rows",
-       check_specs=checks.spec_for("ingest", AssetKey("ingest")))
+       check_specs=checks.spec_for("ingest", AssetKey("ingest"), run_metric_partitions))
 def ingest(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("ingest", context)
 
@@ -64,21 +87,21 @@ def synthesis(context: AssetExecutionContext) -> MaterializeResult:
 
 @asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[synthesis],
        description="every SUT answer → sut_responses, llm_calls",
-       check_specs=checks.spec_for("sampling", AssetKey("sut_sampling")))
+       check_specs=checks.spec_for("sampling", AssetKey("sut_sampling"), run_metric_partitions))
 def sut_sampling(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("sampling", context)
 
 
 @asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[sut_sampling],
        description="judge verdicts → judgements, llm_calls",
-       check_specs=checks.spec_for("judging", AssetKey("judging")))
+       check_specs=checks.spec_for("judging", AssetKey("judging"), run_metric_partitions))
 def judging(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("judging", context)
 
 
 @asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[judging],
        description="row and run scores with 95% intervals → row_scores, metric_scores",
-       check_specs=checks.spec_for("aggregation", AssetKey("aggregation")))
+       check_specs=checks.spec_for("aggregation", AssetKey("aggregation"), run_metric_partitions))
 def aggregation(context: AssetExecutionContext) -> MaterializeResult:
     return _materialise("aggregation", context)
 
