@@ -180,6 +180,12 @@ def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys):
     for m, e in est["metrics"].items():
         assert got[(m, "sut")] == e["sut_calls"]  # SUT calls are counted exactly
         assert got[(m, "judge")] <= e["judge_calls"]  # identical judge prompts may be answered from the cache
+    # the CLI's runs are the evaluate job's (in-process) runs, one per metric partition, as in the UI
+    runs = [r for r in get_instance().get_runs() if r.tags.get("aip/run_id") == run_id]
+    assert sorted(r.tags["dagster/partition/metric"] for r in runs) == sorted(est["metrics"])
+    assert {r.job_name for r in runs} == {"evaluate"} and all(r.is_success for r in runs)
+    assert defs.resolve_job_def("evaluate").executor_def.name == "in_process"
+    assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"  # UI launches too
 
 
 def test_run_stops_at_its_call_cap_and_resumes(tmp_path, capsys, builtin_http):

@@ -58,7 +58,10 @@ METRIC = "llm.decision_flip"
 # location `aip_assets.definitions` (the module workspace.yaml loads).
 GROUP_PATH = "/locations/__repository__@aip_assets.definitions/asset-groups/evaluation"
 STARTUP_TIMEOUT_S = 90
-RUN_TIMEOUT_S = 150  # the queued-run daemon picks the run up within ~15 s; the run itself takes ~15 s here
+# patience for the UI's run: the queued-run daemon's pickup (it polls every few seconds; a loaded
+# machine is slower) plus a generous multiple of the same partition's CLI time, measured first
+QUEUE_PICKUP_S = 60
+RUN_TIME_FACTOR = 10
 
 
 def _free_port() -> int:
@@ -171,7 +174,9 @@ def test_dagster_ui_graph_materialise_and_checks(tmp_path, capsys):
 
     # A registered run, materialised once from the CLI into the same Dagster storage the UI will use
     # (data/dagster_home under the cwd): its run id is a key of the dynamic `run` partition dimension.
+    t0 = time.monotonic()
     assert main(["run", str(spec), "--quiet", "--json"]) == 0
+    cli_s = time.monotonic() - t0
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     instance = get_instance()
     runs_before = {r.run_id for r in instance.get_runs()}
@@ -186,8 +191,8 @@ def test_dagster_ui_graph_materialise_and_checks(tmp_path, capsys):
             page.set_default_timeout(30_000)
             expect.set_options(timeout=30_000)
             try:
-                _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before, DagsterRunStatus,
-                          DagsterEventType)
+                timings = _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
+                                    DagsterRunStatus, DagsterEventType, cli_s)
             except BaseException:
                 try:  # the page as it was when the test failed; never mask the failure itself
                     page.screenshot(path=str(shots / "failure.png"), full_page=True)
@@ -202,9 +207,15 @@ def test_dagster_ui_graph_materialise_and_checks(tmp_path, capsys):
         for png in shots.glob("*.png"):
             shutil.copy(png, ARTIFACTS / png.name)
         print(f"\nUI test: screenshots in {ARTIFACTS}, {time.monotonic() - started:.0f} s")
+    # recorded, not asserted (a shared machine's wall clock proves nothing): the UI's run of one
+    # partition against the CLI's run of the same partition (the CLI's includes registering the run)
+    (ARTIFACTS / "timings.json").write_text(json.dumps(timings, indent=1))
+    print(f"UI run {timings['ui_run_s']:.1f} s (start to end), CLI {timings['cli_s']:.1f} s, ratio "
+          f"{timings['ui_run_s'] / timings['cli_s']:.2f}")
 
 
-def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before, DagsterRunStatus, DagsterEventType):
+def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before, DagsterRunStatus, DagsterEventType,
+              cli_s: float) -> dict:
     # 1. First-run dialog. `dagster dev` shows "Join the Dagster community" once per instance (then it
     # records it as seen in its temporary DAGSTER_HOME), over whichever page is opened first; it
     # appears once the page's first queries answer. Dismiss it with "Skip" before anything else, and
@@ -260,12 +271,14 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     # refreshes itself every 15 s; reloading polls faster.
     page.goto(f"{url}/runs?q%5B0%5D=id%3A{dagster_run_id}", wait_until="domcontentloaded")
     expect(page.get_by_text(short_id, exact=True)).to_be_visible()
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    patience = QUEUE_PICKUP_S + RUN_TIME_FACTOR * cli_s
+    deadline = time.monotonic() + patience
     success = page.get_by_text("Success", exact=True)
     while not success.is_visible():
         assert not page.get_by_text(re.compile(r"^(Failure|Canceled)$")).is_visible(), \
             f"run {dagster_run_id} did not succeed (see {url}/runs/{dagster_run_id})"
-        assert time.monotonic() < deadline, f"run {dagster_run_id} not finished within {RUN_TIMEOUT_S} s"
+        assert time.monotonic() < deadline, (f"run {dagster_run_id} not finished within {patience:.0f} s "
+                                             f"({QUEUE_PICKUP_S} s + {RUN_TIME_FACTOR} x the CLI's {cli_s:.1f} s)")
         page.wait_for_timeout(3000)
         page.reload(wait_until="domcontentloaded")
         expect(page.get_by_text(short_id, exact=True)).to_be_visible()
@@ -273,6 +286,9 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
 
     run = instance.get_run_by_id(dagster_run_id)
     assert run.status == DagsterRunStatus.SUCCESS
+    stats = instance.get_run_stats(dagster_run_id)
+    timings = {"cli_s": round(cli_s, 2), "ui_run_s": round(stats.end_time - stats.start_time, 2),
+               "ui_queued_to_end_s": round(stats.end_time - (stats.enqueued_time or stats.start_time), 2)}
     assert run.tags.get("dagster/from_ui") == "true"
     assert run.tags["dagster/partition"] == f"{METRIC}|{run_id}"
     evaluations = [e.dagster_event.event_specific_data for e in
@@ -293,6 +309,8 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
         page.screenshot(path=str(shots / f"{n}_checks_{asset}.png"), full_page=True)
         page.get_by_role("tab", name="Execution history").click()
         expect(page.get_by_text("Passed", exact=True)).to_have_count(2)
+        # partitioned checks: each evaluation in the history names its run × metric partition
+        expect(page.get_by_text(f"{METRIC}|{run_id}", exact=True)).to_have_count(2)
         page.screenshot(path=str(shots / f"{n}_checks_{asset}_history.png"), full_page=True)
 
     # The graph again: every stage's node now shows its latest materialisation and checks passed.
@@ -301,3 +319,4 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
         expect(page.get_by_text(stage, exact=True)).to_be_visible()
     page.wait_for_timeout(1000)
     page.screenshot(path=str(shots / "6_asset_graph_after.png"), full_page=True)
+    return timings
