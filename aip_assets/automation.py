@@ -1,11 +1,14 @@
 """Recurring evaluations and new specs: schedules from each spec's ``schedule`` and a sensor on
 ``data/runs/`` (``AIP_RUNS_DIR``).
 
-Each tick registers a new run partition named from the spec and the tick's time, so runs never
-overwrite each other, and launches every configured metric for it. A tick that finds the
-previous run of the same spec still going skips with the reason. The sensor registers and
-launches a new or changed spec; an invalid one is reported in the sensor's log with the
-validation error and launches nothing. Both start stopped: turn them on in the UI.
+A tick changes nothing: it returns a run request of the launcher job ``aip_launch`` (so the
+UI's "Preview tick result" or "Test sensor" registers nothing, adds no partition). The launched
+run registers the run, named from the spec and the tick's time (runs never overwrite each other),
+checks the endpoints, adds its partition and evaluates every configured metric as a run of the
+``evaluate`` job. A tick that finds the previous run of the same spec still going skips with
+the reason. The sensor's first tick records the spec files already there as seen and launches
+none; later, a new or changed spec launches, an invalid one is reported in the sensor's log with
+the validation error and launches nothing. Both start stopped: turn them on in the UI.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunsFilter,
-                     ScheduleDefinition, SensorResult, SkipReason, schedule, sensor)
+from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, Failure, RunRequest, RunsFilter,
+                     ScheduleDefinition, SensorResult, SkipReason, in_process_executor, job, op, schedule, sensor)
 
 from .errors import AipError
 from .partitions import partition_key, runs_partitions
@@ -37,13 +40,57 @@ def runs_dir() -> Path:
     return data_dir() / "runs"
 
 
-def launch(spec: RunSpec, run_id: str, instance, trigger: str) -> list[RunRequest]:
-    """Register the run (eval_runs and its Dagster partition) and request every metric's partition."""
-    register_run(spec, run_id)
-    instance.add_dynamic_partitions(runs_partitions.name, [run_id])
-    return [RunRequest(run_key=f"{run_id}|{m}", job_name="evaluate", partition_key=partition_key(run_id, m),
-                       tags={"aip/run_id": run_id, "aip/spec": spec.name, "aip/trigger": trigger})
-            for m in spec.metrics]
+LAUNCH_JOB = "aip_launch"
+
+
+def launch_request(spec: RunSpec, spec_path: Path, run_id: str, trigger: str) -> RunRequest:
+    """What a tick returns: a run of the launcher job, which registers ``run_id`` and evaluates
+    every configured metric. Evaluating a tick (a real one, or a preview in the UI) changes
+    nothing; only the launched run registers."""
+    return RunRequest(run_key=run_id, job_name=LAUNCH_JOB,
+                      run_config={"ops": {"register_and_evaluate": {"config": {
+                          "spec_path": str(spec_path), "run_id": run_id, "trigger": trigger}}}},
+                      tags={"aip/run_id": run_id, "aip/spec": spec.name, "aip/trigger": trigger})
+
+
+@op(config_schema={"spec_path": str, "run_id": str, "trigger": str},
+    description="register the run (eval_runs and its partition), check the endpoints, then evaluate each "
+                "configured metric as a run of the evaluate job")
+def register_and_evaluate(context) -> None:
+    cfg = context.op_config
+    path, run_id = Path(cfg["spec_path"]), cfg["run_id"]
+    try:
+        spec = load_spec(path)  # the YAML as it is at launch
+        if run_exists(run_id):
+            context.log.warning(f"run {run_id} is already registered; nothing launched")
+            return
+        for line in preflight(spec):
+            context.log.info(f"endpoint ok: {line}")
+        register_run(spec, run_id)
+    except AipError as e:
+        raise Failure(description=f"{path}: nothing launched: {e}") from None
+    context.instance.add_dynamic_partitions(runs_partitions.name, [run_id])
+    context.log.info(f"{path}: registered run {run_id}, evaluating {', '.join(spec.metrics)}")
+    from .definitions import defs
+
+    evaluate = defs.resolve_job_def("evaluate")
+    failed = []
+    for m in spec.metrics:
+        result = evaluate.execute_in_process(
+            partition_key=partition_key(run_id, m), instance=context.instance, raise_on_error=False,
+            tags={"aip/run_id": run_id, "aip/spec": spec.name, "aip/trigger": cfg["trigger"],
+                  "aip/launched_by": context.run_id})
+        context.log.info(f"{run_id} × {m}: {'done' if result.success else 'FAILED'} (Dagster run {result.run_id})")
+        if not result.success:
+            failed.append(f"{m} (Dagster run {result.run_id})")
+    if failed:
+        raise Failure(description=f"run {run_id}: stage failed for {', '.join(failed)}")
+
+
+@job(name=LAUNCH_JOB, executor_def=in_process_executor,
+     description="what schedules and the new-spec sensor launch: registers a run, then evaluates it")
+def launch_job():
+    register_and_evaluate()
 
 
 def still_going(instance, spec_name: str) -> list[str]:
@@ -70,11 +117,7 @@ def make_schedule(spec_path: Path, spec: RunSpec, job) -> ScheduleDefinition:
         run_id = f"{current.name}-{tick.astimezone(timezone.utc):%Y%m%dT%H%MZ}"
         if run_exists(run_id):
             return SkipReason(f"run {run_id} is already registered")
-        try:
-            preflight(current)
-        except AipError as e:
-            return SkipReason(f"endpoint check failed, nothing launched: {e}")
-        return launch(current, run_id, context.instance, "schedule")
+        return launch_request(current, spec_path, run_id, "schedule")
 
     return _tick
 
@@ -97,30 +140,32 @@ def build_sensor(job):
             default_status=DefaultSensorStatus.STOPPED,
             description="registers and launches a run for every new or changed spec file in data/runs/")
     def new_spec_sensor(context):
-        cursor = json.loads(context.cursor) if context.cursor else {}
-        requests, notes, new_runs = [], [], []
-        for path in sorted(runs_dir().glob("*.y*ml")):
+        specs = sorted(runs_dir().glob("*.y*ml"))
+        if context.cursor is None:  # its first tick: what is there now was there before it; launch none
+            context.update_cursor(json.dumps({str(p): file_sha256(p) for p in specs}, sort_keys=True))
+            return SkipReason(f"first tick: {len(specs)} spec file(s) already in {runs_dir()} recorded as seen; "
+                              "a new or changed one launches")
+        cursor = json.loads(context.cursor)
+        requests, notes, taken = [], [], set()
+        for path in specs:
             sha = file_sha256(path)
             if cursor.get(str(path)) == sha:
                 continue
             cursor[str(path)] = sha
             try:
                 spec = load_spec(path)
-                preflight(spec)
             except AipError as e:
                 context.log.error(f"{path}: not launched: {e}")
                 notes.append(f"{path.name} not launched: {str(e).splitlines()[-1]}")
                 continue
             run_id = base = new_run_id(spec)
             n = 1
-            while run_exists(run_id):
+            while run_exists(run_id) or run_id in taken:
                 n += 1
                 run_id = f"{base}-{n}"
-            # the partition is added now (a multi-partition key cannot be validated against a
-            # dynamic_partitions_request of the same tick)
-            requests += launch(spec, run_id, context.instance, "sensor")
-            new_runs.append(run_id)
-            context.log.info(f"{path}: registered run {run_id}, launching {len(spec.metrics)} metric(s)")
+            taken.add(run_id)
+            requests.append(launch_request(spec, path, run_id, "sensor"))
+            context.log.info(f"{path}: launching run {run_id} ({len(spec.metrics)} metric(s))")
         context.update_cursor(json.dumps(cursor, sort_keys=True))
         if not requests:
             return SkipReason("no new or changed spec" + (f" ({'; '.join(notes)})" if notes else ""))

@@ -9,9 +9,9 @@ from dagster import AssetCheckSeverity, build_schedule_context, build_sensor_con
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.assets import STAGE_ASSETS
-from aip_assets.automation import build_schedules, build_sensor
+from aip_assets.automation import build_schedules, build_sensor, launch_job
 from aip_assets.dagster_home import get_instance
-from aip_assets.definitions import defs, evaluate_job
+from aip_assets.definitions import defs
 from aip_assets.partitions import partition_key, runs_partitions
 
 from .conftest import make_spec, write_dataset
@@ -72,20 +72,32 @@ def _tick(sched, instance, when):
 
 
 def _execute(requests, instance):
+    """Run what a tick requested as the daemon would: the launcher job, which registers the run and
+    evaluates each metric as a run of the evaluate job."""
     for r in requests:
-        assert materialize(STAGE_ASSETS, partition_key=r.partition_key, instance=instance, tags=r.tags).success
+        assert r.job_name == "aip_launch" and r.partition_key is None
+        assert launch_job.execute_in_process(run_config=r.run_config, instance=instance, tags=r.tags).success
 
 
 def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, monkeypatch):
     ds = write_dataset(tmp_path / "d.jsonl", 60)
     _spec_file(tmp_path, ds, FLIP)
     instance = get_instance()
-    [sched] = build_schedules(evaluate_job)
+    [sched] = build_schedules(launch_job)
     assert sched.cron_schedule == "0 2 * * *"
     t1, t2 = datetime(2026, 11, 1, 2, tzinfo=timezone.utc), datetime(2026, 11, 2, 2, tzinfo=timezone.utc)
     first = _tick(sched, instance, t1)
-    assert [r.partition_key for r in first.run_requests] == [partition_key("nightly-20261101T0200Z", "llm.decision_flip")]
+    assert [r.tags["aip/run_id"] for r in first.run_requests] == ["nightly-20261101T0200Z"]
+    # evaluating a tick (as "Preview tick result" does) changes nothing: no run, no partition
+    assert _tick(sched, instance, t1).run_requests == first.run_requests
+    assert not pipeline.run_exists("nightly-20261101T0200Z")
+    assert not instance.get_dynamic_partitions(runs_partitions.name)
     _execute(first.run_requests, instance)
+    assert pipeline.run_exists("nightly-20261101T0200Z")
+    evaluated = [r for r in instance.get_runs() if r.job_name == "evaluate"]
+    assert [r.tags["dagster/partition"] for r in evaluated] == [partition_key("nightly-20261101T0200Z",
+                                                                              "llm.decision_flip")]
+    assert evaluated[0].tags["aip/trigger"] == "schedule" and evaluated[0].is_success
     # a tick while the previous run of the spec is still going skips with the reason
     import aip_assets.automation as automation
 
@@ -123,11 +135,20 @@ def test_sensor_launches_new_and_changed_specs_and_reports_invalid_ones(tmp_path
     bad.write_text(yaml.safe_dump({"name": "broken", "dataset": str(ds), "metrics": {"llm.decision_flip": {
         "config": {"num_pairs_per_dimension": 99}}}}))
     instance = get_instance()
-    sensor = build_sensor(evaluate_job)
-    ctx = build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
+    sensor = build_sensor(launch_job)
+    # its first tick records the specs already there as seen and launches none (turning the sensor
+    # on must not launch every spec in the folder)
+    first = _sensor_tick(sensor, build_sensor_context(instance=instance, repository_def=defs.get_repository_def()),
+                         instance)
+    assert not first.run_requests and "first tick: 2 spec file(s)" in first.skip_message
+    (tmp_path / "data" / "runs" / "a.yaml").rename(tmp_path / "data" / "runs" / "a2.yaml")  # a new file
+    ctx = build_sensor_context(instance=instance, cursor=first.cursor, repository_def=defs.get_repository_def())
     out = _sensor_tick(sensor, ctx, instance)
     assert len(out.run_requests) == 1 and out.run_requests[0].tags["aip/spec"] == "a"
     assert "broken" not in {r.tags["aip/spec"] for r in out.run_requests}
+    assert not wh.default_path().exists()  # a tick registers nothing (no warehouse yet); the launched run does
+    _execute(out.run_requests, instance)
+    assert len(pipeline.list_runs()) == 1
     cursor = out.cursor
     bad.write_text(bad.read_text() + "\n# edited, still invalid\n")
     only_bad = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
@@ -138,12 +159,13 @@ def test_sensor_launches_new_and_changed_specs_and_reports_invalid_ones(tmp_path
     again = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
                                                       repository_def=defs.get_repository_def()), instance)
     assert not again.run_requests and "no new or changed spec" in again.skip_message
-    _spec_file(tmp_path, ds, {**FLIP, "p": 0.5}, name="a", schedule=None)  # changed
+    _spec_file(tmp_path, ds, {**FLIP, "p": 0.5}, name="a2", schedule=None)  # changed (same file, new content)
     changed = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
                                                         repository_def=defs.get_repository_def()), instance)
     assert len(changed.run_requests) == 1
+    _execute(changed.run_requests, instance)
     runs = pipeline.list_runs()
-    assert len(runs) == 2 and set(runs.spec_name) == {"a"}
+    assert len(runs) == 2 and set(runs.spec_name) == {"a", "a2"}
     assert "broken" not in set(runs.spec_name)
 
 
