@@ -217,10 +217,27 @@ def cmd_runs(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import write_report
+    from .report import default_out, report_url, serve_reports, write_report
 
     path = Path(args.warehouse).resolve() if args.warehouse else None
-    print(write_report(args.run, out=args.out, path=path))
+    if not args.run and not args.serve:
+        raise AipError("report needs a RUN (see `aip-eval runs`), or --serve to serve the reports folder")
+    written = write_report(args.run, out=args.out, path=path) if args.run else None
+    if written is not None:
+        print(written)
+    if not args.serve:
+        return 0
+    folder = written.parent if written is not None else default_out("x", path).parent
+    server = serve_reports(folder, args.host, args.port)
+    port = server.server_address[1]
+    print(f"serving {folder} at http://{args.host}:{port}/ (Ctrl-C stops)"
+          + (f"\n{report_url(written, port)}" if written is not None else ""), flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
     return 0
 
 
@@ -372,7 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_compare)
 
     rp = sub.add_parser("report", help="write a self-contained HTML report of RUN and print its path")
-    rp.add_argument("run", help="run id (see `aip-eval runs`)")
+    rp.add_argument("run", nargs="?", help="run id (see `aip-eval runs`); optional with --serve")
+    rp.add_argument("--serve", action="store_true", help="then serve the reports folder over HTTP (loopback) so "
+                                                         "the links in the Dagster UI open; Ctrl-C stops")
+    rp.add_argument("--host", default="127.0.0.1", help="--serve: address to listen on (default loopback only)")
+    rp.add_argument("--port", type=int, default=None, help="--serve: port (default $AIP_REPORT_PORT, else 8112)")
     rp.add_argument("--out", help="output file (default <warehouse dir>/reports/<run>.html)")
     rp.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)")
     rp.set_defaults(fn=cmd_report)

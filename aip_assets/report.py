@@ -801,3 +801,36 @@ def write_report(run_id: str, out: str | Path | None = None, path: str | Path | 
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     return target.resolve()
+
+
+REPORT_PORT = 8112  # `aip-eval report --serve` listens here; AIP_REPORT_PORT chooses another
+
+
+def report_port() -> int:
+    import os
+
+    return int(os.environ.get("AIP_REPORT_PORT", REPORT_PORT))
+
+
+def report_url(report: Path, port: int | None = None) -> str:
+    """Where `aip-eval report --serve` serves ``report`` (a browser will not open a file:// link
+    from a web page such as the Dagster UI)."""
+    from urllib.parse import quote
+
+    return f"http://127.0.0.1:{port or report_port()}/{quote(report.name)}"
+
+
+def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None):
+    """An HTTP server for the reports folder (read-only: files and a listing, nothing else).
+    Returns the server; ``serve_forever()`` runs it, ``shutdown()`` stops it."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
+            pass
+
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = functools.partial(Quiet, directory=str(folder))
+    return ThreadingHTTPServer((host, report_port() if port is None else port), handler)
+

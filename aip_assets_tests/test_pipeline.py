@@ -167,6 +167,7 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     from pathlib import Path
 
     report = Path(agg["report"].value)
+    assert agg["report_url"].url == f"http://127.0.0.1:8112/{report.name}"  # served by `aip-eval report --serve`
     assert report.exists() and "dg" in report.read_text()  # the run's report, linked from the metadata
     first = _stable("dg")
     # re-materialising a partition replaces its rows: same tables, no duplicates

@@ -131,6 +131,34 @@ def test_report_is_written_beside_the_warehouse_and_self_contained(warehouse, re
     assert "&lt;script&gt;x&lt;/script&gt; &amp; Co." in text  # the dataset's markup, escaped
 
 
+def test_reports_are_served_over_http_so_links_from_the_ui_open(warehouse, report):
+    """`aip-eval report --serve` serves the reports folder on loopback: the report's URL (the one
+    the Dagster metadata links) answers with the file; nothing outside the folder is served."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from aip_assets.report import report_url, serve_reports
+
+    out, text, _ = report
+    server = serve_reports(out.parent, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        url = report_url(out, port)
+        assert url == f"http://127.0.0.1:{port}/{RUN}.html"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            assert r.status == 200 and r.read().decode("utf-8") == text
+        for path in ("/../warehouse.duckdb", "/%2e%2e/warehouse.duckdb"):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30)
+            assert e.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report_url(out) == f"http://127.0.0.1:8112/{RUN}.html"  # the default port
+
+
 def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
     _, text, doc = report
     scores = q(warehouse, "SELECT * FROM metric_scores WHERE run_id = ?", [RUN])

@@ -65,11 +65,12 @@ def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any
         "gate_reason": MetadataValue.text(g.get("gate_reason") or ""),
         "excluded": MetadataValue.json(g.get("excluded") or {}),
     }
-    from ..report import write_report
+    from ..report import report_url, write_report
 
     report = write_report(run_id)  # the run's report, refreshed as each metric lands
     out["report"] = MetadataValue.path(str(report))
-    out["report_url"] = MetadataValue.url(report.resolve().as_uri())
+    out["report_url"] = MetadataValue.url(report_url(report))  # opens while `aip-eval report --serve` runs
+    out["report_how"] = MetadataValue.text("run `aip-eval report --serve` in the project, then open report_url")
     return out
 
 
