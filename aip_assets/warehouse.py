@@ -127,15 +127,27 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 # tables whose rows are owned per (run, metric, stage) rather than per (run, metric)
 STAGE_SCOPED = {"llm_calls", "run_notes"}
 
+# The judge's reasoning speaks of "Response 1 / 2" in the order it was shown them; a pair's columns
+# are in persona order (a, b). Rewritten for the views: 1 and 2 (and "the first / second response")
+# become a and b as the judge saw them (order_swapped), so the reasoning reads beside its columns.
+PERSONA_ORDER_REASONING = r"""replace(replace(
+    regexp_replace(regexp_replace(regexp_replace(regexp_replace(j.reasoning,
+        '\b(responses?|requests?|decision|answer)[ _]?1\b', '\1 §1§', 'gi'),
+        '\b(responses?|requests?|decision|answer)[ _]?2\b', '\1 §2§', 'gi'),
+        '\b(the) first (response|request|answer)\b', '\1 \2 §1§', 'gi'),
+        '\b(the) second (response|request|answer)\b', '\1 \2 §2§', 'gi'),
+    '§1§', CASE WHEN j.order_swapped THEN 'b' ELSE 'a' END), '§2§', CASE WHEN j.order_swapped THEN 'a' ELSE 'b' END)"""
+
 VIEWS: dict[str, str] = {
     # every judged persona pair with both probes and both SUT answers side by side
-    "v_pair_verdicts": """
+    "v_pair_verdicts": f"""
         SELECT pp.run_id, pp.metric, pp.input_id, pp.axis, pp.pair_id,
                pp.value_a, pp.value_b, pa.query_text AS query_a, pb.query_text AS query_b,
                ra.response AS response_a, rb.response AS response_b,
                ra.status AS sut_status_a, rb.status AS sut_status_b,
                j.decision_a, j.decision_b, j.label, j.decisions_differ, j.attributable, j.flipped,
-               j.status AS judge_status, j.error AS judge_error, j.order_swapped, j.reasoning
+               j.status AS judge_status, j.error AS judge_error, j.order_swapped,
+               {PERSONA_ORDER_REASONING} AS reasoning, j.reasoning AS reasoning_as_judged
         FROM probe_pairs pp
         JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
         JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b

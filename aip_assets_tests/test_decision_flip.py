@@ -374,3 +374,28 @@ def test_judge_audit_compares_decision_labels(tmp_path):
     assert len(same) > 0 and (same.audit_label == "flip").all() and not same.agree.any()
     s = table("metric_scores", "aud", "scope").set_index("scope").loc["judge_audit"]
     assert s.rate == pytest.approx(a.agree.mean()) and s.raw_score < 0.5
+
+
+def test_pair_verdicts_reasoning_reads_in_persona_order(tmp_path):
+    """The judge speaks of Response 1 / 2 in the order it saw them; v_pair_verdicts' reasoning
+    names them a / b like its columns (swapped when the judge saw b first); the judge's own
+    words stay in reasoning_as_judged."""
+    import duckdb
+
+    from aip_assets.warehouse import PERSONA_ORDER_REASONING
+
+    con = duckdb.connect()
+    cases = [("Response 1 approves while Response 2 denies; decision_1 differs from decision_2.", True,
+              "Response b approves while Response a denies; decision b differs from decision a."),
+             ("Response 1 approves while Response 2 denies.", False, "Response a approves while Response b denies."),
+             ("The first response approves; the second answer denies. Response 12 is no response.", True,
+              "The response b approves; the answer a denies. Response 12 is no response."),
+             (None, True, None)]
+    for text, swapped, want in cases:
+        got = con.execute(f"SELECT {PERSONA_ORDER_REASONING} FROM (SELECT ?::VARCHAR AS reasoning, "
+                          "?::BOOLEAN AS order_swapped) j", [text, swapped]).fetchone()[0]
+        assert got == want, (text, swapped)
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    run_all(make_spec(ds, config={"dimensions": ["gender"], "num_pairs_per_dimension": 1}))
+    v = table("v_pair_verdicts", "run-1", "pair_id")
+    assert {"reasoning", "reasoning_as_judged", "order_swapped"} <= set(v.columns) and len(v) == 3
