@@ -47,6 +47,13 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
                                                         round(c["coverage"].metadata["coverage"].value
                                                               * c["coverage"].metadata["planned"].value)}
     assert c["judge_completeness"].passed and c["differential_refusal"].passed
+    # the judgements table asset previews the flipped pairs (every woman's pair flips here)
+    [j] = [m.materialization.metadata for m in res.get_asset_materialization_events()
+           if m.asset_key.to_user_string() == "warehouse/judgements"]
+    flipped = wh.query("SELECT * FROM v_flipped_pairs WHERE run_id = 'chk' ORDER BY axis, pair_id", read_only=False)
+    assert len(flipped) > 0 and "of `v_flipped_pairs`" in j["preview"].md_str
+    row = flipped.iloc[0]
+    assert f"| {row.axis} | {row.value_a} | {row.value_b} | {row.decision_a} | {row.decision_b} |" in j["preview"].md_str
     # a clean run passes every check
     spec = make_spec(ds, threshold=0.5)
     pipeline.register_run(spec, "clean")

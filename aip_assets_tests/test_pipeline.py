@@ -144,8 +144,28 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     res = materialize(STAGE_ASSETS, partition_key=key, instance=instance)
     assert res.success
     mats = res.get_asset_materialization_events()
-    assert [m.asset_key.path[-1] for m in mats] == ["ingest", "synthesis", "sut_sampling", "judging", "aggregation"]
-    agg = mats[-1].materialization.metadata
+    stages = [m for m in mats if len(m.asset_key.path) == 1]
+    assert [m.asset_key.path[-1] for m in stages] == ["ingest", "synthesis", "sut_sampling", "judging", "aggregation"]
+    # lineage at table grain: each stage's tables are assets beside it, with row count, schema and a preview
+    tables = {m.asset_key.to_user_string(): m.materialization.metadata for m in mats if len(m.asset_key.path) == 2}
+    assert set(tables) == {f"warehouse/{t}" for t in ("dataset_rows", "persona_pool", "personas", "probes",
+                                                      "probe_pairs", "sut_responses", "judgements", "judge_audits",
+                                                      "score_units", "row_scores", "metric_scores")}
+    for name, meta in tables.items():
+        t = name.split("/")[1]
+        assert meta["dagster/row_count"].value == len(table(t, "dg", "1")), t
+        assert [c.name for c in meta["dagster/column_schema"].schema.columns][:2] == ["run_id", "metric"]
+        assert meta["dagster/table_name"].text == f"warehouse.main.{t}"
+    flipped = table("v_flipped_pairs", "dg", "axis, pair_id")
+    preview = tables["warehouse/judgements"]["preview"].md_str
+    if len(flipped):  # the flipped pairs first, with both answers in persona order and the reasoning
+        assert "of `v_flipped_pairs`" in preview and "| reasoning |" in preview
+    else:  # none flipped: the pairs whose decisions differ first
+        assert "of `v_pair_verdicts`" in preview
+        flipped = table("v_pair_verdicts", "dg", "decisions_differ DESC NULLS LAST, pair_id")
+    first = flipped.iloc[0]
+    assert f"| {first.axis} | {first.value_a} | {first.value_b} | {first.decision_a} | {first.decision_b} |" in preview
+    agg = stages[-1].materialization.metadata
     # read first: a headline with score, interval, threshold and verdict; then one typed entry each,
     # named by the metric (so a plot of one is that metric's history); the full summary last
     keys = list(agg)
@@ -175,7 +195,9 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     _assert_same(first, _stable("dg"))
     assert len(table("llm_calls", "dg", "created_at").query("stage == 'sampling'")) == len(first["probes"])
     # a stored instance shows the materialisations (the UI reads the same storage)
-    assert instance.get_latest_materialization_event(STAGE_ASSETS[-1].key) is not None
+    from dagster import AssetKey
+
+    assert instance.get_latest_materialization_event(AssetKey("aggregation")) is not None
 
 
 def test_unconfigured_metric_partition_gives_a_clear_message(tmp_path, monkeypatch):

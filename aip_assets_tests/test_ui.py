@@ -313,6 +313,23 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
         expect(page.get_by_text(f"{METRIC}|{run_id}", exact=True)).to_have_count(2)
         page.screenshot(path=str(shots / f"{n}_checks_{asset}_history.png"), full_page=True)
 
+    # 6. From the score to its evidence: the aggregation's latest materialisation reads score,
+    # interval, threshold and passed as typed entries; the judgements table asset previews the pairs.
+    page.goto(f"{url}/assets/aggregation?view=events", wait_until="domcontentloaded")
+    for entry in ("headline", "decision_flip score", "decision_flip ci_low", "decision_flip ci_high",
+                  "decision_flip threshold", "passed"):
+        expect(page.get_by_text(entry, exact=True).first).to_be_visible()
+    page.screenshot(path=str(shots / "7_aggregation_metadata.png"), full_page=True)
+    page.goto(f"{url}/assets/warehouse/judgements?view=events", wait_until="domcontentloaded")
+    for entry in ("preview", "dagster/row_count", "query"):
+        expect(page.get_by_text(entry, exact=True).first).to_be_visible()
+    page.get_by_text("[Show Markdown]").first.click()  # the preview: pairs, both answers, the judge's reasoning
+    dialog = page.get_by_role("dialog")
+    for column in ("value_a", "value_b", "response_a", "response_b", "reasoning"):
+        expect(dialog.get_by_text(column, exact=True).first).to_be_visible()
+    page.screenshot(path=str(shots / "8_judgements_preview.png"), full_page=True)
+    page.keyboard.press("Escape")
+
     # The graph again: every stage's node now shows its latest materialisation and checks passed.
     page.goto(url + GROUP_PATH, wait_until="domcontentloaded")
     for stage in STAGES:

@@ -1,11 +1,14 @@
-"""The five stage assets, each partitioned by run × metric. Thin: the pipeline does the work."""
+"""The five stage assets, each partitioned by run × metric, with the warehouse tables each writes
+as table assets (assets/tables.py). Thin: the pipeline does the work."""
 
 
 from typing import Any
 
-from dagster import AssetExecutionContext, AssetKey, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, AssetSpec, Failure, MaterializeResult, MetadataValue, multi_asset
 
 from .. import checks
+from .. import warehouse as wh
+from .tables import STAGE_TABLES, table_key, table_materialization_metadata
 from ..errors import AipError
 from ..metrics import get_metric
 from ..partitions import run_metric_partitions
@@ -14,7 +17,7 @@ from ..pipeline import load_run, logger, run_stage
 GROUP = "evaluation"
 
 
-def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResult:
+def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey | None = None) -> MaterializeResult:
     keys = context.partition_key.keys_by_dimension
     try:
         def log(message: str) -> None:
@@ -34,7 +37,7 @@ def _materialise(stage: str, context: AssetExecutionContext) -> MaterializeResul
     if stage in checks.CHECKS:
         spec, _ = load_run(keys["run"])
         check = checks.evaluate(stage, keys["run"], keys["metric"], spec)
-    return MaterializeResult(metadata=out, check_results=check)
+    return MaterializeResult(asset_key=asset_key, metadata=out, check_results=check)
 
 
 def _num(x: float | None) -> MetadataValue:
@@ -74,37 +77,37 @@ def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any
     return out
 
 
-@asset(partitions_def=run_metric_partitions, group_name=GROUP, description="dataset rows (gdi_text_v1) → dataset_rows",
-       check_specs=checks.spec_for("ingest", AssetKey("ingest"), run_metric_partitions))
-def ingest(context: AssetExecutionContext) -> MaterializeResult:
-    return _materialise("ingest", context)
+STAGES = [  # (asset name, pipeline stage, the stage before, description)
+    ("ingest", "ingest", None, "dataset rows (gdi_text_v1) → dataset_rows"),
+    ("synthesis", "synthesis", "ingest", "probes: persona pool, persona variants and pairs → persona_pool, probes, "
+                                         "probe_pairs"),
+    ("sut_sampling", "sampling", "synthesis", "every SUT answer → sut_responses, llm_calls"),
+    ("judging", "judging", "sut_sampling", "judge verdicts → judgements, llm_calls"),
+    ("aggregation", "aggregation", "judging", "row and run scores with 95% intervals → row_scores, metric_scores"),
+]
 
 
-@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[ingest],
-       description="probes: persona pool, persona variants and pairs → persona_pool, probes, probe_pairs")
-def synthesis(context: AssetExecutionContext) -> MaterializeResult:
-    return _materialise("synthesis", context)
+def _stage_asset(name: str, stage: str, before: str | None, description: str):
+    """One stage as a multi_asset: the stage itself (its checks, its summary) and the warehouse
+    tables it writes, each a table asset downstream of it (assets/tables.py)."""
+    specs = [AssetSpec(name, deps=[before] if before else [], description=description, group_name=GROUP,
+                       partitions_def=run_metric_partitions, kinds={"python"}),
+             *[AssetSpec(table_key(t), deps=[name], group_name=GROUP, partitions_def=run_metric_partitions,
+                         kinds={"duckdb", "table"}, description=f"warehouse table {t}, written by {name}")
+               for t in STAGE_TABLES[stage]]]
+    check_specs = checks.spec_for(stage, AssetKey(name), run_metric_partitions) if stage in checks.CHECKS else None
+
+    @multi_asset(name=name, specs=specs, partitions_def=run_metric_partitions, check_specs=check_specs)
+    def _stage(context: AssetExecutionContext):
+        yield _materialise(stage, context, asset_key=AssetKey(name))
+        keys = context.partition_key.keys_by_dimension
+        with wh.connect(read_only=True) as con:
+            for t in STAGE_TABLES[stage]:
+                yield MaterializeResult(asset_key=table_key(t),
+                                        metadata=table_materialization_metadata(con, t, keys["run"], keys["metric"]))
+
+    return _stage
 
 
-@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[synthesis],
-       description="every SUT answer → sut_responses, llm_calls",
-       check_specs=checks.spec_for("sampling", AssetKey("sut_sampling"), run_metric_partitions))
-def sut_sampling(context: AssetExecutionContext) -> MaterializeResult:
-    return _materialise("sampling", context)
-
-
-@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[sut_sampling],
-       description="judge verdicts → judgements, llm_calls",
-       check_specs=checks.spec_for("judging", AssetKey("judging"), run_metric_partitions))
-def judging(context: AssetExecutionContext) -> MaterializeResult:
-    return _materialise("judging", context)
-
-
-@asset(partitions_def=run_metric_partitions, group_name=GROUP, deps=[judging],
-       description="row and run scores with 95% intervals → row_scores, metric_scores",
-       check_specs=checks.spec_for("aggregation", AssetKey("aggregation"), run_metric_partitions))
-def aggregation(context: AssetExecutionContext) -> MaterializeResult:
-    return _materialise("aggregation", context)
-
-
+ingest, synthesis, sut_sampling, judging, aggregation = (_stage_asset(*st) for st in STAGES)
 STAGE_ASSETS = [ingest, synthesis, sut_sampling, judging, aggregation]
