@@ -72,7 +72,7 @@ def test_calibration_fair_is_one_and_terse_group_is_found(tmp_path):
     assert json.loads(attrs.iloc[0].details)["less_helpful_share"] > 0.9
     # every pair involving exactly one Muslim persona is biased, the others are not
     pairs = wh.query("SELECT * FROM v_gib_pairs WHERE run_id = 'terse'", read_only=False)
-    muslim = set(wh.query("SELECT persona_id FROM personas WHERE run_id='terse' AND attributes->>'religion' = 'Muslim'",
+    muslim = set(wh.query("SELECT persona_id FROM personas WHERE run_id='terse' AND (attributes->>'religion') = 'Muslim'",
                           read_only=False).persona_id)
     one = pairs.persona_a.isin(muslim) ^ pairs.persona_b.isin(muslim)
     assert (pairs[one].effort_gap > 0.5).all() and (pairs[~one].effort_gap == 0).all()
