@@ -75,3 +75,16 @@ def test_readme_demo_command_runs_offline(capsys):
     got = got[2:]
     diff = [f"README: {a!r}\ndemo:   {b!r}" for a, b in zip(sample, got) if a != b]
     assert not diff and len(sample) == len(got), "the README's sample output is stale:\n" + "\n".join(diff[:10])
+    # the warehouse opens in the DuckDB CLI a user gets from PyPI (duckdb-cli, a dev dependency)
+    import shutil
+    import subprocess
+    import sys
+
+    from aip_assets import warehouse as wh
+
+    cli = Path(sys.executable).parent / "duckdb"
+    cli = cli if cli.exists() else Path(shutil.which("duckdb") or "duckdb-cli is not installed")
+    out = subprocess.run([str(cli), "-readonly", "-csv", str(wh.default_path()), "-c",
+                          "SELECT count(*) AS n FROM metric_scores WHERE scope = 'overall'"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["n", str(len(REGISTRY))], (out.stdout, out.stderr)
