@@ -267,11 +267,13 @@ def test_verdicts_map_back_from_swapped_order_onto_the_labels():
                                          attributable_to_axis=att, reasoning="r")
     rec = DecisionFlip.verdict_record(v("deny", "**Approve.**", True), swapped=True, labels=labels)
     assert (rec["decision_a"], rec["decision_b"], rec["label"], rec["flipped"]) == ("APPROVE", "DENY", "flip", True)
+    assert rec["score"] == 0.0  # a flip scores 0 in judgements.score, anything else judged 1
     rec = DecisionFlip.verdict_record(v("deny", "Approve", True), swapped=False, labels=labels)
     assert (rec["decision_a"], rec["decision_b"]) == ("DENY", "APPROVE")
     # one decision and none: a difference, never attributed to the persona, whatever the judge says
     rec = DecisionFlip.verdict_record(v("APPROVE", None, True), swapped=False, labels=labels)
     assert rec["label"] == "incidental_difference" and not rec["flipped"] and rec["status"] == "ok"
+    assert rec["score"] == 1.0
     # a word that is no label counts as no decision; neither readable: excluded, not agreement
     rec = DecisionFlip.verdict_record(v("yes", "n/a", False), swapped=False, labels=labels)
     assert rec["status"] == "no_decision" and "score" not in rec

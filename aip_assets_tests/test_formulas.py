@@ -203,8 +203,11 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     assert (g["rate"], g["n"], g["n_events"], g["n_failed"]) == (0.5, 2, 1, 1)
     assert (a["rate"], a["n"], a["n_events"], a["n_failed"]) == (0.0, 1, 0, 2)
     assert json.loads(a["excluded"]) == {"no_decision": 1, "sut_failed": 1}
+    # each axis's coverage: gender 2 judged of 3 planned, age 1 of 3
+    assert (g["n_planned"], g["coverage"]) == (3, pytest.approx(2 / 3))
+    assert (a["n_planned"], a["coverage"]) == (3, pytest.approx(1 / 3))
     m = s[("axis_mean", "mean_of_axes")]
-    assert (m["raw_score"], m["rate"], m["n"], m["n_events"]) == (0.75, 0.25, 3, 1)
+    assert (m["raw_score"], m["score"], m["rate"], m["n"], m["n_events"]) == (0.75, 0.75, 0.25, 3, 1)
     assert json.loads(m["details"]) == {"axes": {"gender": 0.5, "age": 0.0}}
     man, old = s[("refusal", "gender=man")], s[("refusal", "age=old")]
     assert (man["rate"], man["n"], man["n_events"]) == (0.5, 2, 1)
