@@ -188,6 +188,7 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     assert o["raw_score"] == pytest.approx(2 / 3) and (o["ci_low"], o["ci_high"]) == pytest.approx((1 - hi, 1 - lo))
     assert o["n"] == 3 and o["n_events"] == 1 and o["n_failed"] == 3 and o["coverage"] == pytest.approx(0.5)
     assert json.loads(o["excluded"]) == {"no_decision": 1, "judge_failed": 1, "sut_failed": 1}
+    assert o["excluded"] == '{"judge_failed": 1, "no_decision": 1, "sut_failed": 1}'  # stored with its keys sorted
     d = json.loads(o["details"])
     assert {k: d[k] for k in ("pairs_total", "incidental_differences", "one_decision_missing", "rows", "rows_errored",
                               "mean_axis_flip_rate", "answers_read", "answers_without_decision")} == {
