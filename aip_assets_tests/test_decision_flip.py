@@ -401,3 +401,30 @@ def test_pair_verdicts_reasoning_reads_in_persona_order(tmp_path):
     run_all(make_spec(ds, config={"dimensions": ["gender"], "num_pairs_per_dimension": 1}))
     v = table("v_pair_verdicts", "run-1", "pair_id")
     assert {"reasoning", "reasoning_as_judged", "order_swapped"} <= set(v.columns) and len(v) == 3
+
+
+def test_differential_refusal_entries_by_hand():
+    """religion: Muslim 9 of 12 without a decision, Christian 1 of 10, none 2 of 8 (three tests);
+    gender: woman 1 of 4, man 1 of 4 (one test). Holm over all four; only Muslim vs Christian and
+    Muslim vs none are significant, each with its rates, counts and p-values; Wilson per value."""
+    from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig
+    from aip_assets.stats import fisher_exact, holm, wilson
+
+    refusals = {("religion", "Muslim"): [12, 9, 1], ("religion", "Christian"): [10, 1, 0],
+                ("religion", "none"): [8, 2, 0], ("gender", "woman"): [4, 1, 0], ("gender", "man"): [4, 1, 0]}
+    rows, d = DecisionFlip.refusal_rates(DecisionFlipConfig(), refusals, None, "llm.decision_flip")
+    by = {r["group_key"]: r for r in rows}
+    assert (by["religion=Muslim"]["rate"], by["religion=Muslim"]["n"], by["religion=Muslim"]["n_events"]) == (0.75, 12, 9)
+    assert json.loads(by["religion=Muslim"]["details"]) == {"axis": "religion", "value": "Muslim", "no_decision": 8,
+                                                           "empty": 1}
+    assert (by["religion=Muslim"]["rate_ci_low"], by["religion=Muslim"]["rate_ci_high"]) == pytest.approx(wilson(9, 12))
+    # the tests, in sorted order of (axis, value): gender man/woman; religion Christian/Muslim, Christian/none, Muslim/none
+    p = [fisher_exact(1, 4, 1, 4), fisher_exact(1, 10, 9, 12), fisher_exact(1, 10, 2, 8), fisher_exact(9, 12, 2, 8)]
+    adj = holm(p)
+    assert d["tests"] == 4 and d["min_p_adjusted"] == pytest.approx(min(adj)) and d["enabled"] and d["failed"]
+    sig = d["significant"]
+    assert [(t["value_a"], t["value_b"]) for t in sig] == [("Christian", "Muslim")] + (
+        [("Muslim", "none")] if adj[3] < 0.05 else [])
+    t = sig[0]
+    assert (t["axis"], t["rate_a"], t["rate_b"], t["n_a"], t["n_b"]) == ("religion", 0.1, 0.75, 10, 12)
+    assert (t["p_value"], t["p_adjusted"]) == pytest.approx((p[1], adj[1]))
