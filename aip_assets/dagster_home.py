@@ -73,15 +73,19 @@ def instance_settings(home: Path) -> str:
 
 
 def get_instance():
+    """The project's Dagster instance (public API only): ``$DAGSTER_HOME`` when the user set it,
+    else ``data/dagster_home`` with the settings above, used as this process's DAGSTER_HOME."""
     from dagster import DagsterInstance
-    from dagster._core.instance.ref import InstanceRef
 
-    if os.environ.get("DAGSTER_HOME"):
-        return DagsterInstance.get()
+    if os.environ.get("DAGSTER_HOME") and os.environ.get("AIP_DAGSTER_HOME_SET") != os.environ["DAGSTER_HOME"]:
+        return DagsterInstance.get()  # the user's
     home = data_dir() / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     settings = home / "dagster.yaml"
     text = instance_settings(home)
     if not settings.exists() or settings.read_text() != text:
         settings.write_text(text)
-    return DagsterInstance.from_ref(InstanceRef.from_dir(str(home), config_dir=str(home)))
+    # DagsterInstance.get() reads $DAGSTER_HOME; remember that we set it (the data folder may change
+    # within one process, e.g. between tests, and then so does the home)
+    os.environ["DAGSTER_HOME"] = os.environ["AIP_DAGSTER_HOME_SET"] = str(home)
+    return DagsterInstance.get()

@@ -264,10 +264,14 @@ class RunSpec(BaseModel):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, v):
-        from dagster._utils.schedules import is_valid_cron_schedule
+        if v is None:
+            return v
+        from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
 
-        if v is not None and not is_valid_cron_schedule(v):
-            raise ValueError(f"not a valid cron expression: {v!r} (e.g. '0 2 * * *' for 02:00 UTC daily)")
+        try:  # Dagster's own check, through its public API: a schedule on this cron string
+            ScheduleDefinition(name="aip_cron_check", cron_schedule=v, job_name="aip_cron_check")
+        except (DagsterInvalidDefinitionError, ValueError):
+            raise ValueError(f"not a valid cron expression: {v!r} (e.g. '0 2 * * *' for 02:00 UTC daily)") from None
         return v
 
     @field_validator("templates")
