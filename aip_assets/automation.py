@@ -26,6 +26,7 @@ from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatu
 from .errors import AipError
 from .partitions import partition_key, runs_partitions
 from .pipeline import new_run_id, preflight, register_run, run_exists
+from .resources import SutConnection, Warehouse
 from .runspec import RunSpec, file_sha256, load_spec
 
 log = logging.getLogger("aip_assets")
@@ -56,11 +57,12 @@ def launch_request(spec: RunSpec, spec_path: Path, run_id: str, trigger: str) ->
 @op(config_schema={"spec_path": str, "run_id": str, "trigger": str},
     description="register the run (eval_runs and its partition), check the endpoints, then evaluate each "
                 "configured metric as a run of the evaluate job")
-def register_and_evaluate(context) -> None:
+def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> None:
     cfg = context.op_config
     path, run_id = Path(cfg["spec_path"]), cfg["run_id"]
+    warehouse.use()
     try:
-        spec = load_spec(path)  # the YAML as it is at launch
+        spec = sut.apply(load_spec(path))  # the YAML as it is at launch; the sut resource, when set, instead
         if run_exists(run_id):
             context.log.warning(f"run {run_id} is already registered; nothing launched")
             return

@@ -9,12 +9,15 @@ from dagster import AssetCheckSeverity, build_schedule_context, build_sensor_con
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.assets import STAGE_ASSETS
+from aip_assets.resources import Warehouse
 from aip_assets.automation import build_schedules, build_sensor, launch_job
 from aip_assets.dagster_home import get_instance
 from aip_assets.definitions import defs
 from aip_assets.partitions import partition_key, runs_partitions
 
 from .conftest import make_spec, write_dataset
+
+RESOURCES = {"warehouse": Warehouse()}  # what Definitions binds; the stages declare it
 
 FLIP = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
 
@@ -31,7 +34,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
                      config={"dimensions": ["gender", "role"]}, threshold=0.99, max_failed_share=0.1)
     pipeline.register_run(spec, "chk")
     instance.add_dynamic_partitions(runs_partitions.name, ["chk"])
-    res = materialize(STAGE_ASSETS, partition_key=partition_key("chk", "llm.decision_flip"), instance=instance)
+    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("chk", "llm.decision_flip"), instance=instance)
     assert res.success  # failed checks do not fail the materialisation; they are shown beside it
     c = _checks(res)
     assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "threshold", "coverage",
@@ -58,7 +61,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     spec = make_spec(ds, threshold=0.5)
     pipeline.register_run(spec, "clean")
     instance.add_dynamic_partitions(runs_partitions.name, ["clean"])
-    res = materialize(STAGE_ASSETS, partition_key=partition_key("clean", "llm.decision_flip"), instance=instance)
+    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("clean", "llm.decision_flip"), instance=instance)
     assert all(e.passed for e in res.get_asset_check_evaluations())
 
 
@@ -83,7 +86,8 @@ def _execute(requests, instance):
     evaluates each metric as a run of the evaluate job."""
     for r in requests:
         assert r.job_name == "aip_launch" and r.partition_key is None
-        assert launch_job.execute_in_process(run_config=r.run_config, instance=instance, tags=r.tags).success
+        launcher = defs.resolve_job_def("aip_launch")  # with the resources Definitions binds
+        assert launcher.execute_in_process(run_config=r.run_config, instance=instance, tags=r.tags).success
 
 
 def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, monkeypatch):
@@ -255,3 +259,40 @@ def test_requests_per_minute_spaces_request_starts():
         return time.monotonic() - t0
 
     assert asyncio.run(go()) >= 5 * 0.05 * 0.99  # a lower bound: a slow machine only adds to it
+
+
+def test_a_launch_points_a_spec_at_another_sut_through_the_sut_resource(tmp_path, scripted, monkeypatch):
+    """The launcher's `sut` resource (set in the UI's launch dialog) replaces the spec's SUT for
+    that run: the scripted endpoint answers every probe, the stored spec records it (the key's
+    variable name, never the key), and the Resources tab lists both resources."""
+    from aip_assets.automation import launch_request
+    from aip_assets.resources import SutConnection
+
+    monkeypatch.setenv("UI_SUT_KEY", "sk-test-secret-value-123456")
+    server = scripted(lambda body, n: "I reviewed it. Decision: YES")
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    path = _spec_file(tmp_path, ds, FLIP, name="other", schedule=None)
+    instance = get_instance()
+    from aip_assets.runspec import load_spec
+
+    r = launch_request(load_spec(path), path, "other-1", "ui")
+    sut = SutConnection(base_url=server.url, model="scripted", api_key_env="UI_SUT_KEY")
+    result = launch_job.execute_in_process(run_config=r.run_config, instance=instance, tags=r.tags,
+                                           resources={"sut": sut, "warehouse": Warehouse()})
+    assert result.success
+    spec, _ = pipeline.load_run("other-1")
+    assert spec.sut.base_url == server.url and spec.sut.api_key_env == "UI_SUT_KEY"
+    probes = wh.query("SELECT count(*) AS n FROM probes WHERE run_id = 'other-1'", read_only=False).n[0]
+    bodies = server.bodies()
+    assert len(bodies) == probes > 0
+    stored = wh.query("SELECT * FROM eval_runs WHERE run_id = 'other-1'", read_only=False).to_json()
+    assert "sk-test-secret-value-123456" not in stored and "UI_SUT_KEY" in stored
+    assert set(defs.resources) == {"warehouse", "sut"}
+    # an unusable endpoint in the resource fails the launch with the field named, and registers nothing
+    bad = SutConnection(base_url="http://user:pw@localhost:1/v1", model="m")
+    failed = launch_job.execute_in_process(run_config=launch_request(load_spec(path), path, "other-2", "ui").run_config,
+                                           instance=instance, resources={"sut": bad, "warehouse": Warehouse()},
+                                           raise_on_error=False)
+    assert not failed.success and not pipeline.run_exists("other-2")
+    [err] = [e.event_specific_data.error.message for e in failed.get_step_failure_events()]
+    assert "base_url" in err and "pw" not in err

@@ -8,12 +8,15 @@ from dagster import materialize
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.assets import STAGE_ASSETS
+from aip_assets.resources import Warehouse
 from aip_assets.cli import main
 from aip_assets.dagster_home import get_instance
 from aip_assets.models.client import ModelClient
 from aip_assets.partitions import partition_key, runs_partitions
 
 from .conftest import make_spec, run_all, table, write_dataset
+
+RESOURCES = {"warehouse": Warehouse()}  # what Definitions binds; the stages declare it
 
 FLIP = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
 STABLE = {
@@ -141,7 +144,7 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     instance = get_instance()
     instance.add_dynamic_partitions(runs_partitions.name, ["dg"])
     key = partition_key("dg", "llm.decision_flip")
-    res = materialize(STAGE_ASSETS, partition_key=key, instance=instance)
+    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=key, instance=instance)
     assert res.success
     mats = res.get_asset_materialization_events()
     stages = [m for m in mats if len(m.asset_key.path) == 1]
@@ -191,7 +194,7 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     assert report.exists() and "dg" in report.read_text()  # the run's report, linked from the metadata
     first = _stable("dg")
     # re-materialising a partition replaces its rows: same tables, no duplicates
-    assert materialize(STAGE_ASSETS, partition_key=key, instance=instance).success
+    assert materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=key, instance=instance).success
     _assert_same(first, _stable("dg"))
     assert len(table("llm_calls", "dg", "created_at").query("stage == 'sampling'")) == len(first["probes"])
     # a stored instance shows the materialisations (the UI reads the same storage)

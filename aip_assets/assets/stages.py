@@ -8,6 +8,7 @@ from dagster import AssetExecutionContext, AssetKey, AssetSpec, Failure, Materia
 
 from .. import checks
 from .. import warehouse as wh
+from ..resources import Warehouse
 from .tables import STAGE_TABLES, table_key, table_materialization_metadata
 from ..errors import AipError
 from ..metrics import get_metric
@@ -98,7 +99,8 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
     check_specs = checks.spec_for(stage, AssetKey(name), run_metric_partitions) if stage in checks.CHECKS else None
 
     @multi_asset(name=name, specs=specs, partitions_def=run_metric_partitions, check_specs=check_specs)
-    def _stage(context: AssetExecutionContext):
+    def _stage(context: AssetExecutionContext, warehouse: Warehouse):
+        warehouse.use()
         yield _materialise(stage, context, asset_key=AssetKey(name))
         keys = context.partition_key.keys_by_dimension
         with wh.connect(read_only=True) as con:
