@@ -307,6 +307,8 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
     assert json.loads(fi["details"]) == pytest.approx({"mean_robustness": 0.8, "mean_correctness_drop": -0.4,
                                                        "groups": 1})
     assert {k for sc, k in s if sc == "perturbation_type"} == {"typos", "casing", "filler", "synonyms"}
+    ca = s[("perturbation_type", "casing")]  # g1's casing: drop 0, answered no worse: no event
+    assert (ca["n"], ca["n_events"]) == (1, 0)
     rs = {r["input_id"]: r for r in out["row_scores"]}
     assert len(out["row_scores"]) == 10
     assert all(rs[i]["raw_score"] == pytest.approx(g1) for i in ("Q1?-b", "Q1?-v0", "Q1?-v1"))  # replicated
@@ -403,6 +405,7 @@ def test_consistency_row_counts_and_labels(tmp_path):
     assert rs["r0"]["n_events"] == 1 and rs["r0"]["label"] == "Slightly Inconsistent"  # 0.745
     assert rs["r1"]["n_events"] == 0 and rs["r1"]["raw_score"] == pytest.approx(0.8)  # 0.6 is no event
     assert rs["r2"]["status"] == "error" and rs["r2"]["n_failed"] == 0 and rs["r2"]["n_judged"] == 0
+    assert rs["r2"]["n_events"] == 0 and rs["r2"]["label"] == "error"
     s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
     d = json.loads(s[("overall", "all")]["details"])
     assert d["rows_errored"] == 1 and d["labels"] == {"Consistent": 0, "Slightly Inconsistent": 2, "Contradictory": 0}
