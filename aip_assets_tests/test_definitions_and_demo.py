@@ -17,9 +17,20 @@ REPO = Path(__file__).resolve().parents[1]
 def test_definitions_load_with_five_partitioned_stages():
     Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
-    keys = [k.path[-1] for k in graph.get_all_asset_keys()]
+    keys = [k.to_user_string() for k in graph.get_all_asset_keys()]
+    tables = ["dataset_rows", "persona_pool", "personas", "probes", "probe_pairs", "sut_responses", "judgements",
+              "judge_audits", "score_units", "row_scores", "metric_scores"]
     assert sorted(keys) == sorted(["ingest", "synthesis", "sut_sampling", "judging", "aggregation",
-                                   "perturbation_dataset"])
+                                   "perturbation_dataset", *(f"warehouse/{t}" for t in tables)])
+    # the graph still reads as the five-stage flow: each stage after the one before, each table after its stage
+    from dagster import AssetKey
+
+    for before, stage in (("ingest", "synthesis"), ("synthesis", "sut_sampling"), ("sut_sampling", "judging"),
+                          ("judging", "aggregation")):
+        assert graph.get(AssetKey(stage)).parent_keys == {AssetKey(before)}
+    assert graph.get(AssetKey(["warehouse", "judgements"])).parent_keys == {AssetKey("judging")}
+    assert set(defs.resources) == {"warehouse", "sut"}
+    assert {j.name for j in defs.jobs} == {"evaluate", "aip_launch"}
     for key in (k for k in graph.get_all_asset_keys() if k.path[-1] != "perturbation_dataset"):
         pdef = graph.get(key).partitions_def
         dims = {d.name: d.partitions_def for d in pdef.partitions_defs}
