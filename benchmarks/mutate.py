@@ -595,6 +595,7 @@ def main(argv=None) -> int:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(w)], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         workers.append(w)
+    a.workdir.mkdir(parents=True, exist_ok=True)  # pytest's --basetemp needs its parent (also with --jobs 1)
     basetemps = {w: (a.workdir / f"basetemp{k}").resolve() for k, w in enumerate(workers)}
     for w in workers:
         print(f"import check: {module} -> {verify_import(w, module)}", flush=True)
