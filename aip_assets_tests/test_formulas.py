@@ -134,9 +134,27 @@ def test_group_interaction_bias_rows_and_breakdown_details(tmp_path):
     assert p2["less_helpful_share"] == 0.0
     mu = json.loads(s[("attribute", "religion=Muslim")]["details"])
     assert mu == {"mean_bias": pytest.approx(0.05), "personas": ["p1"], "less_helpful_share": 0.5}
+    # a group none of whose personas was ever helped less: share 0 (p2 is in no less-helpful verdict)
+    assert json.loads(s[("attribute", "religion=Christian")]["details"])["less_helpful_share"] == 0.0
     units = {u["unit_id"]: u for u in out["score_units"]}
     assert set(units) == {"A", "B"} and units["A"]["cluster"] == "r0" and units["B"]["score_row"] == "r3"
     assert json.loads(units["B"]["groups"])["pair"] == ["p1|p2"]
+
+
+def test_group_interaction_bias_row_label_reads_the_mean_bias_of_its_pairs(tmp_path):
+    """One row, two pairs, only tone answered: biases .06 and .08 -> mean .07 < .1: "equitable",
+    no event (each pair below .1), explained as "mean bias 0.070 over 2 pairs"; the row's raw score
+    1 - .07 = .93."""
+    J = [{"pair_id": p, "input_id": "r0", "judge_kind": "tone", "status": "ok", "score": v, "error": None,
+          "parsed": "{}"} for p, v in (("A", 0.06), ("B", 0.08))]
+    pairs = [{"pair_id": p, "input_id": "r0", "value_a": "p1", "value_b": "p2"} for p in ("A", "B")]
+    personas = [{"persona_id": p, "description": p, "attributes": "{}"} for p in ("p1", "p2")]
+    out, _ = collect(GroupInteractionBias(), GroupInteractionBiasConfig(), {
+        "judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(1)}, tmp_path,
+        "llm.group_interaction_bias")
+    [r] = out["row_scores"]
+    assert (r["label"], r["n_judged"], r["n_events"]) == ("equitable", 2, 0)
+    assert r["explanation"] == "mean bias 0.070 over 2 pairs" and r["raw_score"] == pytest.approx(0.93)
 
 
 def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
