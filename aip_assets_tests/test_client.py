@@ -80,9 +80,10 @@ def test_retry_after_formats():
 def test_call_identity():
     conn = Connection(provider="openai", base_url="http://x/v1", model="m")
     msgs = [{"role": "user", "content": "q"}]
-    b0, b1 = build_body(conn, msgs, 0.7, sample_index=0), build_body(conn, msgs, 0.7, sample_index=1)
+    b0, b1 = build_body(conn, msgs, 0.7, None, sample_index=0), build_body(conn, msgs, 0.7, None, sample_index=1)
     assert "seed" not in b0 and b1["seed"] == 1  # N fresh samples are N distinct requests
     k = call_key("e", b0, 0, "t")
+    assert len(k) == 32 and int(k, 16) >= 0  # 128 bits of a SHA-256, hex
     assert k == call_key("e", dict(reversed(list(b0.items()))), 0, "t")  # key order does not matter
     assert len({k, call_key("e", b1, 1, "t"), call_key("e", b0, 0, "t2"), call_key("e", b0, 0, "t", attempt=1),
                 call_key("f", b0, 0, "t")}) == 5
@@ -163,6 +164,20 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
     server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0"}))
     r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=0.05)  # backoff 0.01: Retry-After 0 waits 0.01
     assert slept and all(d == 0.01 for d in slept) and len(slept) <= 5
+    # silence spans calls: a second call to an endpoint that has answered nothing for the whole
+    # window gets no wait at all (its own wait total is still 0), and says so
+    slept.clear()
+    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"}))
+
+    async def two_calls():
+        c = Connection(provider="openai", base_url=server.url, model="m", max_rate_limit_wait_seconds=1.0)
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01) as cl:
+            first = await cl.chat([{"role": "user", "content": "q1"}], temperature=0, retries=0, timeout=5)
+            second = await cl.chat([{"role": "user", "content": "q2"}], temperature=0, retries=0, timeout=5)
+            return first, second
+    first, second = asyncio.run(two_calls())
+    assert first.rate_limit_waits == 4 and second.rate_limit_waits == 0 and second.attempts == 1
+    assert "answered nothing for 1s" in second.error and slept == [0.25] * 4
 
 
 # ------------------------------------------------------------------ the row deadline (issue 11)

@@ -157,7 +157,7 @@ def _retry_after(headers: dict[str, str]) -> float | None:
 
 
 def build_body(conn: Connection, messages: list[dict[str, str]], temperature: float,
-               max_tokens: int | None = None, sample_index: int = 0) -> dict[str, Any]:
+               max_tokens: int | None, sample_index: int) -> dict[str, Any]:
     """The request body. Fresh samples (``sample_index`` > 0) carry ``seed = (params.seed or 0) +
     sample_index``: N samples are N distinct, reproducible requests on endpoints that honour
     ``seed``, and still fresh samples on those that ignore it."""
