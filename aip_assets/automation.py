@@ -25,7 +25,7 @@ from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatu
 
 from .errors import AipError
 from .partitions import partition_key, runs_partitions
-from .pipeline import new_run_id, preflight, register_run, run_exists
+from .pipeline import load_run, new_run_id, preflight, register_run, run_exists
 from .resources import SutConnection, Warehouse
 from .runspec import RunSpec, file_sha256, load_spec
 
@@ -62,23 +62,27 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
     path, run_id = Path(cfg["spec_path"]), cfg["run_id"]
     warehouse.use()
     try:
-        spec = sut.apply(load_spec(path))  # the YAML as it is at launch; the sut resource, when set, instead
-        if run_exists(run_id):
-            context.log.warning(f"run {run_id} is already registered; nothing launched")
-            return
+        if run_exists(run_id):  # this launch re-executed (a metric failed, or it crashed): resume the run
+            spec, _ = load_run(run_id)
+            context.log.info(f"run {run_id} is registered: resuming it with its stored spec")
+        else:
+            spec = sut.apply(load_spec(path))  # the YAML as it is at launch; the sut resource, when set, instead
         for line in preflight(spec):
             context.log.info(f"endpoint ok: {line}")
-        register_run(spec, run_id)
+        if not run_exists(run_id):
+            register_run(spec, run_id)
     except AipError as e:
         raise Failure(description=f"{path}: nothing launched: {e}") from None
-    context.instance.add_dynamic_partitions(runs_partitions.name, [run_id])
-    context.log.info(f"{path}: registered run {run_id}, evaluating {', '.join(spec.metrics)}")
-    from .definitions import defs
+    if not context.instance.has_dynamic_partition(runs_partitions.name, run_id):
+        context.instance.add_dynamic_partitions(runs_partitions.name, [run_id])
+    context.log.info(f"{path}: run {run_id}, evaluating {', '.join(spec.metrics)}")
+    from .jobs import evaluate as evaluate_job
 
-    evaluate = defs.resolve_job_def("evaluate")
+    evaluate = evaluate_job()
     failed = []
     for m in spec.metrics:
-        result = evaluate.execute_in_process(
+        result = evaluate.execute_in_process(  # the same warehouse resource as this launch
+            run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}},
             partition_key=partition_key(run_id, m), instance=context.instance, raise_on_error=False,
             tags={"aip/run_id": run_id, "aip/spec": spec.name, "aip/trigger": cfg["trigger"],
                   "aip/launched_by": context.run_id})
@@ -125,7 +129,7 @@ def make_schedule(spec_path: Path, spec: RunSpec, job) -> ScheduleDefinition:
 
 
 def build_schedules(job) -> list[ScheduleDefinition]:
-    out = []
+    out: dict[str, ScheduleDefinition] = {}
     for path in sorted(runs_dir().glob("*.y*ml")):
         try:
             spec = load_spec(path)
@@ -133,8 +137,13 @@ def build_schedules(job) -> list[ScheduleDefinition]:
             log.warning(f"{path}: no schedule: {e}")
             continue
         if spec.schedule:
-            out.append(make_schedule(path, spec, job))
-    return out
+            sched = make_schedule(path, spec, job)
+            if sched.name in out:  # two specs of one name (a copied file): the first keeps it
+                log.warning(f"{path}: no schedule: {sched.name} already comes from another spec named {spec.name!r}; "
+                            "give this spec another name")
+                continue
+            out[sched.name] = sched
+    return list(out.values())
 
 
 def build_sensor(job):

@@ -111,6 +111,9 @@ def cmd_run(args) -> int:
     if resume:
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"resuming run {run_id} with its stored spec")
+    from .jobs import evaluate as evaluate_job
+
+    evaluate = evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
     n_rows = pipeline.validate_datasets(spec)
     for line in pipeline.preflight(spec):
         log.info(f"endpoint ok: {line}")
@@ -131,9 +134,6 @@ def cmd_run(args) -> int:
         rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows)
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
     instance = get_instance()
-    from .definitions import defs
-
-    evaluate = defs.resolve_job_def("evaluate")  # the CLI's runs are the evaluate job's history in the UI
     if not instance.has_dynamic_partition(runs_partitions.name, run_id):
         instance.add_dynamic_partitions(runs_partitions.name, [run_id])
     metrics = args.metric or list(spec.metrics)
@@ -227,7 +227,10 @@ def cmd_report(args) -> int:
         print(written)
     if not args.serve:
         return 0
-    folder = written.parent if written is not None else default_out("x", path).parent
+    folder = default_out("x", path).parent  # the reports folder, and nothing else (not --out's folder)
+    if written is not None and written.parent != folder.resolve():
+        print(f"note: {written} is outside the reports folder and is not served", file=sys.stderr)
+        written = None
     server = serve_reports(folder, args.host, args.port)
     port = server.server_address[1]
     print(f"serving {folder} at http://{args.host}:{port}/ (Ctrl-C stops)"

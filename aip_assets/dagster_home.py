@@ -51,8 +51,10 @@ def data_dir(start: str | Path | None = None) -> Path:
 def use_project_of(spec_path: str | Path) -> Path:
     """Fix the data folder for this process from the spec's project (``AIP_DATA_DIR``), so every
     stage, check and report of the run finds the same warehouse and Dagster storage."""
+    if os.environ.get("AIP_DATA_DIR") and os.environ["AIP_DATA_DIR"] == os.environ.get("AIP_DATA_DIR_SET"):
+        del os.environ["AIP_DATA_DIR"]  # set by an earlier run in this process, not by the user: find it again
     d = data_dir(Path(spec_path).resolve().parent)
-    os.environ["AIP_DATA_DIR"] = str(d)
+    os.environ["AIP_DATA_DIR"] = os.environ["AIP_DATA_DIR_SET"] = str(d)
     return d
 
 
@@ -79,7 +81,7 @@ def get_instance():
 
     if os.environ.get("DAGSTER_HOME") and os.environ.get("AIP_DAGSTER_HOME_SET") != os.environ["DAGSTER_HOME"]:
         return DagsterInstance.get()  # the user's
-    home = data_dir() / "dagster_home"
+    home = (data_dir() / "dagster_home").resolve()  # DAGSTER_HOME must be absolute
     home.mkdir(parents=True, exist_ok=True)
     settings = home / "dagster.yaml"
     text = instance_settings(home)

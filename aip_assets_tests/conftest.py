@@ -23,6 +23,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("AIP_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     monkeypatch.delenv("AIP_DAGSTER_HOME_SET", raising=False)
+    monkeypatch.delenv("AIP_DATA_DIR_SET", raising=False)
     yield tmp_path
 
 

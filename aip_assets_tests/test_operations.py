@@ -296,3 +296,24 @@ def test_a_launch_points_a_spec_at_another_sut_through_the_sut_resource(tmp_path
     assert not failed.success and not pipeline.run_exists("other-2")
     [err] = [e.event_specific_data.error.message for e in failed.get_step_failure_events()]
     assert "base_url" in err and "pw" not in err
+
+
+def test_two_specs_of_one_name_get_one_schedule_and_the_cli_still_runs(tmp_path, capsys, caplog):
+    """A copied spec (same name, both scheduled) must not break the code location or `aip-eval run`:
+    the first file keeps the schedule, the copy is named in a warning."""
+    import shutil
+
+    from aip_assets.cli import main
+
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    first = _spec_file(tmp_path, ds, FLIP, name="twin")
+    shutil.copy(first, first.with_name("twin_copy.yaml"))
+    [sched] = build_schedules(launch_job)
+    assert sched.name == "aip_twin_schedule" and "give this spec another name" in caplog.text
+    from dagster import Definitions
+
+    from aip_assets.definitions import RESOURCES
+
+    Definitions.validate_loadable(Definitions(jobs=[launch_job], schedules=build_schedules(launch_job),
+                                              resources=RESOURCES))
+    assert main(["run", str(first), "--quiet", "--json"]) == 0

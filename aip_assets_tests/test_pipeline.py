@@ -295,3 +295,20 @@ def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path)
     assert done == ids
     counts = wh.query("SELECT run_id, count(*) AS n FROM judgements GROUP BY 1 ORDER BY 1")
     assert counts.run_id.tolist() == ids and counts.n.nunique() == 1 and counts.n[0] == 8 * 16
+
+
+def test_table_previews_show_model_text_as_text():
+    """A preview cell is model output: escaped, so no image, link, emphasis or HTML renders from it
+    in the Dagster UI; cut to a readable length; one line."""
+    from aip_assets.assets.tables import CELL, markdown_table
+
+    evil = "![x](http://example.com/i.png) <img src=x> **bold** [link](http://e) a|b `code`\nsecond line"
+    md = markdown_table([{"a": evil, "b": 0.123456, "c": None}], ["a", "b", "c"])
+    row = md.splitlines()[2]
+    import re
+
+    cell = row.split(" | ")[0][2:]
+    assert not re.search(r"(?<!\\)[!\[\]()<>*`|]", cell), cell  # every markup character escaped
+    assert r"\!\[x\]\(http://example.com/i.png\)" in row and r"a\|b" in row and "second line" in row
+    assert "| 0.123 |" in row and row.endswith("|  |")
+    assert len(markdown_table([{"a": "x" * 1000}], ["a"]).splitlines()[2]) < CELL + 10

@@ -103,10 +103,10 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
         warehouse.use()
         yield _materialise(stage, context, asset_key=AssetKey(name))
         keys = context.partition_key.keys_by_dimension
-        with wh.connect(read_only=True) as con:
-            for t in STAGE_TABLES[stage]:
-                yield MaterializeResult(asset_key=table_key(t),
-                                        metadata=table_materialization_metadata(con, t, keys["run"], keys["metric"]))
+        with wh.connect(read_only=True) as con:  # read all, then let go of the warehouse before yielding
+            metas = {t: table_materialization_metadata(con, t, keys["run"], keys["metric"]) for t in STAGE_TABLES[stage]}
+        for t, meta in metas.items():
+            yield MaterializeResult(asset_key=table_key(t), metadata=meta)
 
     return _stage
 

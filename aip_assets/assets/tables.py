@@ -30,6 +30,7 @@ STAGE_TABLES: dict[str, list[str]] = {
 }
 PREFIX = "warehouse"  # table assets are keyed warehouse/<table>
 PREVIEW_ROWS = 5
+MD_SPECIAL = set("\\`*_{}[]()<>#+!|~")
 CELL = 160  # characters per preview cell
 
 
@@ -44,7 +45,8 @@ def _cell(v: Any) -> str:
         return f"{v:.3f}"
     text = " ".join(str(v).split())
     text = text if len(text) <= CELL else text[:CELL - 1] + "…"
-    return text.replace("|", "\\|")
+    # model output is text here, never markup: no link, image, emphasis or HTML renders from it
+    return "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in text)
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -71,9 +73,9 @@ _JUDGEMENT_PREVIEWS: dict[str, list[tuple[str, list[str], str, str]]] = {
     ],
 }
 _CONSISTENCY = [("v_consistency_comparisons", ["category", "label", "score", "base_response", "variant_response",
-                                                "reasoning"], "score NULLS FIRST, judgement_id", "TRUE")]
+                                                "reasoning"], "score ASC NULLS LAST, judgement_id", "TRUE")]
 _GENERIC = ("judgements", ["judgement_id", "judge_kind", "status", "label", "score", "reasoning", "error"],
-            "score NULLS FIRST, judgement_id", "TRUE")
+            "score ASC NULLS LAST, judgement_id", "TRUE")
 
 
 def _preview_query(table: str, metric: str) -> list[tuple[str, list[str], str, str]]:
@@ -98,7 +100,8 @@ def table_materialization_metadata(con, table: str, run_id: str, metric: str) ->
         if len(rows):
             preview, source = markdown_table(rows.to_dict("records"), cols), view
             break
-    sql = f"SELECT * FROM {table} WHERE run_id = '{run_id}' AND metric = '{metric}'"
+    quoted = lambda v: "'" + v.replace("'", "''") + "'"  # noqa: E731 - shown, never executed
+    sql = f"SELECT * FROM {table} WHERE run_id = {quoted(run_id)} AND metric = {quoted(metric)}"
     return {
         "dagster/row_count": MetadataValue.int(int(n)),
         "dagster/column_schema": MetadataValue.table_schema(schema),
