@@ -268,3 +268,34 @@ def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
     monkeypatch.setattr(client_mod.asyncio, "sleep", record)
     r = asyncio.run(go(None))  # no deadline: the three retries are made (their waits recorded, not slept)
     assert not r.ok and r.attempts == 4 and len(slept) == 3 and len(server.bodies()) == 5
+
+
+def test_a_call_waiting_for_the_rate_limiter_is_not_sent_once_its_row_ran_out(scripted):
+    """Row r1 makes two calls at once against an endpoint limited to one request per 2 units: the
+    first is slow (3 units) and is cut at the row's deadline (1 unit); the second waits for the
+    limiter (the row's clock runs meanwhile only because the first is in flight), and when its slot
+    comes the row has no time left: it is not sent (attempts 0) and says why."""
+    from aip_assets.metrics.base import gather_all
+    from aip_assets.models import client as client_mod
+
+    state = {"delay": 0.0}
+    server = scripted(lambda body, n: Reply(text="ok", delay_s=state["delay"]))
+    unit = max(0.5, 20 * _round_trip(server.url))
+    state["delay"] = 3 * unit
+    sent_before = len(server.bodies())
+    rpm = max(1, int(60 / (2 * unit)))  # one request start per ~2 units
+
+    async def go():
+        c = Connection(provider="openai", base_url=server.url, model="m", requests_per_minute=rpm)
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
+                               concurrency=2, row_timeout_s=unit) as cl:
+            token = client_mod.CURRENT_ROW.set("r1")
+            try:
+                return await gather_all(*(cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=0,
+                                                  timeout=30) for i in range(2)))
+            finally:
+                client_mod.CURRENT_ROW.reset(token)
+    first, second = sorted(asyncio.run(go()), key=lambda r: -r.attempts)
+    assert first.attempts == 1 and "while this call waited" in first.error
+    assert second.attempts == 0 and "before this call was sent" in second.error
+    assert len(server.bodies()) - sent_before == 1

@@ -149,6 +149,18 @@ def test_bootstrap_edges_and_chunking():
     assert bootstrap(v, ratio) != bootstrap(v, ratio, seed=1) and bootstrap(v, ratio) != bootstrap(v, ratio, n_boot=2001)
 
 
+def test_cluster_bootstrap_mean_defaults():
+    """2,000 resamples and seed 0 unless told (another count or seed gives another interval)."""
+    import random
+
+    rng = random.Random(3)
+    v = [rng.random() for _ in range(120)]
+    c = [f"r{i // 3}" for i in range(120)]  # 40 rows of three values
+    got = cluster_bootstrap_mean(v, c)
+    assert got == cluster_bootstrap_mean(v, c, n_boot=2000, seed=0)
+    assert got != cluster_bootstrap_mean(v, c, n_boot=2001) and got != cluster_bootstrap_mean(v, c, seed=1)
+
+
 def test_bootstrap_chunks_of_any_size_give_the_same_interval(monkeypatch):
     """Fewer cells than clusters (BOOT_CELLS // g == 0) still draws one resample a chunk; every
     chunk size gives the same interval (the same random stream); one cluster resamples to itself."""
