@@ -299,3 +299,34 @@ def test_a_call_waiting_for_the_rate_limiter_is_not_sent_once_its_row_ran_out(sc
     assert first.attempts == 1 and "while this call waited" in first.error
     assert second.attempts == 0 and "before this call was sent" in second.error
     assert len(server.bodies()) - sent_before == 1
+
+
+def test_a_200_without_an_answer_is_a_failed_call(scripted):
+    """An HTTP 200 whose body has no choices[0].message.content is an error, not an empty answer."""
+    server = scripted(lambda body, n: Reply(body={"id": "x", "choices": []}))
+    r, _ = _chat(server.url, retries=0)
+    assert not r.ok and r.http_status == 200 and r.error == "malformed response: no choices[0].message.content"
+
+
+def test_a_cut_attempt_that_fails_early_reports_its_own_failure():
+    """An attempt whose timeout was cut to the row's deadline but that fails at once (nothing
+    listens) reports the connection failure, not the deadline: the row still had time."""
+    import socket
+
+    from aip_assets.models import client as client_mod
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def go():
+        c = Connection(provider="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m")
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None,
+                               row_timeout_s=0.9) as cl:  # under a second left: the attempt is cut
+            token = client_mod.CURRENT_ROW.set("r1")
+            try:
+                return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=0, timeout=60)
+            finally:
+                client_mod.CURRENT_ROW.reset(token)
+    r = asyncio.run(go())
+    assert not r.ok and r.attempts == 1 and "connection refused" in r.error and "row deadline" not in r.error
