@@ -330,3 +330,64 @@ def test_a_cut_attempt_that_fails_early_reports_its_own_failure():
                 client_mod.CURRENT_ROW.reset(token)
     r = asyncio.run(go())
     assert not r.ok and r.attempts == 1 and "connection refused" in r.error and "row deadline" not in r.error
+
+
+def test_a_retry_within_the_row_deadline_is_made(scripted):
+    """A failure whose backoff ends well before the row's deadline is retried as usual."""
+    from aip_assets.models import client as client_mod
+
+    server = scripted(_sequence([500]))
+
+    async def go():
+        c = Connection(provider="openai", base_url=server.url, model="m")
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01,
+                               row_timeout_s=30.0) as cl:
+            token = client_mod.CURRENT_ROW.set("r1")
+            try:
+                return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=2, timeout=30)
+            finally:
+                client_mod.CURRENT_ROW.reset(token)
+    r = asyncio.run(go())
+    assert r.ok and r.text == "fine" and r.attempts == 2 and r.retries_used == 1
+
+
+def test_each_call_waits_at_most_its_own_rate_limit_budget(scripted, monkeypatch):
+    """While other calls get answers (so the endpoint is not silent), a call that keeps getting
+    429 + Retry-After 0.25 still stops after max_rate_limit_wait_seconds (1.0) of its own waits:
+    4 waits, then it fails saying so. The client's clock is a fake the recorded waits advance."""
+    import types
+
+    from aip_assets.models import client as client_mod
+
+    clock = {"now": 1000.0}
+    real_sleep = asyncio.sleep
+
+    async def record(d, *a, **k):
+        clock["now"] += d
+        await real_sleep(0.05)  # real time for the other call's answers to arrive in between
+    monkeypatch.setattr(client_mod.asyncio, "sleep", record)
+    monkeypatch.setattr(client_mod, "time", types.SimpleNamespace(monotonic=lambda: clock["now"],
+                                                                   perf_counter=lambda: clock["now"]))
+    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"})
+                      if body["messages"][-1]["content"] == "limited" else "fine")
+
+    async def go():
+        c = Connection(provider="openai", base_url=server.url, model="m", max_rate_limit_wait_seconds=1.0)
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01,
+                               concurrency=4) as cl:
+            done = asyncio.Event()
+
+            async def answered():
+                n = 0
+                while not done.is_set():
+                    n += 1
+                    await cl.chat([{"role": "user", "content": f"ok {n}"}], temperature=0, timeout=30)
+                    await real_sleep(0.01)
+            other = asyncio.create_task(answered())
+            try:
+                return await cl.chat([{"role": "user", "content": "limited"}], temperature=0, retries=0, timeout=30)
+            finally:
+                done.set()
+                await other
+    r = asyncio.run(go())
+    assert not r.ok and r.rate_limit_waits == 4 and "waited 1s on Retry-After" in r.error
