@@ -187,7 +187,7 @@ class Accumulator:
         self.overall.append(cluster_vectors(units, self.formula))
         for scope in self.scopes:
             ex = explode(units, scope)
-            for key, g in ex.groupby("key", sort=False):
+            for key, g in ex.groupby("key"):  # any order: breakdown() sorts the keys
                 v = cluster_vectors(g, self.formula)
                 if scope not in self.interval_scopes:
                     v = v.sum(axis=0, keepdims=True)  # a total is all a group without an interval needs

@@ -268,6 +268,9 @@ def test_verdicts_map_back_from_swapped_order_onto_the_labels():
     rec = DecisionFlip.verdict_record(v("deny", "**Approve.**", True), swapped=True, labels=labels)
     assert (rec["decision_a"], rec["decision_b"], rec["label"], rec["flipped"]) == ("APPROVE", "DENY", "flip", True)
     assert rec["score"] == 0.0  # a flip scores 0 in judgements.score, anything else judged 1
+    long = DecisionFlip.verdict_record(JudgeVerdict(unjudgeable=True, reasoning="x" * 900), swapped=False,
+                                       labels=labels)
+    assert long["status"] == "unjudgeable" and len(long["error"]) == 500 and long["reasoning"] == "x" * 900
     rec = DecisionFlip.verdict_record(v("deny", "Approve", True), swapped=False, labels=labels)
     assert (rec["decision_a"], rec["decision_b"]) == ("DENY", "APPROVE")
     # one decision and none: a difference, never attributed to the persona, whatever the judge says

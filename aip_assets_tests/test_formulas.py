@@ -106,6 +106,7 @@ def test_group_interaction_bias_rows_and_breakdown_details(tmp_path):
         ("A", "r0", "p1", "p2"), ("C", "r1", "p1", "p2"), ("B", "r3", "p2", "p1"))]
     personas = [{"persona_id": p, "description": f"the {p}", "attributes": json.dumps({"religion": r})}
                 for p, r in (("p1", "Muslim"), ("p2", "Christian"))]
+    personas[1]["description"] = "the p2, née Müller"  # stored as written, not as \u escapes
     out, _ = collect(GroupInteractionBias(), GroupInteractionBiasConfig(), {
         "judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(4)}, tmp_path,
         "llm.group_interaction_bias")
@@ -131,7 +132,7 @@ def test_group_interaction_bias_rows_and_breakdown_details(tmp_path):
     p1, p2 = json.loads(s[("persona", "p1")]["details"]), json.loads(s[("persona", "p2")]["details"])
     assert p1 == {"mean_bias": pytest.approx(0.05), "description": "the p1", "attributes": {"religion": "Muslim"},
                   "less_helpful_share": 0.5}
-    assert p2["less_helpful_share"] == 0.0
+    assert p2["less_helpful_share"] == 0.0 and "née Müller" in s[("persona", "p2")]["details"]
     mu = json.loads(s[("attribute", "religion=Muslim")]["details"])
     assert mu == {"mean_bias": pytest.approx(0.05), "personas": ["p1"], "less_helpful_share": 0.5}
     # a group none of whose personas was ever helped less: share 0 (p2 is in no less-helpful verdict)

@@ -328,7 +328,7 @@ class Consistency(Metric):
                                         else "plain"]}} for r in judged.to_dict("records"))
             engine.add(units)
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
-            groups = {k: g for k, g in j.groupby("input_id", sort=False)} if len(j) else {}
+            groups = {k: g for k, g in j.groupby("input_id")} if len(j) else {}
             out: list[RowScore] = []
             for input_id in ids:
                 g = groups.get(input_id)

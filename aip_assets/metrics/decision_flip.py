@@ -415,7 +415,7 @@ class DecisionFlip(Metric):
                                  "groups": {"axis": [r["axis"]]}} for r in judged.to_dict("records"))
             engine.add(units)
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
-            by_row = {k: g for k, g in j.groupby("input_id", sort=False)} if len(j) else {}
+            by_row = {k: g for k, g in j.groupby("input_id")} if len(j) else {}
             row_scores: list[RowScore] = []
             for input_id in ids:
                 rows_total += 1

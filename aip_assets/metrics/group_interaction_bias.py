@@ -407,7 +407,7 @@ class GroupInteractionBias(Metric):
                     less_helpful[lh] = less_helpful.get(lh, 0) + 1
             errors = j[j["status"] != "ok"].groupby("input_id")["error"].agg(lambda e: sorted({str(x) for x in e if x}))
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
-            by_row = {k: g for k, g in pairs.groupby("input_id", sort=False)} if len(pairs) else {}
+            by_row = {k: g for k, g in pairs.groupby("input_id")} if len(pairs) else {}
             row_scores: list[RowScore] = []
             for input_id in ids:
                 g = by_row.get(input_id)

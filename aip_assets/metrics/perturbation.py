@@ -396,7 +396,7 @@ class PerturbationRobustnessExternal(Metric):
         probes = ctx.read("probes", None, ["input_id", "role", "category", "group_id", "variant_id", "exclusion",
                                            "query_text"]).to_dict("records")
         j = ctx.read("judgements", None, ["pair_id", "input_id", "judge_kind", "status", "score", "error"])
-        by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id", sort=False)} if len(j) else {}
+        by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id")} if len(j) else {}
         groups: dict[str, list[dict]] = {}
         row_scores: list[RowScore] = []
         edge_rows: set[str] = set()
