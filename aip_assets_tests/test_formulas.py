@@ -499,3 +499,28 @@ def test_stored_units_read_back_their_groups():
                                                   {"unit_id": "b", "groups": None}]))
     # stored with sorted keys (a unit's text is the same whatever order the metric built it in); lists kept
     assert [r["groups"] for r in back] == ['{"axis": ["b", "a"], "pair": ["x|y"]}', "{}"]
+
+
+def test_finish_scores_counts_exclusions_and_gates_the_overall_record():
+    """excluded {unjudgeable 2, empty_answer 1, judge_failed 0}: zero counts dropped, keys stored
+    sorted, n_planned 7 + 3 = 10, coverage .7 (below min_coverage .9: the gate fails and says so);
+    a breakdown record gets the counts but no gate. No spec: min_coverage .9, max_failed_share .1."""
+    import types
+
+    from aip_assets.gate import finish_scores
+
+    ctx = types.SimpleNamespace(spec=None, metric="m", status_counts=lambda table: {"ok": 10})
+    recs = [{"scope": "overall", "group_key": "all", "score": 0.95, "threshold": None, "judged": 7,
+             "excluded": {"unjudgeable": 2, "empty_answer": 1, "judge_failed": 0}},
+            {"scope": "axis", "group_key": "x", "judged": 3, "excluded": {"sut_failed": 1}}]
+    o, a = finish_scores(ctx, recs)
+    assert o["excluded"] == '{"empty_answer": 1, "unjudgeable": 2}' and (o["n_planned"], o["n_excluded"]) == (10, 3)
+    assert o["coverage"] == pytest.approx(0.7) and o["passed"] is False
+    assert o["gate_reason"] == "coverage 0.700 below min_coverage 0.900"
+    d = json.loads(o["details"])
+    assert d["min_coverage"] == 0.9 and d["completeness"]["sut"]["failed_share"] == 0.0
+    assert (a["n_planned"], a["coverage"]) == (4, pytest.approx(0.75)) and "passed" not in a
+    # the default max_failed_share is 0.1: 2 failed of 10 SUT answers fail the gate
+    ctx.status_counts = lambda table: {"ok": 8, "error": 2} if table == "sut_responses" else {}
+    [o] = finish_scores(ctx, [{**recs[0], "excluded": {}, "judged": 7}])
+    assert o["passed"] is False and "2 of 10 SUT answers failed (0.200, above max_failed_share 0.100)" in o["gate_reason"]
