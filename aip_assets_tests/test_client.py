@@ -24,6 +24,20 @@ def _chat(url: str, retries: int, **conn):
     return asyncio.run(go())
 
 
+def record_sleeps(monkeypatch) -> list[float]:
+    """The client's waits, recorded instead of slept (no wall clock in the test)."""
+    from aip_assets.models import client as client_mod
+
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(d, *a, **k):
+        slept.append(d)
+        await real_sleep(0)
+    monkeypatch.setattr(client_mod.asyncio, "sleep", record)
+    return slept
+
+
 def _sequence(statuses: list[int], headers: dict | None = None):
     """A handler answering the given statuses in turn, then 200 'fine'."""
     def handler(body, n):
@@ -94,15 +108,7 @@ def test_backoff_is_exponential_with_jitter(scripted, monkeypatch):
     the waits asked of asyncio.sleep are recorded (no wall clock)."""
     import random
 
-    from aip_assets.models import client as client_mod
-
-    slept: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def record(d, *a, **k):
-        slept.append(d)
-        await real_sleep(0)
-    monkeypatch.setattr(client_mod.asyncio, "sleep", record)
+    slept = record_sleeps(monkeypatch)
     server = scripted(_sequence([500, 500, 500]))
 
     async def go():
@@ -259,13 +265,7 @@ def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
     assert not r.ok and r.attempts == 1 and r.rate_limit_waits == 0 and "not waited: the row deadline" in r.error
     assert len(limited.bodies()) == 1 and stats["deadline_cut"] == 1
 
-    slept: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def record(d, *a, **k):
-        slept.append(d)
-        await real_sleep(0)
-    monkeypatch.setattr(client_mod.asyncio, "sleep", record)
+    slept = record_sleeps(monkeypatch)
     r = asyncio.run(go(None))  # no deadline: the three retries are made (their waits recorded, not slept)
     assert not r.ok and r.attempts == 4 and len(slept) == 3 and len(server.bodies()) == 5
 
