@@ -216,22 +216,9 @@ def record(st: Stat, scope: str, key: str, cfg: Any, *, n: int | None = None, n_
     if st.rate is not None:  # a Wilson formula with units (its interval exists exactly then)
         rec["rate"], rec["rate_ci_low"], rec["rate_ci_high"] = st.rate, st.rate_lo, st.rate_hi
         rec["n_events"] = st.events
-    if n is not None:
-        rec["n"] = n
-    if n_events is not None:
-        rec["n_events"] = n_events
-    if n_failed is not None:
-        rec["n_failed"] = n_failed
-    if threshold is not None:
-        rec["threshold"] = threshold
-    if judged is not None:
-        rec["judged"] = judged
-    if excluded is not None:
-        rec["excluded"] = excluded
-    if gate_failures is not None:
-        rec["gate_failures"] = gate_failures
-    if details is not None:
-        rec["details"] = details
+    given = {"n": n, "n_events": n_events, "n_failed": n_failed, "threshold": threshold, "judged": judged,
+             "excluded": excluded, "gate_failures": gate_failures, "details": details}
+    rec.update(cast(MetricScore, {k: v for k, v in given.items() if v is not None}))
     return rec
 
 

@@ -187,6 +187,17 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
 
 
 # ------------------------------------------------------------------ the row deadline (issue 11)
+async def chat_as_row(cl: ModelClient, row: str, **kw):
+    """One call made for dataset row ``row`` (as run_bounded marks a work item's calls)."""
+    from aip_assets.models import client as client_mod
+
+    token = client_mod.CURRENT_ROW.set(row)
+    try:
+        return await cl.chat([{"role": "user", "content": "q"}], temperature=0, **kw)
+    finally:
+        client_mod.CURRENT_ROW.reset(token)
+
+
 def _round_trip(url: str) -> float:
     """Seconds one answered request takes on this machine now (the tests' patience is scaled by it)."""
     async def go():
@@ -240,7 +251,6 @@ def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted
 def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
     """A failure whose backoff would end past the deadline is returned as it is (with the reason),
     not retried; without a deadline the same failure is retried."""
-    from aip_assets.models import client as client_mod
 
     server = scripted(_sequence([500, 500, 500, 500, 500, 500]))
     stats: dict = {}
@@ -249,11 +259,9 @@ def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
         c = Connection(provider="openai", base_url=url or server.url, model="m")
         async with ModelClient(c, role="judge", run_id="r", metric="m", stage="judging", journal=None,
                                backoff_s=60.0, row_timeout_s=row_timeout) as cl:
-            token = client_mod.CURRENT_ROW.set("r7")
             try:
-                return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=3, timeout=30)
+                return await chat_as_row(cl, "r7", retries=3, timeout=30)
             finally:
-                client_mod.CURRENT_ROW.reset(token)
                 stats.update(cl.stats)
     r = asyncio.run(go(5.0))
     assert not r.ok and r.attempts == 1 and r.retries_used == 0 and r.http_status == 500
@@ -313,7 +321,6 @@ def test_a_cut_attempt_that_fails_early_reports_its_own_failure():
     listens) reports the connection failure, not the deadline: the row still had time."""
     import socket
 
-    from aip_assets.models import client as client_mod
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -323,18 +330,13 @@ def test_a_cut_attempt_that_fails_early_reports_its_own_failure():
         c = Connection(provider="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m")
         async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None,
                                row_timeout_s=0.9) as cl:  # under a second left: the attempt is cut
-            token = client_mod.CURRENT_ROW.set("r1")
-            try:
-                return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=0, timeout=60)
-            finally:
-                client_mod.CURRENT_ROW.reset(token)
+            return await chat_as_row(cl, "r1", retries=0, timeout=60)
     r = asyncio.run(go())
     assert not r.ok and r.attempts == 1 and "connection refused" in r.error and "row deadline" not in r.error
 
 
 def test_a_retry_within_the_row_deadline_is_made(scripted):
     """A failure whose backoff ends well before the row's deadline is retried as usual."""
-    from aip_assets.models import client as client_mod
 
     server = scripted(_sequence([500]))
 
@@ -342,11 +344,7 @@ def test_a_retry_within_the_row_deadline_is_made(scripted):
         c = Connection(provider="openai", base_url=server.url, model="m")
         async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01,
                                row_timeout_s=30.0) as cl:
-            token = client_mod.CURRENT_ROW.set("r1")
-            try:
-                return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=2, timeout=30)
-            finally:
-                client_mod.CURRENT_ROW.reset(token)
+            return await chat_as_row(cl, "r1", retries=2, timeout=30)
     r = asyncio.run(go())
     assert r.ok and r.text == "fine" and r.attempts == 2 and r.retries_used == 1
 

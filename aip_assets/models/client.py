@@ -273,14 +273,12 @@ class ModelClient:
             self._rows_cut.add(row)
             self.stats["deadline_rows"] += 1
 
-    def _past_deadline(self, key: str, attempts: int = 0, http_status: int | None = None,
-                       retries_used: int = 0, waits: int = 0, what: str = "before this call was sent") -> ChatResult:
-        row = CURRENT_ROW.get()
+    def _deadline_error(self, what: str) -> str:
+        """Why a call stopped at its row's deadline (counted for the run note)."""
         self._count_cut()
-        err = (f"row deadline: row {row}'s calls in the {self.stage} stage reached their {self.row_timeout_s:g}s "
-               f"limit of time in flight {what} (execution timeout_seconds; limits.row_timeout_seconds sets it)")
-        return ChatResult(None, "error", err, None, None, None, None, None, attempts, key, http_status=http_status,
-                          retries_used=retries_used, rate_limit_waits=waits)
+        return (f"row deadline: row {CURRENT_ROW.get()}'s calls in the {self.stage} stage reached their "
+                f"{self.row_timeout_s:g}s limit of time in flight {what} (execution timeout_seconds; "
+                f"limits.row_timeout_seconds sets it)")
 
     def _from_record(self, rec: dict[str, Any], key: str) -> ChatResult:
         return ChatResult(rec["response_text"], "ok", None, rec["latency_ms"], rec["prompt_tokens"],
@@ -308,7 +306,8 @@ class ModelClient:
         clock = self.row_clock()
         async with self.sem:
             if clock is not None and clock.left() <= 0:  # not sent: not a model call, not journaled
-                return self._past_deadline(key)
+                return ChatResult(None, "error", self._deadline_error("before this call was sent"), None, None, None,
+                                  None, None, 0, key)
             self.stats["in_flight"] += 1
             if clock is not None:
                 clock.start()
@@ -352,6 +351,10 @@ class ModelClient:
         def left() -> float:
             return float("inf") if clock is None else clock.left()
 
+        def failed(err: str, latency: float | None = None) -> ChatResult:
+            return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
+                              http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
+
         while True:
             if self.limiter is not None:  # waiting for the endpoint's shared rate is not the row's time
                 if clock is not None:
@@ -362,8 +365,7 @@ class ModelClient:
                     if clock is not None:
                         clock.start()
             if left() <= 0:
-                return self._past_deadline(key, attempts, http_status, retries_used, waits,
-                                           "before this attempt" if attempts else "before this call was sent")
+                return failed(self._deadline_error("before this attempt" if attempts else "before this call was sent"))
             if attempts == 0 and self.budget is not None:  # a call is counted once it is really sent
                 self.budget.reserve()
             attempts += 1
@@ -375,8 +377,7 @@ class ModelClient:
                 resp = await self.transport.post_chat(body, min(timeout, left()))
             except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
                 if cut and left() <= 0:
-                    return self._past_deadline(key, attempts, None, retries_used, waits, "while this call waited "
-                                               "for its answer")
+                    return failed(self._deadline_error("while this call waited for its answer"))
                 err, transient = describe_failure(e, timeout)
             else:
                 latency = (time.perf_counter() - t0) * 1000
@@ -385,8 +386,7 @@ class ModelClient:
                     self._last_answer = time.monotonic()
                     parsed = _parse_completion(resp.body)
                     if isinstance(parsed, str):
-                        return ChatResult(None, "error", parsed, latency, None, None, None, None, attempts, key,
-                                          http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
+                        return failed(parsed, latency)
                     text, model, fp, pt, ct = parsed
                     return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
                                       retries_used=retries_used, rate_limit_waits=waits)
@@ -403,10 +403,8 @@ class ModelClient:
                 if waited_s + sleep <= max_wait and silent + sleep <= max_wait:
                     if sleep >= left():  # the wait would end after the row deadline
                         self._count_cut()
-                        return ChatResult(None, "error", f"{err} (rate limited; not waited: the row deadline comes "
-                                          f"first, {max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency,
-                                          None, None, None, None, attempts, key, http_status=http_status,
-                                          retries_used=retries_used, rate_limit_waits=waits)
+                        return failed(f"{err} (rate limited; not waited: the row deadline comes first, "
+                                      f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency)
                     waits += 1
                     waited_s += sleep
                     await asyncio.sleep(sleep)
@@ -414,14 +412,11 @@ class ModelClient:
                 err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
                         f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
             if not transient or retries_used >= retries:
-                return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
-                                  http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
+                return failed(err, latency)
             delay = retry_after if retry_after is not None else self.backoff_s * 2 ** retries_used * (0.5 + self._rng.random())
             if min(delay, MAX_BACKOFF_S) >= left():  # the retry would start after the row deadline
                 self._count_cut()
-                return ChatResult(None, "error", f"{err} (not retried: the row deadline comes first)", latency, None,
-                                  None, None, None, attempts, key, http_status=http_status,
-                                  retries_used=retries_used, rate_limit_waits=waits)
+                return failed(f"{err} (not retried: the row deadline comes first)", latency)
             retries_used += 1
             await asyncio.sleep(min(delay, MAX_BACKOFF_S))
 
