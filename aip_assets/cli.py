@@ -21,12 +21,34 @@ from .errors import AipError
 log = logging.getLogger("aip_assets")
 
 
-def _setup_logging(quiet: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record is emitted, not the stream of the moment the
+    handler was made (which a caller, such as a test capturing output, may have closed since)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def _setup_logging(quiet: bool):
+    """Configure the `aip_assets` logger for one command; returns the function that puts back what
+    was there, so calling `main()` in a process (tests, a notebook) leaves its logging as it was."""
+    saved = (log.handlers[:], log.level, log.propagate)
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("[aip] %(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(logging.WARNING if quiet else logging.INFO)
     log.propagate = False
+
+    def restore() -> None:
+        log.handlers[:] = saved[0]
+        log.setLevel(saved[1])
+        log.propagate = saved[2]
+    return restore
 
 
 def _fmt(x, nd=3) -> str:
@@ -443,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 2 for the user's input (spec, dataset, endpoint, missing file), 3 for anything else:
     an unexpected exception is a bug of aip-eval, not the user's mistake."""
     args = build_parser().parse_args(argv)
-    _setup_logging(getattr(args, "quiet", False))
+    restore_logging = _setup_logging(getattr(args, "quiet", False))
     try:
         return args.fn(args)
     except AipError as e:
@@ -463,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"internal error: {type(e).__name__}: {e}\nThis is a bug in aip-eval, not a problem with your "
               "input. Run again with AIP_DEBUG=1 for the traceback, and report it.", file=sys.stderr)
         return 3
+    finally:
+        restore_logging()
 
 
 if __name__ == "__main__":

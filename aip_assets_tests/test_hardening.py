@@ -213,6 +213,21 @@ def test_commands_on_a_missing_warehouse_create_nothing(tmp_path, capsys, argv):
     assert tree(tmp_path) == before
 
 
+def test_main_leaves_the_process_logging_as_it_found_it(tmp_path, capsys, caplog):
+    """`main()` called in a process (a test, a notebook) configures the `aip_assets` logger for its
+    command only: afterwards a warning reaches the root logger again, and nothing writes to a stream
+    that the caller has closed since (CI failed on exactly that: a later test's warning went to a
+    closed capture file instead of caplog)."""
+    import logging
+
+    logger = logging.getLogger("aip_assets")
+    before = (logger.handlers[:], logger.level, logger.propagate)
+    assert main(["runs"]) == 2
+    assert (logger.handlers[:], logger.level, logger.propagate) == before
+    logger.warning("after main")
+    assert "after main" in caplog.text
+
+
 # ------------------------------------------------------------------ secrets by value
 @pytest.mark.parametrize("name,value", [
     ("X-Credential", "plain"),  # by name
