@@ -244,7 +244,12 @@ def cmd_report(args) -> int:
     path = Path(args.warehouse).resolve() if args.warehouse else None
     if not args.run and not args.serve:
         raise AipError("report needs a RUN (see `aip-eval runs`), or --serve to serve the reports folder")
-    written = write_report(args.run, out=args.out, path=path) if args.run else None
+    from .viewer import ROWS_PER_METRIC
+
+    rows = ROWS_PER_METRIC if args.rows_per_metric is None else args.rows_per_metric
+    if rows < 1:
+        raise AipError(f"--rows-per-metric must be at least 1, got {rows}")
+    written = write_report(args.run, out=args.out, path=path, rows_per_metric=rows) if args.run else None
     if written is not None:
         print(written)
     if not args.serve:
@@ -420,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--host", default="127.0.0.1", help="--serve: address to listen on (default loopback only)")
     rp.add_argument("--port", type=int, default=None, help="--serve: port (default $AIP_REPORT_PORT, else 8112)")
     rp.add_argument("--out", help="output file (default <warehouse dir>/reports/<run>.html)")
+    rp.add_argument("--rows-per-metric", type=int, default=None,
+                    help="the sample viewer embeds at most this many rows of each metric, lowest scores first "
+                         "(default 500; the page says how many were left out)")
     rp.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)")
     rp.set_defaults(fn=cmd_report)
 

@@ -1,8 +1,10 @@
-"""A self-contained HTML report for one run: scores with intervals, breakdown charts, the weakest
-rows with their probes and the SUT's answers, and token use per role.
+"""A self-contained HTML report for one run: scores with intervals, breakdown charts, a viewer of
+every sample (viewer.py: filters, search, sort, the answers side by side with the judges'
+reasoning), the weakest rows with their probes and the SUT's answers, and token use per role.
 
 Everything is read from the warehouse through short read-only connections; the page has no
-external resources (inline CSS, charts as inline SVG, no scripts). Every number shown is the
+external resources (inline CSS, charts as inline SVG, the viewer's data and script inline), so it
+works offline, and everything but the viewer works without scripts. Every number shown is the
 warehouse value, formatted (3 decimals for scores and rates, integers for counts), and the raw
 value sits in the element's ``data-value`` attribute so a test can compare it exactly.
 
@@ -24,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
+from . import viewer
 from . import warehouse as wh
 from .errors import AipError
 
@@ -668,8 +671,9 @@ def _notes_section(notes: list[dict[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------- the report
 
-def build_report(run_id: str, path: str | Path | None = None) -> str:
-    """The report for ``run_id`` as one self-contained HTML document."""
+def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: int = viewer.ROWS_PER_METRIC) -> str:
+    """The report for ``run_id`` as one self-contained HTML document; the sample viewer embeds at most
+    ``rows_per_metric`` rows of each metric (the lowest scores first)."""
     db = _warehouse_path(path)
     if not db.exists():
         raise AipError(f"{db}: no warehouse yet; run `aip-eval run <spec>` first")
@@ -762,7 +766,7 @@ def build_report(run_id: str, path: str | Path | None = None) -> str:
                           "ORDER BY level, metric, stage, code"))
 
     body = [_header(run, db)]
-    toc = ['<nav class="toc"><a href="#summary">summary</a>'] + [
+    toc = ['<nav class="toc"><a href="#summary">summary</a>', '<a href="#samples">samples</a>' if metrics else ""] + [
         f'<a href="#m-{_slug(m)}">{_e(m.removeprefix("llm."))}</a>' for m in metrics] + [
         '<a href="#cost">model calls</a>', '<a href="#notes">notes</a>' if notes else "", "</nav>"]
     body.append("".join(toc))
@@ -773,6 +777,9 @@ def build_report(run_id: str, path: str | Path | None = None) -> str:
         body.append('<h2 id="summary">Summary</h2><p class="err">No metric of this run has been aggregated yet.</p>')
     if missing:
         body.append(f'<p class="muted">Configured but not aggregated: {", ".join(f"<code>{_e(m)}</code>" for m in missing)}</p>')
+    if metrics:
+        body.append(viewer.section(viewer.read(lambda sql, params=None: _records(rd.q(sql, params)), metrics,
+                                               rows_per_metric)))
     spec_metrics = spec.get("metrics") or {}
     for m in metrics:
         body.append(_metric_section(m, by_metric[m], spec_metrics.get(m) or {},
@@ -785,7 +792,7 @@ def build_report(run_id: str, path: str | Path | None = None) -> str:
     body.append(f'<p class="muted" style="margin-top:40px">Generated {generated} by aip_assets {_e(__version__)}.</p>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>aip report · {_e(run_id)}</title><style>{CSS}</style></head>"
+            f"<title>aip report · {_e(run_id)}</title><style>{CSS}{viewer.CSS}</style></head>"
             f"<body><main>{''.join(body)}</main></body></html>\n")
 
 
@@ -794,9 +801,10 @@ def default_out(run_id: str, path: str | Path | None = None) -> Path:
     return _warehouse_path(path).parent / "reports" / f"{safe}.html"
 
 
-def write_report(run_id: str, out: str | Path | None = None, path: str | Path | None = None) -> Path:
+def write_report(run_id: str, out: str | Path | None = None, path: str | Path | None = None,
+                 rows_per_metric: int = viewer.ROWS_PER_METRIC) -> Path:
     """Write the report (default ``<warehouse dir>/reports/<run_id>.html``) and return its path."""
-    text = build_report(run_id, path)
+    text = build_report(run_id, path, rows_per_metric)
     target = Path(out) if out else default_out(run_id, path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")

@@ -17,6 +17,7 @@ from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.errors import AipError
 from aip_assets.report import GROUP_CAP, TEXT_LIMIT, WEAKEST_ROWS, build_report, write_report
+from aip_assets.viewer import TEXT_LIMIT as VIEW_TEXT_LIMIT
 from aip_assets.runspec import parse_spec
 
 from .conftest import make_spec, run_all, write_dataset
@@ -126,9 +127,15 @@ def test_report_is_written_beside_the_warehouse_and_self_contained(warehouse, re
             assert not v.startswith(("http:", "https:", "//")), (e["tag"], name, v)
             assert not v or v.startswith("#"), (e["tag"], name, v)  # only in-page anchors
     lower = text.lower()
-    assert "<script" not in lower and "<link" not in lower and "<img" not in lower and "<iframe" not in lower
+    assert "<link" not in lower and "<img" not in lower and "<iframe" not in lower
     assert "url(" not in lower and "@import" not in lower
     assert "&lt;script&gt;x&lt;/script&gt; &amp; Co." in text  # the dataset's markup, escaped
+    # the viewer's two scripts are inline: its data (JSON, every "<" escaped, so the dataset's
+    # "</script>" cannot end the block) and its code; nothing is fetched
+    scripts = doc.find("script")
+    assert [e["attrs"] for e in scripts] == [{"type": "application/json", "id": "aip-viewer-data"}, {}]
+    assert lower.count("<script") == 2 and lower.count("</script>") == 2
+    assert "fetch(" not in text and "xmlhttprequest" not in lower and "import(" not in text
 
 
 def test_reports_are_served_over_http_so_links_from_the_ui_open(warehouse, report):
@@ -301,3 +308,233 @@ def test_renders_in_headless_chromium(report, tmp_path):
     assert png.exists(), proc.stderr[-2000:]
     assert png.stat().st_size > 10_000
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- the sample viewer
+
+def viewer_data(text: str) -> dict:
+    start = text.index('<script type="application/json" id="aip-viewer-data">')
+    body = text[text.index(">", start) + 1:text.index("</script>", start)]
+    assert "<" not in body and ">" not in body
+    return json.loads(body)
+
+
+def _plain(x):
+    """A warehouse value as the viewer's JSON has it: NULL, NaN and NA are None."""
+    import pandas as pd
+
+    return None if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _clipped(s):
+    s = _plain(s)
+    return s if s is None or len(s) <= VIEW_TEXT_LIMIT else s[:VIEW_TEXT_LIMIT]
+
+
+def test_viewer_holds_every_row_with_the_warehouse_values(warehouse, report):
+    _, text, _ = report
+    data = viewer_data(text)
+    rows = q(warehouse, "SELECT * FROM row_scores WHERE run_id = ? ORDER BY metric, input_id", [RUN])
+    got = {(r["m"], r["id"]): r for r in data["rows"]}
+    assert len(got) == len(data["rows"]) == len(rows) and {m["metric"] for m in data["metrics"]} == set(METRICS)
+    for r in rows.itertuples():
+        v = got[(r.metric, r.input_id)]
+        assert _same("" if v["score"] is None else repr(v["score"]), r.score), (r.metric, r.input_id)
+        assert (v["label"], v["status"], v["nj"], v["nf"], v["ne"]) == (r.label, r.status, r.n_judged, r.n_failed,
+                                                                         r.n_events)
+        assert v["flagged"] == (r.n_events > 0)
+        assert v["excluded"] == (r.score is None or math.isnan(r.score) or r.n_failed > 0)
+    # failed: the row, one of its SUT answers or one of its judges failed
+    failed = set(q(warehouse, """
+        SELECT metric, input_id FROM row_scores WHERE run_id = ? AND status <> 'ok'
+        UNION SELECT metric, input_id FROM sut_responses WHERE run_id = ? AND status <> 'ok'
+        UNION SELECT metric, input_id FROM judgements WHERE run_id = ? AND status <> 'ok'""", [RUN, RUN, RUN])
+                 .itertuples(index=False, name=None))
+    assert failed and {k for k, v in got.items() if v["failed"]} == failed
+    # every judgement of the run is shown once, on its row, with its verdict
+    judged = q(warehouse, "SELECT metric, input_id, judge_kind, status, label, score FROM judgements WHERE run_id = ?",
+               [RUN])
+    shown = []
+    for (m, i), v in got.items():
+        for it in v["items"]:
+            shown += [(m, i, x["k"], x["st"], x["l"], x["s"]) for x in it["v"]]
+        shown += [(m, i, x["k"], x["st"], x["l"], x["s"]) for x in v["single"]]
+    norm = lambda t: tuple(map(_plain, t))  # noqa: E731
+    assert sorted(map(norm, shown), key=repr) == sorted(map(norm, judged.itertuples(index=False, name=None)), key=repr)
+
+
+def test_viewer_pairs_read_in_persona_order(warehouse, report):
+    """A decision-flip pair: persona a's probe and answer on the left, b's on the right, the decisions
+    and the reasoning in the same order (v_pair_verdicts: "Response 1/2" rewritten where the judge
+    saw b first)."""
+    data = viewer_data(report[1])
+    pv = q(warehouse, "SELECT * FROM v_pair_verdicts WHERE run_id = ?", [RUN])
+    assert pv.order_swapped.any() and (~pv.order_swapped.astype(bool)).any()
+    by = {(r.input_id, r.value_a, r.value_b): r for r in pv.itertuples()}
+    n = 0
+    for row in (r for r in data["rows"] if r["m"] == "llm.decision_flip"):
+        for it in row["items"]:
+            pair = by[(row["id"], it["a"]["who"], it["b"]["who"])]
+            a, b = row["probes"][it["a"]["p"]], row["probes"][it["b"]["p"]]
+            assert (a["q"], b["q"]) == (_clipped(pair.query_a), _clipped(pair.query_b))
+            assert (a["ans"]["0"]["t"], b["ans"]["0"]["t"]) == (_clipped(pair.response_a), _clipped(pair.response_b))
+            [v] = it["v"]
+            assert (v["da"], v["db"], v["f"], v["sw"]) == tuple(map(_plain, (pair.decision_a, pair.decision_b,
+                                                                             pair.flipped, pair.order_swapped)))
+            assert v["r"] == _clipped(pair.reasoning)
+            n += 1
+    assert n == len(pv)
+    # a row opens on its most telling comparisons: flips, then failed judges, then the worst scores
+    # (group bias: low similarity, high tone divergence or effort gap)
+    def telling(v):
+        if v["f"]:
+            return 3
+        if v["st"] != "ok":
+            return 2
+        return v["s"] if v["k"] in ("tone", "effort") else 1 - v["s"]
+    orders = [[max(telling(v) for v in it["v"]) for it in row["items"]] for row in data["rows"]
+              if row["m"] in ("llm.group_interaction_bias", "llm.decision_flip")]
+    assert all(o == sorted(o, reverse=True) for o in orders) and any(len(set(o)) > 2 for o in orders)
+    # consistency: the base answer beside each sampled variant answer it was compared with
+    comp = q(warehouse, "SELECT * FROM v_consistency_comparisons WHERE run_id = ? AND metric = 'llm.semantic_consistency'",
+             [RUN])
+    for c in comp.itertuples():
+        row = next(r for r in data["rows"] if r["m"] == c.metric and r["id"] == c.input_id)
+        [it] = [it for it in row["items"] if it["b"]["s"] == str(c.sample_index)]
+        assert row["probes"][it["a"]["p"]]["ans"]["0"]["t"] == _clipped(c.base_response)
+        assert row["probes"][it["b"]["p"]]["ans"][str(c.sample_index)]["t"] == _clipped(c.variant_response)
+
+
+def test_viewer_keeps_the_lowest_rows_of_a_large_run_and_says_so(warehouse):
+    data = viewer_data(build_report(RUN, warehouse, rows_per_metric=3))
+    for m in data["metrics"]:
+        want = q(warehouse, """SELECT input_id FROM row_scores WHERE run_id = ? AND metric = ?
+                               ORDER BY score ASC NULLS FIRST, input_id LIMIT 3""", [RUN, m["metric"]])
+        total = q(warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND metric = ?",
+                  [RUN, m["metric"]]).n[0]
+        assert [r["id"] for r in data["rows"] if r["m"] == m["metric"]] == list(want.input_id)
+        assert (m["shown"], m["total"]) == (3, total) and total > 3
+
+
+def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, tmp_path):
+    """Filter, search, sort and open a row in the page itself; the counts and numbers it shows are the
+    warehouse's, and the dataset's markup stays text."""
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = report[0]
+    flagged = q(warehouse, "SELECT input_id, score FROM row_scores WHERE run_id = ? AND metric = 'llm.decision_flip' "
+                           "AND n_events > 0 ORDER BY score, input_id", [RUN])
+    errored = q(warehouse, "SELECT metric, input_id FROM row_scores WHERE run_id = ? AND status <> 'ok'", [RUN])
+    total = q(warehouse, "SELECT count(*) AS n, max(score) AS top FROM row_scores WHERE run_id = ?", [RUN])
+    assert len(flagged) >= 2 and len(errored)
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1600})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"file://{out}")
+            page.wait_for_selector("#viewer[data-ready='1']")
+            count = lambda: int(page.get_attribute("#viewer-count", "data-matching"))  # noqa: E731
+            assert count() == total.n[0]
+            # sort: the highest score first
+            page.select_option("select[data-filter=sort]", "score-desc")
+            assert float(page.get_attribute("#viewer tr.row >> nth=0 >> td[data-field=score]", "data-value")) == total.top[0]
+            page.select_option("select[data-filter=sort]", "score-asc")
+            # filter: decision flip, flipped rows only, in score order
+            page.select_option("select[data-filter=metric]", "llm.decision_flip")
+            page.check("input[data-filter=flagged]")
+            assert count() == len(flagged)
+            ids = page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.inputId)")
+            assert ids == list(flagged.input_id)
+            # an axis narrows to the rows with a pair on that axis
+            axis = q(warehouse, """SELECT axis, count(DISTINCT p.input_id) AS n FROM probe_pairs p
+                                   JOIN row_scores r USING (run_id, metric, input_id)
+                                   WHERE run_id = ? AND metric = 'llm.decision_flip' AND r.n_events > 0
+                                   GROUP BY axis ORDER BY axis LIMIT 1""", [RUN])
+            page.select_option("select[data-filter=axis]", axis.axis[0])
+            assert count() == axis.n[0]
+            page.select_option("select[data-filter=axis]", "")
+            # open the lowest row: its flipped pairs come first, answers in persona order, reasoning shown
+            first = flagged.input_id[0]
+            page.click(f"#viewer tr.row[data-input-id='{first}']")
+            detail = page.locator(f"#viewer td.detail[data-input-id='{first}']")
+            top = q(warehouse, """SELECT * FROM v_pair_verdicts WHERE run_id = ? AND input_id = ? AND flipped
+                                  ORDER BY value_a || ' vs ' || value_b LIMIT 1""", [RUN, first])
+            box = detail.locator(".pair").first
+            assert box.locator(".who").first.inner_text().endswith(f"{top.value_a[0]} vs {top.value_b[0]}")
+            answers = box.locator("[data-answer]").all_inner_texts()
+            assert [a.strip() for a in answers] == [top.response_a[0].strip(), top.response_b[0].strip()]
+            assert box.locator("[data-reasoning]").inner_text().strip() == top.reasoning[0].strip()
+            assert "flipped, due to the persona" in box.inner_text()
+            assert MARK in detail.inner_text()  # the dataset's markup, shown as text
+            page.screenshot(path=str(tmp_path / "viewer_row.png"))
+            # search by id; then the failed filter across metrics
+            page.check("input[data-filter=flagged]")
+            page.uncheck("input[data-filter=flagged]")
+            page.select_option("select[data-filter=metric]", "")
+            page.fill("input[data-filter=search]", first)
+            assert count() == q(warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND input_id LIKE ?",
+                                [RUN, f"%{first}%"]).n[0]
+            page.fill("input[data-filter=search]", "")
+            page.check("input[data-filter=failed]")
+            assert count() >= len(errored)
+            shown = set(page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.metric + '|' + r.dataset.inputId)"))
+            assert {f"{m}|{i}" for m, i in errored.itertuples(index=False, name=None)} <= shown
+        finally:
+            browser.close()
+    assert errors == []
+    shutil.copy(tmp_path / "viewer_row.png", (Path(__file__).parent / "artifacts").resolve() / "viewer_row.png")
+
+
+def test_viewer_detail_orders_and_places_verdicts_by_hand():
+    """_detail on hand-made rows: group-bias pairs ordered by how telling their verdicts are (not by
+    name); perturbation verdicts beside the variant they judged, the baseline's on its own; a
+    consistency comparison beside the sampled answer it compared."""
+    from aip_assets.viewer import _detail
+
+    def probe(pid, role, sample=0, status="ok", **kw):
+        return {"probe_id": pid, "role": role, "sample_index": sample, "response": f"answer {pid}/{sample}",
+                "sut_status": status, "sut_error": None if status == "ok" else "HTTP 500", "query_text": f"ask {pid}",
+                **kw}
+
+    def judged(kind, score, status="ok", **kw):
+        return {"judge_kind": kind, "score": score, "status": status, "label": None, **kw}
+
+    entries = [probe(x, "persona", persona_id=x) for x in "abcdefgh"]
+    pairs = [{"pair_id": f"p{i}", "value_a": x, "value_b": y, "probe_a": x, "probe_b": y, "axis": None}
+             for i, (x, y) in enumerate(["ab", "cd", "ef", "gh"])]
+    verdicts = [judged("similarity", 0.9, pair_id="p0"), judged("tone", 0.1, pair_id="p0"),    # 0.1
+                judged("similarity", 0.95, pair_id="p1"), judged("tone", 0.8, pair_id="p1"),   # 0.8
+                judged("similarity", 0.3, pair_id="p2"), judged("tone", 0.0, pair_id="p2"),    # 0.7
+                judged("similarity", None, "judge_failed", pair_id="p3")]                      # failed: 2
+    d = _detail(entries, pairs, verdicts)
+    assert [it["title"] for it in d["items"]] == ["g vs h", "c vs d", "e vs f", "a vs b"]
+    assert d["any_failed"] and d["personas"] == list("abcdefgh") and d["other"] == [] and d["single"] == []
+
+    base = probe("B", "baseline", category="baseline", variant_id="row1")
+    typo = probe("T", "variant", category="typos", variant_id="row1--typos-1")
+    case = probe("C", "variant", category="casing", variant_id="row1--casing-1", status="error")
+    verdicts = [judged("correctness", 1.0, category="baseline"),
+                judged("correctness", 0.0, category="typos", variant_id="row1--typos-1"),
+                judged("robustness", 0.5, category="typos", variant_id="row1--typos-1"),
+                judged("robustness", 1.0, category="casing", variant_id="row1--casing-1")]
+    d = _detail([base, typo, case], [], verdicts)
+    by_right = {d["probes"][it["b"]["p"]]["id"]: it for it in d["items"]}
+    assert [d["probes"][it["a"]["p"]]["id"] for it in d["items"]] == ["B", "B"]
+    assert sorted((v["k"], v["s"]) for v in by_right["T"]["v"]) == [("correctness", 0.0), ("robustness", 0.5)]
+    assert [v["s"] for v in by_right["C"]["v"]] == [1.0] and list(by_right) == ["T", "C"]  # the wrong typo answer first
+    assert [(v["k"], v["c"]) for v in d["single"]] == [("correctness", "baseline")]
+    assert d["cats"] == ["casing", "typos"] and d["any_failed"]  # the casing answer failed
+
+    base = probe("B", "base")
+    samples = [probe("V", "variant", sample=i, category="formal") for i in (1, 2)]
+    verdicts = [judged("comparison", 0.0, sample_index=2, category="formal"),
+                judged("comparison", 1.0, sample_index=1, category="formal")]
+    d = _detail([base, *samples], [], verdicts)
+    assert [(it["b"]["s"], it["v"][0]["s"]) for it in d["items"]] == [("2", 0.0), ("1", 1.0)]
+    assert all(d["probes"][it["b"]["p"]]["ans"][it["b"]["s"]]["t"] == f"answer V/{it['b']['s']}" for it in d["items"])
+    assert not d["any_failed"]
