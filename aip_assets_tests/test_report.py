@@ -419,7 +419,7 @@ def test_viewer_keeps_the_lowest_rows_of_a_large_run_and_says_so(warehouse):
 def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, tmp_path):
     """Filter, search, sort and open a row in the page itself; the counts and numbers it shows are the
     warehouse's, and the dataset's markup stays text."""
-    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+    from .test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
@@ -487,7 +487,8 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
         finally:
             browser.close()
     assert errors == []
-    shutil.copy(tmp_path / "viewer_row.png", (Path(__file__).parent / "artifacts").resolve() / "viewer_row.png")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / "viewer_row.png", ARTIFACTS / "viewer_row.png")
 
 
 def test_viewer_detail_orders_and_places_verdicts_by_hand():
