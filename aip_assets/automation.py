@@ -4,8 +4,8 @@
 A tick changes nothing: it returns a run request of the launcher job ``aip_launch`` (so the
 UI's "Preview tick result" or "Test sensor" registers nothing, adds no partition). The launched
 run registers the run, named from the spec and the tick's time (runs never overwrite each other),
-checks the endpoints, adds its partition and evaluates every configured metric as a run of the
-``evaluate`` job. A tick that finds the previous run of the same spec still going skips with
+checks the endpoints, adds its partitions (one per configured metric) and evaluates each
+configured metric as a run of the ``evaluate`` job. A tick that finds the previous run of the same spec still going skips with
 the reason. The sensor's first tick records the spec files already there as seen and launches
 none; later, a new or changed spec launches, an invalid one is reported in the sensor's log with
 the validation error and launches nothing. Both start stopped: turn them on in the UI.
@@ -24,7 +24,6 @@ from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatu
                      ScheduleDefinition, SensorResult, SkipReason, in_process_executor, job, op, schedule, sensor)
 
 from .errors import AipError
-from .partitions import partition_key, runs_partitions
 from .pipeline import load_run, new_run_id, preflight, register_run, run_exists
 from .resources import SutConnection, Warehouse
 from .runspec import RunSpec, file_sha256, load_spec
@@ -55,7 +54,7 @@ def launch_request(spec: RunSpec, spec_path: Path, run_id: str, trigger: str) ->
 
 
 @op(config_schema={"spec_path": str, "run_id": str, "trigger": str},
-    description="register the run (eval_runs and its partition), check the endpoints, then evaluate each "
+    description="register the run (eval_runs and its partitions), check the endpoints, then evaluate each "
                 "configured metric as a run of the evaluate job")
 def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> None:
     cfg = context.op_config
@@ -73,19 +72,14 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
             register_run(spec, run_id)
     except AipError as e:
         raise Failure(description=f"{path}: nothing launched: {e}") from None
-    if not context.instance.has_dynamic_partition(runs_partitions.name, run_id):
-        context.instance.add_dynamic_partitions(runs_partitions.name, [run_id])
     context.log.info(f"{path}: run {run_id}, evaluating {', '.join(spec.metrics)}")
-    from .jobs import evaluate as evaluate_job
+    from .jobs import evaluate_run
 
-    evaluate = evaluate_job()
     failed = []
-    for m in spec.metrics:
-        result = evaluate.execute_in_process(  # the same warehouse resource as this launch
-            run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}},
-            partition_key=partition_key(run_id, m), instance=context.instance, raise_on_error=False,
-            tags={"aip/run_id": run_id, "aip/spec": spec.name, "aip/trigger": cfg["trigger"],
-                  "aip/launched_by": context.run_id})
+    for m, result in evaluate_run(
+            context.instance, run_id, spec.metrics, spec.metrics,
+            {"aip/spec": spec.name, "aip/trigger": cfg["trigger"], "aip/launched_by": context.run_id},
+            run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}}):  # this launch's warehouse
         context.log.info(f"{run_id} × {m}: {'done' if result.success else 'FAILED'} (Dagster run {result.run_id})")
         if not result.success:
             failed.append(f"{m} (Dagster run {result.run_id})")

@@ -38,7 +38,7 @@ CHECKS = {
 
 
 def spec_for(stage: str, asset_key, partitions_def=None) -> list[AssetCheckSpec]:
-    """The stage's checks, partitioned like their asset (run × metric), so each result is kept
+    """The stage's checks, partitioned like their asset (one key per run and metric), so each result is kept
     per partition and the UI's check history says which metric of which run it judged."""
     import warnings
 

@@ -112,7 +112,6 @@ def cmd_run(args) -> int:
     from . import pipeline
     from . import warehouse as wh
     from .dagster_home import get_instance, use_project_of
-    from .partitions import partition_key, runs_partitions
     from .runspec import load_spec
 
     # validation order: the spec, every dataset, the endpoints, then the warehouse; bad input of
@@ -133,9 +132,9 @@ def cmd_run(args) -> int:
     if resume:
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"resuming run {run_id} with its stored spec")
-    from .jobs import evaluate as evaluate_job
+    from .jobs import evaluate as evaluate_job, evaluate_run
 
-    evaluate = evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
+    evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
     n_rows = pipeline.validate_datasets(spec)
     for line in pipeline.preflight(spec):
         log.info(f"endpoint ok: {line}")
@@ -155,16 +154,11 @@ def cmd_run(args) -> int:
                 run_id = f"{base}-{n}"
         rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows)
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
-    instance = get_instance()
-    if not instance.has_dynamic_partition(runs_partitions.name, run_id):
-        instance.add_dynamic_partitions(runs_partitions.name, [run_id])
     metrics = args.metric or list(spec.metrics)
     failed, capped = [], False
-    for metric in metrics:
-        log.info(f"materialising {run_id} × {metric}")
-        result = evaluate.execute_in_process(partition_key=partition_key(run_id, metric), instance=instance,
-                             run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-                             raise_on_error=False, tags={"aip/run_id": run_id, "aip/spec": spec.name})
+    for metric, result in evaluate_run(get_instance(), run_id, spec.metrics, metrics, {"aip/spec": spec.name},
+                                       run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                                       on_start=lambda m: log.info(f"materialising {run_id} × {m}")):
         if not result.success:
             msgs = [_root_message(err) for e in result.get_step_failure_events()
                     if (err := getattr(e.event_specific_data, "error", None)) is not None]

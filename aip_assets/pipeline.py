@@ -72,6 +72,9 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
                  n_rows: dict[str, int] | None = None) -> dict[str, Any]:
     """Store the resolved spec (no secrets), metric versions, dataset hash and package version;
     the one step that creates the warehouse. ``n_rows``: the datasets already validated."""
+    if not run_id or "|" in run_id or run_id != run_id.strip():
+        raise SpecError(f"run id {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
+                        "Dagster's partition keys) and without leading or trailing spaces")
     n_rows = n_rows or validate_datasets(spec)  # validates: bad input stops here
     datasets = list(n_rows)
     shas = {ds: file_sha256(ds) for ds in datasets}

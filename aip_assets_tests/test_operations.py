@@ -13,7 +13,7 @@ from aip_assets.resources import Warehouse
 from aip_assets.automation import build_schedules, build_sensor, launch_job
 from aip_assets.dagster_home import get_instance
 from aip_assets.definitions import defs
-from aip_assets.partitions import partition_key, runs_partitions
+from aip_assets.partitions import evaluations, partition_key, register_partitions
 
 from .conftest import make_spec, write_dataset
 
@@ -33,7 +33,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
                      config={"dimensions": ["gender", "role"]}, threshold=0.99, max_failed_share=0.1)
     pipeline.register_run(spec, "chk")
-    instance.add_dynamic_partitions(runs_partitions.name, ["chk"])
+    register_partitions(instance, "chk", ["llm.decision_flip"])
     res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("chk", "llm.decision_flip"), instance=instance)
     assert res.success  # failed checks do not fail the materialisation; they are shown beside it
     c = _checks(res)
@@ -60,7 +60,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     # a clean run passes every check
     spec = make_spec(ds, threshold=0.5)
     pipeline.register_run(spec, "clean")
-    instance.add_dynamic_partitions(runs_partitions.name, ["clean"])
+    register_partitions(instance, "clean", ["llm.decision_flip"])
     res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("clean", "llm.decision_flip"), instance=instance)
     assert all(e.passed for e in res.get_asset_check_evaluations())
 
@@ -102,7 +102,7 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     # evaluating a tick (as "Preview tick result" does) changes nothing: no run, no partition
     assert _tick(sched, instance, t1).run_requests == first.run_requests
     assert not pipeline.run_exists("nightly-20261101T0200Z")
-    assert not instance.get_dynamic_partitions(runs_partitions.name)
+    assert not instance.get_dynamic_partitions(evaluations.name)
     _execute(first.run_requests, instance)
     assert pipeline.run_exists("nightly-20261101T0200Z")
     evaluated = [r for r in instance.get_runs() if r.job_name == "evaluate"]
@@ -119,7 +119,8 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     monkeypatch.setattr(automation, "still_going", real)
     second = _tick(sched, instance, t2)
     _execute(second.run_requests, instance)
-    assert set(instance.get_dynamic_partitions(runs_partitions.name)) == {"nightly-20261101T0200Z", "nightly-20261102T0200Z"}
+    assert instance.get_dynamic_partitions(evaluations.name) == ["nightly-20261101T0200Z|llm.decision_flip",
+                                                                 "nightly-20261102T0200Z|llm.decision_flip"]
     s = wh.query("SELECT run_id, scope, group_key, score, n, n_events FROM metric_scores ORDER BY scope, group_key, run_id")
     a, b = s[s.run_id.str.endswith("1101T0200Z")].drop(columns="run_id"), s[s.run_id.str.endswith("1102T0200Z")].drop(columns="run_id")
     assert a.reset_index(drop=True).equals(b.reset_index(drop=True))  # same SUT, same spec: zero difference
@@ -215,7 +216,11 @@ def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys):
         assert got[(m, "judge")] <= e["judge_calls"]  # identical judge prompts may be answered from the cache
     # the CLI's runs are the evaluate job's (in-process) runs, one per metric partition, as in the UI
     runs = [r for r in get_instance().get_runs() if r.tags.get("aip/run_id") == run_id]
-    assert sorted(r.tags["dagster/partition/metric"] for r in runs) == sorted(est["metrics"])
+    assert sorted(r.tags["aip/metric"] for r in runs) == sorted(est["metrics"])
+    assert sorted(r.tags["dagster/partition"] for r in runs) == sorted(f"{run_id}|{m}" for m in est["metrics"])
+    # the run's partitions are exactly its configured metrics (of this run; the instance holds others)
+    assert sorted(k for k in get_instance().get_dynamic_partitions(evaluations.name) if k.startswith(f"{run_id}|")) \
+        == sorted(f"{run_id}|{m}" for m in est["metrics"])
     assert {r.job_name for r in runs} == {"evaluate"} and all(r.is_success for r in runs)
     assert defs.resolve_job_def("evaluate").executor_def.name == "in_process"
     assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"  # UI launches too

@@ -12,7 +12,7 @@ from aip_assets.resources import Warehouse
 from aip_assets.cli import main
 from aip_assets.dagster_home import get_instance
 from aip_assets.models.client import ModelClient
-from aip_assets.partitions import partition_key, runs_partitions
+from aip_assets.partitions import evaluations, partition_key, register_partitions
 
 from .conftest import make_spec, run_all, table, write_dataset
 
@@ -142,8 +142,9 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     spec = make_spec(ds, sut={"provider": "builtin", "profile": FLIP})
     pipeline.register_run(spec, "dg")
     instance = get_instance()
-    instance.add_dynamic_partitions(runs_partitions.name, ["dg"])
+    register_partitions(instance, "dg", spec.metrics)
     key = partition_key("dg", "llm.decision_flip")
+    assert instance.get_dynamic_partitions(evaluations.name) == ["dg|llm.decision_flip"]  # the run's real work only
     res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=key, instance=instance)
     assert res.success
     mats = res.get_asset_materialization_events()
@@ -201,6 +202,33 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     from dagster import AssetKey
 
     assert instance.get_latest_materialization_event(AssetKey("aggregation")) is not None
+
+
+def test_a_partition_typed_in_the_ui_fails_at_its_first_step_and_writes_nothing(tmp_path):
+    """Dagster's dialog offers "+ Add a partition" for any dynamic set: a key that names no
+    registered run, no known metric or has no separator fails its first step saying so."""
+    from aip_assets.errors import SpecError
+    from aip_assets.partitions import split_key
+
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    pipeline.register_run(make_spec(ds), "real")
+    instance = get_instance()
+    before = sorted(p.name for p in wh.default_path().parent.iterdir())
+    for key, says in (("typed|llm.decision_flip", "run 'typed' is not registered"),
+                      ("real|llm.nope", "is not <run_id>|<metric> with a known metric"),
+                      ("real", "is not <run_id>|<metric>")):
+        instance.add_dynamic_partitions(evaluations.name, [key])
+        res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=key, instance=instance,
+                          raise_on_error=False)
+        [failure] = res.get_step_failure_events()
+        assert failure.step_key == "ingest" and says in failure.event_specific_data.error.message, key
+        assert wh.query("SELECT count(*) AS n FROM dataset_rows").n[0] == 0
+    assert sorted(p.name for p in wh.default_path().parent.iterdir()) == before
+    assert split_key("nightly-20261101T0200Z|llm.semantic_consistency") == ("nightly-20261101T0200Z",
+                                                                           "llm.semantic_consistency")
+    for bad in ("", "a|b", " a"):  # run ids are keys' first half: no separator in them
+        with pytest.raises(SpecError, match="run id"):
+            pipeline.register_run(make_spec(ds), bad)
 
 
 def test_unconfigured_metric_partition_gives_a_clear_message(tmp_path, monkeypatch):

@@ -77,10 +77,10 @@ def test_metric_versions_are_the_specs():
         assert REGISTRY[metric].version.split(".")[0] == str(m["version"]).split(".")[0], metric
 
 
-def test_execution_manifests_max_concurrency_is_the_run_queue_limit_per_metric():
+def test_execution_manifests_max_concurrency_is_the_run_queue_limit():
     """The specs allow max_concurrency executions of one metric at once: the Dagster instance
-    (the repo's dagster.yaml and the one the CLI writes) queues runs so that at most that many
-    runs of one metric's partitions run together (tag dagster/partition/metric)."""
+    (the repo's dagster.yaml and the one the CLI writes) runs at most that many queued runs at
+    once, and each evaluation run is one (run, metric) partition, so no metric exceeds it."""
     import yaml
 
     from aip_assets.dagster_home import MAX_CONCURRENCY, instance_settings
@@ -89,11 +89,8 @@ def test_execution_manifests_max_concurrency_is_the_run_queue_limit_per_metric()
     assert limits == {MAX_CONCURRENCY}
     repo = Path(aip_assets.__file__).parent.parent
     for cfg in (yaml.safe_load((repo / "dagster.yaml").read_text()), yaml.safe_load(instance_settings(Path("/x")))):
-        rc = cfg["run_coordinator"]
-        assert rc["class"] == "QueuedRunCoordinator"
-        [lim] = rc["config"]["tag_concurrency_limits"]
-        assert lim == {"key": "dagster/partition/metric", "value": {"applyLimitPerUniqueValue": True},
-                       "limit": MAX_CONCURRENCY}
+        assert cfg["run_coordinator"]["class"] == "QueuedRunCoordinator"
+        assert cfg["concurrency"] == {"runs": {"max_concurrent_runs": MAX_CONCURRENCY}}
 
 
 def test_execution_manifests_timeout_is_each_rows_deadline(tmp_path):

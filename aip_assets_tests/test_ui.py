@@ -3,12 +3,12 @@ UI, and the asset-check results.
 
 The test uses a small project folder in tmp_path (a workspace.yaml, the repo's dagster.yaml, a
 4-row dataset and a spec with one metric). `aip-eval run` registers a run and materialises it once,
-so the UI has a `metric|run` partition to offer. Then `dagster dev` serves that folder, and
+so the UI has its `run|metric` partition to offer (a run adds one key per configured metric). Then `dagster dev` serves that folder, and
 Playwright drives Debian's Chromium (`/usr/bin/chromium`; `.ci/run` installs it) through the UI:
 
 1. dismiss the first-run "Join the Dagster community" dialog;
 2. the `evaluation` group's lineage shows the five stages (screenshot `1_asset_graph.png`);
-3. "Materialize all…" → choose the `llm.decision_flip` × run partition → "Launch 1 run"
+3. "Materialize all…" → choose the run's `<run>|llm.decision_flip` partition → "Launch 1 run"
    (screenshot `2_launch_dialog.png`);
 4. the Runs page, filtered to the new run, shows it as Success (screenshot `3_run.png`); the
    instance agrees: one new run, SUCCESS, tagged as launched from the UI, for that partition, with
@@ -238,20 +238,21 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     page.wait_for_timeout(1000)  # let the graph finish its zoom-to-fit before the screenshot
     page.screenshot(path=str(shots / "1_asset_graph.png"), full_page=True)
 
-    # 3. Materialise one partition from the UI: "Materialize all…" opens the launch dialog with one
-    # tag selector per partition dimension (metric first, then run). Each selector opens a popover
-    # with a "Filter partitions" box and one menu item per key; choosing a key replaces the
-    # selector's placeholder, so the next placeholder is the next dimension's.
+    # 3. Materialise one partition from the UI: "Materialize all…" opens the launch dialog with a
+    # partition selector. It opens a popover with a "Filter partitions" box and one menu item per
+    # key: the run's keys, one per configured metric, and nothing else.
     page.get_by_role("button", name="Materialize all").click()
     launch = page.get_by_role("dialog").filter(has_text="Launch runs to materialize")
     expect(launch).to_be_visible()
-    for key in (METRIC, run_id):
-        launch.get_by_text("Select a partition or create one").first.click()
-        popover = page.get_by_role("dialog").filter(has=page.get_by_placeholder("Filter partitions"))
-        popover.get_by_placeholder("Filter partitions").fill(key)
-        popover.get_by_role("menuitem", name=key).click()
-        page.keyboard.press("Escape")  # closes the popover only
-        expect(popover).to_have_count(0)
+    key = f"{run_id}|{METRIC}"
+    launch.get_by_text("Select a partition or create one").first.click()
+    popover = page.get_by_role("dialog").filter(has=page.get_by_placeholder("Filter partitions"))
+    expect(popover.get_by_role("menuitem", name=key)).to_be_visible()
+    expect(popover.get_by_text("Select all (1)", exact=True)).to_be_visible()  # one configured metric: one key, not seven
+    popover.get_by_placeholder("Filter partitions").fill(key)
+    popover.get_by_role("menuitem", name=key).click()
+    page.keyboard.press("Escape")  # closes the popover only
+    expect(popover).to_have_count(0)
     expect(launch.get_by_text("1 partition", exact=True)).to_be_visible()
     launch_button = launch.get_by_role("button", name="Launch 1 run")
     expect(launch_button).to_be_enabled()
@@ -290,7 +291,7 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     timings = {"cli_s": round(cli_s, 2), "ui_run_s": round(stats.end_time - stats.start_time, 2),
                "ui_queued_to_end_s": round(stats.end_time - (stats.enqueued_time or stats.start_time), 2)}
     assert run.tags.get("dagster/from_ui") == "true"
-    assert run.tags["dagster/partition"] == f"{METRIC}|{run_id}"
+    assert run.tags["dagster/partition"] == f"{run_id}|{METRIC}"
     evaluations = [e.dagster_event.event_specific_data for e in
                    instance.all_logs(dagster_run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
     assert sorted(e.check_name for e in evaluations) == ["coverage", "dataset_quality", "differential_refusal",
@@ -307,10 +308,11 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
         expect(page.get_by_text("Succeeded", exact=True)).to_have_count(count)  # each check's status line
         expect(page.get_by_text("Passed", exact=True).first).to_be_visible()  # "Latest execution: Passed"
         page.screenshot(path=str(shots / f"{n}_checks_{asset}.png"), full_page=True)
+        page.get_by_text(check, exact=True).first.click()  # that check's page (the list opens on the first)
         page.get_by_role("tab", name="Execution history").click()
         expect(page.get_by_text("Passed", exact=True)).to_have_count(2)
         # partitioned checks: each evaluation in the history names its run × metric partition
-        expect(page.get_by_text(f"{METRIC}|{run_id}", exact=True)).to_have_count(2)
+        expect(page.get_by_text(f"{run_id}|{METRIC}", exact=True)).to_have_count(2)
         page.screenshot(path=str(shots / f"{n}_checks_{asset}_history.png"), full_page=True)
 
     # 6. From the score to its evidence: the aggregation's latest materialisation reads score,

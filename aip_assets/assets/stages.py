@@ -1,4 +1,4 @@
-"""The five stage assets, each partitioned by run × metric, with the warehouse tables each writes
+"""The five stage assets, each partitioned by (run, metric) (partitions.py), with the warehouse tables each writes
 as table assets (assets/tables.py). Thin: the pipeline does the work."""
 
 
@@ -12,32 +12,33 @@ from ..resources import Warehouse
 from .tables import STAGE_TABLES, table_key, table_materialization_metadata
 from ..errors import AipError
 from ..metrics import get_metric
-from ..partitions import run_metric_partitions
+from ..partitions import evaluations, split_key
 from ..pipeline import load_run, logger, run_stage
 
 GROUP = "evaluation"
 
 
 def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey | None = None) -> MaterializeResult:
-    keys = context.partition_key.keys_by_dimension
     try:
+        run_id, metric = split_key(context.partition_key)
+
         def log(message: str) -> None:
             context.log.info(message)
             logger.info(message)
 
-        meta = run_stage(stage, keys["run"], keys["metric"], log=log)
+        meta = run_stage(stage, run_id, metric, log=log)
     except AipError as e:
         raise Failure(description=str(e)) from None
     out: dict[str, Any] = {}
     if "summary" in meta:  # aggregation: a headline to read first, then one typed entry per number
-        out.update(score_metadata(keys["run"], keys["metric"], meta["summary"], meta.get("gate") or {}))
+        out.update(score_metadata(run_id, metric, meta["summary"], meta.get("gate") or {}))
     out.update({k: v for k, v in meta.items() if k not in ("summary", "gate")})
     if "summary" in meta:
         out["summary"] = MetadataValue.json(meta["summary"])  # everything, last
     check = []
     if stage in checks.CHECKS:
-        spec, _ = load_run(keys["run"])
-        check = checks.evaluate(stage, keys["run"], keys["metric"], spec)
+        spec, _ = load_run(run_id)
+        check = checks.evaluate(stage, run_id, metric, spec)
     return MaterializeResult(asset_key=asset_key, metadata=out, check_results=check)
 
 
@@ -92,19 +93,19 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
     """One stage as a multi_asset: the stage itself (its checks, its summary) and the warehouse
     tables it writes, each a table asset downstream of it (assets/tables.py)."""
     specs = [AssetSpec(name, deps=[before] if before else [], description=description, group_name=GROUP,
-                       partitions_def=run_metric_partitions, kinds={"python"}),
-             *[AssetSpec(table_key(t), deps=[name], group_name=GROUP, partitions_def=run_metric_partitions,
+                       partitions_def=evaluations, kinds={"python"}),
+             *[AssetSpec(table_key(t), deps=[name], group_name=GROUP, partitions_def=evaluations,
                          kinds={"duckdb", "table"}, description=f"warehouse table {t}, written by {name}")
                for t in STAGE_TABLES[stage]]]
-    check_specs = checks.spec_for(stage, AssetKey(name), run_metric_partitions) if stage in checks.CHECKS else None
+    check_specs = checks.spec_for(stage, AssetKey(name), evaluations) if stage in checks.CHECKS else None
 
-    @multi_asset(name=name, specs=specs, partitions_def=run_metric_partitions, check_specs=check_specs)
+    @multi_asset(name=name, specs=specs, partitions_def=evaluations, check_specs=check_specs)
     def _stage(context: AssetExecutionContext, warehouse: Warehouse):
         warehouse.use()
         yield _materialise(stage, context, asset_key=AssetKey(name))
-        keys = context.partition_key.keys_by_dimension
+        run_id, metric = split_key(context.partition_key)
         with wh.connect(read_only=True) as con:  # read all, then let go of the warehouse before yielding
-            metas = {t: table_materialization_metadata(con, t, keys["run"], keys["metric"]) for t in STAGE_TABLES[stage]}
+            metas = {t: table_materialization_metadata(con, t, run_id, metric) for t in STAGE_TABLES[stage]}
         for t, meta in metas.items():
             yield MaterializeResult(asset_key=table_key(t), metadata=meta)
 
