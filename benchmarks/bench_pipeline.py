@@ -11,7 +11,7 @@ to the question (`` (case 42)``), writes a run spec beside it (builtin judge, ``
 
 then runs
 
-    aip-eval run <spec> --warehouse <tmp>/wh.duckdb --json --quiet
+    python -m aip_assets.cli run <spec> --warehouse <tmp>/wh.duckdb --json --quiet   (this checkout, this interpreter)
 
 as a subprocess with cwd = the temp dir (so Dagster's storage lands there), measuring wall time
 and the child's peak RSS (``RUSAGE_CHILDREN.ru_maxrss``; ``/usr/bin/time -v`` as a cross-check
@@ -150,16 +150,32 @@ def journal_rates(wh: Path) -> list[dict]:
         return []
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
 def cli() -> list[str]:
-    exe = shutil.which("aip-eval")
-    return [exe] if exe else [sys.executable, "-m", "aip_assets.cli"]
+    """This checkout's CLI under this interpreter; never whichever `aip-eval` is first on PATH
+    (it once measured another checkout's code). child_env() puts the checkout first on the path,
+    and check_code() proves the child imports it."""
+    return [sys.executable, "-m", "aip_assets.cli"]
 
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("DAGSTER_HOME", None)  # Dagster storage goes under the temp working directory
     env.pop("AIP_WAREHOUSE", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *filter(None, [env.get("PYTHONPATH")])])
     return env
+
+
+def check_code(cwd: Path) -> str:
+    """Where the child process imports aip_assets from; stops the benchmark unless it is this checkout."""
+    p = subprocess.run([sys.executable, "-c", "import aip_assets; print(aip_assets.__file__)"], cwd=cwd,
+                       env=child_env(), capture_output=True, text=True, check=True)
+    where = Path(p.stdout.strip()).resolve()
+    if CHECKOUT not in where.parents:
+        raise SystemExit(f"the child imports aip_assets from {where}, not this checkout {CHECKOUT}")
+    return str(where.parent)
 
 
 def tree_rss_kib(pid: int) -> int:
@@ -286,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     info["code"] = code_fingerprint()
     work = Path(tempfile.mkdtemp(prefix="aip-bench-pipeline-"))
     try:
+        info["code_imported_from"] = check_code(work)
+        info["interpreter"] = sys.executable
         ds, spec, wh = work / "bench.jsonl", work / "bench.yaml", work / "wh.duckdb"
         make_dataset(args.rows, ds)
         make_spec(ds, spec, metric, args.batch_rows)
@@ -350,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
             + ("" if code_fingerprint() == info["code"] else
                f" — WARNING: the sources changed during the run (now {code_fingerprint()})"),
             f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
-            f"- command: `aip-eval run bench.yaml --warehouse wh.duckdb --json --quiet` (cwd = fresh temp dir, no "
-            f"dagster.yaml); exit code {fmt(r['rc'])}" + (" (killed: timeout)" if r["rc"] is None else ""),
+            f"- command: `{info['interpreter']} -m aip_assets.cli run bench.yaml --warehouse wh.duckdb --json --quiet` "
+            f"(cwd = fresh temp dir, no dagster.yaml; aip_assets imported from {info['code_imported_from']}); "
+            f"exit code {fmt(r['rc'])}" + (" (killed: timeout)" if r["rc"] is None else ""),
             f"- dataset: {args.rows:,} rows replicated from demo_decisions.jsonl (unique input_id, ' (case i)' appended)",
             f"- spec: {setup['spec_text']}; batch_rows: {args.batch_rows:,}",
             "",
