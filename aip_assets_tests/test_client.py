@@ -389,3 +389,50 @@ def test_each_call_waits_at_most_its_own_rate_limit_budget(scripted, monkeypatch
                 await other
     r = asyncio.run(go())
     assert not r.ok and r.rate_limit_waits == 4 and "waited 1s on Retry-After" in r.error
+
+
+def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp_path):
+    """record() only queues; a queued success answers lookup at once; readers and close() wait for
+    the writer; a long flush interval gathers many calls into one transaction."""
+    import sqlite3
+
+    from aip_assets.models.journal import Journal
+
+    j = Journal(tmp_path / "j.sqlite", flush_s=3600)  # after its first batch, the writer waits for flush()
+
+    def rec(i, status="ok", run="r1"):
+        return {"run_id": run, "metric": "m", "stage": "sampling", "role": "sut", "call_key": f"k{i}",
+                "request": {"i": i}, "response_text": f"answer {i}", "status": status, "attempts": 1,
+                "source": "network", "created_at": 1.0}
+
+    def rows():
+        with sqlite3.connect(tmp_path / "j.sqlite") as con:
+            return con.execute("SELECT call_key, request FROM calls ORDER BY seq").fetchall()
+
+    j.record(rec(0))
+    j.flush()
+    assert rows() == [("k0", '{"i": 0}')]
+    for i in range(1, 200):
+        j.record(rec(i, status="ok" if i % 3 else "error"))
+    assert len(rows()) == 1  # queued, not written: the writer is waiting out its interval
+    assert j.lookup("k5", ["r1"])["response_text"] == "answer 5"  # from the queue
+    assert j.lookup("k6", ["r1"]) is None and j.lookup("k5", ["r2"]) is None  # failed; another run's
+    assert j.ok_keys(["r1"], "sampling") == {f"k{i}" for i in range(200) if i == 0 or i % 3}  # waits for the write
+    assert len(rows()) == 200 and j.totals("r1") == (200, 0)
+    j.record(rec(200))
+    j.close()  # writes what is queued
+    assert rows()[-1][0] == "k200"
+    with pytest.raises(RuntimeError, match="closed"):
+        j.record(rec(201))
+    reopened = Journal(tmp_path / "j.sqlite")
+    assert reopened.lookup("k200", ["r1"])["response_text"] == "answer 200"
+    # a write that fails (here: a value SQLite cannot store) is raised to the next caller, and the
+    # batch is rolled back whole
+    reopened.record({**rec(300), "error": {"not": "a text"}})
+    with pytest.raises(RuntimeError, match="writing the call journal failed"):
+        reopened.flush()
+    with pytest.raises(RuntimeError, match="writing the call journal failed"):
+        reopened.record(rec(301))
+    with pytest.raises(RuntimeError):
+        reopened.close()
+    assert len(rows()) == 201

@@ -1,6 +1,7 @@
 """End to end: the real transport on loopback, crash and resume, failures as data, Dagster, the CLI."""
 
 import json
+import time
 
 import pytest
 from dagster import materialize
@@ -84,6 +85,53 @@ def test_crash_mid_sampling_resumes_without_repeating_calls(tmp_path, builtin_ht
                       config={"sub_call_concurrency_limit": 1}), "clean")
     _assert_same(_stable("crash"), _stable("clean"))
     assert len(table("llm_calls", "crash", "created_at").query("stage == 'sampling'")) == n_probes
+
+
+def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin_http):
+    """SIGKILL a process in the middle of sampling. The journal is written off the event loop in
+    batches, so a kill loses the calls answered but not yet written (in flight, or queued for the
+    next flush) and nothing else: on resume exactly those are asked again, every journaled call is
+    answered from the journal, and the tables equal an uninterrupted run's."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    from aip_assets.models.journal import journal_path
+
+    ds = write_dataset(tmp_path / "d.jsonl", 10)
+    url, server = builtin_http(FLIP, latency_ms=5)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
+                     config={"sub_call_concurrency_limit": 2})
+    run_all(spec, "kill", stages=["ingest", "synthesis"])
+    n_probes = len(table("probes", "kill", "probe_id"))
+
+    def probe_bodies():  # successful SUT calls counted at the server, endpoint checks left out
+        return {b: n for b, n in server.ok_bodies.items() if "Reply with OK." not in b}
+
+    code = "from aip_assets import pipeline; pipeline.run_stage('sampling', 'kill', 'llm.decision_flip')"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path)
+    while proc.poll() is None and len(probe_bodies()) < 40:  # mid-stage: 40 of about 220 answered
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the stage ended before it could be killed"
+    answered = set(probe_bodies())
+    with sqlite3.connect(journal_path(wh.default_path())) as con:
+        [(journaled,)] = con.execute("SELECT count(*) FROM calls WHERE run_id = 'kill' AND stage = 'sampling' "
+                                     "AND status = 'ok'").fetchall()
+    assert 0 < journaled <= len(answered) < n_probes
+    assert table("sut_responses", "kill", "probe_id").empty  # the killed stage wrote no rows
+
+    run_all(spec, "kill", stages=["sampling", "judging", "aggregation"])
+    bodies = probe_bodies()
+    assert len(bodies) == n_probes and set(bodies.values()) <= {1, 2}
+    asked_twice = {b for b, n in bodies.items() if n == 2}
+    assert asked_twice <= answered and len(asked_twice) == len(answered) - journaled  # only the unwritten
+    assert table("sut_responses", "kill", "probe_id").cached.sum() == journaled
+    run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
+                      config={"sub_call_concurrency_limit": 2}), "clean")
+    _assert_same(_stable("kill"), _stable("clean"))
 
 
 def test_sut_500s_are_recorded_and_the_run_completes(tmp_path, builtin_http):

@@ -36,6 +36,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's aip_assets, whatever is installed
 from _common import code_fingerprint, machine_info as _machine_info
 
 import aiohttp
