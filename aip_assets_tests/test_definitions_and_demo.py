@@ -39,6 +39,22 @@ def test_definitions_load_with_five_partitioned_stages():
     assert (REPO / "workspace.yaml").read_text().count("aip_assets.definitions") == 1
 
 
+def test_one_code_location_name_for_dagster_dev_and_dg():
+    """workspace.yaml, [tool.dagster] and [tool.dg] name the same module, so `dagster dev`, `dg dev`
+    and `dagster definitions validate` load one code location under one name (schedule and sensor
+    state is kept per name)."""
+    import tomllib
+
+    import yaml
+
+    py = tomllib.loads((REPO / "pyproject.toml").read_text())
+    [ws] = yaml.safe_load((REPO / "workspace.yaml").read_text())["load_from"]
+    module = ws["python_module"]
+    assert py["tool"]["dagster"]["module_name"] == module == py["tool"]["dg"]["project"]["code_location_name"]
+    assert py["tool"]["dg"]["directory_type"] == "project"
+    assert module.startswith(py["tool"]["dg"]["project"]["root_module"] + ".")
+
+
 def test_demo_data_and_spec():
     spec = load_spec(REPO / "data" / "runs" / "demo.yaml")
     rows = load_dataset(spec.dataset)
