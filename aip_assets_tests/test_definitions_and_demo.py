@@ -43,10 +43,9 @@ def test_one_code_location_name_for_dagster_dev_and_dg():
     """workspace.yaml, [tool.dagster] and [tool.dg] name the same module, so `dagster dev`, `dg dev`
     and `dagster definitions validate` load one code location under one name (schedule and sensor
     state is kept per name)."""
-    import tomllib
-
     import yaml
 
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     py = tomllib.loads((REPO / "pyproject.toml").read_text())
     [ws] = yaml.safe_load((REPO / "workspace.yaml").read_text())["load_from"]
     module = ws["python_module"]
