@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from dagster import Definitions
 
 from aip_assets.cli import main
