@@ -8,7 +8,8 @@ Playwright drives Debian's Chromium (`/usr/bin/chromium`; `.ci/run` installs it)
 
 1. dismiss the first-run "Join the Dagster community" dialog;
 2. the `evaluation` group's lineage shows the five stages (screenshot `1_asset_graph.png`);
-3. "Materialize all…" → choose the run's `<run>|llm.decision_flip` partition → "Launch 1 run"
+3. on the `evaluate` job's page, "Materialize all…" → choose the run's `<run>|llm.decision_flip`
+   partition → "Launch 1 run" (the run is the evaluate job's, as the CLI's are)
    (screenshot `2_launch_dialog.png`);
 4. the Runs page, filtered to the new run, shows it as Success (screenshot `3_run.png`); the
    instance agrees: one new run, SUCCESS, tagged as launched from the UI, for that partition, with
@@ -57,6 +58,7 @@ METRIC = "llm.decision_flip"
 # The group page's URL: repository `__repository__` (a bare Definitions object) in the code
 # location `aip_assets.definitions` (the module workspace.yaml loads).
 GROUP_PATH = "/locations/__repository__@aip_assets.definitions/asset-groups/evaluation"
+JOB_PATH = "/locations/__repository__@aip_assets.definitions/jobs/evaluate"  # the evaluate job's page
 STARTUP_TIMEOUT_S = 90
 # patience for the UI's run: the queued-run daemon's pickup (it polls every few seconds; a loaded
 # machine is slower) plus a generous multiple of the same partition's CLI time, measured first
@@ -241,6 +243,9 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     # 3. Materialise one partition from the UI: "Materialize all…" opens the launch dialog with a
     # partition selector. It opens a popover with a "Filter partitions" box and one menu item per
     # key: the run's keys, one per configured metric, and nothing else.
+    # Launched from the evaluate job's page, the run is one of that job's (from the asset graph it
+    # would be Dagster's implicit `__ASSET_JOB`).
+    page.goto(url + JOB_PATH, wait_until="domcontentloaded")
     page.get_by_role("button", name="Materialize all").click()
     launch = page.get_by_role("dialog").filter(has_text="Launch runs to materialize")
     expect(launch).to_be_visible()
@@ -290,7 +295,7 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     stats = instance.get_run_stats(dagster_run_id)
     timings = {"cli_s": round(cli_s, 2), "ui_run_s": round(stats.end_time - stats.start_time, 2),
                "ui_queued_to_end_s": round(stats.end_time - (stats.enqueued_time or stats.start_time), 2)}
-    assert run.tags.get("dagster/from_ui") == "true"
+    assert run.tags.get("dagster/from_ui") == "true" and run.job_name == "evaluate"
     assert run.tags["dagster/partition"] == f"{run_id}|{METRIC}"
     evaluations = [e.dagster_event.event_specific_data for e in
                    instance.all_logs(dagster_run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
