@@ -407,11 +407,11 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
 
     def rows():
         with sqlite3.connect(tmp_path / "j.sqlite") as con:
-            return con.execute("SELECT call_key, request FROM calls ORDER BY seq").fetchall()
+            return con.execute("SELECT call_key, run_id, stage FROM call_index ORDER BY seq").fetchall()
 
     j.record(rec(0))
     j.flush()
-    assert rows() == [("k0", '{"i": 0}')]
+    assert rows() == [("k0", "r1", "sampling")]
     for i in range(1, 200):
         j.record(rec(i, status="ok" if i % 3 else "error"))
     assert len(rows()) == 1  # queued, not written: the writer is waiting out its interval
@@ -419,6 +419,10 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     assert j.lookup("k6", ["r1"]) is None and j.lookup("k5", ["r2"]) is None  # failed; another run's
     assert j.ok_keys(["r1"], "sampling") == {f"k{i}" for i in range(200) if i == 0 or i % 3}  # waits for the write
     assert len(rows()) == 200 and j.totals("r1") == (200, 0)
+    [frame] = j.frames("r1", "m", "sampling")
+    assert list(frame.call_key) == [f"k{i}" for i in range(200)] and frame.request[7] == '{"i": 7}'
+    assert list(frame.columns[:4]) == ["run_id", "metric", "stage", "role"] and set(frame.run_id) == {"r1"}
+    assert j.lookup("k7", ["r1"])["request"] == '{"i": 7}'  # from the file now, inflated
     j.record(rec(200))
     j.close()  # writes what is queued
     assert rows()[-1][0] == "k200"

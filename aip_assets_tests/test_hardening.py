@@ -298,6 +298,19 @@ def test_secrets_from_the_environment_are_never_stored(tmp_path, monkeypatch, ca
     assert secret_key not in out.out + out.err and secret_sig not in out.out + out.err
     journal = (tmp_path / "data" / "warehouse.journal.sqlite").read_bytes()
     assert secret_key.encode() not in journal and secret_sig.encode() not in journal
+    # the journal deflates request bodies: read them back, inflated, too
+    import sqlite3
+
+    from aip_assets.models.journal import Journal
+
+    path = tmp_path / "data" / "warehouse.journal.sqlite"
+    with sqlite3.connect(path) as con:
+        parts = con.execute("SELECT DISTINCT run_id, metric, stage FROM call_parts").fetchall()
+    j = Journal(path)
+    texts = [f.to_csv() for part in parts for f in j.frames(*part)]
+    j.close()
+    assert len(texts) >= 2 and all('"messages"' in t for t in texts)
+    assert not any(secret_key in t or secret_sig in t for t in texts)
 
 
 # ------------------------------------------------------------------ connection failures, named

@@ -118,7 +118,7 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
     assert proc.wait() == -signal.SIGKILL, "the stage ended before it could be killed"
     answered = set(probe_bodies())
     with sqlite3.connect(journal_path(wh.default_path())) as con:
-        [(journaled,)] = con.execute("SELECT count(*) FROM calls WHERE run_id = 'kill' AND stage = 'sampling' "
+        [(journaled,)] = con.execute("SELECT count(*) FROM call_index WHERE run_id = 'kill' AND stage = 'sampling' "
                                      "AND status = 'ok'").fetchall()
     assert 0 < journaled <= len(answered) < n_probes
     assert table("sut_responses", "kill", "probe_id").empty  # the killed stage wrote no rows

@@ -140,8 +140,8 @@ def journal_rates(wh: Path) -> list[dict]:
     try:
         con = sqlite3.connect(f"file:{jp}?mode=ro", uri=True, timeout=30)
         try:
-            cur = con.execute("SELECT stage, count(*), sum(status = 'ok'), min(created_at), max(created_at) FROM calls "
-                              "GROUP BY stage ORDER BY min(created_at)")
+            cur = con.execute("SELECT stage, count(*), sum(status = 'ok'), min(created_at), max(created_at) "
+                              "FROM call_index GROUP BY stage ORDER BY min(created_at)")
             return [{"stage": s, "calls": n, "ok": ok, "first": t0, "last": t1} for s, n, ok, t0, t1 in cur]
         finally:
             con.close()

@@ -12,6 +12,13 @@ What a crash (a kill, a power cut) can lose is therefore the calls in flight plu
 one flush interval; a resumed stage makes those calls again. Until it is written, a queued
 successful call still answers ``lookup`` (the cache), and every other reader (``ok_keys``,
 ``totals``, ``frames``) first waits for the queue to be written.
+
+Compact on disk (format 2): what every call of one (run, metric, stage, role, endpoint, model)
+shares is stored once in ``call_parts``, and each request body in ``call_log`` is deflated with
+that part's first request as zlib's preset dictionary (the prompt templates, personas and
+instructions the calls share cost almost nothing). The view ``call_index`` lists the calls with
+their run, metric, stage and role for plain SQL. A journal of the first format (a ``calls``
+table) is left as it is and not read: its calls are not reused.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,6 +37,23 @@ _COLS = [
     "response_text", "status", "error", "http_status", "latency_ms", "prompt_tokens", "completion_tokens",
     "attempts", "response_model", "fingerprint", "source", "created_at",
 ]
+
+
+_PART = ["run_id", "metric", "stage", "role", "endpoint", "model"]  # stored once per part in call_parts
+_CALL = [c for c in _COLS if c not in _PART]  # stored per call in call_log (request deflated)
+_ZDICT_MAX = 32768  # zlib's window: a longer dictionary is cut to its last 32 KiB
+
+
+def _deflate(text: str, zdict: bytes) -> bytes:
+    c = zlib.compressobj(6, zdict=zdict)
+    return c.compress(text.encode("utf-8")) + c.flush()
+
+
+def _inflate(blob: bytes | None, zdict: bytes) -> str | None:
+    if blob is None:
+        return None
+    d = zlib.decompressobj(zdict=zdict)
+    return (d.decompress(blob) + d.flush()).decode("utf-8")
 
 
 def journal_path(warehouse_path: str | Path) -> Path:
@@ -47,12 +72,17 @@ class Journal:
         self._con = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
         self._con.execute("PRAGMA journal_mode=WAL")
         self._con.execute("PRAGMA synchronous=NORMAL")
-        self._con.execute(
-            f"CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY AUTOINCREMENT, {', '.join(_COLS)})"
-        )
-        self._con.execute("CREATE INDEX IF NOT EXISTS calls_key ON calls (call_key, status)")
-        self._con.execute("CREATE INDEX IF NOT EXISTS calls_part ON calls (run_id, metric, stage)")
-        self._con.execute("CREATE INDEX IF NOT EXISTS calls_ok ON calls (run_id, stage, status)")
+        self._con.execute(f"CREATE TABLE IF NOT EXISTS call_parts (part_id INTEGER PRIMARY KEY, {', '.join(_PART)}, "
+                          f"zdict BLOB, UNIQUE ({', '.join(_PART)}))")
+        self._con.execute(f"CREATE TABLE IF NOT EXISTS call_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                          f"part_id INTEGER, {', '.join(_CALL)})")
+        self._con.execute("CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)")
+        self._con.execute("CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)")
+        self._con.execute(f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
+                          f"{', '.join('c.' + c for c in _CALL if c != 'request')} "
+                          "FROM call_log c JOIN call_parts p USING (part_id)")
+        self._parts: dict[tuple, tuple[int, bytes]] = {}  # part -> (part_id, zdict), as written
+        self._zdicts: dict[int, bytes] = {}  # part_id -> zdict, as read
         # the queue: records not yet written, the successful ones by key (they answer lookups),
         # and how many were queued and written (flush waits for the second to reach the first)
         self._cv = threading.Condition()
@@ -87,21 +117,25 @@ class Journal:
                 if not self._queue:  # closing, and everything is written
                     return
                 batch, self._queue = self._queue, []
+            parts_before = dict(self._parts)
             try:
-                rows = []
-                for rec in batch:
-                    values = [rec.get(c) for c in _COLS]
-                    values[_COLS.index("request")] = json.dumps(rec.get("request"), ensure_ascii=False, sort_keys=True)
-                    rows.append(values)
                 with self._lock:
-                    self._con.execute("BEGIN")
-                    self._con.executemany(
-                        f"INSERT INTO calls ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})", rows)
+                    self._con.execute("BEGIN IMMEDIATE")  # the write lock first: other processes write here too
+                    rows = []
+                    for rec in batch:
+                        request = json.dumps(rec.get("request"), ensure_ascii=False, sort_keys=True)
+                        part_id, zdict = self._part(rec, request)
+                        values = [part_id, *(rec.get(c) for c in _CALL)]
+                        values[1 + _CALL.index("request")] = _deflate(request, zdict)
+                        rows.append(values)
+                    self._con.executemany(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
+                                          f"VALUES ({', '.join('?' * (1 + len(_CALL)))})", rows)
                     self._con.execute("COMMIT")
             except BaseException as e:  # noqa: BLE001 - kept, and raised to the next caller
                 with self._lock:
                     if self._con.in_transaction:
                         self._con.execute("ROLLBACK")
+                self._parts = parts_before  # parts added in the rolled-back transaction do not exist
                 with self._cv:
                     self._failure = e
                     self._n_written += len(batch)
@@ -116,6 +150,26 @@ class Journal:
                 self._cv.notify_all()
                 # let the next batch gather (one transaction per interval), unless a reader waits for it
                 self._cv.wait_for(lambda: self._closing or self._flush_to > self._n_written, timeout=self.flush_s)
+
+    def _part(self, rec: dict[str, Any], request: str) -> tuple[int, bytes]:
+        """(part_id, zdict) of the record's part, added (with this request as its dictionary) when new.
+        Called by the writer inside its transaction; another process may have added the part."""
+        key = tuple(rec.get(c) for c in _PART)
+        if key not in self._parts:
+            where = " AND ".join(f"{c} IS ?" for c in _PART)
+            self._con.execute(f"INSERT INTO call_parts ({', '.join(_PART)}, zdict) SELECT {', '.join('?' * len(_PART))}, ? "
+                              f"WHERE NOT EXISTS (SELECT 1 FROM call_parts WHERE {where})",
+                              [*key, request.encode("utf-8")[-_ZDICT_MAX:], *key])
+            part_id, zdict = self._con.execute(f"SELECT part_id, zdict FROM call_parts WHERE {where}", key).fetchone()
+            self._parts[key] = (part_id, zdict)
+        return self._parts[key]
+
+    def _zdict(self, part_id: int) -> bytes:
+        """A part's dictionary (the caller holds the connection's lock)."""
+        if part_id not in self._zdicts:
+            (self._zdicts[part_id],) = self._con.execute("SELECT zdict FROM call_parts WHERE part_id = ?",
+                                                         [part_id]).fetchone()
+        return self._zdicts[part_id]
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
@@ -149,49 +203,68 @@ class Journal:
         self.flush()
         marks = ",".join("?" * len(run_ids))
         with self._lock:
-            cur = self._con.execute(f"SELECT DISTINCT call_key FROM calls WHERE status = 'ok' AND stage = ? "
-                                    f"AND run_id IN ({marks})", [stage, *run_ids])
+            cur = self._con.execute(f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
+                                    f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})", [stage, *run_ids])
             return {k for (k,) in cur}
 
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
-        """The latest successful call with this key among the given runs (this run's first), or None."""
+        """The latest successful call with this key among the given runs (this run's first), or None;
+        its request as JSON text, as ``frames`` gives it."""
         with self._cv:
             queued = self._queued_ok.get(call_key)
+
+        def from_queue() -> dict[str, Any]:
+            assert queued is not None
+            out = {c: queued.get(c) for c in _COLS}
+            out["request"] = json.dumps(queued.get("request"), ensure_ascii=False, sort_keys=True)
+            return out
         if queued is not None and queued["run_id"] == run_ids[0]:  # the newest of this run: not written yet
-            return {c: queued.get(c) for c in _COLS}
+            return from_queue()
         marks = ",".join("?" * len(run_ids))
+        cols = [f"p.{c}" if c in _PART else f"c.{c}" for c in _COLS]
         with self._lock:
-            cur = self._con.execute(
-                f"SELECT {', '.join(_COLS)} FROM calls WHERE call_key = ? AND status = 'ok' AND run_id IN ({marks})"
-                " ORDER BY (run_id = ?) DESC, seq DESC LIMIT 1",
-                [call_key, *run_ids, run_ids[0]],
-            )
-            row = cur.fetchone()
-        if row is None and queued is not None and queued["run_id"] in run_ids:
-            return {c: queued.get(c) for c in _COLS}
-        return dict(zip(_COLS, row)) if row else None
+            row = self._con.execute(
+                f"SELECT c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
+                f"WHERE c.call_key = ? AND c.status = 'ok' AND p.run_id IN ({marks}) "
+                "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1", [call_key, *run_ids, run_ids[0]]).fetchone()
+            if row is not None:
+                out = dict(zip(_COLS, row[1:]))
+                out["request"] = _inflate(out["request"], self._zdict(row[0]))
+                return out
+        return from_queue() if queued is not None and queued["run_id"] in run_ids else None
 
     def totals(self, run_id: str) -> tuple[int, int]:
         """(network calls, tokens) this run has spent so far, all metrics and stages."""
         self.flush()
         with self._lock:
             n, t = self._con.execute(
-                "SELECT count(*), coalesce(sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0)), 0) "
-                "FROM calls WHERE run_id = ? AND source = 'network'", [run_id]).fetchone()
+                "SELECT count(*), coalesce(sum(coalesce(c.prompt_tokens, 0) + coalesce(c.completion_tokens, 0)), 0) "
+                "FROM call_log c JOIN call_parts p USING (part_id) WHERE p.run_id = ? AND c.source = 'network'",
+                [run_id]).fetchone()
         return int(n), int(t)
 
     def frames(self, run_id: str, metric: str, stage: str, chunk: int = 20000) -> Iterator[pd.DataFrame]:
         """This partition's calls in the order they completed, shaped for ``llm_calls``, in chunks."""
         self.flush()
+        with self._lock:
+            parts = {pid: zd for pid, zd in self._con.execute(
+                "SELECT part_id, zdict FROM call_parts WHERE run_id = ? AND metric = ? AND stage = ?",
+                [run_id, metric, stage])}
+        if not parts:
+            return
+        marks = ",".join("?" * len(parts))
+        cols = [f"p.{c}" if c in _PART else f"c.{c}" for c in _COLS]
         last = 0
         while True:
             with self._lock:
                 df = pd.read_sql_query(
-                    f"SELECT seq, {', '.join(_COLS)} FROM calls WHERE run_id = ? AND metric = ? AND stage = ? AND seq > ?"
-                    " ORDER BY seq LIMIT ?", self._con, params=[run_id, metric, stage, last, chunk])
+                    f"SELECT c.seq, c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
+                    f"WHERE c.part_id IN ({marks}) AND c.seq > ? ORDER BY c.seq LIMIT ?", self._con,
+                    params=[*parts, last, chunk])
             if df.empty:
                 return
             last = int(df["seq"].iloc[-1])
-            df = df.drop(columns=["seq"])
+            df["request"] = [_inflate(b, parts[int(pid)]) for b, pid in zip(df["request"], df["part_id"])]
+            df = df.drop(columns=["seq", "part_id"])
             df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
             yield df
