@@ -132,6 +132,10 @@ def cmd_run(args) -> int:
     if resume:
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"resuming run {run_id} with its stored spec")
+        unknown = [m for m in args.metric or [] if m not in spec.metrics]
+        if unknown:
+            raise AipError(f"metric {', '.join(unknown)} is not configured in run {run_id} (its stored spec "
+                           f"configures {', '.join(spec.metrics)}); a resumed run keeps its metrics")
     from .jobs import evaluate as evaluate_job, evaluate_run
 
     evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)

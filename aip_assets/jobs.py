@@ -39,6 +39,12 @@ def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str
     """Evaluate ``metrics`` of the registered run ``run_id``, one run of the evaluate job each (in
     this process), yielding (metric, result) as each ends; a failed metric does not stop the next.
     First the run's partitions are added: one per ``configured`` metric, the run's real work."""
+    from .errors import AipError
+
+    unknown = [m for m in metrics if m not in configured]
+    if unknown:
+        raise AipError(f"metric {', '.join(unknown)} is not configured in run {run_id} "
+                       f"(configured: {', '.join(configured)})")
     register_partitions(instance, run_id, configured)
     job = evaluate()
     for metric in metrics:

@@ -779,7 +779,7 @@ def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: i
         body.append(f'<p class="muted">Configured but not aggregated: {", ".join(f"<code>{_e(m)}</code>" for m in missing)}</p>')
     if metrics:
         body.append(viewer.section(viewer.read(lambda sql, params=None: _records(rd.q(sql, params)), metrics,
-                                               rows_per_metric)))
+                                               rows_per_metric, run_id)))
     spec_metrics = spec.get("metrics") or {}
     for m in metrics:
         body.append(_metric_section(m, by_metric[m], spec_metrics.get(m) or {},

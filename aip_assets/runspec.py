@@ -136,6 +136,9 @@ class Connection(BaseModel):
     max_rate_limit_wait_seconds: float = Field(
         600.0, ge=0.0, description="a 429/503 with Retry-After is waited out without using the call's retries, "
                                    "up to this many seconds in total per call; then it counts as a failure")
+    adaptive_concurrency: bool = Field(
+        True, description="on rate-limit answers (429, or 503 with Retry-After) halve the calls in flight, then add "
+                          "one back after as many successes in a row; never above the configured concurrency")
     structured_output: Literal["auto", "on", "off"] = Field(
         "auto", description="judges: send response_format with the verdict's JSON schema; auto falls back to "
                             "plain prompting for the rest of the run when the endpoint refuses it (HTTP 400)")

@@ -9,7 +9,8 @@ as ``\\u003c``, so no text from a dataset or a model can close the block, and th
 sets text (``textContent``), never markup.
 
 Large runs: at most ``rows_per_metric`` rows of each metric are embedded, the lowest scores first
-(unscored rows before them); the viewer says how many were left out and gives the SQL for all.
+(unscored rows before them), and no more than the metric's share of ``MAX_BYTES``; the viewer says
+how many were left out and gives the SQL for all.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 
 from .warehouse import PERSONA_ORDER_REASONING
 
-ROWS_PER_METRIC = 500  # a decision-flip row carries ~30 probes and answers: 500 rows is ~15 MB of page
+ROWS_PER_METRIC = 500
+MAX_BYTES = 24_000_000  # the embedded data, shared evenly by the metrics (a decision-flip row with long answers is ~60 KB)
 TEXT_LIMIT = 4000  # per text (prompt, answer, reasoning) in the embedded data
 
 Query = Callable[..., list[dict[str, Any]]]  # (sql, params) -> records; run_id is the first parameter
@@ -46,7 +48,8 @@ def _bad(v: dict[str, Any]) -> float:
     return float(s) if v.get("k") in ("tone", "effort") else 1.0 - float(s)
 
 
-def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC) -> dict[str, Any]:
+def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, run_id: str = "",
+         max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """Everything the viewer shows for the run, as plain JSON-ready data."""
     meta = {r["metric"]: r for r in q("""
         SELECT metric, any_value(metric_name) FILTER (WHERE scope = 'overall') AS metric_name,
@@ -68,13 +71,31 @@ def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC) -
     if keys:
         for p in q(f"""
                 SELECT p.metric, p.input_id, p.probe_id, p.role, p.axis, p.category, p.attribute_value, p.persona,
-                       p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.exclusion, p.query_text,
+                       p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.exclusion, p.query_text, p.group_id,
                        r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
                 FROM probes p
                 LEFT JOIN sut_responses r ON r.run_id = p.run_id AND r.metric = p.metric AND r.probe_id = p.probe_id
                 WHERE p.run_id = ? AND {in_keys.format(a='p')}
                 ORDER BY p.metric, p.input_id, p.role, p.probe_id, r.sample_index""", [keys]):
             probes.setdefault((p["metric"], p["input_id"]), []).append(p)
+        # a perturbation variant that is its own row (the external metric) has its group's baseline in
+        # another row: bring it in, so the row opens to the baseline and the variant side by side
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for key, entries in probes.items():
+            if not any(e.get("role") in ("base", "baseline") for e in entries):
+                for g in {e["group_id"] for e in entries if e.get("group_id")}:
+                    groups.setdefault(f"{key[0]}\x1f{g}", []).append(key)
+        if groups:
+            for p in q("""
+                    SELECT p.metric, p.input_id, p.probe_id, p.role, p.category, p.variant_id, p.query_text, p.group_id,
+                           r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
+                    FROM probes p
+                    LEFT JOIN sut_responses r ON r.run_id = p.run_id AND r.metric = p.metric AND r.probe_id = p.probe_id
+                    WHERE p.run_id = ? AND p.role = 'baseline'
+                      AND p.metric || chr(31) || p.group_id IN (SELECT unnest(?::VARCHAR[]))
+                    ORDER BY p.probe_id, r.sample_index""", [list(groups)]):
+                for key in groups.get(f"{p['metric']}\x1f{p['group_id']}", []):
+                    probes[key].append(p)
         for p in q(f"""
                 SELECT pp.metric, pp.input_id, pp.pair_id, pp.axis, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b
                 FROM probe_pairs pp WHERE pp.run_id = ? AND {in_keys.format(a='pp')}
@@ -104,11 +125,26 @@ def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC) -
             "failed": r["status"] != "ok" or answers_or_judges_failed,
             **detail})
     totals = {r["metric"]: int(r["total"]) for r in rows}
-    return {"metrics": [{"metric": m, "name": (meta.get(m) or {}).get("metric_name"),
+    # each metric gets an even share of the byte budget: its lowest rows first, at least one
+    share = max_bytes // max(1, len({r["m"] for r in out_rows}))
+    used: dict[str, int] = {}
+    full: set[str] = set()
+    kept = []
+    for r in out_rows:  # in rank order: what is kept of a metric is its lowest rows
+        if r["m"] in full:
+            continue
+        size = len(json.dumps(r, ensure_ascii=False))
+        if r["m"] in used and used[r["m"]] + size > share:
+            full.add(r["m"])
+            continue
+        used[r["m"]] = used.get(r["m"], 0) + size
+        kept.append(r)
+    return {"run_id": run_id,
+            "metrics": [{"metric": m, "name": (meta.get(m) or {}).get("metric_name"),
                          "facet": "perturbation type" if (meta.get(m) or {}).get("has_types") else "category",
-                         "shown": sum(1 for r in rows if r["metric"] == m), "total": totals.get(m, 0)}
+                         "shown": sum(1 for r in kept if r["m"] == m), "total": totals.get(m, 0)}
                         for m in metrics],
-            "rows_per_metric": rows_per_metric, "rows": out_rows}
+            "rows_per_metric": rows_per_metric, "rows": kept}
 
 
 def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
@@ -128,7 +164,10 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
                                                 e.get("wrapper_id") and f"wrapped: {e['wrapper_id']}",
                                                 e.get("exclusion") and f"excluded: {e['exclusion']}") if x)
             probes.append({"id": e["probe_id"], "role": e.get("role"), "who": who, "meta": meta,
-                           "persona": _clip(e.get("persona")), "variant": e.get("variant_id"),
+                           "persona": _clip(e.get("persona")),
+                           # what a perturbation judgement names: the variant's id (a variant that is its own
+                           # row, as in the external metric, is named by its input_id)
+                           "variant": e.get("variant_id") or e.get("input_id"),
                            "q": _clip(e.get("query_text")), "ans": {}})
         if e.get("sample_index") is not None:
             probes[index[e["probe_id"]]]["ans"][str(e["sample_index"])] = {
@@ -233,7 +272,7 @@ SCRIPT = r"""
   }
   function f3(x) { return x === null || x === undefined ? "n/a" : Number(x).toFixed(3); }
   function raw(x) { return x === null || x === undefined ? "" : String(x); }
-  function uniq(a) { var s = {}, o = []; a.forEach(function (x) { if (x !== null && x !== undefined && !s[x]) { s[x] = 1; o.push(String(x)); } }); return o.sort(); }
+  function uniq(a) { var s = new Set(); a.forEach(function (x) { if (x !== null && x !== undefined) s.add(String(x)); }); return Array.from(s).sort(); }
   data.rows.forEach(function (r, i) {
     r.i = i;
     var parts = [r.id, r.label, r.expl, r.error];
@@ -287,7 +326,7 @@ SCRIPT = r"""
     var caps = data.metrics.filter(function (x) { return (!m || x.metric === m) && x.shown < x.total; });
     note.textContent = caps.length ? caps.map(function (x) {
       return x.metric + ": the " + x.shown + " lowest-scored of " + x.total + " rows are in this file; all of them: " +
-        "SELECT * FROM v_weakest_rows WHERE metric = '" + x.metric + "'"; }).join("; ") : "";
+        "SELECT * FROM v_weakest_rows WHERE run_id = '" + data.run_id + "' AND metric = '" + x.metric + "'"; }).join("; ") : "";
   }
   function matches(r) {
     var q = c.search.value.trim().toLowerCase();
@@ -394,7 +433,8 @@ SCRIPT = r"""
   [c.metric].forEach(function (s) { s.addEventListener("change", function () { refreshFacets(); shown = PAGE; render(); }); });
   [c.axis, c.persona, c.cat, c.label, c.flagged, c.failed, c.excluded, c.sort].forEach(function (s) {
     s.addEventListener("change", function () { shown = PAGE; render(); }); });
-  c.search.addEventListener("input", function () { shown = PAGE; render(); });
+  var typing = null;  // search as you type, once the typing pauses
+  c.search.addEventListener("input", function () { clearTimeout(typing); typing = setTimeout(function () { shown = PAGE; render(); }, 150); });
   more.addEventListener("click", function () { shown += PAGE; render(); });
   refreshFacets(); render();
   root.setAttribute("data-ready", "1");

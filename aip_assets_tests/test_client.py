@@ -440,3 +440,84 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     with pytest.raises(RuntimeError):
         reopened.close()
     assert len(rows()) == 201
+
+
+class _Admits:
+    """An endpoint that admits ``capacity`` requests at once and answers the rest 429 with
+    Retry-After: 0 (so a client comes back after its own backoff); it records the most it had in
+    flight and how many it refused."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.in_flight, self.most, self.refused, self.answered = capacity, 0, 0, 0, 0
+
+    def app(self):
+        from aiohttp import web
+
+        async def chat(request):
+            await request.read()
+            if self.in_flight >= self.capacity:
+                self.refused += 1
+                return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "0"})
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            try:
+                await asyncio.sleep(0.01)
+            finally:
+                self.in_flight -= 1
+            self.answered += 1
+            return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                                   "finish_reason": "stop"}], "model": "m"})
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        return app
+
+
+def _burst(url: str, n: int, concurrency: int, adaptive: bool, server: _Admits, capacity_after: int | None = None):
+    notes: list[dict] = []
+
+    async def go():
+        c = Connection(provider="openai", base_url=url, model="m", max_connections=concurrency,
+                       adaptive_concurrency=adaptive)
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.005,
+                               concurrency=concurrency, on_note=notes.append) as cl:
+            async def one(i):
+                return await cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, timeout=10)
+            first = await asyncio.gather(*(one(i) for i in range(n)))
+            lowest, limit_then = cl.sem.lowest, cl.sem.limit
+            second = []
+            if capacity_after is not None:  # the endpoint recovers: the limit grows back
+                server.capacity, server.most = capacity_after, 0
+                second = await asyncio.gather(*(one(n + i) for i in range(n)))
+            return first + second, lowest, limit_then, cl.sem.limit
+    results, lowest, limit_then, limit_end = asyncio.run(go())
+    return results, lowest, limit_then, limit_end, notes
+
+
+def test_adaptive_concurrency_backs_off_on_429_and_grows_back():
+    """32 calls at once against an endpoint that admits 4: with the adaptive limit the client halves
+    its calls in flight on the first 429s (once per burst) and draws far fewer 429s than without
+    it; when the endpoint admits more, the limit grows back. Every call succeeds either way (a 429
+    with Retry-After is a wait, not a failure)."""
+    from aip_assets.models.builtin import start_app_in_thread
+
+    counts = {}
+    for adaptive in (False, True):
+        server = _Admits(4)
+        url, stop = start_app_in_thread(server.app())
+        try:
+            results, lowest, limit_then, limit_end, notes = _burst(url, 300, 32, adaptive, server,
+                                                                   capacity_after=64 if adaptive else None)
+        finally:
+            stop()
+        assert all(r.ok for r in results) and len(results) == (600 if adaptive else 300)
+        counts[adaptive] = server.refused
+        if adaptive:
+            assert 2 <= lowest <= 4 and limit_then <= 8  # 32 -> 16 -> 8 -> 4 (or lower), near the capacity
+            assert limit_end > limit_then and server.most > 4  # the endpoint admits more: more in flight again
+            assert limit_end <= 32
+            [note] = notes
+            assert note["code"] == "adaptive_concurrency" and "from 32 to as few as" in note["message"]
+        else:
+            assert lowest == limit_end == 32 and notes == []
+    assert counts[False] > 0 and counts[True] < counts[False] / 3, counts

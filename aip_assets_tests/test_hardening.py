@@ -213,6 +213,21 @@ def test_commands_on_a_missing_warehouse_create_nothing(tmp_path, capsys, argv):
     assert tree(tmp_path) == before
 
 
+def test_resuming_with_a_metric_the_run_does_not_configure_is_the_users_mistake(tmp_path, capsys):
+    """--metric on a resumed run is checked against the run's stored spec (not the YAML, which may
+    have changed since): a clear input error, exit 2, nothing run."""
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    pipeline.register_run(make_spec(ds), "r1")  # decision flip only
+    data = make_spec(ds).model_dump()
+    data["metrics"]["llm.semantic_consistency"] = {"config": {}}
+    spec = tmp_path / "both.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    assert main(["run", str(spec), "--run-id", "r1", "--metric", "llm.semantic_consistency"]) == 2
+    err = capsys.readouterr().err
+    assert "metric llm.semantic_consistency is not configured in run r1" in err and "internal error" not in err
+    assert wh.query("SELECT count(*) AS n FROM dataset_rows").n[0] == 0
+
+
 def test_main_leaves_the_process_logging_as_it_found_it(tmp_path, capsys, caplog):
     """`main()` called in a process (a test, a notebook) configures the `aip_assets` logger for its
     command only: afterwards a warning reaches the root logger again, and nothing writes to a stream

@@ -476,10 +476,13 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
             page.check("input[data-filter=flagged]")
             page.uncheck("input[data-filter=flagged]")
             page.select_option("select[data-filter=metric]", "")
+            def settles_at(n: int) -> None:  # search runs once typing pauses
+                page.wait_for_function(f"document.getElementById('viewer-count').dataset.matching === '{n}'")
             page.fill("input[data-filter=search]", first)
-            assert count() == q(warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND input_id LIKE ?",
-                                [RUN, f"%{first}%"]).n[0]
+            settles_at(q(warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND input_id LIKE ?",
+                         [RUN, f"%{first}%"]).n[0])
             page.fill("input[data-filter=search]", "")
+            settles_at(total.n[0])
             page.check("input[data-filter=failed]")
             assert count() >= len(errored)
             shown = set(page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.metric + '|' + r.dataset.inputId)"))
@@ -539,3 +542,48 @@ def test_viewer_detail_orders_and_places_verdicts_by_hand():
     assert [(it["b"]["s"], it["v"][0]["s"]) for it in d["items"]] == [("2", 0.0), ("1", 1.0)]
     assert all(d["probes"][it["b"]["p"]]["ans"][it["b"]["s"]]["t"] == f"answer V/{it['b']['s']}" for it in d["items"])
     assert not d["any_failed"]
+
+
+def test_viewer_pairs_an_external_perturbation_variant_with_its_baseline(tmp_path):
+    """In the external perturbation metric each variant is its own row and its baseline another:
+    a variant's row opens to the baseline's answer beside its own, with the verdicts on them."""
+    repo = Path(__file__).resolve().parents[1]
+    metric = "llm.perturbation_robustness_external"
+    assert main(["run", str(repo / "data" / "runs" / "demo.yaml"), "--metric", metric, "--quiet", "--json",
+                 "--run-id", "ext"]) in (0, 1)
+    db = wh.default_path()
+    data = viewer_data(build_report("ext", db))
+    pairs = q(db, """SELECT v.input_id, b.query_text AS base_q, rb.response AS base_a, v.query_text AS var_q,
+                            rv.response AS var_a
+                     FROM probes v JOIN probes b ON b.run_id = v.run_id AND b.metric = v.metric
+                          AND b.group_id = v.group_id AND b.role = 'baseline'
+                     JOIN sut_responses rb ON rb.run_id = b.run_id AND rb.metric = b.metric AND rb.probe_id = b.probe_id
+                     JOIN sut_responses rv ON rv.run_id = v.run_id AND rv.metric = v.metric AND rv.probe_id = v.probe_id
+                     WHERE v.run_id = 'ext' AND v.metric = ? AND v.role = 'variant'""", [metric])
+    assert len(pairs) > 100
+    rows = {r["id"]: r for r in data["rows"] if r["m"] == metric}
+    for p in pairs.itertuples():
+        [it] = rows[p.input_id]["items"]
+        a, b = (rows[p.input_id]["probes"][it[side]["p"]] for side in ("a", "b"))
+        assert (a["role"], a["q"], a["ans"]["0"]["t"]) == ("baseline", _clipped(p.base_q), _clipped(p.base_a))
+        assert (b["role"], b["q"], b["ans"]["0"]["t"]) == ("variant", _clipped(p.var_q), _clipped(p.var_a))
+        assert sorted(v["k"] for v in it["v"]) == ["correctness", "robustness"]
+
+
+def test_viewer_keeps_within_its_byte_budget_lowest_rows_first(warehouse):
+    from aip_assets.report import _records, _Reader
+    from aip_assets.viewer import read
+
+    rd = _Reader(RUN, warehouse)
+    full = read(lambda sql, params=None: _records(rd.q(sql, params)), list(METRICS), 500, RUN)
+    sizes = {m: sum(len(json.dumps(r, ensure_ascii=False)) for r in full["rows"] if r["m"] == m) for m in METRICS}
+    budget = min(sizes.values()) // 2 * len(METRICS)  # every metric's share is half its smallest's size
+    small = read(lambda sql, params=None: _records(rd.q(sql, params)), list(METRICS), 500, RUN, max_bytes=budget)
+    for m in METRICS:
+        every = [r["id"] for r in full["rows"] if r["m"] == m]
+        kept = [r["id"] for r in small["rows"] if r["m"] == m]
+        assert 1 <= len(kept) < len(every) and kept == every[:len(kept)], m  # a prefix: the lowest scores
+        kept_size = sum(len(json.dumps(r, ensure_ascii=False)) for r in small["rows"] if r["m"] == m)
+        assert kept_size <= budget // len(METRICS) or len(kept) == 1
+        [info] = [x for x in small["metrics"] if x["metric"] == m]
+        assert (info["shown"], info["total"]) == (len(kept), len(every))

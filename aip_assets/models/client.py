@@ -141,6 +141,69 @@ class ChatResult:
         return self.status == "ok"
 
 
+class AdaptiveLimit:
+    """At most ``limit`` calls in flight: a semaphore whose size adapts to the endpoint (additive
+    increase, multiplicative decrease). A rate-limit answer halves the limit, once for all the
+    answers to calls sent before that cut (a burst of 429s is one signal, not thirty); after
+    ``limit`` successes in a row it grows by one, never above ``ceiling`` (the configured
+    concurrency) nor below 1. With ``adaptive`` off it is a plain semaphore of ``ceiling``."""
+
+    def __init__(self, ceiling: int, adaptive: bool = True):
+        self.ceiling = self.limit = self.lowest = ceiling
+        self.adaptive = adaptive
+        self.in_flight = 0
+        self.epoch = 0  # the number of cuts so far: a call remembers the epoch it was sent in
+        self.cuts = 0
+        self._streak = 0
+        self._cond: asyncio.Condition | None = None
+
+    def _c(self) -> asyncio.Condition:
+        if self._cond is None:  # made on first use, inside the running loop
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def __aenter__(self) -> "AdaptiveLimit":
+        c = self._c()
+        async with c:
+            await c.wait_for(lambda: self.in_flight < self.limit)
+            self.in_flight += 1
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        c = self._c()
+        async with c:
+            self.in_flight -= 1
+            if self.in_flight < self.limit:
+                c.notify(self.limit - self.in_flight)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep without holding a place: a call waiting out a rate limit or a backoff gives its
+        place back and queues for one again (behind the limit as it is by then)."""
+        await self.__aexit__()
+        try:
+            await asyncio.sleep(seconds)
+        finally:  # shielded: a cancelled wait still takes the place its caller will give back
+            await asyncio.shield(self.__aenter__())
+
+    def throttled(self, sent_in_epoch: int) -> None:
+        """A call sent in ``sent_in_epoch`` got a rate-limit answer."""
+        self._streak = 0
+        if self.adaptive and sent_in_epoch == self.epoch and self.limit > 1:
+            self.limit = max(1, self.limit // 2)
+            self.lowest = min(self.lowest, self.limit)
+            self.epoch += 1
+            self.cuts += 1
+
+    async def succeeded(self) -> None:
+        self._streak += 1
+        if self.limit < self.ceiling and self._streak >= self.limit:
+            self._streak = 0
+            self.limit += 1
+            c = self._c()
+            async with c:
+                c.notify(1)
+
+
 def _retry_after(headers: dict[str, str]) -> float | None:
     val = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
     if val is None:
@@ -229,7 +292,7 @@ class ModelClient:
         self.stage = stage
         self.journal = journal
         self.cache_runs = [run_id, *reuse_runs]
-        self.sem = asyncio.Semaphore(concurrency)
+        self.sem = AdaptiveLimit(concurrency, conn.adaptive_concurrency)
         self.backoff_s = backoff_s
         self.budget = budget
         self.limiter = RateLimiter.for_endpoint(conn.endpoint_id(), conn.requests_per_minute) if conn.requests_per_minute else None
@@ -249,6 +312,13 @@ class ModelClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.transport.aclose()
+        if self.sem.cuts:
+            msg = (f"{self.metric} {self.stage}: {self.role} endpoint {self.endpoint_id} answered with rate limits; "
+                   f"calls in flight were lowered {self.sem.cuts} time(s) from {self.sem.ceiling} to as few as "
+                   f"{self.sem.lowest} and were {self.sem.limit} at the end (adaptive_concurrency)")
+            logger.warning(msg)
+            if self.on_note:
+                self.on_note({"level": "warning", "code": "adaptive_concurrency", "message": msg})
         if self.stats["deadline_cut"] and self.on_note:
             msg = (f"{self.metric} {self.stage}: {self.stats['deadline_rows']} row(s) passed the {self.row_timeout_s:g}s "
                    f"row deadline (the execution manifest's timeout_seconds, or limits.row_timeout_seconds); "
@@ -373,6 +443,7 @@ class ModelClient:
             t0 = time.perf_counter()
             retry_after = None
             http_status = None
+            epoch = self.sem.epoch
             try:
                 resp = await self.transport.post_chat(body, min(timeout, left()))
             except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
@@ -384,6 +455,7 @@ class ModelClient:
                 http_status = resp.status_code
                 if resp.status_code == 200:
                     self._last_answer = time.monotonic()
+                    await self.sem.succeeded()
                     parsed = _parse_completion(resp.body)
                     if isinstance(parsed, str):
                         return failed(parsed, latency)
@@ -393,6 +465,8 @@ class ModelClient:
                 err = f"HTTP {resp.status_code}: {resp.text[:300]}"
                 transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
                 retry_after = _retry_after(resp.headers)
+                if resp.status_code == 429 or (resp.status_code == 503 and retry_after is not None):
+                    self.sem.throttled(epoch)
             latency = (time.perf_counter() - t0) * 1000
             if transient and http_status in (429, 503) and retry_after is not None:
                 # the endpoint says when to come back: a wait, not a failure. Bounded twice: this call
@@ -407,7 +481,7 @@ class ModelClient:
                                       f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency)
                     waits += 1
                     waited_s += sleep
-                    await asyncio.sleep(sleep)
+                    await self.sem.pause(sleep)
                     continue
                 err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
                         f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
@@ -418,7 +492,7 @@ class ModelClient:
                 self._count_cut()
                 return failed(f"{err} (not retried: the row deadline comes first)", latency)
             retries_used += 1
-            await asyncio.sleep(min(delay, MAX_BACKOFF_S))
+            await self.sem.pause(min(delay, MAX_BACKOFF_S))
 
 
 def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
