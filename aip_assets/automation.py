@@ -76,13 +76,14 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
     from .jobs import evaluate_run
 
     failed = []
-    for m, result in evaluate_run(
+    for out in evaluate_run(
             context.instance, run_id, spec.metrics, spec.metrics,
             {"aip/spec": spec.name, "aip/trigger": cfg["trigger"], "aip/launched_by": context.run_id},
             run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}}):  # this launch's warehouse
-        context.log.info(f"{run_id} × {m}: {'done' if result.success else 'FAILED'} (Dagster run {result.run_id})")
-        if not result.success:
-            failed.append(f"{m} (Dagster run {result.run_id})")
+        context.log.info(f"{run_id} × {out.metric}: {'done' if out.success else 'FAILED'} "
+                         f"(Dagster run {out.dagster_run_id})")
+        if not out.success:
+            failed.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
     if failed:
         raise Failure(description=f"run {run_id}: stage failed for {', '.join(failed)}")
 

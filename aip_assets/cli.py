@@ -79,13 +79,6 @@ def print_summary(summary: dict, out=None) -> None:
             p(line)
 
 
-def _root_message(err) -> str:
-    """The innermost cause of a Dagster step error: what actually went wrong."""
-    while getattr(err, "cause", None) is not None:
-        err = err.cause
-    return err.message.strip()
-
-
 def _dry_run(spec, as_json: bool) -> int:
     from . import pipeline
 
@@ -125,6 +118,8 @@ def cmd_run(args) -> int:
     if unknown:
         raise AipError(f"metric {', '.join(unknown)} is not configured in spec {spec.name} "
                        f"(configured: {', '.join(spec.metrics)})")
+    if args.parallel < 1:
+        raise AipError(f"--parallel must be at least 1, got {args.parallel}")
     if args.dry_run:
         return _dry_run(spec, args.json)
     run_id = args.run_id
@@ -136,6 +131,9 @@ def cmd_run(args) -> int:
         if unknown:
             raise AipError(f"metric {', '.join(unknown)} is not configured in run {run_id} (its stored spec "
                            f"configures {', '.join(spec.metrics)}); a resumed run keeps its metrics")
+    if args.parallel > 1 and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens):
+        raise AipError("--parallel: the run's call and token caps (limits.max_calls / max_tokens, --max-calls, "
+                       "--max-tokens) are counted per process; run a capped run with --parallel 1")
     from .jobs import evaluate as evaluate_job, evaluate_run
 
     evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
@@ -160,15 +158,14 @@ def cmd_run(args) -> int:
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
     metrics = args.metric or list(spec.metrics)
     failed, capped = [], False
-    for metric, result in evaluate_run(get_instance(), run_id, spec.metrics, metrics, {"aip/spec": spec.name},
-                                       run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-                                       on_start=lambda m: log.info(f"materialising {run_id} × {m}")):
-        if not result.success:
-            msgs = [_root_message(err) for e in result.get_step_failure_events()
-                    if (err := getattr(e.event_specific_data, "error", None)) is not None]
-            log.error(f"{metric}: stage failed (Dagster run {result.run_id}): " + " | ".join(msgs))
-            failed.append(metric)
-            capped = capped or any("reached limits." in m for m in msgs)
+    for out in evaluate_run(get_instance(), run_id, spec.metrics, metrics, {"aip/spec": spec.name},
+                            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                            on_start=lambda m: log.info(f"materialising {run_id} × {m}"), parallel=args.parallel,
+                            quiet=args.quiet):
+        if not out.success:
+            log.error(f"{out.metric}: stage failed (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
+            failed.append(out.metric)
+            capped = capped or any("reached limits." in m for m in out.errors)
     summary = pipeline.run_summary(run_id, path)
     summary["warehouse"] = str(path)
     summary["failed_metrics"] = failed
@@ -393,6 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing")
     r.add_argument("--max-calls", type=int, help="cap the run's model calls (raises a resumed run's cap)")
     r.add_argument("--max-tokens", type=int, help="cap the run's tokens (raises a resumed run's cap)")
+    r.add_argument("--parallel", type=int, default=1,
+                   help="evaluate this many metrics at once, each in a worker process; every endpoint's "
+                        "max_connections is split between them (default 1; not with call or token caps)")
     r.set_defaults(fn=cmd_run)
 
     q = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")

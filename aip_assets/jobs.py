@@ -9,7 +9,11 @@ stop an evaluation.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
 from typing import Any
 
 from dagster import Definitions, define_asset_job, in_process_executor
@@ -24,6 +28,7 @@ evaluate_job = define_asset_job("evaluate", selection=STAGE_ASSETS,  # partition
                                 description="All five stages for one <run>|<metric> partition.",
                                 executor_def=in_process_executor)
 RESOURCES = {"warehouse": Warehouse(), "sut": SutConnection()}
+SHARE_ENV = "AIP_CONNECTION_SHARE"  # set in a worker of `aip-eval run --parallel N`: N
 
 
 @functools.cache
@@ -33,12 +38,66 @@ def evaluate():
                        executor=in_process_executor).resolve_job_def("evaluate")
 
 
+@dataclass
+class Outcome:
+    """How one metric's evaluate run ended: what `aip-eval run` and the launcher report."""
+    metric: str
+    success: bool
+    dagster_run_id: str
+    errors: list[str] = field(default_factory=list)  # each failed step's innermost message
+
+
+def _root_message(err) -> str:
+    """The innermost cause of a Dagster step error: what actually went wrong."""
+    while getattr(err, "cause", None) is not None:
+        err = err.cause
+    return err.message.strip()
+
+
+def _outcome(metric: str, result) -> Outcome:
+    errors = [_root_message(err) for e in result.get_step_failure_events()
+              if (err := getattr(e.event_specific_data, "error", None)) is not None]
+    return Outcome(metric, result.success, result.run_id, errors)
+
+
+def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:
+    result = evaluate().execute_in_process(partition_key=partition_key(run_id, metric), instance=instance,
+                                           run_config=run_config or {}, raise_on_error=False,
+                                           tags={"aip/run_id": run_id, "aip/metric": metric, **tags})
+    return _outcome(metric, result)
+
+
+def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None,
+                      share: int, quiet: bool) -> Outcome:
+    """One metric in a worker process (spawned: it inherits the parent's environment, so the same
+    warehouse and Dagster storage). ``share``: the endpoints' connections are split this many ways."""
+    import logging
+    import sys
+
+    from .dagster_home import get_instance
+
+    os.environ[SHARE_ENV] = str(share)
+    log = logging.getLogger("aip_assets")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"[aip {metric.removeprefix('llm.')}] %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    log.propagate = False
+    return _execute(get_instance(), run_id, metric, tags, run_config)
+
+
 def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str],
-                 run_config: dict[str, Any] | None = None,
-                 on_start: Callable[[str], None] | None = None) -> Iterator[tuple[str, Any]]:
-    """Evaluate ``metrics`` of the registered run ``run_id``, one run of the evaluate job each (in
-    this process), yielding (metric, result) as each ends; a failed metric does not stop the next.
-    First the run's partitions are added: one per ``configured`` metric, the run's real work."""
+                 run_config: dict[str, Any] | None = None, on_start: Callable[[str], None] | None = None,
+                 parallel: int = 1, quiet: bool = False) -> Iterator[Outcome]:
+    """Evaluate ``metrics`` of the registered run ``run_id``, one run of the evaluate job each,
+    yielding each one's Outcome as it ends; a failed metric does not stop the others. First the
+    run's partitions are added: one per ``configured`` metric, the run's real work.
+
+    ``parallel`` > 1: that many metrics at once, each in a worker process (Python runs one thread
+    at a time, and a metric's own stages run in order). Every model connection's
+    ``max_connections`` is then split evenly between the workers, so the endpoint sees no more
+    calls in flight than one metric at a time would send. ``instance`` must then be the project's
+    (the workers open it from the environment)."""
     from .errors import AipError
 
     unknown = [m for m in metrics if m not in configured]
@@ -46,10 +105,18 @@ def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str
         raise AipError(f"metric {', '.join(unknown)} is not configured in run {run_id} "
                        f"(configured: {', '.join(configured)})")
     register_partitions(instance, run_id, configured)
-    job = evaluate()
-    for metric in metrics:
-        if on_start:
-            on_start(metric)
-        yield metric, job.execute_in_process(partition_key=partition_key(run_id, metric), instance=instance,
-                                             run_config=run_config or {}, raise_on_error=False,
-                                             tags={"aip/run_id": run_id, "aip/metric": metric, **tags})
+    workers = min(parallel, len(metrics))
+    if workers <= 1:
+        for metric in metrics:
+            if on_start:
+                on_start(metric)
+            yield _execute(instance, run_id, metric, tags, run_config)
+        return
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = []
+        for metric in metrics:
+            if on_start:
+                on_start(metric)
+            futures.append(pool.submit(_execute_in_child, run_id, metric, tags, run_config, workers, quiet))
+        for f in as_completed(futures):
+            yield f.result()

@@ -322,3 +322,45 @@ def test_two_specs_of_one_name_get_one_schedule_and_the_cli_still_runs(tmp_path,
     Definitions.validate_loadable(Definitions(jobs=[launch_job], schedules=build_schedules(launch_job),
                                               resources=RESOURCES))
     assert main(["run", str(first), "--quiet", "--json"]) == 0
+
+
+def test_parallel_metrics_give_the_same_scores_as_one_at_a_time(tmp_path, capsys):
+    """`aip-eval run --parallel 2`: each metric in a worker process, the same evaluate runs in the
+    same Dagster storage, and exactly the scores of a sequential run of the same spec."""
+    from aip_assets.cli import main
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    spec = tmp_path / "p.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "par", "dataset": str(ds), "seed": 5, "sut": {"provider": "builtin", "profile": FLIP},
+        "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}},
+                    "llm.semantic_consistency": {"config": {"responses_per_query": 2}},
+                    "llm.group_interaction_bias": {"config": {"num_pairs": 2, "persona_pool_size": 4}}}}))
+    summaries = {}
+    for parallel in (1, 2):
+        assert main(["run", str(spec), "--json", "--quiet", "--parallel", str(parallel)]) in (0, 1)
+        summaries[parallel] = json.loads(capsys.readouterr().out)
+    one, two = summaries[1], summaries[2]
+    assert two["failed_metrics"] == [] and set(two["metrics"]) == set(one["metrics"])
+    for m, s in one["metrics"].items():
+        assert (s["score"], s["ci95"], s["passed"]) == (two["metrics"][m]["score"], two["metrics"][m]["ci95"],
+                                                        two["metrics"][m]["passed"]), m
+    runs = [r for r in get_instance().get_runs() if r.tags.get("aip/run_id") == two["run_id"]]
+    assert sorted(r.tags["aip/metric"] for r in runs) == sorted(one["metrics"])
+    assert {r.job_name for r in runs} == {"evaluate"} and all(r.is_success for r in runs)
+    # call caps are counted per process: refused with --parallel, before anything is written
+    assert main(["run", str(spec), "--parallel", "2", "--max-calls", "10"]) == 2
+    assert "--parallel" in capsys.readouterr().err
+
+
+def test_parallel_workers_share_each_endpoints_connections(monkeypatch):
+    from aip_assets.models.client import ModelClient
+    from aip_assets.runspec import Connection
+
+    conn = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model="m", max_connections=64)
+    for share, want in ((None, 32), ("2", 32), ("4", 16), ("100", 1)):
+        if share is None:
+            monkeypatch.delenv("AIP_CONNECTION_SHARE", raising=False)
+        else:
+            monkeypatch.setenv("AIP_CONNECTION_SHARE", share)
+        c = ModelClient(conn, role="sut", run_id="r", metric="m", stage="s", journal=None, concurrency=32)
+        assert c.sem.ceiling == want, share

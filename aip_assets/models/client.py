@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import contextvars
 import email.utils
 import hashlib
@@ -292,6 +293,9 @@ class ModelClient:
         self.stage = stage
         self.journal = journal
         self.cache_runs = [run_id, *reuse_runs]
+        # `aip-eval run --parallel N`: N workers share each endpoint's max_connections
+        share = int(os.environ.get("AIP_CONNECTION_SHARE") or 1)
+        concurrency = min(concurrency, max(1, conn.max_connections // max(share, 1)))
         self.sem = AdaptiveLimit(concurrency, conn.adaptive_concurrency)
         self.backoff_s = backoff_s
         self.budget = budget
