@@ -5,10 +5,11 @@ A tick changes nothing: it returns a run request of the launcher job ``aip_launc
 UI's "Preview tick result" or "Test sensor" registers nothing, adds no partition). The launched
 run registers the run, named from the spec and the tick's time (runs never overwrite each other),
 checks the endpoints, adds its partitions (one per configured metric) and evaluates each
-configured metric as a run of the ``evaluate`` job. A tick that finds the previous run of the same spec still going skips with
-the reason. The sensor's first tick records the spec files already there as seen and launches
-none; later, a new or changed spec launches, an invalid one is reported in the sensor's log with
-the validation error and launches nothing. Both start stopped: turn them on in the UI.
+configured metric as a run of the ``evaluate`` job. A tick that finds the previous run of the
+same spec still going skips with the reason. The sensor's first tick records the spec files
+already there as seen and launches none; later, a new or changed spec launches, an invalid one is
+reported in the sensor's log with the validation error and launches nothing. Both start stopped:
+turn them on in the UI.
 """
 
 from __future__ import annotations

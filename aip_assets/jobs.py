@@ -113,10 +113,13 @@ def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str
             yield _execute(instance, run_id, metric, tags, run_config)
         return
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = []
+        futures = {}
         for metric in metrics:
             if on_start:
                 on_start(metric)
-            futures.append(pool.submit(_execute_in_child, run_id, metric, tags, run_config, workers, quiet))
+            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, workers, quiet)] = metric
         for f in as_completed(futures):
-            yield f.result()
+            try:
+                yield f.result()
+            except Exception as e:  # noqa: BLE001 - a worker that died: that metric failed, the others report
+                yield Outcome(futures[f], False, "", [f"its worker process failed: {type(e).__name__}: {e}"])
