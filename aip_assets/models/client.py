@@ -177,14 +177,21 @@ class AdaptiveLimit:
             if self.in_flight < self.limit:
                 c.notify(self.limit - self.in_flight)
 
-    async def pause(self, seconds: float) -> None:
+    async def pause(self, seconds: float, clock: "RowClock | None" = None) -> None:
         """Sleep without holding a place: a call waiting out a rate limit or a backoff gives its
-        place back and queues for one again (behind the limit as it is by then)."""
+        place back and queues for one again (behind the limit as it is by then). The wait counts
+        on the row's clock; queueing for the place afterwards does not (as before any call)."""
         await self.__aexit__()
         try:
             await asyncio.sleep(seconds)
-        finally:  # shielded: a cancelled wait still takes the place its caller will give back
-            await asyncio.shield(self.__aenter__())
+        finally:
+            if clock is not None:
+                clock.stop()
+            try:  # shielded: a cancelled wait still takes the place its caller will give back
+                await asyncio.shield(self.__aenter__())
+            finally:
+                if clock is not None:
+                    clock.start()
 
     def throttled(self, sent_in_epoch: int) -> None:
         """A call sent in ``sent_in_epoch`` got a rate-limit answer."""
@@ -485,7 +492,7 @@ class ModelClient:
                                       f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency)
                     waits += 1
                     waited_s += sleep
-                    await self.sem.pause(sleep)
+                    await self.sem.pause(sleep, clock)
                     continue
                 err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
                         f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
@@ -496,7 +503,7 @@ class ModelClient:
                 self._count_cut()
                 return failed(f"{err} (not retried: the row deadline comes first)", latency)
             retries_used += 1
-            await self.sem.pause(min(delay, MAX_BACKOFF_S))
+            await self.sem.pause(min(delay, MAX_BACKOFF_S), clock)
 
 
 def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
