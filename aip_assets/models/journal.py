@@ -16,7 +16,8 @@ successful call still answers ``lookup`` (the cache), and every other reader (``
 Compact on disk (format 2): what every call of one (run, metric, stage, role, endpoint, model)
 shares is stored once in ``call_parts``, and each request body in ``call_log`` is deflated with
 that part's first request as zlib's preset dictionary (the prompt templates, personas and
-instructions the calls share cost almost nothing). The view ``call_index`` lists the calls with
+instructions the calls share cost almost nothing), and each answer with the part's first answer
+(and the end of its first request) as another. The view ``call_index`` lists the calls with
 their run, metric, stage and role for plain SQL. A journal of the first format (a ``calls``
 table) is left as it is and not read: its calls are not reused.
 """
@@ -73,16 +74,16 @@ class Journal:
         self._con.execute("PRAGMA journal_mode=WAL")
         self._con.execute("PRAGMA synchronous=NORMAL")
         self._con.execute(f"CREATE TABLE IF NOT EXISTS call_parts (part_id INTEGER PRIMARY KEY, {', '.join(_PART)}, "
-                          f"zdict BLOB, UNIQUE ({', '.join(_PART)}))")
+                          f"zdict BLOB, rdict BLOB, UNIQUE ({', '.join(_PART)}))")
         self._con.execute(f"CREATE TABLE IF NOT EXISTS call_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
                           f"part_id INTEGER, {', '.join(_CALL)})")
         self._con.execute("CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)")
         self._con.execute("CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)")
         self._con.execute(f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
-                          f"{', '.join('c.' + c for c in _CALL if c != 'request')} "
+                          f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
                           "FROM call_log c JOIN call_parts p USING (part_id)")
-        self._parts: dict[tuple, tuple[int, bytes]] = {}  # part -> (part_id, zdict), as written
-        self._zdicts: dict[int, bytes] = {}  # part_id -> zdict, as read
+        self._parts: dict[tuple, tuple[int, bytes, bytes]] = {}  # part -> (part_id, zdict, rdict), as written
+        self._zdicts: dict[int, tuple[bytes, bytes]] = {}  # part_id -> (zdict, rdict), as read
         # the queue: records not yet written, the successful ones by key (they answer lookups),
         # and how many were queued and written (flush waits for the second to reach the first)
         self._cv = threading.Condition()
@@ -124,9 +125,11 @@ class Journal:
                     rows = []
                     for rec in batch:
                         request = json.dumps(rec.get("request"), ensure_ascii=False, sort_keys=True)
-                        part_id, zdict = self._part(rec, request)
+                        part_id, zdict, rdict = self._part(rec, request)
                         values = [part_id, *(rec.get(c) for c in _CALL)]
                         values[1 + _CALL.index("request")] = _deflate(request, zdict)
+                        answer = rec.get("response_text")
+                        values[1 + _CALL.index("response_text")] = None if answer is None else _deflate(answer, rdict)
                         rows.append(values)
                     self._con.executemany(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
                                           f"VALUES ({', '.join('?' * (1 + len(_CALL)))})", rows)
@@ -151,24 +154,28 @@ class Journal:
                 # let the next batch gather (one transaction per interval), unless a reader waits for it
                 self._cv.wait_for(lambda: self._closing or self._flush_to > self._n_written, timeout=self.flush_s)
 
-    def _part(self, rec: dict[str, Any], request: str) -> tuple[int, bytes]:
-        """(part_id, zdict) of the record's part, added (with this request as its dictionary) when new.
-        Called by the writer inside its transaction; another process may have added the part."""
+    def _part(self, rec: dict[str, Any], request: str) -> tuple[int, bytes, bytes]:
+        """(part_id, zdict, rdict) of the record's part, added when new, with this request as the
+        requests' dictionary and this answer (then the request's end) as the answers'. Called by the
+        writer inside its transaction; another process may have added the part."""
         key = tuple(rec.get(c) for c in _PART)
         if key not in self._parts:
             where = " AND ".join(f"{c} IS ?" for c in _PART)
-            self._con.execute(f"INSERT INTO call_parts ({', '.join(_PART)}, zdict) SELECT {', '.join('?' * len(_PART))}, ? "
+            req = request.encode("utf-8")
+            rdict = ((rec.get("response_text") or "").encode("utf-8") + req[-4096:])[-_ZDICT_MAX:]
+            self._con.execute(f"INSERT INTO call_parts ({', '.join(_PART)}, zdict, rdict) "
+                              f"SELECT {', '.join('?' * len(_PART))}, ?, ? "
                               f"WHERE NOT EXISTS (SELECT 1 FROM call_parts WHERE {where})",
-                              [*key, request.encode("utf-8")[-_ZDICT_MAX:], *key])
-            part_id, zdict = self._con.execute(f"SELECT part_id, zdict FROM call_parts WHERE {where}", key).fetchone()
-            self._parts[key] = (part_id, zdict)
+                              [*key, req[-_ZDICT_MAX:], rdict, *key])
+            self._parts[key] = self._con.execute(f"SELECT part_id, zdict, rdict FROM call_parts WHERE {where}",
+                                                 key).fetchone()
         return self._parts[key]
 
-    def _zdict(self, part_id: int) -> bytes:
-        """A part's dictionary (the caller holds the connection's lock)."""
+    def _dicts(self, part_id: int) -> tuple[bytes, bytes]:
+        """A part's (zdict, rdict) (the caller holds the connection's lock)."""
         if part_id not in self._zdicts:
-            (self._zdicts[part_id],) = self._con.execute("SELECT zdict FROM call_parts WHERE part_id = ?",
-                                                         [part_id]).fetchone()
+            self._zdicts[part_id] = self._con.execute("SELECT zdict, rdict FROM call_parts WHERE part_id = ?",
+                                                      [part_id]).fetchone()
         return self._zdicts[part_id]
 
     def _raise_if_failed(self) -> None:
@@ -229,7 +236,9 @@ class Journal:
                 "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1", [call_key, *run_ids, run_ids[0]]).fetchone()
             if row is not None:
                 out = dict(zip(_COLS, row[1:]))
-                out["request"] = _inflate(out["request"], self._zdict(row[0]))
+                zdict, rdict = self._dicts(row[0])
+                out["request"] = _inflate(out["request"], zdict)
+                out["response_text"] = _inflate(out["response_text"], rdict)
                 return out
         return from_queue() if queued is not None and queued["run_id"] in run_ids else None
 
@@ -247,8 +256,8 @@ class Journal:
         """This partition's calls in the order they completed, shaped for ``llm_calls``, in chunks."""
         self.flush()
         with self._lock:
-            parts = {pid: zd for pid, zd in self._con.execute(
-                "SELECT part_id, zdict FROM call_parts WHERE run_id = ? AND metric = ? AND stage = ?",
+            parts = {pid: (zd, rd) for pid, zd, rd in self._con.execute(
+                "SELECT part_id, zdict, rdict FROM call_parts WHERE run_id = ? AND metric = ? AND stage = ?",
                 [run_id, metric, stage])}
         if not parts:
             return
@@ -264,7 +273,8 @@ class Journal:
             if df.empty:
                 return
             last = int(df["seq"].iloc[-1])
-            df["request"] = [_inflate(b, parts[int(pid)]) for b, pid in zip(df["request"], df["part_id"])]
+            df["request"] = [_inflate(b, parts[int(pid)][0]) for b, pid in zip(df["request"], df["part_id"])]
+            df["response_text"] = [_inflate(b, parts[int(pid)][1]) for b, pid in zip(df["response_text"], df["part_id"])]
             df = df.drop(columns=["seq", "part_id"])
             df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
             yield df
