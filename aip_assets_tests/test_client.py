@@ -423,6 +423,11 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     assert list(frame.call_key) == [f"k{i}" for i in range(200)] and frame.request[7] == '{"i": 7}'
     assert list(frame.columns[:4]) == ["run_id", "metric", "stage", "role"] and set(frame.run_id) == {"r1"}
     assert j.lookup("k7", ["r1"])["request"] == '{"i": 7}'  # from the file now, inflated
+    hexkey = "0123456789abcdef0123456789abcdef"  # a real key's shape: stored as its 16 bytes, read back as hex
+    j.record({**rec(199.5), "call_key": hexkey})
+    j.flush()
+    assert j.lookup(hexkey, ["r1"])["call_key"] == hexkey and hexkey in j.ok_keys(["r1"], "sampling")
+    assert rows()[-1][0] == hexkey and list(j.frames("r1", "m", "sampling"))[0].call_key.iloc[-1] == hexkey
     j.record(rec(200))
     j.close()  # writes what is queued
     assert rows()[-1][0] == "k200"
@@ -439,7 +444,7 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
         reopened.record(rec(301))
     with pytest.raises(RuntimeError):
         reopened.close()
-    assert len(rows()) == 201
+    assert len(rows()) == 202
 
 
 class _Admits:

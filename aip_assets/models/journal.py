@@ -42,6 +42,8 @@ _COLS = [
 
 _PART = ["run_id", "metric", "stage", "role", "endpoint", "model"]  # stored once per part in call_parts
 _CALL = [c for c in _COLS if c not in _PART]  # stored per call in call_log (request deflated)
+# the view shows a call key as the hex it was given (stored as its 16 bytes)
+_VIEW_COL = {"call_key": "CASE WHEN typeof(c.call_key) = 'blob' THEN lower(hex(c.call_key)) ELSE c.call_key END AS call_key"}
 _ZDICT_MAX = 32768  # zlib's window: a longer dictionary is cut to its last 32 KiB
 
 
@@ -55,6 +57,18 @@ def _inflate(blob: bytes | None, zdict: bytes) -> str | None:
         return None
     d = zlib.decompressobj(zdict=zdict)
     return (d.decompress(blob) + d.flush()).decode("utf-8")
+
+
+def _key_in(key: str) -> bytes | str:
+    """A call key as stored: the 16 bytes its 32 hex digits spell (any other key as it is)."""
+    try:
+        return bytes.fromhex(key) if len(key) == 32 else key
+    except ValueError:
+        return key
+
+
+def _key_out(key: bytes | str) -> str:
+    return key.hex() if isinstance(key, bytes) else key
 
 
 def journal_path(warehouse_path: str | Path) -> Path:
@@ -80,7 +94,7 @@ class Journal:
         self._con.execute("CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)")
         self._con.execute("CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)")
         self._con.execute(f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
-                          f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
+                          f"{', '.join(_VIEW_COL.get(c, 'c.' + c) for c in _CALL if c not in ('request', 'response_text'))} "
                           "FROM call_log c JOIN call_parts p USING (part_id)")
         self._parts: dict[tuple, tuple[int, bytes, bytes]] = {}  # part -> (part_id, zdict, rdict), as written
         self._zdicts: dict[int, tuple[bytes, bytes]] = {}  # part_id -> (zdict, rdict), as read
@@ -127,6 +141,7 @@ class Journal:
                         request = json.dumps(rec.get("request"), ensure_ascii=False, sort_keys=True)
                         part_id, zdict, rdict = self._part(rec, request)
                         values = [part_id, *(rec.get(c) for c in _CALL)]
+                        values[1 + _CALL.index("call_key")] = _key_in(rec.get("call_key") or "")
                         values[1 + _CALL.index("request")] = _deflate(request, zdict)
                         answer = rec.get("response_text")
                         values[1 + _CALL.index("response_text")] = None if answer is None else _deflate(answer, rdict)
@@ -212,7 +227,7 @@ class Journal:
         with self._lock:
             cur = self._con.execute(f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
                                     f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})", [stage, *run_ids])
-            return {k for (k,) in cur}
+            return {_key_out(k) for (k,) in cur}
 
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
         """The latest successful call with this key among the given runs (this run's first), or None;
@@ -233,12 +248,13 @@ class Journal:
             row = self._con.execute(
                 f"SELECT c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
                 f"WHERE c.call_key = ? AND c.status = 'ok' AND p.run_id IN ({marks}) "
-                "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1", [call_key, *run_ids, run_ids[0]]).fetchone()
+                "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1", [_key_in(call_key), *run_ids, run_ids[0]]).fetchone()
             if row is not None:
                 out = dict(zip(_COLS, row[1:]))
                 zdict, rdict = self._dicts(row[0])
                 out["request"] = _inflate(out["request"], zdict)
                 out["response_text"] = _inflate(out["response_text"], rdict)
+                out["call_key"] = _key_out(out["call_key"])
                 return out
         return from_queue() if queued is not None and queued["run_id"] in run_ids else None
 
@@ -275,6 +291,7 @@ class Journal:
             last = int(df["seq"].iloc[-1])
             df["request"] = [_inflate(b, parts[int(pid)][0]) for b, pid in zip(df["request"], df["part_id"])]
             df["response_text"] = [_inflate(b, parts[int(pid)][1]) for b, pid in zip(df["response_text"], df["part_id"])]
+            df["call_key"] = [_key_out(k) for k in df["call_key"]]
             df = df.drop(columns=["seq", "part_id"])
             df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
             yield df
