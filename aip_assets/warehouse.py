@@ -169,23 +169,29 @@ VIEWS: dict[str, str] = {
                CAST(details ->> 'less_helpful_share' AS DOUBLE) AS less_helpful_share, details
         FROM metric_scores WHERE metric = 'llm.group_interaction_bias' AND scope IN ('persona', 'attribute', 'pair')
     """,
+    # the judges' numbers are gathered per pair first (no text in the grouping: at 100,000 rows a
+    # GROUP BY over the answers' text ran DuckDB out of its memory cap), then the texts joined
     "v_gib_pairs": """
+        WITH j AS (
+            SELECT run_id, metric, pair_id,
+                   max(score) FILTER (WHERE judge_kind = 'similarity') AS similarity,
+                   max(score) FILTER (WHERE judge_kind = 'tone') AS tone_divergence,
+                   max(score) FILTER (WHERE judge_kind = 'effort') AS effort_gap,
+                   max(parsed ->> 'less_helpful_persona') FILTER (WHERE judge_kind = 'effort') AS less_helpful_persona,
+                   count(*) FILTER (WHERE status <> 'ok') AS judges_failed
+            FROM judgements WHERE metric = 'llm.group_interaction_bias' GROUP BY run_id, metric, pair_id)
         SELECT pp.run_id, pp.metric, pp.input_id, pp.pair_id, pp.value_a AS persona_a, pp.value_b AS persona_b,
                pa.persona AS description_a, pb.persona AS description_b,
                ra.response AS response_a, rb.response AS response_b,
-               max(j.score) FILTER (WHERE j.judge_kind = 'similarity') AS similarity,
-               max(j.score) FILTER (WHERE j.judge_kind = 'tone') AS tone_divergence,
-               max(j.score) FILTER (WHERE j.judge_kind = 'effort') AS effort_gap,
-               max(j.parsed ->> 'less_helpful_persona') FILTER (WHERE j.judge_kind = 'effort') AS less_helpful_persona,
-               count(*) FILTER (WHERE j.status <> 'ok') AS judges_failed
+               j.similarity, j.tone_divergence, j.effort_gap, j.less_helpful_persona,
+               coalesce(j.judges_failed, 0) AS judges_failed
         FROM probe_pairs pp
         JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
         JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
         LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
         LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b AND rb.sample_index = 0
-        LEFT JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
+        LEFT JOIN j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
         WHERE pp.metric = 'llm.group_interaction_bias'
-        GROUP BY ALL
     """,
     "v_consistency_rows": """
         SELECT rs.run_id, rs.metric, rs.input_id, rs.score, rs.label, rs.n_judged, rs.n_failed, rs.status, rs.error,
