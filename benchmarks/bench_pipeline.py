@@ -155,15 +155,19 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 
 def cli() -> list[str]:
     """This checkout's CLI under this interpreter; never whichever `aip-eval` is first on PATH
-    (it once measured another checkout's code). child_env() puts the checkout first on the path,
+    (it once measured another checkout's code). child_env(work) puts the checkout first on the path,
     and check_code() proves the child imports it."""
     return [sys.executable, "-m", "aip_assets.cli"]
 
 
-def child_env() -> dict[str, str]:
+def child_env(work: Path) -> dict[str, str]:
+    """The children's environment: this checkout first on the path, and the work folder as the
+    data folder, so Dagster's storage is the run's own (in a shared one the step times of another
+    process's runs were read once)."""
     env = dict(os.environ)
-    env.pop("DAGSTER_HOME", None)  # Dagster storage goes under the temp working directory
-    env.pop("AIP_WAREHOUSE", None)
+    for name in ("DAGSTER_HOME", "AIP_WAREHOUSE", "AIP_DAGSTER_HOME_SET", "AIP_DATA_DIR_SET"):
+        env.pop(name, None)
+    env["AIP_DATA_DIR"] = str(work)
     env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -171,7 +175,7 @@ def child_env() -> dict[str, str]:
 def check_code(cwd: Path) -> str:
     """Where the child process imports aip_assets from; stops the benchmark unless it is this checkout."""
     p = subprocess.run([sys.executable, "-c", "import aip_assets; print(aip_assets.__file__)"], cwd=cwd,
-                       env=child_env(), capture_output=True, text=True, check=True)
+                       env=child_env(cwd), capture_output=True, text=True, check=True)
     where = Path(p.stdout.strip()).resolve()
     if CHECKOUT not in where.parents:
         raise SystemExit(f"the child imports aip_assets from {where}, not this checkout {CHECKOUT}")
@@ -224,7 +228,7 @@ def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
     with open(work / "run.stdout", "w") as out, open(work / "run.stderr", "w") as err:
         t0, t_start = time.perf_counter(), time.time()
         # own session so a timeout can end the wrapper and the pipeline together (by our child's id)
-        proc = subprocess.Popen(cmd, cwd=work, env=child_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, cwd=work, env=child_env(work), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         sampler = RssSampler(proc.pid, max_s=timeout + 60)
         sampler.start()
@@ -262,7 +266,7 @@ def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
 
 
 def sql(query: str, wh: Path, work: Path) -> tuple[list[dict] | None, str]:
-    p = subprocess.run(cli() + ["sql", query, "--warehouse", str(wh), "--format", "json"], cwd=work, env=child_env(),
+    p = subprocess.run(cli() + ["sql", query, "--warehouse", str(wh), "--format", "json"], cwd=work, env=child_env(work),
                        capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         return None, p.stderr.strip()
@@ -270,7 +274,7 @@ def sql(query: str, wh: Path, work: Path) -> tuple[list[dict] | None, str]:
 
 
 def stage_times(work: Path) -> list[dict]:
-    p = subprocess.run([sys.executable, "-c", STAGE_TIMES], cwd=work, env=child_env(), capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", STAGE_TIMES], cwd=work, env=child_env(work), capture_output=True, text=True,
                        timeout=300)
     if p.returncode != 0:
         print(f"(could not read Dagster step times: {p.stderr.strip()[-500:]})", file=sys.stderr)
