@@ -62,14 +62,15 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
     path, run_id = Path(cfg["spec_path"]), cfg["run_id"]
     warehouse.use()
     try:
-        if run_exists(run_id):  # this launch re-executed (a metric failed, or it crashed): resume the run
+        resume = run_exists(run_id)  # this launch re-executed (a metric failed, or it crashed): resume the run
+        if resume:
             spec, _ = load_run(run_id)
             context.log.info(f"run {run_id} is registered: resuming it with its stored spec")
         else:
             spec = sut.apply(load_spec(path))  # the YAML as it is at launch; the sut resource, when set, instead
         for line in preflight(spec):
             context.log.info(f"endpoint ok: {line}")
-        if not run_exists(run_id):
+        if not resume:
             register_run(spec, run_id)
     except AipError as e:
         raise Failure(description=f"{path}: nothing launched: {e}") from None

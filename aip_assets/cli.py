@@ -34,12 +34,12 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def _setup_logging(quiet: bool):
+def _setup_logging(quiet: bool, prefix: str = "[aip]"):
     """Configure the `aip_assets` logger for one command; returns the function that puts back what
     was there, so calling `main()` in a process (tests, a notebook) leaves its logging as it was."""
     saved = (log.handlers[:], log.level, log.propagate)
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("[aip] %(message)s"))
+    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(logging.WARNING if quiet else logging.INFO)
     log.propagate = False
@@ -114,10 +114,13 @@ def cmd_run(args) -> int:
     spec = load_spec(args.spec)
     use_project_of(args.spec)  # the warehouse and Dagster storage of the spec's project, wherever we stand
     path = wh.default_path()
-    unknown = [m for m in args.metric or [] if m not in spec.metrics]
-    if unknown:
-        raise AipError(f"metric {', '.join(unknown)} is not configured in spec {spec.name} "
-                       f"(configured: {', '.join(spec.metrics)})")
+    def only_configured(where: str, why: str = "") -> None:
+        unknown = [m for m in args.metric or [] if m not in spec.metrics]
+        if unknown:
+            raise AipError(f"metric {', '.join(unknown)} is not configured in {where} "
+                           f"(configured: {', '.join(spec.metrics)}){why}")
+
+    only_configured(f"spec {spec.name}")
     if args.parallel < 1:
         raise AipError(f"--parallel must be at least 1, got {args.parallel}")
     if args.dry_run:
@@ -127,10 +130,7 @@ def cmd_run(args) -> int:
     if resume:
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"resuming run {run_id} with its stored spec")
-        unknown = [m for m in args.metric or [] if m not in spec.metrics]
-        if unknown:
-            raise AipError(f"metric {', '.join(unknown)} is not configured in run {run_id} (its stored spec "
-                           f"configures {', '.join(spec.metrics)}); a resumed run keeps its metrics")
+        only_configured(f"run {run_id}", "; a resumed run keeps the metrics of its stored spec")
     if args.parallel > 1 and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens):
         raise AipError("--parallel: the run's call and token caps (limits.max_calls / max_tokens, --max-calls, "
                        "--max-tokens) are counted per process; run a capped run with --parallel 1")

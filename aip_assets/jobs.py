@@ -28,7 +28,6 @@ evaluate_job = define_asset_job("evaluate", selection=STAGE_ASSETS,  # partition
                                 description="All five stages for one <run>|<metric> partition.",
                                 executor_def=in_process_executor)
 RESOURCES = {"warehouse": Warehouse(), "sut": SutConnection()}
-SHARE_ENV = "AIP_CONNECTION_SHARE"  # set in a worker of `aip-eval run --parallel N`: N
 
 
 @functools.cache
@@ -71,18 +70,12 @@ def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config
                       share: int, quiet: bool) -> Outcome:
     """One metric in a worker process (spawned: it inherits the parent's environment, so the same
     warehouse and Dagster storage). ``share``: the endpoints' connections are split this many ways."""
-    import logging
-    import sys
-
+    from .cli import _setup_logging
     from .dagster_home import get_instance
+    from .models.client import CONNECTION_SHARE_ENV
 
-    os.environ[SHARE_ENV] = str(share)
-    log = logging.getLogger("aip_assets")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"[aip {metric.removeprefix('llm.')}] %(message)s"))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.WARNING if quiet else logging.INFO)
-    log.propagate = False
+    os.environ[CONNECTION_SHARE_ENV] = str(share)
+    _setup_logging(quiet, prefix=f"[aip {metric.removeprefix('llm.')}]")  # the worker's whole life: not restored
     return _execute(get_instance(), run_id, metric, tags, run_config)
 
 

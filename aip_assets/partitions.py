@@ -33,10 +33,9 @@ def split_key(key: str) -> tuple[str, str]:
     return run_id, metric
 
 
-def register_partitions(instance, run_id: str, metrics) -> list[str]:
+def register_partitions(instance, run_id: str, metrics) -> None:
     """Add the run's keys (one per configured metric) that the instance does not have yet."""
-    keys = [partition_key(run_id, m) for m in metrics]
-    new = [k for k in keys if not instance.has_dynamic_partition(evaluations.name, k)]
+    new = [k for k in (partition_key(run_id, m) for m in metrics)
+           if not instance.has_dynamic_partition(evaluations.name, k)]
     if new:
         instance.add_dynamic_partitions(evaluations.name, new)
-    return keys

@@ -142,6 +142,9 @@ class ChatResult:
         return self.status == "ok"
 
 
+CONNECTION_SHARE_ENV = "AIP_CONNECTION_SHARE"  # set in a worker of `aip-eval run --parallel N`: N
+
+
 class AdaptiveLimit:
     """At most ``limit`` calls in flight: a semaphore whose size adapts to the endpoint (additive
     increase, multiplicative decrease). A rate-limit answer halves the limit, once for all the
@@ -153,8 +156,7 @@ class AdaptiveLimit:
         self.ceiling = self.limit = self.lowest = ceiling
         self.adaptive = adaptive
         self.in_flight = 0
-        self.epoch = 0  # the number of cuts so far: a call remembers the epoch it was sent in
-        self.cuts = 0
+        self.cuts = 0  # a call remembers how many cuts there had been when it was sent
         self._streak = 0
         self._cond: asyncio.Condition | None = None
 
@@ -193,13 +195,13 @@ class AdaptiveLimit:
                 if clock is not None:
                     clock.start()
 
-    def throttled(self, sent_in_epoch: int) -> None:
-        """A call sent in ``sent_in_epoch`` got a rate-limit answer."""
+    def throttled(self, cuts_when_sent: int) -> None:
+        """A call sent when there had been ``cuts_when_sent`` cuts got a rate-limit answer: it cuts
+        only if no cut came since (the answers to one burst are one signal)."""
         self._streak = 0
-        if self.adaptive and sent_in_epoch == self.epoch and self.limit > 1:
-            self.limit = max(1, self.limit // 2)
+        if self.adaptive and cuts_when_sent == self.cuts and self.limit > 1:
+            self.limit //= 2
             self.lowest = min(self.lowest, self.limit)
-            self.epoch += 1
             self.cuts += 1
 
     async def succeeded(self) -> None:
@@ -301,7 +303,7 @@ class ModelClient:
         self.journal = journal
         self.cache_runs = [run_id, *reuse_runs]
         # `aip-eval run --parallel N`: N workers share each endpoint's max_connections
-        share = int(os.environ.get("AIP_CONNECTION_SHARE") or 1)
+        share = int(os.environ.get(CONNECTION_SHARE_ENV) or 1)
         concurrency = min(concurrency, max(1, conn.max_connections // max(share, 1)))
         self.sem = AdaptiveLimit(concurrency, conn.adaptive_concurrency)
         self.backoff_s = backoff_s
@@ -454,7 +456,7 @@ class ModelClient:
             t0 = time.perf_counter()
             retry_after = None
             http_status = None
-            epoch = self.sem.epoch
+            cuts_when_sent = self.sem.cuts
             try:
                 resp = await self.transport.post_chat(body, min(timeout, left()))
             except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
@@ -477,7 +479,7 @@ class ModelClient:
                 transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
                 retry_after = _retry_after(resp.headers)
                 if resp.status_code == 429 or (resp.status_code == 503 and retry_after is not None):
-                    self.sem.throttled(epoch)
+                    self.sem.throttled(cuts_when_sent)
             latency = (time.perf_counter() - t0) * 1000
             if transient and http_status in (429, 503) and retry_after is not None:
                 # the endpoint says when to come back: a wait, not a failure. Bounded twice: this call
