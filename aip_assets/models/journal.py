@@ -43,6 +43,8 @@ _COLS = [
 
 _PART = ["run_id", "metric", "stage", "role", "endpoint", "model"]  # stored once per part in call_parts
 _CALL = [c for c in _COLS if c not in _PART]  # stored per call in call_log (request deflated)
+# where the stored forms go in a call_log row (part_id first)
+_AT_KEY, _AT_REQUEST, _AT_ANSWER = (1 + _CALL.index(c) for c in ("call_key", "request", "response_text"))
 # the view shows a call key as the hex it was given (stored as its 16 bytes)
 _VIEW_COL = {"call_key": "CASE WHEN typeof(c.call_key) = 'blob' THEN lower(hex(c.call_key)) ELSE c.call_key END AS call_key"}
 _ZDICT_MAX = 32768  # zlib's window: a longer dictionary is cut to its last 32 KiB
@@ -151,10 +153,10 @@ class Journal:
                         request = json.dumps(rec.get("request"), ensure_ascii=False, sort_keys=True)
                         part_id, zdict, rdict = self._part(rec, request)
                         values = [part_id, *(rec.get(c) for c in _CALL)]
-                        values[1 + _CALL.index("call_key")] = _key_in(rec.get("call_key") or "")
-                        values[1 + _CALL.index("request")] = _deflate(request, zdict)
+                        values[_AT_KEY] = _key_in(rec.get("call_key") or "")
+                        values[_AT_REQUEST] = _deflate(request, zdict)
                         answer = rec.get("response_text")
-                        values[1 + _CALL.index("response_text")] = None if answer is None else _deflate(answer, rdict)
+                        values[_AT_ANSWER] = None if answer is None else _deflate(answer, rdict)
                         rows.append(values)
                     self._con.executemany(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
                                           f"VALUES ({', '.join('?' * (1 + len(_CALL)))})", rows)
