@@ -156,6 +156,7 @@ class StagedTables:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         self.run_id, self.metric, self.stage = run_id, metric, stage
+        wh.release_memory()  # also puts Arrow on the system allocator, so later releases reach its pages
         self.files: dict[str, list[Path]] = {}
         self.rows: dict[str, int] = {}
         self.failed: dict[str, int] = {}

@@ -442,11 +442,54 @@ def arrow_schema(table: str):
     return pa.schema([(c, typ(t)) for c, t in TABLES[table]])
 
 
+def release_memory() -> None:
+    """Give the memory this process has freed back to the system. glibc keeps freed heap pages for
+    reuse by this process's ``malloc``, and pyarrow's default pool (mimalloc) keeps its own; DuckDB
+    allocates with yet another allocator, so without this a stage's freed batches and DuckDB's write
+    buffers add up in the process's peak. Arrow is therefore switched to the system allocator,
+    whose free pages ``malloc_trim`` returns."""
+    import ctypes
+    import gc
+
+    import pyarrow as pa
+
+    if pa.default_memory_pool().backend_name != "system":
+        pa.set_memory_pool(pa.system_memory_pool())
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
+
+
+# A partition write holds each DuckDB thread's new row groups in memory until they fill: one
+# thread, and a lean memory cap past which DuckDB writes them out to the file early. Measured
+# (2,162,570 probes, 1.4 GB on disk, in one transaction): peak RSS 605 MiB at 256MB, 818 MiB at
+# 512MB, 1,028 MiB at 1GB with 865,028. A write that needs more is retried once at DUCKDB_MEMORY.
+WRITE_THREADS = 1
+WRITE_MEMORY = os.environ.get("AIP_DUCKDB_WRITE_MEMORY", "256MB")
+
+
 def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None = None,
                           path: str | Path | None = None) -> None:
     """Replace this partition's rows in each table with the rows of its staged Parquet files,
-    all in one transaction; DuckDB reads the files itself, so Python never holds the partition."""
-    with connect(path) as con:
+    all in one transaction; DuckDB reads the files itself, so Python never holds the partition.
+    The transaction holds the new rows in memory until it commits (about twice their text's size,
+    per DuckDB thread: the write uses one)."""
+    release_memory()
+    try:
+        _write_files(run_id, metric, files, stage, path, {"threads": WRITE_THREADS, "memory_limit": WRITE_MEMORY})
+    except duckdb.OutOfMemoryException:
+        if not DUCKDB_MEMORY or WRITE_MEMORY == DUCKDB_MEMORY:
+            raise
+        logger.info(f"writing {run_id} × {metric} needed more than {WRITE_MEMORY}: written again at {DUCKDB_MEMORY}")
+        release_memory()
+        _write_files(run_id, metric, files, stage, path, {"threads": WRITE_THREADS, "memory_limit": DUCKDB_MEMORY})
+
+
+def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None,
+                 path: str | Path | None, config: dict[str, Any]) -> None:
+    with connect(path, config=config) as con:
         con.execute("BEGIN TRANSACTION")
         try:
             for table, paths in files.items():
@@ -460,6 +503,8 @@ def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]]
             con.execute("COMMIT")
         except duckdb.OutOfMemoryException as e:
             con.execute("ROLLBACK")
+            if config["memory_limit"] != DUCKDB_MEMORY:
+                raise  # retried at DUCKDB_MEMORY by the caller
             from .errors import AipError
 
             raise AipError(f"{path or default_path()}: DuckDB ran out of memory writing {run_id} × {metric} "

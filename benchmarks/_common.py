@@ -27,6 +27,38 @@ def machine_info() -> dict[str, str]:
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def code_version() -> dict[str, str]:
+    """The package version and the git commit of this checkout (with ``-dirty`` when files differ from it)."""
+    root = Path(__file__).resolve().parents[1]
+    version = "unknown"
+    for line in (root / "aip_assets" / "__init__.py").read_text().splitlines():
+        if line.startswith("__version__"):
+            version = line.split("=", 1)[1].strip().strip("\"'")
+    commit = "unknown (not a git checkout)"
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode == 0:
+            commit = head.stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "aip_assets", "benchmarks"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            if dirty:
+                commit += "-dirty"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"version": version, "commit": commit}
+
+
+def run_header() -> dict[str, str]:
+    """Everything a result is recorded with: machine, date, interpreter, version, commit, source fingerprint.
+
+    Printed to stderr when a benchmark starts (so a log says what it measured) and stored in its JSON."""
+    import sys
+    info = {**machine_info(), **code_version(), "code": code_fingerprint(), "interpreter": sys.executable}
+    print(f"aip_assets {info['version']} at commit {info['commit']}; {info['interpreter']}; "
+          f"{info['nproc']} cores ({info['cpu']}); {info['date']}", file=sys.stderr, flush=True)
+    return info
+
+
 def code_fingerprint() -> str:
     """sha256 (12 hex) over aip_assets/**/*.py and the newest mtime: ties a result to the code it measured."""
     pkg = Path(__file__).resolve().parents[1] / "aip_assets"

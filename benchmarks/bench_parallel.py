@@ -32,7 +32,7 @@ import yaml
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import code_fingerprint, machine_info  # noqa: E402
+from _common import run_header  # noqa: E402
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 
@@ -62,6 +62,7 @@ def main() -> int:
     ap.add_argument("--max-connections", type=int, default=512)
     ap.add_argument("--out")
     args = ap.parse_args()
+    header = run_header()
     levels = [int(x) for x in args.parallel.split(",")]
     demo = yaml.safe_load((CHECKOUT / "data" / "runs" / "demo.yaml").read_text())
     profile = demo["sut"]["profile"]
@@ -112,14 +113,15 @@ def main() -> int:
         server.wait(10)
     same = all(scores[p] == scores[levels[0]] for p in levels)
     base = statistics.median(results[levels[0]])
-    info = {**machine_info(), "code": code_fingerprint(), "interpreter": sys.executable,
+    info = {**header,
             "latency_ms": args.latency_ms, "max_connections": args.max_connections, "repeat": args.repeat,
             "levels": {p: {"wall_s": results[p], "median_s": statistics.median(results[p]),
                            "speedup": base / statistics.median(results[p]), "requests": requests[p]} for p in levels},
             "same_scores": same}
     lines = [f"# Metrics at once: the demo against a {args.latency_ms:g} ms endpoint", "",
              f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
-             f"- code: {info['code']}; interpreter {sys.executable}",
+             f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; "
+             f"interpreter {sys.executable}",
              f"- SUT and judge: `serve-builtin --latency-ms {args.latency_ms:g}` (demo profile), max_connections "
              f"{args.max_connections}; {args.repeat} alternating rounds", "",
              "| --parallel | wall s (each) | median s | speed-up | server requests |", "|---:|---|---:|---:|---|"]

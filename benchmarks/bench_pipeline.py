@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import code_fingerprint, machine_info
+from _common import code_fingerprint, run_header
 
 import yaml
 
@@ -302,12 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     metric, setup = args.metric, SETUPS[args.metric]
     short = metric.split(".", 1)[-1]
     out = Path(args.out) if args.out else OUT_DIR / f"pipeline-{short}-{args.rows}.md"
-    info = machine_info()
-    info["code"] = code_fingerprint()
+    info = run_header()
     work = Path(tempfile.mkdtemp(prefix="aip-bench-pipeline-"))
     try:
         info["code_imported_from"] = check_code(work)
-        info["interpreter"] = sys.executable
         ds, spec, wh = work / "bench.jsonl", work / "bench.yaml", work / "wh.duckdb"
         make_dataset(args.rows, ds)
         make_spec(ds, spec, metric, args.batch_rows)
@@ -371,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             f"- code: {info['code']}"
             + ("" if code_fingerprint() == info["code"] else
                f" — WARNING: the sources changed during the run (now {code_fingerprint()})"),
+            f"- aip_assets {info['version']} at commit {info['commit']}",
             f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
             f"- command: `{info['interpreter']} -m aip_assets.cli run bench.yaml --warehouse wh.duckdb --json --quiet` "
             f"(cwd = fresh temp dir, no dagster.yaml; aip_assets imported from {info['code_imported_from']}); "
@@ -450,7 +449,12 @@ def main(argv: list[str] | None = None) -> int:
         rss_csv = out.with_name(out.stem + "-rss.csv")
         rss_csv.write_text("seconds_after_start,rss_mib\n" + "".join(
             f"{t - r['t_start']:.2f},{kib / 1024:.1f}\n" for t, kib in r["rss_samples"]))
-        print(f"written to {out} (RSS samples: {rss_csv})", file=sys.stderr)
+        out.with_suffix(".json").write_text(json.dumps({
+            **info, "metric": metric, "rows": args.rows, "batch_rows": args.batch_rows, "exit_code": r["rc"],
+            "wall_s": wall, "peak_rss_mib": peak_mib, "child_cpu_s": r["child_user_s"] + r["child_sys_s"],
+            "sut_calls": sut_calls, "judge_calls": judge_calls, "tables": tab, "summary": m,
+            "files_bytes": dict(sizes), "steps": steps, "journal_rates": rates}, indent=2, default=str))
+        print(f"written to {out}, {out.with_suffix('.json')} (RSS samples: {rss_csv})", file=sys.stderr)
         return 0 if r["rc"] in (0, 1) else 1
     finally:
         if args.keep:

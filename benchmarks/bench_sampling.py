@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's aip_assets, whatever is installed
-from _common import code_fingerprint, machine_info as _machine_info
+from _common import code_fingerprint, run_header
 
 import aiohttp
 
@@ -50,7 +50,7 @@ LABELS = "APPROVE, DENY"
 
 
 def machine_info() -> dict[str, str]:
-    return {**_machine_info(), "aiohttp": aiohttp.__version__}
+    return {**run_header(), "aiohttp": aiohttp.__version__}
 
 
 def free_port() -> int:
@@ -200,7 +200,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--repeat must be in 1..20")
     lat_s = args.latency_ms / 1000
     info = machine_info()
-    info["code"] = code_fingerprint()
     tmp = Path(tempfile.mkdtemp(prefix="aip-bench-sampling-"))
     proc = None
 
@@ -258,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- code: {info['code']}"
         + ("" if code_fingerprint() == info["code"] else
            f" — WARNING: the sources changed during the run (now {code_fingerprint()})"),
+        f"- aip_assets {info['version']} at commit {info['commit']}; interpreter {info['interpreter']}",
         f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}, aiohttp {info['aiohttp']}",
         f"- server: `aip-eval serve-builtin --latency-ms {args.latency_ms:g}` in its own process (same machine)",
         f"- ideal = c / {lat_s:g} s; N = max(40, 12·c) capped at {args.max_calls} and a {args.budget_s:g} s budget; "
@@ -292,7 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
-    print(f"written to {out}", file=sys.stderr)
+    out.with_suffix(".json").write_text(json.dumps({
+        **info, "latency_ms": args.latency_ms, "repeat": args.repeat, "server_stats": stats,
+        "levels": {str(c): {"ideal_calls_per_s": c / lat_s,
+                            **{kind: [{k: v for k, v in r.items()} for r in rs[kind]] for kind in ("ours", "bare")},
+                            "ours_over_bare": med(rs["ours"], "rate") / med(rs["bare"], "rate")}
+                   for c, rs in results.items()}}, indent=2))
+    print(f"written to {out} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0
 
 

@@ -200,6 +200,9 @@ def execution_timeout(metric: str) -> float | None:
     return float(t) if t else None
 
 
+MAX_BATCH_ITEMS = 20_000  # probes or pairs in one streamed batch: what a stage holds in memory at once
+
+
 @dataclass
 class StageContext:
     """What a metric's stage sees: the run, its config, the journal and this partition's tables.
@@ -238,10 +241,23 @@ class StageContext:
             self._ids = self.reader.input_ids()
         return self._ids
 
-    def batches(self) -> Iterator[list[str]]:
+    def batches(self, per_row: int | None = None) -> Iterator[list[str]]:
+        """The run's input ids, ``batch_rows`` at a time, or fewer when every row fans out into many
+        probes or pairs: a batch holds at most :data:`MAX_BATCH_ITEMS` of them. ``per_row`` is the
+        fan-out; without it, it is measured from this partition's probes and pairs (a synthesis,
+        which makes them, says how many it will make)."""
         ids = self.input_ids()
-        for i in range(0, len(ids), self.batch_rows):
-            yield ids[i:i + self.batch_rows]
+        if per_row is None:
+            per_row = self._fanout(len(ids))
+        step = max(1, min(self.batch_rows, MAX_BATCH_ITEMS // per_row)) if per_row > 0 else self.batch_rows
+        for i in range(0, len(ids), step):
+            yield ids[i:i + step]
+
+    def _fanout(self, n_rows: int) -> int:
+        if not hasattr(self, "_per_row"):
+            items = max(self.count("probes"), self.count("probe_pairs")) if n_rows else 0
+            self._per_row = -(-items // n_rows) if n_rows else 0
+        return self._per_row
 
     def client(self, role: str, stage: str, concurrency: int) -> ModelClient:
         from ..models.client import Budget

@@ -261,7 +261,8 @@ class DecisionFlip(Metric):
             ctx.log(n["message"])
         yield {"persona_pool": [{"axis": axis, "pool_index": i, **p} for axis, pairs in pool.items()
                                 for i, p in enumerate(pairs)], "run_notes": notes}
-        for ids in ctx.batches():
+        per_row = 2 * sum(min(cfg.num_pairs_per_dimension, len(pairs)) for pairs in pool.values())
+        for ids in ctx.batches(per_row=per_row):
             yield self._synthesize_rows(ctx, cfg, pool, ctx.rows(ids))
 
     def _synthesize_rows(self, ctx: StageContext, cfg: DecisionFlipConfig, pool: dict[str, list[dict]],

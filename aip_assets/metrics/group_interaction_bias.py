@@ -272,7 +272,7 @@ class GroupInteractionBias(Metric):
                  "attributes": json.dumps(p["attributes"], ensure_ascii=False, sort_keys=True), "source": p["source"],
                  "language": cfg.language} for i, p in enumerate(personas)]
         yield {"personas": pool, "run_notes": notes}
-        for ids in ctx.batches():
+        for ids in ctx.batches(per_row=2 * min(cfg.num_pairs, len(universe))):
             probes: dict[str, dict] = {}
             pairs_out: list[dict] = []
             for row in ctx.rows(ids):
