@@ -132,7 +132,11 @@ class Connection(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="other request parameters (top_p, seed, stop, ...)")
     profile: BuiltinProfile = Field(default_factory=BuiltinProfile)
     max_connections: int = Field(64, ge=1, le=1024)
-    requests_per_minute: int | None = Field(None, ge=1, description="rate limit for this endpoint (all roles)")
+    requests_per_minute: int | None = Field(None, ge=1, description="request starts per minute at this endpoint, "
+                                            "shared by every role, metric and process on this machine")
+    tokens_per_minute: int | None = Field(None, ge=1, description="prompt + completion tokens per minute at this "
+                                          "endpoint, shared like requests_per_minute (counted before a request as "
+                                          "characters / 4 + max_tokens, settled with the answer's usage)")
     max_rate_limit_wait_seconds: float = Field(
         600.0, ge=0.0, description="a 429/503 with Retry-After is waited out without using the call's retries, "
                                    "up to this many seconds in total per call; then it counts as a failure")

@@ -21,6 +21,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AIP_WAREHOUSE", str(tmp_path / "data" / "warehouse.duckdb"))
     monkeypatch.setenv("AIP_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("AIP_LIMITS_DIR", str(tmp_path / "limits"))  # endpoints' shared rate schedules
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     monkeypatch.delenv("AIP_DAGSTER_HOME_SET", raising=False)
     monkeypatch.delenv("AIP_DATA_DIR_SET", raising=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -43,6 +44,7 @@ class ScriptedServer:
         self.handler = handler
         self.answer_preflight = answer_preflight
         self.requests: list[dict[str, Any]] = []  # every body received, preflight included, in order
+        self.arrivals: list[float] = []  # time.time() of each, same order
         self._lock = threading.Lock()
         self.url: str | None = None
         self._stop = None
@@ -54,6 +56,7 @@ class ScriptedServer:
             body = json.loads(await request.text())
             with self._lock:
                 self.requests.append(body)
+                self.arrivals.append(time.time())
                 n = len(self.requests)
             if self.answer_preflight and is_preflight(body):
                 out: str | Reply = "OK"

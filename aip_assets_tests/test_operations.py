@@ -253,9 +253,9 @@ def test_requests_per_minute_spaces_request_starts():
     import asyncio
     import time
 
-    from aip_assets.models.client import RateLimiter
+    from aip_assets.models.ratelimit import SharedRate
 
-    limiter = RateLimiter(rpm=1200)  # one start every 50 ms
+    limiter = SharedRate("http://example.invalid/v1", rpm=1200, tpm=None)  # one start every 50 ms
 
     async def go():
         t0 = time.monotonic()

@@ -34,6 +34,7 @@ from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
 from .journal import Journal
 from .openai_compatible import make_transport
+from .ratelimit import SharedRate, estimate_tokens
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
 _STRUCTURED_WORDS = re.compile(r"response_format|json_schema|json schema|schema|structured|guided|grammar|"
@@ -95,28 +96,6 @@ class Budget:
         self.tokens += tokens
 
 
-class RateLimiter:
-    """At most ``rpm`` request starts per minute for one endpoint, spaced evenly."""
-
-    _by_endpoint: dict[tuple[str, int], "RateLimiter"] = {}
-
-    def __init__(self, rpm: int):
-        self.interval = 60.0 / rpm
-        self.next = 0.0
-
-    @classmethod
-    def for_endpoint(cls, endpoint: str, rpm: int) -> "RateLimiter":
-        key = (endpoint, rpm)
-        if key not in cls._by_endpoint:
-            cls._by_endpoint[key] = cls(rpm)
-        return cls._by_endpoint[key]
-
-    async def wait(self) -> None:
-        now = time.monotonic()
-        slot = max(now, self.next)
-        self.next = slot + self.interval
-        if slot > now:
-            await asyncio.sleep(slot - now)
 MAX_BACKOFF_S = 60.0
 
 
@@ -308,7 +287,9 @@ class ModelClient:
         self.sem = AdaptiveLimit(concurrency, conn.adaptive_concurrency)
         self.backoff_s = backoff_s
         self.budget = budget
-        self.limiter = RateLimiter.for_endpoint(conn.endpoint_id(), conn.requests_per_minute) if conn.requests_per_minute else None
+        # the endpoint's request and token rates, shared with every process on this machine
+        self.limiter = (SharedRate.for_endpoint(conn.endpoint_id(), conn.requests_per_minute, conn.tokens_per_minute)
+                        if conn.requests_per_minute or conn.tokens_per_minute else None)
         self.transport: Any = None  # made on __aenter__
         self.endpoint_id = conn.endpoint_id()
         # keys of successful calls this run may answer from the journal (kept current as calls
@@ -438,12 +419,13 @@ class ModelClient:
             return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
                               http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
 
+        tokens = estimate_tokens(body) if self.limiter is not None else 0
         while True:
             if self.limiter is not None:  # waiting for the endpoint's shared rate is not the row's time
                 if clock is not None:
                     clock.stop()
                 try:
-                    await self.limiter.wait()
+                    await self.limiter.wait(tokens)
                 finally:
                     if clock is not None:
                         clock.start()
@@ -473,6 +455,10 @@ class ModelClient:
                     if isinstance(parsed, str):
                         return failed(parsed, latency)
                     text, model, fp, pt, ct = parsed
+                    if self.limiter is not None:  # the schedule follows what the endpoint counted
+                        counted = ((pt or 0) + (ct or 0)) if pt is not None or ct is not None else \
+                            tokens - int(body.get("max_tokens") or 0) + -(-len(text) // 4)
+                        self.limiter.settle(tokens, counted)
                     return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
                                       retries_used=retries_used, rate_limit_waits=waits)
                 err = f"HTTP {resp.status_code}: {resp.text[:300]}"

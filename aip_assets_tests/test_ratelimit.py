@@ -1,0 +1,126 @@
+"""An endpoint's requests_per_minute and tokens_per_minute, shared by every process on the machine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from aip_assets.models.ratelimit import SharedRate, estimate_tokens, limits_dir
+from aip_assets.runspec import Connection
+
+EP = "http://127.0.0.1:1/v1"
+
+
+def test_the_schedule_by_hand(tmp_path):
+    """rpm 60 (1 s per start) and tpm 600 (0.1 s per token), times given: each start waits for both
+    the previous start + 1 s and the tokens spent so far; a settle moves the token schedule by the
+    difference; a second instance on the same directory (another process) continues the schedule."""
+    a = SharedRate(EP, rpm=60, tpm=600, directory=tmp_path)
+    assert a.reserve(5, now=100.0) == 100.0      # free: at once; requests next 101, tokens paid off 100.5
+    assert a.reserve(30, now=100.0) == 101.0     # the request rate decides; tokens paid off 104
+    assert a.reserve(0, now=100.0) == 104.0      # the 30 tokens decide
+    a.settle(30, 10)                             # the endpoint counted 10: paid off 2 s earlier (102)
+    assert a.reserve(0, now=100.0) == 105.0      # the request rate again (104 + 1)
+    b = SharedRate(EP, rpm=60, tpm=600, directory=tmp_path)  # the same file, as another process sees it
+    assert b.reserve(0, now=100.0) == 106.0
+    assert b.reserve(0, now=200.0) == 200.0      # an idle endpoint owes nothing
+    other = SharedRate("http://127.0.0.1:2/v1", rpm=60, tpm=None, directory=tmp_path)
+    assert other.reserve(0, now=100.0) == 100.0  # another endpoint has its own schedule
+    tokens_only = SharedRate("http://127.0.0.1:3/v1", rpm=None, tpm=60, directory=tmp_path)
+    assert [tokens_only.reserve(2, now=0.0) for _ in range(3)] == [0.0, 2.0, 4.0]
+    for r in (a, b, other, tokens_only):
+        r.close()
+    with pytest.raises(ValueError):
+        SharedRate(EP, rpm=None, tpm=None, directory=tmp_path)
+
+
+def test_token_estimates():
+    assert estimate_tokens({"messages": [{"role": "user", "content": "x" * 9}]}) == 3
+    assert estimate_tokens({"messages": [{"role": "system", "content": "abcd"},
+                                         {"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]}],
+                            "max_tokens": 100}) == 103
+
+
+def test_the_files_are_named_by_a_hash_never_the_endpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIP_LIMITS_DIR", str(tmp_path / "lim"))
+    r = SharedRate.for_endpoint("https://api.example.com/v1?key=secret", 100, None)
+    assert limits_dir() == tmp_path / "lim" and r.path.parent == tmp_path / "lim"
+    assert "secret" not in r.path.name and "example" not in r.path.name
+    assert SharedRate.for_endpoint("https://api.example.com/v1?key=secret", 100, None) is r
+
+
+WORKER = textwrap.dedent("""
+    import asyncio, os, sys, time
+    from aip_assets.models.client import ModelClient
+    from aip_assets.runspec import Connection
+
+    url, rpm, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+
+    async def main():
+        c = Connection(provider="openai", base_url=url, model="m", requests_per_minute=rpm)
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
+                               concurrency=8) as cl:
+            open(f"{go}.ready-{os.getpid()}", "w").close()
+            while not os.path.exists(go):  # every worker starts at the same moment
+                time.sleep(0.005)
+            rs = await asyncio.gather(*(cl.chat([{"role": "user", "content": f"{os.getpid()} q{i}"}],
+                                                temperature=0, timeout=30) for i in range(n)))
+        assert all(r.ok for r in rs), [r.error for r in rs]
+    asyncio.run(main())
+""")
+
+
+def test_requests_per_minute_holds_across_processes(tmp_path, scripted):
+    """Two processes (as `--parallel` workers or two Dagster runs are) send to one endpoint limited
+    to 120 requests per minute, starting at the same moment: the server sees their requests one
+    0.5 s slot after another, not two at a time. Only lower bounds on time are asserted (a slow
+    machine only spreads them further); each process alone would send its first request at once."""
+    server = scripted(lambda body, n: "ok")
+    go = tmp_path / "go"
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    procs = [subprocess.Popen([sys.executable, str(script), server.url, "120", "3", str(go)], env=os.environ.copy())
+             for _ in range(2)]
+    while len(list(tmp_path.glob("go.ready-*"))) < 2 and all(p.poll() is None for p in procs):
+        time.sleep(0.02)
+    go.touch()
+    for p in procs:
+        assert p.wait(120) == 0
+    arrivals = sorted(t for b, t in zip(server.requests, server.arrivals) if "q" in str(b["messages"][-1]["content"]))
+    assert len(arrivals) == 6
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    assert min(gaps) >= 0.25, gaps  # slots are 0.5 s apart; unshared, both first requests land together
+    assert arrivals[-1] - arrivals[0] >= 5 * 0.5 * 0.9
+
+
+def test_tokens_per_minute_follows_what_the_endpoint_counted(scripted, tmp_path):
+    """The schedule is settled with the answer's usage: 20 calls of a short prompt (estimated at
+    1-2 tokens) whose answers count 10 + 200 tokens each move the token schedule by 20 × 210
+    tokens' worth of time, not by the estimates."""
+    from aip_assets.metrics.base import gather_all
+    from aip_assets.models.client import ModelClient
+
+    server = scripted(lambda body, n: " ".join(["word"] * 200))
+    tpm = 6_000_000  # 0.01 ms per token: nobody waits long
+    conn = Connection(provider="openai", base_url=server.url, model="m", tokens_per_minute=tpm)
+
+    async def go():
+        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
+                               concurrency=4) as cl:
+            t0 = time.time()
+            rs = await gather_all(*(cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, timeout=30)
+                                    for i in range(20)))
+            return t0, rs, cl.limiter
+
+    t0, rs, limiter = asyncio.run(go())
+    assert all(r.ok and r.prompt_tokens == 10 and r.completion_tokens == 200 for r in rs)
+    import struct
+
+    _, paid_off = struct.unpack("<dd", limiter.path.read_bytes())
+    assert paid_off - t0 >= 20 * 210 * 60 / tpm * 0.999
