@@ -677,6 +677,11 @@ def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: i
     db = _warehouse_path(path)
     if not db.exists():
         raise AipError(f"{db}: no warehouse yet; run `aip-eval run <spec>` first")
+    with wh.session(db, read_only=True):  # one connection for the report's many queries
+        return _build_report(run_id, db, rows_per_metric)
+
+
+def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
     rd = _Reader(run_id, db)
     runs = _records(rd.q("SELECT * FROM eval_runs WHERE run_id = ?"))
     if not runs:

@@ -388,3 +388,71 @@ def test_table_previews_show_model_text_as_text():
     assert r"\!\[x\]\(http://example.com/i.png\)" in row and r"a\|b" in row and "second line" in row
     assert "| 0.123 |" in row and row.endswith("|  |")
     assert len(markdown_table([{"a": "x" * 1000}], ["a"]).splitlines()[2]) < CELL + 10
+
+
+def test_a_session_holds_one_connection_for_many_reads(tmp_path):
+    """Inside wh.session() every connect() of that warehouse is the session's one connection; a
+    connection with its own configuration there is refused (it would wait for its own lock)."""
+    db = tmp_path / "w.duckdb"
+    with wh.connect(db, create=True) as con:
+        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    with wh.session(db, read_only=True):
+        with wh.connect(db) as a, wh.connect(db, read_only=True) as b:
+            assert a is b
+        with wh.session(db):  # nested: the same session
+            assert wh.query("SELECT x FROM t", path=db).x[0] == 1
+        with pytest.raises(RuntimeError, match="own configuration"):
+            with wh.connect(db, config={"threads": 1}):
+                pass
+    with wh.connect(db) as c1:
+        pass
+    with wh.connect(db) as c2:  # outside a session: a connection per use again
+        assert c1 is not c2
+
+
+def test_batches_shrink_when_rows_fan_out():
+    """A streamed batch holds at most MAX_BATCH_ITEMS probes or pairs: with 50 probes per row a
+    batch is 400 rows, not the configured 5000; measured from the partition's probes when the
+    caller does not say; rows that fan out little keep batch_rows."""
+    import pandas as pd
+
+    from aip_assets.metrics.base import MAX_BATCH_ITEMS, FrameReader, StageContext
+
+    ids = [f"r{i}" for i in range(1000)]
+    probes = pd.DataFrame({"probe_id": [f"p{i}" for i in range(50 * 1000)], "input_id": [ids[i % 1000] for i in range(50_000)]})
+    ctx = StageContext(run_id="r", metric="m", spec=None, config=None, journal=None,
+                       reader=FrameReader({"dataset_rows": pd.DataFrame({"input_id": ids, "row_index": range(1000)}),
+                                           "probes": probes}), batch_rows=5000)
+    sizes = [len(b) for b in ctx.batches()]
+    assert MAX_BATCH_ITEMS == 20_000 and sizes == [400, 400, 200]
+    assert [len(b) for b in ctx.batches(per_row=2)] == [1000]
+    assert [len(b) for b in ctx.batches(per_row=30_000)][:2] == [1, 1]  # at least one row per batch
+    assert sum(map(len, ctx.batches())) == 1000
+
+
+def test_a_partition_write_short_of_its_lean_cap_is_retried_at_the_full_one(tmp_path, monkeypatch, caplog):
+    """The write runs at WRITE_MEMORY; when DuckDB runs out there, it is written again at
+    DUCKDB_MEMORY (all rows, once); when that is short too, a clear error and nothing written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from aip_assets.errors import AipError
+
+    db = tmp_path / "w.duckdb"
+    with wh.connect(db, create=True):
+        pass
+    n = 200_000
+    f = tmp_path / "p.parquet"
+    pq.write_table(pa.Table.from_pandas(wh.frame("probes", [{"probe_id": f"p{i}", "input_id": f"r{i}",
+                                                             "query_text": "x" * 200} for i in range(n)],
+                                                 run_id="r", metric="m"), schema=wh.arrow_schema("probes"),
+                                        preserve_index=False), f)
+    monkeypatch.setattr(wh, "WRITE_MEMORY", "2MB")
+    with caplog.at_level("INFO", logger="aip_assets"):
+        wh.write_partition_files("r", "m", {"probes": [f]}, path=db)
+    assert "needed more than 2MB: written again at" in caplog.text
+    assert wh.query("SELECT count(*) AS n FROM probes", path=db).n[0] == n
+    monkeypatch.setattr(wh, "DUCKDB_MEMORY", "3MB")
+    with pytest.raises(AipError, match="ran out of memory"):
+        wh.write_partition_files("r", "m2", {"probes": [f]}, path=db)
+    assert wh.query("SELECT count(*) AS n FROM probes WHERE metric = 'm2'", path=db).n[0] == 0
