@@ -427,6 +427,10 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     j.record({**rec(199.5), "call_key": hexkey})
     j.flush()
     assert j.lookup(hexkey, ["r1"])["call_key"] == hexkey and hexkey in j.ok_keys(["r1"], "sampling")
+    from aip_assets.models.journal import key_mark
+
+    assert j.ok_marks(["r1"], "sampling") == {key_mark(k) for k in j.ok_keys(["r1"], "sampling")}
+    assert key_mark(hexkey) == 0x0123456789ABCDEF  # a hex key's first 64 bits, as from its stored bytes
     assert rows()[-1][0] == hexkey and list(j.frames("r1", "m", "sampling"))[0].call_key.iloc[-1] == hexkey
     j.record(rec(200))
     j.close()  # writes what is queued
@@ -526,3 +530,28 @@ def test_adaptive_concurrency_backs_off_on_429_and_grows_back():
         else:
             assert lowest == limit_end == 32 and notes == []
     assert counts[False] > 0 and counts[True] < counts[False] / 3, counts
+
+
+def test_a_mark_shared_by_two_keys_costs_a_lookup_never_a_wrong_answer(tmp_path, scripted):
+    """The client tests a call against the 64-bit marks of the answered calls' keys before it asks
+    the journal. A call whose mark is there but whose key is not (another key sharing its first 64
+    bits) is sent to the endpoint and answered by it."""
+    from aip_assets.models.journal import Journal, key_mark
+
+    server = scripted(lambda body, n: f"fresh {n}")
+    conn = Connection(provider="openai", base_url=server.url, model="m")
+    j = Journal(tmp_path / "j.sqlite")
+    msgs = [{"role": "user", "content": "q"}]
+
+    async def go():
+        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=j) as cl:
+            key = call_key(cl.endpoint_id, build_body(conn, msgs, 0.0, None, 0), 0, "")
+            cl._known_ok.add(key_mark(key))  # as if another key with the same first 64 bits had been answered
+            first = await cl.chat(msgs, temperature=0.0)
+            again = await cl.chat(msgs, temperature=0.0)
+            return first, again
+
+    first, again = asyncio.run(go())
+    j.close()
+    assert first.ok and not first.cached and first.text == "fresh 1"
+    assert again.cached and again.text == "fresh 1" and len(server.bodies()) == 1

@@ -32,7 +32,7 @@ import httpx
 
 from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
-from .journal import Journal
+from .journal import Journal, key_mark
 from .openai_compatible import make_transport
 from .ratelimit import SharedRate, estimate_tokens
 
@@ -294,7 +294,7 @@ class ModelClient:
         self.endpoint_id = conn.endpoint_id()
         # keys of successful calls this run may answer from the journal (kept current as calls
         # succeed), so a call with nothing to reuse costs no SQL lookup
-        self._known_ok: set[str] = journal.ok_keys(self.cache_runs, stage) if journal is not None else set()
+        self._known_ok: set[int] = journal.ok_marks(self.cache_runs, stage) if journal is not None else set()
         self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0, "deadline_cut": 0,
                       "deadline_rows": 0}
         self._last_answer = time.monotonic()  # the endpoint's last answer (rate-limit waits end after a silent window)
@@ -360,7 +360,7 @@ class ModelClient:
         if response_format is not None:
             body["response_format"] = response_format
         key = call_key(self.endpoint_id, body, sample_index, template_version, attempt)
-        if self.journal is not None and key in self._known_ok:
+        if self.journal is not None and key_mark(key) in self._known_ok:
             rec = self.journal.lookup(key, self.cache_runs)
             if rec is not None:
                 self.stats["cached"] += 1
@@ -390,7 +390,7 @@ class ModelClient:
             self.stats["failed"] += 1
         self._record(key, body, sample_index, result, source="network")
         if result.ok:
-            self._known_ok.add(key)
+            self._known_ok.add(key_mark(key))
         return result
 
     def _record(self, key: str, body: dict, sample_index: int, r: ChatResult, source: str) -> None:

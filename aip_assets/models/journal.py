@@ -74,6 +74,15 @@ def _key_out(key: bytes | str) -> str:
     return key.hex() if isinstance(key, bytes) else key
 
 
+def key_mark(key: str) -> int:
+    """A call key's first 64 bits (of its 32 hex digits; any other key: its hash). Two keys
+    sharing a mark cost a journal lookup that finds nothing, never a wrong answer."""
+    try:
+        return int(key[:16], 16) if len(key) == 32 else hash(key)
+    except ValueError:
+        return hash(key)
+
+
 def journal_path(warehouse_path: str | Path) -> Path:
     p = Path(warehouse_path)
     return p.with_name(p.name.replace(".duckdb", "") + ".journal.sqlite")
@@ -231,15 +240,23 @@ class Journal:
             self._raise_if_failed()
 
     def ok_keys(self, run_ids: list[str], stage: str) -> set[str]:
-        """Keys of the successful calls of these runs in this stage (any metric): a cheap in-memory
-        test before ``lookup``. A SUT prompt never equals a judge prompt, so other stages'
-        keys could never match and are not loaded."""
+        """Keys of the successful calls of these runs in this stage (any metric). A SUT prompt
+        never equals a judge prompt, so other stages' keys could never match and are not loaded."""
+        return {_key_out(k) for k in self._ok_stored(run_ids, stage)}
+
+    def ok_marks(self, run_ids: list[str], stage: str) -> set[int]:
+        """:func:`key_mark` of every key ``ok_keys`` gives: the client's cheap in-memory test before
+        ``lookup`` (2,160,000 marks take about 140 MB, the keys as strings 230 MB)."""
+        return {int.from_bytes(k[:8], "big") if isinstance(k, bytes) else key_mark(k)
+                for k in self._ok_stored(run_ids, stage)}
+
+    def _ok_stored(self, run_ids: list[str], stage: str) -> list[bytes | str]:
         self.flush()
         marks = ",".join("?" * len(run_ids))
         with self._lock:
             cur = self._con.execute(f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
                                     f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})", [stage, *run_ids])
-            return {_key_out(k) for (k,) in cur}
+            return [k for (k,) in cur]
 
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
         """The latest successful call with this key among the given runs (this run's first), or None;
