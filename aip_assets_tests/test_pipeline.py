@@ -391,8 +391,9 @@ def test_table_previews_show_model_text_as_text():
 
 
 def test_a_session_holds_one_connection_for_many_reads(tmp_path):
-    """Inside wh.session() every connect() of that warehouse is the session's one connection; a
-    connection with its own configuration there is refused (it would wait for its own lock)."""
+    """Inside wh.session() every connect() of that warehouse is the session's one connection (also
+    one asking for a memory or thread setting); one with other settings of its own (a sandbox) is
+    refused there (it would wait for the session's own lock)."""
     db = tmp_path / "w.duckdb"
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT 1 AS x")
@@ -401,8 +402,10 @@ def test_a_session_holds_one_connection_for_many_reads(tmp_path):
             assert a is b
         with wh.session(db):  # nested: the same session
             assert wh.query("SELECT x FROM t", path=db).x[0] == 1
+        with wh.connect(db, config={"memory_limit": "256MB"}) as c:  # a tuning setting: the session serves it
+            assert c is a
         with pytest.raises(RuntimeError, match="own configuration"):
-            with wh.connect(db, config={"threads": 1}):
+            with wh.connect(db, config={"enable_external_access": False}):
                 pass
     with wh.connect(db) as c1:
         pass
