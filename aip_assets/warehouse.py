@@ -15,6 +15,7 @@ import os
 import random
 import re
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -354,12 +355,15 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
     Retries when another program (outside this project's lock, e.g. a DuckDB UI) holds the file.
     """
     path = Path(path) if path else default_path()
-    held = _SESSION.get(str(path.resolve()))
+    held = _sessions().get(str(path.resolve()))
     if held is not None:  # inside session(): the open connection serves every plain use of this file
+        con_held, held_ro = held
         if config and not set(config) <= TUNING:  # a memory or thread setting only tunes: the session's serves
             raise RuntimeError(f"{path}: a connection with its own configuration inside a session of the same "
                                "warehouse (it would wait for the session's own lock)")
-        yield held
+        if held_ro and (not read_only or create):
+            raise RuntimeError(f"{path}: a writing connection inside a read-only session of the same warehouse")
+        yield con_held
         return
     if not path.exists() and (read_only or not create):
         raise FileNotFoundError(f"{path}: no warehouse yet; run `aip-eval run <spec>` first")
@@ -393,7 +397,13 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
 
 
 TUNING = {"memory_limit", "threads"}  # settings a session's connection may serve without
-_SESSION: dict[str, duckdb.DuckDBPyConnection] = {}  # warehouse file -> the connection session() holds
+_SESSION = threading.local()  # .held: {warehouse file: (the connection session() holds, read_only)}, per thread
+
+
+def _sessions() -> dict[str, tuple[duckdb.DuckDBPyConnection, bool]]:
+    if not hasattr(_SESSION, "held"):
+        _SESSION.held = {}
+    return _SESSION.held
 
 
 @contextmanager
@@ -402,18 +412,22 @@ def session(path: str | Path | None = None, read_only: bool = False) -> Iterator
     building a report: every ``connect()`` of this file inside it gets that connection. Opening
     a DuckDB database costs 10-15 ms here, and a report made 15-20 of them. Only for blocks that
     make no model call and end in seconds: everyone else waits for the lock meanwhile. Nested
-    sessions of one file are one session; the block runs in one thread."""
+    sessions of one file are one session. A session is its thread's: another thread connects as
+    usual (and waits for the lock). A partition write inside a session is refused."""
     path = Path(path) if path else default_path()
     key = str(path.resolve())
-    if key in _SESSION:
+    held = _sessions()
+    if key in held:
+        if held[key][1] and not read_only:
+            raise RuntimeError(f"{path}: a writing session inside a read-only session of the same warehouse")
         yield
         return
     with connect(path, read_only=read_only) as con:
-        _SESSION[key] = con
+        held[key] = (con, read_only)
         try:
             yield
         finally:
-            del _SESSION[key]
+            del held[key]
 
 
 # A user's query (`aip-eval sql`) gets a read-only connection that can touch nothing but the
@@ -496,30 +510,56 @@ def release_memory() -> None:
 # thread, and a lean memory cap past which DuckDB writes them out to the file early. Measured
 # (2,162,570 probes, 1.4 GB on disk, in one transaction): peak RSS 605 MiB at 256MB, 818 MiB at
 # 512MB, 1,028 MiB at 1GB with 865,028. A write that needs more is retried once at DUCKDB_MEMORY.
+# A stage's batch reads (read_partition with ids) run at the same lean cap.
 WRITE_THREADS = 1
 WRITE_MEMORY = os.environ.get("AIP_DUCKDB_WRITE_MEMORY", "256MB")
-STREAM_MEMORY = WRITE_MEMORY  # a stage's batch reads (read_partition)
+
+
+def _bytes(size: str) -> float | None:
+    """A DuckDB memory size ("256MB", "1GB", "4GiB", "500 KB") in bytes; None when unreadable."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)(I?B)?\s*", size.upper())
+    if not m:
+        return None
+    unit = 1024 if m.group(3) == "IB" else 1000
+    return float(m.group(1)) * unit ** " KMGT".index(m.group(2) or " ")
+
+
+def write_caps() -> list[str | None]:
+    """The memory caps a partition write tries, in order: the lean WRITE_MEMORY, then the general
+    DUCKDB_MEMORY (None: no cap, when AIP_DUCKDB_MEMORY is empty). A general cap at or below the
+    lean one is the only one tried."""
+    full = DUCKDB_MEMORY or None
+    lean, lf = WRITE_MEMORY, _bytes(WRITE_MEMORY)
+    if full is not None and lf is not None and (_bytes(full) or float("inf")) <= lf:
+        return [full]
+    return [lean, full] if lean != full else [full]
 
 
 def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None = None,
                           path: str | Path | None = None) -> None:
     """Replace this partition's rows in each table with the rows of its staged Parquet files,
     all in one transaction; DuckDB reads the files itself, so Python never holds the partition.
-    The transaction holds the new rows in memory until it commits (about twice their text's size,
-    per DuckDB thread: the write uses one)."""
+    The transaction holds new rows in memory until they fill row groups, per DuckDB thread: the
+    write uses one, at the lean cap first (see :func:`write_caps`)."""
+    if str(Path(path or default_path()).resolve()) in _sessions():
+        raise RuntimeError(f"{path or default_path()}: a partition write inside a session of the same warehouse")
     release_memory()
-    try:
-        _write_files(run_id, metric, files, stage, path, {"threads": WRITE_THREADS, "memory_limit": WRITE_MEMORY})
-    except duckdb.OutOfMemoryException:
-        if not DUCKDB_MEMORY or WRITE_MEMORY == DUCKDB_MEMORY:
-            raise
-        logger.info(f"writing {run_id} × {metric} needed more than {WRITE_MEMORY}: written again at {DUCKDB_MEMORY}")
-        release_memory()
-        _write_files(run_id, metric, files, stage, path, {"threads": WRITE_THREADS, "memory_limit": DUCKDB_MEMORY})
+    caps = write_caps()
+    for i, cap in enumerate(caps):
+        final = i == len(caps) - 1
+        config: dict[str, Any] = {"threads": WRITE_THREADS, **({"memory_limit": cap} if cap else {})}
+        try:
+            _write_files(run_id, metric, files, stage, path, config, final)
+            return
+        except duckdb.OutOfMemoryException:
+            if final:
+                raise
+            logger.info(f"writing {run_id} × {metric} needed more than {cap}: written again at {caps[i + 1] or 'no cap'}")
+            release_memory()
 
 
 def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None,
-                 path: str | Path | None, config: dict[str, Any]) -> None:
+                 path: str | Path | None, config: dict[str, Any], final: bool) -> None:
     with connect(path, config=config) as con:
         con.execute("BEGIN TRANSACTION")
         try:
@@ -533,17 +573,24 @@ def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: 
                     con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [[str(p) for p in paths]])
             con.execute("COMMIT")
         except duckdb.OutOfMemoryException as e:
-            con.execute("ROLLBACK")
-            if config["memory_limit"] != DUCKDB_MEMORY:
-                raise  # retried at DUCKDB_MEMORY by the caller
+            _rollback(con)
+            if not final:
+                raise  # tried again at the next cap by the caller
             from .errors import AipError
 
             raise AipError(f"{path or default_path()}: DuckDB ran out of memory writing {run_id} × {metric} "
-                           f"(limit {DUCKDB_MEMORY}); nothing was written — set AIP_DUCKDB_MEMORY higher, e.g. 4GB, "
-                           f"and materialise again: {e}") from None
+                           f"(limit {config.get('memory_limit') or 'none'}); nothing was written — set "
+                           f"AIP_DUCKDB_MEMORY higher, e.g. 4GB, and materialise again: {e}") from None
         except BaseException:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:  # the transaction is gone already; the error that led here is the one to raise
+        pass
 
 
 def read_partition(table: str, run_id: str, metric: str, path: str | Path | None = None,
@@ -552,7 +599,8 @@ def read_partition(table: str, run_id: str, metric: str, path: str | Path | None
     """This partition's rows of ``table`` (only rows of ``ids`` when given); NULL stays None.
     A batch's read (``ids``) runs at the lean cap: DuckDB otherwise keeps the blocks it scanned
     cached up to its limit (a 100,000-row decision flip's batch reads rose to 1.5 GB)."""
-    with connect(path, config={"memory_limit": STREAM_MEMORY} if ids is not None else None) as con:
+    lean = write_caps()[0]
+    with connect(path, config={"memory_limit": lean} if ids is not None and lean else None) as con:
         sql = f"SELECT {', '.join(columns) if columns else '*'} FROM {table} WHERE run_id = ? AND metric = ?"
         params: list[Any] = [run_id, metric]
         if ids is not None:

@@ -397,16 +397,27 @@ def test_a_session_holds_one_connection_for_many_reads(tmp_path):
     db = tmp_path / "w.duckdb"
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT 1 AS x")
-    with wh.session(db, read_only=True):
+    with wh.session(db):
         with wh.connect(db) as a, wh.connect(db, read_only=True) as b:
             assert a is b
-        with wh.session(db):  # nested: the same session
+    with wh.session(db, read_only=True):
+        with wh.connect(db, read_only=True) as a, wh.connect(db, read_only=True) as b:
+            assert a is b
+        with wh.session(db, read_only=True):  # nested: the same session
             assert wh.query("SELECT x FROM t", path=db).x[0] == 1
-        with wh.connect(db, config={"memory_limit": "256MB"}) as c:  # a tuning setting: the session serves it
+        with pytest.raises(RuntimeError, match="writing session inside a read-only session"):
+            with wh.session(db):
+                pass
+        with wh.connect(db, read_only=True, config={"memory_limit": "256MB"}) as c:  # a tuning setting: served
             assert c is a
         with pytest.raises(RuntimeError, match="own configuration"):
             with wh.connect(db, config={"enable_external_access": False}):
                 pass
+        with pytest.raises(RuntimeError, match="writing connection inside a read-only session"):
+            with wh.connect(db, create=True):
+                pass
+        with pytest.raises(RuntimeError, match="partition write inside a session"):
+            wh.write_partition_files("r", "m", {}, path=db)
     with wh.connect(db) as c1:
         pass
     with wh.connect(db) as c2:  # outside a session: a connection per use again
@@ -459,3 +470,13 @@ def test_a_partition_write_short_of_its_lean_cap_is_retried_at_the_full_one(tmp_
     with pytest.raises(AipError, match="ran out of memory"):
         wh.write_partition_files("r", "m2", {"probes": [f]}, path=db)
     assert wh.query("SELECT count(*) AS n FROM probes WHERE metric = 'm2'", path=db).n[0] == 0
+
+
+def test_the_write_caps_follow_the_general_one(monkeypatch):
+    """Lean first, then the general cap; an empty AIP_DUCKDB_MEMORY (no cap) is tried last as no
+    cap; a general cap at or below the lean one is the only one tried."""
+    monkeypatch.setattr(wh, "WRITE_MEMORY", "256MB")
+    for full, caps in [("1GB", ["256MB", "1GB"]), ("", ["256MB", None]), ("128MB", ["128MB"]),
+                       ("256MB", ["256MB"]), ("0.2GiB", ["0.2GiB"]), ("4GiB", ["256MB", "4GiB"])]:
+        monkeypatch.setattr(wh, "DUCKDB_MEMORY", full)
+        assert wh.write_caps() == caps, full

@@ -124,3 +124,86 @@ def test_tokens_per_minute_follows_what_the_endpoint_counted(scripted, tmp_path)
 
     _, paid_off = struct.unpack("<dd", limiter.path.read_bytes())
     assert paid_off - t0 >= 20 * 210 * 60 / tpm * 0.999
+
+
+class Spy:
+    """A limiter that records what each attempt was charged and settled at."""
+
+    def __init__(self):
+        self.charged: list[int] = []
+        self.settled: list[tuple[int, int]] = []
+
+    async def wait(self, tokens: int = 0) -> None:
+        self.charged.append(tokens)
+
+    def settle(self, estimated: int, counted: int) -> None:
+        self.settled.append((estimated, counted))
+
+
+def _spied_chat(server, body_extra=None, retries=0, **conn):
+    from aip_assets.models.client import ModelClient
+
+    c = Connection(provider="openai", base_url=server.url, model="m", tokens_per_minute=10**9,
+                   params=body_extra or {}, **conn)
+    spy = Spy()
+
+    async def go():
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
+                               backoff_s=0.01) as cl:
+            cl.limiter = spy
+            return await cl.chat([{"role": "user", "content": "x" * 40}], temperature=0, retries=retries, timeout=30)
+
+    return asyncio.run(go()), spy
+
+
+def test_each_attempt_is_charged_then_settled_at_what_the_endpoint_counted(scripted):
+    """A 40-character prompt is 10 tokens; max_tokens 50 is reserved too. Answered with usage:
+    settled at the usage. Without usage: the prompt estimate plus the answer's characters / 4.
+    max_completion_tokens is reserved like max_tokens and never counted twice. A 429 settles at 0
+    (refused before any token), a 500 at the prompt; a retried call is charged per attempt."""
+    from .scripted import Reply
+
+    ok = scripted(lambda body, n: Reply(body={"choices": [{"message": {"content": "y" * 20}}],
+                                              "usage": {"prompt_tokens": 7, "completion_tokens": 3}}))
+    r, spy = _spied_chat(ok, max_tokens=50)
+    assert r.ok and spy.charged == [60] and spy.settled == [(60, 10)]
+    bare = scripted(lambda body, n: Reply(body={"choices": [{"message": {"content": "y" * 20}}]}))
+    r, spy = _spied_chat(bare, body_extra={"max_completion_tokens": 50})
+    assert r.ok and spy.charged == [60] and spy.settled == [(60, 10 + 5)]
+    half = scripted(lambda body, n: Reply(body={"choices": [{"message": {"content": "y" * 20}}],
+                                                "usage": {"completion_tokens": 3}}))
+    r, spy = _spied_chat(half)
+    assert spy.settled == [(10, 10 + 3)]  # the prompt count it left out: estimated
+    flaky = scripted(lambda body, n: Reply(status=429) if n == 1 else (Reply(status=500) if n == 2 else "fine"))
+    r, spy = _spied_chat(flaky, retries=3)
+    assert r.ok and spy.charged == [10, 10, 10]
+    assert spy.settled[:2] == [(10, 0), (10, 10)] and spy.settled[2][0] == 10
+
+
+def test_a_stored_time_far_ahead_or_not_a_number_is_taken_as_free(tmp_path):
+    import struct
+
+    r = SharedRate(EP, rpm=60, tpm=None, directory=tmp_path)
+    for bad in (float("inf"), float("nan"), time.time() + 10 * 86_400):
+        r.path.write_bytes(struct.pack("<dd", bad, bad))
+        now = time.time()
+        assert r.reserve(0, now=now) == now
+    r.close()
+
+
+def test_a_limits_folder_of_another_user_or_open_to_others_is_refused(tmp_path):
+    from aip_assets.errors import AipError
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(AipError, match="nobody else can write"):
+        SharedRate(EP, rpm=60, tpm=None, directory=shared)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    with pytest.raises(AipError, match="rate-limit folder"):
+        SharedRate(EP, rpm=60, tpm=None, directory=link)
+    ok = SharedRate(EP, rpm=60, tpm=None, directory=tmp_path / "mine")
+    assert oct((tmp_path / "mine").stat().st_mode & 0o777) == "0o700"
+    ok.close()

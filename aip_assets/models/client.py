@@ -34,7 +34,7 @@ from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
 from .journal import Journal, key_mark
 from .openai_compatible import make_transport
-from .ratelimit import SharedRate, estimate_tokens
+from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
 _STRUCTURED_WORDS = re.compile(r"response_format|json_schema|json schema|schema|structured|guided|grammar|"
@@ -419,79 +419,86 @@ class ModelClient:
             return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
                               http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
 
-        tokens = estimate_tokens(body) if self.limiter is not None else 0
+        limiter = self.limiter
+        tokens = estimate_tokens(body) if limiter is not None else 0  # charged to the shared schedule per attempt
         while True:
-            if self.limiter is not None:  # waiting for the endpoint's shared rate is not the row's time
-                if clock is not None:
-                    clock.stop()
-                try:
-                    await self.limiter.wait(tokens)
-                finally:
-                    if clock is not None:
-                        clock.start()
-            if left() <= 0:
-                return failed(self._deadline_error("before this attempt" if attempts else "before this call was sent"))
-            if attempts == 0 and self.budget is not None:  # a call is counted once it is really sent
-                self.budget.reserve()
-            attempts += 1
-            cut = left() < timeout  # this attempt ends at the row deadline, not at its own timeout
-            t0 = time.perf_counter()
-            retry_after = None
-            http_status = None
-            cuts_when_sent = self.sem.cuts
+            charge: int | None = None  # what this attempt cost at the endpoint, once known (else 0)
             try:
-                resp = await self.transport.post_chat(body, min(timeout, left()))
-            except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
-                if cut and left() <= 0:
-                    return failed(self._deadline_error("while this call waited for its answer"))
-                err, transient = describe_failure(e, timeout)
-            else:
+                if limiter is not None:  # waiting for the endpoint's shared rate is not the row's time
+                    if clock is not None:
+                        clock.stop()
+                    try:
+                        await limiter.wait(tokens)
+                    finally:
+                        if clock is not None:
+                            clock.start()
+                if left() <= 0:
+                    return failed(self._deadline_error("before this attempt" if attempts else "before this call was sent"))
+                if attempts == 0 and self.budget is not None:  # a call is counted once it is really sent
+                    self.budget.reserve()
+                attempts += 1
+                cut = left() < timeout  # this attempt ends at the row deadline, not at its own timeout
+                t0 = time.perf_counter()
+                retry_after = None
+                http_status = None
+                cuts_when_sent = self.sem.cuts
+                try:
+                    resp = await self.transport.post_chat(body, min(timeout, left()))
+                except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
+                    charge = prompt_tokens_estimate(body) if limiter is not None else 0  # it may have been read
+                    if cut and left() <= 0:
+                        return failed(self._deadline_error("while this call waited for its answer"))
+                    err, transient = describe_failure(e, timeout)
+                else:
+                    latency = (time.perf_counter() - t0) * 1000
+                    http_status = resp.status_code
+                    if resp.status_code == 200:
+                        self._last_answer = time.monotonic()
+                        await self.sem.succeeded()
+                        parsed = _parse_completion(resp.body)
+                        if isinstance(parsed, str):
+                            charge = prompt_tokens_estimate(body) if limiter is not None else 0
+                            return failed(parsed, latency)
+                        text, model, fp, pt, ct = parsed
+                        charge = counted_tokens(body, pt, ct, text) if limiter is not None else 0
+                        return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
+                                          retries_used=retries_used, rate_limit_waits=waits)
+                    err = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                    if limiter is not None and resp.status_code != 429:  # a 429 was refused before any token
+                        charge = prompt_tokens_estimate(body)
+                    transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
+                    retry_after = _retry_after(resp.headers)
+                    if resp.status_code == 429 or (resp.status_code == 503 and retry_after is not None):
+                        self.sem.throttled(cuts_when_sent)
                 latency = (time.perf_counter() - t0) * 1000
-                http_status = resp.status_code
-                if resp.status_code == 200:
-                    self._last_answer = time.monotonic()
-                    await self.sem.succeeded()
-                    parsed = _parse_completion(resp.body)
-                    if isinstance(parsed, str):
-                        return failed(parsed, latency)
-                    text, model, fp, pt, ct = parsed
-                    if self.limiter is not None:  # the schedule follows what the endpoint counted
-                        counted = ((pt or 0) + (ct or 0)) if pt is not None or ct is not None else \
-                            tokens - int(body.get("max_tokens") or 0) + -(-len(text) // 4)
-                        self.limiter.settle(tokens, counted)
-                    return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
-                                      retries_used=retries_used, rate_limit_waits=waits)
-                err = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
-                retry_after = _retry_after(resp.headers)
-                if resp.status_code == 429 or (resp.status_code == 503 and retry_after is not None):
-                    self.sem.throttled(cuts_when_sent)
-            latency = (time.perf_counter() - t0) * 1000
-            if transient and http_status in (429, 503) and retry_after is not None:
-                # the endpoint says when to come back: a wait, not a failure. Bounded twice: this call
-                # waits at most max_rate_limit_wait_seconds in all, and nobody waits once the endpoint
-                # has answered nothing for that long (a run against an endpoint that never recovers ends)
-                sleep = max(retry_after, self.backoff_s)  # Retry-After: 0 is no licence to hammer
-                silent = time.monotonic() - self._last_answer
-                if waited_s + sleep <= max_wait and silent + sleep <= max_wait:
-                    if sleep >= left():  # the wait would end after the row deadline
-                        self._count_cut()
-                        return failed(f"{err} (rate limited; not waited: the row deadline comes first, "
-                                      f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency)
-                    waits += 1
-                    waited_s += sleep
-                    await self.sem.pause(sleep, clock)
-                    continue
-                err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
-                        f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
-            if not transient or retries_used >= retries:
-                return failed(err, latency)
-            delay = retry_after if retry_after is not None else self.backoff_s * 2 ** retries_used * (0.5 + self._rng.random())
-            if min(delay, MAX_BACKOFF_S) >= left():  # the retry would start after the row deadline
-                self._count_cut()
-                return failed(f"{err} (not retried: the row deadline comes first)", latency)
-            retries_used += 1
-            await self.sem.pause(min(delay, MAX_BACKOFF_S), clock)
+                if transient and http_status in (429, 503) and retry_after is not None:
+                    # the endpoint says when to come back: a wait, not a failure. Bounded twice: this call
+                    # waits at most max_rate_limit_wait_seconds in all, and nobody waits once the endpoint
+                    # has answered nothing for that long (a run against an endpoint that never recovers ends)
+                    sleep = max(retry_after, self.backoff_s)  # Retry-After: 0 is no licence to hammer
+                    silent = time.monotonic() - self._last_answer
+                    if waited_s + sleep <= max_wait and silent + sleep <= max_wait:
+                        if sleep >= left():  # the wait would end after the row deadline
+                            self._count_cut()
+                            return failed(f"{err} (rate limited; not waited: the row deadline comes first, "
+                                          f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency)
+                        waits += 1
+                        waited_s += sleep
+                        await self.sem.pause(sleep, clock)
+                        continue
+                    err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
+                            f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
+                if not transient or retries_used >= retries:
+                    return failed(err, latency)
+                delay = retry_after if retry_after is not None else self.backoff_s * 2 ** retries_used * (0.5 + self._rng.random())
+                if min(delay, MAX_BACKOFF_S) >= left():  # the retry would start after the row deadline
+                    self._count_cut()
+                    return failed(f"{err} (not retried: the row deadline comes first)", latency)
+                retries_used += 1
+                await self.sem.pause(min(delay, MAX_BACKOFF_S), clock)
+            finally:
+                if limiter is not None:  # the schedule follows what the endpoint counted
+                    limiter.settle(tokens, charge or 0)
 
 
 def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:

@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -242,21 +242,20 @@ class Journal:
     def ok_keys(self, run_ids: list[str], stage: str) -> set[str]:
         """Keys of the successful calls of these runs in this stage (any metric). A SUT prompt
         never equals a judge prompt, so other stages' keys could never match and are not loaded."""
-        return {_key_out(k) for k in self._ok_stored(run_ids, stage)}
+        return self._ok(run_ids, stage, _key_out)
 
     def ok_marks(self, run_ids: list[str], stage: str) -> set[int]:
         """:func:`key_mark` of every key ``ok_keys`` gives: the client's cheap in-memory test before
         ``lookup`` (2,160,000 marks take about 140 MB, the keys as strings 230 MB)."""
-        return {int.from_bytes(k[:8], "big") if isinstance(k, bytes) else key_mark(k)
-                for k in self._ok_stored(run_ids, stage)}
+        return self._ok(run_ids, stage, lambda k: int.from_bytes(k[:8], "big") if isinstance(k, bytes) else key_mark(k))
 
-    def _ok_stored(self, run_ids: list[str], stage: str) -> list[bytes | str]:
+    def _ok(self, run_ids: list[str], stage: str, as_: Callable[[Any], Any]) -> set:
         self.flush()
         marks = ",".join("?" * len(run_ids))
-        with self._lock:
+        with self._lock:  # the set is built from the cursor: no list of every key beside it
             cur = self._con.execute(f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
                                     f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})", [stage, *run_ids])
-            return [k for (k,) in cur]
+            return {as_(k) for (k,) in cur}
 
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
         """The latest successful call with this key among the given runs (this run's first), or None;

@@ -7,17 +7,26 @@ schedule is a GCRA ("virtual time"): two timestamps, the next free request start
 tokens spent so far are paid off, kept in a 16-byte file per endpoint under an exclusive
 ``flock`` (held for a read and a write, microseconds). A request is sent at
 ``max(next request start, tokens paid off)``; taking it moves the first on by ``60 / rpm`` s and
-the second by ``tokens × 60 / tpm`` s. Request starts are therefore spaced evenly and never more
-than the limits in any minute; there is no burst allowance.
+the second by ``tokens × 60 / tpm`` s. Request starts are therefore spaced evenly, never more than
+``rpm`` in a minute, and the tokens of any minute stay within ``tpm`` plus the request that began
+it (a request is charged when it starts); there is no burst allowance.
 
-Tokens are counted before the request is sent (the prompt's characters / 4, plus the
-connection's ``max_tokens`` when set, as providers reserve it) and settled when the answer comes
-with the ``usage`` the endpoint reports (or its characters / 4): the schedule moves by the
-difference, so the long-run rate follows what the endpoint counted.
+Tokens are counted before the request is sent (the prompt's characters / 4, plus the request's
+``max_tokens`` or ``max_completion_tokens`` when set, as providers reserve it) and settled when
+the answer comes, with the ``usage`` the endpoint reports (a count it leaves out: characters / 4);
+a request the endpoint refused (429) or that was never sent settles at 0, one that failed
+otherwise at its prompt. The schedule moves by the difference, so the long-run rate follows what
+the endpoint counted.
 
-The files live in ``AIP_LIMITS_DIR`` (default: ``<temp dir>/aip-limits-<uid>``), one per
-endpoint, named by the sha256 of its id (never its key or headers). A process that dies holds
-nothing: the lock goes with its file descriptor.
+The schedule belongs to the endpoint's URL: connections to it with other limits share it (each
+spacing by its own), and one without limits neither waits nor counts.
+
+The files live in ``AIP_LIMITS_DIR`` (default: ``$XDG_RUNTIME_DIR/aip-limits``, else
+``<temp dir>/aip-limits-<uid>``), one per endpoint, named by the sha256 of its id (never its key
+or headers). The folder must be this user's own (mode 0700, not a link): another user's folder
+in a shared temp dir is refused, and files are opened without following links. A stored time
+that is not a number or lies more than a day ahead (a clock stepped back, a corrupt file) is
+taken as free. A process that dies holds nothing: the lock goes with its file descriptor.
 """
 
 from __future__ import annotations
@@ -25,24 +34,46 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import hashlib
+import logging
+import math
 import os
+import stat
 import struct
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import AipError
+
+logger = logging.getLogger("aip_assets")
 _STATE = struct.Struct("<dd")  # next request start, tokens paid off (Unix time, seconds)
+HORIZON_S = 86_400.0  # a stored time further ahead than this is not trusted
+WARN_WAIT_S = 30.0  # a longer wait for the rate is logged (at most once a minute per endpoint)
 
 
 def limits_dir() -> Path:
     d = os.environ.get("AIP_LIMITS_DIR")
-    return Path(d) if d else Path(tempfile.gettempdir()) / f"aip-limits-{os.getuid()}"
+    if d:
+        return Path(d)
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    if run and os.path.isdir(run):
+        return Path(run) / "aip-limits"
+    return Path(tempfile.gettempdir()) / f"aip-limits-{os.getuid()}"
 
 
-def estimate_tokens(body: dict[str, Any]) -> int:
-    """The tokens a request will be counted for before its answer says: prompt characters / 4
-    (rounded up), plus ``max_tokens`` when the request sets it."""
+def _own_folder(d: Path) -> None:
+    """Create ``d`` (0700) or accept it only if it is this user's, not a link, and writable by no one else."""
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(d)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise AipError(f"{d}: the rate-limit folder must be a folder of this user that nobody else can write "
+                       f"(owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); remove it or set AIP_LIMITS_DIR")
+
+
+def prompt_tokens_estimate(body: dict[str, Any]) -> int:
+    """A request's prompt in tokens before its answer says: characters / 4, rounded up."""
     chars = 0
     for m in body.get("messages") or ():
         c = m.get("content")
@@ -50,7 +81,19 @@ def estimate_tokens(body: dict[str, Any]) -> int:
             chars += len(c)
         elif isinstance(c, list):
             chars += sum(len(p.get("text") or "") for p in c if isinstance(p, dict))
-    return -(-chars // 4) + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+    return -(-chars // 4)
+
+
+def estimate_tokens(body: dict[str, Any]) -> int:
+    """The tokens a request is charged before it is sent: its prompt estimate plus the completion
+    tokens it reserves (``max_tokens`` or ``max_completion_tokens``), as providers count it."""
+    return prompt_tokens_estimate(body) + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+
+
+def counted_tokens(body: dict[str, Any], prompt: int | None, completion: int | None, text: str | None) -> int:
+    """The tokens an answered request cost: the endpoint's ``usage``, estimated where it says nothing."""
+    return (prompt if prompt is not None else prompt_tokens_estimate(body)) + \
+        (completion if completion is not None else -(-len(text or "") // 4))
 
 
 class SharedRate:
@@ -65,9 +108,10 @@ class SharedRate:
         self.request_s = 60.0 / rpm if rpm else 0.0
         self.token_s = 60.0 / tpm if tpm else 0.0
         d = directory or limits_dir()
-        d.mkdir(parents=True, exist_ok=True)
+        _own_folder(d)
         self.path = d / (hashlib.sha256(endpoint.encode()).hexdigest()[:32] + ".rate")
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        self._warned = 0.0
 
     @classmethod
     def for_endpoint(cls, endpoint: str, rpm: int | None, tpm: int | None) -> "SharedRate":
@@ -82,6 +126,8 @@ class SharedRate:
         try:
             raw = os.pread(self._fd, _STATE.size, 0)
             req_next, tok_next = _STATE.unpack(raw) if len(raw) == _STATE.size else (0.0, 0.0)
+            ahead = time.time() + HORIZON_S
+            req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
             req_next, tok_next, out = fn(req_next, tok_next)
             os.pwrite(self._fd, _STATE.pack(req_next, tok_next), 0)
             return out
@@ -109,7 +155,12 @@ class SharedRate:
 
     async def wait(self, tokens: int = 0) -> None:
         start = self.reserve(tokens)
-        delay = start - time.time()
+        now = time.time()
+        delay = start - now
+        if delay > WARN_WAIT_S and now - self._warned > 60:
+            self._warned = now
+            logger.warning(f"{self.endpoint}: waiting {delay:.0f}s for the endpoint's requests_per_minute / "
+                           f"tokens_per_minute (shared on this machine through {self.path.parent})")
         if delay > 0:
             await asyncio.sleep(delay)
 
