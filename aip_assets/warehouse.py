@@ -19,7 +19,9 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 import duckdb
 import pandas as pd
@@ -407,7 +409,8 @@ def _sessions() -> dict[str, tuple[duckdb.DuckDBPyConnection, bool]]:
 
 
 @contextmanager
-def session(path: str | Path | None = None, read_only: bool = False) -> Iterator[None]:
+def session(path: str | Path | None = None, read_only: bool = False,
+            config: dict[str, Any] | None = None) -> Iterator[None]:
     """Hold one connection (and the warehouse lock) for a block of many short reads, such as
     building a report: every ``connect()`` of this file inside it gets that connection. Opening
     a DuckDB database costs 10-15 ms here, and a report made 15-20 of them. Only for blocks that
@@ -422,7 +425,7 @@ def session(path: str | Path | None = None, read_only: bool = False) -> Iterator
             raise RuntimeError(f"{path}: a writing session inside a read-only session of the same warehouse")
         yield
         return
-    with connect(path, read_only=read_only) as con:
+    with connect(path, read_only=read_only, config=config) as con:
         held[key] = (con, read_only)
         try:
             yield
@@ -533,6 +536,22 @@ def write_caps() -> list[str | None]:
     if full is not None and lf is not None and (_bytes(full) or float("inf")) <= lf:
         return [full]
     return [lean, full] if lean != full else [full]
+
+
+def lean_first(fn: Callable[[dict[str, Any] | None], T]) -> T:
+    """``fn(config)`` at the lean memory cap, and again at the full one if DuckDB runs out there:
+    for reads that scan a whole partition (a report, a table's preview), whose scans would
+    otherwise fill DuckDB's cache to its limit (1.2 GB for a 100,000-row decision flip's
+    judgements preview; 490 MB at the lean cap, 6.7 s instead of 2.7 s)."""
+    caps = write_caps()
+    for i, cap in enumerate(caps):
+        try:
+            return fn({"memory_limit": cap} if cap else None)
+        except duckdb.OutOfMemoryException:
+            if i == len(caps) - 1:
+                raise
+            logger.info(f"a read needed more than {cap}: read again at {caps[i + 1] or 'no cap'}")
+    raise AssertionError("unreachable: write_caps() is never empty")
 
 
 def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None = None,

@@ -480,3 +480,21 @@ def test_the_write_caps_follow_the_general_one(monkeypatch):
                        ("256MB", ["256MB"]), ("0.2GiB", ["0.2GiB"]), ("4GiB", ["256MB", "4GiB"])]:
         monkeypatch.setattr(wh, "DUCKDB_MEMORY", full)
         assert wh.write_caps() == caps, full
+
+
+def test_a_whole_partition_read_runs_lean_then_at_the_full_cap(monkeypatch):
+    import duckdb
+
+    monkeypatch.setattr(wh, "WRITE_MEMORY", "256MB")
+    monkeypatch.setattr(wh, "DUCKDB_MEMORY", "1GB")
+    seen = []
+
+    def needs_more(config):
+        seen.append(config)
+        if config["memory_limit"] == "256MB":
+            raise duckdb.OutOfMemoryException("out of memory (test)")
+        return "read"
+
+    assert wh.lean_first(needs_more) == "read" and seen == [{"memory_limit": "256MB"}, {"memory_limit": "1GB"}]
+    with pytest.raises(duckdb.OutOfMemoryException):
+        wh.lean_first(lambda config: (_ for _ in ()).throw(duckdb.OutOfMemoryException("still")))

@@ -104,8 +104,11 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
         warehouse.use()
         yield _materialise(stage, context, asset_key=AssetKey(name))
         run_id, metric = split_key(context.partition_key)
-        with wh.connect(read_only=True) as con:  # read all, then let go of the warehouse before yielding
-            metas = {t: table_materialization_metadata(con, t, run_id, metric) for t in STAGE_TABLES[stage]}
+        def read(config):  # read all, then let go of the warehouse before yielding
+            with wh.connect(read_only=True, config=config) as con:
+                return {t: table_materialization_metadata(con, t, run_id, metric) for t in STAGE_TABLES[stage]}
+
+        metas = wh.lean_first(read)
         for t, meta in metas.items():
             yield MaterializeResult(asset_key=table_key(t), metadata=meta)
 
