@@ -49,6 +49,26 @@ def env() -> dict[str, str]:
     return e
 
 
+def demo_spec(demo: dict, conn: dict) -> dict:
+    """The demo spec with ``sut`` and ``judge`` at ``conn`` and its dataset paths made absolute."""
+    spec = dict(demo, sut=conn, judge=conn)
+    spec["dataset"] = str((CHECKOUT / "data" / "runs" / demo["dataset"]).resolve())
+    spec["metrics"] = {name: dict(m) for name, m in demo["metrics"].items()}
+    for m in spec["metrics"].values():  # per-metric datasets are relative to the demo spec too
+        if m.get("dataset"):
+            m["dataset"] = str((CHECKOUT / "data" / "runs" / m["dataset"]).resolve())
+    return spec
+
+
+def wait_for_server(url: str, tries: int = 200) -> None:
+    for _ in range(tries):
+        try:
+            stats(url)
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def stats(url: str) -> dict:
     with urllib.request.urlopen(url.removesuffix("/v1") + "/stats", timeout=10) as r:
         return json.loads(r.read())
@@ -76,18 +96,9 @@ def main() -> int:
     scores: dict[int, dict] = {}
     requests: dict[int, list[int]] = {p: [] for p in levels}
     try:
-        for _ in range(100):
-            try:
-                stats(url)
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_server(url)
         conn = {"provider": "openai", "base_url": url, "model": "aip-builtin", "max_connections": args.max_connections}
-        spec = dict(demo, sut=conn, judge=conn)
-        spec["dataset"] = str((CHECKOUT / "data" / "runs" / demo["dataset"]).resolve())
-        for m in spec["metrics"].values():  # per-metric datasets are relative to the demo spec too
-            if m.get("dataset"):
-                m["dataset"] = str((CHECKOUT / "data" / "runs" / m["dataset"]).resolve())
+        spec = demo_spec(demo, conn)
         spec_path = work / "spec.yaml"
         spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
         for r in range(args.repeat):

@@ -33,7 +33,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _common import run_header  # noqa: E402
-from bench_parallel import CHECKOUT, env, free_port, stats  # noqa: E402
+from bench_parallel import CHECKOUT, demo_spec, env, free_port, stats, wait_for_server  # noqa: E402
 from bench_pipeline import make_dataset  # noqa: E402
 
 OUT_DIR = HERE / "out"
@@ -96,20 +96,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="aip-bench-replay-"))
     results: dict[str, dict] = {}
     try:
-        for _ in range(200):
-            try:
-                stats(url)
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_server(url)
         conn = {"provider": "openai", "base_url": url, "model": "aip-builtin", "max_connections": 256}
         for case in cases:
             if case == "demo":
-                spec = dict(demo, sut=conn, judge=conn)
-                spec["dataset"] = str((CHECKOUT / "data" / "runs" / demo["dataset"]).resolve())
-                for m in spec["metrics"].values():
-                    if m.get("dataset"):
-                        m["dataset"] = str((CHECKOUT / "data" / "runs" / m["dataset"]).resolve())
+                spec = demo_spec(demo, conn)
             elif case == "decision_flip":
                 ds = work / "rows.jsonl"
                 make_dataset(args.rows, ds)
