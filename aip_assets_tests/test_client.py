@@ -429,8 +429,11 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     assert j.lookup(hexkey, ["r1"])["call_key"] == hexkey and hexkey in j.ok_keys(["r1"], "sampling")
     from aip_assets.models.journal import key_mark
 
-    assert j.ok_marks(["r1"], "sampling") == {key_mark(k) for k in j.ok_keys(["r1"], "sampling")}
-    assert key_mark(hexkey) == 0x0123456789ABCDEF  # a hex key's first 64 bits, as from its stored bytes
+    marks = j.ok_marks(["r1"], "sampling")
+    keys = j.ok_keys(["r1"], "sampling")
+    assert len(marks) == len(keys) and all(key_mark(k) in marks for k in keys)
+    assert key_mark(hexkey) == 0x0123456789ABCDEF and key_mark(hexkey) in marks  # as from its stored bytes
+    assert key_mark("k6") not in marks and 0 <= key_mark("k6") < 2 ** 64  # failed: not a mark; any key: unsigned
     assert rows()[-1][0] == hexkey and list(j.frames("r1", "m", "sampling"))[0].call_key.iloc[-1] == hexkey
     j.record(rec(200))
     j.close()  # writes what is queued
@@ -555,3 +558,21 @@ def test_a_mark_shared_by_two_keys_costs_a_lookup_never_a_wrong_answer(tmp_path,
     j.close()
     assert first.ok and not first.cached and first.text == "fresh 1"
     assert again.cached and again.text == "fresh 1" and len(server.bodies()) == 1
+
+
+def test_marks_fold_into_a_sorted_array_and_stay_a_set():
+    """Marks kept as 8-byte integers: the newest in a set, folded into a sorted array every FOLD;
+    membership holds across a fold, for the largest 64-bit values, and for marks never added."""
+    import random
+
+    from aip_assets.models.journal import Marks
+
+    rng = random.Random(7)
+    first = [rng.getrandbits(64) for _ in range(1000)] + [2 ** 64 - 1, 0]
+    m = Marks(first + first[:10])  # duplicates count once
+    assert len(m) == len(first)
+    later = [rng.getrandbits(64) for _ in range(Marks.FOLD + 5)]
+    for x in later:
+        m.add(x)
+    assert len(m._new) == 5 and all(x in m for x in first + later)
+    assert not any(rng.getrandbits(64) in m for _ in range(1000))  # a chance collision: about 1e-13

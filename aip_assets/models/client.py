@@ -32,7 +32,7 @@ import httpx
 
 from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
-from .journal import Journal, key_mark
+from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport
 from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
 
@@ -294,7 +294,7 @@ class ModelClient:
         self.endpoint_id = conn.endpoint_id()
         # keys of successful calls this run may answer from the journal (kept current as calls
         # succeed), so a call with nothing to reuse costs no SQL lookup
-        self._known_ok: set[int] = journal.ok_marks(self.cache_runs, stage) if journal is not None else set()
+        self._known_ok: Marks | set[int] = journal.ok_marks(self.cache_runs, stage) if journal is not None else set()
         self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0, "deadline_cut": 0,
                       "deadline_rows": 0}
         self._last_answer = time.monotonic()  # the endpoint's last answer (rate-limit waits end after a silent window)
