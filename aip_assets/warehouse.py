@@ -21,8 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-T = TypeVar("T")
-
 import duckdb
 import pandas as pd
 
@@ -536,6 +534,9 @@ def write_caps() -> list[str | None]:
     if full is not None and lf is not None and (_bytes(full) or float("inf")) <= lf:
         return [full]
     return [lean, full] if lean != full else [full]
+
+
+T = TypeVar("T")
 
 
 def lean_first(fn: Callable[[dict[str, Any] | None], T]) -> T:
