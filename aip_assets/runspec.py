@@ -135,8 +135,9 @@ class Connection(BaseModel):
     requests_per_minute: int | None = Field(None, ge=1, description="request starts per minute at this endpoint, "
                                             "shared by every role, metric and process on this machine")
     tokens_per_minute: int | None = Field(None, ge=1, description="prompt + completion tokens per minute at this "
-                                          "endpoint, shared like requests_per_minute (counted before a request as "
-                                          "characters / 4 + max_tokens, settled with the answer's usage)")
+                                          "endpoint, shared like requests_per_minute (charged before each attempt as "
+                                          "characters / 4 + max_tokens or max_completion_tokens, settled with "
+                                          "the answer's usage; a 429 at 0, another failure at its prompt)")
     max_rate_limit_wait_seconds: float = Field(
         600.0, ge=0.0, description="a 429/503 with Retry-After is waited out without using the call's retries, "
                                    "up to this many seconds in total per call; then it counts as a failure")

@@ -575,4 +575,8 @@ def test_marks_fold_into_a_sorted_array_and_stay_a_set():
     for x in later:
         m.add(x)
     assert len(m._new) == 5 and all(x in m for x in first + later)
+    size = len(m)
+    for x in first[:3] + later[-3:]:  # held already, in the array or among the newest: no second copy
+        m.add(x)
+    assert len(m) == size == len(set(first + later))
     assert not any(rng.getrandbits(64) in m for _ in range(1000))  # a chance collision: about 1e-13

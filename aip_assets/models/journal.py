@@ -100,6 +100,8 @@ class Marks:
         self._new: set[int] = set()
 
     def add(self, mark: int) -> None:
+        if mark in self:  # already held (a key answered again): len() stays the count of marks
+            return
         self._new.add(mark)
         if len(self._new) >= self.FOLD:
             np = self._np
