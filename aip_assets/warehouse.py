@@ -2,13 +2,15 @@
 
 DuckDB lets one process open a file for writing, and while it does no other process can open
 it at all. So every access goes through :func:`connect`, which holds an exclusive file lock
-beside the database for the (short) life of the connection and retries on lock errors. Model
-calls happen before a connection is opened; a stage opens one connection, replaces its
-partition's rows in one transaction and closes it.
+beside the database for the (short) life of the connection and retries on lock errors; the
+database stays open a quarter of a second after its last use (at most 2 s in all, :class:`_Linger`),
+so a burst of uses opens it once. Model calls happen outside any connection; a stage replaces
+its partition's rows in one transaction.
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import logging
 import os
@@ -308,6 +310,26 @@ def default_path() -> Path:
     return data_dir() / "warehouse.duckdb"
 
 
+def _waiting_marker(db_path: Path) -> Path:
+    return Path(str(db_path) + ".lock.waiting")
+
+
+def _say_waiting(db_path: Path) -> None:
+    """Tell the holder that someone waits (a process holding the database open between uses
+    closes it then, and steps back, instead of keeping it: _Linger)."""
+    try:
+        _waiting_marker(db_path).touch()
+    except OSError:
+        pass
+
+
+def _someone_waits(db_path: str) -> bool:
+    try:
+        return time.time() - _waiting_marker(Path(db_path)).stat().st_mtime < WAITER_FRESH_S
+    except OSError:
+        return False
+
+
 @contextmanager
 def _file_lock(db_path: Path) -> Iterator[None]:
     db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -319,6 +341,7 @@ def _file_lock(db_path: Path) -> Iterator[None]:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                _say_waiting(db_path)
                 now = time.monotonic()
                 if now > deadline:
                     raise TimeoutError(f"{db_path}: waited {LOCK_TIMEOUT_S:.0f}s for the warehouse lock, held by "
@@ -353,6 +376,8 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
     Only ``create=True`` (registering a run) makes a new warehouse: every other use of a missing
     one is an error, so a mistyped ``--warehouse`` or a bad input leaves no file behind.
     Retries when another program (outside this project's lock, e.g. a DuckDB UI) holds the file.
+    ``config`` may tune ``memory_limit`` and ``threads`` (served by the lingering database, see
+    :class:`_Linger`); any other setting opens the file on its own.
     """
     path = Path(path) if path else default_path()
     held = _sessions().get(str(path.resolve()))
@@ -365,35 +390,224 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
             raise RuntimeError(f"{path}: a writing connection inside a read-only session of the same warehouse")
         yield con_held
         return
-    if not path.exists() and (read_only or not create):
-        raise FileNotFoundError(f"{path}: no warehouse yet; run `aip-eval run <spec>` first")
-    settings: dict[str, Any] = {"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {}
-    settings.update(config or {})
+    if not (config and not set(config) <= TUNING) and LINGER_IDLE_S > 0:
+        with _LINGER.use(path, read_only, create, config or {}) as con:
+            yield con
+        return
+    _LINGER.close(path)  # DuckDB refuses a second configuration of an open database
+    _check_exists(path, read_only, create)
     with _file_lock(path):
-        t0 = time.monotonic()
-        deadline, notice = t0 + LOCK_TIMEOUT_S, t0 + LOCK_NOTICE_S
-        while True:
-            try:
-                con = duckdb.connect(str(path), read_only=read_only, config=settings)
-                break
-            except duckdb.IOException as e:
-                now = time.monotonic()
-                if "lock" not in str(e).lower() or now > deadline:
-                    raise
-                if now >= notice:
-                    notice = now + LOCK_NOTICE_S
-                    logger.warning(f"waiting {now - t0:.0f}s for {path}, held open by a program outside aip-eval: "
-                                   f"{str(e).splitlines()[0][:200]}")
-                time.sleep(0.1 + random.random() * 0.2)
+        con = _open(path, read_only, _settings(config))
         try:
-            if not read_only:
-                key = (str(path), path.stat().st_ino)
-                if key not in _ENSURED:  # once per process and file: DDL on every connection is slow
-                    ensure_schema(con)
-                    _ENSURED.add(key)
+            _ensure_once(con, path, read_only)
             yield con
         finally:
             con.close()
+
+
+def _check_exists(path: Path, read_only: bool, create: bool) -> None:
+    if not path.exists() and (read_only or not create):
+        raise FileNotFoundError(f"{path}: no warehouse yet; run `aip-eval run <spec>` first")
+
+
+def _settings(config: dict[str, Any] | None) -> dict[str, Any]:
+    settings: dict[str, Any] = {"memory_limit": DUCKDB_MEMORY} if DUCKDB_MEMORY else {}
+    settings.update(config or {})
+    return settings
+
+
+def _open(path: Path, read_only: bool, settings: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+    """Open the file (this process holds the warehouse lock), retrying while a program outside
+    aip-eval holds it open."""
+    t0 = time.monotonic()
+    deadline, notice = t0 + LOCK_TIMEOUT_S, t0 + LOCK_NOTICE_S
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only, config=settings)
+        except duckdb.IOException as e:
+            now = time.monotonic()
+            if "lock" not in str(e).lower() or now > deadline:
+                raise
+            if now >= notice:
+                notice = now + LOCK_NOTICE_S
+                logger.warning(f"waiting {now - t0:.0f}s for {path}, held open by a program outside aip-eval: "
+                               f"{str(e).splitlines()[0][:200]}")
+            time.sleep(0.1 + random.random() * 0.2)
+
+
+def _ensure_once(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+    if not read_only:
+        key = (str(path), path.stat().st_ino)
+        if key not in _ENSURED:  # once per process and file: DDL on every connection is slow
+            ensure_schema(con)
+            _ENSURED.add(key)
+
+
+# Opening a DuckDB database costs 9-15 ms here (an in-memory one 9 ms: each opening builds DuckDB's
+# catalogue of functions), and a stage makes about ten short connections: 4.7 s of a 30 s demo
+# replay went to opening and closing. So the database a process opened stays open a moment
+# after its last use, holding the warehouse lock: a use within LINGER_IDLE_S of the last one
+# gets a connection to it in microseconds. It is closed once idle that long, at the latest
+# LINGER_MAX_S after it was opened, and at the end of a use when another process of this project
+# waits for the lock (it touches a marker file as it tries): this process then steps back for
+# STEP_BACK_S, so the waiter gets its turn. A program outside the project (the DuckDB CLI) is not
+# seen waiting; `release()` closes the database for it. AIP_DUCKDB_LINGER=0 turns this off.
+LINGER_IDLE_S = float(os.environ.get("AIP_DUCKDB_LINGER", "0.25"))
+LINGER_MAX_S = 2.0
+WAITER_FRESH_S = 0.5  # a waiter touches its marker at every try (each 50-100 ms): fresh while it waits
+STEP_BACK_S = 0.15  # after closing for a waiter, this process lets the lock be for longer than a waiter's try
+TRIM_MEMORY = "16MB"  # the cap set between uses: DuckDB lets go of the blocks a use cached
+
+
+class _Linger:
+    """The database this process opened last (one file at a time), kept open between uses.
+
+    One use at a time, as the file lock serialised threads before; a reaper thread closes it when
+    idle or old. Each use gets its own connection (a cursor: DuckDB's connections to one open
+    database) with the memory cap and threads it asks for; between uses the cap is set low, so
+    blocks a use cached do not stay in memory. A read-only use is served by an open writable
+    database (the caller only reads); a writing use reopens a read-only one."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.base: duckdb.DuckDBPyConnection | None = None
+        self.lock: Any = None  # the ExitStack holding the warehouse lock while open
+        self.where: tuple[str, int, int] | None = None  # path, device, inode
+        self.read_only = False
+        self.defaults: dict[str, str] = {}
+        self.busy = False
+        self.opened = self.last = self.step_back = 0.0
+        self.reaper: threading.Thread | None = None
+
+    @contextmanager
+    def use(self, path: Path, read_only: bool, create: bool, config: dict[str, Any]) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.cv:
+            while self.busy:
+                self.cv.wait()
+            self.busy = True
+        try:
+            base = self._base(path, read_only, create)
+            con = base.cursor()
+            try:
+                limit = config.get("memory_limit") or DUCKDB_MEMORY or self.defaults["memory_limit"]
+                con.execute(f"SET memory_limit = '{limit}'")
+                con.execute(f"SET threads = {int(config.get('threads') or self.defaults['threads'])}")
+                yield con
+            finally:
+                con.close()
+                self._trim()
+        finally:
+            with self.cv:
+                self.busy = False
+                self.last = time.monotonic()
+                waits = self.where is not None and _someone_waits(self.where[0])
+                if waits or self.last - self.opened > LINGER_MAX_S:
+                    self._close_locked()
+                    if waits:
+                        self.step_back = self.last + STEP_BACK_S  # the waiter's turn
+                self.cv.notify_all()
+
+    def _base(self, path: Path, read_only: bool, create: bool) -> duckdb.DuckDBPyConnection:
+        """The open database of ``path`` (this thread holds the use): opened, or reopened when it
+        is another file, the file was replaced or removed, or a write needs a read-only one."""
+        try:
+            st = path.stat()
+            where = (str(path.resolve()), st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            where = None
+        with self.cv:
+            if self.base is not None and (where != self.where or (self.read_only and not read_only)):
+                self._close_locked()
+            if self.base is not None:
+                return self.base
+        _check_exists(path, read_only, create)
+        if (pause := self.step_back - time.monotonic()) > 0:
+            time.sleep(pause)
+        from contextlib import ExitStack
+
+        stack = ExitStack()
+        stack.enter_context(_file_lock(path))
+        try:
+            base = _open(path, read_only, {})
+            _ensure_once(base, path, read_only)
+            row = base.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
+            defaults = {"memory_limit": str(row[0]), "threads": str(row[1])} if row else {}
+            st = path.stat()
+        except BaseException:
+            stack.close()
+            raise
+        with self.cv:
+            self.base, self.lock, self.read_only, self.defaults = base, stack, read_only, defaults
+            self.where = (str(path.resolve()), st.st_dev, st.st_ino)
+            self.opened = time.monotonic()
+            if self.reaper is None or not self.reaper.is_alive():
+                self.reaper = threading.Thread(target=self._reap, name="aip-duckdb-linger", daemon=True)
+                self.reaper.start()
+            self.cv.notify_all()
+        return base
+
+    def _trim(self) -> None:
+        """After a use: a write is checkpointed into the file (as closing did: a copy of the file,
+        or a reader that ignores the log, sees it), and the blocks the use cached are let go."""
+        try:
+            if self.base is not None and not self.read_only and self.where is not None:
+                wal = Path(self.where[0] + ".wal")
+                if wal.exists() and wal.stat().st_size > 0:
+                    self.base.execute("CHECKPOINT")
+            if self.base is not None:
+                self.base.execute(f"SET memory_limit = '{TRIM_MEMORY}'")
+        except duckdb.Error:  # blocks still pinned, or a checkpoint refused: close instead
+            with self.cv:
+                self._close_locked()
+
+    def _reap(self) -> None:
+        with self.cv:
+            while True:
+                if self.base is None:
+                    self.cv.wait()
+                    continue
+                now = time.monotonic()
+                due = min(max(self.last, self.opened) + LINGER_IDLE_S, self.opened + LINGER_MAX_S)
+                if not self.busy and now >= due:
+                    self._close_locked()
+                else:
+                    self.cv.wait(max(due - now, 0.005) if not self.busy else None)
+
+    def _close_locked(self) -> None:
+        if self.base is None:
+            return
+        base, lock = self.base, self.lock
+        self.base = self.lock = self.where = None
+        try:
+            base.close()
+        finally:
+            lock.close()
+        self.cv.notify_all()
+
+    def close(self, path: str | Path | None = None) -> None:
+        """Close the open database now (only if it is ``path``'s, when given) unless a use is in
+        progress in another thread: that use's database closes when idle, and whoever needs the
+        file meanwhile waits for the warehouse lock it holds (and says so)."""
+        with self.cv:
+            if not self.busy and (path is None or (self.where is not None
+                                                   and self.where[0] == str(Path(path).resolve()))):
+                self._close_locked()
+
+    def close_if_idle(self) -> None:
+        """Close the open database unless a use is in progress (never waits: before a fork)."""
+        if self.cv.acquire(blocking=False):
+            try:
+                if not self.busy:
+                    self._close_locked()
+            finally:
+                self.cv.release()
+
+
+_LINGER = _Linger()
+release = _LINGER.close  # close the lingering database now (at exit, or before another program opens it)
+atexit.register(release)
+if hasattr(os, "register_at_fork"):  # a forked child must not inherit an open database and its lock
+    os.register_at_fork(before=_LINGER.close_if_idle)
 
 
 TUNING = {"memory_limit", "threads"}  # settings a session's connection may serve without

@@ -26,6 +26,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.delenv("AIP_DAGSTER_HOME_SET", raising=False)
     monkeypatch.delenv("AIP_DATA_DIR_SET", raising=False)
     yield tmp_path
+    wh.release()  # the warehouse this test left open a moment (warehouse._Linger)
 
 
 def write_dataset(path: Path, n: int, multi_turn_every: int = 0) -> Path:

@@ -109,6 +109,7 @@ def test_readme_demo_command_runs_offline(capsys):
 
     from aip_assets import warehouse as wh
 
+    wh.release()  # this process's database, kept open a moment after its last use (warehouse._Linger)
     cli = Path(sys.executable).parent / "duckdb"
     cli = cli if cli.exists() else Path(shutil.which("duckdb") or "duckdb-cli is not installed")
     out = subprocess.run([str(cli), "-readonly", "-csv", str(wh.default_path()), "-c",
