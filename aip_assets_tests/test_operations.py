@@ -198,7 +198,7 @@ def _spec_yaml(tmp_path, ds, **extra):
     return p
 
 
-def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys):
+def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys, monkeypatch):
     from aip_assets.cli import main
 
     ds = write_dataset(tmp_path / "d.jsonl", 12)
@@ -207,8 +207,29 @@ def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys):
     est = json.loads(capsys.readouterr().out)
     assert not wh.default_path().exists()  # nothing written
     assert est["within_limits"] is False and est["total"]["tokens"] > 0
+    import aip_assets.report as report_mod
+
+    written, real = [], report_mod.write_report
+
+    def spy(run_id, *a, **k):
+        out = real(run_id, *a, **k)
+        written.append((run_id, out.read_text()))
+        return out
+    monkeypatch.setattr(report_mod, "write_report", spy)
     assert main(["run", str(spec), "--json", "--quiet", "--max-calls", "100000"]) == 0
     run_id = json.loads(capsys.readouterr().out)["run_id"]
+    # a run of two metrics writes its report once, after the last, with both; each aggregation links it
+    assert [r for r, _ in written] == [run_id]
+    assert all(f"llm.{m}" in written[0][1] for m in ("decision_flip", "semantic_consistency"))
+    from dagster import AssetKey, AssetRecordsFilter
+
+    recs = get_instance().fetch_materializations(AssetRecordsFilter(
+        asset_key=AssetKey("aggregation"), asset_partitions=[f"{run_id}|{m}" for m in est["metrics"]]), limit=10).records
+    assert len(recs) == 2
+    for rec in recs:
+        meta = rec.asset_materialization.metadata
+        assert meta["report"].value == str(report_mod.default_out(run_id).resolve())
+        assert "written when the run's last metric ends" in meta["report_how"].text
     calls = wh.query("SELECT metric, role, count(*) AS n FROM llm_calls WHERE run_id = ? GROUP BY ALL", [run_id])
     got = {(r.metric, r.role): r.n for r in calls.itertuples()}
     for m, e in est["metrics"].items():

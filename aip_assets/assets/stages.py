@@ -16,6 +16,10 @@ from ..partitions import evaluations, split_key
 from ..pipeline import load_run, logger, run_stage
 
 GROUP = "evaluation"
+# A run of several metrics (jobs.evaluate_run) writes its report once, after the last one: these
+# tags on its Dagster runs say so. A partition materialised on its own (the UI) refreshes the
+# report at its aggregation.
+REPORT_TAG, REPORT_AFTER_ALL = "aip/report", "after-all"
 
 
 def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey | None = None) -> MaterializeResult:
@@ -31,7 +35,8 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
         raise Failure(description=str(e)) from None
     out: dict[str, Any] = {}
     if "summary" in meta:  # aggregation: a headline to read first, then one typed entry per number
-        out.update(score_metadata(run_id, metric, meta["summary"], meta.get("gate") or {}))
+        later = context.run.tags.get(REPORT_TAG) == REPORT_AFTER_ALL
+        out.update(score_metadata(run_id, metric, meta["summary"], meta.get("gate") or {}, write=not later))
     out.update({k: v for k, v in meta.items() if k not in ("summary", "gate")})
     if "summary" in meta:
         out["summary"] = MetadataValue.json(meta["summary"])  # everything, last
@@ -46,11 +51,12 @@ def _num(x: float | None) -> MetadataValue:
     return MetadataValue.float(round(float(x), 4)) if x is not None else MetadataValue.text("n/a")
 
 
-def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any]) -> dict[str, Any]:
+def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any], write: bool = True) -> dict[str, Any]:
     """An aggregation's metadata as people read it: a markdown headline (score, interval,
     threshold, verdict and why), then the score, its interval and threshold as separate floats
     named by the metric (so the asset's plot of each is that metric's history, not seven metrics
-    on one line), passed, coverage, what was excluded, and the run's report."""
+    on one line), passed, coverage, what was excluded, and the run's report (written now, or by
+    the run of several metrics after its last one: ``write`` False)."""
     short = metric.split(".", 1)[-1]
     score, lo, hi, thr = g.get("score"), g.get("ci_low"), g.get("ci_high"), g.get("threshold")
     verdict = "PASS" if g.get("passed") else "FAIL"
@@ -70,12 +76,13 @@ def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any
         "gate_reason": MetadataValue.text(g.get("gate_reason") or ""),
         "excluded": MetadataValue.json(g.get("excluded") or {}),
     }
-    from ..report import report_url, write_report
+    from ..report import default_out, report_url, write_report
 
-    report = write_report(run_id)  # the run's report, refreshed as each metric lands
+    report = write_report(run_id) if write else default_out(run_id).resolve()
     out["report"] = MetadataValue.path(str(report))
     out["report_url"] = MetadataValue.url(report_url(report))  # opens while `aip-eval report --serve` runs
-    out["report_how"] = MetadataValue.text("run `aip-eval report --serve` in the project, then open report_url")
+    out["report_how"] = MetadataValue.text("run `aip-eval report --serve` in the project, then open report_url"
+                                           + ("" if write else " (written when the run's last metric ends)"))
     return out
 
 
