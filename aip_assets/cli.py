@@ -392,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-tokens", type=int, help="cap the run's tokens (raises a resumed run's cap)")
     r.add_argument("--parallel", type=int, default=1,
                    help="evaluate this many metrics at once, each in a worker process; every endpoint's "
-                        "max_connections is split between them (default 1; not with call or token caps)")
+                        "max_connections is shared between them (default 1; not with call or token caps)")
     r.set_defaults(fn=cmd_run)
 
     q = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")

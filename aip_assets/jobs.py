@@ -9,7 +9,6 @@ stop an evaluation.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -68,14 +67,12 @@ def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_confi
 
 
 def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None,
-                      share: int, quiet: bool) -> Outcome:
+                      quiet: bool) -> Outcome:
     """One metric in a worker process (spawned: it inherits the parent's environment, so the same
-    warehouse and Dagster storage). ``share``: the endpoints' connections are split this many ways."""
+    warehouse and Dagster storage; the endpoints' connections are shared through models/slots.py)."""
     from .cli import _setup_logging
     from .dagster_home import get_instance
-    from .models.client import CONNECTION_SHARE_ENV
 
-    os.environ[CONNECTION_SHARE_ENV] = str(share)
     _setup_logging(quiet, prefix=f"[aip {metric.removeprefix('llm.')}]")  # the worker's whole life: not restored
     return _execute(get_instance(), run_id, metric, tags, run_config)
 
@@ -89,9 +86,9 @@ def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str
 
     ``parallel`` > 1: that many metrics at once, each in a worker process (Python runs one thread
     at a time, and a metric's own stages run in order). Every model connection's
-    ``max_connections`` is then split evenly between the workers, so the endpoint sees no more
-    calls in flight than one metric at a time would send. ``instance`` must then be the project's
-    (the workers open it from the environment)."""
+    ``max_connections`` is shared by the workers (as by every client on the machine,
+    models/slots.py), so the endpoint sees no more calls in flight than it allows. ``instance``
+    must then be the project's (the workers open it from the environment)."""
     from .errors import AipError
 
     unknown = [m for m in metrics if m not in configured]
@@ -134,7 +131,7 @@ def _evaluate(instance, run_id: str, metrics, tags: dict[str, str], run_config: 
         for metric in metrics:
             if on_start:
                 on_start(metric)
-            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, workers, quiet)] = metric
+            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet)] = metric
         for f in as_completed(futures):
             try:
                 yield f.result()

@@ -131,7 +131,8 @@ class Connection(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     params: dict[str, Any] = Field(default_factory=dict, description="other request parameters (top_p, seed, stop, ...)")
     profile: BuiltinProfile = Field(default_factory=BuiltinProfile)
-    max_connections: int = Field(64, ge=1, le=1024)
+    max_connections: int = Field(64, ge=1, le=1024, description="calls in flight at this endpoint, shared by "
+                                 "every role, metric and process on this machine")
     requests_per_minute: int | None = Field(None, ge=1, description="request starts per minute at this endpoint, "
                                             "shared by every role, metric and process on this machine")
     tokens_per_minute: int | None = Field(None, ge=1, description="prompt + completion tokens per minute at this "

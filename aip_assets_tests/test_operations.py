@@ -373,15 +373,13 @@ def test_parallel_metrics_give_the_same_scores_as_one_at_a_time(tmp_path, capsys
     assert "--parallel" in capsys.readouterr().err
 
 
-def test_parallel_workers_share_each_endpoints_connections(monkeypatch):
+def test_a_clients_calls_in_flight_stay_within_the_endpoints_connections():
+    """A client's concurrency is capped by the connection's max_connections before any slot is
+    taken (the workers of --parallel share them through slot files: test_ratelimit.py)."""
     from aip_assets.models.client import ModelClient
     from aip_assets.runspec import Connection
 
-    conn = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model="m", max_connections=64)
-    for share, want in ((None, 32), ("2", 32), ("4", 16), ("100", 1)):
-        if share is None:
-            monkeypatch.delenv("AIP_CONNECTION_SHARE", raising=False)
-        else:
-            monkeypatch.setenv("AIP_CONNECTION_SHARE", share)
-        c = ModelClient(conn, role="sut", run_id="r", metric="m", stage="s", journal=None, concurrency=32)
-        assert c.sem.ceiling == want, share
+    for max_conn, concurrency, want in ((64, 32, 32), (16, 32, 16), (1, 8, 1)):
+        conn = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model="m", max_connections=max_conn)
+        c = ModelClient(conn, role="sut", run_id="r", metric="m", stage="s", journal=None, concurrency=concurrency)
+        assert c.sem.ceiling == want and c.slots is None  # no slot before a call is sent

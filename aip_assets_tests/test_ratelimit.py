@@ -207,3 +207,102 @@ def test_a_limits_folder_of_another_user_or_open_to_others_is_refused(tmp_path):
     ok = SharedRate(EP, rpm=60, tpm=None, directory=tmp_path / "mine")
     assert oct((tmp_path / "mine").stat().st_mode & 0o777) == "0o700"
     ok.close()
+
+
+# ------------------------------------------------------------------ max_connections, shared
+def test_connection_slots_by_hand(tmp_path):
+    """max_connections 10 in 10 slot files. A client wanting 8 takes 8; a second wanting 8 finds 2
+    free and, short of its fair share (10 / 2 clients = 5), says so; the first then gives back
+    down to 5 and the second takes them. With nobody short a client grows into free slots; a
+    closed client's slots are free at once, and a client whose process died holds none."""
+    from aip_assets.models.slots import SharedSlots
+
+    a = SharedSlots(EP, 10, want=8, directory=tmp_path)
+    assert a.look() == 8
+    b = SharedSlots(EP, 10, want=8, directory=tmp_path)
+    assert b.look() == 2  # short of its share of 5: it says so
+    assert a.look() == 5  # another client is short: back to the fair share
+    assert b.look() == 5
+    assert a.look() == 5 and b.look() == 5  # settled: nobody short, nothing free
+    b.close()
+    time.sleep(2.1)  # b's "short" mark is older than SHORT_FRESH_S (b is gone anyway)
+    assert a.look() == 8  # alone again: grows to what it wants
+    # a process that dies holding slots: its locks go with it, and its member file is removed
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from aip_assets.models.slots import SharedSlots
+        s = SharedSlots({EP!r}, 10, want=2, directory=Path({str(tmp_path)!r}))
+        print(s.look(), flush=True)
+        time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "2"
+    a.close()
+    c = SharedSlots(EP, 10, want=10, directory=tmp_path)
+    assert c.look() == 8  # the live child holds 2
+    child.kill()
+    child.wait()
+    assert c.look() == 10 and [p.name for p in c.dir.glob("m-*")] == [c.member.name]
+    c.close()
+    # 512 connections in 64 files of 8; a client wanting 20 takes 3 files (24)
+    d = SharedSlots(EP, 512, want=20, directory=tmp_path)
+    assert len(d.sizes) == 64 and set(d.sizes) == {8} and d.look() == 24
+    d.close()
+
+
+SLOW_WORKER = textwrap.dedent("""
+    import asyncio, os, sys, time
+    from aip_assets.models.client import ModelClient
+    from aip_assets.runspec import Connection
+
+    url, n, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+    async def main():
+        c = Connection(provider="openai", base_url=url, model="m", max_connections=6)
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
+                               concurrency=6) as cl:
+            open(f"{go}.ready-{os.getpid()}", "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.005)
+            rs = await asyncio.gather(*(cl.chat([{"role": "user", "content": f"{os.getpid()} q{i}"}],
+                                                temperature=0, timeout=60) for i in range(n)))
+        assert all(r.ok for r in rs), [r.error for r in rs]
+    asyncio.run(main())
+""")
+
+
+def test_max_connections_holds_across_processes(tmp_path, scripted):
+    """Three processes, each wanting 6 calls in flight, call one endpoint with max_connections 6
+    (answers take 0.2 s): the server never has more than 6 requests open at once, and every
+    call of every process is answered. Unshared, it saw 18 at once."""
+    import threading
+
+    from aip_assets_tests.scripted import Reply
+
+    open_now, peak, lock = [0], [0], threading.Lock()
+
+    def handler(body, n):
+        with lock:
+            open_now[0] += 1
+            peak[0] = max(peak[0], open_now[0])
+        threading.Timer(0.2, lambda: _done(open_now, lock)).start()  # the answer leaves after its delay
+        return Reply(text="ok", delay_s=0.2)
+    server = scripted(handler)
+    go = tmp_path / "go"
+    script = tmp_path / "worker.py"
+    script.write_text(SLOW_WORKER)
+    procs = [subprocess.Popen([sys.executable, str(script), server.url, "12", str(go)], env=os.environ.copy())
+             for _ in range(3)]
+    while len(list(tmp_path.glob("go.ready-*"))) < 3 and all(p.poll() is None for p in procs):
+        time.sleep(0.02)
+    go.touch()
+    for p in procs:
+        assert p.wait(120) == 0
+    assert len(server.bodies()) == 36
+    assert 1 <= peak[0] <= 6, peak[0]
+
+
+def _done(open_now, lock):
+    with lock:
+        open_now[0] -= 1

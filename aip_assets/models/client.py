@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import contextvars
 import email.utils
 import hashlib
@@ -35,6 +34,7 @@ from ..runspec import Connection, stable_json
 from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport
 from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
+from .slots import SharedSlots
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
 _STRUCTURED_WORDS = re.compile(r"response_format|json_schema|json schema|schema|structured|guided|grammar|"
@@ -121,9 +121,6 @@ class ChatResult:
         return self.status == "ok"
 
 
-CONNECTION_SHARE_ENV = "AIP_CONNECTION_SHARE"  # set in a worker of `aip-eval run --parallel N`: N
-
-
 class AdaptiveLimit:
     """At most ``limit`` calls in flight: a semaphore whose size adapts to the endpoint (additive
     increase, multiplicative decrease). A rate-limit answer halves the limit, once for all the
@@ -173,6 +170,21 @@ class AdaptiveLimit:
             finally:
                 if clock is not None:
                     clock.start()
+
+    async def set_ceiling(self, ceiling: int) -> None:
+        """A new bound (the endpoint's slots this client holds): the limit follows it down at once
+        (calls in flight above it finish, none starts until under), and up when it was at the old
+        bound (a limit cut by rate limits grows back by itself)."""
+        if ceiling == self.ceiling:
+            return
+        at_bound = self.limit >= self.ceiling
+        self.ceiling = ceiling
+        if self.limit > ceiling or at_bound:
+            self.limit = ceiling
+        if self.in_flight < self.limit:
+            c = self._c()
+            async with c:
+                c.notify(self.limit - self.in_flight)
 
     def throttled(self, cuts_when_sent: int) -> None:
         """A call sent when there had been ``cuts_when_sent`` cuts got a rate-limit answer: it cuts
@@ -269,7 +281,8 @@ class ModelClient:
     def __init__(self, conn: Connection, *, role: str, run_id: str, metric: str, stage: str,
                  journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
                  backoff_s: float = 0.5, budget: "Budget | None" = None,
-                 on_note: "Callable[[dict[str, str]], None] | None" = None, row_timeout_s: float | None = None):
+                 on_note: "Callable[[dict[str, str]], None] | None" = None, row_timeout_s: float | None = None,
+                 share_connections: bool = True):
         self.conn = conn
         self.row_timeout_s = row_timeout_s  # None: no row deadline
         self._row_clock: dict[str, RowClock] = {}
@@ -281,10 +294,14 @@ class ModelClient:
         self.stage = stage
         self.journal = journal
         self.cache_runs = [run_id, *reuse_runs]
-        # `aip-eval run --parallel N`: N workers share each endpoint's max_connections
-        share = int(os.environ.get(CONNECTION_SHARE_ENV) or 1)
-        concurrency = min(concurrency, max(1, conn.max_connections // max(share, 1)))
+        concurrency = min(concurrency, conn.max_connections)
         self.sem = AdaptiveLimit(concurrency, conn.adaptive_concurrency)
+        # the endpoint's max_connections, shared with every client on this machine (slots.py):
+        # taken at the first call sent, so a run answered from the cache takes none
+        self.slots: SharedSlots | None = None
+        self._slots_lock: asyncio.Lock | None = None  # made in the running loop
+        self._slots_held = not share_connections  # True once the first acquisition is done
+        self._want = concurrency
         self.backoff_s = backoff_s
         self.budget = budget
         # the endpoint's request and token rates, shared with every process on this machine
@@ -306,6 +323,8 @@ class ModelClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.transport.aclose()
+        if self.slots is not None:
+            self.slots.close()
         if self.sem.cuts:
             msg = (f"{self.metric} {self.stage}: {self.role} endpoint {self.endpoint_id} answered with rate limits; "
                    f"calls in flight were lowered {self.sem.cuts} time(s) from {self.sem.ceiling} to as few as "
@@ -368,6 +387,9 @@ class ModelClient:
                     self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
                 return self._from_record(rec, key)
         clock = self.row_clock()
+        if self.conn.provider != "builtin" and (not self._slots_held or (self.slots is not None
+                                                                  and time.monotonic() >= self.slots.next_look)):
+            await self._share_connections()
         async with self.sem:
             if clock is not None and clock.left() <= 0:  # not sent: not a model call, not journaled
                 return ChatResult(None, "error", self._deadline_error("before this call was sent"), None, None, None,
@@ -392,6 +414,28 @@ class ModelClient:
         if result.ok:
             self._known_ok.add(key_mark(key))
         return result
+
+    async def _share_connections(self) -> None:
+        """Hold this client's part of the endpoint's max_connections (waiting for a slot when the
+        machine's other clients hold them all), and bound the calls in flight by it. Calls that
+        come meanwhile wait for the first acquisition."""
+        if self._slots_lock is None:
+            self._slots_lock = asyncio.Lock()
+        async with self._slots_lock:
+            if not self._slots_held:
+                slots = self.slots = self.slots or SharedSlots(self.endpoint_id, self.conn.max_connections, self._want)
+                try:
+                    held = await slots.acquire()
+                except BaseException:  # cancelled while waiting: the next call starts again
+                    slots.close()
+                    self.slots = None
+                    raise
+                self._slots_held = True
+            elif self.slots is not None and time.monotonic() >= self.slots.next_look:
+                held = self.slots.look()
+            else:
+                return
+            await self.sem.set_ceiling(min(self._want, max(held, 1)))
 
     def _record(self, key: str, body: dict, sample_index: int, r: ChatResult, source: str) -> None:
         if self.journal is None:
@@ -563,7 +607,8 @@ async def check_endpoint(conn: Connection, role: str, timeout: float = 30.0) -> 
     if conn.provider == "builtin":
         return f"{role}: builtin model ({conn.profile.name})"
     where = f"{role} endpoint {conn.base_url} (model {conn.model})"
-    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None, backoff_s=0.2)
+    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None, backoff_s=0.2,
+                         share_connections=False)  # one call: it takes no slot (and leaves no file)
     try:
         async with client:
             r = await client.chat([{"role": "user", "content": "Reply with OK."}], temperature=0.0, retries=2,
