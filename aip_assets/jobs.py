@@ -18,7 +18,7 @@ from typing import Any
 from dagster import Definitions, define_asset_job, in_process_executor
 
 from .assets import STAGE_ASSETS
-from .assets.stages import REPORT_AFTER_ALL, REPORT_TAG
+from .assets.stages import REPORT_AFTER_ALL
 from .partitions import partition_key, register_partitions
 from .resources import SutConnection, Warehouse
 
@@ -67,13 +67,15 @@ def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_confi
 
 
 def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None,
-                      quiet: bool) -> Outcome:
+                      quiet: bool, report_later: bool) -> Outcome:
     """One metric in a worker process (spawned: it inherits the parent's environment, so the same
     warehouse and Dagster storage; the endpoints' connections are shared through models/slots.py)."""
     from .cli import _setup_logging
     from .dagster_home import get_instance
 
     _setup_logging(quiet, prefix=f"[aip {metric.removeprefix('llm.')}]")  # the worker's whole life: not restored
+    if report_later:  # the parent writes the report after the last metric
+        REPORT_AFTER_ALL.add(run_id)
     return _execute(get_instance(), run_id, metric, tags, run_config)
 
 
@@ -96,12 +98,14 @@ def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str
         raise AipError(f"metric {', '.join(unknown)} is not configured in run {run_id} "
                        f"(configured: {', '.join(configured)})")
     register_partitions(instance, run_id, configured)
-    if len(metrics) > 1:  # the report once, after the last metric, not rebuilt at each (0.5 s each for the demo)
-        tags = {**tags, REPORT_TAG: REPORT_AFTER_ALL}
+    later = len(metrics) > 1  # the report once, after the last metric, not rebuilt at each (0.5 s each for the demo)
+    if later:
+        REPORT_AFTER_ALL.add(run_id)
     try:
-        yield from _evaluate(instance, run_id, metrics, tags, run_config, on_start, parallel, quiet)
+        yield from _evaluate(instance, run_id, metrics, tags, run_config, on_start, parallel, quiet, later)
     finally:
-        if tags.get(REPORT_TAG) == REPORT_AFTER_ALL:
+        if later:
+            REPORT_AFTER_ALL.discard(run_id)
             _write_report(run_id)
 
 
@@ -118,7 +122,7 @@ def _write_report(run_id: str) -> None:
 
 
 def _evaluate(instance, run_id: str, metrics, tags: dict[str, str], run_config: dict[str, Any] | None,
-              on_start: Callable[[str], None] | None, parallel: int, quiet: bool) -> Iterator[Outcome]:
+              on_start: Callable[[str], None] | None, parallel: int, quiet: bool, later: bool) -> Iterator[Outcome]:
     workers = min(parallel, len(metrics))
     if workers <= 1:
         for metric in metrics:
@@ -131,7 +135,7 @@ def _evaluate(instance, run_id: str, metrics, tags: dict[str, str], run_config: 
         for metric in metrics:
             if on_start:
                 on_start(metric)
-            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet)] = metric
+            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet, later)] = metric
         for f in as_completed(futures):
             try:
                 yield f.result()

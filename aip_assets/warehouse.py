@@ -2,10 +2,11 @@
 
 DuckDB lets one process open a file for writing, and while it does no other process can open
 it at all. So every access goes through :func:`connect`, which holds an exclusive file lock
-beside the database for the (short) life of the connection and retries on lock errors; the
-database stays open a quarter of a second after its last use (at most 2 s in all, :class:`_Linger`),
-so a burst of uses opens it once. Model calls happen outside any connection; a stage replaces
-its partition's rows in one transaction.
+beside the database while it is open and retries on lock errors. The database stays open a
+quarter of a second after its last use (at most 2 s in all, and closed at once for a waiting
+process of the project, :class:`_Linger`), so a burst of uses opens it once; the lock is held
+that long too, also while the process goes on to other work (model calls included). A stage
+replaces its partition's rows in one transaction.
 """
 
 from __future__ import annotations
@@ -323,11 +324,14 @@ def _say_waiting(db_path: Path) -> None:
         pass
 
 
-def _someone_waits(db_path: str) -> bool:
+def _someone_waits(db_path: str, since: float) -> bool:
+    """Whether a process touched the marker after ``since`` (when this one took the lock: its own
+    touches while it waited are older) and recently."""
     try:
-        return time.time() - _waiting_marker(Path(db_path)).stat().st_mtime < WAITER_FRESH_S
+        mtime = _waiting_marker(Path(db_path)).stat().st_mtime
     except OSError:
         return False
+    return mtime > since and time.time() - mtime < WAITER_FRESH_S
 
 
 @contextmanager
@@ -350,7 +354,7 @@ def _file_lock(db_path: Path) -> Iterator[None]:
                     notice = now + LOCK_NOTICE_S
                     logger.warning(f"waiting {now - t0:.0f}s for the warehouse lock on {db_path}, held by "
                                    f"{_holder(fh)} (gives up after {LOCK_TIMEOUT_S:.0f}s)")
-                time.sleep(0.05 + random.random() * 0.05)
+                time.sleep(WAIT_TRY_S * (1 + random.random()))
         try:  # say who holds it, for anyone waiting: pid, program and subcommand (no arguments, no environment)
             fh.seek(0)
             fh.truncate()
@@ -377,7 +381,11 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
     one is an error, so a mistyped ``--warehouse`` or a bad input leaves no file behind.
     Retries when another program (outside this project's lock, e.g. a DuckDB UI) holds the file.
     ``config`` may tune ``memory_limit`` and ``threads`` (served by the lingering database, see
-    :class:`_Linger`); any other setting opens the file on its own.
+    :class:`_Linger`); any other setting opens the file on its own. ``read_only`` says the caller
+    only reads: a database this process holds open for writing serves it as it is (DuckDB has no
+    read-only connection to a writable database); a sandbox (``sandboxed``) is truly read-only.
+    A connection inside another of the same file in one thread is refused (it would wait for
+    itself); inside one of another file, it opens that file on its own.
     """
     path = Path(path) if path else default_path()
     held = _sessions().get(str(path.resolve()))
@@ -390,7 +398,11 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
             raise RuntimeError(f"{path}: a writing connection inside a read-only session of the same warehouse")
         yield con_held
         return
-    if not (config and not set(config) <= TUNING) and LINGER_IDLE_S > 0:
+    mine = _LINGER.mine()
+    if mine is not None and mine == str(path.resolve()):
+        raise RuntimeError(f"{path}: a connection inside a connection of the same warehouse in one thread "
+                           "(it would wait for itself)")
+    if not (config and not set(config) <= TUNING) and LINGER_IDLE_S > 0 and mine is None:
         with _LINGER.use(path, read_only, create, config or {}) as con:
             yield con
         return
@@ -454,8 +466,9 @@ def _ensure_once(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) ->
 # seen waiting; `release()` closes the database for it. AIP_DUCKDB_LINGER=0 turns this off.
 LINGER_IDLE_S = float(os.environ.get("AIP_DUCKDB_LINGER", "0.25"))
 LINGER_MAX_S = 2.0
-WAITER_FRESH_S = 0.5  # a waiter touches its marker at every try (each 50-100 ms): fresh while it waits
-STEP_BACK_S = 0.15  # after closing for a waiter, this process lets the lock be for longer than a waiter's try
+WAIT_TRY_S = 0.01  # a waiter tries the lock every 10-20 ms (a try is a system call)
+WAITER_FRESH_S = 0.1  # a waiter touches its marker at every try: fresh while it waits
+STEP_BACK_S = 0.03  # after closing for a waiter, this process lets the lock be for longer than a waiter's try
 TRIM_MEMORY = "16MB"  # the cap set between uses: DuckDB lets go of the blocks a use cached
 
 
@@ -473,18 +486,33 @@ class _Linger:
         self.base: duckdb.DuckDBPyConnection | None = None
         self.lock: Any = None  # the ExitStack holding the warehouse lock while open
         self.where: tuple[str, int, int] | None = None  # path, device, inode
+        self.opened_as = ""  # the path as opened (DuckDB's log file is beside it)
         self.read_only = False
         self.defaults: dict[str, str] = {}
         self.busy = False
-        self.opened = self.last = self.step_back = 0.0
+        self.owner: int | None = None  # the thread of the use in progress
+        self.opened = self.last = self.step_back = self.locked_at = 0.0
         self.reaper: threading.Thread | None = None
+
+    def mine(self) -> str | None:
+        """The file of a use in progress in this thread, if any (a nested use must not wait for it)."""
+        with self.cv:
+            return self.where[0] if self.busy and self.owner == threading.get_ident() and self.where else None
 
     @contextmanager
     def use(self, path: Path, read_only: bool, create: bool, config: dict[str, Any]) -> Iterator[duckdb.DuckDBPyConnection]:
+        t0 = time.monotonic()
         with self.cv:
-            while self.busy:
-                self.cv.wait()
-            self.busy = True
+            while self.busy:  # another thread's use: wait as for the file lock, saying so
+                if self.owner == threading.get_ident():
+                    raise RuntimeError(f"{path}: a connection inside a connection of the same warehouse in one "
+                                       "thread (it would wait for itself)")
+                if time.monotonic() - t0 > LOCK_TIMEOUT_S:
+                    raise TimeoutError(f"{path}: waited {LOCK_TIMEOUT_S:.0f}s for another thread's use of the "
+                                       "warehouse (AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait)")
+                if not self.cv.wait(LOCK_NOTICE_S):
+                    logger.warning(f"waiting {time.monotonic() - t0:.0f}s for another thread's use of {path}")
+            self.busy, self.owner = True, threading.get_ident()
         try:
             base = self._base(path, read_only, create)
             con = base.cursor()
@@ -498,9 +526,9 @@ class _Linger:
                 self._trim()
         finally:
             with self.cv:
-                self.busy = False
+                self.busy, self.owner = False, None
                 self.last = time.monotonic()
-                waits = self.where is not None and _someone_waits(self.where[0])
+                waits = self.where is not None and _someone_waits(self.where[0], self.locked_at)
                 if waits or self.last - self.opened > LINGER_MAX_S:
                     self._close_locked()
                     if waits:
@@ -527,6 +555,7 @@ class _Linger:
 
         stack = ExitStack()
         stack.enter_context(_file_lock(path))
+        locked_at = time.time()
         try:
             base = _open(path, read_only, {})
             _ensure_once(base, path, read_only)
@@ -539,6 +568,7 @@ class _Linger:
         with self.cv:
             self.base, self.lock, self.read_only, self.defaults = base, stack, read_only, defaults
             self.where = (str(path.resolve()), st.st_dev, st.st_ino)
+            self.opened_as, self.locked_at = str(path), locked_at
             self.opened = time.monotonic()
             if self.reaper is None or not self.reaper.is_alive():
                 self.reaper = threading.Thread(target=self._reap, name="aip-duckdb-linger", daemon=True)
@@ -551,7 +581,7 @@ class _Linger:
         or a reader that ignores the log, sees it), and the blocks the use cached are let go."""
         try:
             if self.base is not None and not self.read_only and self.where is not None:
-                wal = Path(self.where[0] + ".wal")
+                wal = Path(self.opened_as + ".wal")
                 if wal.exists() and wal.stat().st_size > 0:
                     self.base.execute("CHECKPOINT")
             if self.base is not None:
@@ -603,11 +633,22 @@ class _Linger:
                 self.cv.release()
 
 
+    def forget_in_child(self) -> None:
+        """In a forked child: start afresh. What the parent had open is left as it is, never
+        closed here (closing would unlock the parent's warehouse lock, which the fork shares)."""
+        if self.base is not None or self.lock is not None:
+            _INHERITED.append((self.base, self.lock))
+        self.cv = threading.Condition()
+        self.base = self.lock = self.where = None
+        self.busy, self.owner, self.reaper = False, None, None
+
+
 _LINGER = _Linger()
+_INHERITED: list[Any] = []  # a forked child's copies of the parent's database and lock: kept, never closed
 release = _LINGER.close  # close the lingering database now (at exit, or before another program opens it)
 atexit.register(release)
 if hasattr(os, "register_at_fork"):  # a forked child must not inherit an open database and its lock
-    os.register_at_fork(before=_LINGER.close_if_idle)
+    os.register_at_fork(before=_LINGER.close_if_idle, after_in_child=_LINGER.forget_in_child)
 
 
 TUNING = {"memory_limit", "threads"}  # settings a session's connection may serve without

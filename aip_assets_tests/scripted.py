@@ -45,6 +45,7 @@ class ScriptedServer:
         self.answer_preflight = answer_preflight
         self.requests: list[dict[str, Any]] = []  # every body received, preflight included, in order
         self.arrivals: list[float] = []  # time.time() of each, same order
+        self.open_now = self.peak_open = 0  # requests received and not yet answered; the most at once
         self._lock = threading.Lock()
         self.url: str | None = None
         self._stop = None
@@ -53,6 +54,14 @@ class ScriptedServer:
         from aiohttp import web
 
         async def chat(request: web.Request) -> web.Response:
+            self.open_now += 1  # requests being answered (one event loop: no lock needed)
+            self.peak_open = max(self.peak_open, self.open_now)
+            try:
+                return await answer(request)
+            finally:
+                self.open_now -= 1
+
+        async def answer(request: web.Request) -> web.Response:
             body = json.loads(await request.text())
             with self._lock:
                 self.requests.append(body)

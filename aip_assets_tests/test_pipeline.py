@@ -651,3 +651,68 @@ def test_a_waiting_process_gets_its_turn_while_this_one_keeps_using_the_file(tmp
         uses += 1
     assert child.wait(60) == 0 and seen  # the row landed while this process was still using the file
     assert uses > 10
+
+
+def test_nested_connections_and_a_fork(tmp_path):
+    """Inside a connection, one to the same warehouse in the same thread is refused at once (it
+    would wait for itself); one to another file opens that file on its own. A child forked while
+    a use is in progress starts afresh: it uses a warehouse, and leaves the parent's lock held."""
+    import fcntl
+    import threading
+
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    for db in (a, b):
+        with wh.connect(db, create=True) as con:
+            con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    with wh.connect(a) as con:
+        with pytest.raises(RuntimeError, match="would wait for itself"):
+            with wh.connect(a, read_only=True):
+                pass
+        with wh.connect(b) as other:  # another file: its own connection
+            other.execute("INSERT INTO t VALUES (2)")
+        assert con.execute("SELECT sum(x) FROM t").fetchone() == (1,)
+    assert wh.query("SELECT sum(x) AS s FROM t", path=b).s[0] == 3
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold():
+        with wh.connect(a):
+            inside.set()
+            leave.wait(30)
+    t = threading.Thread(target=hold)
+    t.start()
+    assert inside.wait(30)
+    pid = os.fork()
+    if pid == 0:  # the child: a use of another warehouse must not wait for the parent's thread
+        code = 1
+        try:
+            with wh.connect(b) as con:
+                con.execute("INSERT INTO t VALUES (4)")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with open(str(a) + ".lock", "a+") as fh:  # the parent's lock on a: still held after the child's exit
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    leave.set()
+    t.join(30)
+    assert wh.query("SELECT sum(x) AS s FROM t", path=b).s[0] == 7
+
+
+def test_a_process_does_not_step_back_for_its_own_wait(tmp_path, monkeypatch):
+    """The waiting marker a process touched while it waited for the lock is older than its own
+    hold on it: at the end of its use it keeps the database open (no other process waits)."""
+    db = tmp_path / "w.duckdb"
+    with wh.connect(db, create=True) as con:
+        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    wh.release()
+    wh._say_waiting(db)  # as this process did while waiting
+    opens = _opens(monkeypatch)
+    for _ in range(3):
+        wh.query("SELECT x FROM t", path=db)
+    assert len(opens) == 1 and wh._LINGER.base is not None
+    time.sleep(0.01)
+    wh._say_waiting(db)  # now another process waits: the next use ends by closing
+    wh.query("SELECT x FROM t", path=db)
+    assert wh._LINGER.base is None

@@ -245,6 +245,30 @@ def test_connection_slots_by_hand(tmp_path):
     child.wait()
     assert c.look() == 10 and [p.name for p in c.dir.glob("m-*")] == [c.member.name]
     c.close()
+    # more clients than the share rounded up would serve: 4 connections, 3 clients wanting 4 each;
+    # the share is 4 // 3 = 1, so every client gets a slot (rounded up, 2/2/0 would settle)
+    xs = [SharedSlots(EP, 4, want=4, directory=tmp_path / "four")]
+    assert xs[0].look() == 4
+    for _ in range(2):
+        xs.append(SharedSlots(EP, 4, want=4, directory=tmp_path / "four"))
+    for _ in range(4):  # a few rounds of looks, as each client's background task makes them
+        for x in xs:
+            x.look()
+    assert all(x.capacity >= 1 for x in xs) and sum(x.capacity for x in xs) <= 4, [x.capacity for x in xs]
+    for x in xs:
+        x.close()
+    # giving back never cuts under calls in flight: a holder of 8 with 6 calls running keeps 6 slots
+    # (and may start no new call: its bound is its share), then lets them go as its calls end
+    h = SharedSlots(EP, 8, want=8, directory=tmp_path / "eight")
+    assert h.look() == 8
+    s2 = SharedSlots(EP, 8, want=8, directory=tmp_path / "eight")
+    assert s2.look() == 0  # nothing free: short
+    assert h.look(in_flight=6) == 4 and h.capacity == 6  # bound 4 (its share), 6 slots kept for the calls
+    assert s2.look() == 2
+    assert h.look(in_flight=1) == 4 and h.capacity == 4
+    assert s2.look() == 4
+    h.close()
+    s2.close()
     # 512 connections in 64 files of 8; a client wanting 20 takes 3 files (24)
     d = SharedSlots(EP, 512, want=20, directory=tmp_path)
     assert len(d.sizes) == 64 and set(d.sizes) == {8} and d.look() == 24
@@ -274,35 +298,52 @@ SLOW_WORKER = textwrap.dedent("""
 
 def test_max_connections_holds_across_processes(tmp_path, scripted):
     """Three processes, each wanting 6 calls in flight, call one endpoint with max_connections 6
-    (answers take 0.2 s): the server never has more than 6 requests open at once, and every
-    call of every process is answered. Unshared, it saw 18 at once."""
-    import threading
-
+    (answers take 0.2 s): the server never has more than 6 requests open at once, every call of
+    every process is answered, and the processes share the slots while they all run (a holder
+    gives back as its calls end, without a new call of its own to prompt it). Unshared, the
+    server saw 18 at once."""
     from aip_assets_tests.scripted import Reply
 
-    open_now, peak, lock = [0], [0], threading.Lock()
-
     def handler(body, n):
-        with lock:
-            open_now[0] += 1
-            peak[0] = max(peak[0], open_now[0])
-        threading.Timer(0.2, lambda: _done(open_now, lock)).start()  # the answer leaves after its delay
         return Reply(text="ok", delay_s=0.2)
     server = scripted(handler)
     go = tmp_path / "go"
     script = tmp_path / "worker.py"
     script.write_text(SLOW_WORKER)
-    procs = [subprocess.Popen([sys.executable, str(script), server.url, "12", str(go)], env=os.environ.copy())
+    procs = [subprocess.Popen([sys.executable, str(script), server.url, "30", str(go)], env=os.environ.copy())
              for _ in range(3)]
     while len(list(tmp_path.glob("go.ready-*"))) < 3 and all(p.poll() is None for p in procs):
         time.sleep(0.02)
     go.touch()
     for p in procs:
         assert p.wait(120) == 0
-    assert len(server.bodies()) == 36
-    assert 1 <= peak[0] <= 6, peak[0]
+    assert len(server.bodies()) == 90
+    assert 1 <= server.peak_open <= 6, server.peak_open  # counted by the server, until each answer leaves
+    # shared, not taken in turn: every process's first call came before the first process's last
+    # (alone, the first would take 5 rounds of 0.2 s; the others get slots at its next look)
+    pid_of = [b["messages"][-1]["content"].split()[0] for b in server.bodies()]
+    last_of_first = max(i for i, p in enumerate(pid_of) if p == pid_of[0])
+    assert all(pid_of.index(p) < last_of_first for p in set(pid_of))
 
 
-def _done(open_now, lock):
-    with lock:
-        open_now[0] -= 1
+def test_a_change_of_slots_never_undoes_a_rate_limit_cut():
+    """The calls in flight stay under the adaptive limit and the slots held, separately: a 429
+    halves what was allowed; slots going down then up again leave the cut in place; it grows
+    back only by successes."""
+    from aip_assets.models.client import AdaptiveLimit
+
+    async def go():
+        lim = AdaptiveLimit(8)
+        await lim.set_cap(4)
+        assert lim.bound == 4
+        lim.throttled(lim.cuts)  # a 429 while 4 were allowed: 2
+        assert lim.bound == 2 and lim.cuts == 1
+        await lim.set_cap(2)
+        await lim.set_cap(8)
+        assert lim.bound == 2  # the slots came back; the cut stays
+        for _ in range(2):
+            await lim.succeeded()
+        assert lim.bound == 3  # additive increase
+        await lim.set_cap(1)
+        assert lim.bound == 1
+    asyncio.run(go())

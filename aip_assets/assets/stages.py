@@ -16,10 +16,11 @@ from ..partitions import evaluations, split_key
 from ..pipeline import load_run, logger, run_stage
 
 GROUP = "evaluation"
-# A run of several metrics (jobs.evaluate_run) writes its report once, after the last one: these
-# tags on its Dagster runs say so. A partition materialised on its own (the UI) refreshes the
-# report at its aggregation.
-REPORT_TAG, REPORT_AFTER_ALL = "aip/report", "after-all"
+# A run of several metrics (jobs.evaluate_run) writes its report once, after the last one: it
+# names the run here, in its own process (and in each --parallel worker), for as long as it
+# evaluates. Anything else that materialises an aggregation (the UI, a re-execution, a retry)
+# refreshes the report there. Not a run tag: a re-execution would copy it, and nobody would write.
+REPORT_AFTER_ALL: set[str] = set()
 
 
 def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey | None = None) -> MaterializeResult:
@@ -35,7 +36,7 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
         raise Failure(description=str(e)) from None
     out: dict[str, Any] = {}
     if "summary" in meta:  # aggregation: a headline to read first, then one typed entry per number
-        later = context.run.tags.get(REPORT_TAG) == REPORT_AFTER_ALL
+        later = run_id in REPORT_AFTER_ALL
         out.update(score_metadata(run_id, metric, meta["summary"], meta.get("gate") or {}, write=not later))
     out.update({k: v for k, v in meta.items() if k not in ("summary", "gate")})
     if "summary" in meta:

@@ -34,7 +34,7 @@ from ..runspec import Connection, stable_json
 from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport
 from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
-from .slots import SharedSlots
+from .slots import REBALANCE_S, SharedSlots
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
 _STRUCTURED_WORDS = re.compile(r"response_format|json_schema|json schema|schema|structured|guided|grammar|"
@@ -126,10 +126,13 @@ class AdaptiveLimit:
     increase, multiplicative decrease). A rate-limit answer halves the limit, once for all the
     answers to calls sent before that cut (a burst of 429s is one signal, not thirty); after
     ``limit`` successes in a row it grows by one, never above ``ceiling`` (the configured
-    concurrency) nor below 1. With ``adaptive`` off it is a plain semaphore of ``ceiling``."""
+    concurrency) nor below 1. With ``adaptive`` off it is a plain semaphore of ``ceiling``.
+
+    ``cap`` is a second, separate bound: the endpoint's connections this client holds (its slots,
+    models/slots.py). Calls in flight stay under both; a change of ``cap`` never undoes a cut."""
 
     def __init__(self, ceiling: int, adaptive: bool = True):
-        self.ceiling = self.limit = self.lowest = ceiling
+        self.ceiling = self.limit = self.lowest = self.cap = ceiling
         self.adaptive = adaptive
         self.in_flight = 0
         self.cuts = 0  # a call remembers how many cuts there had been when it was sent
@@ -144,16 +147,20 @@ class AdaptiveLimit:
     async def __aenter__(self) -> "AdaptiveLimit":
         c = self._c()
         async with c:
-            await c.wait_for(lambda: self.in_flight < self.limit)
+            await c.wait_for(lambda: self.in_flight < self.bound)
             self.in_flight += 1
         return self
+
+    @property
+    def bound(self) -> int:
+        return min(self.limit, self.cap)
 
     async def __aexit__(self, *exc) -> None:
         c = self._c()
         async with c:
             self.in_flight -= 1
-            if self.in_flight < self.limit:
-                c.notify(self.limit - self.in_flight)
+            if self.in_flight < self.bound:
+                c.notify(self.bound - self.in_flight)
 
     async def pause(self, seconds: float, clock: "RowClock | None" = None) -> None:
         """Sleep without holding a place: a call waiting out a rate limit or a backoff gives its
@@ -171,27 +178,22 @@ class AdaptiveLimit:
                 if clock is not None:
                     clock.start()
 
-    async def set_ceiling(self, ceiling: int) -> None:
-        """A new bound (the endpoint's slots this client holds): the limit follows it down at once
-        (calls in flight above it finish, none starts until under), and up when it was at the old
-        bound (a limit cut by rate limits grows back by itself)."""
-        if ceiling == self.ceiling:
+    async def set_cap(self, cap: int) -> None:
+        """The connections this client holds now: calls above it finish, none starts until under."""
+        if cap == self.cap:
             return
-        at_bound = self.limit >= self.ceiling
-        self.ceiling = ceiling
-        if self.limit > ceiling or at_bound:
-            self.limit = ceiling
-        if self.in_flight < self.limit:
+        self.cap = max(1, cap)
+        if self.in_flight < self.bound:
             c = self._c()
             async with c:
-                c.notify(self.limit - self.in_flight)
+                c.notify(self.bound - self.in_flight)
 
     def throttled(self, cuts_when_sent: int) -> None:
         """A call sent when there had been ``cuts_when_sent`` cuts got a rate-limit answer: it cuts
         only if no cut came since (the answers to one burst are one signal)."""
         self._streak = 0
-        if self.adaptive and cuts_when_sent == self.cuts and self.limit > 1:
-            self.limit //= 2
+        if self.adaptive and cuts_when_sent == self.cuts and self.bound > 1:
+            self.limit = self.bound // 2  # half of what was allowed in flight when the 429 came
             self.lowest = min(self.lowest, self.limit)
             self.cuts += 1
 
@@ -301,6 +303,8 @@ class ModelClient:
         self.slots: SharedSlots | None = None
         self._slots_lock: asyncio.Lock | None = None  # made in the running loop
         self._slots_held = not share_connections  # True once the first acquisition is done
+        self._rebalancer: asyncio.Task | None = None
+        self._closing: asyncio.Event  # made with the rebalancer, in the running loop
         self._want = concurrency
         self.backoff_s = backoff_s
         self.budget = budget
@@ -322,9 +326,14 @@ class ModelClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
-        await self.transport.aclose()
-        if self.slots is not None:
-            self.slots.close()
+        try:
+            await self.transport.aclose()
+        finally:
+            if self._rebalancer is not None:
+                self._closing.set()
+                self._rebalancer.cancel()
+            if self.slots is not None:
+                self.slots.close()
         if self.sem.cuts:
             msg = (f"{self.metric} {self.stage}: {self.role} endpoint {self.endpoint_id} answered with rate limits; "
                    f"calls in flight were lowered {self.sem.cuts} time(s) from {self.sem.ceiling} to as few as "
@@ -387,8 +396,7 @@ class ModelClient:
                     self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
                 return self._from_record(rec, key)
         clock = self.row_clock()
-        if self.conn.provider != "builtin" and (not self._slots_held or (self.slots is not None
-                                                                  and time.monotonic() >= self.slots.next_look)):
+        if not self._slots_held and self.conn.provider != "builtin":
             await self._share_connections()
         async with self.sem:
             if clock is not None and clock.left() <= 0:  # not sent: not a model call, not journaled
@@ -416,26 +424,35 @@ class ModelClient:
         return result
 
     async def _share_connections(self) -> None:
-        """Hold this client's part of the endpoint's max_connections (waiting for a slot when the
-        machine's other clients hold them all), and bound the calls in flight by it. Calls that
-        come meanwhile wait for the first acquisition."""
+        """Take this client's part of the endpoint's max_connections at its first call sent
+        (waiting for a slot when the machine's other clients hold them all; calls that come
+        meanwhile wait for this one), then look again every REBALANCE_S in the background."""
         if self._slots_lock is None:
             self._slots_lock = asyncio.Lock()
         async with self._slots_lock:
-            if not self._slots_held:
-                slots = self.slots = self.slots or SharedSlots(self.endpoint_id, self.conn.max_connections, self._want)
-                try:
-                    held = await slots.acquire()
-                except BaseException:  # cancelled while waiting: the next call starts again
-                    slots.close()
-                    self.slots = None
-                    raise
-                self._slots_held = True
-            elif self.slots is not None and time.monotonic() >= self.slots.next_look:
-                held = self.slots.look()
-            else:
+            if self._slots_held:
                 return
-            await self.sem.set_ceiling(min(self._want, max(held, 1)))
+            slots = self.slots = self.slots or SharedSlots(self.endpoint_id, self.conn.max_connections, self._want)
+            try:
+                await self.sem.set_cap(await slots.acquire())
+            except BaseException:  # cancelled while waiting: the next call starts again
+                slots.close()
+                self.slots = None
+                raise
+            self._slots_held = True
+            self._closing = asyncio.Event()
+            self._rebalancer = asyncio.create_task(self._rebalance(slots))
+
+    async def _rebalance(self, slots: SharedSlots) -> None:
+        """Give back or take slots as the other clients need (slots.py); a slot still covering a
+        call in flight is kept until the call ends."""
+        while not slots.closed:
+            try:  # a timed wait, not asyncio.sleep: the backoff and rate-limit sleeps stay the calls' own
+                await asyncio.wait_for(self._closing.wait(), REBALANCE_S)
+                return
+            except asyncio.TimeoutError:
+                pass
+            await self.sem.set_cap(slots.look(in_flight=self.sem.in_flight))
 
     def _record(self, key: str, body: dict, sample_index: int, r: ChatResult, source: str) -> None:
         if self.journal is None:

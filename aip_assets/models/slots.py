@@ -12,17 +12,22 @@ bounded by the slots it holds. A process that dies holds nothing: its locks go w
 descriptors.
 
 Sharing: each client holds a member file (locked while it lives; a stale one is removed by whoever
-finds it unlocked). A client's fair share is ``max_connections`` / the live members. It takes the
-free slots it wants (up to its own concurrency) at start, and every half second it looks again:
+finds it unlocked). A client's fair share is ``max_connections`` // the live members (at least
+one slot). It takes the free slots it wants (up to its own concurrency) at its first call sent,
+and every half second it looks again:
 
 - below its fair share and short of what it wants, it takes free slots, and if there are none it
   says so by touching its member file;
-- above its fair share while another member says it is short, it gives slots back (down to its
-  fair share, never below one slot); calls beyond its new bound finish, and no new one starts
-  until it is under;
+- above its fair share while another member says it is short, it starts no new call beyond its
+  share and gives back each slot as soon as no call of its own is in flight on it (never its
+  last one);
 - while nobody is short, it may grow beyond its fair share into slots nobody uses.
 
 A client that holds no slot waits for one (and says so); such a wait of more than 30 s is logged.
+With more clients than slots, the ones without a slot wait for one to be given back.
+
+The pool belongs to the endpoint's URL *and* its ``max_connections``: connections to one URL
+with different values (a SUT at 64 and a judge at 8) are separate pools, each bounded by its own.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ import asyncio
 import fcntl
 import hashlib
 import logging
-import math
 import os
 import random
 import time
@@ -71,10 +75,13 @@ class SharedSlots:
         self.sizes = [max_connections // n + (1 if i < max_connections % n else 0) for i in range(n)]
         self.want = max(1, min(want, max_connections))
         self.held: dict[int, int] = {}  # slot file index -> its locked descriptor
-        self.member = self.dir / f"m-{os.getpid()}-{random.getrandbits(48):012x}"
-        self._member_fd = _open(self.member)
+        name = f"{os.getpid()}-{random.getrandbits(48):012x}"
+        self.member = self.dir / f"m-{name}"
+        making = self.dir / f"t-{name}"  # locked before it is named m-*: never taken for a stale one
+        self._member_fd = _open(making)
         fcntl.flock(self._member_fd, fcntl.LOCK_EX)
         os.utime(self._member_fd, (0, 0))  # not short until it says so (a new file's time is now)
+        os.rename(making, self.member)
         self._short = False
         self.next_look = 0.0
         self.closed = False
@@ -132,21 +139,25 @@ class SharedSlots:
                 os.close(fd)
         return max(live, 1), other_short
 
-    def look(self) -> int:
-        """Take or give back slots as the module's docstring says; returns the capacity held."""
+    def look(self, in_flight: int = 0) -> int:
+        """Take or give back slots as the module's docstring says; returns how many calls this
+        client may have in flight from now on (0: none held). Slots still covering ``in_flight``
+        calls are kept until a later look: given back, they would let another client send before
+        these calls end."""
         if self.closed:
-            return self.capacity
+            return 0
         live, other_short = self._members()
-        fair = max(1, math.ceil(self.total / live))
-        goal = min(self.want, fair)
+        share = max(1, self.total // live)  # rounded down: every live client can have its share
+        goal = min(self.want, share)
         self._take_free(self.want if not other_short else goal)
-        self._short = self.capacity < goal
-        if self._short:
-            os.utime(self._member_fd)  # say it: holders above their fair share give back
-        elif other_short and self.capacity > goal:
-            self._give_back(goal)
+        bound = self.capacity
+        if bound < goal:
+            os.utime(self._member_fd)  # say it: holders above their share give back
+        elif other_short and bound > goal:
+            self._give_back(max(goal, in_flight))
+            bound = min(goal, self.capacity)
         self.next_look = time.monotonic() + REBALANCE_S
-        return self.capacity
+        return bound
 
     async def acquire(self) -> int:
         """Hold at least one slot (waiting for one, saying so); returns the capacity held."""
@@ -161,8 +172,14 @@ class SharedSlots:
             await asyncio.sleep(0.05 + random.random() * 0.05)
         return self.capacity
 
+    def __del__(self) -> None:  # a client dropped without closing still lets its slots go
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit, os may be gone
+            pass
+
     def close(self) -> None:
-        if self.closed:
+        if getattr(self, "closed", True):  # closed, or __init__ failed before it was set
             return
         self.closed = True
         for fd in self.held.values():
