@@ -143,7 +143,7 @@ async def measure_ours(base: str, c: int, n: int, journal: Journal, budget_s: fl
     tag = f"ours-c{c}-{uuid.uuid4().hex[:8]}"
     # a fresh run_id: the journal lookup runs (and misses) for every call, as in a new run
     warm = ModelClient(conn, role="sut", run_id=tag + "-warm", metric="bench", stage="sampling", journal=journal,
-                       concurrency=c)
+                       concurrency=c, share_connections=False)  # never entered: it must hold no slot
     client = ModelClient(conn, role="sut", run_id=tag, metric="bench", stage="sampling", journal=journal,
                          concurrency=c)
     async with client:
