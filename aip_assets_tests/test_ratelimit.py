@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -56,24 +57,39 @@ def test_the_files_are_named_by_a_hash_never_the_endpoint(tmp_path, monkeypatch)
 
 
 WORKER = textwrap.dedent("""
-    import asyncio, os, sys, time
+    import asyncio, json, os, sys, time
     from aip_assets.models.client import ModelClient
     from aip_assets.runspec import Connection
 
-    url, rpm, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    url, extra, concurrency, n, go = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 
     async def main():
-        c = Connection(provider="openai", base_url=url, model="m", requests_per_minute=rpm)
+        c = Connection(provider="openai", base_url=url, model="m", **extra)
         async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
-                               concurrency=8) as cl:
+                               concurrency=concurrency) as cl:
             open(f"{go}.ready-{os.getpid()}", "w").close()
             while not os.path.exists(go):  # every worker starts at the same moment
                 time.sleep(0.005)
             rs = await asyncio.gather(*(cl.chat([{"role": "user", "content": f"{os.getpid()} q{i}"}],
-                                                temperature=0, timeout=30) for i in range(n)))
+                                                temperature=0, timeout=60) for i in range(n)))
         assert all(r.ok for r in rs), [r.error for r in rs]
     asyncio.run(main())
 """)
+
+
+def run_workers(tmp_path, url: str, workers: int, extra: dict, concurrency: int, calls: int) -> None:
+    """``workers`` processes, each a ModelClient on ``url`` with the connection fields ``extra``,
+    sending ``calls`` calls at ``concurrency``, all starting at the same moment."""
+    go = tmp_path / "go"
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    procs = [subprocess.Popen([sys.executable, str(script), url, json.dumps(extra), str(concurrency), str(calls),
+                               str(go)], env=os.environ.copy()) for _ in range(workers)]
+    while len(list(tmp_path.glob("go.ready-*"))) < workers and all(p.poll() is None for p in procs):
+        time.sleep(0.02)
+    go.touch()
+    for p in procs:
+        assert p.wait(120) == 0
 
 
 def test_requests_per_minute_holds_across_processes(tmp_path, scripted):
@@ -82,16 +98,7 @@ def test_requests_per_minute_holds_across_processes(tmp_path, scripted):
     0.5 s slot after another, not two at a time. Only lower bounds on time are asserted (a slow
     machine only spreads them further); each process alone would send its first request at once."""
     server = scripted(lambda body, n: "ok")
-    go = tmp_path / "go"
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    procs = [subprocess.Popen([sys.executable, str(script), server.url, "120", "3", str(go)], env=os.environ.copy())
-             for _ in range(2)]
-    while len(list(tmp_path.glob("go.ready-*"))) < 2 and all(p.poll() is None for p in procs):
-        time.sleep(0.02)
-    go.touch()
-    for p in procs:
-        assert p.wait(120) == 0
+    run_workers(tmp_path, server.url, 2, {"requests_per_minute": 120}, concurrency=8, calls=3)
     arrivals = sorted(t for b, t in zip(server.requests, server.arrivals) if "q" in str(b["messages"][-1]["content"]))
     assert len(arrivals) == 6
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
@@ -275,27 +282,6 @@ def test_connection_slots_by_hand(tmp_path):
     d.close()
 
 
-SLOW_WORKER = textwrap.dedent("""
-    import asyncio, os, sys, time
-    from aip_assets.models.client import ModelClient
-    from aip_assets.runspec import Connection
-
-    url, n, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-
-    async def main():
-        c = Connection(provider="openai", base_url=url, model="m", max_connections=6)
-        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
-                               concurrency=6) as cl:
-            open(f"{go}.ready-{os.getpid()}", "w").close()
-            while not os.path.exists(go):
-                time.sleep(0.005)
-            rs = await asyncio.gather(*(cl.chat([{"role": "user", "content": f"{os.getpid()} q{i}"}],
-                                                temperature=0, timeout=60) for i in range(n)))
-        assert all(r.ok for r in rs), [r.error for r in rs]
-    asyncio.run(main())
-""")
-
-
 def test_max_connections_holds_across_processes(tmp_path, scripted):
     """Three processes, each wanting 6 calls in flight, call one endpoint with max_connections 6
     (answers take 0.2 s): the server never has more than 6 requests open at once, every call of
@@ -307,16 +293,7 @@ def test_max_connections_holds_across_processes(tmp_path, scripted):
     def handler(body, n):
         return Reply(text="ok", delay_s=0.2)
     server = scripted(handler)
-    go = tmp_path / "go"
-    script = tmp_path / "worker.py"
-    script.write_text(SLOW_WORKER)
-    procs = [subprocess.Popen([sys.executable, str(script), server.url, "30", str(go)], env=os.environ.copy())
-             for _ in range(3)]
-    while len(list(tmp_path.glob("go.ready-*"))) < 3 and all(p.poll() is None for p in procs):
-        time.sleep(0.02)
-    go.touch()
-    for p in procs:
-        assert p.wait(120) == 0
+    run_workers(tmp_path, server.url, 3, {"max_connections": 6}, concurrency=6, calls=30)
     assert len(server.bodies()) == 90
     assert 1 <= server.peak_open <= 6, server.peak_open  # counted by the server, until each answer leaves
     # shared, not taken in turn: every process's first call came before the first process's last
