@@ -82,8 +82,6 @@ class SharedSlots:
         fcntl.flock(self._member_fd, fcntl.LOCK_EX)
         os.utime(self._member_fd, (0, 0))  # not short until it says so (a new file's time is now)
         os.rename(making, self.member)
-        self._short = False
-        self.next_look = 0.0
         self.closed = False
 
     # ------------------------------------------------------------------ what is held
@@ -156,21 +154,21 @@ class SharedSlots:
         elif other_short and bound > goal:
             self._give_back(max(goal, in_flight))
             bound = min(goal, self.capacity)
-        self.next_look = time.monotonic() + REBALANCE_S
         return bound
 
     async def acquire(self) -> int:
-        """Hold at least one slot (waiting for one, saying so); returns the capacity held."""
+        """Hold at least one slot (waiting for one, saying so); returns how many calls this client
+        may have in flight (as :meth:`look`)."""
         t0 = time.monotonic()
         warned = False
-        while self.look() == 0:
+        while (bound := self.look()) == 0:
             if not warned and time.monotonic() - t0 > WARN_WAIT_S:
                 warned = True
                 logger.warning(f"{self.endpoint}: waiting {time.monotonic() - t0:.0f}s for a connection: its "
                                f"max_connections ({self.total}) are all in use by other clients on this machine "
                                f"(shared through {self.dir})")
             await asyncio.sleep(0.05 + random.random() * 0.05)
-        return self.capacity
+        return bound
 
     def __del__(self) -> None:  # a client dropped without closing still lets its slots go
         try:
