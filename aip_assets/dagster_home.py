@@ -64,10 +64,24 @@ def use_project_of(spec_path: str | Path) -> Path:
 
 def instance_settings(home: Path) -> str:
     """``dagster.yaml`` for ``home``: the layout of the project's own dagster.yaml (storage under
-    ``home/storage``), with absolute paths, so it holds from any working directory."""
+    ``home/storage``), with absolute paths, so it holds from any working directory. The storage is
+    spelled out as the three SQLite storages ``storage: sqlite`` makes, in the same folders, with
+    the event log keeping its SQLAlchemy engines (dagster_storage.py) when this Dagster allows."""
+    from .dagster_storage import FAST
+
     h = home.resolve()
+    st = h / "storage"
+    if FAST:
+        storage = (f"run_storage:\n  module: dagster._core.storage.runs\n  class: SqliteRunStorage\n"
+                   f"  config:\n    base_dir: {st / 'history'}\n"
+                   f"event_log_storage:\n  module: aip_assets.dagster_storage\n"
+                   f"  class: EngineKeepingSqliteEventLogStorage\n  config:\n    base_dir: {st / 'history' / 'runs'}\n"
+                   f"schedule_storage:\n  module: dagster._core.storage.schedules\n  class: SqliteScheduleStorage\n"
+                   f"  config:\n    base_dir: {st / 'schedules'}\n")
+    else:
+        storage = f"storage:\n  sqlite:\n    base_dir: {st}\n"
     return (f"# written by aip-assets for the CLI: the same storage as the project's dagster.yaml\n"
-            f"storage:\n  sqlite:\n    base_dir: {h / 'storage'}\n"
+            f"{storage}"
             f"local_artifact_storage:\n  module: dagster._core.storage.root\n  class: LocalArtifactStorage\n"
             f"  config:\n    base_dir: {h}\n"
             f"compute_logs:\n  module: dagster._core.storage.local_compute_log_manager\n"

@@ -1,6 +1,8 @@
 """Operating evaluations: asset checks, schedules, the new-spec sensor."""
 
 import json
+import os
+from pathlib import Path
 from datetime import datetime, timezone
 
 import yaml
@@ -383,3 +385,52 @@ def test_a_clients_calls_in_flight_stay_within_the_endpoints_connections():
         conn = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model="m", max_connections=max_conn)
         c = ModelClient(conn, role="sut", run_id="r", metric="m", stage="s", journal=None, concurrency=concurrency)
         assert c.sem.ceiling == want and c.slots is None  # no slot before a call is sent
+
+
+def test_the_cli_keeps_dagster_engines_and_the_ui_reads_the_same_storage(tmp_path, capsys, monkeypatch):
+    """The CLI's Dagster instance stores events with EngineKeepingSqliteEventLogStorage (one
+    SQLAlchemy engine per database kept, at most KEEP); Dagster's plain `storage: sqlite` (what
+    `dagster dev` opens from the project's dagster.yaml) on the same folder sees its runs and
+    materialisations. On a Dagster whose internals differ, the CLI writes the plain settings."""
+    import yaml
+    from dagster import AssetKey, DagsterInstance
+
+    from aip_assets import dagster_storage
+    from aip_assets.cli import main
+    from aip_assets.dagster_home import instance_settings
+
+    ds = write_dataset(tmp_path / "d.jsonl", 3)
+    spec = _spec_yaml(tmp_path, ds)
+    assert main(["run", str(spec), "--json", "--quiet"]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    inst = get_instance()
+    store = inst._event_storage
+    assert type(store).__name__ == "EngineKeepingSqliteEventLogStorage"
+    import sqlalchemy
+
+    made, real = [], sqlalchemy.create_engine
+    monkeypatch.setattr(sqlalchemy, "create_engine", lambda *a, **k: made.append(a[0]) or real(*a, **k))
+    runs = inst.get_runs()
+    assert len(runs) == 2
+    for _ in range(3):  # each run's events read three times: one engine per run's database
+        for r in runs:
+            assert inst.all_logs(r.run_id)
+    assert len(made) == 2 and len(store._engines) == 2
+    monkeypatch.setattr(dagster_storage, "KEEP", 1)
+    for r in runs:
+        inst.all_logs(r.run_id)
+    assert len(store._engines) == 1  # the oldest let go
+    ui_home = tmp_path / "ui_home"
+    ui_home.mkdir()
+    storage = Path(os.environ["AIP_DATA_DIR"]) / "dagster_home" / "storage"
+    (ui_home / "dagster.yaml").write_text(yaml.safe_dump({"storage": {"sqlite": {"base_dir": str(storage)}}}))
+    ui = DagsterInstance.from_config(str(ui_home))
+    assert type(ui._event_storage).__name__ == "SqliteEventLogStorage"
+    assert sorted(r.run_id for r in ui.get_runs()) == sorted(r.run_id for r in inst.get_runs())
+    assert len([r for r in ui.get_runs() if r.tags.get("aip/run_id") == run_id]) == 2
+    ev = ui.get_latest_materialization_event(AssetKey("aggregation"))
+    assert ev is not None and ev.dagster_event.partition.startswith(f"{run_id}|")
+    monkeypatch.setattr(dagster_storage, "FAST", False)
+    plain = yaml.safe_load(instance_settings(tmp_path / "h"))
+    assert plain["storage"] == {"sqlite": {"base_dir": str((tmp_path / "h" / "storage").resolve())}}
+    assert "event_log_storage" not in plain
