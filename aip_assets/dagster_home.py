@@ -102,8 +102,10 @@ def get_instance():
     home.mkdir(parents=True, exist_ok=True)
     settings = home / "dagster.yaml"
     text = instance_settings(home)
-    if not settings.exists() or settings.read_text() != text:
-        settings.write_text(text)
+    if not settings.exists() or settings.read_text() != text:  # whole or not at all: another process may read it
+        tmp = settings.with_name(f".dagster.yaml.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, settings)
     # DagsterInstance.get() reads $DAGSTER_HOME; remember that we set it (the data folder may change
     # within one process, e.g. between tests, and then so does the home)
     os.environ["DAGSTER_HOME"] = os.environ["AIP_DAGSTER_HOME_SET"] = str(home)

@@ -405,21 +405,23 @@ def test_the_cli_keeps_dagster_engines_and_the_ui_reads_the_same_storage(tmp_pat
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     inst = get_instance()
     store = inst._event_storage
-    assert type(store).__name__ == "EngineKeepingSqliteEventLogStorage"
-    import sqlalchemy
-
-    made, real = [], sqlalchemy.create_engine
-    monkeypatch.setattr(sqlalchemy, "create_engine", lambda *a, **k: made.append(a[0]) or real(*a, **k))
     runs = inst.get_runs()
     assert len(runs) == 2
-    for _ in range(3):  # each run's events read three times: one engine per run's database
+    if dagster_storage.FAST:  # the Dagster this override was written for (AUDITED_CONNECT)
+        assert type(store).__name__ == "EngineKeepingSqliteEventLogStorage"
+        sql = dagster_storage._dagster_sqlite
+        made, real = [], sql.create_engine
+        monkeypatch.setattr(sql, "create_engine", lambda *a, **k: made.append(a[0]) or real(*a, **k))
+        for _ in range(3):  # each run's events read three times: one engine per run's database
+            for r in runs:
+                assert inst.all_logs(r.run_id)
+        assert len(made) == 2 and len(store._engines) == 2
+        monkeypatch.setattr(dagster_storage, "KEEP", 1)
         for r in runs:
-            assert inst.all_logs(r.run_id)
-    assert len(made) == 2 and len(store._engines) == 2
-    monkeypatch.setattr(dagster_storage, "KEEP", 1)
-    for r in runs:
-        inst.all_logs(r.run_id)
-    assert len(store._engines) == 1  # the oldest let go
+            inst.all_logs(r.run_id)
+        assert len(store._engines) == 1  # the oldest let go
+    else:  # another Dagster: its own storage, and the CLI wrote the plain settings
+        assert type(store).__name__ == "SqliteEventLogStorage"
     ui_home = tmp_path / "ui_home"
     ui_home.mkdir()
     storage = Path(os.environ["AIP_DATA_DIR"]) / "dagster_home" / "storage"
@@ -430,7 +432,15 @@ def test_the_cli_keeps_dagster_engines_and_the_ui_reads_the_same_storage(tmp_pat
     assert len([r for r in ui.get_runs() if r.tags.get("aip/run_id") == run_id]) == 2
     ev = ui.get_latest_materialization_event(AssetKey("aggregation"))
     assert ev is not None and ev.dagster_event.partition.startswith(f"{run_id}|")
+    written = instance_settings(tmp_path / "h")  # what this Dagster gets
     monkeypatch.setattr(dagster_storage, "FAST", False)
     plain = yaml.safe_load(instance_settings(tmp_path / "h"))
     assert plain["storage"] == {"sqlite": {"base_dir": str((tmp_path / "h" / "storage").resolve())}}
     assert "event_log_storage" not in plain
+    # a dagster.yaml written while FAST held still loads after an upgrade turned it off: the class
+    # is there, as Dagster's own
+    home = tmp_path / "stale_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(written.replace(str((tmp_path / "h").resolve()), str(home)))
+    stale = DagsterInstance.from_config(str(home))
+    assert stale.get_runs() == [] and list(stale.all_logs("no-such-run")) == []

@@ -88,8 +88,13 @@ def run_workers(tmp_path, url: str, workers: int, extra: dict, concurrency: int,
     while len(list(tmp_path.glob("go.ready-*"))) < workers and all(p.poll() is None for p in procs):
         time.sleep(0.02)
     go.touch()
-    for p in procs:
-        assert p.wait(120) == 0
+    try:
+        for p in procs:
+            assert p.wait(120) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 def test_requests_per_minute_holds_across_processes(tmp_path, scripted):
