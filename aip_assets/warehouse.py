@@ -504,9 +504,6 @@ class _Linger:
         t0 = time.monotonic()
         with self.cv:
             while self.busy:  # another thread's use: wait as for the file lock, saying so
-                if self.owner == threading.get_ident():
-                    raise RuntimeError(f"{path}: a connection inside a connection of the same warehouse in one "
-                                       "thread (it would wait for itself)")
                 if time.monotonic() - t0 > LOCK_TIMEOUT_S:
                     raise TimeoutError(f"{path}: waited {LOCK_TIMEOUT_S:.0f}s for another thread's use of the "
                                        "warehouse (AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait)")
