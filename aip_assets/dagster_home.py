@@ -66,16 +66,18 @@ def instance_settings(home: Path) -> str:
     """``dagster.yaml`` for ``home``: the layout of the project's own dagster.yaml (storage under
     ``home/storage``), with absolute paths, so it holds from any working directory. The storage is
     spelled out as the three SQLite storages ``storage: sqlite`` makes, in the same folders, with
-    the event log keeping its SQLAlchemy engines (dagster_storage.py) when this Dagster allows."""
-    from .dagster_storage import FAST
+    the event log and run storage faster (dagster_storage.py) when this Dagster allows."""
+    from .dagster_storage import FAST, FAST_RUNS
 
     h = home.resolve()
     st = h / "storage"
-    if FAST:
-        storage = (f"run_storage:\n  module: dagster._core.storage.runs\n  class: SqliteRunStorage\n"
-                   f"  config:\n    base_dir: {st / 'history'}\n"
-                   f"event_log_storage:\n  module: aip_assets.dagster_storage\n"
-                   f"  class: EngineKeepingSqliteEventLogStorage\n  config:\n    base_dir: {st / 'history' / 'runs'}\n"
+    if FAST or FAST_RUNS:
+        runs = ("module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteRunStorage" if FAST_RUNS
+                else "module: dagster._core.storage.runs\n  class: SqliteRunStorage")
+        events = ("module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteEventLogStorage" if FAST
+                  else "module: dagster._core.storage.event_log\n  class: SqliteEventLogStorage")
+        storage = (f"run_storage:\n  {runs}\n  config:\n    base_dir: {st / 'history'}\n"
+                   f"event_log_storage:\n  {events}\n  config:\n    base_dir: {st / 'history' / 'runs'}\n"
                    f"schedule_storage:\n  module: dagster._core.storage.schedules\n  class: SqliteScheduleStorage\n"
                    f"  config:\n    base_dir: {st / 'schedules'}\n")
     else:

@@ -420,8 +420,22 @@ def test_the_cli_keeps_dagster_engines_and_the_ui_reads_the_same_storage(tmp_pat
         for r in runs:
             inst.all_logs(r.run_id)
         assert len(store._engines) == 1  # the oldest let go
+        # each database written keeps an idle connection (its anchor), so a statement's connection
+        # is never the last to close: the WAL is not checkpointed away and made again per statement
+        db = Path(store.conn_string_for_shard(runs[0].run_id).split("///", 1)[1])
+        assert any(k[0] == str(db) for k in dagster_storage.ANCHORS._held)
+        assert db.with_name(db.name + "-wal").exists()
+        with store.run_connection(runs[0].run_id) as conn:  # commits wait for no disk flush (1 = NORMAL)
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1
     else:  # another Dagster: its own storage, and the CLI wrote the plain settings
         assert type(store).__name__ == "SqliteEventLogStorage"
+    if dagster_storage.FAST_RUNS:
+        assert type(inst._run_storage).__name__ == "EngineKeepingSqliteRunStorage"
+        with inst._run_storage.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1
+        engine = inst._run_storage._kept_engine
+        inst.get_runs()
+        assert inst._run_storage._kept_engine is engine  # one engine for every statement
     ui_home = tmp_path / "ui_home"
     ui_home.mkdir()
     storage = Path(os.environ["AIP_DATA_DIR"]) / "dagster_home" / "storage"
@@ -434,6 +448,9 @@ def test_the_cli_keeps_dagster_engines_and_the_ui_reads_the_same_storage(tmp_pat
     assert ev is not None and ev.dagster_event.partition.startswith(f"{run_id}|")
     written = instance_settings(tmp_path / "h")  # what this Dagster gets
     monkeypatch.setattr(dagster_storage, "FAST", False)
+    if dagster_storage.FAST_RUNS:  # each storage on its own: the run storage still the faster one
+        assert yaml.safe_load(instance_settings(tmp_path / "h"))["run_storage"]["class"] == "EngineKeepingSqliteRunStorage"
+    monkeypatch.setattr(dagster_storage, "FAST_RUNS", False)
     plain = yaml.safe_load(instance_settings(tmp_path / "h"))
     assert plain["storage"] == {"sqlite": {"base_dir": str((tmp_path / "h" / "storage").resolve())}}
     assert "event_log_storage" not in plain
@@ -444,3 +461,34 @@ def test_the_cli_keeps_dagster_engines_and_the_ui_reads_the_same_storage(tmp_pat
     (home / "dagster.yaml").write_text(written.replace(str((tmp_path / "h").resolve()), str(home)))
     stale = DagsterInstance.from_config(str(home))
     assert stale.get_runs() == [] and list(stale.all_logs("no-such-run")) == []
+
+
+def test_an_anchor_holds_no_read_open_so_the_wal_stays_bounded(tmp_path):
+    """The idle connection kept per database (dagster_storage.ANCHORS) must not hold a read: one
+    would stop every checkpoint, and the WAL would grow with every event ever written."""
+    import sqlite3
+
+    from aip_assets import dagster_storage
+
+    db = tmp_path / "events.db"
+    c = sqlite3.connect(db)
+    c.execute("PRAGMA journal_mode=WAL")
+    c.execute("CREATE TABLE t (x BLOB)")
+    c.close()
+    dagster_storage.ANCHORS.hold(str(db))
+    try:
+        assert any(k[0] == str(db) for k in dagster_storage.ANCHORS._held)
+        for _ in range(3000):  # 12 MB through connections of their own, as Dagster writes
+            c = sqlite3.connect(db)
+            c.execute("INSERT INTO t VALUES (?)", (os.urandom(4000),))
+            c.commit()
+            c.close()
+            assert db.with_name("events.db-wal").exists()  # never the last connection: the WAL stays
+        # SQLite checkpoints every 1,000 pages (4 MB) and starts the WAL over: it stays near that
+        assert db.with_name("events.db-wal").stat().st_size < 6_000_000
+    finally:
+        dagster_storage.ANCHORS.release(str(db))
+    assert not db.with_name("events.db-wal").exists()  # the last one out checkpointed and removed it
+    c = sqlite3.connect(db)
+    assert c.execute("SELECT count(*) FROM t").fetchone()[0] == 3000
+    c.close()
