@@ -45,6 +45,7 @@ def warehouse(built, isolated):
     """This test's own copy of the module's warehouse (AIP_WAREHOUSE points at it)."""
     dst = Path(os.environ["AIP_WAREHOUSE"])
     dst.parent.mkdir(parents=True, exist_ok=True)
+    wh.release()  # the builder's last writes into the file itself, so the file alone holds them
     shutil.copy(built, dst)
     return dst
 

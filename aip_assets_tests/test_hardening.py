@@ -35,6 +35,7 @@ def warehouse(tmp_path, monkeypatch):
     """A warehouse with one small run; HOME moved so DuckDB's user folder is visible to the test."""
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     run_all(make_spec(ds, config={"dimensions": ["gender"], "num_pairs_per_dimension": 1}), "r")
+    wh.release()  # as after the run's process ended: its last writes in the file, no DuckDB log beside it
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
     return tmp_path

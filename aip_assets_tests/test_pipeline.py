@@ -262,6 +262,7 @@ def test_a_partition_typed_in_the_ui_fails_at_its_first_step_and_writes_nothing(
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     pipeline.register_run(make_spec(ds), "real")
     instance = get_instance()
+    wh.release()  # the registration's write into the file itself (no DuckDB log beside it)
     before = sorted(p.name for p in wh.default_path().parent.iterdir())
     for key, says in (("typed|llm.decision_flip", "run 'typed' is not registered"),
                       ("real|llm.nope", "is not <run_id>|<metric> with a known metric"),
@@ -615,17 +616,35 @@ def test_threads_take_turns_on_the_open_warehouse(tmp_path):
     assert wh.query("SELECT count(*) AS n FROM t", path=db).n[0] == 60
 
 
-def test_a_write_is_in_the_file_when_its_use_ends(tmp_path):
-    """The open database checkpoints a write when its use ends, as closing did: a copy of the
-    file taken right after (a backup, a test fixture) holds the rows."""
+def test_a_write_is_durable_at_once_and_in_the_file_once_the_database_closes(tmp_path, monkeypatch):
+    """A small write stays in DuckDB's log while the database is held open (committed: another
+    process that opens the file reads it) and goes into the file itself when the database
+    closes: a copy of the file alone, taken after ``release()``, holds the rows. A log past
+    CHECKPOINT_WAL_BYTES is checkpointed when its use ends."""
     import shutil
+    import subprocess
+    import sys
 
     db = tmp_path / "w.duckdb"
+    wal = db.with_name(db.name + ".wal")
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT range AS x FROM range(1000)")
-    assert wh._LINGER.base is not None  # still open
+    assert wh._LINGER.base is not None and wal.stat().st_size > 0  # still open, the write in the log
+    code = f"from aip_assets import warehouse as wh\nprint(wh.query('SELECT count(*) AS n FROM t', path={str(db)!r}).n[0])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "1000", out.stderr
+    with wh.connect(db) as con:
+        con.execute("INSERT INTO t SELECT range FROM range(500)")
+    wh.release()
+    assert not wal.exists() or wal.stat().st_size == 0
     shutil.copy(db, tmp_path / "copy.duckdb")
-    assert wh.query("SELECT count(*) AS n FROM t", path=tmp_path / "copy.duckdb").n[0] == 1000
+    assert wh.query("SELECT count(*) AS n FROM t", path=tmp_path / "copy.duckdb").n[0] == 1500
+    monkeypatch.setattr(wh, "CHECKPOINT_WAL_BYTES", 1)  # every log counts as large
+    with wh.connect(db) as con:
+        con.execute("INSERT INTO t SELECT range FROM range(250)")
+    assert wh._LINGER.base is not None and (not wal.exists() or wal.stat().st_size == 0)
+    shutil.copy(db, tmp_path / "copy2.duckdb")
+    assert wh.query("SELECT count(*) AS n FROM t", path=tmp_path / "copy2.duckdb").n[0] == 1750
 
 
 def test_a_waiting_process_gets_its_turn_while_this_one_keeps_using_the_file(tmp_path):
