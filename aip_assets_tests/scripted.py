@@ -29,6 +29,7 @@ class Reply:
     body: dict[str, Any] | None = None    # a raw JSON body instead
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0                  # answer this much later (the server stays responsive)
+    gzip: bool = False                    # the answer compressed (Content-Encoding: gzip)
 
 
 def last_user(body: dict[str, Any]) -> str:
@@ -75,13 +76,17 @@ class ScriptedServer:
             if r.delay_s:
                 await asyncio.sleep(r.delay_s)
             if r.status != 200:
-                return web.json_response(r.body or {"error": {"message": f"scripted {r.status}"}}, status=r.status,
+                resp = web.json_response(r.body or {"error": {"message": f"scripted {r.status}"}}, status=r.status,
                                          headers=r.headers)
-            payload = r.body or {"id": f"scripted-{n}", "object": "chat.completion", "model": body.get("model"),
-                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
-                                              "finish_reason": "stop"}],
-                                 "usage": {"prompt_tokens": 10, "completion_tokens": len((r.text or "").split())}}
-            return web.json_response(payload, headers=r.headers)
+            else:
+                payload = r.body or {"id": f"scripted-{n}", "object": "chat.completion", "model": body.get("model"),
+                                     "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
+                                                  "finish_reason": "stop"}],
+                                     "usage": {"prompt_tokens": 10, "completion_tokens": len((r.text or "").split())}}
+                resp = web.json_response(payload, headers=r.headers)
+            if r.gzip:
+                resp.enable_compression(web.ContentCoding.gzip)
+            return resp
 
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)

@@ -84,6 +84,35 @@ def test_retry_after_is_honoured_and_uses_no_budget(scripted):
     assert r.ok and r.retries_used == 1 and r.rate_limit_waits == 0 and took >= 0.2
 
 
+def test_compressed_answers_and_the_request_as_sent_and_journaled(scripted, tmp_path):
+    """The transport hands httpx an answer aiohttp has already inflated: a gzip 200 (non-ASCII
+    text) and a gzip 429 (its Retry-After and error text) read as plain ones. The request is
+    sent as the JSON the journal keeps and the call key hashes (one serialisation)."""
+    import json
+
+    from aip_assets.models.journal import Journal
+    from aip_assets.runspec import stable_json
+
+    answers = iter([Reply(429, headers={"Retry-After": "0.1"}, gzip=True, body={"error": {"message": "slow down ✋"}}),
+                    Reply(text="Décision : APPROUVÉ ✓ " * 40, gzip=True)])
+    server = scripted(lambda body, n: next(answers))
+    journal = Journal(tmp_path / "j.sqlite")
+
+    async def go():
+        c = Connection(provider="openai", base_url=server.url, model="m")
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=journal) as cl:
+            return await cl.chat([{"role": "user", "content": "Prêt ? ✓"}], temperature=0.5, timeout=5)
+
+    r = asyncio.run(go())
+    assert r.ok and r.text == "Décision : APPROUVÉ ✓ " * 40 and r.rate_limit_waits == 1 and r.attempts == 2
+    sent = server.bodies()[-1]
+    journal.flush()
+    [frame] = journal.frames("r", "m", "s")
+    assert frame.request[0] == stable_json(sent) and json.loads(frame.request[0]) == sent
+    assert frame.call_key[0] == r.call_key
+    journal.close()
+
+
 def test_retry_after_formats():
     assert _retry_after({"Retry-After": "2"}) == 2.0
     assert _retry_after({"retry-after": "0.5"}) == 0.5
@@ -389,6 +418,74 @@ def test_each_call_waits_at_most_its_own_rate_limit_budget(scripted, monkeypatch
                 await other
     r = asyncio.run(go())
     assert not r.ok and r.rate_limit_waits == 4 and "waited 1s on Retry-After" in r.error
+
+
+def test_call_keys_are_the_hash_of_stable_json_of_the_whole_call():
+    """call_key writes the whole call's stable_json around the body's (made once per call, and
+    sent): the key must stay exactly the hash it always was, or no earlier run's journal would
+    answer a replay. Checked against the formula itself on uneven bodies (unicode, nesting,
+    floats, booleans where numbers go)."""
+    import hashlib
+    import random
+
+    from aip_assets.models.client import call_key
+    from aip_assets.runspec import stable_json
+
+    rng = random.Random(3)
+
+    def value(depth=0):
+        kind = rng.randrange(7 if depth < 3 else 4)
+        if kind == 0:
+            return rng.choice(["", "é ✓ \"quoted\"\n", "Decision: APPROVE", "\u2028", "a" * 50])
+        if kind == 1:
+            return rng.choice([0, 1, -7, 10**18, True, False, None])
+        if kind == 2:
+            return rng.choice([0.5, 1e-9, 1.0, -2.25])
+        if kind == 3:
+            return str(rng.random())
+        if kind in (4, 5):
+            return {rng.choice("zyxabc") + str(i): value(depth + 1) for i in range(rng.randrange(4))}
+        return [value(depth + 1) for _ in range(rng.randrange(4))]
+
+    for i in range(300):
+        extra = value(1)
+        body = {"model": "m", "messages": [{"role": "user", "content": value()}],
+                **(extra if isinstance(extra, dict) else {"params": extra})}
+        if i % 3 == 0:
+            body = {"messages": [{"role": "system", "content": "Ünïcode"}], "temperature": 0.7}
+        endpoint = rng.choice(["http://127.0.0.1:9/v1", "https://api.example.com/v1|m", "é"])
+        sample = rng.choice([0, 1, 3, True, 2.0])
+        template = rng.choice(["", "v1", "tmpl-✓", "1"])
+        attempt = rng.choice([0, 0, 1, 2])
+        payload = {"endpoint": endpoint, "body": body, "sample_index": sample, "template": template}
+        if attempt:
+            payload["attempt"] = attempt
+        want = hashlib.sha256(stable_json(payload).encode()).hexdigest()[:32]
+        assert call_key(endpoint, body, sample, template, attempt) == want
+        assert call_key(endpoint, body, sample, template, attempt, stable_json(body)) == want
+
+
+def test_journal_deflation_round_trips_and_stays_small_for_every_dictionary_size():
+    """_deflate sizes zlib's window to the dictionary (a default-size stream cost 60-75 us to set
+    up): whatever the sizes of text and dictionary, the text comes back exactly, and a request
+    like the dictionary's compresses as well as with zlib's defaults."""
+    import random
+    import zlib
+
+    from aip_assets.models.journal import _ZDICT_MAX, _deflate, _inflate
+
+    rng = random.Random(7)
+    words = ["loan", "approve", "income", "months", "Décision", "✓", "rent", "credit", "history", "the", "a"]
+    for size in (0, 10, 900, 6000, 20000, 50000):  # a prompt of its own words, not repeating itself
+        prompt = " ".join(rng.choice(words) + str(rng.randrange(100)) for _ in range(size // 8))
+        zdict = prompt.encode()[-_ZDICT_MAX:]
+        like = prompt.replace("loan", "lease", 3)  # the next request of the same template
+        for text in ("", "x", like, "".join(chr(rng.randrange(32, 0x2FF)) for _ in range(3000))):
+            blob = _deflate(text, zdict)
+            assert _inflate(blob, zdict) == text
+            c = zlib.compressobj(6, zdict=zdict)
+            default = c.compress(text.encode()) + c.flush()
+            assert len(blob) <= len(default) * 1.1 + 8, (size, len(text))
 
 
 def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp_path):

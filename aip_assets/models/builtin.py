@@ -426,11 +426,21 @@ def handle_chat(body: dict[str, Any], profile: BuiltinProfile) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------- HTTP server
+ENDPOINT_CHECK = "Reply with OK."  # what client.check_endpoint asks
+
+
+def _is_endpoint_check(body: Any) -> bool:
+    """The one tiny question ``client.check_endpoint`` asks before a run."""
+    msgs = body.get("messages") if isinstance(body, dict) else None
+    return isinstance(msgs, list) and bool(msgs) and isinstance(msgs[-1], dict) and msgs[-1].get("content") == ENDPOINT_CHECK
+
+
 class BuiltinServer:
     """The builtin model as an OpenAI-compatible endpoint (aiohttp), with fault injection for tests.
 
     ``latency_ms``: added to every answer. ``fail_substring``: requests whose body contains it get
-    ``fail_status``. ``fail_rate``: that share of distinct request bodies fail (deterministic).
+    ``fail_status``. ``fail_rate``: that share of distinct request bodies fail (deterministic, by
+    the body's content; never the endpoint check).
     ``api_key``: when set, requests need ``Authorization: Bearer <api_key>``.
     ``GET /stats``: request counts, including how many successful answers repeated a body.
     """
@@ -462,8 +472,10 @@ class BuiltinServer:
                 body = json.loads(raw)
             except json.JSONDecodeError:
                 return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
+            # fail_rate picks bodies by their content, not by how a client wrote them, and spares the
+            # endpoint check: it repeats one body, so a body picked would fail every run at its start
             if (self.fail_substring and self.fail_substring in raw) or (
-                    self.fail_rate and u01("fail", raw) < self.fail_rate):
+                    self.fail_rate and not _is_endpoint_check(body) and u01("fail", stable_json(body)) < self.fail_rate):
                 self.stats["failed"] += 1
                 return web.json_response({"error": {"message": "injected failure"}}, status=self.fail_status)
             out = handle_chat(body, self.profile)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import email.utils
+import functools
 import hashlib
 import logging
 import random
@@ -31,6 +32,7 @@ import httpx
 
 from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
+from .builtin import ENDPOINT_CHECK
 from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport
 from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
@@ -138,6 +140,7 @@ class AdaptiveLimit:
         self.cuts = 0  # a call remembers how many cuts there had been when it was sent
         self._streak = 0
         self._cond: asyncio.Condition | None = None
+        self._waiting = 0  # calls queued for a place
 
     def _c(self) -> asyncio.Condition:
         if self._cond is None:  # made on first use, inside the running loop
@@ -145,10 +148,17 @@ class AdaptiveLimit:
         return self._cond
 
     async def __aenter__(self) -> "AdaptiveLimit":
+        if not self._waiting and self.in_flight < self.bound:  # a free place and nobody queued before
+            self.in_flight += 1  # this call: take it at once (one event loop: nothing runs in between)
+            return self
         c = self._c()
-        async with c:
-            await c.wait_for(lambda: self.in_flight < self.bound)
-            self.in_flight += 1
+        self._waiting += 1
+        try:
+            async with c:
+                await c.wait_for(lambda: self.in_flight < self.bound)
+                self.in_flight += 1
+        finally:
+            self._waiting -= 1
         return self
 
     @property
@@ -156,11 +166,12 @@ class AdaptiveLimit:
         return min(self.limit, self.cap)
 
     async def __aexit__(self, *exc) -> None:
-        c = self._c()
-        async with c:
-            self.in_flight -= 1
-            if self.in_flight < self.bound:
-                c.notify(self.bound - self.in_flight)
+        self.in_flight -= 1
+        if self._waiting and self.in_flight < self.bound:  # nobody queued: nobody to wake
+            c = self._c()
+            async with c:
+                if self.in_flight < self.bound:
+                    c.notify(self.bound - self.in_flight)
 
     async def pause(self, seconds: float, clock: "RowClock | None" = None) -> None:
         """Sleep without holding a place: a call waiting out a rate limit or a backoff gives its
@@ -240,15 +251,26 @@ def build_body(conn: Connection, messages: list[dict[str, str]], temperature: fl
     return body
 
 
-def call_key(endpoint_id: str, body: dict[str, Any], sample_index: int, template_version: str, attempt: int = 0) -> str:
+def call_key(endpoint_id: str, body: dict[str, Any], sample_index: int, template_version: str, attempt: int = 0,
+             body_json: str | None = None) -> str:
     """The call's identity: endpoint, body, sample index, prompt-template version and, for a
     re-ask of an unusable answer, its attempt number (so a re-ask is never answered from the
-    cache by an earlier re-ask that got the same prose)."""
-    payload: dict[str, Any] = {"endpoint": endpoint_id, "body": body, "sample_index": sample_index,
-                               "template": template_version}
-    if attempt:
-        payload["attempt"] = attempt
-    return hashlib.sha256(stable_json(payload).encode()).hexdigest()[:32]
+    cache by an earlier re-ask that got the same prose). The hash of ``stable_json`` of those, put
+    together around ``body_json`` (``stable_json(body)``, made once per call: the request sent
+    and journaled is that text) exactly as ``stable_json`` would write the whole."""
+    if body_json is None:
+        body_json = stable_json(body)
+    text = "".join((f'{{"attempt":{_scalar_json(attempt)},' if attempt else "{", '"body":', body_json,
+                    ',"endpoint":', _scalar_json(endpoint_id), ',"sample_index":', _scalar_json(sample_index),
+                    ',"template":', _scalar_json(template_version), "}"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _scalar_json(x: Any) -> str:
+    """``stable_json`` of a key's scalar (an endpoint, a template version, an index), remembered:
+    a client asks for the same few every call. (Keyed by value and type: 1, 1.0 and True differ.)"""
+    return stable_json(x)
 
 
 class ModelClient:
@@ -387,7 +409,8 @@ class ModelClient:
         body = build_body(self.conn, messages, temperature, max_tokens, sample_index)
         if response_format is not None:
             body["response_format"] = response_format
-        key = call_key(self.endpoint_id, body, sample_index, template_version, attempt)
+        body_json = stable_json(body)  # once: the key's, the request sent and the journal's
+        key = call_key(self.endpoint_id, body, sample_index, template_version, attempt, body_json)
         if self.journal is not None and key_mark(key) in self._known_ok:
             rec = self.journal.lookup(key, self.cache_runs)
             if rec is not None:
@@ -396,6 +419,7 @@ class ModelClient:
                     self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
                 return self._from_record(rec, key)
         clock = self.row_clock()
+        text = None if self.conn.provider == "builtin" else body_json
         if not self._slots_held and self.conn.provider != "builtin":
             await self._share_connections()
         async with self.sem:
@@ -406,7 +430,7 @@ class ModelClient:
             if clock is not None:
                 clock.start()
             try:
-                result = await self._call(body, key, retries, timeout, clock)
+                result = await self._call(body, key, retries, timeout, clock, text)
             finally:
                 self.stats["in_flight"] -= 1
                 if clock is not None:
@@ -418,7 +442,7 @@ class ModelClient:
         self.stats["network_calls"] += 1
         if not result.ok:
             self.stats["failed"] += 1
-        self._record(key, body, sample_index, result, source="network")
+        self._record(key, body if text is None else text, sample_index, result, source="network")
         if result.ok:
             self._known_ok.add(key_mark(key))
         return result
@@ -454,7 +478,8 @@ class ModelClient:
                 pass
             await self.sem.set_cap(slots.look(in_flight=self.sem.in_flight))
 
-    def _record(self, key: str, body: dict, sample_index: int, r: ChatResult, source: str) -> None:
+    def _record(self, key: str, body: dict | str, sample_index: int, r: ChatResult, source: str) -> None:
+        """``body``: the request, or its JSON as ``stable_json`` made it."""
         if self.journal is None:
             return
         self.journal.record({
@@ -467,7 +492,8 @@ class ModelClient:
         })
 
     async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float,
-                    clock: RowClock | None = None) -> ChatResult:
+                    clock: RowClock | None = None, text: str | None = None) -> ChatResult:
+        """``text``: the body as JSON (``stable_json``), sent as it is."""
         attempts = retries_used = waits = 0
         waited_s = 0.0
         max_wait = self.conn.max_rate_limit_wait_seconds
@@ -504,7 +530,7 @@ class ModelClient:
                 http_status = None
                 cuts_when_sent = self.sem.cuts
                 try:
-                    resp = await self.transport.post_chat(body, min(timeout, left()))
+                    resp = await self.transport.post_chat(body, min(timeout, left()), text)
                 except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
                     charge = prompt_tokens_estimate(body) if limiter is not None else 0  # it may have been read
                     if cut and left() <= 0:
@@ -628,7 +654,7 @@ async def check_endpoint(conn: Connection, role: str, timeout: float = 30.0) -> 
                          share_connections=False)  # one call: it takes no slot (and leaves no file)
     try:
         async with client:
-            r = await client.chat([{"role": "user", "content": "Reply with OK."}], temperature=0.0, retries=2,
+            r = await client.chat([{"role": "user", "content": ENDPOINT_CHECK}], temperature=0.0, retries=2,
                                   timeout=timeout, max_tokens=5)
     except EndpointError as e:
         raise EndpointError(f"{where}: {e}") from None
