@@ -582,9 +582,11 @@ class _Linger:
         writes in DuckDB's log. Those are committed and durable (the log is flushed at commit;
         any connection that opens the file replays it) and go into the file when the database
         closes, once for a burst of small writes: a checkpoint and trim per write cost 40 ms,
-        1.5 s of a demo replay. A log past CHECKPOINT_WAL_BYTES is checkpointed at once, as
-        closing would. So a copy of the file alone, taken while the project holds it open, may
-        lack the last writes: ``release()`` first."""
+        1.5 s of a demo replay. While such writes wait, no use is trimmed (whatever later uses
+        cache stays until the database closes, at most LINGER_MAX_S after it opened): trimming
+        would push the unwritten blocks out to temporary files. A log past CHECKPOINT_WAL_BYTES
+        is checkpointed at once, as closing would. So a copy of the file alone, taken while the
+        project holds it open, may lack the last writes: ``release()`` first."""
         try:
             if self.base is not None and not self.read_only and self.where is not None:
                 wal = Path(self.opened_as + ".wal")

@@ -480,7 +480,9 @@ def test_journal_deflation_round_trips_and_stays_small_for_every_dictionary_size
         prompt = " ".join(rng.choice(words) + str(rng.randrange(100)) for _ in range(size // 8))
         zdict = prompt.encode()[-_ZDICT_MAX:]
         like = prompt.replace("loan", "lease", 3)  # the next request of the same template
-        for text in ("", "x", like, "".join(chr(rng.randrange(32, 0x2FF)) for _ in range(3000))):
+        block = " ".join(rng.choice(words) + str(rng.randrange(1000)) for _ in range(300))
+        long_own = block * 3  # longer than the dictionary, repeating itself 2-3 KB back
+        for text in ("", "x", like, long_own, "".join(chr(rng.randrange(32, 0x2FF)) for _ in range(3000))):
             blob = _deflate(text, zdict)
             assert _inflate(blob, zdict) == text
             c = zlib.compressobj(6, zdict=zdict)
@@ -517,9 +519,9 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     assert j.ok_keys(["r1"], "sampling") == {f"k{i}" for i in range(200) if i == 0 or i % 3}  # waits for the write
     assert len(rows()) == 200 and j.totals("r1") == (200, 0)
     [frame] = j.frames("r1", "m", "sampling")
-    assert list(frame.call_key) == [f"k{i}" for i in range(200)] and frame.request[7] == '{"i": 7}'
+    assert list(frame.call_key) == [f"k{i}" for i in range(200)] and frame.request[7] == '{"i":7}'
     assert list(frame.columns[:4]) == ["run_id", "metric", "stage", "role"] and set(frame.run_id) == {"r1"}
-    assert j.lookup("k7", ["r1"])["request"] == '{"i": 7}'  # from the file now, inflated
+    assert j.lookup("k7", ["r1"])["request"] == '{"i":7}'  # from the file now, inflated
     hexkey = "0123456789abcdef0123456789abcdef"  # a real key's shape: stored as its 16 bytes, read back as hex
     j.record({**rec(199.5), "call_key": hexkey})
     j.flush()

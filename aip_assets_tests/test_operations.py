@@ -1,10 +1,12 @@
 """Operating evaluations: asset checks, schedules, the new-spec sensor."""
 
 import json
+import time
 import os
 from pathlib import Path
 from datetime import datetime, timezone
 
+import pytest
 import yaml
 from dagster import AssetCheckSeverity, build_schedule_context, build_sensor_context, materialize
 
@@ -489,6 +491,60 @@ def test_an_anchor_holds_no_read_open_so_the_wal_stays_bounded(tmp_path):
     finally:
         dagster_storage.ANCHORS.release(str(db))
     assert not db.with_name("events.db-wal").exists()  # the last one out checkpointed and removed it
+    # a fork: the anchors are closed before it (a child must not lean on its parent's), and the
+    # child holds none
+    dagster_storage.ANCHORS.hold(str(db))
+    assert len(dagster_storage.ANCHORS) >= 1
+    pid = os.fork()
+    if pid == 0:  # the child
+        os._exit(0 if len(dagster_storage.ANCHORS) == 0 else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert len(dagster_storage.ANCHORS) == 0
     c = sqlite3.connect(db)
     assert c.execute("SELECT count(*) FROM t").fetchone()[0] == 3000
     c.close()
+
+
+def test_the_ui_watching_a_run_sees_each_event_the_cli_writes(tmp_path):
+    """The UI (Dagster's own SqliteEventLogStorage) follows a running run by watching its
+    <run_id>.db; the CLI's storage keeps the log open (its anchor), so each write is in the -wal
+    file and the .db is touched for it: the watcher still gets every event as it is written."""
+    import logging
+    import threading
+
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    from aip_assets import dagster_storage
+
+    if not dagster_storage.FAST:
+        pytest.skip("this Dagster gets the plain settings: nothing to check")
+    base = str(tmp_path / "runs")
+    cli = dagster_storage.EngineKeepingSqliteEventLogStorage(base)
+    ui = SqliteEventLogStorage(base)
+
+    def entry(msg):
+        return EventLogEntry(error_info=None, level=logging.INFO, user_message=msg, run_id="r1",
+                             timestamp=time.time(), step_key=None, job_name=None, dagster_event=None)
+
+    cli.store_event(entry("first"))
+    seen, got = [], threading.Event()
+
+    def callback(ev, cursor):
+        seen.append(ev.user_message)
+        if ev.user_message == "third":
+            got.set()
+
+    ui.watch("r1", None, callback)
+    try:
+        time.sleep(0.2)  # the watcher's observer starts
+        cli.store_event(entry("second"))
+        cli.store_event(entry("third"))
+        # patience: the watcher answers within a second here; 60 s for a loaded machine
+        assert got.wait(60), seen
+        assert seen[-2:] == ["second", "third"]
+    finally:
+        ui.end_watch("r1", callback)
+        ui.dispose()
+        cli.dispose()
+        dagster_storage.ANCHORS.release()

@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         f"repeat {args.repeat} (median{', range in brackets' if args.repeat > 1 else ''}); c untimed warm-up calls each",
         "- client CPU = this process's CPU time over the timed calls / calls; server CPU = the server process's CPU "
         "(utime+stime from /proc) over warm-up + timed calls / requests",
-        "- ours = `ModelClient` (httpx over httpx-aiohttp, SQLite journal per call, cache lookup per call); "
+        "- ours = `ModelClient` (httpx over the project's aiohttp transport, SQLite journal per call, cache lookup per call); "
         "bare = `aiohttp.ClientSession` + `TCPConnector(limit=c)` + semaphore",
         "",
         "| c | N | ideal calls/s | ours calls/s | ours % ideal | bare calls/s | bare % ideal | ours / bare "

@@ -546,9 +546,9 @@ class ModelClient:
                         if isinstance(parsed, str):
                             charge = prompt_tokens_estimate(body) if limiter is not None else 0
                             return failed(parsed, latency)
-                        text, model, fp, pt, ct = parsed
-                        charge = counted_tokens(body, pt, ct, text) if limiter is not None else 0
-                        return ChatResult(text, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
+                        answer, model, fp, pt, ct = parsed
+                        charge = counted_tokens(body, pt, ct, answer) if limiter is not None else 0
+                        return ChatResult(answer, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
                                           retries_used=retries_used, rate_limit_waits=waits)
                     err = f"HTTP {resp.status_code}: {resp.text[:300]}"
                     if limiter is not None and resp.status_code != 429:  # a 429 was refused before any token
@@ -589,9 +589,9 @@ class ModelClient:
 
 
 def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
-    """(what happened, whether to retry) for a request that got no HTTP answer. httpx-aiohttp
-    reports most connection failures as ``ConnectTimeout``; the aiohttp error it wraps (its
-    ``__cause__``) says what really happened."""
+    """(what happened, whether to retry) for a request that got no HTTP answer. The transport
+    raises httpx's error for aiohttp's (``AiohttpBodyTransport``); the aiohttp error it wraps (its
+    ``__cause__``) and the OS error under that say what really happened."""
     import ssl
 
     chain: list[BaseException] = []

@@ -25,7 +25,6 @@ table) is left as it is and not read: its calls are not reused.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import zlib
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
+
+from ..runspec import stable_json
 
 _COLS = [
     "run_id", "metric", "stage", "role", "call_key", "sample_index", "endpoint", "model", "request",
@@ -51,19 +52,20 @@ _ZDICT_MAX = 32768  # zlib's window: a longer dictionary is cut to its last 32 K
 
 
 def _request_text(request: Any) -> str:
-    """A request as stored: its JSON (sorted keys, UTF-8 as it is). A string is JSON already (the
-    client serialises a request once, to key it and send it: ``runspec.stable_json``)."""
-    return request if isinstance(request, str) else json.dumps(request, ensure_ascii=False, sort_keys=True)
+    """A request as stored: ``stable_json`` of it (sorted keys, compact, UTF-8 as it is). A string
+    is that JSON already (the client serialises a request once, to key it and send it)."""
+    return request if isinstance(request, str) else stable_json(request)
 
 
 def _deflate(text: str, zdict: bytes) -> bytes:
-    """``text`` deflated against ``zdict``. The window just covers the dictionary (a match into
-    it reaches back about its length) and the hash table is small: zlib sets up and clears its
-    tables for every stream, 60-75 us per call with its defaults (a 32 KiB window, memLevel 8),
-    5-10 us sized so, for the same bytes out on prompts of 1-9 KB. Any zlib inflater reads it."""
-    wbits = min(15, max(10, (len(zdict) + 262).bit_length()))  # 262: zlib's lookahead, out of the window
+    """``text`` deflated against ``zdict``. The window covers the dictionary and the text (so
+    every match zlib's defaults would find is in reach) and the hash table is small: zlib sets up
+    and clears its tables for every stream, 60-75 us per call with its defaults (a 32 KiB window,
+    memLevel 8), 5-25 us sized so. Any zlib inflater reads it."""
+    data = text.encode("utf-8")
+    wbits = min(15, max(10, (len(zdict) + len(data) + 262).bit_length()))  # 262: zlib's lookahead
     c = zlib.compressobj(6, zlib.DEFLATED, wbits, 4, zdict=zdict)
-    return c.compress(text.encode("utf-8")) + c.flush()
+    return c.compress(data) + c.flush()
 
 
 def _inflate(blob: bytes | None, zdict: bytes) -> str | None:

@@ -62,7 +62,7 @@ def resolve_headers(conn: Connection) -> dict[str, str]:
 
 
 # aiohttp's failures as httpx's (the httpx transport contract), the aiohttp error kept as the
-# cause: describe_failure reads the chain. The most specific match wins (as httpx-aiohttp maps them).
+# cause: describe_failure reads the chain. The first match in this order wins (most specific first).
 _HTTPX_ERRORS: list[tuple[type, type]] = [
     (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout),
     (aiohttp.SocketTimeoutError, httpx.ReadTimeout),
@@ -135,8 +135,9 @@ class AiohttpBodyTransport(httpx.AsyncBaseTransport):
                               extensions={"http_version": b"HTTP/1.1"})
 
     async def aclose(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close()
 
 
 class HttpTransport:
