@@ -40,7 +40,12 @@ def new_run_id(spec: RunSpec, now: datetime | None = None) -> str:
 
 
 def preflight(spec: RunSpec) -> list[str]:
-    """Check every endpoint answers before anything is written (raises EndpointError)."""
+    """Check every endpoint answers before anything is written (raises EndpointError), and the
+    shared-state database when one is configured (``AIP_SHARED_STATE_URL``; raises AipError)."""
+    from .models.ratelimit import check_shared_state
+
+    shared = check_shared_state()
+
     async def go():
         seen, out = set(), []
         roles = [("judge", spec.judge)]
@@ -56,7 +61,7 @@ def preflight(spec: RunSpec) -> list[str]:
             seen.add(conn.endpoint_id() + conn.model)
             out.append(await check_endpoint(conn, role))
         return out
-    return asyncio.run(go())
+    return asyncio.run(go()) + ([shared] if shared else [])
 
 
 def validate_datasets(spec: RunSpec) -> dict[str, int]:

@@ -100,3 +100,18 @@ def scripted():
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for this test session (aip_assets_tests/pg.py); skipped where none can start."""
+    from .pg import Postgres, unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(f"shared mode needs PostgreSQL: {why}")
+    server = Postgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()

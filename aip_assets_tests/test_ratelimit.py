@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -77,14 +78,16 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def run_workers(tmp_path, url: str, workers: int, extra: dict, concurrency: int, calls: int) -> None:
+def run_workers(tmp_path, url: str, workers: int, extra: dict, concurrency: int, calls: int,
+                env: list[dict[str, str]] | None = None) -> None:
     """``workers`` processes, each a ModelClient on ``url`` with the connection fields ``extra``,
-    sending ``calls`` calls at ``concurrency``, all starting at the same moment."""
+    sending ``calls`` calls at ``concurrency``, all starting at the same moment; ``env``: each
+    worker's own environment additions."""
     go = tmp_path / "go"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     procs = [subprocess.Popen([sys.executable, str(script), url, json.dumps(extra), str(concurrency), str(calls),
-                               str(go)], env=os.environ.copy()) for _ in range(workers)]
+                               str(go)], env={**os.environ, **(env[i] if env else {})}) for i in range(workers)]
     while len(list(tmp_path.glob("go.ready-*"))) < workers and all(p.poll() is None for p in procs):
         time.sleep(0.02)
     go.touch()
@@ -329,3 +332,84 @@ def test_a_change_of_slots_never_undoes_a_rate_limit_cut():
         await lim.set_cap(1)
         assert lim.bound == 1
     asyncio.run(go())
+
+
+# ------------------------------------------------------------------ shared across machines (Postgres)
+def test_the_postgres_schedule_is_the_same_arithmetic_as_the_files(postgres, monkeypatch):
+    """PgRate keeps SharedRate's schedule in Postgres: the worked example of the file schedule,
+    step for step, and two instances (as two workers) share it."""
+    from aip_assets.models.ratelimit import PgRate
+
+    ep = f"http://127.0.0.1:1/v1/pg-{os.getpid()}"
+    a = PgRate(ep, rpm=60, tpm=600, url=postgres.url)
+    assert a.reserve(5, now=100.0) == 100.0
+    assert a.reserve(30, now=100.0) == 101.0
+    assert a.reserve(0, now=100.0) == 104.0
+    a.settle(30, 10)
+    assert a.reserve(0, now=100.0) == 105.0
+    b = PgRate(ep, rpm=60, tpm=600, url=postgres.url)  # another worker, the same row
+    assert b.reserve(0, now=100.0) == 106.0
+    assert b.reserve(0, now=200.0) == 200.0
+    assert PgRate(ep + "/other", rpm=60, tpm=None, url=postgres.url).reserve(0, now=100.0) == 100.0
+    # on the database's clock, returned on this machine's: a free endpoint starts now
+    fresh = PgRate(ep + "/fresh", rpm=60, tpm=None, url=postgres.url)
+    assert abs(fresh.reserve(0) - time.time()) < 5
+    for r in (a, b, fresh):
+        r.close()
+    monkeypatch.setenv("AIP_SHARED_STATE_URL", postgres.url)
+    shared = SharedRate.for_endpoint(ep + "/picked", 60, None)
+    assert isinstance(shared, PgRate) and "Postgres" in shared.where()
+
+
+def test_requests_per_minute_holds_across_machines_through_postgres(tmp_path, scripted, postgres):
+    """Two workers as on two machines (each its own limits folder, so nothing on disk is shared),
+    4 requests/s allowed: with AIP_SHARED_STATE_URL the server sees at most 4 starts in any second
+    (every fifth request at least a second after the first of them); without it, as a control,
+    the two together send twice that. Lower bounds on time only."""
+    server = scripted(lambda body, n: "ok")
+
+    def arrivals_of(env):
+        before = len(server.requests)
+        run_workers(tmp_path / env[0]["TAG"], server.url, 2, {"requests_per_minute": 240}, concurrency=8,
+                    calls=8, env=env)
+        return sorted(t for b, t in zip(server.requests[before:], server.arrivals[before:])
+                      if " q" in str(b["messages"][-1]["content"]))
+
+    def machines(tag, shared):
+        out = []
+        for i in range(2):
+            (tmp_path / tag / f"limits{i}").mkdir(parents=True, mode=0o700)
+            out.append({"TAG": tag, "AIP_LIMITS_DIR": str(tmp_path / tag / f"limits{i}"),
+                        "AIP_SHARED_STATE_URL": postgres.url if shared else ""})
+        return out
+
+    shared = arrivals_of(machines("shared", True))
+    assert len(shared) == 16
+    fifth = [b - a for a, b in zip(shared, shared[4:])]
+    assert min(fifth) >= 0.9, fifth  # 0.25 s slots: five starts span a second
+    alone = arrivals_of(machines("alone", False))
+    assert len(alone) == 16
+    assert min(b - a for a, b in zip(alone, alone[4:])) < 0.75  # each machine alone: 8 requests/s together
+
+
+def test_a_bad_shared_state_url_stops_the_run_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    """AIP_SHARED_STATE_URL naming no database: `aip-eval run` stops at its checks with an error
+    that names the variable and hides the password; nothing is written."""
+    from aip_assets.cli import main
+
+    from .conftest import write_dataset
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    monkeypatch.setenv("AIP_SHARED_STATE_URL", f"postgresql://aip:s3cretpw@127.0.0.1:{port}/x")
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"name": "shared", "dataset": str(ds),
+                                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"],
+                                                                             "num_pairs_per_dimension": 1}}}}))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["run", str(spec), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "AIP_SHARED_STATE_URL" in err and "s3cretpw" not in err and "***" in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

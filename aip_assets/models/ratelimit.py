@@ -37,9 +37,11 @@ import hashlib
 import logging
 import math
 import os
+import re
 import stat
 import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -115,43 +117,52 @@ class SharedRate:
 
     @classmethod
     def for_endpoint(cls, endpoint: str, rpm: int | None, tpm: int | None) -> "SharedRate":
-        """One instance per endpoint, limits and directory in this process (its file stays open)."""
-        key = (f"{endpoint}\0{rpm}\0{tpm}", str(limits_dir()))
+        """One instance per endpoint, limits and place in this process (its file stays open): in
+        Postgres when ``AIP_SHARED_STATE_URL`` names one (every worker of a shared deployment draws
+        from one schedule), else in this machine's limits folder."""
+        url = shared_state_url()
+        key = (f"{endpoint}\0{rpm}\0{tpm}", url or str(limits_dir()))
         if key not in cls._open:
-            cls._open[key] = cls(endpoint, rpm, tpm)
+            cls._open[key] = PgRate(endpoint, rpm, tpm, url) if url else cls(endpoint, rpm, tpm)
         return cls._open[key]
 
-    def _update(self, fn) -> Any:
+    def _update(self, fn, now: float | None) -> tuple[Any, float]:
+        """Apply ``fn(req_next, tok_next, t) -> (req_next, tok_next, out)`` to the stored schedule
+        under its lock; ``t`` is ``now``, else the schedule's clock (here this machine's). Returns
+        ``(out, t)``."""
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
+            t = time.time() if now is None else now
             raw = os.pread(self._fd, _STATE.size, 0)
             req_next, tok_next = _STATE.unpack(raw) if len(raw) == _STATE.size else (0.0, 0.0)
-            ahead = time.time() + HORIZON_S
+            ahead = t + HORIZON_S
             req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
-            req_next, tok_next, out = fn(req_next, tok_next)
+            req_next, tok_next, out = fn(req_next, tok_next, t)
             os.pwrite(self._fd, _STATE.pack(req_next, tok_next), 0)
-            return out
+            return out, t
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def reserve(self, tokens: int = 0, now: float | None = None) -> float:
-        """Take the next request start that both limits allow; returns it (Unix time)."""
-        t = time.time() if now is None else now
+        """Take the next request start that both limits allow; returns it (Unix time: on this
+        machine's clock, or ``now``'s when given)."""
 
-        def take(req_next: float, tok_next: float):
+        def take(req_next: float, tok_next: float, t: float):
             start = max(t, req_next if self.request_s else t, tok_next if self.token_s else t)
             req_next = start + self.request_s if self.request_s else req_next
             if self.token_s:
                 tok_next = max(tok_next, start) + tokens * self.token_s
             return req_next, tok_next, start
 
-        return self._update(take)
+        start, t = self._update(take, now)
+        # the schedule's clock may be another machine's (Postgres): the wait, on this one's
+        return start if now is not None else time.time() + (start - t)
 
     def settle(self, estimated: int, counted: int) -> None:
         """The endpoint counted ``counted`` tokens for a request reserved at ``estimated``."""
         if not self.token_s or counted == estimated:
             return
-        self._update(lambda r, tk: (r, tk + (counted - estimated) * self.token_s, None))
+        self._update(lambda r, tk, t: (r, tk + (counted - estimated) * self.token_s, None), None)
 
     async def wait(self, tokens: int = 0) -> None:
         start = self.reserve(tokens)
@@ -160,9 +171,101 @@ class SharedRate:
         if delay > WARN_WAIT_S and now - self._warned > 60:
             self._warned = now
             logger.warning(f"{self.endpoint}: waiting {delay:.0f}s for the endpoint's requests_per_minute / "
-                           f"tokens_per_minute (shared on this machine through {self.path.parent})")
+                           f"tokens_per_minute ({self.where()})")
         if delay > 0:
             await asyncio.sleep(delay)
 
+    def where(self) -> str:
+        return f"shared on this machine through {self.path.parent}"
+
     def close(self) -> None:
         os.close(self._fd)
+
+
+# ---------------------------------------------------------------- shared across machines
+SHARED_STATE_ENV = "AIP_SHARED_STATE_URL"
+
+
+def shared_state_url() -> str | None:
+    """The Postgres database that workers on several machines share their endpoints' schedules
+    in (``postgresql://user:password@host:5432/db``), from ``AIP_SHARED_STATE_URL``; None: this
+    machine's limits folder. Read from the environment only, never stored or logged."""
+    return os.environ.get(SHARED_STATE_ENV) or None
+
+
+def redact(url: str) -> str:
+    """A database URL fit for a message: its password replaced."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+_PG_TABLE = """CREATE TABLE IF NOT EXISTS aip_rate_schedule (
+    endpoint text PRIMARY KEY,   -- the sha256 of the endpoint's id, as the files are named
+    req_next double precision NOT NULL DEFAULT 0,  -- the next free request start (the database's clock)
+    tok_next double precision NOT NULL DEFAULT 0   -- when the tokens spent so far are paid off
+)"""
+
+
+def pg_connect(url: str) -> Any:
+    """A connection to the shared-state database, its table made; a clear error if it cannot be."""
+    try:
+        import psycopg
+    except ImportError:
+        raise AipError(f"{SHARED_STATE_ENV} is set, but psycopg is not installed: pip install 'aip-assets[shared]'") \
+            from None
+    try:
+        conn = psycopg.connect(url, connect_timeout=10, autocommit=True)
+        try:
+            conn.execute(_PG_TABLE)
+        except psycopg.errors.UniqueViolation:  # another worker made it at the same moment
+            pass
+        return conn
+    except psycopg.Error as e:
+        raise AipError(f"{SHARED_STATE_ENV} ({redact(url)}): cannot use the shared-state database: "
+                       f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+
+
+def check_shared_state() -> str | None:
+    """Before a run: the shared-state database answers (raises AipError saying why not); what to log."""
+    url = shared_state_url()
+    if url is None:
+        return None
+    pg_connect(url).close()
+    return f"endpoint rate schedules shared through Postgres at {redact(url)} ({SHARED_STATE_ENV})"
+
+
+class PgRate(SharedRate):
+    """The same schedule kept in Postgres, for workers on several machines: a row per endpoint,
+    read and written under ``SELECT ... FOR UPDATE`` in one transaction, on the database's clock
+    (the workers' clocks may differ; each waits the difference on its own)."""
+
+    def __init__(self, endpoint: str, rpm: int | None, tpm: int | None, url: str):
+        if not rpm and not tpm:
+            raise ValueError("a shared rate needs requests_per_minute or tokens_per_minute")
+        self.endpoint = endpoint
+        self.request_s = 60.0 / rpm if rpm else 0.0
+        self.token_s = 60.0 / tpm if tpm else 0.0
+        self.url = url
+        self.key = hashlib.sha256(endpoint.encode()).hexdigest()[:32]
+        self._conn = pg_connect(url)
+        self._conn.execute("INSERT INTO aip_rate_schedule (endpoint) VALUES (%s) ON CONFLICT DO NOTHING", [self.key])
+        self._lock = threading.Lock()  # one transaction at a time on this connection
+        self._warned = 0.0
+
+    def _update(self, fn, now: float | None) -> tuple[Any, float]:
+        with self._lock, self._conn.transaction():
+            req_next, tok_next, db_now = self._conn.execute(
+                "SELECT req_next, tok_next, extract(epoch FROM clock_timestamp())::double precision "
+                "FROM aip_rate_schedule WHERE endpoint = %s FOR UPDATE", [self.key]).fetchone()
+            t = db_now if now is None else now
+            ahead = t + HORIZON_S
+            req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
+            req_next, tok_next, out = fn(req_next, tok_next, t)
+            self._conn.execute("UPDATE aip_rate_schedule SET req_next = %s, tok_next = %s WHERE endpoint = %s",
+                               [req_next, tok_next, self.key])
+        return out, t
+
+    def where(self) -> str:
+        return f"shared by every worker through Postgres at {redact(self.url)}"
+
+    def close(self) -> None:
+        self._conn.close()
