@@ -131,9 +131,13 @@ def cmd_run(args) -> int:
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"resuming run {run_id} with its stored spec")
         only_configured(f"run {run_id}", "; a resumed run keeps the metrics of its stored spec")
-    if args.parallel > 1 and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens):
+    from .models.ratelimit import shared_state_url
+
+    if args.parallel > 1 and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens) \
+            and not shared_state_url():
         raise AipError("--parallel: the run's call and token caps (limits.max_calls / max_tokens, --max-calls, "
-                       "--max-tokens) are counted per process; run a capped run with --parallel 1")
+                       "--max-tokens) are counted per process; run a capped run with --parallel 1, or share them "
+                       "through Postgres (AIP_SHARED_STATE_URL)")
     from .jobs import evaluate as evaluate_job, evaluate_run
 
     evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)

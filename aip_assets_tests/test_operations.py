@@ -548,3 +548,32 @@ def test_the_ui_watching_a_run_sees_each_event_the_cli_writes(tmp_path):
         ui.dispose()
         cli.dispose()
         dagster_storage.ANCHORS.release()
+
+
+def test_parallel_workers_share_the_runs_call_cap_through_postgres(tmp_path, capsys, monkeypatch, postgres):
+    """With AIP_SHARED_STATE_URL, `--parallel` takes a capped run: its metrics' worker processes
+    draw from one budget in Postgres. Three metrics, max_calls 30: the run stops at its cap
+    (exit 4) having made 30 calls in all, not 30 per worker."""
+    from aip_assets.cli import main
+
+    monkeypatch.setenv("AIP_SHARED_STATE_URL", postgres.url)
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    spec = tmp_path / "cap.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": f"cap{os.getpid()}", "dataset": str(ds), "seed": 5, "sut": {"provider": "builtin", "profile": FLIP},
+        "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}},
+                    "llm.semantic_consistency": {"config": {"responses_per_query": 2}},
+                    "llm.group_interaction_bias": {"config": {"num_pairs": 2, "persona_pool_size": 4}}}}))
+    assert main(["run", str(spec), "--json", "--quiet", "--parallel", "2", "--max-calls", "30"]) == 4
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    import psycopg
+
+    with psycopg.connect(postgres.url) as con:
+        assert con.execute("SELECT calls FROM aip_run_budget WHERE run_id = %s", [run_id]).fetchone()[0] == 30
+    from aip_assets.models.journal import Journal, journal_path
+
+    j = Journal(journal_path(wh.default_path()))
+    try:
+        assert j.totals(run_id)[0] == 30  # every call the workers made, journaled: 30 in all
+    finally:
+        j.close()

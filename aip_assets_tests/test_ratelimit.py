@@ -413,3 +413,57 @@ def test_a_bad_shared_state_url_stops_the_run_before_anything_is_written(tmp_pat
     err = capsys.readouterr().err
     assert "AIP_SHARED_STATE_URL" in err and "s3cretpw" not in err and "***" in err, err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+BUDGET_WORKER = textwrap.dedent("""
+    import asyncio, json, os, sys, time
+    from aip_assets.models.client import Budget, BudgetExhausted, ModelClient
+    from aip_assets.runspec import Connection
+
+    url, run_id, max_calls, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+
+    async def main():
+        c = Connection(provider="openai", base_url=url, model="m")
+        budget = Budget.for_run(run_id, None, max_calls, None)
+        sent = refused = 0
+        async with ModelClient(c, role="sut", run_id=run_id, metric="m", stage="sampling", journal=None,
+                               concurrency=4, budget=budget) as cl:
+            open(f"{go}.ready-{os.getpid()}", "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.005)
+            for i in range(n):
+                try:
+                    r = await cl.chat([{"role": "user", "content": f"{os.getpid()} b{i}"}], temperature=0, timeout=60)
+                    sent += r.ok
+                except BudgetExhausted as e:
+                    refused += 1
+                    assert "limits.max_calls = " + str(max_calls) in str(e), e
+        print(json.dumps({"sent": sent, "refused": refused}))
+    asyncio.run(main())
+""")
+
+
+def test_a_runs_call_cap_holds_across_workers_through_postgres(tmp_path, scripted, postgres, monkeypatch):
+    """limits.max_calls is the run's, not a worker's: two workers of one run (separate processes,
+    no journal in common), 9 calls each, max_calls 10 through AIP_SHARED_STATE_URL. The server
+    gets exactly 10; the other 8 are refused with the cap's message."""
+    server = scripted(lambda body, n: "ok")
+    monkeypatch.setenv("AIP_SHARED_STATE_URL", postgres.url)
+    go = tmp_path / "go"
+    script = tmp_path / "budget_worker.py"
+    script.write_text(BUDGET_WORKER)
+    run_id = f"shared-{os.getpid()}-{time.time_ns()}"
+    procs = [subprocess.Popen([sys.executable, str(script), server.url, run_id, "10", "9", str(go)],
+                              stdout=subprocess.PIPE, text=True, env=os.environ.copy()) for _ in range(2)]
+    try:
+        while len(list(tmp_path.glob("go.ready-*"))) < 2 and all(p.poll() is None for p in procs):
+            time.sleep(0.02)
+        go.touch()
+        outs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0]
+    assert sum(o["sent"] for o in outs) == 10 and sum(o["refused"] for o in outs) == 8, outs
+    assert len([b for b in server.requests if " b" in str(b["messages"][-1]["content"])]) == 10

@@ -266,7 +266,7 @@ class StageContext:
         conn: Connection = ({"sut": self.spec.sut, "judge": self.spec.judge, "audit": audit}.get(role)
                             or self.spec.synthesis_connection())
         lim = self.spec.limits
-        budget = Budget(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
+        budget = Budget.for_run(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
         return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
                            journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
                            backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append,

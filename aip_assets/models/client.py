@@ -35,7 +35,7 @@ from ..runspec import Connection, stable_json
 from .builtin import ENDPOINT_CHECK
 from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport
-from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
+from .ratelimit import SharedRate, counted_tokens, estimate_tokens, pg_connect, prompt_tokens_estimate, shared_state_url
 from .slots import REBALANCE_S, SharedSlots
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
@@ -96,6 +96,62 @@ class Budget:
 
     def spend(self, tokens: int) -> None:
         self.tokens += tokens
+
+    @staticmethod
+    def for_run(run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None) -> "Budget":
+        """The run's budget: in Postgres when ``AIP_SHARED_STATE_URL`` names one (every worker of
+        the run draws from it), else counted in this process from the journal."""
+        url = shared_state_url()
+        if url:
+            return PgBudget(run_id, journal, max_calls, max_tokens, url)
+        return Budget(run_id, journal, max_calls, max_tokens)
+
+
+_PG_BUDGET = """CREATE TABLE IF NOT EXISTS aip_run_budget (
+    run_id text PRIMARY KEY,
+    calls bigint NOT NULL,   -- network calls the run's workers have sent (reserved before sending)
+    tokens bigint NOT NULL   -- tokens they have spent (as the answers counted them)
+)"""
+
+
+class PgBudget(Budget):
+    """A run's budget shared by its workers (issue 14's shared mode): one row per run in Postgres,
+    a call reserved by one atomic ``UPDATE … WHERE calls < max_calls RETURNING``, so the workers
+    together never send more than ``max_calls``. The row starts from the journal's totals of the
+    first worker to open it (a run begun before shared mode was turned on keeps its count)."""
+
+    def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None,
+                 url: str):
+        import psycopg
+
+        self.run_id, self.max_calls, self.max_tokens = run_id, max_calls, max_tokens
+        self._conn = pg_connect(url)
+        try:
+            self._conn.execute(_PG_BUDGET)
+        except psycopg.errors.UniqueViolation:  # made by another worker at the same moment
+            pass
+        calls, tokens = journal.totals(run_id) if journal is not None else (0, 0)
+        self._conn.execute("INSERT INTO aip_run_budget (run_id, calls, tokens) VALUES (%s, %s, %s) "
+                           "ON CONFLICT DO NOTHING", [run_id, calls, tokens])
+        self.calls, self.tokens = self._conn.execute("SELECT calls, tokens FROM aip_run_budget WHERE run_id = %s",
+                                                     [run_id]).fetchone()
+
+    def reserve(self) -> None:
+        row = self._conn.execute(
+            "UPDATE aip_run_budget SET calls = calls + 1 WHERE run_id = %s AND (%s::bigint IS NULL OR calls < %s) "
+            "AND (%s::bigint IS NULL OR tokens < %s) RETURNING calls, tokens",
+            [self.run_id, self.max_calls, self.max_calls, self.max_tokens, self.max_tokens]).fetchone()
+        if row is None:  # the cap is reached: say which, as Budget does
+            self.calls, self.tokens = self._conn.execute(
+                "SELECT calls, tokens FROM aip_run_budget WHERE run_id = %s", [self.run_id]).fetchone()
+            super().reserve()  # raises BudgetExhausted with the message of the cap reached
+            raise BudgetExhausted(f"the run reached its limits ({self.calls} calls, {self.tokens} tokens)")
+        self.calls, self.tokens = row
+
+    def spend(self, tokens: int) -> None:
+        if tokens:
+            self.tokens = self._conn.execute("UPDATE aip_run_budget SET tokens = tokens + %s WHERE run_id = %s "
+                                             "RETURNING tokens", [tokens, self.run_id]).fetchone()[0]
 
 
 MAX_BACKOFF_S = 60.0
