@@ -17,9 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from aip_assets.models.builtin import start_app_in_thread
-
-PREFLIGHT = "Reply with OK."
+from aip_assets.models.builtin import ENDPOINT_CHECK as PREFLIGHT, start_app_in_thread
 
 
 @dataclass

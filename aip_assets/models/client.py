@@ -107,13 +107,6 @@ class Budget:
         return Budget(run_id, journal, max_calls, max_tokens)
 
 
-_PG_BUDGET = """CREATE TABLE IF NOT EXISTS aip_run_budget (
-    run_id text PRIMARY KEY,
-    calls bigint NOT NULL,   -- network calls the run's workers have sent (reserved before sending)
-    tokens bigint NOT NULL   -- tokens they have spent (as the answers counted them)
-)"""
-
-
 class PgBudget(Budget):
     """A run's budget shared by its workers (issue 14's shared mode): one row per run in Postgres,
     a call reserved by one atomic ``UPDATE … WHERE calls < max_calls RETURNING``, so the workers
@@ -122,14 +115,8 @@ class PgBudget(Budget):
 
     def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None,
                  url: str):
-        import psycopg
-
         self.run_id, self.max_calls, self.max_tokens = run_id, max_calls, max_tokens
-        self._conn = pg_connect(url)
-        try:
-            self._conn.execute(_PG_BUDGET)
-        except psycopg.errors.UniqueViolation:  # made by another worker at the same moment
-            pass
+        self._conn = pg_connect(url)  # its table (aip_run_budget) made there
         calls, tokens = journal.totals(run_id) if journal is not None else (0, 0)
         self._conn.execute("INSERT INTO aip_run_budget (run_id, calls, tokens) VALUES (%s, %s, %s) "
                            "ON CONFLICT DO NOTHING", [run_id, calls, tokens])

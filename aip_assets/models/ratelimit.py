@@ -104,15 +104,19 @@ class SharedRate:
     _open: dict[tuple[str, str], "SharedRate"] = {}
 
     def __init__(self, endpoint: str, rpm: int | None, tpm: int | None, directory: Path | None = None):
+        self._set_limits(endpoint, rpm, tpm)
+        d = directory or limits_dir()
+        _own_folder(d)
+        self.path = d / (hashlib.sha256(endpoint.encode()).hexdigest()[:32] + ".rate")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+    def _set_limits(self, endpoint: str, rpm: int | None, tpm: int | None) -> None:
+        """The endpoint and its spacing (seconds per request, per token), wherever the schedule is kept."""
         if not rpm and not tpm:
             raise ValueError("a shared rate needs requests_per_minute or tokens_per_minute")
         self.endpoint = endpoint
         self.request_s = 60.0 / rpm if rpm else 0.0
         self.token_s = 60.0 / tpm if tpm else 0.0
-        d = directory or limits_dir()
-        _own_folder(d)
-        self.path = d / (hashlib.sha256(endpoint.encode()).hexdigest()[:32] + ".rate")
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
         self._warned = 0.0
 
     @classmethod
@@ -198,15 +202,20 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
-_PG_TABLE = """CREATE TABLE IF NOT EXISTS aip_rate_schedule (
+# every table of the shared state, made at the first connection (and so by the check before a run)
+_PG_TABLES = ("""CREATE TABLE IF NOT EXISTS aip_rate_schedule (
     endpoint text PRIMARY KEY,   -- the sha256 of the endpoint's id, as the files are named
     req_next double precision NOT NULL DEFAULT 0,  -- the next free request start (the database's clock)
     tok_next double precision NOT NULL DEFAULT 0   -- when the tokens spent so far are paid off
-)"""
+)""", """CREATE TABLE IF NOT EXISTS aip_run_budget (
+    run_id text PRIMARY KEY,
+    calls bigint NOT NULL,   -- network calls the run's workers have sent (reserved before sending)
+    tokens bigint NOT NULL   -- tokens they have spent (as the answers counted them)
+)""")
 
 
 def pg_connect(url: str) -> Any:
-    """A connection to the shared-state database, its table made; a clear error if it cannot be."""
+    """A connection to the shared-state database, its tables made; a clear error if it cannot be."""
     try:
         import psycopg
     except ImportError:
@@ -214,10 +223,11 @@ def pg_connect(url: str) -> Any:
             from None
     try:
         conn = psycopg.connect(url, connect_timeout=10, autocommit=True)
-        try:
-            conn.execute(_PG_TABLE)
-        except psycopg.errors.UniqueViolation:  # another worker made it at the same moment
-            pass
+        for table in _PG_TABLES:
+            try:
+                conn.execute(table)
+            except psycopg.errors.UniqueViolation:  # another worker made it at the same moment
+                pass
         return conn
     except psycopg.Error as e:
         raise AipError(f"{SHARED_STATE_ENV} ({redact(url)}): cannot use the shared-state database: "
@@ -239,17 +249,12 @@ class PgRate(SharedRate):
     (the workers' clocks may differ; each waits the difference on its own)."""
 
     def __init__(self, endpoint: str, rpm: int | None, tpm: int | None, url: str):
-        if not rpm and not tpm:
-            raise ValueError("a shared rate needs requests_per_minute or tokens_per_minute")
-        self.endpoint = endpoint
-        self.request_s = 60.0 / rpm if rpm else 0.0
-        self.token_s = 60.0 / tpm if tpm else 0.0
+        self._set_limits(endpoint, rpm, tpm)
         self.url = url
         self.key = hashlib.sha256(endpoint.encode()).hexdigest()[:32]
         self._conn = pg_connect(url)
         self._conn.execute("INSERT INTO aip_rate_schedule (endpoint) VALUES (%s) ON CONFLICT DO NOTHING", [self.key])
         self._lock = threading.Lock()  # one transaction at a time on this connection
-        self._warned = 0.0
 
     def _update(self, fn, now: float | None) -> tuple[Any, float]:
         with self._lock, self._conn.transaction():
