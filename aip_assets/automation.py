@@ -69,7 +69,7 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
         else:
             spec = sut.apply(load_spec(path))  # the YAML as it is at launch; the sut resource, when set, instead
         for line in preflight(spec):
-            context.log.info(f"endpoint ok: {line}")
+            context.log.info(line)
         if not resume:
             register_run(spec, run_id)
     except AipError as e:

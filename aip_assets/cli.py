@@ -131,7 +131,7 @@ def cmd_run(args) -> int:
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"resuming run {run_id} with its stored spec")
         only_configured(f"run {run_id}", "; a resumed run keeps the metrics of its stored spec")
-    from .models.ratelimit import shared_state_url
+    from .models.shared_state import shared_state_url
 
     if args.parallel > 1 and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens) \
             and not shared_state_url():
@@ -143,7 +143,7 @@ def cmd_run(args) -> int:
     evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
     n_rows = pipeline.validate_datasets(spec)
     for line in pipeline.preflight(spec):
-        log.info(f"endpoint ok: {line}")
+        log.info(line)
     if resume and (args.max_calls or args.max_tokens):
         pipeline.update_limits(run_id, args.max_calls, args.max_tokens, path)
         spec, _ = pipeline.load_run(run_id, path)

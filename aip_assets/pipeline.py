@@ -41,8 +41,9 @@ def new_run_id(spec: RunSpec, now: datetime | None = None) -> str:
 
 def preflight(spec: RunSpec) -> list[str]:
     """Check every endpoint answers before anything is written (raises EndpointError), and the
-    shared-state database when one is configured (``AIP_SHARED_STATE_URL``; raises AipError)."""
-    from .models.ratelimit import check_shared_state
+    shared-state database when one is configured (``AIP_SHARED_STATE_URL``; raises AipError).
+    Returns what to log, a line per check."""
+    from .models.shared_state import check_shared_state
 
     shared = check_shared_state()
 
@@ -59,7 +60,7 @@ def preflight(spec: RunSpec) -> list[str]:
             if conn.endpoint_id() + conn.model in seen:
                 continue
             seen.add(conn.endpoint_id() + conn.model)
-            out.append(await check_endpoint(conn, role))
+            out.append(f"endpoint ok: {await check_endpoint(conn, role)}")
         return out
     return asyncio.run(go()) + ([shared] if shared else [])
 

@@ -71,7 +71,8 @@ class Postgres:
         return self
 
     def stop(self) -> None:
-        try:
-            self._run(_tool("pg_ctl") or "pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
+        try:  # a server that never started has nothing to stop
+            if (self.dir / "data" / "postmaster.pid").exists():
+                self._run(_tool("pg_ctl") or "pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -131,7 +131,7 @@ def test_calibration_fragile_to_typos_and_round_trip(tmp_path):
     subprocess.run(cmd, check=True, capture_output=True)
     # the external scorer needs no SUT: an unreachable one is never asked
     no_sut = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
-    assert pipeline.preflight(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut)) == ["judge: builtin model (fair)"]
+    assert pipeline.preflight(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut)) == ["endpoint ok: judge: builtin model (fair)"]
     run_all(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut), "external", metric=EXT)
     ext, host = scores("external"), scores("hosted")
     cols = ["scope", "group_key", "raw_score", "n"]

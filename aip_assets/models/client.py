@@ -35,7 +35,8 @@ from ..runspec import Connection, stable_json
 from .builtin import ENDPOINT_CHECK
 from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport
-from .ratelimit import SharedRate, counted_tokens, estimate_tokens, pg_connect, prompt_tokens_estimate, shared_state_url
+from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
+from .shared_state import SharedDb, shared_state_url
 from .slots import REBALANCE_S, SharedSlots
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
@@ -94,6 +95,9 @@ class Budget:
                                   "raise the limit (aip-eval run SPEC --run-id RUN --max-tokens N) to resume")
         self.calls += 1
 
+    async def areserve(self) -> None:
+        self.reserve()
+
     def spend(self, tokens: int) -> None:
         self.tokens += tokens
 
@@ -108,37 +112,52 @@ class Budget:
 
 
 class PgBudget(Budget):
-    """A run's budget shared by its workers (issue 14's shared mode): one row per run in Postgres,
-    a call reserved by one atomic ``UPDATE … WHERE calls < max_calls RETURNING``, so the workers
-    together never send more than ``max_calls``. The row starts from the journal's totals of the
-    first worker to open it (a run begun before shared mode was turned on keeps its count)."""
+    """A run's budget shared by its workers (issue 14's shared mode): one row per run id in
+    Postgres, a call reserved by one atomic ``UPDATE … WHERE calls < max_calls RETURNING``, so the
+    workers together never send more than ``max_calls``. The row starts from the journal's totals
+    of the first worker to open it (a run begun before shared mode was turned on keeps its count),
+    and it stays: a later resume of the same run id, on any worker, goes on from it. Statements
+    run on the database's own thread (``SharedDb``); ``spend`` is queued without waiting."""
 
     def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None,
                  url: str):
         self.run_id, self.max_calls, self.max_tokens = run_id, max_calls, max_tokens
-        self._conn = pg_connect(url)  # its table (aip_run_budget) made there
-        calls, tokens = journal.totals(run_id) if journal is not None else (0, 0)
-        self._conn.execute("INSERT INTO aip_run_budget (run_id, calls, tokens) VALUES (%s, %s, %s) "
-                           "ON CONFLICT DO NOTHING", [run_id, calls, tokens])
-        self.calls, self.tokens = self._conn.execute("SELECT calls, tokens FROM aip_run_budget WHERE run_id = %s",
-                                                     [run_id]).fetchone()
+        self.db = SharedDb.get(url)
+        self._seed = journal.totals(run_id) if journal is not None else (0, 0)
+        self.calls, self.tokens = self.db.run(f"the budget of run {run_id}", self._row)
 
-    def reserve(self) -> None:
-        row = self._conn.execute(
+    def _row(self, conn) -> tuple[int, int]:
+        """The run's row, made from this worker's journal totals if there is none yet."""
+        conn.execute("INSERT INTO aip_run_budget (run_id, calls, tokens) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                     [self.run_id, *self._seed])
+        return conn.execute("SELECT calls, tokens FROM aip_run_budget WHERE run_id = %s", [self.run_id]).fetchone()
+
+    def _take(self, conn) -> tuple[int, int] | None:
+        return conn.execute(
             "UPDATE aip_run_budget SET calls = calls + 1 WHERE run_id = %s AND (%s::bigint IS NULL OR calls < %s) "
             "AND (%s::bigint IS NULL OR tokens < %s) RETURNING calls, tokens",
             [self.run_id, self.max_calls, self.max_calls, self.max_tokens, self.max_tokens]).fetchone()
-        if row is None:  # the cap is reached: say which, as Budget does
-            self.calls, self.tokens = self._conn.execute(
-                "SELECT calls, tokens FROM aip_run_budget WHERE run_id = %s", [self.run_id]).fetchone()
+
+    def reserve(self) -> None:
+        def take(conn) -> tuple[tuple[int, int], bool]:
+            row = self._take(conn)
+            if row is None:  # the cap is reached, or the row was deleted while the run went on: make it, try again
+                self._row(conn)
+                row = self._take(conn)
+            return (row, True) if row is not None else (self._row(conn), False)
+
+        (self.calls, self.tokens), ok = self.db.run(f"the budget of run {self.run_id}", take)
+        if not ok:
             super().reserve()  # raises BudgetExhausted with the message of the cap reached
             raise BudgetExhausted(f"the run reached its limits ({self.calls} calls, {self.tokens} tokens)")
-        self.calls, self.tokens = row
+
+    async def areserve(self) -> None:
+        await self.db.call(self.reserve)
 
     def spend(self, tokens: int) -> None:
         if tokens:
-            self.tokens = self._conn.execute("UPDATE aip_run_budget SET tokens = tokens + %s WHERE run_id = %s "
-                                             "RETURNING tokens", [tokens, self.run_id]).fetchone()[0]
+            self.db.queue(self.db.run, f"the budget of run {self.run_id}", lambda conn: conn.execute(
+                "UPDATE aip_run_budget SET tokens = tokens + %s WHERE run_id = %s", [tokens, self.run_id]))
 
 
 MAX_BACKOFF_S = 60.0
@@ -565,7 +584,7 @@ class ModelClient:
                 if left() <= 0:
                     return failed(self._deadline_error("before this attempt" if attempts else "before this call was sent"))
                 if attempts == 0 and self.budget is not None:  # a call is counted once it is really sent
-                    self.budget.reserve()
+                    await self.budget.areserve()
                 attempts += 1
                 cut = left() < timeout  # this attempt ends at the row deadline, not at its own timeout
                 t0 = time.perf_counter()

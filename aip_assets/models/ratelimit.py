@@ -27,6 +27,9 @@ or headers). The folder must be this user's own (mode 0700, not a link): another
 in a shared temp dir is refused, and files are opened without following links. A stored time
 that is not a number or lies more than a day ahead (a clock stepped back, a corrupt file) is
 taken as free. A process that dies holds nothing: the lock goes with its file descriptor.
+
+With ``AIP_SHARED_STATE_URL`` the same schedule is kept in Postgres instead (``PgRate``), shared by
+workers on several machines (``shared_state.py``).
 """
 
 from __future__ import annotations
@@ -37,16 +40,15 @@ import hashlib
 import logging
 import math
 import os
-import re
 import stat
 import struct
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import AipError
+from .shared_state import SharedDb, shared_state_url
 
 logger = logging.getLogger("aip_assets")
 _STATE = struct.Struct("<dd")  # next request start, tokens paid off (Unix time, seconds)
@@ -168,8 +170,11 @@ class SharedRate:
             return
         self._update(lambda r, tk, t: (r, tk + (counted - estimated) * self.token_s, None), None)
 
+    async def _areserve(self, tokens: int) -> float:
+        return self.reserve(tokens)  # a file under flock: microseconds
+
     async def wait(self, tokens: int = 0) -> None:
-        start = self.reserve(tokens)
+        start = await self._areserve(tokens)
         now = time.time()
         delay = start - now
         if delay > WARN_WAIT_S and now - self._warned > 60:
@@ -187,90 +192,46 @@ class SharedRate:
 
 
 # ---------------------------------------------------------------- shared across machines
-SHARED_STATE_ENV = "AIP_SHARED_STATE_URL"
-
-
-def shared_state_url() -> str | None:
-    """The Postgres database that workers on several machines share their endpoints' schedules
-    in (``postgresql://user:password@host:5432/db``), from ``AIP_SHARED_STATE_URL``; None: this
-    machine's limits folder. Read from the environment only, never stored or logged."""
-    return os.environ.get(SHARED_STATE_ENV) or None
-
-
-def redact(url: str) -> str:
-    """A database URL fit for a message: its password replaced."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-
-
-# every table of the shared state, made at the first connection (and so by the check before a run)
-_PG_TABLES = ("""CREATE TABLE IF NOT EXISTS aip_rate_schedule (
-    endpoint text PRIMARY KEY,   -- the sha256 of the endpoint's id, as the files are named
-    req_next double precision NOT NULL DEFAULT 0,  -- the next free request start (the database's clock)
-    tok_next double precision NOT NULL DEFAULT 0   -- when the tokens spent so far are paid off
-)""", """CREATE TABLE IF NOT EXISTS aip_run_budget (
-    run_id text PRIMARY KEY,
-    calls bigint NOT NULL,   -- network calls the run's workers have sent (reserved before sending)
-    tokens bigint NOT NULL   -- tokens they have spent (as the answers counted them)
-)""")
-
-
-def pg_connect(url: str) -> Any:
-    """A connection to the shared-state database, its tables made; a clear error if it cannot be."""
-    try:
-        import psycopg
-    except ImportError:
-        raise AipError(f"{SHARED_STATE_ENV} is set, but psycopg is not installed: pip install 'aip-assets[shared]'") \
-            from None
-    try:
-        conn = psycopg.connect(url, connect_timeout=10, autocommit=True)
-        for table in _PG_TABLES:
-            try:
-                conn.execute(table)
-            except psycopg.errors.UniqueViolation:  # another worker made it at the same moment
-                pass
-        return conn
-    except psycopg.Error as e:
-        raise AipError(f"{SHARED_STATE_ENV} ({redact(url)}): cannot use the shared-state database: "
-                       f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
-
-
-def check_shared_state() -> str | None:
-    """Before a run: the shared-state database answers (raises AipError saying why not); what to log."""
-    url = shared_state_url()
-    if url is None:
-        return None
-    pg_connect(url).close()
-    return f"endpoint rate schedules shared through Postgres at {redact(url)} ({SHARED_STATE_ENV})"
-
-
 class PgRate(SharedRate):
     """The same schedule kept in Postgres, for workers on several machines: a row per endpoint,
     read and written under ``SELECT ... FOR UPDATE`` in one transaction, on the database's clock
-    (the workers' clocks may differ; each waits the difference on its own)."""
+    (the workers' clocks may differ; each waits the difference on its own). The statements run on
+    the database's own thread (``SharedDb``): ``wait`` does not block the event loop, and
+    ``settle`` is queued without waiting."""
 
     def __init__(self, endpoint: str, rpm: int | None, tpm: int | None, url: str):
         self._set_limits(endpoint, rpm, tpm)
-        self.url = url
+        self.db = SharedDb.get(url)
         self.key = hashlib.sha256(endpoint.encode()).hexdigest()[:32]
-        self._conn = pg_connect(url)
-        self._conn.execute("INSERT INTO aip_rate_schedule (endpoint) VALUES (%s) ON CONFLICT DO NOTHING", [self.key])
-        self._lock = threading.Lock()  # one transaction at a time on this connection
 
     def _update(self, fn, now: float | None) -> tuple[Any, float]:
-        with self._lock, self._conn.transaction():
-            req_next, tok_next, db_now = self._conn.execute(
-                "SELECT req_next, tok_next, extract(epoch FROM clock_timestamp())::double precision "
-                "FROM aip_rate_schedule WHERE endpoint = %s FOR UPDATE", [self.key]).fetchone()
-            t = db_now if now is None else now
-            ahead = t + HORIZON_S
-            req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
-            req_next, tok_next, out = fn(req_next, tok_next, t)
-            self._conn.execute("UPDATE aip_rate_schedule SET req_next = %s, tok_next = %s WHERE endpoint = %s",
-                               [req_next, tok_next, self.key])
-        return out, t
+        def txn(conn):
+            with conn.transaction():
+                # the row is made here if missing (first use, or deleted while a run went on)
+                conn.execute("INSERT INTO aip_rate_schedule (endpoint) VALUES (%s) ON CONFLICT DO NOTHING",
+                             [self.key])
+                req_next, tok_next, db_now = conn.execute(
+                    "SELECT req_next, tok_next, extract(epoch FROM clock_timestamp())::double precision "
+                    "FROM aip_rate_schedule WHERE endpoint = %s FOR UPDATE", [self.key]).fetchone()
+                t = db_now if now is None else now
+                ahead = t + HORIZON_S
+                req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
+                req_next, tok_next, out = fn(req_next, tok_next, t)
+                conn.execute("UPDATE aip_rate_schedule SET req_next = %s, tok_next = %s WHERE endpoint = %s",
+                             [req_next, tok_next, self.key])
+            return out, t
+
+        return self.db.run(f"the rate schedule of {self.endpoint}", txn)
+
+    async def _areserve(self, tokens: int) -> float:
+        return await self.db.call(self.reserve, tokens)
+
+    def settle(self, estimated: int, counted: int) -> None:
+        if self.token_s and counted != estimated:
+            self.db.queue(SharedRate.settle, self, estimated, counted)
 
     def where(self) -> str:
-        return f"shared by every worker through Postgres at {redact(self.url)}"
+        return f"shared by every worker through Postgres at {self.db.name}"
 
     def close(self) -> None:
-        self._conn.close()
+        pass  # the connection is the process's (SharedDb), kept for the next user
