@@ -25,7 +25,7 @@ from .errors import AipError, SpecError
 from .metrics import REGISTRY, get_metric
 from .metrics.base import OverlayReader, StageContext
 from .models.client import check_endpoint
-from .models.journal import Journal, journal_path
+from .models.journal import open_journal
 from .runspec import RunSpec, file_sha256, parse_spec, stable_json
 from . import warehouse as wh
 
@@ -232,7 +232,7 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     plugin = get_metric(metric)
-    journal = Journal(journal_path(path))
+    journal = open_journal(path)
     staged = StagedTables(path.parent, run_id, metric, stage)
     try:
         ctx = StageContext(run_id=run_id, metric=metric, spec=spec, config=spec.metric_config(metric),

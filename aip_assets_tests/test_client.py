@@ -679,3 +679,115 @@ def test_marks_fold_into_a_sorted_array_and_stay_a_set():
         m.add(x)
     assert len(m) == size == len(set(first + later))
     assert not any(rng.getrandbits(64) in m for _ in range(1000))  # a chance collision: about 1e-13
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_the_journal_answers_the_same_from_sqlite_and_postgres(tmp_path, request, store):
+    """The journal's contract, in both stores (shared mode keeps it in Postgres): uneven records
+    over two runs and two stages, a failure, a cache record, missing fields; a key answered by both
+    runs; then every reader's answer, derived by hand. The frames of the two stores are equal."""
+    import random
+
+    import pandas as pd
+
+    from aip_assets.models.journal import Journal, PgJournal
+
+    rnd = random.Random(11)
+    keys = [f"{rnd.getrandbits(128):032x}" for _ in range(8)] + ["not-a-hex-key"]
+    tag = f"{store}-{time.time_ns()}"  # the shared database outlives a test
+    r1, r2 = f"r1-{tag}", f"r2-{tag}"
+
+    def rec(i, run, key=None, stage="sampling", status="ok", source="network", answer=None, **kw):
+        return {"run_id": run, "metric": "m", "stage": stage, "role": "sut" if stage == "sampling" else "judge",
+                "call_key": key or keys[i], "sample_index": i % 3, "endpoint": "http://e/v1", "model": "mod",
+                "request": {"messages": [{"role": "user", "content": f"question {i} " + "x" * i}]},
+                "response_text": None if status != "ok" else (answer or f"answer {i}"), "status": status,
+                "error": "HTTP 500: boom" if status != "ok" else None, "http_status": 500 if status != "ok" else 200,
+                "latency_ms": 2.5 * i, "prompt_tokens": i, "completion_tokens": i + 1 if i % 2 else None,
+                "attempts": 1 + (status != "ok"), "response_model": "mod-v", "fingerprint": None, "source": source,
+                "created_at": 1_700_000_000.0 + i, **kw}
+
+    def open_():
+        if store == "sqlite":
+            return Journal(tmp_path / "j.sqlite")
+        return PgJournal(request.getfixturevalue("postgres").url)
+
+    records = [rec(0, r1), rec(1, r1), rec(2, r1, status="error"), rec(3, r2), rec(4, r1, source="cache"),
+               rec(5, r1, stage="judging"), rec(3, r1, answer="r1's own answer"), rec(8, r1), rec(6, r2, status="error")]
+    j = open_()
+    for r in records:
+        j.record(r)
+    assert j.lookup(keys[8], [r1])["response_text"] == "answer 8"  # queued or written: answered either way
+    assert j.ok_keys([r1], "sampling") == {keys[0], keys[1], keys[3], keys[4], keys[8]}
+    assert j.ok_keys([r2], "sampling") == {keys[3]} and j.ok_keys([r1, r2], "judging") == {keys[5]}
+    assert len(j.ok_marks([r1, r2], "sampling")) == 5
+    assert j.lookup(keys[3], [r1, r2])["response_text"] == "r1's own answer"  # this run's first
+    assert j.lookup(keys[3], [r2, r1])["response_text"] == "answer 3"
+    assert j.lookup(keys[2], [r1]) is None and j.lookup(keys[6], [r2]) is None  # failures answer nothing
+    assert j.lookup(keys[0], [r2]) is None  # another run's
+    got = j.lookup(keys[1], [r1])
+    assert got["request"] == '{"messages":[{"content":"question 1 x","role":"user"}]}' and got["completion_tokens"] == 2
+    # network calls of r1: 0, 1, 2 (failed), 5, 3, 8 (4 came from the cache); tokens: prompt + completion
+    assert j.totals(r1) == (6, (0 + 0) + (1 + 2) + (2 + 0) + (5 + 6) + (3 + 4) + (8 + 0))
+    frame = pd.concat(list(j.frames(r1, "m", "sampling")), ignore_index=True)
+    assert list(frame.call_key) == [keys[i] for i in (0, 1, 2, 4, 3, 8)]  # in the order written
+    assert list(frame.status) == ["ok", "ok", "error", "ok", "ok", "ok"] and pd.isna(frame.response_text.iloc[2])
+    assert list(frame.source) == ["network"] * 3 + ["cache"] + ["network"] * 2
+    assert frame.created_at.iloc[0] == pd.Timestamp(1_700_000_000, unit="s")
+    assert list(j.frames(r2, "m", "judging")) == []
+    j.record(rec(7, r1, key=keys[-1]))  # a key of another shape is kept as it is
+    j.flush()
+    assert j.lookup(keys[-1], [r1])["call_key"] == keys[-1]
+    j.close()
+
+
+def test_journal_stores_give_equal_frames_and_share_a_part_written_at_once(tmp_path, postgres):
+    """The same records through SQLite and Postgres give equal frames (columns, types, values);
+    and two workers writing the same part at the same moment in Postgres both land, with one part."""
+    import threading
+
+    import pandas as pd
+    import psycopg
+
+    from aip_assets.models.journal import Journal, PgJournal
+
+    run = f"same-{time.time_ns()}"
+
+    def rec(i, worker=0):
+        return {"run_id": run, "metric": "m", "stage": "sampling", "role": "sut", "call_key": f"{worker:04x}{i:028x}",
+                "sample_index": i, "endpoint": "e", "model": None, "request": {"q": i, "w": worker},
+                "response_text": f"a{i}" if i % 4 else None, "status": "ok" if i % 4 else "error", "error": None,
+                "http_status": 200, "latency_ms": i / 3, "prompt_tokens": i, "completion_tokens": None, "attempts": 1,
+                "response_model": None, "fingerprint": None, "source": "network", "created_at": 10.0 + i}
+
+    frames = []
+    for j in (Journal(tmp_path / "j.sqlite"), PgJournal(postgres.url)):
+        for i in range(30):
+            j.record(rec(i))
+        frames.append(pd.concat(list(j.frames(run, "m", "sampling")), ignore_index=True))
+        j.close()
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+
+    run = f"race-{time.time_ns()}"
+    journals = [PgJournal(postgres.url, flush_s=0.001) for _ in range(4)]
+    go = threading.Barrier(len(journals))
+
+    def write(w):
+        go.wait()
+        for i in range(50):
+            journals[w].record(rec(i, w))
+        journals[w].flush()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(len(journals))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for j in journals:
+        j.close()
+    with psycopg.connect(postgres.url) as con:
+        assert con.execute("SELECT count(*) FROM aip_journal.call_parts WHERE run_id = %s", [run]).fetchone() == (1,)
+        assert con.execute("SELECT count(*) FROM aip_journal.call_index WHERE run_id = %s", [run]).fetchone() == (200,)
+    j = PgJournal(postgres.url)
+    assert len(j.ok_keys([run], "sampling")) == 4 * 37 and j.totals(run) == (200, 4 * sum(range(50)))
+    j.close()

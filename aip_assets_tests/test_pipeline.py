@@ -88,11 +88,14 @@ def test_crash_mid_sampling_resumes_without_repeating_calls(tmp_path, builtin_ht
     assert len(table("llm_calls", "crash", "created_at").query("stage == 'sampling'")) == n_probes
 
 
-def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin_http):
+@pytest.mark.parametrize("shared", [False, True], ids=["local", "shared"])
+def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin_http, shared, request, monkeypatch):
     """SIGKILL a process in the middle of sampling. The journal is written off the event loop in
     batches, so a kill loses the calls answered but not yet written (in flight, or queued for the
     next flush) and nothing else: on resume exactly those are asked again, every journaled call is
-    answered from the journal, and the tables equal an uninterrupted run's."""
+    answered from the journal, and the tables equal an uninterrupted run's. Shared mode
+    (AIP_SHARED_STATE_URL): the journal is in Postgres (no file beside the warehouse), and the
+    resume runs in another process and another working folder, as another worker would."""
     import os
     import signal
     import sqlite3
@@ -101,38 +104,59 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
 
     from aip_assets.models.journal import journal_path
 
+    rid = f"kill-{os.getpid()}-{time.time_ns()}" if shared else "kill"  # the shared database outlives a test
+    if shared:
+        postgres = request.getfixturevalue("postgres")
+        monkeypatch.setenv("AIP_SHARED_STATE_URL", postgres.url)
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     url, server = builtin_http(FLIP, latency_ms=5)
     spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
                      config={"sub_call_concurrency_limit": 2})
-    run_all(spec, "kill", stages=["ingest", "synthesis"])
-    n_probes = len(table("probes", "kill", "probe_id"))
+    run_all(spec, rid, stages=["ingest", "synthesis"])
+    n_probes = len(table("probes", rid, "probe_id"))
 
     def probe_bodies():  # successful SUT calls counted at the server, endpoint checks left out
         return {b: n for b, n in server.ok_bodies.items() if "Reply with OK." not in b}
 
-    code = "from aip_assets import pipeline; pipeline.run_stage('sampling', 'kill', 'llm.decision_flip')"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path)
+    def journaled_ok() -> int:
+        sql = "SELECT count(*) FROM {}call_index WHERE run_id = '%s' AND stage = 'sampling' AND status = 'ok'" % rid
+        if shared:
+            import psycopg
+
+            with psycopg.connect(postgres.url) as con:
+                return con.execute(sql.format("aip_journal.")).fetchone()[0]
+        with sqlite3.connect(journal_path(wh.default_path())) as con:
+            return con.execute(sql.format("")).fetchone()[0]
+
+    code = f"from aip_assets import pipeline; pipeline.run_stage('sampling', {rid!r}, 'llm.decision_flip')"
+    (tmp_path / "worker1").mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path / "worker1")
     while proc.poll() is None and len(probe_bodies()) < 40:  # mid-stage: 40 of about 220 answered
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the stage ended before it could be killed"
     answered = set(probe_bodies())
-    with sqlite3.connect(journal_path(wh.default_path())) as con:
-        [(journaled,)] = con.execute("SELECT count(*) FROM call_index WHERE run_id = 'kill' AND stage = 'sampling' "
-                                     "AND status = 'ok'").fetchall()
+    journaled = journaled_ok()
     assert 0 < journaled <= len(answered) < n_probes
-    assert table("sut_responses", "kill", "probe_id").empty  # the killed stage wrote no rows
+    assert table("sut_responses", rid, "probe_id").empty  # the killed stage wrote no rows
+    assert journal_path(wh.default_path()).exists() != shared
 
-    run_all(spec, "kill", stages=["sampling", "judging", "aggregation"])
+    if shared:  # the rest of the stage on another worker: another process, another working folder
+        (tmp_path / "worker2").mkdir()
+        subprocess.run([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path / "worker2", check=True,
+                       timeout=600)
+        run_all(spec, rid, stages=["judging", "aggregation"])
+    else:
+        run_all(spec, rid, stages=["sampling", "judging", "aggregation"])
     bodies = probe_bodies()
     assert len(bodies) == n_probes and set(bodies.values()) <= {1, 2}
     asked_twice = {b for b, n in bodies.items() if n == 2}
     assert asked_twice <= answered and len(asked_twice) == len(answered) - journaled  # only the unwritten
-    assert table("sut_responses", "kill", "probe_id").cached.sum() == journaled
+    assert table("sut_responses", rid, "probe_id").cached.sum() == journaled
+    assert not (shared and journal_path(wh.default_path()).exists())
     run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
-                      config={"sub_call_concurrency_limit": 2}), "clean")
-    _assert_same(_stable("kill"), _stable("clean"))
+                      config={"sub_call_concurrency_limit": 2}), rid + "-clean")
+    _assert_same(_stable(rid), _stable(rid + "-clean"))
 
 
 def test_sut_500s_are_recorded_and_the_run_completes(tmp_path, builtin_http):

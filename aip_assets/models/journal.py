@@ -145,25 +145,19 @@ class Journal:
     # stream batch's calls (60,000 records, 400 MiB, at 20,000 group-bias rows). At the bound,
     # record() waits for the queue to be written; the writer then has the GIL to itself.
     MAX_QUEUED = 2000
+    path: Path | None = None  # the SQLite file (None: in Postgres)
+    # where the SQL of the two stores differs (PgJournal below overrides them)
+    _BEGIN = "BEGIN IMMEDIATE"  # the write lock first: other processes write here too
+    _IS = "IS"  # equal, NULL to NULL
+    _NO_CONFLICT = ""
+    _key_in = staticmethod(_key_in)
+    _key_out = staticmethod(_key_out)
 
     def __init__(self, path: str | Path, flush_s: float = FLUSH_S, max_queued: int = MAX_QUEUED):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_s = flush_s
         self.max_queued = max_queued
         self._lock = threading.Lock()  # the connection: the writer thread and the readers
-        self._con = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute("PRAGMA synchronous=NORMAL")
-        self._con.execute(f"CREATE TABLE IF NOT EXISTS call_parts (part_id INTEGER PRIMARY KEY, {', '.join(_PART)}, "
-                          f"zdict BLOB, rdict BLOB, UNIQUE ({', '.join(_PART)}))")
-        self._con.execute(f"CREATE TABLE IF NOT EXISTS call_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-                          f"part_id INTEGER, {', '.join(_CALL)})")
-        self._con.execute("CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)")
-        self._con.execute("CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)")
-        self._con.execute(f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
-                          f"{', '.join(_VIEW_COL.get(c, 'c.' + c) for c in _CALL if c not in ('request', 'response_text'))} "
-                          "FROM call_log c JOIN call_parts p USING (part_id)")
+        self._con = self._open(path)
         self._parts: dict[tuple, tuple[int, bytes, bytes]] = {}  # part -> (part_id, zdict, rdict), as written
         self._zdicts: dict[int, tuple[bytes, bytes]] = {}  # part_id -> (zdict, rdict), as read
         # the queue: records not yet written, the successful ones by key (they answer lookups),
@@ -175,8 +169,42 @@ class Journal:
         self._closing = False
         self._flush_to = 0  # a reader waits for the calls queued up to here: write now, not at the interval's end
         self._failure: BaseException | None = None
-        self._writer = threading.Thread(target=self._write_loop, name=f"aip-journal-{self.path.name}", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="aip-journal", daemon=True)
         self._writer.start()
+
+    def _open(self, path: str | Path) -> Any:
+        """The journal's connection, its tables made (SQLite: a file in WAL mode)."""
+        self.path = Path(path)
+        self.where = str(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        con.execute(f"CREATE TABLE IF NOT EXISTS call_parts (part_id INTEGER PRIMARY KEY, {', '.join(_PART)}, "
+                    f"zdict BLOB, rdict BLOB, UNIQUE ({', '.join(_PART)}))")
+        con.execute(f"CREATE TABLE IF NOT EXISTS call_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                    f"part_id INTEGER, {', '.join(_CALL)})")
+        con.execute("CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)")
+        con.execute("CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)")
+        con.execute(f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
+                    f"{', '.join(_VIEW_COL.get(c, 'c.' + c) for c in _CALL if c not in ('request', 'response_text'))} "
+                    "FROM call_log c JOIN call_parts p USING (part_id)")
+        return con
+
+    @staticmethod
+    def _q(sql: str) -> str:
+        """A statement in this store's parameter style (written with ``?``)."""
+        return sql
+
+    def _insert_many(self, sql: str, rows: list[list[Any]]) -> None:
+        self._con.executemany(sql, rows)
+
+    def _rollback(self) -> None:
+        if self._con.in_transaction:
+            self._con.execute("ROLLBACK")
+
+    def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
+        return pd.read_sql_query(sql, self._con, params=params)
 
     # ------------------------------------------------------------------ writing
     def record(self, rec: dict[str, Any]) -> None:
@@ -184,7 +212,7 @@ class Journal:
         with self._cv:
             self._raise_if_failed()
             if self._closing:
-                raise RuntimeError(f"{self.path}: the journal is closed")
+                raise RuntimeError(f"{self.where}: the journal is closed")
             self._queue.append(rec)
             self._n_queued += 1
             if rec.get("status") == "ok" and rec.get("call_key"):
@@ -206,24 +234,23 @@ class Journal:
             parts_before = dict(self._parts)
             try:
                 with self._lock:
-                    self._con.execute("BEGIN IMMEDIATE")  # the write lock first: other processes write here too
+                    self._con.execute(self._BEGIN)
                     rows = []
                     for rec in batch:
                         request = _request_text(rec.get("request"))
                         part_id, zdict, rdict = self._part(rec, request)
                         values = [part_id, *[rec.get(c) for c in _CALL]]
-                        values[_AT_KEY] = _key_in(rec.get("call_key") or "")
+                        values[_AT_KEY] = self._key_in(rec.get("call_key") or "")
                         values[_AT_REQUEST] = _deflate(request, zdict)
                         answer = rec.get("response_text")
                         values[_AT_ANSWER] = None if answer is None else _deflate(answer, rdict)
                         rows.append(values)
-                    self._con.executemany(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
-                                          f"VALUES ({', '.join('?' * (1 + len(_CALL)))})", rows)
+                    self._insert_many(self._q(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
+                                              f"VALUES ({', '.join('?' * (1 + len(_CALL)))})"), rows)
                     self._con.execute("COMMIT")
             except BaseException as e:  # noqa: BLE001 - kept, and raised to the next caller
                 with self._lock:
-                    if self._con.in_transaction:
-                        self._con.execute("ROLLBACK")
+                    self._rollback()
                 self._parts = parts_before  # parts added in the rolled-back transaction do not exist
                 with self._cv:
                     self._failure = e
@@ -246,27 +273,29 @@ class Journal:
         writer inside its transaction; another process may have added the part."""
         key = tuple(rec.get(c) for c in _PART)
         if key not in self._parts:
-            where = " AND ".join(f"{c} IS ?" for c in _PART)
+            where = " AND ".join(f"{c} {self._IS} ?" for c in _PART)
             req = request.encode("utf-8")
             rdict = ((rec.get("response_text") or "").encode("utf-8") + req[-4096:])[-_ZDICT_MAX:]
-            self._con.execute(f"INSERT INTO call_parts ({', '.join(_PART)}, zdict, rdict) "
-                              f"SELECT {', '.join('?' * len(_PART))}, ?, ? "
-                              f"WHERE NOT EXISTS (SELECT 1 FROM call_parts WHERE {where})",
+            self._con.execute(self._q(f"INSERT INTO call_parts ({', '.join(_PART)}, zdict, rdict) "
+                                      f"SELECT {', '.join('?' * len(_PART))}, ?, ? "
+                                      f"WHERE NOT EXISTS (SELECT 1 FROM call_parts WHERE {where})" + self._NO_CONFLICT),
                               [*key, req[-_ZDICT_MAX:], rdict, *key])
-            self._parts[key] = self._con.execute(f"SELECT part_id, zdict, rdict FROM call_parts WHERE {where}",
-                                                 key).fetchone()
+            part_id, zdict, rdict = self._con.execute(
+                self._q(f"SELECT part_id, zdict, rdict FROM call_parts WHERE {where}"), key).fetchone()
+            self._parts[key] = (part_id, bytes(zdict), bytes(rdict))
         return self._parts[key]
 
     def _dicts(self, part_id: int) -> tuple[bytes, bytes]:
         """A part's (zdict, rdict) (the caller holds the connection's lock)."""
         if part_id not in self._zdicts:
-            self._zdicts[part_id] = self._con.execute("SELECT zdict, rdict FROM call_parts WHERE part_id = ?",
-                                                      [part_id]).fetchone()
+            zdict, rdict = self._con.execute(self._q("SELECT zdict, rdict FROM call_parts WHERE part_id = ?"),
+                                             [part_id]).fetchone()
+            self._zdicts[part_id] = (bytes(zdict), bytes(rdict))
         return self._zdicts[part_id]
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
-            raise RuntimeError(f"{self.path}: writing the call journal failed: {self._failure}") from self._failure
+            raise RuntimeError(f"{self.where}: writing the call journal failed: {self._failure}") from self._failure
 
     def flush(self) -> None:
         """Wait until every call queued so far is written."""
@@ -292,7 +321,7 @@ class Journal:
     def ok_keys(self, run_ids: list[str], stage: str) -> set[str]:
         """Keys of the successful calls of these runs in this stage (any metric). A SUT prompt
         never equals a judge prompt, so other stages' keys could never match and are not loaded."""
-        return self._ok(run_ids, stage, _key_out)
+        return self._ok(run_ids, stage, self._key_out)
 
     def ok_marks(self, run_ids: list[str], stage: str) -> Marks:
         """:func:`key_mark` of every key ``ok_keys`` gives: the client's cheap in-memory test before
@@ -304,8 +333,9 @@ class Journal:
         self.flush()
         marks = ",".join("?" * len(run_ids))
         with self._lock:  # built from the cursor: no list of every key beside it
-            cur = self._con.execute(f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
-                                    f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})", [stage, *run_ids])
+            cur = self._con.execute(self._q(f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
+                                            f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})"),
+                                    [stage, *run_ids])
             return into(as_(k) for (k,) in cur)
 
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
@@ -324,16 +354,16 @@ class Journal:
         marks = ",".join("?" * len(run_ids))
         cols = [f"p.{c}" if c in _PART else f"c.{c}" for c in _COLS]
         with self._lock:
-            row = self._con.execute(
+            row = self._con.execute(self._q(
                 f"SELECT c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
                 f"WHERE c.call_key = ? AND c.status = 'ok' AND p.run_id IN ({marks}) "
-                "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1", [_key_in(call_key), *run_ids, run_ids[0]]).fetchone()
+                "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1"), [self._key_in(call_key), *run_ids, run_ids[0]]).fetchone()
             if row is not None:
                 out = dict(zip(_COLS, row[1:]))
                 zdict, rdict = self._dicts(row[0])
                 out["request"] = _inflate(out["request"], zdict)
                 out["response_text"] = _inflate(out["response_text"], rdict)
-                out["call_key"] = _key_out(out["call_key"])
+                out["call_key"] = self._key_out(out["call_key"])
                 return out
         return from_queue() if queued is not None and queued["run_id"] in run_ids else None
 
@@ -341,9 +371,9 @@ class Journal:
         """(network calls, tokens) this run has spent so far, all metrics and stages."""
         self.flush()
         with self._lock:
-            n, t = self._con.execute(
+            n, t = self._con.execute(self._q(
                 "SELECT count(*), coalesce(sum(coalesce(c.prompt_tokens, 0) + coalesce(c.completion_tokens, 0)), 0) "
-                "FROM call_log c JOIN call_parts p USING (part_id) WHERE p.run_id = ? AND c.source = 'network'",
+                "FROM call_log c JOIN call_parts p USING (part_id) WHERE p.run_id = ? AND c.source = 'network'"),
                 [run_id]).fetchone()
         return int(n), int(t)
 
@@ -351,8 +381,8 @@ class Journal:
         """This partition's calls in the order they completed, shaped for ``llm_calls``, in chunks."""
         self.flush()
         with self._lock:
-            parts = {pid: (zd, rd) for pid, zd, rd in self._con.execute(
-                "SELECT part_id, zdict, rdict FROM call_parts WHERE run_id = ? AND metric = ? AND stage = ?",
+            parts = {pid: (bytes(zd), bytes(rd)) for pid, zd, rd in self._con.execute(
+                self._q("SELECT part_id, zdict, rdict FROM call_parts WHERE run_id = ? AND metric = ? AND stage = ?"),
                 [run_id, metric, stage])}
         if not parts:
             return
@@ -361,16 +391,82 @@ class Journal:
         last = 0
         while True:
             with self._lock:
-                df = pd.read_sql_query(
+                df = self._frame(
                     f"SELECT c.seq, c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
-                    f"WHERE c.part_id IN ({marks}) AND c.seq > ? ORDER BY c.seq LIMIT ?", self._con,
-                    params=[*parts, last, chunk])
+                    f"WHERE c.part_id IN ({marks}) AND c.seq > ? ORDER BY c.seq LIMIT ?", [*parts, last, chunk])
             if df.empty:
                 return
             last = int(df["seq"].iloc[-1])
             df["request"] = [_inflate(b, parts[int(pid)][0]) for b, pid in zip(df["request"], df["part_id"])]
             df["response_text"] = [_inflate(b, parts[int(pid)][1]) for b, pid in zip(df["response_text"], df["part_id"])]
-            df["call_key"] = [_key_out(k) for k in df["call_key"]]
+            df["call_key"] = [self._key_out(k) for k in df["call_key"]]
             df = df.drop(columns=["seq", "part_id"])
             df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
             yield df
+
+
+class PgJournal(Journal):
+    """The journal in the shared-state database (``AIP_SHARED_STATE_URL``, issue 14's shared
+    mode), so every worker of a run reads the calls the others made: a stage resumed on another
+    machine answers each successful call from it instead of paying again. The same tables, in
+    the schema ``aip_journal`` (``call_parts``, ``call_log``, the view ``call_index``); call keys
+    as their hex text. Each process writes through its own connection, a part's row made once by
+    ``ON CONFLICT DO NOTHING`` (the first worker's request and answer are its dictionaries)."""
+
+    _BEGIN = "BEGIN"
+    _IS = "IS NOT DISTINCT FROM"
+    _NO_CONFLICT = " ON CONFLICT DO NOTHING"
+    _key_in = staticmethod(lambda key: key)
+    _key_out = staticmethod(lambda key: key)
+    SCHEMA = "aip_journal"
+
+    def _open(self, url: str | Path) -> Any:
+        from .shared_state import SharedDb, connect
+
+        url = str(url)
+        self.where = f"the call journal in {SharedDb.get(url).name} (schema {self.SCHEMA})"
+        con = connect(url, "make the call journal's tables", [
+            f"CREATE SCHEMA IF NOT EXISTS {self.SCHEMA}",
+            f"SET search_path = {self.SCHEMA}",
+            f"CREATE TABLE IF NOT EXISTS call_parts (part_id bigserial PRIMARY KEY, "
+            f"{', '.join(c + ' text' for c in _PART)}, zdict bytea, rdict bytea, "
+            f"UNIQUE NULLS NOT DISTINCT ({', '.join(_PART)}))",
+            "CREATE TABLE IF NOT EXISTS call_log (seq bigserial PRIMARY KEY, part_id bigint, "
+            f"{', '.join(c + ' ' + _PG_TYPES.get(c, 'text') for c in _CALL)})",
+            "CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)",
+            "CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)",
+            f"CREATE OR REPLACE VIEW call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
+            f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
+            "FROM call_log c JOIN call_parts p USING (part_id)",
+        ])
+        return con
+
+    @staticmethod
+    def _q(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _insert_many(self, sql: str, rows: list[list[Any]]) -> None:
+        with self._con.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    def _rollback(self) -> None:
+        self._con.rollback()
+
+    def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
+        cur = self._con.execute(self._q(sql), params)
+        return pd.DataFrame.from_records(cur.fetchall(), columns=[d.name for d in cur.description], coerce_float=True)
+
+
+# a call_log column's type in Postgres (others: text)
+_PG_TYPES = {"request": "bytea", "response_text": "bytea", "sample_index": "bigint", "http_status": "integer",
+             "latency_ms": "double precision", "prompt_tokens": "bigint", "completion_tokens": "bigint",
+             "attempts": "integer", "created_at": "double precision"}
+
+
+def open_journal(warehouse_path: str | Path) -> Journal:
+    """The run's journal: in the shared-state database when ``AIP_SHARED_STATE_URL`` names one,
+    else the SQLite file beside the warehouse."""
+    from .shared_state import shared_state_url
+
+    url = shared_state_url()
+    return PgJournal(url) if url else Journal(journal_path(warehouse_path))

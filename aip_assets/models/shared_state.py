@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import quote, urlsplit
 
 from ..errors import AipError
@@ -105,6 +105,42 @@ def _first_line(e: BaseException, url: str) -> str:
     return _scrub(s.splitlines()[0], url) if s else type(e).__name__
 
 
+def _error(url: str, what: str, e: BaseException | None = None) -> AipError:
+    why = f": {_first_line(e, url)}" if e is not None else ""
+    return AipError(f"{SHARED_STATE_ENV} ({describe(url)}): {what}{why}")
+
+
+def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
+    """A new autocommit connection to the shared-state database, with keepalives and the lock and
+    statement timeouts, after running ``setup`` (``what`` it does, for its error). Failures raise
+    AipError naming the variable, never showing the password."""
+    try:
+        import psycopg
+    except ImportError:
+        raise AipError(f"{SHARED_STATE_ENV} is set, but psycopg is not installed: pip install 'aip-assets[shared]'") \
+            from None
+    if _parts(url) is None:
+        raise AipError(f"{SHARED_STATE_ENV} is not a PostgreSQL URL libpq can read: expected "
+                       "postgresql://user:password@host:5432/db")
+    try:
+        conn = psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True, keepalives=1,
+                               keepalives_idle=30, keepalives_interval=10, keepalives_count=3)
+    except psycopg.Error as e:
+        raise _error(url, "cannot connect to the shared-state database", e) from None
+    try:
+        conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT_S}s'")
+        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
+        for statement in setup:
+            try:
+                conn.execute(statement)
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+                pass  # another worker made it at the same moment
+    except psycopg.Error as e:
+        conn.close()
+        raise _error(url, f"cannot {what}", e) from None
+    return conn
+
+
 class SharedDb:
     """The process's connection to one shared-state database (see the module's docstring)."""
 
@@ -132,35 +168,10 @@ class SharedDb:
             return cls._open[key]
 
     def error(self, what: str, e: BaseException | None = None) -> AipError:
-        why = f": {_first_line(e, self.url)}" if e is not None else ""
-        return AipError(f"{SHARED_STATE_ENV} ({self.name}): {what}{why}")
+        return _error(self.url, what, e)
 
     def _connect(self) -> Any:
-        try:
-            import psycopg
-        except ImportError:
-            raise AipError(f"{SHARED_STATE_ENV} is set, but psycopg is not installed: pip install 'aip-assets[shared]'") \
-                from None
-        if _parts(self.url) is None:
-            raise AipError(f"{SHARED_STATE_ENV} is not a PostgreSQL URL libpq can read: expected "
-                           "postgresql://user:password@host:5432/db")
-        try:
-            conn = psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True, keepalives=1,
-                                   keepalives_idle=30, keepalives_interval=10, keepalives_count=3)
-        except psycopg.Error as e:
-            raise self.error("cannot connect to the shared-state database", e) from None
-        try:
-            conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT_S}s'")
-            conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
-            for table in _PG_TABLES:
-                try:
-                    conn.execute(table)
-                except psycopg.errors.UniqueViolation:  # another worker made it at the same moment
-                    pass
-        except psycopg.Error as e:
-            conn.close()
-            raise self.error("cannot make the shared-state tables", e) from None
-        return conn
+        return connect(self.url, "make the shared-state tables", _PG_TABLES)
 
     def run(self, what: str, fn: Callable[[Any], T]) -> T:
         """``fn(connection)`` on this database's own thread (called from another, it waits its
