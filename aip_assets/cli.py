@@ -199,6 +199,7 @@ def cmd_sql(args) -> int:
 
     try:
         with wh.sandboxed() as con:
+            wh.check_query(con, args.query)
             df = con.execute(args.query).df()
     except (duckdb.PermissionException, duckdb.InvalidInputException) as e:
         msg = str(e)
@@ -234,6 +235,17 @@ def cmd_runs(args) -> int:
 
     runs = pipeline.list_runs()
     print(runs.to_string(index=False) if len(runs) else "(no runs)")
+    return 0
+
+
+def cmd_migrate(args) -> int:
+    from . import lake
+    from . import warehouse as wh
+
+    copied = wh.migrate_into_lake(args.source or wh.default_path())
+    runs = copied.pop("runs")
+    print(f"{runs} run(s) copied into the {lake.where()}" + (": " + ", ".join(f"{t} {n}" for t, n in copied.items() if n)
+                                                             if runs else " (every run was there already)"))
     return 0
 
 
@@ -410,6 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_sql)
 
     sub.add_parser("runs", help="list registered runs").set_defaults(fn=cmd_runs)
+
+    mg = sub.add_parser("migrate", help="copy a local warehouse's runs into the lake (shared mode: "
+                                        "AIP_LAKE_DATA_PATH and AIP_SHARED_STATE_URL set)")
+    mg.add_argument("--from", dest="source", help="the local DuckDB file (default $AIP_WAREHOUSE, else "
+                                                  "warehouse.duckdb in the data folder)")
+    mg.set_defaults(fn=cmd_migrate)
 
     c = sub.add_parser("compare", help="compare run B against run A: each metric's change, tested")
     c.add_argument("runs", nargs="*", metavar="RUN", help="RUN_A RUN_B (diff = B - A)")

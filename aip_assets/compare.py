@@ -416,19 +416,16 @@ def save_comparison(run_a: str, run_b: str, df: pd.DataFrame, warnings: list[str
     out["warnings"] = json.dumps(warnings, ensure_ascii=False)
     out["created_at"] = datetime.now(timezone.utc).replace(tzinfo=None)
     out = wh.frame("run_comparisons", out)
+    def replace(con) -> None:
+        con.execute("DELETE FROM run_comparisons WHERE run_a = ? AND run_b = ?", [run_a, run_b])
+        if len(out):
+            cols = ", ".join(out.columns)
+            con.register("_incoming", out)
+            con.execute(f"INSERT INTO run_comparisons ({cols}) SELECT {cols} FROM _incoming")
+            con.unregister("_incoming")
+
     with wh.connect(path) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute("DELETE FROM run_comparisons WHERE run_a = ? AND run_b = ?", [run_a, run_b])
-            if len(out):
-                cols = ", ".join(out.columns)
-                con.register("_incoming", out)
-                con.execute(f"INSERT INTO run_comparisons ({cols}) SELECT {cols} FROM _incoming")
-                con.unregister("_incoming")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        wh.transaction(con, replace, f"the comparison of {run_a} and {run_b}")
     return len(out)
 
 

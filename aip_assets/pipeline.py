@@ -41,11 +41,13 @@ def new_run_id(spec: RunSpec, now: datetime | None = None) -> str:
 
 def preflight(spec: RunSpec) -> list[str]:
     """Check every endpoint answers before anything is written (raises EndpointError), and the
-    shared-state database when one is configured (``AIP_SHARED_STATE_URL``; raises AipError).
+    shared-state database and the lake when configured (``AIP_SHARED_STATE_URL``,
+    ``AIP_LAKE_DATA_PATH``; raises AipError).
     Returns what to log, a line per check."""
+    from . import lake
     from .models.shared_state import check_shared_state
 
-    shared = check_shared_state()
+    shared = [line for line in (lake.check(), check_shared_state()) if line]
 
     async def go():
         seen, out = set(), []
@@ -62,7 +64,7 @@ def preflight(spec: RunSpec) -> list[str]:
             seen.add(conn.endpoint_id() + conn.model)
             out.append(f"endpoint ok: {await check_endpoint(conn, role)}")
         return out
-    return asyncio.run(go()) + ([shared] if shared else [])
+    return asyncio.run(go()) + shared
 
 
 def validate_datasets(spec: RunSpec) -> dict[str, int]:
@@ -92,20 +94,24 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
         "datasets": stable_json(shas),
         "package_version": __version__, "seed": spec.seed, "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
     }
-    with wh.connect(path, create=True) as con:
+    df = wh.frame("eval_runs", [rec])
+
+    def insert(con) -> None:  # the check and the insert in one transaction (a lake has no primary key)
         if con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone():
             raise SpecError(f"run {run_id} is already registered; pass it to --run-id to resume it")
-        df = wh.frame("eval_runs", [rec])
         con.register("_incoming", df)
         con.execute(f"INSERT INTO eval_runs ({', '.join(df.columns)}) SELECT * FROM _incoming")
         con.unregister("_incoming")
+
+    with wh.connect(path, create=True) as con:
+        wh.transaction(con, insert, f"run {run_id}")
     return rec
 
 
 def run_exists(run_id: str, path: Path | None = None) -> bool:
     """Whether ``run_id`` is registered (False when there is no warehouse yet; none is created)."""
     path = Path(path) if path else wh.default_path()
-    if not path.exists():
+    if not wh.exists(path):
         return False
     with wh.connect(path, read_only=True) as con:
         return con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone() is not None
@@ -397,4 +403,5 @@ def update_limits(run_id: str, max_calls: int | None, max_tokens: int | None, pa
         data["limits"]["max_tokens"] = max_tokens
     parse_spec(data, where=f"eval_runs[{run_id}].spec")
     with wh.connect(path) as con:
-        con.execute("UPDATE eval_runs SET spec = ? WHERE run_id = ?", [stable_json(data), run_id])
+        wh.transaction(con, lambda c: c.execute("UPDATE eval_runs SET spec = ? WHERE run_id = ?",
+                                                [stable_json(data), run_id]), f"run {run_id}'s limits")

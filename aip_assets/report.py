@@ -675,7 +675,7 @@ def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: i
     """The report for ``run_id`` as one self-contained HTML document; the sample viewer embeds at most
     ``rows_per_metric`` rows of each metric (the lowest scores first)."""
     db = _warehouse_path(path)
-    if not db.exists():
+    if not wh.exists(db):
         raise AipError(f"{db}: no warehouse yet; run `aip-eval run <spec>` first")
     # one connection for the report's many queries, at the lean memory cap: its scans of a large
     # run's tables otherwise filled DuckDB's cache to its 1 GB limit (1.2 GB peak at 100,000 rows,

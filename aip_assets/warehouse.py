@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 import duckdb
 import pandas as pd
 
+from . import lake
+
 # table -> ordered (column, type). Every table but eval_runs carries run_id and metric.
 TABLES: dict[str, list[tuple[str, str]]] = {
     "eval_runs": [
@@ -398,6 +400,10 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
             raise RuntimeError(f"{path}: a writing connection inside a read-only session of the same warehouse")
         yield con_held
         return
+    if lake.enabled():  # shared mode: the DuckLake every worker writes, no file lock
+        with _LAKE.use(read_only, create, config) as con:
+            yield con
+        return
     mine = _LINGER.mine()
     if mine is not None and mine == str(path.resolve()):
         raise RuntimeError(f"{path}: a connection inside a connection of the same warehouse in one thread "
@@ -415,6 +421,11 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
             yield con
         finally:
             con.close()
+
+
+def exists(path: str | Path | None = None) -> bool:
+    """Whether there is a warehouse yet: the file, or in shared mode the lake's catalog."""
+    return lake.exists() if lake.enabled() else Path(path or default_path()).exists()
 
 
 def _check_exists(path: Path, read_only: bool, create: bool) -> None:
@@ -654,9 +665,68 @@ class _Linger:
         self.busy, self.owner, self.reaper = False, None, None
 
 
+class _Lake:
+    """This process's open lake (``lake.open_lake``: 0.2 s to open), its tables made once; each
+    use gets a cursor of its own (``USE lake`` on it: a cursor does not inherit the default
+    database). A use with settings beyond memory and threads opens a lake of its own."""
+
+    def __init__(self) -> None:
+        self.base: duckdb.DuckDBPyConnection | None = None
+        self.pid = 0
+        self.lock = threading.Lock()
+
+    @contextmanager
+    def use(self, read_only: bool, create: bool, config: dict[str, Any] | None) -> Iterator[duckdb.DuckDBPyConnection]:
+        if config and not set(config) <= TUNING:
+            own = lake.open_lake(read_only, config)
+            try:
+                yield own
+            finally:
+                own.close()
+            return
+        cur = self._base(read_only, create).cursor()
+        try:
+            cur.execute(f"USE {lake.ALIAS}")
+            for k, v in sorted((config or {}).items()):
+                cur.execute(f"SET {k} = {lake._quote(str(v)) if k == 'memory_limit' else int(v)}")
+            yield cur
+        finally:
+            cur.close()
+
+    def _base(self, read_only: bool, create: bool) -> duckdb.DuckDBPyConnection:
+        with self.lock:
+            if self.base is None or self.pid != os.getpid():  # a forked child opens its own
+                if not create and not lake.exists():
+                    raise FileNotFoundError(f"{lake.where()}: no warehouse yet; run `aip-eval run <spec>` first")
+                base = lake.open_lake()
+                try:
+                    ensure_schema(base, in_lake=True)
+                except BaseException:
+                    base.close()
+                    raise
+                self.base, self.pid = base, os.getpid()
+            return self.base
+
+    def close(self) -> None:
+        with self.lock:
+            if self.base is not None and self.pid == os.getpid():
+                self.base.close()
+            self.base = None
+
+
 _LINGER = _Linger()
+_LAKE = _Lake()
 _INHERITED: list[Any] = []  # a forked child's copies of the parent's database and lock: kept, never closed
-release = _LINGER.close  # close the lingering database now (at exit, or before another program opens it)
+
+
+def release(path: str | Path | None = None) -> None:
+    """Close the open database now (at exit, or before another program opens it): the lingering
+    file (only ``path``'s, when given), and this process's lake."""
+    _LINGER.close(path)
+    if path is None:
+        _LAKE.close()
+
+
 atexit.register(release)
 if hasattr(os, "register_at_fork"):  # a forked child must not inherit an open database and its lock
     os.register_at_fork(before=_LINGER.close_if_idle, after_in_child=_LINGER.forget_in_child)
@@ -707,6 +777,18 @@ SANDBOX = {"autoinstall_known_extensions": False, "autoload_known_extensions": F
 
 @contextmanager
 def sandboxed(path: str | Path | None = None, setup: Iterable[str] = ()) -> Iterator[duckdb.DuckDBPyConnection]:
+    if lake.enabled():  # the lake attached read-only; files: only its data folder's
+        con = lake.open_lake(read_only=True, config=SANDBOX)
+        try:
+            for stmt in setup:
+                con.execute(stmt)
+            con.execute(f"SET allowed_directories = [{lake._quote(lake.data_path() or '')}]")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            yield con
+        finally:
+            con.close()
+        return
     with connect(path, read_only=True, config=SANDBOX) as con:
         for stmt in setup:
             con.execute(stmt)
@@ -715,14 +797,89 @@ def sandboxed(path: str | Path | None = None, setup: Iterable[str] = ()) -> Iter
         yield con
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create missing tables, add columns a newer version introduced, refresh the views."""
-    for table, cols in TABLES.items():
-        con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{c} {t}' for c, t in cols)})")
-        for c, t in cols:
-            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {c} {t.replace(' PRIMARY KEY', '')}")
-    for name, sql in VIEWS.items():
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse (PermissionException) a user's query that is not a plain read: every statement a
+    SELECT (DESCRIBE, SHOW, PRAGMA and FROM-first are SELECTs) or EXPLAIN. In a lake, which the
+    sandbox must let reach Postgres and its data folder, only SELECTs, and none that calls the
+    postgres extension's functions or names the lake's catalog database (the rest of the shared
+    state would be readable through them)."""
+    allowed = {duckdb.StatementType.SELECT} | (set() if lake.enabled() else {duckdb.StatementType.EXPLAIN})
+    for st in con.extract_statements(sql):
+        if st.type not in allowed:
+            raise duckdb.PermissionException(f"a {st.type.name} statement (only queries are run)")
+    if not lake.enabled():
+        return
+    import json
+
+    def walk(node: Any) -> Iterator[tuple[str, Any]]:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield k, v
+                yield from walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from walk(v)
+
+    row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    ast = json.loads(row[0]) if row else {}
+    for k, v in walk(ast):
+        if k == "function_name" and isinstance(v, str) and v.lower().startswith("postgres"):
+            raise duckdb.PermissionException(f"{v}() reads the shared-state database, not the warehouse")
+        if k in ("catalog_name", "catalog") and isinstance(v, str) and v.lower().startswith("__ducklake"):
+            raise duckdb.PermissionException(f"{v} is the lake's catalog, not the warehouse")
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None:
+    """Create missing tables, add columns a newer version introduced, refresh the views. In a lake
+    (which has no PRIMARY KEY: ``register_run`` checks a run id is new) all of it is one
+    transaction, run again if another worker's made the same at the same moment."""
+    def make(c: duckdb.DuckDBPyConnection) -> None:
+        for table, cols in TABLES.items():
+            cols = [(col, t.replace(" PRIMARY KEY", "") if in_lake else t) for col, t in cols]
+            c.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{col} {t}' for col, t in cols)})")
+            for col, t in cols:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {t.replace(' PRIMARY KEY', '')}")
+        for name, sql in VIEWS.items():
+            c.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    if in_lake:
+        transaction(con, make, "the warehouse's tables")
+    else:
+        make(con)
+
+
+LAKE_WRITE_TRIES = 30  # a DuckLake transaction that lost to other workers' this many times in a row fails
+LAKE_STATS = {"commits": 0, "conflicts": 0}  # this process's lake transactions, and the conflicts they met
+
+
+def transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyConnection], T], what: str) -> T:
+    """``body(con)`` in one transaction. In a lake, a commit that lost to another worker's (DuckLake
+    rolls it back whole) is run again after a short random pause, growing with each try; the
+    counts are in ``LAKE_STATS``. Any other failure rolls back and is raised."""
+    in_lake = lake.enabled()
+    for attempt in range(LAKE_WRITE_TRIES):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            out = body(con)
+            con.execute("COMMIT")
+        except BaseException as e:
+            _rollback(con)
+            if not (in_lake and lake.is_conflict(e)):
+                raise
+            LAKE_STATS["conflicts"] += 1
+            if attempt == LAKE_WRITE_TRIES - 1:
+                from .errors import AipError
+
+                raise AipError(f"{lake.where()}: writing {what} lost to other workers' writes {LAKE_WRITE_TRIES} "
+                               f"times in a row; nothing was written: {str(e).splitlines()[0]}") from None
+            pause = random.uniform(0.01, 0.05) * (attempt + 1)
+            logger.info(f"writing {what}: another worker committed to the same table first; "
+                        f"trying again in {pause:.2f}s ({attempt + 1})")
+            time.sleep(pause)
+            continue
+        if in_lake:
+            LAKE_STATS["commits"] += 1
+        return out
+    raise AssertionError("unreachable")
 
 
 def frame(table: str, records: Iterable[dict[str, Any]] | pd.DataFrame, **const: Any) -> pd.DataFrame:
@@ -846,20 +1003,20 @@ def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]]
 
 def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None,
                  path: str | Path | None, config: dict[str, Any], final: bool) -> None:
+    def replace(con: duckdb.DuckDBPyConnection) -> None:
+        for table, paths in files.items():
+            cols = ", ".join(c for c, _ in TABLES[table])
+            if table in STAGE_SCOPED:
+                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ? AND stage = ?", [run_id, metric, stage])
+            else:
+                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric])
+            if paths:
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [[str(p) for p in paths]])
+
     with connect(path, config=config) as con:
-        con.execute("BEGIN TRANSACTION")
         try:
-            for table, paths in files.items():
-                cols = ", ".join(c for c, _ in TABLES[table])
-                if table in STAGE_SCOPED:
-                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ? AND stage = ?", [run_id, metric, stage])
-                else:
-                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric])
-                if paths:
-                    con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [[str(p) for p in paths]])
-            con.execute("COMMIT")
+            transaction(con, replace, f"{run_id} × {metric}")
         except duckdb.OutOfMemoryException as e:
-            _rollback(con)
             if not final:
                 raise  # tried again at the next cap by the caller
             from .errors import AipError
@@ -867,9 +1024,6 @@ def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: 
             raise AipError(f"{path or default_path()}: DuckDB ran out of memory writing {run_id} × {metric} "
                            f"(limit {config.get('memory_limit') or 'none'}); nothing was written — set "
                            f"AIP_DUCKDB_MEMORY higher, e.g. 4GB, and materialise again: {e}") from None
-        except BaseException:
-            _rollback(con)
-            raise
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
@@ -877,6 +1031,52 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except duckdb.Error:  # the transaction is gone already; the error that led here is the one to raise
         pass
+
+
+def migrate_into_lake(source: str | Path) -> dict[str, int]:
+    """Copy a local warehouse file's runs into the lake (shared mode): every run the lake does not
+    have yet, with its rows in every table, in one transaction (a run already there is left as
+    it is, so migrating again copies nothing twice). A column the file lacks (an older version's
+    file) is NULL. Returns {table: rows copied}. The file is read under its lock, never changed."""
+    from .errors import AipError
+
+    if not lake.enabled():
+        raise AipError(f"aip-eval migrate copies a local warehouse into the lake: set {lake.LAKE_ENV} "
+                       "(and AIP_SHARED_STATE_URL, the lake's catalog) first")
+    src = Path(source).resolve()
+    if not src.exists():
+        raise AipError(f"{src}: no such warehouse file to migrate")
+    copied: dict[str, int] = {}
+    with _file_lock(src), connect(create=True) as con:
+        con.execute(f"ATTACH {lake._quote(str(src))} AS aip_src (READ_ONLY)")
+        try:
+            have = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'aip_src'"
+                                              ).fetchall()}
+            if "eval_runs" not in have:
+                raise AipError(f"{src}: not a warehouse (no eval_runs table)")
+            runs = [r for (r,) in con.execute("SELECT run_id FROM aip_src.eval_runs WHERE run_id NOT IN "
+                                              f"(SELECT run_id FROM {lake.ALIAS}.eval_runs) ORDER BY run_id").fetchall()]
+
+            def copy(c: duckdb.DuckDBPyConnection) -> None:
+                copied.clear()
+                for table, cols in TABLES.items():
+                    if table not in have or not runs:
+                        continue
+                    there = {r[0] for r in c.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                                                     "'aip_src' AND table_name = ?", [table]).fetchall()}
+                    names = [col for col, _ in cols]
+                    picks = ", ".join(col if col in there else f"NULL AS {col}" for col in names)
+                    c.execute(f"INSERT INTO {lake.ALIAS}.{table} ({', '.join(names)}) SELECT {picks} "
+                              f"FROM aip_src.{table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [runs])
+                    n = c.execute(f"SELECT count(*) FROM aip_src.{table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                                  [runs]).fetchone()
+                    copied[table] = int(n[0]) if n else 0
+
+            transaction(con, copy, f"the runs of {src}")
+        finally:
+            con.execute("DETACH aip_src")
+    copied["runs"] = len(runs)
+    return copied
 
 
 def read_partition(table: str, run_id: str, metric: str, path: str | Path | None = None,

@@ -115,3 +115,27 @@ def postgres():
         yield server.start()
     finally:
         server.stop()
+
+
+def new_database(postgres) -> str:
+    """A fresh database in the session's PostgreSQL; its URL."""
+    import uuid
+
+    import psycopg
+
+    name = f"lake_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres.url, autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name}")
+    return postgres.url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+def lake(postgres, tmp_path, monkeypatch):
+    """Shared mode with a DuckLake warehouse of this test's own: a fresh database in the session's
+    PostgreSQL (the lake's catalog and the shared state) and a data folder in tmp_path. Returns
+    the database's URL."""
+    url = new_database(postgres)
+    monkeypatch.setenv("AIP_SHARED_STATE_URL", url)
+    monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
+    yield url
+    wh.release()  # this process's open lake

@@ -30,9 +30,44 @@ def tree(root: Path) -> set[str]:
 
 
 # ------------------------------------------------------------------ aip-eval sql
+@pytest.fixture(scope="module")
+def lake_with_a_run(postgres, tmp_path_factory):
+    """A DuckLake warehouse (shared mode) with one small run, made once for this module's tests
+    (they only read it): (its folder, its database's URL). The variables are set only while it
+    is made; each test sets them again."""
+    from .conftest import new_database
+
+    d = tmp_path_factory.mktemp("lake_wh")
+    with pytest.MonkeyPatch.context() as mp:
+        url = new_database(postgres)
+        for k, v in {"AIP_SHARED_STATE_URL": url, "AIP_LAKE_DATA_PATH": str(d / "lake"),
+                     "AIP_WAREHOUSE": str(d / "data" / "warehouse.duckdb"), "AIP_DATA_DIR": str(d / "data")}.items():
+            mp.setenv(k, v)
+        mp.chdir(d)
+        ds = write_dataset(d / "d.jsonl", 2)
+        run_all(make_spec(ds, config={"dimensions": ["gender"], "num_pairs_per_dimension": 1}), "r")
+        wh.release()
+    (d / "home").mkdir()
+    return d, url
+
+
+@pytest.fixture(params=["local", "lake"])
+def any_warehouse(tmp_path, monkeypatch, request):
+    """A warehouse with one small run; HOME moved so DuckDB's user folder is visible to the test.
+    Both kinds: the local file, and a DuckLake (shared mode: its catalog in Postgres)."""
+    if request.param == "lake":
+        d, url = request.getfixturevalue("lake_with_a_run")
+        monkeypatch.setenv("AIP_SHARED_STATE_URL", url)
+        monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(d / "lake"))
+        monkeypatch.setenv("HOME", str(d / "home"))
+        monkeypatch.chdir(d)
+        return d
+    return request.getfixturevalue("warehouse")
+
+
 @pytest.fixture
 def warehouse(tmp_path, monkeypatch):
-    """A warehouse with one small run; HOME moved so DuckDB's user folder is visible to the test."""
+    """A local warehouse with one small run; HOME moved so DuckDB's user folder is visible to the test."""
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     run_all(make_spec(ds, config={"dimensions": ["gender"], "num_pairs_per_dimension": 1}), "r")
     wh.release()  # as after the run's process ended: its last writes in the file, no DuckDB log beside it
@@ -58,8 +93,16 @@ def warehouse(tmp_path, monkeypatch):
     "SET lock_configuration = false",
     "CREATE TABLE t AS SELECT 1",
     "DELETE FROM judgements",
+    "COPY judgements TO '{tmp}/lake/out.csv'",  # the lake's own folder is readable, not writable
+    "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT 1')",
+    "SELECT count(*) FROM __ducklake_metadata_lake.aip_lake.ducklake_snapshot",
+    "CALL postgres_execute('__ducklake_metadata_lake', 'CREATE TABLE zz (a int)')",
 ])
-def test_sql_reads_the_warehouse_and_nothing_else(warehouse, capsys, sql):
+def test_sql_reads_the_warehouse_and_nothing_else(any_warehouse, capsys, sql):
+    warehouse = any_warehouse
+    if "postgres_query" in sql or "FROM __ducklake" in sql:
+        if not (warehouse / "lake").exists():
+            pytest.skip("a local warehouse has no lake catalog to reach")
     before = tree(warehouse)
     t0 = time.monotonic()
     assert main(["sql", sql.format(tmp=warehouse)]) == 2
@@ -70,14 +113,14 @@ def test_sql_reads_the_warehouse_and_nothing_else(warehouse, capsys, sql):
     assert main(["sql", "SELECT count(*) AS n FROM judgements"]) == 0 and "n" in capsys.readouterr().out
 
 
-def test_sql_settings_are_locked(warehouse, capsys):
+def test_sql_settings_are_locked(any_warehouse, capsys):
     assert main(["sql", "SELECT name, value FROM duckdb_settings() WHERE name IN ('enable_external_access', "
                         "'lock_configuration', 'autoinstall_known_extensions') ORDER BY name", "--format", "json"]) == 0
     got = {r["name"]: r["value"] for r in json.loads(capsys.readouterr().out)}
     assert got == {"autoinstall_known_extensions": "false", "enable_external_access": "false", "lock_configuration": "true"}
 
 
-def test_sql_prints_at_most_max_rows_and_max_colwidth(warehouse, capsys):
+def test_sql_prints_at_most_max_rows_and_max_colwidth(any_warehouse, capsys):
     """--max-rows and --max-colwidth bound the table it prints (500 rows and a 300-character
     cell asked for), and say what was left out; csv prints every row; 0 lifts a bound."""
     q = "SELECT i, repeat('x', 300) AS long_text FROM range(500) t(i) ORDER BY i"

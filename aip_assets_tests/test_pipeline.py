@@ -343,7 +343,7 @@ def test_cli_run_json_threshold_exit_code_and_sql(tmp_path, capsys):
     assert all(f["response_a"] and f["response_b"] for f in flipped)
     # the SQL command is read-only
     assert main(["sql", "DELETE FROM eval_runs"]) == 2
-    assert "read-only" in capsys.readouterr().err and len(pipeline.list_runs()) == 1
+    assert "refused" in capsys.readouterr().err and len(pipeline.list_runs()) == 1
     # passing run
     base["sut"]["profile"] = {"name": "fair"}
     spec.write_text(json.dumps(base))

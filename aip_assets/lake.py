@@ -1,0 +1,162 @@
+"""The warehouse as a DuckLake, for workers on several machines (issue 14's shared mode).
+
+``AIP_LAKE_DATA_PATH=/shared/aip-lake`` (a folder every worker mounts; from the environment only)
+turns the warehouse into a DuckLake: its catalog in the shared-state Postgres database
+(``AIP_SHARED_STATE_URL``, schema ``aip_lake``), its rows as Parquet files under that folder. The
+same tables and views, so ``aip-eval sql``, the report and any DuckDB with the ``ducklake`` and
+``postgres`` extensions read it. No file lock: DuckLake commits optimistically, and a write that
+meets another worker's (a conflict is per table: two partitions replaced at once in one table
+conflict) is rolled back and run again (``warehouse.write_retrying``).
+
+The extensions come from PyPI (``duckdb-extension-ducklake``, ``duckdb-extension-postgres-scanner``,
+for duckdb 1.5.5, which is pinned for them) and are loaded from their files, never downloaded:
+DuckDB's automatic install and load stay off. Opening a lake costs about 0.2 s (the extensions'
+signatures are checked), so a process keeps its one open and gives each use a cursor.
+
+The folder is stored in the catalog when the lake is made; a worker that gives another one is
+refused (DuckLake's error, said plainly) rather than writing elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from .errors import AipError
+
+logger = logging.getLogger("aip_assets")
+LAKE_ENV = "AIP_LAKE_DATA_PATH"
+ALIAS = "lake"
+METADATA_SCHEMA = "aip_lake"
+EXTENSIONS = ("ducklake", "postgres_scanner")
+NO_AUTO = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
+
+def data_path() -> str | None:
+    """The lake's data folder from ``AIP_LAKE_DATA_PATH`` (None: the warehouse is a local file)."""
+    p = os.environ.get(LAKE_ENV)
+    return str(Path(p).resolve()) + "/" if p else None
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(LAKE_ENV))
+
+
+def _catalog_url() -> str:
+    from .models.shared_state import SHARED_STATE_ENV, shared_state_url
+
+    url = shared_state_url()
+    if not url:
+        raise AipError(f"{LAKE_ENV} is set, but {SHARED_STATE_ENV} is not: the lake's catalog lives in the "
+                       f"shared-state Postgres database; set {SHARED_STATE_ENV}=postgresql://user:password@host:5432/db")
+    return url
+
+
+def extension_file(name: str) -> Path:
+    """The extension's file as its PyPI wheel installed it (for this duckdb's version)."""
+    wheel = f"duckdb-extension-{name.replace('_', '-')}=={duckdb.__version__}"
+    try:
+        mod = importlib.import_module(f"duckdb_extension_{name}")
+    except ImportError:
+        raise AipError(f"{LAKE_ENV} is set, but DuckDB's {name} extension is not installed: "
+                       f"pip install 'aip-assets[shared]' (it brings {wheel})") from None
+    f = Path(mod.__file__ or "").parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not f.exists():
+        raise AipError(f"{LAKE_ENV}: DuckDB's {name} extension is installed for another duckdb than "
+                       f"{duckdb.__version__} (no {f}); pip install '{wheel}'")
+    return f
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _scrubbed(e: BaseException, url: str) -> str:
+    from .models.shared_state import _scrub
+
+    text = str(e).strip()
+    return _scrub(text.splitlines()[0] if text else type(e).__name__, url)
+
+
+def where() -> str:
+    """The lake for a message: its catalog (no password) and its folder."""
+    from .models.shared_state import describe
+
+    return f"DuckLake at {data_path()} (catalog {describe(_catalog_url())}, schema {METADATA_SCHEMA})"
+
+
+def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB with the extensions loaded from their files and the lake attached
+    as ``lake`` (made on first use), its default database. Errors name the variable and never
+    show the password."""
+    url, data = _catalog_url(), data_path()
+    assert data is not None
+    files = [extension_file(n) for n in EXTENSIONS]
+    con = duckdb.connect(config={**NO_AUTO, **(config or {})})
+    try:
+        for f in files:
+            con.execute(f"LOAD {_quote(str(f))}")
+        if not read_only:
+            Path(data).mkdir(parents=True, exist_ok=True)
+        options = f"DATA_PATH {_quote(data)}, METADATA_SCHEMA {_quote(METADATA_SCHEMA)}" + (", READ_ONLY" if read_only else "")
+        sql = f"ATTACH {_quote('ducklake:postgres:' + url)} AS {ALIAS} ({options})"
+        for attempt in range(6):
+            try:
+                con.execute(sql)
+                break
+            except duckdb.Error as e:
+                # two workers making a new lake at once: one loses a race in Postgres; the lake exists then
+                if "duplicate key value" not in str(e) or attempt == 5:
+                    raise
+                time.sleep(0.05 + random.random() * 0.1)
+        con.execute(f"USE {ALIAS}")
+        return con
+    except duckdb.Error as e:
+        con.close()
+        raise AipError(f"{LAKE_ENV}: cannot open the {where()}: {_scrubbed(e, url)}") from None
+
+
+def is_conflict(e: BaseException) -> bool:
+    """A DuckLake commit that lost to another worker's (rolled back whole; run it again)."""
+    s = str(e)
+    return isinstance(e, duckdb.TransactionException) and ("conflict" in s.lower() or "another transaction" in s)
+
+
+def exists() -> bool:
+    """Whether the lake has been made (its catalog's tables are in the shared-state database)."""
+    from .models.shared_state import SharedDb
+
+    row = SharedDb.get(_catalog_url()).run("the check for the lake's catalog", lambda c: c.execute(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'ducklake_metadata'",
+        [METADATA_SCHEMA]).fetchone())
+    return row is not None
+
+
+def check() -> str | None:
+    """Before a run: the lake can be used (its catalog's database answers, the extensions are
+    installed, the data folder can be made and written); raises AipError saying why not. What to
+    log; None when the warehouse is a local file. Makes nothing but the data folder."""
+    if not enabled():
+        return None
+    url, data = _catalog_url(), data_path()
+    assert data is not None
+    for n in EXTENSIONS:
+        extension_file(n)
+    from .models.shared_state import SharedDb
+
+    SharedDb.get(url).run("the check before the run", lambda c: c.execute("SELECT 1"))
+    try:
+        Path(data).mkdir(parents=True, exist_ok=True)
+        probe = Path(data) / f".aip-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise AipError(f"{LAKE_ENV}: the lake's data folder {data} cannot be written: {e}") from None
+    return f"warehouse: {where()} ({LAKE_ENV})"

@@ -1,0 +1,219 @@
+"""Shared mode's warehouse: a DuckLake with its catalog in Postgres (issue 14).
+
+Needs PostgreSQL (aip_assets_tests/pg.py); skipped, saying why, where none can start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import pytest
+
+from aip_assets import lake as lk
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+
+from .conftest import make_spec, run_all, table, write_dataset
+from .test_pipeline import FLIP, _assert_same, _stable
+
+
+def test_a_lake_warehouse_gives_the_local_results_and_any_duckdb_reads_it(tmp_path, builtin_http, lake,
+                                                                          monkeypatch, capsys):
+    """The same run in a lake and in a local file: every stable table equal; the lake's rows are
+    Parquet files in its folder and no warehouse file is made; another process with plain duckdb
+    and the two extensions attaches the lake read-only and reads the views; the CLI reads it."""
+    ds = write_dataset(tmp_path / "d.jsonl", 8)
+    url, _ = builtin_http(FLIP)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"})
+    from aip_assets import pipeline
+
+    assert not pipeline.run_exists("lk") and not wh.exists()
+    run_all(spec, "lk")
+    assert pipeline.run_exists("lk") and wh.exists()  # a resume finds the run in the lake
+    in_lake = _stable("lk")
+    assert not wh.default_path().exists() and list((tmp_path / "lake").rglob("*.parquet"))
+    n_pairs = int(wh.query("SELECT count(*) AS n FROM v_pair_verdicts WHERE run_id = 'lk'").n[0])
+    assert n_pairs > 0
+    code = textwrap.dedent(f"""
+        import duckdb, importlib, pathlib
+        con = duckdb.connect(config={{"autoinstall_known_extensions": False, "autoload_known_extensions": False}})
+        for n in ("ducklake", "postgres_scanner"):
+            m = importlib.import_module("duckdb_extension_" + n)
+            con.execute(f"LOAD '{{pathlib.Path(m.__file__).parent}}/extensions/v{{duckdb.__version__}}/{{n}}.duckdb_extension'")
+        con.execute("ATTACH 'ducklake:postgres:{lake}' AS l (METADATA_SCHEMA 'aip_lake', READ_ONLY)")
+        print(con.execute("SELECT count(*) FROM l.v_pair_verdicts WHERE run_id = 'lk'").fetchone()[0])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+    assert out.returncode == 0 and int(out.stdout.strip()) == n_pairs, out.stderr
+    assert main(["sql", "SELECT count(*) AS n FROM metric_scores WHERE run_id = 'lk'", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["n"] == len(in_lake["metric_scores"])
+
+    monkeypatch.delenv("AIP_LAKE_DATA_PATH")
+    monkeypatch.delenv("AIP_SHARED_STATE_URL")
+    wh.release()
+    run_all(spec, "local")
+    _assert_same(in_lake, _stable("local"))
+    assert len(table("llm_calls", "local", "created_at")) > 0
+
+
+def test_a_write_that_meets_another_workers_commit_is_run_again(tmp_path, lake):
+    """Two partitions of one table replaced at once conflict in DuckLake (a conflict is per table):
+    the loser is rolled back whole and run again, and both partitions hold exactly their rows."""
+    with wh.connect(create=True):
+        pass
+    wh.release()
+    rows = {run: [{"run_id": run, "metric": "m", "stage": "s", "level": "info", "code": "c", "message": f"{run}-{i}"}
+                  for i in range(n)] for run, n in (("a", 3), ("b", 5))}
+
+    def stage(run, rows_):
+        path = tmp_path / f"{run}-{len(rows_)}.parquet"
+        wh.frame("run_notes", rows_).to_parquet(path)
+        return {"run_notes": [path]}
+
+    for run in rows:  # both partitions have rows: replacing either deletes from the table
+        wh.write_partition_files(run, "m", stage(run, rows[run][:1]), stage="s")
+    other = lk.open_lake()
+    before = dict(wh.LAKE_STATS)
+    tries = []
+
+    def body(con):
+        tries.append(1)
+        con.execute("DELETE FROM run_notes WHERE run_id = 'a'")
+        con.register("_a", wh.frame("run_notes", rows["a"]))
+        con.execute("INSERT INTO run_notes SELECT * FROM _a")
+        if len(tries) == 1:  # another worker replaces b and commits first
+            other.execute("BEGIN TRANSACTION")
+            other.execute("DELETE FROM run_notes WHERE run_id = 'b'")
+            other.register("_b", wh.frame("run_notes", rows["b"]))
+            other.execute("INSERT INTO run_notes SELECT * FROM _b")
+            other.execute("COMMIT")
+
+    with wh.connect() as con:
+        wh.transaction(con, body, "a test's partition")
+    other.close()
+    assert len(tries) == 2 and wh.LAKE_STATS["conflicts"] == before["conflicts"] + 1
+    assert wh.LAKE_STATS["commits"] == before["commits"] + 1
+    got = wh.query("SELECT run_id, message FROM run_notes ORDER BY run_id, message")
+    assert list(got.itertuples(index=False, name=None)) == [(r, x["message"]) for r in "ab" for x in rows[r]]
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from aip_assets import warehouse as wh
+    run, go, n, folder = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    while not Path(go).exists():
+        time.sleep(0.005)
+    for k in range(1, n + 1):
+        path = folder / f"{run}-{k}.parquet"
+        wh.frame("run_notes", [{"run_id": run, "metric": "m", "stage": "s", "message": f"{run} write {k} row {i}"}
+                               for i in range(k)]).to_parquet(path)
+        wh.write_partition_files(run, "m", {"run_notes": [path]}, stage="s")
+    print(wh.LAKE_STATS["commits"], wh.LAKE_STATS["conflicts"])
+""")
+
+
+def test_workers_replacing_partitions_at_once_all_land(tmp_path, lake):
+    """Three worker processes replace their own partition of one table eight times each, at the
+    same moment: every write lands (conflicts are retried), each partition holds its last write."""
+    with wh.connect(create=True):
+        pass
+    wh.release()
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, str(script), f"w{i}", str(go), "8", str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+             for i in range(3)]
+    go.touch()
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-2000:] for o in outs]
+    stats = [tuple(map(int, o[0].split())) for o in outs]
+    assert all(commits == 8 + 1 for commits, _ in stats), stats  # its writes, and the check of the tables
+    got = wh.query("SELECT run_id, count(*) AS n, max(message) AS last FROM run_notes GROUP BY run_id ORDER BY run_id")
+    assert list(got.run_id) == ["w0", "w1", "w2"] and list(got.n) == [8, 8, 8]
+    assert all(last.startswith(f"{r} write 8 ") for r, last in zip(got.run_id, got["last"]))
+
+
+@pytest.mark.parametrize("bad", ["no catalog", "folder", "catalog down"])
+def test_a_bad_lake_configuration_stops_the_run_before_anything_is_written(tmp_path, capsys, monkeypatch, bad,
+                                                                          request):
+    """The lake cannot be used: `aip-eval run` stops at its checks with exit 2 and an error that
+    names the variable (never the password); no warehouse, journal or report is made."""
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"name": "lk", "dataset": str(ds),
+                                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"],
+                                                                             "num_pairs_per_dimension": 1}}}}))
+    monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
+    if bad == "folder":  # a file where the folder should be
+        request.getfixturevalue("lake")
+        (tmp_path / "lake").write_text("not a folder")
+    elif bad == "catalog down":
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        monkeypatch.setenv("AIP_SHARED_STATE_URL", f"postgresql://aip:pw-secret@127.0.0.1:{port}/x")
+    else:
+        monkeypatch.delenv("AIP_SHARED_STATE_URL", raising=False)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["run", str(spec), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    want = {"no catalog": "AIP_LAKE_DATA_PATH is set, but AIP_SHARED_STATE_URL is not",
+            "folder": "AIP_LAKE_DATA_PATH: the lake's data folder",
+            "catalog down": "AIP_SHARED_STATE_URL (postgresql://aip@127.0.0.1:"}[bad]
+    assert want in err and "pw-secret" not in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    if bad == "folder":
+        assert not lk.exists()  # no catalog made either
+
+
+def test_the_lake_refuses_a_data_folder_other_than_its_own(tmp_path, lake, monkeypatch):
+    """The folder is stored in the catalog when the lake is made: a worker that names another one
+    is refused with DuckLake's reason, rather than writing its rows elsewhere."""
+    with wh.connect(create=True):
+        pass
+    wh.release()
+    monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "elsewhere"))
+    with pytest.raises(Exception) as e:
+        with wh.connect() as con:
+            con.execute("SELECT 1")
+    assert "AIP_LAKE_DATA_PATH: cannot open the DuckLake" in str(e.value) and "postgresql://aip@" in str(e.value)
+    assert not isinstance(e.value, duckdb.Error)
+
+
+def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_http, postgres, monkeypatch, capsys):
+    """`aip-eval migrate` copies every run of a local warehouse into the lake with all its rows
+    (the tables then equal the local ones); run again, it copies nothing twice; a run made in the
+    lake meanwhile is kept. Without the lake's variables it says what to set."""
+    from .conftest import new_database
+
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    url, _ = builtin_http(FLIP)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"})
+    run_all(spec, "one")
+    run_all(spec, "two", stages=["ingest", "synthesis"])  # a run half done
+    local = {r: _stable(r) for r in ("one", "two")}
+    n_calls = len(table("llm_calls", "one", "created_at"))
+    wh.release()
+    with pytest.raises(Exception, match="set AIP_LAKE_DATA_PATH"):
+        wh.migrate_into_lake(wh.default_path())
+    monkeypatch.setenv("AIP_SHARED_STATE_URL", new_database(postgres))
+    monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
+    run_all(spec, "three", stages=["ingest"])  # made in the lake
+    assert main(["migrate"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 run(s) copied into the DuckLake") and f"llm_calls {n_calls}" in out, out
+    for r in ("one", "two"):
+        _assert_same(local[r], _stable(r))
+    assert main(["migrate"]) == 0 and "every run was there already" in capsys.readouterr().out
+    runs = wh.query("SELECT run_id, count(*) AS n FROM eval_runs GROUP BY run_id ORDER BY run_id")
+    assert list(runs.run_id) == ["one", "three", "two"] and set(runs.n) == {1}
+    assert len(table("llm_calls", "one", "created_at")) == n_calls
+    wh.release()
