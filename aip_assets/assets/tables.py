@@ -19,6 +19,7 @@ from typing import Any
 
 from dagster import AssetKey, MetadataValue, TableColumn, TableSchema
 
+from .. import lake
 from .. import warehouse as wh
 
 STAGE_TABLES: dict[str, list[str]] = {
@@ -105,7 +106,7 @@ def table_materialization_metadata(con, table: str, run_id: str, metric: str) ->
     return {
         "dagster/row_count": MetadataValue.int(int(n)),
         "dagster/column_schema": MetadataValue.table_schema(schema),
-        "dagster/table_name": MetadataValue.text(f"warehouse.main.{table}"),
+        "dagster/table_name": MetadataValue.text(f"{lake.ALIAS if lake.enabled() else 'warehouse'}.main.{table}"),
         "query": MetadataValue.md(f"```sql\n{sql}\n```"),
         "preview": MetadataValue.md(f"first {PREVIEW_ROWS} of `{source}` for this partition\n\n{preview}"),
     }

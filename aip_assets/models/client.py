@@ -474,7 +474,10 @@ class ModelClient:
         body_json = stable_json(body)  # once: the key's, the request sent and the journal's
         key = call_key(self.endpoint_id, body, sample_index, template_version, attempt, body_json)
         if self.journal is not None and key_mark(key) in self._known_ok:
-            rec = self.journal.lookup(key, self.cache_runs)
+            if self.journal.REMOTE:  # a round trip to the database: not on the event loop
+                rec = await asyncio.to_thread(self.journal.lookup, key, self.cache_runs)
+            else:
+                rec = self.journal.lookup(key, self.cache_runs)
             if rec is not None:
                 self.stats["cached"] += 1
                 if rec["run_id"] != self.run_id:  # reused from an earlier run: record it in this run

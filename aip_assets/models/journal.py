@@ -146,6 +146,7 @@ class Journal:
     # record() waits for the queue to be written; the writer then has the GIL to itself.
     MAX_QUEUED = 2000
     path: Path | None = None  # the SQLite file (None: in Postgres)
+    REMOTE = False  # a lookup is a round trip to a server (the client then makes it off its event loop)
     # where the SQL of the two stores differs (PgJournal below overrides them)
     _BEGIN = "BEGIN IMMEDIATE"  # the write lock first: other processes write here too
     _IS = "IS"  # equal, NULL to NULL
@@ -413,6 +414,7 @@ class PgJournal(Journal):
     as their hex text. Each process writes through its own connection, a part's row made once by
     ``ON CONFLICT DO NOTHING`` (the first worker's request and answer are its dictionaries)."""
 
+    REMOTE = True
     _BEGIN = "BEGIN"
     _IS = "IS NOT DISTINCT FROM"
     _NO_CONFLICT = " ON CONFLICT DO NOTHING"
