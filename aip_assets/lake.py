@@ -24,8 +24,9 @@ import logging
 import os
 import random
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import duckdb
 
@@ -92,6 +93,38 @@ def where() -> str:
     return f"DuckLake at {data_path()} (catalog {describe(_catalog_url())}, schema {METADATA_SCHEMA})"
 
 
+_PASSFILE: dict[str, str] = {}  # password -> this process's libpq password file holding it
+
+
+def _passfile(password: str) -> str:
+    """A libpq password file (mode 0600, removed at exit) holding ``password`` for any server:
+    the lake's ATTACH names this file, never the password, so no DuckDB message, setting or
+    ``duckdb_databases()`` row can show it."""
+    if password not in _PASSFILE:
+        import atexit
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="aip-pgpass-")
+        escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+        os.write(fd, f"*:*:*:*:{escaped}\n".encode())
+        os.close(fd)
+        atexit.register(lambda: Path(path).unlink(missing_ok=True))
+        _PASSFILE[password] = path
+    return _PASSFILE[password]
+
+
+def _conninfo(url: str) -> str:
+    """The catalog's libpq connection string for DuckDB: the URL's parameters in keyword form,
+    its password replaced by a password file (``_passfile``)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items()}
+    password = params.pop("password", None)
+    if password:
+        params["passfile"] = _passfile(password)
+    return make_conninfo("", **params)
+
+
 def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB with the extensions loaded from their files and the lake attached
     as ``lake`` (made on first use), its default database. Errors name the variable and never
@@ -106,7 +139,7 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
         if not read_only:
             Path(data).mkdir(parents=True, exist_ok=True)
         options = f"DATA_PATH {_quote(data)}, METADATA_SCHEMA {_quote(METADATA_SCHEMA)}" + (", READ_ONLY" if read_only else "")
-        sql = f"ATTACH {_quote('ducklake:postgres:' + url)} AS {ALIAS} ({options})"
+        sql = f"ATTACH {_quote('ducklake:postgres:' + _conninfo(url))} AS {ALIAS} ({options})"
         for attempt in range(6):
             try:
                 con.execute(sql)
@@ -160,3 +193,26 @@ def check() -> str | None:
     except OSError as e:
         raise AipError(f"{LAKE_ENV}: the lake's data folder {data} cannot be written: {e}") from None
     return f"warehouse: {where()} ({LAKE_ENV})"
+
+
+REGISTRATION_LOCK = 0x41495052  # the advisory lock key that serialises registering runs in a lake ("AIPR")
+
+
+@contextmanager
+def registration_lock() -> Iterator[None]:
+    """Registering a run (and migrating runs) one worker at a time, through a Postgres advisory
+    lock: a lake has no primary key, and DuckLake lets two inserts of one run id both commit (each
+    transaction's check sees its own snapshot). No-op for a local warehouse (its primary key and
+    file lock do this)."""
+    if not enabled():
+        yield
+        return
+    from .models.shared_state import SharedDb
+
+    db = SharedDb.get(_catalog_url())
+    db.run("the lock on registering runs", lambda c: c.execute("SELECT pg_advisory_lock(%s)", [REGISTRATION_LOCK]))
+    try:
+        yield
+    finally:
+        db.run("the lock on registering runs",
+               lambda c: c.execute("SELECT pg_advisory_unlock(%s)", [REGISTRATION_LOCK]))

@@ -103,7 +103,9 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
         con.execute(f"INSERT INTO eval_runs ({', '.join(df.columns)}) SELECT * FROM _incoming")
         con.unregister("_incoming")
 
-    with wh.connect(path, create=True) as con:
+    from . import lake
+
+    with wh.connect(path, create=True) as con, lake.registration_lock():
         wh.transaction(con, insert, f"run {run_id}")
     return rec
 

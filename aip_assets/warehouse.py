@@ -673,7 +673,8 @@ class _Lake:
     def __init__(self) -> None:
         self.base: duckdb.DuckDBPyConnection | None = None
         self.pid = 0
-        self.lock = threading.Lock()
+        self.defaults: dict[str, str] = {}
+        self.lock = threading.RLock()  # one use at a time (a nested use in the same thread shares it)
 
     @contextmanager
     def use(self, read_only: bool, create: bool, config: dict[str, Any] | None) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -684,28 +685,35 @@ class _Lake:
             finally:
                 own.close()
             return
-        cur = self._base(read_only, create).cursor()
-        try:
-            cur.execute(f"USE {lake.ALIAS}")
-            for k, v in sorted((config or {}).items()):
-                cur.execute(f"SET {k} = {lake._quote(str(v)) if k == 'memory_limit' else int(v)}")
-            yield cur
-        finally:
-            cur.close()
+        with self.lock:  # the settings are the whole database's: each use sets both, as _Linger does
+            cur = self._base(create).cursor()
+            try:
+                cur.execute(f"USE {lake.ALIAS}")
+                limit = (config or {}).get("memory_limit") or DUCKDB_MEMORY or self.defaults["memory_limit"]
+                cur.execute(f"SET memory_limit = {lake._quote(str(limit))}")
+                cur.execute(f"SET threads = {int((config or {}).get('threads') or self.defaults['threads'])}")
+                yield cur
+            finally:
+                cur.close()
 
-    def _base(self, read_only: bool, create: bool) -> duckdb.DuckDBPyConnection:
-        with self.lock:
-            if self.base is None or self.pid != os.getpid():  # a forked child opens its own
-                if not create and not lake.exists():
-                    raise FileNotFoundError(f"{lake.where()}: no warehouse yet; run `aip-eval run <spec>` first")
-                base = lake.open_lake()
-                try:
-                    ensure_schema(base, in_lake=True)
-                except BaseException:
-                    base.close()
-                    raise
-                self.base, self.pid = base, os.getpid()
-            return self.base
+    def _base(self, create: bool) -> duckdb.DuckDBPyConnection:
+        if self.base is None or self.pid != os.getpid():  # a forked child opens its own
+            if not create and not lake.exists():
+                raise FileNotFoundError(f"{lake.where()}: no warehouse yet; run `aip-eval run <spec>` first")
+            base = lake.open_lake()
+            try:
+                row = base.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
+                self.defaults = {"memory_limit": str(row[0]), "threads": str(row[1])} if row else {}
+                ensure_schema(base, in_lake=True)
+            except BaseException:
+                base.close()
+                raise
+            self.base, self.pid = base, os.getpid()
+        return self.base
+
+    def forget_in_child(self) -> None:
+        self.lock = threading.RLock()
+        self.base = None
 
     def close(self) -> None:
         with self.lock:
@@ -730,6 +738,7 @@ def release(path: str | Path | None = None) -> None:
 atexit.register(release)
 if hasattr(os, "register_at_fork"):  # a forked child must not inherit an open database and its lock
     os.register_at_fork(before=_LINGER.close_if_idle, after_in_child=_LINGER.forget_in_child)
+    os.register_at_fork(after_in_child=_LAKE.forget_in_child)
 
 
 TUNING = {"memory_limit", "threads"}  # settings a session's connection may serve without
@@ -822,11 +831,19 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
     row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
     ast = json.loads(row[0]) if row else {}
+    if ast.get("error"):
+        raise duckdb.PermissionException(f"a statement the check cannot read: {ast.get('error_message')}")
     for k, v in walk(ast):
-        if k == "function_name" and isinstance(v, str) and v.lower().startswith("postgres"):
-            raise duckdb.PermissionException(f"{v}() reads the shared-state database, not the warehouse")
-        if k in ("catalog_name", "catalog") and isinstance(v, str) and v.lower().startswith("__ducklake"):
+        name = v.lower() if isinstance(v, str) else ""
+        if k == "function_name" and (name.startswith(("postgres", "ducklake_")) or name in RUNS_SQL):
+            raise duckdb.PermissionException(f"{v}() reaches beyond the warehouse (the shared-state database, "
+                                             "the lake's files, or SQL it runs itself)")
+        if k in ("catalog_name", "catalog", "schema_name", "schema") and name.startswith("__ducklake"):
             raise duckdb.PermissionException(f"{v} is the lake's catalog, not the warehouse")
+
+
+# table functions that run SQL given as text (the check cannot see inside it)
+RUNS_SQL = {"query", "query_table", "json_execute_serialized_sql"}
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None:
@@ -841,10 +858,34 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
                 c.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {t.replace(' PRIMARY KEY', '')}")
         for name, sql in VIEWS.items():
             c.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-    if in_lake:
-        transaction(con, make, "the warehouse's tables")
-    else:
+    if not in_lake:
         make(con)
+        return
+    # in a lake every DDL statement is a snapshot in the catalog: made only when this version's
+    # tables and views are not there yet (their hash, in aip_schema)
+    import hashlib
+    import json
+
+    version = hashlib.sha256(json.dumps([TABLES, VIEWS], sort_keys=True).encode()).hexdigest()[:16]
+
+    def current(c: duckdb.DuckDBPyConnection) -> bool:
+        if not c.execute("SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
+                         "AND table_name = 'aip_schema'").fetchone():
+            return False
+        return c.execute("SELECT 1 FROM aip_schema WHERE version = ?", [version]).fetchone() is not None
+
+    if current(con):
+        return
+
+    def make_marked(c: duckdb.DuckDBPyConnection) -> None:
+        if current(c):  # another worker made them meanwhile
+            return
+        make(c)
+        c.execute("CREATE TABLE IF NOT EXISTS aip_schema (version VARCHAR)")
+        c.execute("DELETE FROM aip_schema")
+        c.execute("INSERT INTO aip_schema VALUES (?)", [version])
+
+    transaction(con, make_marked, "the warehouse's tables")
 
 
 LAKE_WRITE_TRIES = 30  # a DuckLake transaction that lost to other workers' this many times in a row fails
@@ -1047,18 +1088,20 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     if not src.exists():
         raise AipError(f"{src}: no such warehouse file to migrate")
     copied: dict[str, int] = {}
-    with _file_lock(src), connect(create=True) as con:
+    runs: list[str] = []
+    with _file_lock(src), connect(create=True) as con, lake.registration_lock():
         con.execute(f"ATTACH {lake._quote(str(src))} AS aip_src (READ_ONLY)")
         try:
             have = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'aip_src'"
                                               ).fetchall()}
             if "eval_runs" not in have:
                 raise AipError(f"{src}: not a warehouse (no eval_runs table)")
-            runs = [r for (r,) in con.execute("SELECT run_id FROM aip_src.eval_runs WHERE run_id NOT IN "
-                                              f"(SELECT run_id FROM {lake.ALIAS}.eval_runs) ORDER BY run_id").fetchall()]
 
-            def copy(c: duckdb.DuckDBPyConnection) -> None:
+            def copy(c: duckdb.DuckDBPyConnection) -> None:  # the runs the lake lacks, read in the transaction
                 copied.clear()
+                runs[:] = [r for (r,) in c.execute("SELECT run_id FROM aip_src.eval_runs WHERE run_id NOT IN "
+                                                   f"(SELECT run_id FROM {lake.ALIAS}.eval_runs) ORDER BY run_id"
+                                                   ).fetchall()]
                 for table, cols in TABLES.items():
                     if table not in have or not runs:
                         continue

@@ -104,10 +104,9 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
 
     from aip_assets.models.journal import journal_path
 
-    rid = f"kill-{os.getpid()}-{time.time_ns()}" if shared else "kill"  # the shared database outlives a test
-    if shared:
-        postgres = request.getfixturevalue("postgres")
-        monkeypatch.setenv("AIP_SHARED_STATE_URL", postgres.url)
+    rid = "kill"
+    if shared:  # the warehouse a DuckLake, the journal in its Postgres database
+        db_url = request.getfixturevalue("lake")
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     url, server = builtin_http(FLIP, latency_ms=5)
     spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
@@ -123,7 +122,7 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
         if shared:
             import psycopg
 
-            with psycopg.connect(postgres.url) as con:
+            with psycopg.connect(db_url) as con:
                 return con.execute(sql.format("aip_journal.")).fetchone()[0]
         with sqlite3.connect(journal_path(wh.default_path())) as con:
             return con.execute(sql.format("")).fetchone()[0]

@@ -115,8 +115,9 @@ class PgBudget(Budget):
     """A run's budget shared by its workers (issue 14's shared mode): one row per run id in
     Postgres, a call reserved by one atomic ``UPDATE … WHERE calls < max_calls RETURNING``, so the
     workers together never send more than ``max_calls``. The row starts from the journal's totals
-    of the first worker to open it (a run begun before shared mode was turned on keeps its count),
-    and it stays: a later resume of the same run id, on any worker, goes on from it. Statements
+    of the first worker to open it (the local journal without a lake, the lake's with one: a run
+    migrated into a lake counts from the calls journaled there), and it stays: a later resume of
+    the same run id, on any worker, goes on from it. Statements
     run on the database's own thread (``SharedDb``); ``spend`` is queued without waiting."""
 
     def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None,

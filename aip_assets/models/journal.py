@@ -448,6 +448,8 @@ class PgJournal(Journal):
         return sql.replace("?", "%s")
 
     def _insert_many(self, sql: str, rows: list[list[Any]]) -> None:
+        # Postgres text cannot hold NUL (an endpoint's error page may): kept as U+FFFD
+        rows = [[v.replace("\x00", "\ufffd") if isinstance(v, str) and "\x00" in v else v for v in row] for row in rows]
         with self._con.cursor() as cur:
             cur.executemany(sql, rows)
 
@@ -466,9 +468,12 @@ _PG_TYPES = {"request": "bytea", "response_text": "bytea", "sample_index": "bigi
 
 
 def open_journal(warehouse_path: str | Path) -> Journal:
-    """The run's journal: in the shared-state database when ``AIP_SHARED_STATE_URL`` names one,
-    else the SQLite file beside the warehouse."""
+    """The run's journal: with the warehouse, so a run's id names one run wherever its calls are
+    read. In a lake (shared mode: ``AIP_LAKE_DATA_PATH``), in the shared-state database; else the
+    SQLite file beside the warehouse file (also when only ``AIP_SHARED_STATE_URL`` is set: each
+    machine's warehouse and its runs are its own)."""
+    from .. import lake
     from .shared_state import shared_state_url
 
     url = shared_state_url()
-    return PgJournal(url) if url else Journal(journal_path(warehouse_path))
+    return PgJournal(url) if url and lake.enabled() else Journal(journal_path(warehouse_path))

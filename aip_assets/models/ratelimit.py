@@ -127,7 +127,7 @@ class SharedRate:
         Postgres when ``AIP_SHARED_STATE_URL`` names one (every worker of a shared deployment draws
         from one schedule), else in this machine's limits folder."""
         url = shared_state_url()
-        key = (f"{endpoint}\0{rpm}\0{tpm}", url or str(limits_dir()))
+        key = (f"{endpoint}\0{rpm}\0{tpm}\0{os.getpid()}", url or str(limits_dir()))  # a forked child: its own
         if key not in cls._open:
             cls._open[key] = PgRate(endpoint, rpm, tpm, url) if url else cls(endpoint, rpm, tpm)
         return cls._open[key]
