@@ -244,8 +244,10 @@ def cmd_migrate(args) -> int:
 
     copied = wh.migrate_into_lake(args.source or wh.default_path())
     runs = copied.pop("runs")
+    calls = copied.pop("journaled calls")
     print(f"{runs} run(s) copied into the {lake.where()}" + (": " + ", ".join(f"{t} {n}" for t, n in copied.items() if n)
-                                                             if runs else " (every run was there already)"))
+                                                             if runs else " (every run was there already)")
+          + (f"; {calls} journaled call(s) into its journal" if calls else ""))
     return 0
 
 

@@ -1078,7 +1078,9 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     """Copy a local warehouse file's runs into the lake (shared mode): every run the lake does not
     have yet, with its rows in every table, in one transaction (a run already there is left as
     it is, so migrating again copies nothing twice). A column the file lacks (an older version's
-    file) is NULL. Returns {table: rows copied}. The file is read under its lock, never changed."""
+    file) is NULL. Then the copied runs' calls go from the file's journal into the lake's, so a
+    stage resumed in the lake answers them instead of calling again. Returns {table: rows copied,
+    "runs": n, "journaled calls": n}. The files are read under the warehouse's lock, never changed."""
     from .errors import AipError
 
     if not lake.enabled():
@@ -1119,6 +1121,14 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
         finally:
             con.execute("DETACH aip_src")
     copied["runs"] = len(runs)
+    from .models.journal import PgJournal, copy_runs, journal_path
+    from .models.shared_state import shared_state_url
+
+    journal = PgJournal(shared_state_url() or "")  # the lake's journal: the runs' calls answer resumed stages
+    try:
+        copied["journaled calls"] = copy_runs(journal_path(src), journal, runs)
+    finally:
+        journal.close()
     return copied
 
 

@@ -195,14 +195,38 @@ def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_h
     lake meanwhile is kept. Without the lake's variables it says what to set."""
     from .conftest import new_database
 
+    from aip_assets import pipeline
+    from aip_assets.models.client import ModelClient
+
     ds = write_dataset(tmp_path / "d.jsonl", 6)
-    url, _ = builtin_http(FLIP)
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"})
+    url, server = builtin_http(FLIP)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
+                     config={"sub_call_concurrency_limit": 1})
     run_all(spec, "one")
-    run_all(spec, "two", stages=["ingest", "synthesis"])  # a run half done
+    run_all(spec, "two", stages=["ingest", "synthesis"])  # a run half done: its sampling crashes after 15 calls
+    real_record, seen = ModelClient._record, {"n": 0}
+
+    def crashing_record(self, *a, **k):
+        real_record(self, *a, **k)
+        seen["n"] += 1
+        if seen["n"] == 15:
+            raise RuntimeError("injected crash")
+
+    monkeypatch.setattr(ModelClient, "_record", crashing_record)
+    with pytest.raises(RuntimeError, match="injected crash"):
+        pipeline.run_stage("sampling", "two", "llm.decision_flip")
+    monkeypatch.setattr(ModelClient, "_record", real_record)
     local = {r: _stable(r) for r in ("one", "two")}
     n_calls = len(table("llm_calls", "one", "created_at"))
     wh.release()
+    import sqlite3
+
+    from aip_assets.models.journal import journal_path
+
+    with sqlite3.connect(journal_path(wh.default_path())) as con:
+        [(journaled,)] = con.execute("SELECT count(*) FROM call_index WHERE run_id = 'two' AND stage = 'sampling' "
+                                     "AND status = 'ok'").fetchall()
+    assert 10 <= journaled <= 15
     with pytest.raises(Exception, match="set AIP_LAKE_DATA_PATH"):
         wh.migrate_into_lake(wh.default_path())
     monkeypatch.setenv("AIP_SHARED_STATE_URL", new_database(postgres))
@@ -211,8 +235,18 @@ def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_h
     assert main(["migrate"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("2 run(s) copied into the DuckLake") and f"llm_calls {n_calls}" in out, out
+    assert "journaled call(s) into its journal" in out, out
     for r in ("one", "two"):
         _assert_same(local[r], _stable(r))
+    # the crashed stage resumed in the lake: the 15 calls it journaled locally are answered from the
+    # lake's journal, not asked again (the journal moved with the run)
+    asked = dict(server.ok_bodies)
+    pipeline.run_stage("sampling", "two", "llm.decision_flip")
+    resp = table("sut_responses", "two", "probe_id")
+    new = {b: n - asked.get(b, 0) for b, n in server.ok_bodies.items()
+           if n > asked.get(b, 0) and "Reply with OK." not in b}  # endpoint checks left out
+    assert resp.cached.sum() == journaled and sum(new.values()) == len(resp) - journaled, \
+        (sum(new.values()), len(resp), journaled, [b[:200] for b in new][:3])
     assert main(["migrate"]) == 0 and "every run was there already" in capsys.readouterr().out
     runs = wh.query("SELECT run_id, count(*) AS n FROM eval_runs GROUP BY run_id ORDER BY run_id")
     assert list(runs.run_id) == ["one", "three", "two"] and set(runs.n) == {1}

@@ -115,8 +115,8 @@ class PgBudget(Budget):
     """A run's budget shared by its workers (issue 14's shared mode): one row per run id in
     Postgres, a call reserved by one atomic ``UPDATE … WHERE calls < max_calls RETURNING``, so the
     workers together never send more than ``max_calls``. The row starts from the journal's totals
-    of the first worker to open it (the local journal without a lake, the lake's with one: a run
-    migrated into a lake counts from the calls journaled there), and it stays: a later resume of
+    of the first worker to open it (the local journal without a lake, the lake's with one, where
+    ``aip-eval migrate`` copies a run's calls), and it stays: a later resume of
     the same run id, on any worker, goes on from it. Statements
     run on the database's own thread (``SharedDb``); ``spend`` is queued without waiting."""
 

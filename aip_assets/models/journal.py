@@ -477,3 +477,34 @@ def open_journal(warehouse_path: str | Path) -> Journal:
 
     url = shared_state_url()
     return PgJournal(url) if url and lake.enabled() else Journal(journal_path(warehouse_path))
+
+
+def copy_runs(source: str | Path, target: "PgJournal", runs: list[str]) -> int:
+    """Copy these runs' calls from a SQLite journal file into the Postgres one (``aip-eval
+    migrate``), in the order they were written; calls of these runs already there are replaced
+    (a migrate that stopped half-way, run again). Returns the calls copied."""
+    src = Path(source)
+    if not runs or not src.exists():
+        return 0
+    target.flush()
+    with target._lock:
+        target._con.execute("DELETE FROM call_log WHERE part_id IN (SELECT part_id FROM call_parts WHERE "
+                            "run_id = ANY(%s))", [runs])
+    journal = Journal(src)
+    n = 0
+    try:
+        with journal._lock:
+            parts = journal._con.execute(
+                f"SELECT DISTINCT run_id, metric, stage FROM call_parts WHERE run_id IN ({','.join('?' * len(runs))}) "
+                "ORDER BY run_id, metric, stage", runs).fetchall()
+        for run_id, metric, stage in parts:
+            for frame in journal.frames(run_id, metric, stage):
+                frame = frame.astype(object).where(frame.notna(), None)
+                for rec in frame.to_dict("records"):
+                    rec["created_at"] = rec["created_at"].timestamp() if rec["created_at"] is not None else None
+                    target.record(rec)
+                    n += 1
+        target.flush()
+    finally:
+        journal.close()
+    return n
