@@ -367,3 +367,33 @@ def test_a_journal_record_with_a_nul_is_kept(lake):
     [frame] = j.frames("nul", "m", "sampling")
     assert list(frame.error)[0] == "HTTP 500: bad\ufffdpage" and j.lookup("k2", ["nul"])["response_text"] == "fine"
     j.close()
+
+
+def test_the_postgres_journal_writes_on_after_its_connection_is_lost(lake, postgres, caplog):
+    """The database drops the journal's connection between two batches: the next batch is written
+    on a new connection (and the log says so), nothing is lost, and readers go on."""
+    import psycopg
+
+    from aip_assets.models.journal import PgJournal
+
+    j = PgJournal(lake)
+
+    def rec(i):
+        return {"run_id": "lost", "metric": "m", "stage": "sampling", "role": "sut", "call_key": f"k{i}",
+                "request": {"q": i}, "response_text": f"a{i}", "status": "ok", "attempts": 1, "source": "network",
+                "created_at": float(i)}
+    for i in range(5):
+        j.record(rec(i))
+    j.flush()
+    with psycopg.connect(postgres.url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                      [lake.rsplit("/", 1)[1]])
+    with caplog.at_level("WARNING", logger="aip_assets"):
+        for i in range(5, 9):
+            j.record(rec(i))
+        j.flush()
+    assert "connecting again to write the calls" in caplog.text
+    assert j.ok_keys(["lost"], "sampling") == {f"k{i}" for i in range(9)}
+    [frame] = j.frames("lost", "m", "sampling")
+    assert list(frame.call_key) == [f"k{i}" for i in range(9)]
+    j.close()

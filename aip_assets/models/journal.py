@@ -25,6 +25,7 @@ table) is left as it is and not read: its calls are not reused.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import zlib
@@ -34,6 +35,8 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 
 from ..runspec import stable_json
+
+logger = logging.getLogger("aip_assets")
 
 _COLS = [
     "run_id", "metric", "stage", "role", "call_key", "sample_index", "endpoint", "model", "request",
@@ -200,6 +203,11 @@ class Journal:
     def _insert_many(self, sql: str, rows: list[list[Any]]) -> None:
         self._con.executemany(sql, rows)
 
+    def _reconnected(self, e: BaseException) -> bool:
+        """After a failed write: whether the connection was lost and is made again (a server's
+        journal; a file's is never lost)."""
+        return False
+
     def _rollback(self) -> None:
         if self._con.in_transaction:
             self._con.execute("ROLLBACK")
@@ -233,31 +241,35 @@ class Journal:
                     return
                 batch, self._queue = self._queue, []
             parts_before = dict(self._parts)
-            try:
-                with self._lock:
-                    self._con.execute(self._BEGIN)
-                    rows = []
-                    for rec in batch:
-                        request = _request_text(rec.get("request"))
-                        part_id, zdict, rdict = self._part(rec, request)
-                        values = [part_id, *[rec.get(c) for c in _CALL]]
-                        values[_AT_KEY] = self._key_in(rec.get("call_key") or "")
-                        values[_AT_REQUEST] = _deflate(request, zdict)
-                        answer = rec.get("response_text")
-                        values[_AT_ANSWER] = None if answer is None else _deflate(answer, rdict)
-                        rows.append(values)
-                    self._insert_many(self._q(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
-                                              f"VALUES ({', '.join('?' * (1 + len(_CALL)))})"), rows)
-                    self._con.execute("COMMIT")
-            except BaseException as e:  # noqa: BLE001 - kept, and raised to the next caller
-                with self._lock:
-                    self._rollback()
-                self._parts = parts_before  # parts added in the rolled-back transaction do not exist
-                with self._cv:
-                    self._failure = e
-                    self._n_written += len(batch)
-                    self._cv.notify_all()
-                return
+            for attempt in (0, 1):
+                try:
+                    with self._lock:
+                        self._con.execute(self._BEGIN)
+                        rows = []
+                        for rec in batch:
+                            request = _request_text(rec.get("request"))
+                            part_id, zdict, rdict = self._part(rec, request)
+                            values = [part_id, *[rec.get(c) for c in _CALL]]
+                            values[_AT_KEY] = self._key_in(rec.get("call_key") or "")
+                            values[_AT_REQUEST] = _deflate(request, zdict)
+                            answer = rec.get("response_text")
+                            values[_AT_ANSWER] = None if answer is None else _deflate(answer, rdict)
+                            rows.append(values)
+                        self._insert_many(self._q(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
+                                                  f"VALUES ({', '.join('?' * (1 + len(_CALL)))})"), rows)
+                        self._con.execute("COMMIT")
+                    break
+                except BaseException as e:  # noqa: BLE001 - kept, and raised to the next caller
+                    with self._lock:
+                        self._rollback()
+                    self._parts = parts_before  # parts added in the rolled-back transaction do not exist
+                    if attempt == 0 and self._reconnected(e):  # the batch again, on a new connection
+                        continue
+                    with self._cv:
+                        self._failure = e
+                        self._n_written += len(batch)
+                        self._cv.notify_all()
+                    return
             with self._cv:
                 self._n_written += len(batch)
                 for rec in batch:
@@ -426,6 +438,7 @@ class PgJournal(Journal):
         from .shared_state import SharedDb, connect
 
         url = str(url)
+        self._url = url
         self.where = f"the call journal in {SharedDb.get(url).name} (schema {self.SCHEMA})"
         con = connect(url, "make the call journal's tables", [
             f"CREATE SCHEMA IF NOT EXISTS {self.SCHEMA}",
@@ -454,7 +467,24 @@ class PgJournal(Journal):
             cur.executemany(sql, rows)
 
     def _rollback(self) -> None:
-        self._con.rollback()
+        if not (self._con.closed or self._con.broken):
+            self._con.rollback()
+
+    def _reconnected(self, e: BaseException) -> bool:
+        import psycopg
+
+        if not (isinstance(e, psycopg.OperationalError) and (self._con.closed or self._con.broken)):
+            return False
+        logger.warning(f"{self.where}: the connection was lost; connecting again to write the calls")
+        try:
+            con = self._open(self._url)
+        except Exception:  # noqa: BLE001 - the lost connection's error is the one to raise
+            return False
+        with self._lock:
+            self._con.close()
+            self._con = con
+            self._parts, self._zdicts = {}, {}  # part ids are read again on the new connection
+        return True
 
     def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
         cur = self._con.execute(self._q(sql), params)
