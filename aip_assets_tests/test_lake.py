@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -20,6 +21,21 @@ from aip_assets.cli import main
 
 from .conftest import make_spec, run_all, table, write_dataset
 from .test_pipeline import FLIP, _assert_same, _stable
+
+
+def make_lake() -> None:
+    """Make this test's lake (its tables), then let this process's connection to it go."""
+    with wh.connect(create=True):
+        pass
+    wh.release()
+
+
+def start_workers(script: Path, argv: list[list[str]]) -> tuple[Path, list[subprocess.Popen]]:
+    """Worker processes of ``script`` (one per argument list, the go-file last), waiting for the
+    go-file beside the script; returns (the go-file, the processes)."""
+    go = script.parent / "go"
+    return go, [subprocess.Popen([sys.executable, str(script), *args, str(go)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=dict(os.environ)) for args in argv]
 
 
 def test_a_lake_warehouse_gives_the_local_results_and_any_duckdb_reads_it(tmp_path, builtin_http, lake,
@@ -64,9 +80,7 @@ def test_a_lake_warehouse_gives_the_local_results_and_any_duckdb_reads_it(tmp_pa
 def test_a_write_that_meets_another_workers_commit_is_run_again(tmp_path, lake):
     """Two partitions of one table replaced at once conflict in DuckLake (a conflict is per table):
     the loser is rolled back whole and run again, and both partitions hold exactly their rows."""
-    with wh.connect(create=True):
-        pass
-    wh.release()
+    make_lake()
     rows = {run: [{"run_id": run, "metric": "m", "stage": "s", "level": "info", "code": "c", "message": f"{run}-{i}"}
                   for i in range(n)] for run, n in (("a", 3), ("b", 5))}
 
@@ -106,7 +120,7 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from aip_assets import warehouse as wh
-    run, go, n, folder = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    run, n, folder, go = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     while not Path(go).exists():
         time.sleep(0.005)
     for k in range(1, n + 1):
@@ -121,15 +135,10 @@ WRITER = textwrap.dedent("""
 def test_workers_replacing_partitions_at_once_all_land(tmp_path, lake):
     """Three worker processes replace their own partition of one table eight times each, at the
     same moment: every write lands (conflicts are retried), each partition holds its last write."""
-    with wh.connect(create=True):
-        pass
-    wh.release()
+    make_lake()
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, str(script), f"w{i}", str(go), "8", str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-             for i in range(3)]
+    go, procs = start_workers(script, [[f"w{i}", "8", str(tmp_path)] for i in range(3)])
     go.touch()
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-2000:] for o in outs]
@@ -178,9 +187,7 @@ def test_a_bad_lake_configuration_stops_the_run_before_anything_is_written(tmp_p
 def test_the_lake_refuses_a_data_folder_other_than_its_own(tmp_path, lake, monkeypatch):
     """The folder is stored in the catalog when the lake is made: a worker that names another one
     is refused with DuckLake's reason, rather than writing its rows elsewhere."""
-    with wh.connect(create=True):
-        pass
-    wh.release()
+    make_lake()
     monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "elsewhere"))
     with pytest.raises(Exception) as e:
         with wh.connect() as con:
@@ -312,14 +319,10 @@ def test_two_workers_registering_one_run_id_register_it_once(tmp_path, lake):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     spec = tmp_path / "s.yaml"
     spec.write_text(json.dumps({"name": "same", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}}))
-    with wh.connect(create=True):
-        pass
-    wh.release()
+    make_lake()
     script = tmp_path / "register.py"
     script.write_text(REGISTER)
-    go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, str(script), str(spec), str(go)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=dict(os.environ)) for _ in range(4)]
+    go, procs = start_workers(script, [[str(spec)]] * 4)
     time.sleep(1.0)  # each has imported and waits
     go.touch()
     outs = [p.communicate(timeout=300) for p in procs]
@@ -333,9 +336,7 @@ def test_the_lake_is_checked_not_remade_and_each_use_sets_its_own_memory(tmp_pat
     be one); a use's memory and thread settings do not stay for the next use."""
     import psycopg
 
-    with wh.connect(create=True):
-        pass
-    wh.release()
+    make_lake()
 
     def snapshots():
         with psycopg.connect(lake) as con:
