@@ -94,23 +94,62 @@ def where() -> str:
 
 
 _PASSFILE: dict[str, str] = {}  # password -> this process's libpq password file holding it
+PASSFILE_PREFIX = "aip-pgpass-"
+
+
+def _passfile_dir() -> Path:
+    """Memory, not disk, where there is one: ``$XDG_RUNTIME_DIR``, else /dev/shm, else the temp folder."""
+    import tempfile
+
+    for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if d and os.path.isdir(d) and os.access(d, os.W_OK):
+            return Path(d)
+    return Path(tempfile.gettempdir())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _passfile(password: str) -> str:
-    """A libpq password file (mode 0600, removed at exit) holding ``password`` for any server:
-    the lake's ATTACH names this file, never the password, so no DuckDB message, setting or
-    ``duckdb_databases()`` row can show it."""
+    """A libpq password file (mode 0600) holding ``password`` for any server: the lake's ATTACH
+    names this file, never the password, so no DuckDB message, setting or ``duckdb_databases()``
+    row can show it. Named by this process's id and removed when it exits normally; a file whose
+    process is gone (killed: no exit handler ran) is removed by the next process that makes one."""
     if password not in _PASSFILE:
         import atexit
         import tempfile
 
-        fd, path = tempfile.mkstemp(prefix="aip-pgpass-")
+        folder = _passfile_dir()
+        for old in folder.glob(PASSFILE_PREFIX + "*"):  # left by killed processes of this user
+            try:
+                pid = int(old.name[len(PASSFILE_PREFIX):].split("-")[0])
+                if old.stat().st_uid == os.getuid() and not _alive(pid):
+                    old.unlink()
+            except (ValueError, OSError):
+                pass
+        me = os.getpid()
+        fd, path = tempfile.mkstemp(prefix=f"{PASSFILE_PREFIX}{me}-", dir=folder)
         escaped = password.replace("\\", "\\\\").replace(":", "\\:")
         os.write(fd, f"*:*:*:*:{escaped}\n".encode())
         os.close(fd)
-        atexit.register(lambda: Path(path).unlink(missing_ok=True))
+        def remove() -> None:
+            if os.getpid() == me:  # not in a forked child, which runs its parent's exit handlers too
+                Path(path).unlink(missing_ok=True)
+
+        atexit.register(remove)
         _PASSFILE[password] = path
     return _PASSFILE[password]
+
+
+if hasattr(os, "register_at_fork"):  # a forked child writes its own (the parent's goes when the parent exits)
+    os.register_at_fork(after_in_child=_PASSFILE.clear)
 
 
 def _conninfo(url: str) -> str:
@@ -210,9 +249,21 @@ def registration_lock() -> Iterator[None]:
     from .models.shared_state import SharedDb
 
     db = SharedDb.get(_catalog_url())
-    db.run("the lock on registering runs", lambda c: c.execute("SELECT pg_advisory_lock(%s)", [REGISTRATION_LOCK]))
+    t0 = notice = time.monotonic()
+    # tried, not waited for in the database: a wait there would hold the process's one shared-state
+    # connection (rate limits, budgets) and end at its lock timeout
+    while not db.run("the lock on registering runs", lambda c: c.execute(
+            "SELECT pg_try_advisory_lock(%s)", [REGISTRATION_LOCK]).fetchone()[0]):
+        if time.monotonic() - notice > 30:
+            notice = time.monotonic()
+            logger.warning(f"waiting {notice - t0:.0f}s for another worker registering or migrating runs "
+                           f"(Postgres advisory lock {REGISTRATION_LOCK})")
+        time.sleep(0.05 + random.random() * 0.1)
     try:
         yield
     finally:
-        db.run("the lock on registering runs",
-               lambda c: c.execute("SELECT pg_advisory_unlock(%s)", [REGISTRATION_LOCK]))
+        held = db.run("the lock on registering runs", lambda c: c.execute(
+            "SELECT pg_advisory_unlock(%s)", [REGISTRATION_LOCK]).fetchone()[0])
+        if not held:  # the connection was lost meanwhile, and the lock with it
+            logger.warning("the lock on registering runs was lost with its connection before the run was "
+                           "registered; another worker may have registered at the same time")

@@ -712,6 +712,10 @@ class _Lake:
         return self.base
 
     def forget_in_child(self) -> None:
+        """In a forked child: start afresh, keeping (never closing) the parent's lake. Closing it
+        here tears down the postgres extension's pool under a parent thread's wait and hangs."""
+        if self.base is not None:
+            _INHERITED.append(self.base)
         self.lock = threading.RLock()
         self.base = None
 
@@ -787,16 +791,22 @@ SANDBOX = {"autoinstall_known_extensions": False, "autoload_known_extensions": F
 @contextmanager
 def sandboxed(path: str | Path | None = None, setup: Iterable[str] = ()) -> Iterator[duckdb.DuckDBPyConnection]:
     if lake.enabled():  # the lake attached read-only; files: only its data folder's
+        import shutil
+        import tempfile
+
+        spill = tempfile.mkdtemp(prefix="aip-sql-")  # DuckDB allows its temp folder too: an empty one of its own
         con = lake.open_lake(read_only=True, config=SANDBOX)
         try:
             for stmt in setup:
                 con.execute(stmt)
+            con.execute(f"SET temp_directory = {lake._quote(spill)}")
             con.execute(f"SET allowed_directories = [{lake._quote(lake.data_path() or '')}]")
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
             yield con
         finally:
             con.close()
+            shutil.rmtree(spill, ignore_errors=True)
         return
     with connect(path, read_only=True, config=SANDBOX) as con:
         for stmt in setup:
@@ -820,26 +830,39 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         return
     import json
 
-    def walk(node: Any) -> Iterator[tuple[str, Any]]:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                yield k, v
-                yield from walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                yield from walk(v)
-
     row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
     ast = json.loads(row[0]) if row else {}
     if ast.get("error"):
         raise duckdb.PermissionException(f"a statement the check cannot read: {ast.get('error_message')}")
-    for k, v in walk(ast):
-        name = v.lower() if isinstance(v, str) else ""
-        if k == "function_name" and (name.startswith(("postgres", "ducklake_")) or name in RUNS_SQL):
-            raise duckdb.PermissionException(f"{v}() reaches beyond the warehouse (the shared-state database, "
-                                             "the lake's files, or SQL it runs itself)")
-        if k in ("catalog_name", "catalog", "schema_name", "schema") and name.startswith("__ducklake"):
-            raise duckdb.PermissionException(f"{v} is the lake's catalog, not the warehouse")
+    # DuckLake's functions, also as the lake's own (``lake.merge_adjacent_files()``): their
+    # maintenance writes and deletes files in the lake's folder
+    lake_fns = {n.lower() for (n,) in con.execute("SELECT DISTINCT function_name FROM duckdb_functions() "
+                                                    "WHERE function_name LIKE 'ducklake%'").fetchall()}
+    lake_fns |= {n.removeprefix("ducklake_") for n in lake_fns}
+
+    def refuse_call(node: dict) -> None:
+        name = str(node.get("function_name") or "").lower()
+        qualified = bool(node.get("catalog") or node.get("schema"))
+        if name.startswith("postgres") or name in RUNS_SQL or name in lake_fns or qualified:
+            raise duckdb.PermissionException(f"{node.get('function_name')}() reaches beyond the warehouse (the "
+                                             "shared-state database, the lake's files, or SQL it runs itself)")
+
+    def nodes(node: Any) -> Iterator[dict]:
+        if isinstance(node, dict):
+            yield node
+            for v in node.values():
+                yield from nodes(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from nodes(v)
+
+    for node in nodes(ast):
+        if "function_name" in node:
+            refuse_call(node)
+        for k in ("catalog_name", "catalog", "schema_name", "schema"):
+            v = node.get(k)
+            if isinstance(v, str) and v.lower().startswith("__ducklake"):
+                raise duckdb.PermissionException(f"{v} is the lake's catalog, not the warehouse")
 
 
 # table functions that run SQL given as text (the check cannot see inside it)
@@ -869,10 +892,19 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
     version = hashlib.sha256(json.dumps([TABLES, VIEWS], sort_keys=True).encode()).hexdigest()[:16]
 
     def current(c: duckdb.DuckDBPyConnection) -> bool:
+        """Whether the lake's schema is this one, or a later one (an older worker in a rolling
+        deploy must not put its views back)."""
         if not c.execute("SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
                          "AND table_name = 'aip_schema'").fetchone():
             return False
-        return c.execute("SELECT 1 FROM aip_schema WHERE version = ?", [version]).fetchone() is not None
+        row = c.execute("SELECT level, version FROM aip_schema").fetchone()
+        if row is None:
+            return False
+        if int(row[0]) > SCHEMA_LEVEL:
+            logger.warning(f"{lake.where()}: its tables are of a later aip_assets (schema level {row[0]}; this "
+                           f"one's is {SCHEMA_LEVEL}): left as they are")
+            return True
+        return int(row[0]) == SCHEMA_LEVEL and row[1] == version
 
     if current(con):
         return
@@ -881,13 +913,16 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
         if current(c):  # another worker made them meanwhile
             return
         make(c)
-        c.execute("CREATE TABLE IF NOT EXISTS aip_schema (version VARCHAR)")
+        c.execute("CREATE TABLE IF NOT EXISTS aip_schema (level INTEGER, version VARCHAR)")
         c.execute("DELETE FROM aip_schema")
-        c.execute("INSERT INTO aip_schema VALUES (?)", [version])
+        c.execute("INSERT INTO aip_schema VALUES (?, ?)", [SCHEMA_LEVEL, version])
 
     transaction(con, make_marked, "the warehouse's tables")
 
 
+# Raised with every change to TABLES or VIEWS: a lake made by a later level is never remade by an
+# earlier one (workers of two versions during a rolling deploy)
+SCHEMA_LEVEL = 1
 LAKE_WRITE_TRIES = 30  # a DuckLake transaction that lost to other workers' this many times in a row fails
 LAKE_STATS = {"commits": 0, "conflicts": 0}  # this process's lake transactions, and the conflicts they met
 
@@ -1076,12 +1111,16 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
 
 def migrate_into_lake(source: str | Path) -> dict[str, int]:
     """Copy a local warehouse file's runs into the lake (shared mode): every run the lake does not
-    have yet, with its rows in every table, in one transaction (a run already there is left as
-    it is, so migrating again copies nothing twice). A column the file lacks (an older version's
-    file) is NULL. Then the copied runs' calls go from the file's journal into the lake's, so a
-    stage resumed in the lake answers them instead of calling again. Returns {table: rows copied,
-    "runs": n, "journaled calls": n}. The files are read under the warehouse's lock, never changed."""
+    have yet. Under the lock on registering runs: first the runs' calls from the file's journal
+    into the lake's (replacing any of theirs there: a migrate stopped before its commit, run
+    again), so a stage resumed in the lake answers them instead of calling again; then their rows
+    in every table, in one transaction. A run already in the lake is left as it is, so migrating
+    again copies nothing twice. A column the file lacks (an older version's file) is NULL.
+    Returns {table: rows copied, "runs": n, "journaled calls": n}. The files are read under the
+    warehouse's lock, never changed."""
     from .errors import AipError
+    from .models.journal import PgJournal, copy_runs, journal_path
+    from .models.shared_state import shared_state_url
 
     if not lake.enabled():
         raise AipError(f"aip-eval migrate copies a local warehouse into the lake: set {lake.LAKE_ENV} "
@@ -1090,7 +1129,6 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     if not src.exists():
         raise AipError(f"{src}: no such warehouse file to migrate")
     copied: dict[str, int] = {}
-    runs: list[str] = []
     with _file_lock(src), connect(create=True) as con, lake.registration_lock():
         con.execute(f"ATTACH {lake._quote(str(src))} AS aip_src (READ_ONLY)")
         try:
@@ -1098,12 +1136,17 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
                                               ).fetchall()}
             if "eval_runs" not in have:
                 raise AipError(f"{src}: not a warehouse (no eval_runs table)")
+            # nobody registers meanwhile (the lock): the runs the lake lacks stay the same until the commit
+            runs = [r for (r,) in con.execute("SELECT run_id FROM aip_src.eval_runs WHERE run_id NOT IN "
+                                              f"(SELECT run_id FROM {lake.ALIAS}.eval_runs) ORDER BY run_id").fetchall()]
+            journal = PgJournal(shared_state_url() or "")
+            try:
+                calls = copy_runs(journal_path(src), journal, runs)
+            finally:
+                journal.close()
 
-            def copy(c: duckdb.DuckDBPyConnection) -> None:  # the runs the lake lacks, read in the transaction
+            def copy(c: duckdb.DuckDBPyConnection) -> None:
                 copied.clear()
-                runs[:] = [r for (r,) in c.execute("SELECT run_id FROM aip_src.eval_runs WHERE run_id NOT IN "
-                                                   f"(SELECT run_id FROM {lake.ALIAS}.eval_runs) ORDER BY run_id"
-                                                   ).fetchall()]
                 for table, cols in TABLES.items():
                     if table not in have or not runs:
                         continue
@@ -1121,14 +1164,7 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
         finally:
             con.execute("DETACH aip_src")
     copied["runs"] = len(runs)
-    from .models.journal import PgJournal, copy_runs, journal_path
-    from .models.shared_state import shared_state_url
-
-    journal = PgJournal(shared_state_url() or "")  # the lake's journal: the runs' calls answer resumed stages
-    try:
-        copied["journaled calls"] = copy_runs(journal_path(src), journal, runs)
-    finally:
-        journal.close()
+    copied["journaled calls"] = calls
     return copied
 
 

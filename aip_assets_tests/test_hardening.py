@@ -103,11 +103,14 @@ def warehouse(tmp_path, monkeypatch):
     "SELECT * FROM query('SELECT * FROM postgres_query(''__ducklake_metadata_lake'', ''SELECT 1'')')",
     "SELECT * FROM ducklake_merge_adjacent_files('lake')",  # would write Parquet in the lake's folder
     "SELECT * FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",  # would delete there
+    "SELECT * FROM lake.merge_adjacent_files()",  # the same, as the lake's own function
+    "SELECT * FROM merge_adjacent_files()",
+    "SELECT * FROM lake.snapshots()",
 ])
 def test_sql_reads_the_warehouse_and_nothing_else(any_warehouse, capsys, sql):
     warehouse = any_warehouse
-    if any(w in sql for w in ("postgres_query", "FROM __ducklake", "query_table", "ducklake_")) \
-            and not sql.startswith("CALL"):
+    if any(w in sql for w in ("postgres_query", "FROM __ducklake", "query_table", "ducklake_", "lake.",
+                              "merge_adjacent")) and not sql.startswith("CALL"):
         if not (warehouse / "lake").exists():
             pytest.skip("a local warehouse has no lake catalog to reach")
     before = tree(warehouse)

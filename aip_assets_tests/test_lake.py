@@ -265,9 +265,23 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
     """The lake's ATTACH names a password file, never the password: `aip-eval sql` shows it in no
     database path or setting, and a write that fails because the catalog went away says why
     without it."""
-    from .conftest import new_database
+    import psycopg
 
-    url = new_database(postgres).replace("//aip@", "//aip:S3cretPW@")  # trust auth: accepted, never needed
+    role, password = f"pw{os.getpid()}", "S3cret:PW\\x"  # a ':' and a '\' to escape in the password file
+    hba = postgres.dir / "data" / "pg_hba.conf"
+    rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+    subprocess.run([*postgres.as_user, "sh", "-c", f"cat > {hba}.new"], input=rule + hba.read_text(), text=True,
+                   check=True)
+    subprocess.run([*postgres.as_user, "mv", f"{hba}.new", str(hba)], check=True)
+    with psycopg.connect(postgres.url, autocommit=True) as admin:  # this role needs its password; others do not
+        admin.execute(f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'")
+        admin.execute(f"CREATE DATABASE {role} OWNER {role}")
+        admin.execute("SELECT pg_reload_conf()")
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(f"postgresql://{role}:wrong@127.0.0.1:{postgres.port}/{role}").close()
+    from urllib.parse import quote
+
+    url = f"postgresql://{role}:{quote(password, safe='')}@127.0.0.1:{postgres.port}/{role}"
     monkeypatch.setenv("AIP_SHARED_STATE_URL", url)
     monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
     with wh.connect(create=True):
@@ -276,10 +290,9 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
               "SELECT * FROM duckdb_secrets()"):
         assert main(["sql", q, "--format", "csv"]) == 0
         out = capsys.readouterr()
-        assert "S3cretPW" not in out.out + out.err
+        assert "S3cret" not in out.out + out.err
     with wh.connect() as con:
         con.execute("SELECT 1")
-    import psycopg
 
     with psycopg.connect(postgres.url, autocommit=True) as admin:  # the catalog's connections are cut
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> "
@@ -289,19 +302,20 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
         with pytest.raises(Exception) as e:
             with wh.connect() as con:
                 con.execute("SELECT count(*) FROM eval_runs").fetchall()
-        assert "S3cretPW" not in str(e.value) and "S3cretPW" not in repr(e.value.args)
+        assert "S3cret" not in str(e.value) and "S3cret" not in repr(e.value.args)
     finally:
         with psycopg.connect(postgres.url, autocommit=True) as admin:
             admin.execute(f"ALTER DATABASE {url.rsplit('/', 1)[1]} ALLOW_CONNECTIONS true")
 
 
 REGISTER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     from aip_assets import pipeline
     from aip_assets.errors import SpecError
     from aip_assets.runspec import load_spec
     spec, go = load_spec(sys.argv[1]), Path(sys.argv[2])
+    Path(f"{go}.ready-{os.getpid()}").touch()
     while not go.exists():
         time.sleep(0.002)
     try:
@@ -323,7 +337,8 @@ def test_two_workers_registering_one_run_id_register_it_once(tmp_path, lake):
     script = tmp_path / "register.py"
     script.write_text(REGISTER)
     go, procs = start_workers(script, [[str(spec)]] * 4)
-    time.sleep(1.0)  # each has imported and waits
+    while len(list(tmp_path.glob("go.ready-*"))) < 4 and all(p.poll() is None for p in procs):
+        time.sleep(0.02)  # each has imported and waits
     go.touch()
     outs = [p.communicate(timeout=300) for p in procs]
     said = sorted(o[0].strip().splitlines()[-1] if o[0].strip() else o[1][-300:] for o in outs)
@@ -347,11 +362,22 @@ def test_the_lake_is_checked_not_remade_and_each_use_sets_its_own_memory(tmp_pat
             con.execute("SELECT count(*) FROM eval_runs").fetchall()
         wh.release()
     assert snapshots() == before
+    with wh.connect() as con:  # a later aip_assets made the tables: this one leaves them as they are
+        con.execute("UPDATE aip_schema SET level = level + 1, version = 'later'")
+    wh.release()
+    before = snapshots()
+    with wh.connect() as con:
+        con.execute("SELECT count(*) FROM eval_runs").fetchall()
+    wh.release()
+    assert snapshots() == before
     with wh.connect(config={"memory_limit": "300MB", "threads": 1}) as con:
         assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
     with wh.connect() as con:
         limit, threads = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
-    assert str(threads) == wh._LAKE.defaults["threads"] and limit == "953.6 MiB", (limit, threads)  # AIP_DUCKDB_MEMORY's 1GB
+    expected = duckdb.connect(config={"memory_limit": wh.DUCKDB_MEMORY or wh._LAKE.defaults["memory_limit"]})
+    assert str(threads) == wh._LAKE.defaults["threads"], threads
+    assert limit == expected.execute("SELECT current_setting('memory_limit')").fetchone()[0], limit
+    expected.close()
 
 
 def test_a_journal_record_with_a_nul_is_kept(lake):
@@ -398,3 +424,32 @@ def test_the_postgres_journal_writes_on_after_its_connection_is_lost(lake, postg
     [frame] = j.frames("lost", "m", "sampling")
     assert list(frame.call_key) == [f"k{i}" for i in range(9)]
     j.close()
+
+
+def test_a_process_forked_after_using_the_lake_exits(lake):
+    """A child forked after this process used the lake (multiprocessing's default on Linux) exits
+    instead of hanging on the inherited lake's connections, and uses a lake of its own."""
+    make_lake()
+    with wh.connect() as con:
+        con.execute("SELECT count(*) FROM eval_runs").fetchall()
+    pid = os.fork()
+    if pid == 0:  # the child: a use of its own, then out
+        try:
+            with wh.connect() as con:
+                con.execute("SELECT count(*) FROM eval_runs").fetchall()
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    deadline = time.monotonic() + 120  # a hang detector, not a speed bound: it takes well under a second
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    with wh.connect() as con:  # the parent's lake still works
+        assert con.execute("SELECT count(*) FROM eval_runs").fetchone() == (0,)
