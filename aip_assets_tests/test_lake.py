@@ -398,7 +398,8 @@ def test_a_journal_record_with_a_nul_is_kept(lake):
 
 def test_the_postgres_journal_writes_on_after_its_connection_is_lost(lake, postgres, caplog):
     """The database drops the journal's connection between two batches: the next batch is written
-    on a new connection (and the log says so), nothing is lost, and readers go on."""
+    on a new connection (and the log says so), nothing is lost; dropped again, a reader (the
+    cache's lookup) connects again and answers."""
     import psycopg
 
     from aip_assets.models.journal import PgJournal
@@ -419,7 +420,11 @@ def test_the_postgres_journal_writes_on_after_its_connection_is_lost(lake, postg
         for i in range(5, 9):
             j.record(rec(i))
         j.flush()
-    assert "connecting again to write the calls" in caplog.text
+    assert "connection was lost; connecting again" in caplog.text
+    with psycopg.connect(postgres.url, autocommit=True) as admin:  # again, now under a reader
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                      [lake.rsplit("/", 1)[1]])
+    assert j.lookup("k3", ["lost"])["response_text"] == "a3"
     assert j.ok_keys(["lost"], "sampling") == {f"k{i}" for i in range(9)}
     [frame] = j.frames("lost", "m", "sampling")
     assert list(frame.call_key) == [f"k{i}" for i in range(9)]

@@ -471,20 +471,41 @@ class PgJournal(Journal):
             self._con.rollback()
 
     def _reconnected(self, e: BaseException) -> bool:
+        """After a failed statement: whether to try it once more, the connection made again if it
+        was lost (by whichever of the writer and the readers finds it so first)."""
         import psycopg
 
-        if not (isinstance(e, psycopg.OperationalError) and (self._con.closed or self._con.broken)):
-            return False
-        logger.warning(f"{self.where}: the connection was lost; connecting again to write the calls")
-        try:
-            con = self._open(self._url)
-        except Exception:  # noqa: BLE001 - the lost connection's error is the one to raise
+        if not isinstance(e, psycopg.OperationalError):
             return False
         with self._lock:
+            if not (self._con.closed or self._con.broken):
+                return True  # made again meanwhile, or not lost (a timeout): once more
+            logger.warning(f"{self.where}: the connection was lost; connecting again")
+            try:
+                con = self._open(self._url)
+            except Exception:  # noqa: BLE001 - the lost connection's error is the one to raise
+                return False
             self._con.close()
             self._con = con
             self._parts, self._zdicts = {}, {}  # part ids are read again on the new connection
         return True
+
+    def _again(self, read: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return read(*args)
+        except Exception as e:
+            if self._reconnected(e):
+                return read(*args)
+            raise
+
+    def _ok(self, run_ids: list[str], stage: str, as_: Callable[[Any], Any], into: Callable[[Iterable], Any] = set):
+        return self._again(super()._ok, run_ids, stage, as_, into)
+
+    def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
+        return self._again(super().lookup, call_key, run_ids)
+
+    def totals(self, run_id: str) -> tuple[int, int]:
+        return self._again(super().totals, run_id)
 
     def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
         cur = self._con.execute(self._q(sql), params)
