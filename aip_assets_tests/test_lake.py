@@ -425,6 +425,14 @@ def test_the_postgres_journal_writes_on_after_its_connection_is_lost(lake, postg
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
                       [lake.rsplit("/", 1)[1]])
     assert j.lookup("k3", ["lost"])["response_text"] == "a3"
+    pages = j.frames("lost", "m", "sampling", chunk=4)  # and between two pages of a stage's calls
+    first = next(pages)
+    with psycopg.connect(postgres.url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                      [lake.rsplit("/", 1)[1]])
+    rest = list(pages)
+    assert [list(f.call_key) for f in (first, *rest)] == [[f"k{i}" for i in range(k, min(k + 4, 9))]
+                                                          for k in range(0, 9, 4)]
     assert j.ok_keys(["lost"], "sampling") == {f"k{i}" for i in range(9)}
     [frame] = j.frames("lost", "m", "sampling")
     assert list(frame.call_key) == [f"k{i}" for i in range(9)]

@@ -507,6 +507,21 @@ class PgJournal(Journal):
     def totals(self, run_id: str) -> tuple[int, int]:
         return self._again(super().totals, run_id)
 
+    def frames(self, run_id: str, metric: str, stage: str, chunk: int = 20000) -> Iterator[pd.DataFrame]:
+        """As the SQLite journal's; a connection lost between pages is made again and the reading
+        goes on after the pages already given (pages follow ``seq``, so they come out the same)."""
+        given = 0
+        for attempt in (0, 1):
+            try:
+                for i, df in enumerate(super().frames(run_id, metric, stage, chunk)):
+                    if i >= given:
+                        given += 1
+                        yield df
+                return
+            except Exception as e:
+                if attempt or not self._reconnected(e):
+                    raise
+
     def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
         cur = self._con.execute(self._q(sql), params)
         return pd.DataFrame.from_records(cur.fetchall(), columns=[d.name for d in cur.description], coerce_float=True)
