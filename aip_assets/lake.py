@@ -79,13 +79,6 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _scrubbed(e: BaseException, url: str) -> str:
-    from .models.shared_state import _scrub
-
-    text = str(e).strip()
-    return _scrub(text.splitlines()[0] if text else type(e).__name__, url)
-
-
 def where() -> str:
     """The lake for a message: its catalog (no password) and its folder."""
     from .models.shared_state import describe
@@ -192,7 +185,9 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
         return con
     except duckdb.Error as e:
         con.close()
-        raise AipError(f"{LAKE_ENV}: cannot open the {where()}: {_scrubbed(e, url)}") from None
+        from .models.shared_state import _first_line
+
+        raise AipError(f"{LAKE_ENV}: cannot open the {where()}: {_first_line(e, url)}") from None
 
 
 def is_conflict(e: BaseException) -> bool:
@@ -212,18 +207,17 @@ def exists() -> bool:
 
 
 def check() -> str | None:
-    """Before a run: the lake can be used (its catalog's database answers, the extensions are
+    """Before a run, after ``shared_state.check_shared_state`` (which finds its catalog's
+    database answering): the lake can be used (the catalog variable set, the extensions
     installed, the data folder can be made and written); raises AipError saying why not. What to
     log; None when the warehouse is a local file. Makes nothing but the data folder."""
     if not enabled():
         return None
-    url, data = _catalog_url(), data_path()
+    _catalog_url()
+    data = data_path()
     assert data is not None
     for n in EXTENSIONS:
         extension_file(n)
-    from .models.shared_state import SharedDb
-
-    SharedDb.get(url).run("the check before the run", lambda c: c.execute("SELECT 1"))
     try:
         Path(data).mkdir(parents=True, exist_ok=True)
         probe = Path(data) / f".aip-check-{os.getpid()}"

@@ -47,7 +47,7 @@ def preflight(spec: RunSpec) -> list[str]:
     from . import lake
     from .models.shared_state import check_shared_state
 
-    shared = [line for line in (lake.check(), check_shared_state()) if line]
+    shared = [line for line in (check_shared_state(), lake.check()) if line]  # the database first: the lake's catalog
 
     async def go():
         seen, out = set(), []

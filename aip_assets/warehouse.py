@@ -487,6 +487,20 @@ TRIM_MEMORY = "16MB"  # the cap set between uses: DuckDB lets go of the blocks a
 CHECKPOINT_WAL_BYTES = 16 * 1024 * 1024
 
 
+def _defaults(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """An open database's own memory limit and threads, as it opened (what a use's settings fall back to)."""
+    row = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
+    return {"memory_limit": str(row[0]), "threads": str(row[1])} if row else {}
+
+
+def _tune(con: duckdb.DuckDBPyConnection, config: dict[str, Any], defaults: dict[str, str]) -> None:
+    """A use's memory limit and threads: its ``config``, else ``AIP_DUCKDB_MEMORY`` (the memory),
+    else the database's own. Both are set every use: they are the whole database's."""
+    limit = config.get("memory_limit") or DUCKDB_MEMORY or defaults["memory_limit"]
+    con.execute(f"SET memory_limit = '{limit}'")
+    con.execute(f"SET threads = {int(config.get('threads') or defaults['threads'])}")
+
+
 class _Linger:
     """The database this process opened last (one file at a time), kept open between uses.
 
@@ -529,9 +543,7 @@ class _Linger:
             base = self._base(path, read_only, create)
             con = base.cursor()
             try:
-                limit = config.get("memory_limit") or DUCKDB_MEMORY or self.defaults["memory_limit"]
-                con.execute(f"SET memory_limit = '{limit}'")
-                con.execute(f"SET threads = {int(config.get('threads') or self.defaults['threads'])}")
+                _tune(con, config, self.defaults)
                 yield con
             finally:
                 con.close()
@@ -571,8 +583,7 @@ class _Linger:
         try:
             base = _open(path, read_only, {})
             _ensure_once(base, path, read_only)
-            row = base.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
-            defaults = {"memory_limit": str(row[0]), "threads": str(row[1])} if row else {}
+            defaults = _defaults(base)
             st = path.stat()
         except BaseException:
             stack.close()
@@ -689,9 +700,7 @@ class _Lake:
             cur = self._base(create).cursor()
             try:
                 cur.execute(f"USE {lake.ALIAS}")
-                limit = (config or {}).get("memory_limit") or DUCKDB_MEMORY or self.defaults["memory_limit"]
-                cur.execute(f"SET memory_limit = {lake._quote(str(limit))}")
-                cur.execute(f"SET threads = {int((config or {}).get('threads') or self.defaults['threads'])}")
+                _tune(cur, config or {}, self.defaults)
                 yield cur
             finally:
                 cur.close()
@@ -702,8 +711,7 @@ class _Lake:
                 raise FileNotFoundError(f"{lake.where()}: no warehouse yet; run `aip-eval run <spec>` first")
             base = lake.open_lake()
             try:
-                row = base.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
-                self.defaults = {"memory_limit": str(row[0]), "threads": str(row[1])} if row else {}
+                self.defaults = _defaults(base)
                 ensure_schema(base, in_lake=True)
             except BaseException:
                 base.close()

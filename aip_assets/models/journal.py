@@ -435,11 +435,11 @@ class PgJournal(Journal):
     SCHEMA = "aip_journal"
 
     def _open(self, url: str | Path) -> Any:
-        from .shared_state import SharedDb, connect
+        from .shared_state import connect, describe
 
         url = str(url)
         self._url = url
-        self.where = f"the call journal in {SharedDb.get(url).name} (schema {self.SCHEMA})"
+        self.where = f"the call journal in {describe(url)} (schema {self.SCHEMA})"
         con = connect(url, "make the call journal's tables", [
             f"CREATE SCHEMA IF NOT EXISTS {self.SCHEMA}",
             f"SET search_path = {self.SCHEMA}",

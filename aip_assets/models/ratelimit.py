@@ -100,6 +100,14 @@ def counted_tokens(body: dict[str, Any], prompt: int | None, completion: int | N
         (completion if completion is not None else -(-len(text or "") // 4))
 
 
+def _step(fn, req_next: float, tok_next: float, t: float) -> tuple[float, float, Any]:
+    """``fn`` applied to a stored schedule at time ``t``, wherever it is kept: a stored time that is
+    not a number or lies more than ``HORIZON_S`` ahead is taken as free."""
+    ahead = t + HORIZON_S
+    req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
+    return fn(req_next, tok_next, t)
+
+
 class SharedRate:
     """The shared schedule of one endpoint (see the module's docstring)."""
 
@@ -141,9 +149,7 @@ class SharedRate:
             t = time.time() if now is None else now
             raw = os.pread(self._fd, _STATE.size, 0)
             req_next, tok_next = _STATE.unpack(raw) if len(raw) == _STATE.size else (0.0, 0.0)
-            ahead = t + HORIZON_S
-            req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
-            req_next, tok_next, out = fn(req_next, tok_next, t)
+            req_next, tok_next, out = _step(fn, req_next, tok_next, t)
             os.pwrite(self._fd, _STATE.pack(req_next, tok_next), 0)
             return out, t
         finally:
@@ -214,9 +220,7 @@ class PgRate(SharedRate):
                     "SELECT req_next, tok_next, extract(epoch FROM clock_timestamp())::double precision "
                     "FROM aip_rate_schedule WHERE endpoint = %s FOR UPDATE", [self.key]).fetchone()
                 t = db_now if now is None else now
-                ahead = t + HORIZON_S
-                req_next, tok_next = (x if math.isfinite(x) and x <= ahead else 0.0 for x in (req_next, tok_next))
-                req_next, tok_next, out = fn(req_next, tok_next, t)
+                req_next, tok_next, out = _step(fn, req_next, tok_next, t)
                 conn.execute("UPDATE aip_rate_schedule SET req_next = %s, tok_next = %s WHERE endpoint = %s",
                              [req_next, tok_next, self.key])
             return out, t

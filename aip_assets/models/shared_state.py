@@ -214,19 +214,6 @@ class SharedDb:
 
         self._pool.submit(fn, *args).add_done_callback(done)
 
-    def flush(self) -> None:
-        """Wait until everything ``queue`` was given is applied."""
-        self._pool.submit(lambda: None).result()
-
-    def close(self) -> None:
-        """Apply what is queued and close the connection (the next statement connects again)."""
-        self._pool.submit(self._close).result()
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
 
 def check_shared_state() -> str | None:
     """Before a run: the shared-state database answers and has its tables (raises AipError saying
