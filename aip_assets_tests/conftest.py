@@ -64,6 +64,27 @@ def run_all(spec, run_id: str = "run-1", stages=pipeline.STAGES, metric: str = "
     return run_id
 
 
+def crash_sampling_after(monkeypatch, run_id: str, n: int, metric: str = "llm.decision_flip") -> None:
+    """Run the sampling stage of ``run_id`` and crash it (a RuntimeError out of the model client)
+    once it has recorded ``n`` calls; the client is itself again afterwards."""
+    from aip_assets.models.client import ModelClient
+
+    real_record, seen = ModelClient._record, {"n": 0}
+
+    def crashing_record(self, *a, **k):
+        real_record(self, *a, **k)
+        seen["n"] += 1
+        if seen["n"] == n:
+            raise RuntimeError(f"injected crash after {n} calls")
+
+    monkeypatch.setattr(ModelClient, "_record", crashing_record)
+    try:
+        with pytest.raises(RuntimeError, match="injected crash"):
+            pipeline.run_stage("sampling", run_id, metric)
+    finally:
+        monkeypatch.setattr(ModelClient, "_record", real_record)
+
+
 def table(name: str, run_id: str, order: str) -> "pd.DataFrame":  # noqa: F821
     return wh.query(f"SELECT * FROM {name} WHERE run_id = ? ORDER BY {order}", [run_id], read_only=False)
 

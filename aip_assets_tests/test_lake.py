@@ -19,7 +19,7 @@ from aip_assets import lake as lk
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
 
-from .conftest import make_spec, run_all, table, write_dataset
+from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
 from .test_pipeline import FLIP, _assert_same, _stable
 
 
@@ -203,7 +203,6 @@ def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_h
     from .conftest import new_database
 
     from aip_assets import pipeline
-    from aip_assets.models.client import ModelClient
 
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     url, server = builtin_http(FLIP)
@@ -211,18 +210,7 @@ def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_h
                      config={"sub_call_concurrency_limit": 1})
     run_all(spec, "one")
     run_all(spec, "two", stages=["ingest", "synthesis"])  # a run half done: its sampling crashes after 15 calls
-    real_record, seen = ModelClient._record, {"n": 0}
-
-    def crashing_record(self, *a, **k):
-        real_record(self, *a, **k)
-        seen["n"] += 1
-        if seen["n"] == 15:
-            raise RuntimeError("injected crash")
-
-    monkeypatch.setattr(ModelClient, "_record", crashing_record)
-    with pytest.raises(RuntimeError, match="injected crash"):
-        pipeline.run_stage("sampling", "two", "llm.decision_flip")
-    monkeypatch.setattr(ModelClient, "_record", real_record)
+    crash_sampling_after(monkeypatch, "two", 15)
     local = {r: _stable(r) for r in ("one", "two")}
     n_calls = len(table("llm_calls", "one", "created_at"))
     wh.release()

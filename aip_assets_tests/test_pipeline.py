@@ -13,10 +13,9 @@ from aip_assets.assets import STAGE_ASSETS
 from aip_assets.resources import Warehouse
 from aip_assets.cli import main
 from aip_assets.dagster_home import get_instance
-from aip_assets.models.client import ModelClient
 from aip_assets.partitions import evaluations, partition_key, register_partitions
 
-from .conftest import make_spec, run_all, table, write_dataset
+from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
 
 RESOURCES = {"warehouse": Warehouse()}  # what Definitions binds; the stages declare it
 
@@ -58,22 +57,12 @@ def test_crash_mid_sampling_resumes_without_repeating_calls(tmp_path, builtin_ht
                      config={"sub_call_concurrency_limit": 1})
     run_all(spec, "crash", stages=["ingest", "synthesis"])
     n_probes = len(table("probes", "crash", "probe_id"))
-    real_record, seen = ModelClient._record, {"n": 0}
-
-    def crashing_record(self, *a, **k):
-        real_record(self, *a, **k)
-        seen["n"] += 1
-        if seen["n"] == 37:
-            raise RuntimeError("injected crash after 37 calls")
 
     def probe_bodies():  # successful SUT calls counted at the server, endpoint checks left out
         return {b: n for b, n in server.ok_bodies.items() if "Reply with OK." not in b}
 
-    monkeypatch.setattr(ModelClient, "_record", crashing_record)
-    with pytest.raises(RuntimeError, match="injected crash"):
-        pipeline.run_stage("sampling", "crash", "llm.decision_flip")
+    crash_sampling_after(monkeypatch, "crash", 37)
     assert table("sut_responses", "crash", "probe_id").empty  # nothing written by the crashed stage
-    monkeypatch.setattr(ModelClient, "_record", real_record)
     done_before = len(probe_bodies())
     assert 30 <= done_before <= 37
     run_all(spec, "crash", stages=["sampling", "judging", "aggregation"])
