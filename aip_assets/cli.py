@@ -123,6 +123,11 @@ def cmd_run(args) -> int:
     only_configured(f"spec {spec.name}")
     if args.parallel < 1:
         raise AipError(f"--parallel must be at least 1, got {args.parallel}")
+    if args.detach and not args.submit:
+        raise AipError("--detach goes with --submit (it returns once the runs are queued)")
+    if args.submit and args.parallel > 1:
+        raise AipError("--parallel is for evaluating here; with --submit the daemon runs the metrics at once, "
+                       "within the queue's limits")
     if args.dry_run:
         return _dry_run(spec, args.json)
     run_id = args.run_id
@@ -144,6 +149,11 @@ def cmd_run(args) -> int:
     n_rows = pipeline.validate_datasets(spec)
     for line in pipeline.preflight(spec):
         log.info(line)
+    instance = get_instance()  # Dagster's storage (Postgres in shared mode), opened before anything is registered
+    if args.submit:
+        from .run_queue import require_queue
+
+        require_queue(instance)
     if resume and (args.max_calls or args.max_tokens):
         pipeline.update_limits(run_id, args.max_calls, args.max_tokens, path)
         spec, _ = pipeline.load_run(run_id, path)
@@ -161,11 +171,17 @@ def cmd_run(args) -> int:
         rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows)
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
     metrics = args.metric or list(spec.metrics)
+    if args.submit:
+        outcomes = _submit(instance, run_id, spec, metrics, path, args)
+        if outcomes is None:
+            return 0
+    else:
+        outcomes = evaluate_run(instance, run_id, spec.metrics, metrics, {"aip/spec": spec.name},
+                                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                                on_start=lambda m: log.info(f"materialising {run_id} × {m}"), parallel=args.parallel,
+                                quiet=args.quiet)
     failed, capped = [], False
-    for out in evaluate_run(get_instance(), run_id, spec.metrics, metrics, {"aip/spec": spec.name},
-                            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-                            on_start=lambda m: log.info(f"materialising {run_id} × {m}"), parallel=args.parallel,
-                            quiet=args.quiet):
+    for out in outcomes:
         if not out.success:
             log.error(f"{out.metric}: stage failed (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
             failed.append(out.metric)
@@ -186,6 +202,73 @@ def cmd_run(args) -> int:
             log.error(f"{m}: gate failed: {summary['metrics'][m].get('gate_reason')}")
         return 1
     return 0
+
+
+def _submit(instance, run_id: str, spec, metrics, path, args):
+    """`run --submit`: queue one evaluate run per metric for the daemon; None with --detach, else
+    each metric's Outcome as its run ends (the report is written here after the last)."""
+    from . import run_queue
+    from .jobs import _write_report
+    from .lake import enabled as lake_enabled
+    from .partitions import register_partitions
+
+    register_partitions(instance, run_id, spec.metrics)
+    # local mode: the daemon's runs write this warehouse file, wherever the daemon was started;
+    # a lake is found by every worker from its own environment
+    run_config = {} if lake_enabled() else {"resources": {"warehouse": {"config": {"path": str(path)}}}}
+    queued = run_queue.submit(instance, run_id, metrics, {"aip/spec": spec.name, "aip/trigger": "submit"}, run_config)
+    for metric, dagster_run, new in queued:
+        log.info(f"{run_id} × {metric}: " + ("queued as" if new else "already queued or running as")
+                 + f" Dagster run {dagster_run}")
+    if not run_queue.daemon_alive(instance):
+        log.warning("no Dagster daemon has reported in the last minute: the runs wait in the queue until one runs "
+                    "(`aip-eval daemon`, `aip-eval ui` or `dagster dev`, with the same data folder or shared state)")
+    if args.detach:
+        print(f"queued {sum(new for _, _, new in queued)} run(s) of {run_id}; follow them in the Dagster UI "
+              f"(`aip-eval ui`), then: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
+        return None
+
+    def outcomes():
+        try:
+            yield from run_queue.wait(instance, {m: r for m, r, _ in queued},
+                                      on_status=lambda m, r, st: log.info(f"{run_id} × {m}: {st.lower()} (Dagster run {r})"))
+        except KeyboardInterrupt:
+            log.warning(f"stopped waiting: the queued runs of {run_id} go on (the Dagster UI shows them)")
+            raise
+        if len(metrics) > 1:
+            _write_report(run_id)
+    return outcomes()
+
+
+def _dagster(what: str, extra: list[str]) -> int:
+    """Run a Dagster command on this project's instance (``prepare_home``: Postgres in shared mode,
+    with the storage URL in the environment it inherits) and this code location."""
+    import subprocess
+
+    from .dagster_home import prepare_home
+    from .models.shared_state import describe, shared_state_url
+    from .run_queue import MODULE, location_name
+
+    home = prepare_home()
+    where = f"Postgres {describe(shared_state_url() or '')}" if shared_state_url() else f"{home}"
+    log.info(f"{what}: Dagster instance {home} (storage: {where}), code location {location_name()}")
+    workspace = home / "workspace.yaml"  # this module, under the name queued runs give it
+    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: {MODULE}\n"
+                         f"      location_name: {json.dumps(location_name())}\n")
+    cmd = {"daemon": [sys.executable, "-m", "dagster._daemon", "run"],
+           "ui": [sys.executable, "-m", "dagster", "dev"]}[what] + ["-w", str(workspace)]
+    try:
+        return subprocess.call(cmd + extra)
+    except KeyboardInterrupt:  # the child got it too (same process group) and stops by itself
+        return 130
+
+
+def cmd_daemon(args) -> int:
+    return _dagster("daemon", [])
+
+
+def cmd_ui(args) -> int:
+    return _dagster("ui", ["--host", args.host, "--port", str(args.port)])
 
 
 def cmd_sql(args) -> int:
@@ -408,6 +491,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing")
     r.add_argument("--max-calls", type=int, help="cap the run's model calls (raises a resumed run's cap)")
     r.add_argument("--max-tokens", type=int, help="cap the run's tokens (raises a resumed run's cap)")
+    r.add_argument("--submit", action="store_true",
+                   help="queue one Dagster run per metric for the daemon (`aip-eval daemon`, `aip-eval ui`) instead of "
+                        "evaluating here; waits for them and prints the summary (shared mode: any worker runs them)")
+    r.add_argument("--detach", action="store_true", help="with --submit: return once the runs are queued")
     r.add_argument("--parallel", type=int, default=1,
                    help="evaluate this many metrics at once, each in a worker process; every endpoint's "
                         "max_connections is shared between them (default 1; not with call or token caps)")
@@ -424,6 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_sql)
 
     sub.add_parser("runs", help="list registered runs").set_defaults(fn=cmd_runs)
+    sub.add_parser("daemon", help="run Dagster's daemon on the project's instance: it launches queued runs "
+                   "(`run --submit`, schedules, the sensor)").set_defaults(fn=cmd_daemon)
+    ui = sub.add_parser("ui", help="run the Dagster UI and daemon (`dagster dev`) on the project's instance")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(fn=cmd_ui)
 
     mg = sub.add_parser("migrate", help="copy a local warehouse's runs into the lake (shared mode: "
                                         "AIP_LAKE_DATA_PATH and AIP_SHARED_STATE_URL set)")

@@ -13,6 +13,14 @@ So the CLI never creates a stray ``data/`` folder in whatever directory it is st
 Dagster's storage; a DAGSTER_HOME set by the user wins for the CLI and `dagster dev` alike.
 `dagster dev` in the project root reads ``dagster.yaml`` there, which points its storage at
 ``data/dagster_home``; the CLI opens that same storage, so runs launched from either show in both.
+
+Shared mode (``AIP_SHARED_STATE_URL`` set): Dagster's run, event-log and schedule storage is that
+Postgres database (``dagster-postgres``, the ``shared`` extra), so every worker, the daemon and the
+UI see the same runs, partitions and queue. The settings name the URL only by its environment
+variable, ``AIP_DAGSTER_STORAGE_URL``: the CLI sets it, for itself and the processes it starts
+(``aip-eval daemon``, ``aip-eval ui``), from ``AIP_SHARED_STATE_URL`` with SQLAlchemy's psycopg2
+driver named (SQLAlchemy 2.1 would pick psycopg 3, which dagster-postgres does not handle); set
+it yourself to keep Dagster's storage in another database. No password is written to a file.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ MARKERS = ("workspace.yaml", "dagster.yaml")
 # metric (stricter: 8 in all). A per-metric run-queue limit would need a run tag that carries the
 # metric, and runs launched from the asset graph in the UI carry only `dagster/partition`.
 MAX_CONCURRENCY = 8
+STORAGE_URL_ENV = "AIP_DAGSTER_STORAGE_URL"
 
 
 def project_root(start: str | Path | None = None) -> Path | None:
@@ -62,16 +71,50 @@ def use_project_of(spec_path: str | Path) -> Path:
     return d
 
 
-def instance_settings(home: Path) -> str:
+def storage_url() -> str:
+    """Shared mode: the URL of Dagster's storage, as SQLAlchemy reads it (``$AIP_DAGSTER_STORAGE_URL``,
+    else ``$AIP_SHARED_STATE_URL`` with the psycopg2 driver named), put in the environment for the
+    processes this one starts. Never logged."""
+    from .errors import AipError
+    from .models.shared_state import SHARED_STATE_ENV, shared_state_url
+
+    if os.environ.get(STORAGE_URL_ENV) and os.environ[STORAGE_URL_ENV] != os.environ.get(STORAGE_URL_ENV + "_SET"):
+        return os.environ[STORAGE_URL_ENV]  # the user's
+    url = shared_state_url() or ""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
+        raise AipError(f"{SHARED_STATE_ENV} is not a postgresql:// URL, which Dagster's storage needs "
+                       f"(postgresql://user:password@host:port/database); or set {STORAGE_URL_ENV} to "
+                       "Dagster's own database as postgresql+psycopg2://...")
+    try:
+        import dagster_postgres  # noqa: F401
+    except ImportError:
+        raise AipError(f"shared mode ({SHARED_STATE_ENV}) keeps Dagster's runs in Postgres, which needs "
+                       "dagster-postgres: pip install 'aip-assets[shared]'") from None
+    # derived here (remembered as such: the shared-state URL may change within one process, e.g. between tests)
+    os.environ[STORAGE_URL_ENV] = os.environ[STORAGE_URL_ENV + "_SET"] = "postgresql+psycopg2://" + rest
+    return os.environ[STORAGE_URL_ENV]
+
+
+def instance_settings(home: Path, shared: bool = False) -> str:
     """``dagster.yaml`` for ``home``: the layout of the project's own dagster.yaml (storage under
     ``home/storage``), with absolute paths, so it holds from any working directory. The storage is
     spelled out as the three SQLite storages ``storage: sqlite`` makes, in the same folders, with
-    the event log and run storage faster (dagster_storage.py) when this Dagster allows."""
+    the event log and run storage faster (dagster_storage.py) when this Dagster allows.
+
+    ``shared``: the storage is Postgres, named by ``$AIP_DAGSTER_STORAGE_URL`` (see the module's
+    docstring), and the queue runs one run of a partition at a time (two workers evaluating one
+    partition at once would only wait for each other's calls)."""
     from .dagster_storage import FAST, FAST_RUNS
 
     h = home.resolve()
     st = h / "storage"
-    if FAST or FAST_RUNS:
+    one_per_partition = ""
+    if shared:
+        storage = f"storage:\n  postgres:\n    postgres_url:\n      env: {STORAGE_URL_ENV}\n"
+        one_per_partition = ("    tag_concurrency_limits:\n      - key: dagster/partition\n"
+                             "        value:\n          applyLimitPerUniqueValue: true\n        limit: 1\n")
+    elif FAST or FAST_RUNS:
         runs = ("module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteRunStorage" if FAST_RUNS
                 else "module: dagster._core.storage.runs\n  class: SqliteRunStorage")
         events = ("module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteEventLogStorage" if FAST
@@ -82,7 +125,9 @@ def instance_settings(home: Path) -> str:
                    f"  config:\n    base_dir: {st / 'schedules'}\n")
     else:
         storage = f"storage:\n  sqlite:\n    base_dir: {st}\n"
-    return (f"# written by aip-assets for the CLI: the same storage as the project's dagster.yaml\n"
+    header = ("Dagster's storage in the shared Postgres database (shared mode)" if shared
+              else "the same storage as the project's dagster.yaml")
+    return (f"# written by aip-assets for the CLI: {header}\n"
             f"{storage}"
             f"local_artifact_storage:\n  module: dagster._core.storage.root\n  class: LocalArtifactStorage\n"
             f"  config:\n    base_dir: {h}\n"
@@ -90,20 +135,24 @@ def instance_settings(home: Path) -> str:
             f"  class: LocalComputeLogManager\n  config:\n    base_dir: {h / 'compute_logs'}\n"
             f"telemetry:\n  enabled: false\n"
             f"run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n"
-            f"concurrency:\n  runs:\n    max_concurrent_runs: {MAX_CONCURRENCY}\n")
+            f"concurrency:\n  runs:\n    max_concurrent_runs: {MAX_CONCURRENCY}\n{one_per_partition}")
 
 
-def get_instance():
-    """The project's Dagster instance (public API only): ``$DAGSTER_HOME`` when the user set it,
-    else ``data/dagster_home`` with the settings above, used as this process's DAGSTER_HOME."""
-    from dagster import DagsterInstance
+def prepare_home() -> Path:
+    """This process's DAGSTER_HOME: ``$DAGSTER_HOME`` when the user set it, else ``data/dagster_home``
+    with the settings above (Postgres in shared mode), written when they differ, and set as
+    DAGSTER_HOME for this process and the ones it starts."""
+    from .models.shared_state import shared_state_url
 
+    shared = bool(shared_state_url())
+    if shared:
+        storage_url()  # a clear error before Dagster's own; and the variable the settings name
     if os.environ.get("DAGSTER_HOME") and os.environ.get("AIP_DAGSTER_HOME_SET") != os.environ["DAGSTER_HOME"]:
-        return DagsterInstance.get()  # the user's
+        return Path(os.environ["DAGSTER_HOME"])  # the user's
     home = (data_dir() / "dagster_home").resolve()  # DAGSTER_HOME must be absolute
     home.mkdir(parents=True, exist_ok=True)
     settings = home / "dagster.yaml"
-    text = instance_settings(home)
+    text = instance_settings(home, shared=shared)
     if not settings.exists() or settings.read_text() != text:  # whole or not at all: another process may read it
         tmp = settings.with_name(f".dagster.yaml.{os.getpid()}")
         tmp.write_text(text)
@@ -111,4 +160,26 @@ def get_instance():
     # DagsterInstance.get() reads $DAGSTER_HOME; remember that we set it (the data folder may change
     # within one process, e.g. between tests, and then so does the home)
     os.environ["DAGSTER_HOME"] = os.environ["AIP_DAGSTER_HOME_SET"] = str(home)
-    return DagsterInstance.get()
+    return home
+
+
+def get_instance():
+    """The project's Dagster instance (public API only), from ``prepare_home()``."""
+    from dagster import DagsterInstance
+
+    from .models.shared_state import _first_line, describe, shared_state_url
+
+    prepare_home()
+    if not shared_state_url():
+        return DagsterInstance.get()
+    from .errors import AipError
+
+    url = os.environ[STORAGE_URL_ENV].replace("postgresql+psycopg2://", "postgresql://", 1)
+    try:
+        instance = DagsterInstance.get()
+        instance.get_runs(limit=1)  # the storage is opened lazily: reach it now, for a clear error here
+        return instance
+    except Exception as e:  # noqa: BLE001 - Dagster's or the driver's error, said with the database and without the password
+        cause = e.__cause__ or e
+        raise AipError(f"Dagster's storage in Postgres ({describe(url)}, {STORAGE_URL_ENV}) "
+                       f"cannot be used: {_first_line(cause, url)}") from None

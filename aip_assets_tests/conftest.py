@@ -25,6 +25,8 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     monkeypatch.delenv("AIP_DAGSTER_HOME_SET", raising=False)
     monkeypatch.delenv("AIP_DATA_DIR_SET", raising=False)
+    for name in ("AIP_DAGSTER_STORAGE_URL", "AIP_DAGSTER_STORAGE_URL_SET", "AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH"):
+        monkeypatch.delenv(name, raising=False)
     yield tmp_path
     wh.release()  # the warehouse this test left open a moment (warehouse._Linger)
 
