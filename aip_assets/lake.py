@@ -1,8 +1,10 @@
 """The warehouse as a DuckLake, for workers on several machines (issue 14's shared mode).
 
-``AIP_LAKE_DATA_PATH=/shared/aip-lake`` (a folder every worker mounts; from the environment only)
-turns the warehouse into a DuckLake: its catalog in the shared-state Postgres database
-(``AIP_SHARED_STATE_URL``, schema ``aip_lake``), its rows as Parquet files under that folder. The
+``AIP_LAKE_DATA_PATH=/shared/aip-lake`` (a folder every worker mounts; from the environment only),
+or ``s3://bucket/prefix`` (S3 or S3-compatible storage: the ``httpfs`` extension, credentials from
+the AWS variables, ``AIP_S3_ENDPOINT`` for a server other than AWS), turns the warehouse into a
+DuckLake: its catalog in the shared-state Postgres database (``AIP_SHARED_STATE_URL``, schema
+``aip_lake``), its rows as Parquet files under that path. The
 same tables and views, so ``aip-eval sql``, the report and any DuckDB with the ``ducklake`` and
 ``postgres`` extensions read it. No file lock: DuckLake commits optimistically, and a write that
 meets another worker's (a conflict is per table: two partitions replaced at once in one table
@@ -36,14 +38,68 @@ logger = logging.getLogger("aip_assets")
 LAKE_ENV = "AIP_LAKE_DATA_PATH"
 ALIAS = "lake"
 METADATA_SCHEMA = "aip_lake"
-EXTENSIONS = ("ducklake", "postgres_scanner")
+EXTENSIONS = ("ducklake", "postgres_scanner")  # and httpfs for a lake on S3
+S3_SCHEME = "s3://"
+S3_ENDPOINT_ENV = "AIP_S3_ENDPOINT"
 NO_AUTO = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
 def data_path() -> str | None:
-    """The lake's data folder from ``AIP_LAKE_DATA_PATH`` (None: the warehouse is a local file)."""
+    """The lake's data folder from ``AIP_LAKE_DATA_PATH`` (None: the warehouse is a local file):
+    an absolute path ending in ``/``, or an ``s3://bucket/prefix/`` URL."""
     p = os.environ.get(LAKE_ENV)
-    return str(Path(p).resolve()) + "/" if p else None
+    if not p:
+        return None
+    if p.startswith(S3_SCHEME):
+        return p.rstrip("/") + "/"
+    return str(Path(p).resolve()) + "/"
+
+
+def on_s3() -> bool:
+    return (os.environ.get(LAKE_ENV) or "").startswith(S3_SCHEME)
+
+
+def extensions() -> tuple[str, ...]:
+    return EXTENSIONS + (("httpfs",) if on_s3() else ())
+
+
+def _s3_settings() -> dict[str, str]:
+    """The S3 secret's parameters, from the environment (the AWS variables, and ``AIP_S3_ENDPOINT``
+    for S3-compatible storage other than AWS: ``http://host:port`` or ``https://host``, path-style
+    URLs). Keys only: DuckDB's credential chain needs its aws extension, which is not on PyPI."""
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        raise AipError(f"{LAKE_ENV} is an s3:// URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
+                       f"AWS_REGION; {S3_ENDPOINT_ENV}=http://host:port for S3-compatible storage other than AWS)")
+    out = {"KEY_ID": key, "SECRET": secret,
+           "REGION": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    if os.environ.get("AWS_SESSION_TOKEN"):
+        out["SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
+    endpoint = os.environ.get(S3_ENDPOINT_ENV)
+    if endpoint:
+        scheme, sep, rest = endpoint.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.strip("/"):
+            raise AipError(f"{S3_ENDPOINT_ENV} must be http://host:port or https://host, got {endpoint!r}")
+        out.update(ENDPOINT=rest.strip("/"), URL_STYLE="path", USE_SSL="true" if scheme == "https" else "false")
+    return out
+
+
+def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
+    """This connection's S3 credentials: a temporary secret (memory only, never persisted)."""
+    settings = _s3_settings()
+    params = ", ".join(f"{k} {v if k == 'USE_SSL' else _quote(v)}" for k, v in settings.items())
+    try:
+        con.execute(f"CREATE OR REPLACE TEMPORARY SECRET aip_lake_s3 (TYPE s3, {params})")
+    except duckdb.Error as e:
+        raise AipError(f"{LAKE_ENV}: the S3 credentials are not usable: "
+                       f"{_hide(str(e).splitlines()[0], settings)}") from None
+
+
+def _hide(text: str, settings: dict[str, str]) -> str:
+    for k in ("SECRET", "SESSION_TOKEN"):
+        if settings.get(k):
+            text = text.replace(settings[k], "***")
+    return text
 
 
 def enabled() -> bool:
@@ -163,12 +219,14 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
     show the password."""
     url, data = _catalog_url(), data_path()
     assert data is not None
-    files = [extension_file(n) for n in EXTENSIONS]
+    files = [extension_file(n) for n in extensions()]
     con = duckdb.connect(config={**NO_AUTO, **(config or {})})
     try:
         for f in files:
             con.execute(f"LOAD {_quote(str(f))}")
-        if not read_only:
+        if on_s3():
+            _s3_secret(con)
+        elif not read_only:
             Path(data).mkdir(parents=True, exist_ok=True)
         options = f"DATA_PATH {_quote(data)}, METADATA_SCHEMA {_quote(METADATA_SCHEMA)}" + (", READ_ONLY" if read_only else "")
         sql = f"ATTACH {_quote('ducklake:postgres:' + _conninfo(url))} AS {ALIAS} ({options})"
@@ -188,6 +246,9 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
         from .models.shared_state import _first_line
 
         raise AipError(f"{LAKE_ENV}: cannot open the {where()}: {_first_line(e, url)}") from None
+    except AipError:
+        con.close()
+        raise
 
 
 def is_conflict(e: BaseException) -> bool:
@@ -216,8 +277,21 @@ def check() -> str | None:
     _catalog_url()
     data = data_path()
     assert data is not None
-    for n in EXTENSIONS:
+    for n in extensions():
         extension_file(n)
+    if on_s3():  # the bucket answers and lists the prefix (nothing is written)
+        con = duckdb.connect(config=NO_AUTO)
+        try:
+            con.execute(f"LOAD {_quote(str(extension_file('httpfs')))}")
+            _s3_secret(con)
+            con.execute(f"SELECT count(*) FROM glob({_quote(data + '*')})").fetchall()
+        except duckdb.Error as e:
+            raise AipError(f"{LAKE_ENV}: the lake's data path {data} cannot be read "
+                           f"({os.environ.get(S3_ENDPOINT_ENV) or 'AWS S3'}): "
+                           f"{' '.join(str(e).split())[:300]}") from None
+        finally:
+            con.close()
+        return f"warehouse: {where()} ({LAKE_ENV})"
     try:
         Path(data).mkdir(parents=True, exist_ok=True)
         probe = Path(data) / f".aip-check-{os.getpid()}"

@@ -851,9 +851,10 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     def refuse_call(node: dict) -> None:
         name = str(node.get("function_name") or "").lower()
         qualified = bool(node.get("catalog") or node.get("schema"))
-        if name.startswith("postgres") or name in RUNS_SQL or name in lake_fns or qualified:
+        if name.startswith("postgres") or name in RUNS_SQL or name in SECRET_FNS or name in lake_fns or qualified:
             raise duckdb.PermissionException(f"{node.get('function_name')}() reaches beyond the warehouse (the "
-                                             "shared-state database, the lake's files, or SQL it runs itself)")
+                                             "shared-state database, the lake's files or credentials, or SQL it "
+                                             "runs itself)")
 
     def nodes(node: Any) -> Iterator[dict]:
         if isinstance(node, dict):
@@ -875,6 +876,7 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 # table functions that run SQL given as text (the check cannot see inside it)
 RUNS_SQL = {"query", "query_table", "json_execute_serialized_sql"}
+SECRET_FNS = {"duckdb_secrets", "which_secret"}  # a lake on S3: its key id and endpoint stay out of reach too
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None:

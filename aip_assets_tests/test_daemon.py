@@ -92,26 +92,27 @@ def sut(scripted):
     return scripted(lambda body, n: Reply(body=handle_chat(body, profile)))
 
 
-def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results(tmp_path, lake, sut, monkeypatch):
+def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results(tmp_path, lake_s3, s3_server, sut,
+                                                                                 monkeypatch):
     """Two runs of two specs submitted with `aip-eval run --submit --detach`, launched by
     `aip-eval daemon`: each partition runs in a process and a working folder of its own, the two
-    at once; every stable table equals local mode's for the same run; the endpoint's limit of 4
-    requests/s holds across the two workers, measured at the server."""
+    at once, writing a lake on a local S3 server; every stable table equals local mode's for the
+    same run; the endpoint's limit of 4 requests/s holds across the two workers, measured at the
+    server."""
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     specs = [spec_file(tmp_path / "specs", name, ds, sut.url) for name in ("alpha", "beta")]
     from aip_assets.runspec import load_spec
 
     # local mode first: the reference, and the measured time the patience below comes from
-    for var in ("AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH"):
-        monkeypatch.delenv(var)
+    shared = {var: os.environ.pop(var) for var in ("AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH")}
     t0 = time.monotonic()
     for p in specs:
         run_all(load_spec(p), f"{p.stem}-1")
     local_seconds = time.monotonic() - t0
     local = {p.stem: _stable(f"{p.stem}-1") for p in specs}
     wh.release()
-    monkeypatch.setenv("AIP_SHARED_STATE_URL", lake)
-    monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
+    for var, value in shared.items():
+        monkeypatch.setenv(var, value)
     patience = 60 + 20 * local_seconds  # two imports of Dagster per run, the queue's ticks, a loaded machine
 
     home = dagster_home(tmp_path / "home", tmp_path / "pods")
@@ -145,6 +146,10 @@ def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results
     assert max(r.start_time for r in records) < min(r.end_time for r in records), [(r.start_time, r.end_time) for r in records]
     for p in specs:
         _assert_same(_stable(f"{p.stem}-1"), local[p.stem])  # read from the lake
+    from .conftest import s3_keys
+
+    assert any(k.endswith(".parquet") for k in s3_keys(s3_server, lake_s3[1], "lake/"))
+    assert not list((tmp_path / "pods").rglob("*.duckdb"))  # no worker made a warehouse of its own
     # 4 requests/s across the two workers: every fifth request at least a second after the first of the five
     arrivals = sorted(t for b, t in zip(sut.requests[first_request:], sut.arrivals[first_request:])
                       if not is_preflight(b))

@@ -454,3 +454,87 @@ def test_a_process_forked_after_using_the_lake_exits(lake):
         pytest.fail("the forked child hung")
     with wh.connect() as con:  # the parent's lake still works
         assert con.execute("SELECT count(*) FROM eval_runs").fetchone() == (0,)
+
+
+# ------------------------------------------------------------------ a lake on S3 (a local S3 server)
+def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(tmp_path, builtin_http, lake_s3,
+                                                                             s3_server, monkeypatch, capsys):
+    """AIP_LAKE_DATA_PATH=s3://bucket/lake on S3-compatible storage: the same run gives every
+    stable table of a local file, its rows are Parquet objects under the prefix and nothing is
+    written on local disk; `aip-eval sql` reads the lake, and only the lake: another prefix of the
+    same bucket and the S3 secret are refused."""
+    from aip_assets import pipeline
+
+    from .conftest import s3_keys
+
+    _, bucket = lake_s3
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    url, _ = builtin_http(FLIP)
+    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"})
+    run_all(spec, "s3run")
+    assert pipeline.run_exists("s3run")
+    in_lake = _stable("s3run")
+    keys = s3_keys(s3_server, bucket)
+    assert keys and all(k.startswith("lake/") for k in keys) and any(k.endswith(".parquet") for k in keys)
+    assert not wh.default_path().exists() and not (tmp_path / "lake").exists()
+    import boto3
+
+    from .conftest import S3_KEYS
+
+    boto3.client("s3", endpoint_url=s3_server, aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1").put_object(
+        Bucket=bucket, Key="other/secret.csv", Body=b"a\n1\n")
+    capsys.readouterr()
+    assert main(["sql", "SELECT count(*) AS n FROM metric_scores WHERE run_id = 's3run'", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["n"] == len(in_lake["metric_scores"])
+    assert main(["sql", f"SELECT count(*) AS n FROM read_parquet('s3://{bucket}/lake/**/*.parquet')", "--format",
+                 "json"]) == 0  # the lake's own files: readable
+    assert json.loads(capsys.readouterr().out)[0]["n"] > 0
+    for q in (f"SELECT * FROM read_csv('s3://{bucket}/other/secret.csv')", "SELECT * FROM duckdb_secrets()",
+              "SELECT * FROM which_secret('s3://x/y', 's3')"):
+        assert main(["sql", q]) == 2, q
+        err = capsys.readouterr().err
+        assert "aip-test-key" not in err and "s3cret" not in err
+    wh.release()
+    for var in ("AIP_LAKE_DATA_PATH", "AIP_SHARED_STATE_URL"):
+        monkeypatch.delenv(var)
+    run_all(spec, "s3run")
+    _assert_same(in_lake, _stable("s3run"))
+
+
+@pytest.mark.parametrize("bad", ["no keys", "no bucket", "endpoint down", "endpoint form"])
+def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_path, lake_s3, s3_server, capsys,
+                                                                        monkeypatch, bad):
+    """A lake on S3 that cannot be used: exit 2 at the checks before the run, naming the variable
+    and never the secret key; no object, no warehouse, no run."""
+    import socket
+
+    from .conftest import s3_keys
+
+    _, bucket = lake_s3
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"name": "lk", "dataset": str(ds),
+                                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"],
+                                                                             "num_pairs_per_dimension": 1}}}}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    if bad == "no keys":
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    elif bad == "no bucket":
+        monkeypatch.setenv("AIP_LAKE_DATA_PATH", "s3://no-such-bucket-here/lake")
+    elif bad == "endpoint down":
+        monkeypatch.setenv("AIP_S3_ENDPOINT", f"http://127.0.0.1:{closed}")
+    else:
+        monkeypatch.setenv("AIP_S3_ENDPOINT", "127.0.0.1:9000")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["run", str(spec), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    want = {"no keys": "AIP_LAKE_DATA_PATH is an s3:// URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            "no bucket": "AIP_LAKE_DATA_PATH: the lake's data path s3://no-such-bucket-here/lake/ cannot be read",
+            "endpoint down": "AIP_LAKE_DATA_PATH: the lake's data path",
+            "endpoint form": "AIP_S3_ENDPOINT must be http://host:port or https://host"}[bad]
+    assert want in err and "s3cret" not in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert s3_keys(s3_server, bucket) == [] and not lk.exists()
