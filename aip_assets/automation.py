@@ -5,8 +5,8 @@ A tick changes nothing: it returns a run request of the launcher job ``aip_launc
 UI's "Preview tick result" or "Test sensor" registers nothing, adds no partition). The launched
 run registers the run, named from the spec and the tick's time (runs never overwrite each other),
 checks the endpoints, adds its partitions (one per configured metric) and evaluates each
-configured metric as a run of the ``evaluate`` job (in shared mode it queues those runs, one per
-metric, for the daemon to launch on any worker, and ends). A tick that finds the previous run of the
+configured metric as a run of the ``evaluate`` job (in shared mode, a lake, it queues those runs,
+one per metric, for the daemon to launch, and ends). A tick that finds the previous run of the
 same spec still going skips with the reason. The sensor's first tick records the spec files
 already there as seen and launches none; later, a new or changed spec launches, an invalid one is
 reported in the sensor's log with the validation error and launches nothing. Both start stopped:
@@ -76,17 +76,18 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
     except AipError as e:
         raise Failure(description=f"{path}: nothing launched: {e}") from None
     tags = {"aip/spec": spec.name, "aip/trigger": cfg["trigger"], "aip/launched_by": context.run_id}
-    from .models.shared_state import shared_state_url
+    from .dagster_home import shared
 
-    if shared_state_url():  # shared mode: one queued run per metric, for any worker the daemon launches it on
+    if shared():  # a lake: one queued run per metric, wherever the run launcher starts it
         from .partitions import register_partitions
         from .run_queue import location_name, submit
 
         register_partitions(context.instance, run_id, spec.metrics)
-        origin = context.dagster_run.remote_job_origin
+        origin, code = context.dagster_run.remote_job_origin, context.dagster_run.job_code_origin
         try:
             queued = submit(context.instance, run_id, spec.metrics, tags,
-                            location=origin.location_name if origin is not None else location_name())
+                            location=origin.location_name if origin is not None else location_name(),
+                            like=code.repository_origin if code is not None else None)
         except AipError as e:
             raise Failure(description=f"run {run_id}: nothing queued: {e}") from None
         for metric, dagster_run, new in queued:

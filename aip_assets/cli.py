@@ -222,7 +222,7 @@ def _submit(instance, run_id: str, spec, metrics, path, args):
                  + f" Dagster run {dagster_run}")
     if not run_queue.daemon_alive(instance):
         log.warning("no Dagster daemon has reported in the last minute: the runs wait in the queue until one runs "
-                    "(`aip-eval daemon`, `aip-eval ui` or `dagster dev`, with the same data folder or shared state)")
+                    "on this instance (`aip-eval daemon` or `aip-eval ui`, with the same data folder or lake)")
     if args.detach:
         print(f"queued {sum(new for _, _, new in queued)} run(s) of {run_id}; follow them in the Dagster UI "
               f"(`aip-eval ui`), then: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
@@ -235,32 +235,40 @@ def _submit(instance, run_id: str, spec, metrics, path, args):
         except KeyboardInterrupt:
             log.warning(f"stopped waiting: the queued runs of {run_id} go on (the Dagster UI shows them)")
             raise
-        if len(metrics) > 1:
-            _write_report(run_id)
+        _write_report(run_id)  # here too: the runs wrote theirs where they ran
     return outcomes()
 
 
 def _dagster(what: str, extra: list[str]) -> int:
     """Run a Dagster command on this project's instance (``prepare_home``: Postgres in shared mode,
-    with the storage URL in the environment it inherits) and this code location."""
-    import subprocess
-
-    from .dagster_home import prepare_home
-    from .models.shared_state import describe, shared_state_url
+    with the storage URL in the environment it inherits) and this code location, in this process."""
+    from .dagster_home import STORAGE_URL_ENV, prepare_home, shared
+    from .models.shared_state import describe
     from .run_queue import MODULE, location_name
 
     home = prepare_home()
-    where = f"Postgres {describe(shared_state_url() or '')}" if shared_state_url() else f"{home}"
+    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    where = f"Postgres {describe(url)}" if shared() and url else f"{home}"
     log.info(f"{what}: Dagster instance {home} (storage: {where}), code location {location_name()}")
-    workspace = home / "workspace.yaml"  # this module, under the name queued runs give it
-    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: {MODULE}\n"
-                         f"      location_name: {json.dumps(location_name())}\n")
+    # this module, under the name queued runs give it (beside the temp files: DAGSTER_HOME may be read-only)
+    import hashlib
+    import tempfile
+
+    text = (f"load_from:\n  - python_module:\n      module_name: {MODULE}\n"
+            f"      location_name: {json.dumps(location_name())}\n")
+    workspace = Path(tempfile.gettempdir()) / f"aip-workspace-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    if not workspace.exists() or workspace.read_text() != text:
+        tmp = workspace.with_name(f".{workspace.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, workspace)
     cmd = {"daemon": [sys.executable, "-m", "dagster._daemon", "run"],
            "ui": [sys.executable, "-m", "dagster", "dev"]}[what] + ["-w", str(workspace)]
-    try:
-        return subprocess.call(cmd + extra)
-    except KeyboardInterrupt:  # the child got it too (same process group) and stops by itself
-        return 130
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # this process becomes Dagster's: a service manager's SIGTERM or a Ctrl-C reaches it, and no
+    # daemon is left behind without its parent
+    os.execv(cmd[0], cmd + extra)
+    return 0  # not reached
 
 
 def cmd_daemon(args) -> int:
@@ -492,8 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-calls", type=int, help="cap the run's model calls (raises a resumed run's cap)")
     r.add_argument("--max-tokens", type=int, help="cap the run's tokens (raises a resumed run's cap)")
     r.add_argument("--submit", action="store_true",
-                   help="queue one Dagster run per metric for the daemon (`aip-eval daemon`, `aip-eval ui`) instead of "
-                        "evaluating here; waits for them and prints the summary (shared mode: any worker runs them)")
+                   help="queue one Dagster run per metric for the instance's daemon (`aip-eval daemon`, `aip-eval ui`) "
+                        "instead of evaluating here; waits for them and prints the summary")
     r.add_argument("--detach", action="store_true", help="with --submit: return once the runs are queued")
     r.add_argument("--parallel", type=int, default=1,
                    help="evaluate this many metrics at once, each in a worker process; every endpoint's "
@@ -511,8 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_sql)
 
     sub.add_parser("runs", help="list registered runs").set_defaults(fn=cmd_runs)
-    sub.add_parser("daemon", help="run Dagster's daemon on the project's instance: it launches queued runs "
-                   "(`run --submit`, schedules, the sensor)").set_defaults(fn=cmd_daemon)
+    sub.add_parser("daemon", help="run Dagster's daemon on the project's instance (one per instance): it "
+                   "launches queued runs (`run --submit`, schedules, the sensor)").set_defaults(fn=cmd_daemon)
     ui = sub.add_parser("ui", help="run the Dagster UI and daemon (`dagster dev`) on the project's instance")
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)

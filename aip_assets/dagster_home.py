@@ -14,8 +14,8 @@ Dagster's storage; a DAGSTER_HOME set by the user wins for the CLI and `dagster 
 `dagster dev` in the project root reads ``dagster.yaml`` there, which points its storage at
 ``data/dagster_home``; the CLI opens that same storage, so runs launched from either show in both.
 
-Shared mode (``AIP_SHARED_STATE_URL`` set): Dagster's run, event-log and schedule storage is that
-Postgres database (``dagster-postgres``, the ``shared`` extra), so every worker, the daemon and the
+Shared mode (a lake: ``AIP_LAKE_DATA_PATH`` with ``AIP_SHARED_STATE_URL``): Dagster's run,
+event-log and schedule storage is the shared-state Postgres database (``dagster-postgres``, the ``shared`` extra), so every worker, the daemon and the
 UI see the same runs, partitions and queue. The settings name the URL only by its environment
 variable, ``AIP_DAGSTER_STORAGE_URL``: the CLI sets it, for itself and the processes it starts
 (``aip-eval daemon``, ``aip-eval ui``), from ``AIP_SHARED_STATE_URL`` with SQLAlchemy's psycopg2
@@ -71,12 +71,22 @@ def use_project_of(spec_path: str | Path) -> Path:
     return d
 
 
+def shared() -> bool:
+    """Dagster's storage is shared (Postgres) when the warehouse is: a lake (``AIP_LAKE_DATA_PATH``)
+    with its catalog in the shared-state database. With ``AIP_SHARED_STATE_URL`` alone each
+    machine's warehouse is its own, and so is its Dagster history."""
+    from . import lake
+    from .models.shared_state import shared_state_url
+
+    return lake.enabled() and bool(shared_state_url())
+
+
 def storage_url() -> str:
     """Shared mode: the URL of Dagster's storage, as SQLAlchemy reads it (``$AIP_DAGSTER_STORAGE_URL``,
     else ``$AIP_SHARED_STATE_URL`` with the psycopg2 driver named), put in the environment for the
     processes this one starts. Never logged."""
     from .errors import AipError
-    from .models.shared_state import SHARED_STATE_ENV, shared_state_url
+    from .models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
 
     if os.environ.get(STORAGE_URL_ENV) and os.environ[STORAGE_URL_ENV] != os.environ.get(STORAGE_URL_ENV + "_SET"):
         return os.environ[STORAGE_URL_ENV]  # the user's
@@ -86,6 +96,7 @@ def storage_url() -> str:
         raise AipError(f"{SHARED_STATE_ENV} is not a postgresql:// URL, which Dagster's storage needs "
                        f"(postgresql://user:password@host:port/database); or set {STORAGE_URL_ENV} to "
                        "Dagster's own database as postgresql+psycopg2://...")
+    check_url(url, SHARED_STATE_ENV)
     try:
         import dagster_postgres  # noqa: F401
     except ImportError:
@@ -96,24 +107,41 @@ def storage_url() -> str:
     return os.environ[STORAGE_URL_ENV]
 
 
-def instance_settings(home: Path, shared: bool = False) -> str:
+class _ScrubPassword:
+    """A filter for the root logger: dagster-postgres logs its retries there with the driver's
+    message, which may quote the connection's parameters."""
+
+    def filter(self, record) -> bool:
+        from .models.shared_state import _scrub
+
+        url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+        if url:
+            record.msg, record.args = _scrub(record.getMessage(), url), ()
+        return True
+
+
+_SCRUB = _ScrubPassword()
+
+
+def instance_settings(home: Path, shared: bool = False, max_runs: int = MAX_CONCURRENCY) -> str:
     """``dagster.yaml`` for ``home``: the layout of the project's own dagster.yaml (storage under
     ``home/storage``), with absolute paths, so it holds from any working directory. The storage is
     spelled out as the three SQLite storages ``storage: sqlite`` makes, in the same folders, with
     the event log and run storage faster (dagster_storage.py) when this Dagster allows.
 
     ``shared``: the storage is Postgres, named by ``$AIP_DAGSTER_STORAGE_URL`` (see the module's
-    docstring), and the queue runs one run of a partition at a time (two workers evaluating one
-    partition at once would only wait for each other's calls)."""
+    docstring). The queue runs one run of a partition at a time. ``max_runs``: runs at once (a
+    benchmark's worker count)."""
     from .dagster_storage import FAST, FAST_RUNS
 
     h = home.resolve()
     st = h / "storage"
-    one_per_partition = ""
+    # one run of a partition at a time: two runs evaluating one partition at once would write the
+    # same rows and, in a lake, conflict
+    one_per_partition = ("    tag_concurrency_limits:\n      - key: dagster/partition\n"
+                         "        value:\n          applyLimitPerUniqueValue: true\n        limit: 1\n")
     if shared:
         storage = f"storage:\n  postgres:\n    postgres_url:\n      env: {STORAGE_URL_ENV}\n"
-        one_per_partition = ("    tag_concurrency_limits:\n      - key: dagster/partition\n"
-                             "        value:\n          applyLimitPerUniqueValue: true\n        limit: 1\n")
     elif FAST or FAST_RUNS:
         runs = ("module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteRunStorage" if FAST_RUNS
                 else "module: dagster._core.storage.runs\n  class: SqliteRunStorage")
@@ -135,24 +163,33 @@ def instance_settings(home: Path, shared: bool = False) -> str:
             f"  class: LocalComputeLogManager\n  config:\n    base_dir: {h / 'compute_logs'}\n"
             f"telemetry:\n  enabled: false\n"
             f"run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n"
-            f"concurrency:\n  runs:\n    max_concurrent_runs: {MAX_CONCURRENCY}\n{one_per_partition}")
+            f"concurrency:\n  runs:\n    max_concurrent_runs: {max_runs}\n{one_per_partition}")
 
 
 def prepare_home() -> Path:
     """This process's DAGSTER_HOME: ``$DAGSTER_HOME`` when the user set it, else ``data/dagster_home``
     with the settings above (Postgres in shared mode), written when they differ, and set as
     DAGSTER_HOME for this process and the ones it starts."""
-    from .models.shared_state import shared_state_url
+    import logging
 
-    shared = bool(shared_state_url())
-    if shared:
-        storage_url()  # a clear error before Dagster's own; and the variable the settings name
-    if os.environ.get("DAGSTER_HOME") and os.environ.get("AIP_DAGSTER_HOME_SET") != os.environ["DAGSTER_HOME"]:
-        return Path(os.environ["DAGSTER_HOME"])  # the user's
+    from .errors import AipError
+
+    users = bool(os.environ.get("DAGSTER_HOME")) and os.environ.get("AIP_DAGSTER_HOME_SET") != os.environ["DAGSTER_HOME"]
+    is_shared = shared()
+    if is_shared:
+        try:
+            storage_url()  # a clear error before Dagster's own; and the variable the settings name
+        except AipError:
+            if not users:  # the user's settings may not name it
+                raise
+        if _SCRUB not in logging.getLogger().filters:
+            logging.getLogger().addFilter(_SCRUB)
+    if users:
+        return Path(os.environ["DAGSTER_HOME"])
     home = (data_dir() / "dagster_home").resolve()  # DAGSTER_HOME must be absolute
     home.mkdir(parents=True, exist_ok=True)
     settings = home / "dagster.yaml"
-    text = instance_settings(home, shared=shared)
+    text = instance_settings(home, shared=is_shared)
     if not settings.exists() or settings.read_text() != text:  # whole or not at all: another process may read it
         tmp = settings.with_name(f".dagster.yaml.{os.getpid()}")
         tmp.write_text(text)
@@ -164,22 +201,22 @@ def prepare_home() -> Path:
 
 
 def get_instance():
-    """The project's Dagster instance (public API only), from ``prepare_home()``."""
+    """The project's Dagster instance (public API only), from ``prepare_home()``. Its storage is
+    reached here, so a database that cannot be used is an AipError naming it (never the password)."""
     from dagster import DagsterInstance
 
-    from .models.shared_state import _first_line, describe, shared_state_url
-
-    prepare_home()
-    if not shared_state_url():
-        return DagsterInstance.get()
     from .errors import AipError
+    from .models.shared_state import _first_line, describe
 
-    url = os.environ[STORAGE_URL_ENV].replace("postgresql+psycopg2://", "postgresql://", 1)
+    home = prepare_home()
+    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    ours = os.environ.get("AIP_DAGSTER_HOME_SET") == str(home)
     try:
         instance = DagsterInstance.get()
-        instance.get_runs(limit=1)  # the storage is opened lazily: reach it now, for a clear error here
+        instance.get_runs(limit=1)  # the storage is opened lazily: reach it now
         return instance
     except Exception as e:  # noqa: BLE001 - Dagster's or the driver's error, said with the database and without the password
         cause = e.__cause__ or e
-        raise AipError(f"Dagster's storage in Postgres ({describe(url)}, {STORAGE_URL_ENV}) "
-                       f"cannot be used: {_first_line(cause, url)}") from None
+        what = (f"Dagster's storage in Postgres ({describe(url)}, {STORAGE_URL_ENV})" if ours and shared() and url
+                else f"the Dagster instance in {home} ($DAGSTER_HOME)")
+        raise AipError(f"{what} cannot be used: {_first_line(cause, url) if url else str(cause).splitlines()[0]}") from None

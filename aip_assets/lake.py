@@ -107,12 +107,13 @@ def enabled() -> bool:
 
 
 def _catalog_url() -> str:
-    from .models.shared_state import SHARED_STATE_ENV, shared_state_url
+    from .models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
 
     url = shared_state_url()
     if not url:
         raise AipError(f"{LAKE_ENV} is set, but {SHARED_STATE_ENV} is not: the lake's catalog lives in the "
                        f"shared-state Postgres database; set {SHARED_STATE_ENV}=postgresql://user:password@host:5432/db")
+    check_url(url, SHARED_STATE_ENV)
     return url
 
 
@@ -280,7 +281,7 @@ def check() -> str | None:
     for n in extensions():
         extension_file(n)
     if on_s3():  # the bucket answers and lists the prefix (nothing is written)
-        con = duckdb.connect(config=NO_AUTO)
+        con = duckdb.connect(config=dict(NO_AUTO))
         try:
             con.execute(f"LOAD {_quote(str(extension_file('httpfs')))}")
             _s3_secret(con)

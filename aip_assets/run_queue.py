@@ -4,9 +4,10 @@ schedules and the sensor in shared mode.
 Each (run, metric) partition becomes one run of the ``evaluate`` job, created and submitted the
 way ``dagster job launch`` does it (a workspace of this code location, in process; the run's
 origin names the location, so the daemon that dequeues it launches it from its own workspace),
-tagged with its partition. The instance's ``QueuedRunCoordinator`` holds it until a daemon
-(``aip-eval daemon``, ``aip-eval ui``, ``dagster dev``, or the Helm chart's) launches it within the
-run limits: at most ``MAX_CONCURRENCY`` at once, and in shared mode one per partition.
+tagged with its partition. The instance's ``QueuedRunCoordinator`` holds it until its daemon (one
+per instance: ``aip-eval daemon``, ``aip-eval ui``, or the Helm chart's) launches it within the
+run limits: at most ``MAX_CONCURRENCY`` at once, and one per partition. Where it runs is the run
+launcher's choice: Dagster's default starts it on the daemon's host; ``K8sRunLauncher`` in a pod.
 
 The code location's name is ``aip_assets.definitions`` (what workspace.yaml and ``-m`` give it),
 or ``$AIP_CODE_LOCATION`` where a deployment names it otherwise (the Helm chart's user deployment,
@@ -49,21 +50,28 @@ def _statuses():
 
 
 @contextmanager
-def _remote_job(instance, location: str, run_config: dict[str, Any]):
+def _remote_job(instance, location: str, run_config: dict[str, Any], like=None):
+    """The evaluate job as a workspace of this code location has it. ``like``: the repository
+    origin of a run this one is queued from (the launcher's), whose image, entry point and
+    container context the new runs keep: a run launcher that starts runs in containers
+    (Kubernetes) takes the image from there. Without it, ``$DAGSTER_CURRENT_IMAGE`` (which the Helm
+    chart sets in the code server's pod), if any."""
+    import warnings
+
+    from dagster import BetaWarning, PreviewWarning
     from dagster._core.remote_origin import InProcessCodeLocationOrigin
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 
-    import warnings
-
-    from dagster import BetaWarning, PreviewWarning
-
-    warnings.filterwarnings("ignore", category=BetaWarning)  # Dagster's own, loading the definitions
-    warnings.filterwarnings("ignore", category=PreviewWarning)
+    image = getattr(like, "container_image", None) or os.environ.get("DAGSTER_CURRENT_IMAGE") or None
     origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE),
+                                         container_image=image, entry_point=getattr(like, "entry_point", None),
+                                         container_context=getattr(like, "container_context", None),
                                          location_name=location)
-    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as ctx:
+    with warnings.catch_warnings(), WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as ctx:
+        warnings.simplefilter("ignore", BetaWarning)  # Dagster's own, loading the definitions
+        warnings.simplefilter("ignore", PreviewWarning)
         ws = ctx.create_request_context()
         error = ws.get_code_location_error(location)
         if error is not None:
@@ -85,17 +93,17 @@ def require_queue(instance) -> None:
 
 
 def submit(instance, run_id: str, metrics, tags: dict[str, str], run_config: dict[str, Any] | None = None,
-           location: str | None = None) -> list[tuple[str, str, bool]]:
+           location: str | None = None, like=None) -> list[tuple[str, str, bool]]:
     """Queue one evaluate run per metric of the registered ``run_id`` (its partitions must exist).
     A partition that already has a queued or running run is not queued twice. Returns
-    (metric, Dagster run id, newly queued) per metric."""
+    (metric, Dagster run id, newly queued) per metric. ``location``, ``like``: see ``_remote_job``."""
     from dagster import RunsFilter
 
     require_queue(instance)
     active, _ = _statuses()
     run_config = run_config or {}
     out = []
-    with _remote_job(instance, location or location_name(), run_config) as (ws, repo, job, plan):
+    with _remote_job(instance, location or location_name(), run_config, like) as (ws, repo, job, plan):
         for metric in metrics:
             key = partition_key(run_id, metric)
             busy = instance.get_run_records(RunsFilter(job_name=JOB, tags={PARTITION_TAG: key}, statuses=active), limit=1)
@@ -151,7 +159,10 @@ def wait(instance, runs: dict[str, str], on_status: Callable[[str, str, str], No
     queued_since = time.monotonic()
     warned = False
     while pending:
-        for rec in instance.get_run_records(RunsFilter(run_ids=list(pending))):
+        records = instance.get_run_records(RunsFilter(run_ids=list(pending)))
+        for gone in set(pending) - {r.dagster_run.run_id for r in records}:  # deleted (in the UI, say)
+            yield Outcome(pending.pop(gone), False, gone, ["its Dagster run was deleted"])
+        for rec in records:
             run = rec.dagster_run
             status = run.status.value
             if seen.get(run.run_id) != status:
@@ -166,6 +177,6 @@ def wait(instance, runs: dict[str, str], on_status: Callable[[str, str, str], No
                 and time.monotonic() - queued_since > DAEMON_SILENT_SECONDS and not daemon_alive(instance):
             warned = True
             log.warning(f"no Dagster daemon has dequeued runs in the last {DAEMON_SILENT_SECONDS:.0f} s: the runs wait "
-                        "in the queue until one runs (`aip-eval daemon`, `aip-eval ui`, or `dagster dev`)")
+                        "in the queue until one runs on this instance (`aip-eval daemon` or `aip-eval ui`)")
         if pending:
             time.sleep(poll_seconds)

@@ -90,7 +90,8 @@ def test_execution_manifests_max_concurrency_is_the_run_queue_limit():
     repo = Path(aip_assets.__file__).parent.parent
     for cfg in (yaml.safe_load((repo / "dagster.yaml").read_text()), yaml.safe_load(instance_settings(Path("/x")))):
         assert cfg["run_coordinator"]["class"] == "QueuedRunCoordinator"
-        assert cfg["concurrency"] == {"runs": {"max_concurrent_runs": MAX_CONCURRENCY}}
+        assert cfg["concurrency"] == {"runs": {"max_concurrent_runs": MAX_CONCURRENCY, "tag_concurrency_limits": [
+            {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}]}}
 
 
 def test_execution_manifests_timeout_is_each_rows_deadline(tmp_path):

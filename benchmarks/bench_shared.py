@@ -9,7 +9,11 @@ mode and worker count P,
     python -m aip_assets.cli run spec.yaml --json --parallel P
 
 runs in a fresh data folder (shared mode: a fresh database and lake folder too); its metrics run
-P at a time, each in a worker process writing its own partitions. Reported per run: wall time,
+P at a time, each in a worker process writing its own partitions. Mode ``queued`` is shared mode
+through Dagster's queue: a DAGSTER_HOME with the shared settings and at most P runs at once, a
+daemon (``aip-eval daemon``, started and ready before the clock starts), and
+``aip-eval run spec.yaml --json --submit``; each metric is a Dagster run the daemon launches in a
+process of its own (Dagster's default run launcher). Reported per run: wall time,
 server requests, and in shared mode the DuckLake commits (snapshots in the catalog) and the
 write conflicts retried (counted from the workers' log lines), so the retry rate; whether every
 metric's score and interval equal local mode's at P = 1. Then README queries, each timed through
@@ -80,6 +84,27 @@ def snapshots(url: str) -> int:
         return con.execute("SELECT count(*) FROM aip_lake.ducklake_snapshot").fetchone()[0]
 
 
+def start_daemon(home: Path, runs: int, environ: dict, cwd: Path):
+    """`aip-eval daemon` on a DAGSTER_HOME with the shared settings and ``runs`` runs at once,
+    returned once its queue has reported a heartbeat: (the process, its log file)."""
+    from aip_assets.dagster_home import instance_settings
+
+    home.mkdir(parents=True)
+    (home / "dagster.yaml").write_text(instance_settings(home, shared=True, max_runs=runs))
+    log = home / "daemon.log"
+    environ = {**environ, "DAGSTER_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "aip_assets.cli", "daemon"], env=environ, cwd=cwd,
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    probe = ("from aip_assets.dagster_home import get_instance; from aip_assets.run_queue import daemon_alive; "
+             "import sys; sys.exit(0 if daemon_alive(get_instance()) else 1)")
+    t0 = time.monotonic()
+    while subprocess.run([sys.executable, "-c", probe], env=environ, cwd=cwd, capture_output=True).returncode != 0:
+        if proc.poll() is not None or time.monotonic() - t0 > 300:
+            raise SystemExit(f"the daemon did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(1)
+    return proc, log
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--latency-ms", type=float, default=100.0)
@@ -110,33 +135,43 @@ def main() -> int:
         spec_path = work / "spec.yaml"
         spec_path.write_text(yaml.safe_dump(demo_spec(demo, conn), sort_keys=False))
         for p in levels:
-            for mode in ("local", "shared"):
+            for mode in ("local", "shared", "queued"):
                 data = work / f"{mode}-p{p}"
                 extra = {"AIP_DATA_DIR": str(data)}
-                if mode == "shared":
+                daemon = None
+                if mode != "local":
                     db = new_database(pg.url)
-                    extra |= {"AIP_SHARED_STATE_URL": db, "AIP_LAKE_DATA_PATH": str(work / f"lake-p{p}")}
+                    extra |= {"AIP_SHARED_STATE_URL": db, "AIP_LAKE_DATA_PATH": str(work / f"lake-{mode}-p{p}")}
+                if mode == "queued":
+                    daemon, daemon_log = start_daemon(work / f"home-p{p}", p, {**env(), **extra}, work)
+                    extra["DAGSTER_HOME"] = str(work / f"home-p{p}")
                 before = stats(url).get("requests", 0)
+                how = ["--submit"] if mode == "queued" else ["--parallel", str(p)]
                 t0 = time.perf_counter()
-                out = subprocess.run([sys.executable, "-m", "aip_assets.cli", "run", str(spec_path), "--json",
-                                      "--parallel", str(p)], env={**env(), **extra}, cwd=work,
-                                     capture_output=True, text=True)
-                wall = time.perf_counter() - t0
+                try:
+                    out = subprocess.run([sys.executable, "-m", "aip_assets.cli", "run", str(spec_path), "--json", *how],
+                                         env={**env(), **extra}, cwd=work, capture_output=True, text=True)
+                finally:
+                    wall = time.perf_counter() - t0
+                    if daemon is not None:
+                        daemon.terminate()
+                        daemon.wait(60)
                 if out.returncode not in (0, 1):
                     print(out.stderr[-3000:], file=sys.stderr)
-                    raise SystemExit(f"{mode} --parallel {p}: exit {out.returncode}")
+                    raise SystemExit(f"{mode} {' '.join(how)}: exit {out.returncode}")
                 summary = json.loads(out.stdout)
                 row = {"mode": mode, "workers": p, "wall_s": wall, "requests": stats(url).get("requests", 0) - before,
                        "scores": {m: (s.get("score"), s.get("ci95")) for m, s in summary["metrics"].items()}}
-                if mode == "shared":
+                if mode != "local":
+                    logs = out.stderr + (daemon_log.read_text(errors="replace") if mode == "queued" else "")
                     row["commits"] = snapshots(db)
-                    row["conflicts"] = out.stderr.count(CONFLICT_LINE)
+                    row["conflicts"] = logs.count(CONFLICT_LINE)
                     row["retry_rate"] = row["conflicts"] / max(1, row["commits"] + row["conflicts"])
                 runs.append(row)
                 print(f"{mode} P={p}: {wall:.1f} s, {row['requests']} requests"
-                      + (f", {row['commits']} commits, {row['conflicts']} conflicts" if mode == "shared" else ""),
+                      + (f", {row['commits']} commits, {row['conflicts']} conflicts" if mode != "local" else ""),
                       file=sys.stderr, flush=True)
-                if p == levels[0]:  # README queries against this warehouse
+                if p == levels[0] and mode != "queued":  # README queries against this warehouse
                     q: dict[str, dict] = {}
                     for name, sql in QUERIES.items():
                         times = []
@@ -167,12 +202,15 @@ def main() -> int:
              f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
              f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; "
              f"interpreter {sys.executable}",
-             "- shared: Postgres 15 on loopback (shared state and the lake's catalog), lake files on local disk",
+             "- shared: Postgres 15 on loopback (shared state, the lake's catalog), lake files on local disk; "
+             "`--parallel P` workers",
+             "- queued: shared, with Dagster's storage in the same Postgres, `run --submit` and `aip-eval daemon` "
+             "with at most P runs at once (each metric a Dagster run in a process of its own)",
              "", "| mode | workers | wall s | server requests | lake commits | conflicts retried | retry rate |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         lines.append(f"| {r['mode']} | {r['workers']} | {r['wall_s']:.1f} | {r['requests']} | "
-                     + (f"{r['commits']} | {r['conflicts']} | {r['retry_rate']:.1%} |" if r["mode"] == "shared"
+                     + (f"{r['commits']} | {r['conflicts']} | {r['retry_rate']:.1%} |" if r["mode"] != "local"
                         else "| | |"))
     lines += ["", f"Every metric's score and interval identical in every run: {same}.", "",
               "| query | local: aip-eval sql s | local: in process ms | shared: aip-eval sql s | shared: in process ms |",

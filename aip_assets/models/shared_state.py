@@ -114,6 +114,7 @@ def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
     """A new autocommit connection to the shared-state database, with keepalives and the lock and
     statement timeouts, after running ``setup`` (``what`` it does, for its error). Failures raise
     AipError naming the variable, never showing the password."""
+    check_url(url, SHARED_STATE_ENV)
     try:
         import psycopg
     except ImportError:
@@ -215,11 +216,21 @@ class SharedDb:
         self._pool.submit(fn, *args).add_done_callback(done)
 
 
+def check_url(url: str, variable: str) -> None:
+    """Refuse a URL whose user or password holds a bare '@': the driver would read the rest of the
+    password as the host name, and quote it in its messages."""
+    from urllib.parse import urlsplit
+
+    if "://" in url and urlsplit(url).netloc.count("@") > 1:
+        raise AipError(f"{variable}: the user or password holds an '@': write it percent-encoded (%40)")
+
+
 def check_shared_state() -> str | None:
     """Before a run: the shared-state database answers and has its tables (raises AipError saying
     why not); what to log."""
     url = shared_state_url()
     if url is None:
         return None
+    check_url(url, SHARED_STATE_ENV)
     SharedDb.get(url).run("the check before the run", lambda c: c.execute("SELECT 1"))
     return f"shared state (rate schedules, run budgets) in Postgres at {describe(url)} ({SHARED_STATE_ENV})"
