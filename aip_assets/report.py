@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from . import viewer
+from . import lake, viewer
 from . import warehouse as wh
 from .errors import AipError
 
@@ -818,12 +818,31 @@ def default_out(run_id: str, path: str | Path | None = None) -> Path:
 
 def write_report(run_id: str, out: str | Path | None = None, path: str | Path | None = None,
                  rows_per_metric: int = viewer.ROWS_PER_METRIC) -> Path:
-    """Write the report (default ``<warehouse dir>/reports/<run_id>.html``) and return its path."""
+    """Write the report (default ``<warehouse dir>/reports/<run_id>.html``) and return its path. In
+    a lake it is also kept in the lake's ``reports`` table under its file name (the report
+    server's URL), replacing the one before, so every host's report server has it."""
     text = build_report(run_id, path, rows_per_metric)
     target = Path(out) if out else default_out(run_id, path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
+    if lake.enabled() and not out:
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+
+        def replace(con) -> None:
+            con.execute("DELETE FROM reports WHERE name = ?", [target.name])
+            con.execute("INSERT INTO reports VALUES (?, ?, ?, ?)", [run_id, target.name, text, now])
+
+        with wh.connect(path) as con:
+            wh.transaction(con, replace, f"the report of {run_id}")
     return target.resolve()
+
+
+def stored_report(name: str) -> str | None:
+    """The report a lake keeps under the file name ``name`` (None: none, or not a lake)."""
+    if not lake.enabled():
+        return None
+    rows = wh.query("SELECT html FROM reports WHERE name = ? ORDER BY written_at DESC LIMIT 1", [name])
+    return str(rows.html[0]) if len(rows) else None
 
 
 REPORT_PORT = 8112  # `aip-eval report --serve` listens here; AIP_REPORT_PORT chooses another
@@ -844,14 +863,34 @@ def report_url(report: Path, port: int | None = None) -> str:
 
 
 def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None):
-    """An HTTP server for the reports folder (read-only: files and a listing, nothing else).
+    """An HTTP server for the reports folder (read-only: files and a listing, nothing else); in a
+    lake, a report the folder lacks is served from the lake (written by a worker elsewhere).
     Returns the server; ``serve_forever()`` runs it, ``shutdown()`` stops it."""
     import functools
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import unquote, urlsplit
 
     class Quiet(SimpleHTTPRequestHandler):
         def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
             pass
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            name = unquote(urlsplit(self.path).path).lstrip("/")
+            if lake.enabled() and name.endswith(".html") and "/" not in name and not (folder / name).is_file():
+                try:
+                    html = stored_report(name)
+                except Exception as e:  # noqa: BLE001 - said to the browser, the server goes on
+                    self.send_error(503, f"the lake cannot be read: {type(e).__name__}")
+                    return
+                if html is not None:
+                    body = html.encode("utf-8")
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+            super().do_GET()
 
     folder.mkdir(parents=True, exist_ok=True)
     handler = functools.partial(Quiet, directory=str(folder))

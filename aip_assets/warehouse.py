@@ -884,7 +884,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
     (which has no PRIMARY KEY: ``register_run`` checks a run id is new) all of it is one
     transaction, run again if another worker's made the same at the same moment."""
     def make(c: duckdb.DuckDBPyConnection) -> None:
-        for table, cols in TABLES.items():
+        for table, cols in {**TABLES, **(LAKE_TABLES if in_lake else {})}.items():
             cols = [(col, t.replace(" PRIMARY KEY", "") if in_lake else t) for col, t in cols]
             c.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{col} {t}' for col, t in cols)})")
             for col, t in cols:
@@ -899,7 +899,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
     import hashlib
     import json
 
-    version = hashlib.sha256(json.dumps([TABLES, VIEWS], sort_keys=True).encode()).hexdigest()[:16]
+    version = hashlib.sha256(json.dumps([TABLES, VIEWS, LAKE_TABLES], sort_keys=True).encode()).hexdigest()[:16]
 
     def current(c: duckdb.DuckDBPyConnection) -> bool:
         """Whether the lake's schema is this one, or a later one (an older worker in a rolling
@@ -930,9 +930,14 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
     transaction(con, make_marked, "the warehouse's tables")
 
 
-# Raised with every change to TABLES or VIEWS: a lake made by a later level is never remade by an
-# earlier one (workers of two versions during a rolling deploy)
-SCHEMA_LEVEL = 1
+# Raised with every change to TABLES, VIEWS or LAKE_TABLES: a lake made by a later level is never
+# remade by an earlier one (workers of two versions during a rolling deploy)
+SCHEMA_LEVEL = 2
+# A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`
+# serves what any worker wrote, from the object store the lake's files are in
+LAKE_TABLES: dict[str, list[tuple[str, str]]] = {
+    "reports": [("run_id", "VARCHAR"), ("name", "VARCHAR"), ("html", "VARCHAR"), ("written_at", "TIMESTAMP")],
+}
 LAKE_WRITE_TRIES = 30  # a DuckLake transaction that lost to other workers' this many times in a row fails
 LAKE_STATS = {"commits": 0, "conflicts": 0}  # this process's lake transactions, and the conflicts they met
 

@@ -320,3 +320,40 @@ def test_in_shared_mode_a_schedule_or_sensor_launch_queues_one_run_per_metric(tm
     instance.delete_run(dagster_run)
     [out] = list(wait(instance, {metric: dagster_run}, poll_seconds=0.01))
     assert not out.success and out.errors == ["its Dagster run was deleted"]
+
+
+def test_stopping_aip_eval_daemon_leaves_no_dagster_process_behind(tmp_path, lake):
+    """`aip-eval daemon` becomes Dagster's daemon: a SIGTERM to it (a service manager's stop) ends
+    the daemon and the code server it started, and no process of the instance is left running."""
+    from aip_assets.dagster_home import get_instance
+    from aip_assets.run_queue import daemon_alive
+
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import aip_assets.definitions"], check=True, timeout=600)
+    patience = 60 + 30 * (time.monotonic() - t0)
+    instance = get_instance()  # the generated home: shared (Postgres) settings, as the daemon's
+    home = os.environ["DAGSTER_HOME"]
+    p = subprocess.Popen([*AIP_EVAL, "daemon"], stdout=open(tmp_path / "daemon.log", "wb"), stderr=subprocess.STDOUT,
+                         env=dict(os.environ))
+
+    def ours() -> list[int]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"DAGSTER_HOME={home}".encode() in environ and b"dagster" in cmdline and int(pid) != os.getpid():
+                found.append(int(pid))
+        return found
+
+    try:
+        wait_for("the daemon reported", lambda: daemon_alive(instance), patience, tmp_path / "daemon.log")
+        assert p.pid in ours()  # the process started is Dagster's daemon itself
+        p.terminate()
+        p.wait(patience)
+        wait_for("every process of the instance ended", lambda: not ours(), patience, tmp_path / "daemon.log")
+    finally:
+        for pid in ours():
+            os.kill(pid, signal.SIGKILL)

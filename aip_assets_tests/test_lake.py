@@ -538,3 +538,41 @@ def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_pat
     assert want in err and "s3cret" not in err, err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert s3_keys(s3_server, bucket) == [] and not lk.exists()
+
+
+def test_a_report_written_in_the_lake_is_served_from_any_host(tmp_path, builtin_http, lake, monkeypatch):
+    """In a lake a report is also kept in the lake (its `reports` table, one row per report, the
+    latest): the report server of another host, whose own reports folder is empty, answers the
+    report's URL (the one the Dagster metadata links) from the lake; an unknown report is a 404."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from aip_assets.report import report_url, serve_reports, write_report
+
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    url, _ = builtin_http(FLIP)
+    run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"}), "rep-1")
+    first = write_report("rep-1")
+    out = write_report("rep-1")  # written again: replaced, not added
+    assert out == first and out.is_file()
+    stored = wh.query("SELECT run_id, name, html FROM reports")
+    assert list(stored.run_id) == ["rep-1"] and list(stored.name) == ["rep-1.html"]
+    assert stored.html[0] == out.read_text(encoding="utf-8")
+    wh.release()
+    elsewhere = tmp_path / "other-host"
+    monkeypatch.setenv("AIP_DATA_DIR", str(elsewhere))
+    monkeypatch.setenv("AIP_WAREHOUSE", str(elsewhere / "warehouse.duckdb"))
+    server = serve_reports(elsewhere / "reports", port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(report_url(out, port), timeout=30) as r:
+            assert r.status == 200 and r.read().decode("utf-8") == stored.html[0]
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/rep-2.html", timeout=30)
+        assert e.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not list((elsewhere / "reports").iterdir())
