@@ -116,7 +116,11 @@ class _ScrubPassword:
 
         url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
         if url:
-            record.msg, record.args = _scrub(record.getMessage(), url), ()
+            try:
+                text = record.getMessage()
+            except Exception:  # noqa: BLE001 - a record that cannot be formatted: its handler says so, as without us
+                return True
+            record.msg, record.args = _scrub(text, url), ()
         return True
 
 

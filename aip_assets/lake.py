@@ -2,7 +2,7 @@
 
 ``AIP_LAKE_DATA_PATH=/shared/aip-lake`` (a folder every worker mounts; from the environment only),
 or ``s3://bucket/prefix`` (S3 or S3-compatible storage: the ``httpfs`` extension, credentials from
-the AWS variables, ``AIP_S3_ENDPOINT`` for a server other than AWS), turns the warehouse into a
+the AWS variables or the AWS credential chain, ``AIP_S3_ENDPOINT`` for a server other than AWS), turns the warehouse into a
 DuckLake: its catalog in the shared-state Postgres database (``AIP_SHARED_STATE_URL``, schema
 ``aip_lake``), its rows as Parquet files under that path. The
 same tables and views, so ``aip-eval sql``, the report and any DuckDB with the ``ducklake`` and
@@ -41,6 +41,7 @@ METADATA_SCHEMA = "aip_lake"
 EXTENSIONS = ("ducklake", "postgres_scanner")  # and httpfs for a lake on S3
 S3_SCHEME = "s3://"
 S3_ENDPOINT_ENV = "AIP_S3_ENDPOINT"
+S3_CHAIN_ENV = "AIP_S3_CREDENTIAL_CHAIN"
 NO_AUTO = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
@@ -50,7 +51,11 @@ def data_path() -> str | None:
     p = os.environ.get(LAKE_ENV)
     if not p:
         return None
-    if p.startswith(S3_SCHEME):
+    scheme, sep, rest = p.partition("://")
+    if sep:  # a URL: only s3://bucket/..., never taken for a local folder
+        if scheme != "s3" or not rest.split("/")[0]:
+            raise AipError(f"{LAKE_ENV} must be a folder or s3://bucket/prefix (S3 or S3-compatible storage), "
+                           f"got a {scheme}:// URL" + ("" if scheme != "s3" else " without a bucket"))
         return p.rstrip("/") + "/"
     return str(Path(p).resolve()) + "/"
 
@@ -59,40 +64,56 @@ def on_s3() -> bool:
     return (os.environ.get(LAKE_ENV) or "").startswith(S3_SCHEME)
 
 
+def _keys_given() -> bool:
+    return bool(os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"))
+
+
 def extensions() -> tuple[str, ...]:
-    return EXTENSIONS + (("httpfs",) if on_s3() else ())
+    """The extensions this lake needs: httpfs on S3, and aws for the credential chain (no keys given)."""
+    if not on_s3():
+        return EXTENSIONS
+    return EXTENSIONS + ("httpfs",) + (() if _keys_given() else ("aws",))
 
 
 def _s3_settings() -> dict[str, str]:
-    """The S3 secret's parameters, from the environment (the AWS variables, and ``AIP_S3_ENDPOINT``
-    for S3-compatible storage other than AWS: ``http://host:port`` or ``https://host``, path-style
-    URLs). Keys only: DuckDB's credential chain needs its aws extension, which is not on PyPI."""
-    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-    if not key or not secret:
-        raise AipError(f"{LAKE_ENV} is an s3:// URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
-                       f"AWS_REGION; {S3_ENDPOINT_ENV}=http://host:port for S3-compatible storage other than AWS)")
-    out = {"KEY_ID": key, "SECRET": secret,
-           "REGION": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
-    if os.environ.get("AWS_SESSION_TOKEN"):
-        out["SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
+    """The S3 secret's parameters, from the environment: the keys (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), else the AWS credential chain (the aws
+    extension: a profile, ``AWS_SHARED_CREDENTIALS_FILE``...; ``AIP_S3_CREDENTIAL_CHAIN`` names its
+    providers, e.g. ``sts;instance`` for a pod's role); ``AWS_REGION``; ``AIP_S3_ENDPOINT`` for
+    S3-compatible storage other than AWS (``http://host:port`` or ``https://host``, path-style URLs)."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    if _keys_given():
+        out = {"KEY_ID": os.environ["AWS_ACCESS_KEY_ID"], "SECRET": os.environ["AWS_SECRET_ACCESS_KEY"], "REGION": region}
+        if os.environ.get("AWS_SESSION_TOKEN"):
+            out["SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
+    else:
+        out = {"PROVIDER": "credential_chain", "REGION": region}
+        if os.environ.get(S3_CHAIN_ENV):
+            out["CHAIN"] = os.environ[S3_CHAIN_ENV]
     endpoint = os.environ.get(S3_ENDPOINT_ENV)
     if endpoint:
         scheme, sep, rest = endpoint.partition("://")
-        if not sep or scheme not in ("http", "https") or not rest.strip("/"):
+        if not sep or scheme not in ("http", "https") or not rest.strip("/") or "/" in rest.strip("/"):
             raise AipError(f"{S3_ENDPOINT_ENV} must be http://host:port or https://host, got {endpoint!r}")
         out.update(ENDPOINT=rest.strip("/"), URL_STYLE="path", USE_SSL="true" if scheme == "https" else "false")
     return out
 
 
 def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
-    """This connection's S3 credentials: a temporary secret (memory only, never persisted)."""
+    """This connection's S3 credentials: a temporary secret (memory only, never persisted). Loading
+    httpfs copies the AWS variables into its ``s3_*`` settings, which any query could read: they
+    are emptied (the secret serves every request)."""
+    for name in ("s3_access_key_id", "s3_secret_access_key", "s3_session_token"):
+        con.execute(f"SET {name} = ''")
     settings = _s3_settings()
-    params = ", ".join(f"{k} {v if k == 'USE_SSL' else _quote(v)}" for k, v in settings.items())
+    params = ", ".join(f"{k} {v if k in ('USE_SSL', 'PROVIDER') else _quote(v)}" for k, v in settings.items())
     try:
         con.execute(f"CREATE OR REPLACE TEMPORARY SECRET aip_lake_s3 (TYPE s3, {params})")
     except duckdb.Error as e:
-        raise AipError(f"{LAKE_ENV}: the S3 credentials are not usable: "
-                       f"{_hide(str(e).splitlines()[0], settings)}") from None
+        how = ("" if _keys_given() else " (no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set, and the AWS credential "
+               f"chain found none: give it a profile or role, or name its providers in {S3_CHAIN_ENV})")
+        raise AipError(f"{LAKE_ENV}: the S3 credentials are not usable{how}: "
+                       f"{_hide(' '.join(str(e).split()), settings)}") from None
 
 
 def _hide(text: str, settings: dict[str, str]) -> str:
@@ -283,13 +304,14 @@ def check() -> str | None:
     if on_s3():  # the bucket answers and lists the prefix (nothing is written)
         con = duckdb.connect(config=dict(NO_AUTO))
         try:
-            con.execute(f"LOAD {_quote(str(extension_file('httpfs')))}")
+            for n in extensions()[len(EXTENSIONS):]:
+                con.execute(f"LOAD {_quote(str(extension_file(n)))}")
             _s3_secret(con)
             con.execute(f"SELECT count(*) FROM glob({_quote(data + '*')})").fetchall()
         except duckdb.Error as e:
             raise AipError(f"{LAKE_ENV}: the lake's data path {data} cannot be read "
                            f"({os.environ.get(S3_ENDPOINT_ENV) or 'AWS S3'}): "
-                           f"{' '.join(str(e).split())[:300]}") from None
+                           f"{_hide(' '.join(str(e).split())[:300], _s3_settings())}") from None
         finally:
             con.close()
         return f"warehouse: {where()} ({LAKE_ENV})"

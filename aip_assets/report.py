@@ -874,23 +874,36 @@ def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None
         def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def _from_lake(self, head: bool) -> bool:
+            """Answer with the lake's copy of a report the folder lacks; False: not one."""
             name = unquote(urlsplit(self.path).path).lstrip("/")
-            if lake.enabled() and name.endswith(".html") and "/" not in name and not (folder / name).is_file():
-                try:
-                    html = stored_report(name)
-                except Exception as e:  # noqa: BLE001 - said to the browser, the server goes on
-                    self.send_error(503, f"the lake cannot be read: {type(e).__name__}")
-                    return
-                if html is not None:
-                    body = html.encode("utf-8")
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/html; charset=utf-8")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                    return
-            super().do_GET()
+            if not (lake.enabled() and name.endswith(".html") and "/" not in name and not (folder / name).is_file()):
+                return False
+            try:
+                html = stored_report(name)
+            except AipError:  # no lake made yet: no such report
+                return False
+            except Exception as e:  # noqa: BLE001 - said to the browser, the server goes on
+                self.send_error(503, f"the lake cannot be read: {type(e).__name__}")
+                return True
+            if html is None:
+                return False
+            body = html.encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+            return True
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            if not self._from_lake(head=False):
+                super().do_GET()
+
+        def do_HEAD(self) -> None:  # noqa: N802 - the stdlib's name
+            if not self._from_lake(head=True):
+                super().do_HEAD()
 
     folder.mkdir(parents=True, exist_ok=True)
     handler = functools.partial(Quiet, directory=str(folder))

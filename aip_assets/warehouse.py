@@ -865,6 +865,16 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             for v in node:
                 yield from nodes(v)
 
+    def plain(arg: dict) -> bool:
+        """A value written in the query: a constant, a named parameter set to one, a list of them."""
+        if arg.get("class") == "CONSTANT":
+            return True
+        if arg.get("class") == "COMPARISON" and (arg.get("left") or {}).get("class") == "COLUMN_REF":
+            return plain(arg.get("right") or {})
+        if arg.get("class") == "FUNCTION" and arg.get("function_name") == "list_value":
+            return all(plain(c) for c in arg.get("children") or [])
+        return False
+
     for node in nodes(ast):
         if "function_name" in node:
             refuse_call(node)
@@ -872,11 +882,27 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             v = node.get(k)
             if isinstance(v, str) and v.lower().startswith("__ducklake"):
                 raise duckdb.PermissionException(f"{v} is the lake's catalog, not the warehouse")
+        # the lake's folder is the only one files may be read from, and DuckDB compares a path
+        # with it as written: a path must be written out (a table function's arguments are plain
+        # values, not expressions that build one) and hold no '.' or '..' segment (S3 resolves
+        # them after the check, into another prefix or bucket)
+        if node.get("type") == "TABLE_FUNCTION":
+            fn = node.get("function") or {}
+            if not all(plain(c) for c in fn.get("children") or []):
+                raise duckdb.PermissionException(f"{fn.get('function_name')}(): in a lake, a table function's "
+                                                 "arguments must be plain values (no expression or subquery)")
+        for v in (node.get("table_name"), (node.get("value") or {}).get("value") if isinstance(node.get("value"), dict)
+                  else None):
+            if isinstance(v, str) and "/" in v and DOT_SEGMENT.search(v):
+                raise duckdb.PermissionException(f"{v!r}: a path with a '.' or '..' segment")
 
 
 # table functions that run SQL given as text (the check cannot see inside it)
 RUNS_SQL = {"query", "query_table", "json_execute_serialized_sql"}
-SECRET_FNS = {"duckdb_secrets", "which_secret"}  # a lake on S3: its key id and endpoint stay out of reach too
+# a lake on S3: its credentials stay out of reach (httpfs also copies the AWS variables into its
+# s3_* settings, which lake._s3_secret empties)
+SECRET_FNS = {"duckdb_secrets", "which_secret"}
+DOT_SEGMENT = re.compile(r"(^|[/\\])\.{1,2}([/\\]|$)")
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None:

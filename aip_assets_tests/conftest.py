@@ -26,9 +26,14 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.delenv("AIP_DAGSTER_HOME_SET", raising=False)
     monkeypatch.delenv("AIP_DATA_DIR_SET", raising=False)
     for name in ("AIP_DAGSTER_STORAGE_URL", "AIP_DAGSTER_STORAGE_URL_SET", "AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH",
-                 "AIP_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-                 "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+                 "AIP_S3_ENDPOINT", "AIP_S3_CREDENTIAL_CHAIN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
+    # the AWS credential chain (a lake on S3 without keys) finds nothing of the machine's, and never
+    # asks the network for an instance role
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     yield tmp_path
     wh.release()  # the warehouse this test left open a moment (warehouse._Linger)
 

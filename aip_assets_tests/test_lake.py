@@ -274,9 +274,9 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
     monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
     with wh.connect(create=True):
         pass
-    for q in ("SELECT path FROM duckdb_databases()", "SELECT name, value FROM duckdb_settings()",
-              "SELECT * FROM duckdb_secrets()"):
-        assert main(["sql", q, "--format", "csv"]) == 0
+    for q, code in (("SELECT path FROM duckdb_databases()", 0), ("SELECT name, value FROM duckdb_settings()", 0),
+                    ("SELECT * FROM duckdb_secrets()", 2)):  # the secrets: refused in a lake
+        assert main(["sql", q, "--format", "csv"]) == code, q
         out = capsys.readouterr()
         assert "S3cret" not in out.out + out.err
     with wh.connect() as con:
@@ -491,10 +491,26 @@ def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(tmp
                  "json"]) == 0  # the lake's own files: readable
     assert json.loads(capsys.readouterr().out)[0]["n"] > 0
     for q in (f"SELECT * FROM read_csv('s3://{bucket}/other/secret.csv')", "SELECT * FROM duckdb_secrets()",
-              "SELECT * FROM which_secret('s3://x/y', 's3')"):
+              "SELECT * FROM which_secret('s3://x/y', 's3')",
+              # S3 resolves dot segments after DuckDB compared the path with the lake's prefix
+              f"SELECT * FROM read_csv('s3://{bucket}/lake/../other/secret.csv')",
+              f"FROM 's3://{bucket}/lake/./../other/secret.csv'",
+              f"SELECT * FROM read_csv('s3://{bucket}/lake/' || '..' || '/other/secret.csv')",
+              f"SELECT * FROM read_csv(['s3://{bucket}/lake/x.csv', concat('s3://{bucket}/lake/.', './other/secret.csv')])",
+              ):
         assert main(["sql", q]) == 2, q
         err = capsys.readouterr().err
         assert "aip-test-key" not in err and "s3cret" not in err
+    # the settings httpfs copies the AWS variables into are empty (the secret serves the lake)
+    assert main(["sql", "SELECT name, value FROM duckdb_settings() WHERE name LIKE 's3%'", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "s3_secret_access_key" in out and "aip-test-key" not in out and "s3cret" not in out
+    con = lk.open_lake(read_only=True)
+    try:
+        assert con.execute("SELECT current_setting('s3_secret_access_key'), current_setting('s3_access_key_id')"
+                           ).fetchone() == ("", "")
+    finally:
+        con.close()
     wh.release()
     for var in ("AIP_LAKE_DATA_PATH", "AIP_SHARED_STATE_URL"):
         monkeypatch.delenv(var)
@@ -502,7 +518,7 @@ def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(tmp
     _assert_same(in_lake, _stable("s3run"))
 
 
-@pytest.mark.parametrize("bad", ["no keys", "no bucket", "endpoint down", "endpoint form"])
+@pytest.mark.parametrize("bad", ["no keys", "no bucket", "endpoint down", "endpoint form", "scheme"])
 def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_path, lake_s3, s3_server, capsys,
                                                                         monkeypatch, bad):
     """A lake on S3 that cannot be used: exit 2 at the checks before the run, naming the variable
@@ -520,8 +536,10 @@ def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_pat
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    if bad == "no keys":
+    if bad == "no keys":  # and the credential chain finds none (conftest.isolated)
         monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    elif bad == "scheme":  # never taken for a local folder named "gs:"
+        monkeypatch.setenv("AIP_LAKE_DATA_PATH", "gs://bucket/lake")
     elif bad == "no bucket":
         monkeypatch.setenv("AIP_LAKE_DATA_PATH", "s3://no-such-bucket-here/lake")
     elif bad == "endpoint down":
@@ -531,7 +549,9 @@ def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_pat
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert main(["run", str(spec), "--quiet"]) == 2
     err = capsys.readouterr().err
-    want = {"no keys": "AIP_LAKE_DATA_PATH is an s3:// URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    want = {"no keys": "AIP_LAKE_DATA_PATH: the S3 credentials are not usable (no AWS_ACCESS_KEY_ID and "
+                       "AWS_SECRET_ACCESS_KEY set, and the AWS credential chain found none",
+            "scheme": "AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix",
             "no bucket": "AIP_LAKE_DATA_PATH: the lake's data path s3://no-such-bucket-here/lake/ cannot be read",
             "endpoint down": "AIP_LAKE_DATA_PATH: the lake's data path",
             "endpoint form": "AIP_S3_ENDPOINT must be http://host:port or https://host"}[bad]
@@ -569,6 +589,9 @@ def test_a_report_written_in_the_lake_is_served_from_any_host(tmp_path, builtin_
         port = server.server_address[1]
         with urllib.request.urlopen(report_url(out, port), timeout=30) as r:
             assert r.status == 200 and r.read().decode("utf-8") == stored.html[0]
+        head = urllib.request.Request(report_url(out, port), method="HEAD")
+        with urllib.request.urlopen(head, timeout=30) as r:
+            assert r.status == 200 and int(r.headers["Content-Length"]) == len(stored.html[0].encode("utf-8"))
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/rep-2.html", timeout=30)
         assert e.value.code == 404
@@ -576,3 +599,22 @@ def test_a_report_written_in_the_lake_is_served_from_any_host(tmp_path, builtin_
         server.shutdown()
         server.server_close()
     assert not list((elsewhere / "reports").iterdir())
+
+
+def test_a_lake_on_s3_takes_its_credentials_from_the_aws_chain_without_keys(tmp_path, lake_s3, s3_server, monkeypatch):
+    """No AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: the lake uses the AWS credential chain (DuckDB's
+    aws extension), here a shared credentials file, as a pod's profile or role would be."""
+    from .conftest import S3_KEYS, s3_keys
+
+    _, bucket = lake_s3
+    creds = tmp_path / "aws-credentials"
+    creds.write_text(f"[default]\naws_access_key_id = {S3_KEYS['AWS_ACCESS_KEY_ID']}\n"
+                     f"aws_secret_access_key = {S3_KEYS['AWS_SECRET_ACCESS_KEY']}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    assert "aws" in lk.extensions()
+    assert lk.check() is not None
+    run_all(make_spec(write_dataset(tmp_path / "d.jsonl", 2)), "chain")
+    assert len(table("metric_scores", "chain", "scope")) > 0
+    assert any(k.endswith(".parquet") for k in s3_keys(s3_server, bucket, "lake/"))

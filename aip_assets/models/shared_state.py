@@ -219,9 +219,7 @@ class SharedDb:
 def check_url(url: str, variable: str) -> None:
     """Refuse a URL whose user or password holds a bare '@': the driver would read the rest of the
     password as the host name, and quote it in its messages."""
-    from urllib.parse import urlsplit
-
-    if "://" in url and urlsplit(url).netloc.count("@") > 1:
+    if "://" in url and url.split("://", 1)[1].count("@") > 1:  # an '@' in a path or query is as unusual
         raise AipError(f"{variable}: the user or password holds an '@': write it percent-encoded (%40)")
 
 
