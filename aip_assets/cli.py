@@ -187,13 +187,15 @@ def cmd_run(args) -> int:
             failed.append(out.metric)
             capped = capped or any("reached limits." in m for m in out.errors)
     summary = pipeline.run_summary(run_id, path)
-    summary["warehouse"] = str(path)
+    from . import lake
+
+    summary["warehouse"] = lake.where() if lake.enabled() else str(path)
     summary["failed_metrics"] = failed
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary)
-        print(f"\nWarehouse: {path}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
+        print(f"\nWarehouse: {summary['warehouse']}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
     if failed:
         return 4 if capped else 3
     below = [m for m in metrics if not summary["metrics"][m].get("passed")]  # the metrics this command ran

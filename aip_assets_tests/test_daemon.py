@@ -207,6 +207,7 @@ def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a
         stop(daemon)
     assert out.returncode == 0, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]
     assert "resuming run g-1" in out.stderr and "g-1 × llm.decision_flip: success" in out.stderr
+    assert "Warehouse: DuckLake at" in out.stdout and "llm.decision_flip" in out.stdout  # the summary, of the lake
     runs = dagster_runs(instance, "g-1")
     assert len(runs) == 2 and {r.dagster_run.status.value for r in runs} == {"FAILURE", "SUCCESS"}
     pods = {json.loads((tmp_path / "pods" / r.dagster_run.run_id / "worker.json").read_text())["cwd"] for r in runs}

@@ -202,10 +202,10 @@ def main() -> int:
              f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
              f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; "
              f"interpreter {sys.executable}",
-             "- shared: Postgres 15 on loopback (shared state, the lake's catalog), lake files on local disk; "
-             "`--parallel P` workers",
-             "- queued: shared, with Dagster's storage in the same Postgres, `run --submit` and `aip-eval daemon` "
-             "with at most P runs at once (each metric a Dagster run in a process of its own)",
+             "- shared: Postgres 15 on loopback (shared state, the lake's catalog, Dagster's storage), lake files "
+             "on local disk; `--parallel P` workers",
+             "- queued: shared, through Dagster's queue: `run --submit` and `aip-eval daemon` with at most P runs "
+             "at once (each metric a Dagster run in a process of its own)",
              "", "| mode | workers | wall s | server requests | lake commits | conflicts retried | retry rate |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
