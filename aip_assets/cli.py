@@ -481,7 +481,8 @@ def cmd_serve(args) -> int:
     profile = _profile(args.profile)
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     server = BuiltinServer(profile, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
-                           fail_substring=args.fail_substring, api_key=api_key)
+                           fail_substring=args.fail_substring, api_key=api_key, batch_seconds=args.batch_seconds,
+                           batch_expire_rate=args.batch_expire_rate)
     print(f"builtin model ({profile.name}) serving OpenAI-compatible API at http://{args.host}:{args.port}/v1", flush=True)
     server.serve_forever(args.host, args.port)
     return 0
@@ -590,6 +591,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fail-rate", type=float, default=0.0, help="share of request bodies answered with HTTP 500")
     s.add_argument("--fail-substring", help="requests whose body contains this get HTTP 500")
     s.add_argument("--api-key-env", help="require 'Authorization: Bearer $VAR'")
+    s.add_argument("--batch-seconds", type=float, default=2.0,
+                   help="Batch API (/v1/files, /v1/batches): a batch is done this long after it is created")
+    s.add_argument("--batch-expire-rate", type=float, default=0.0,
+                   help="Batch API: share of requests (picked by body) that miss the completion window")
     s.set_defaults(fn=cmd_serve)
     return p
 

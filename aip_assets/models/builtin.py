@@ -442,12 +442,23 @@ class BuiltinServer:
     ``fail_status``. ``fail_rate``: that share of distinct request bodies fail (deterministic, by
     the body's content; never the endpoint check).
     ``api_key``: when set, requests need ``Authorization: Bearer <api_key>``.
-    ``GET /stats``: request counts, including how many successful answers repeated a body.
+    ``GET /stats``: request counts, including how many successful answers repeated a body, and the
+    Batch API's (``batch_*``).
+
+    OpenAI's Files and Batches API (``models/builtin_batch.py``): a batch is done ``batch_seconds``
+    after it is created; the same ``fail_rate``/``fail_substring`` fail its requests;
+    ``batch_expire_rate`` picks requests (by body) to miss the window, ``batch_expire_first``
+    expires every request of the first that many batches; ``clock`` steps a test's time.
     """
 
     def __init__(self, profile: BuiltinProfile | None = None, latency_ms: float = 0.0,
                  fail_substring: str | None = None, fail_rate: float = 0.0, fail_status: int = 500,
-                 api_key: str | None = None):
+                 api_key: str | None = None, batch_seconds: float = 2.0, batch_expire_rate: float = 0.0,
+                 batch_expire_first: int = 0, clock=None):
+        import time
+
+        from .builtin_batch import BatchService
+
         self.profile = profile or BuiltinProfile()
         self.latency_ms = latency_ms
         self.fail_substring = fail_substring
@@ -456,6 +467,29 @@ class BuiltinServer:
         self.api_key = api_key
         self.stats: Counter = Counter()
         self.ok_bodies: Counter = Counter()  # request body text -> times answered successfully
+        self.batch = BatchService(self._answer, seconds=batch_seconds, expire_rate=batch_expire_rate,
+                                  expire_first=batch_expire_first, clock=clock or time.time)
+
+    def _fails(self, raw: str, body: Any) -> bool:
+        """Whether fault injection fails this request. fail_rate picks bodies by their content, not
+        by how a client wrote them, and spares the endpoint check: it repeats one body, so a body
+        picked would fail every run at its start."""
+        return bool((self.fail_substring and self.fail_substring in raw) or (
+            self.fail_rate and not _is_endpoint_check(body) and u01("fail", stable_json(body)) < self.fail_rate))
+
+    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A request of a batch, answered as the live endpoint answers it."""
+        if self._fails(json.dumps(body), body):
+            return self.fail_status, {"error": {"message": "injected failure", "type": "server_error"}}
+        return 200, handle_chat(body, self.profile)
+
+    def _guard(self, request):
+        from aiohttp import web
+
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            self.stats["unauthorised"] += 1
+            return web.json_response({"error": {"message": "invalid api key"}}, status=401)
+        return None
 
     def app(self):
         from aiohttp import web
@@ -464,18 +498,14 @@ class BuiltinServer:
             self.stats["requests"] += 1
             if self.latency_ms:
                 await asyncio.sleep(self.latency_ms / 1000)
-            if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
-                self.stats["unauthorised"] += 1
-                return web.json_response({"error": {"message": "invalid api key"}}, status=401)
+            if (refused := self._guard(request)) is not None:
+                return refused
             raw = await request.text()
             try:
                 body = json.loads(raw)
             except json.JSONDecodeError:
                 return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
-            # fail_rate picks bodies by their content, not by how a client wrote them, and spares the
-            # endpoint check: it repeats one body, so a body picked would fail every run at its start
-            if (self.fail_substring and self.fail_substring in raw) or (
-                    self.fail_rate and not _is_endpoint_check(body) and u01("fail", stable_json(body)) < self.fail_rate):
+            if self._fails(raw, body):
                 self.stats["failed"] += 1
                 return web.json_response({"error": {"message": "injected failure"}}, status=self.fail_status)
             out = handle_chat(body, self.profile)
@@ -489,13 +519,14 @@ class BuiltinServer:
             return web.json_response({"object": "list", "data": [{"id": model_name(self.profile), "object": "model"}]})
 
         async def stats(request: web.Request) -> web.Response:
-            return web.json_response(dict(self.stats))
+            return web.json_response({**self.stats, **{f"batch_{k}": v for k, v in self.batch.stats.items()}})
 
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
         app.router.add_post("/chat/completions", chat)
         app.router.add_get("/v1/models", models)
         app.router.add_get("/stats", stats)
+        self.batch.routes(app, self._guard)
         return app
 
     def serve_forever(self, host: str = "127.0.0.1", port: int = 8111) -> None:
