@@ -83,6 +83,7 @@ def _dry_run(spec, as_json: bool) -> int:
     from . import pipeline
 
     est = pipeline.estimate(spec)
+    est["sent"] = _how_sent(spec, est["total"])
     if as_json:
         print(json.dumps(est, indent=2))
     else:
@@ -98,7 +99,42 @@ def _dry_run(spec, as_json: bool) -> int:
               f"{a['judge_prompt_tokens']} + both answers; judge answers {a['judge_answer_tokens']})")
         if not est["within_limits"]:
             print(f"  over the spec's limits {est['limits']}: the run would stop at the cap (resumable)")
+        for line in _batch_lines(spec, est["sent"]):
+            print(line)
     return 0
+
+
+def _how_sent(spec, total: dict) -> dict[str, dict]:
+    """Per role with calls: how they go (the Batch API or live) and, where the connection's prices
+    are configured, what they cost live and as configured."""
+    out = {}
+    for role in ("sut", "judge"):
+        conn, calls = getattr(spec, role), total[f"{role}_calls"]
+        if not calls:
+            continue
+        row: dict = {"calls": calls, "batch": conn.batch.enabled}
+        if conn.prices is not None:
+            p = conn.prices
+            live = (total[f"{role}_prompt_tokens"] * p.input_per_million_tokens
+                    + total[f"{role}_completion_tokens"] * p.output_per_million_tokens) / 1e6
+            row.update(live_cost=round(live, 4), batch_cost=round(live * (1 - p.batch_discount), 4))
+            row["cost"] = row["batch_cost"] if conn.batch.enabled else row["live_cost"]
+        out[role] = row
+    return out
+
+
+def _batch_lines(spec, sent: dict[str, dict]) -> list[str]:
+    out = []
+    for role, r in sent.items():
+        conn = getattr(spec, role)
+        how = (f"Batch API (batches of up to {conn.batch.max_requests:,}, polled every {conn.batch.poll_seconds:g}s)"
+               if r["batch"] else "live")
+        line = f"  {role}: {r['calls']:,} calls {how}"
+        if "cost" in r:
+            line += (f"; about {r['cost']:,.2f} (live: {r['live_cost']:,.2f}, saving {r['live_cost'] - r['cost']:,.2f})"
+                     if r["batch"] else f"; about {r['cost']:,.2f} (with batch.enabled: {r['batch_cost']:,.2f})")
+        out.append(line)
+    return out
 
 
 def cmd_run(args) -> int:

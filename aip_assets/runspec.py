@@ -117,6 +117,31 @@ class BuiltinProfile(BaseModel):
         return self
 
 
+class BatchSettings(BaseModel):
+    """The provider's Batch API for this connection (OpenAI's ``/v1/files`` + ``/v1/batches``): a
+    stage's calls go as one batch (or more, ``max_requests`` each), polled until done, at about
+    half the price of live calls and without an answer within seconds (models/batch.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    max_requests: int = Field(50_000, ge=1, le=50_000, description="requests per batch (OpenAI's limit: 50,000)")
+    poll_seconds: float = Field(30.0, gt=0, le=3600, description="seconds between looks at a batch in progress")
+    completion_window: Literal["24h"] = Field("24h", description="the provider's window (OpenAI offers 24h)")
+    on_failure: Literal["live", "fail"] = Field(
+        "live", description="a request the batch failed or let expire: sent again as a live call (live), or "
+                            "recorded as failed with the reason (fail)")
+
+
+class Prices(BaseModel):
+    """What the endpoint charges, for ``--dry-run``'s estimate (US dollars, or any one currency)."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_per_million_tokens: float = Field(ge=0.0)
+    output_per_million_tokens: float = Field(ge=0.0)
+    batch_discount: float = Field(0.5, ge=0.0, le=1.0, description="the Batch API's discount (OpenAI and "
+                                  "Anthropic: half the price of live calls)")
+
+
 class Connection(BaseModel):
     """A language-model connection: the builtin offline model or any OpenAI-compatible endpoint."""
 
@@ -148,11 +173,17 @@ class Connection(BaseModel):
     structured_output: Literal["auto", "on", "off"] = Field(
         "auto", description="judges: send response_format with the verdict's JSON schema; auto falls back to "
                             "plain prompting for the rest of the run when the endpoint refuses it (HTTP 400)")
+    batch: BatchSettings = Field(default_factory=BatchSettings,
+                                 description="send this connection's calls through the provider's Batch API")
+    prices: Prices | None = Field(None, description="the endpoint's prices, for --dry-run's cost estimate")
 
     @model_validator(mode="after")
     def _check(self):
         if self.provider == "openai" and not self.base_url:
             raise ValueError("provider 'openai' needs base_url (e.g. http://localhost:8000/v1)")
+        if self.batch.enabled and self.provider != "openai":
+            raise ValueError("batch.enabled needs an openai endpoint (a Batch API: /v1/files and /v1/batches); the "
+                             "builtin model answers in process (serve it with `aip-eval serve-builtin` to batch it)")
         secret = [h for h in self.headers if secret_header_name(h)]
         if secret:
             raise ValueError(f"headers {secret} look secret: name an environment variable for them in header_env instead")
@@ -188,7 +219,7 @@ class Connection(BaseModel):
 
 BUILTIN_ONLY = {"profile"}
 OPENAI_ONLY = {"base_url", "api_key_env", "system_prompt", "headers", "header_env", "max_tokens", "max_connections",
-               "max_rate_limit_wait_seconds", "structured_output"}
+               "max_rate_limit_wait_seconds", "structured_output", "batch", "prices"}
 
 
 class Limits(BaseModel):

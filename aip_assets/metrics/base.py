@@ -20,6 +20,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from ..dataset import DatasetRow
+from ..models.batch import BATCHING
 from ..models.client import CURRENT_ROW, ChatResult, ModelClient
 from ..models.journal import Journal
 from ..runspec import Connection, RunSpec
@@ -113,6 +114,7 @@ async def run_bounded(items: Iterable[Any], fn: Callable[[Any], Awaitable[Any]],
     results: list[Any] = [None] * len(items)
     next_i = 0
     error: BaseException | None = None
+    limit = max(limit, BATCHING.get())  # a batching client: every item's calls go to the batch at once
 
     async def worker():
         nonlocal next_i, error

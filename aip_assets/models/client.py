@@ -33,6 +33,7 @@ import httpx
 from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
 from .builtin import ENDPOINT_CHECK
+from .batch import BATCHING, BatchRunner
 from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport
 from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
@@ -369,7 +370,7 @@ class ModelClient:
                  journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
                  backoff_s: float = 0.5, budget: "Budget | None" = None,
                  on_note: "Callable[[dict[str, str]], None] | None" = None, row_timeout_s: float | None = None,
-                 share_connections: bool = True):
+                 share_connections: bool = True, batchable: bool = True):
         self.conn = conn
         self.row_timeout_s = row_timeout_s  # None: no row deadline
         self._row_clock: dict[str, RowClock] = {}
@@ -405,12 +406,28 @@ class ModelClient:
                       "deadline_rows": 0}
         self._last_answer = time.monotonic()  # the endpoint's last answer (rate-limit waits end after a silent window)
         self._rng = random.Random()
+        # the provider's Batch API (batch.enabled), for a stage's calls; never for one call such as the endpoint check
+        self.batcher: BatchRunner | None = BatchRunner(self) if conn.batch.enabled and batchable else None
+        self._batching: contextvars.Token | None = None
 
     async def __aenter__(self) -> "ModelClient":
         self.transport = make_transport(self.conn)
+        if self.batcher is not None:  # this task's work items all at once: the stage's calls make one batch
+            self._batching = BATCHING.set(self.conn.batch.max_requests)
         return self
 
     async def __aexit__(self, *exc) -> None:
+        if self._batching is not None:
+            BATCHING.reset(self._batching)
+            self._batching = None
+        if self.batcher is not None:
+            await self.batcher.aclose()
+            b = self.batcher.stats
+            if (b["batches"] or b["resumed"]) and self.on_note:  # what the Batch API did, in the run's notes
+                self.on_note({"level": "info", "code": "batch", "message": (
+                    f"{self.metric} {self.stage}: {self.role} calls through the Batch API: {b['batches']} batch(es) "
+                    f"sent ({b['requests']} requests), {b['resumed']} resumed; {b['ok']} answered, {b['live']} sent "
+                    f"live after the batch failed or expired, {b['failed']} recorded as failed")})
         try:
             await self.transport.aclose()
         finally:
@@ -484,6 +501,13 @@ class ModelClient:
                 if rec["run_id"] != self.run_id:  # reused from an earlier run: record it in this run
                     self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
                 return self._from_record(rec, key)
+        if self.batcher is not None:  # the provider's Batch API (models/batch.py)
+            return await self.batcher.call(key, body, body_json, sample_index, retries, timeout)
+        return await self._live(body, key, sample_index, retries, timeout, body_json)
+
+    async def _live(self, body: dict[str, Any], key: str, sample_index: int, retries: int, timeout: float,
+                    body_json: str) -> ChatResult:
+        """A call the cache does not answer, sent now (as ``chat`` says), journaled as it ends."""
         clock = self.row_clock()
         text = None if self.conn.provider == "builtin" else body_json
         if not self._slots_held and self.conn.provider != "builtin":
@@ -717,7 +741,7 @@ async def check_endpoint(conn: Connection, role: str, timeout: float = 30.0) -> 
         return f"{role}: builtin model ({conn.profile.name})"
     where = f"{role} endpoint {conn.base_url} (model {conn.model})"
     client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None, backoff_s=0.2,
-                         share_connections=False)  # one call: it takes no slot (and leaves no file)
+                         share_connections=False, batchable=False)  # one call: no slot (and no file), no batch
     try:
         async with client:
             r = await client.chat([{"role": "user", "content": ENDPOINT_CHECK}], temperature=0.0, retries=2,

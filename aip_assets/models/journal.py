@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -193,6 +194,7 @@ class Journal:
         con.execute(f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
                     f"{', '.join(_VIEW_COL.get(c, 'c.' + c) for c in _CALL if c not in ('request', 'response_text'))} "
                     "FROM call_log c JOIN call_parts p USING (part_id)")
+        con.execute(_BATCHES_DDL.format(real="REAL"))
         return con
 
     @staticmethod
@@ -319,6 +321,35 @@ class Journal:
             while self._n_written < target and self._failure is None:
                 self._cv.wait(0.5)
             self._raise_if_failed()
+
+    # ------------------------------------------------------------------ provider batches
+    def _batch_sql(self, sql: str, params: list[Any], fetch: bool = False) -> list[tuple]:
+        """One statement on the batches table, written at once (not queued): a batch is journaled
+        before it is polled, so a stop or a crash finds it."""
+        with self._lock:
+            cur = self._con.execute(self._q(sql), params)
+            return list(cur.fetchall()) if fetch else []
+
+    def save_batch(self, rec: dict[str, Any]) -> None:
+        """A batch created at the provider (``BATCH_COLS``), before it is polled."""
+        self._batch_sql(f"INSERT INTO batches ({', '.join(BATCH_COLS)}) VALUES ({', '.join('?' * len(BATCH_COLS))})",
+                        [rec.get(c) for c in BATCH_COLS])
+
+    def end_batch(self, batch_id: str, status: str) -> None:
+        self._batch_sql("UPDATE batches SET status = ?, ended_at = ? WHERE batch_id = ?", [status, time.time(), batch_id])
+
+    def open_batches(self, run_id: str, metric: str, stage: str, role: str, endpoint: str) -> list[dict[str, Any]]:
+        """The part's batches not yet read back (oldest first): a resumed stage polls these again
+        instead of sending their requests twice."""
+        rows = self._batch_sql(f"SELECT {', '.join(BATCH_COLS)} FROM batches WHERE run_id = ? AND metric = ? AND "
+                               "stage = ? AND role = ? AND endpoint = ? AND status = 'pending' ORDER BY created_at",
+                               [run_id, metric, stage, role, endpoint], fetch=True)
+        return [dict(zip(BATCH_COLS, r)) for r in rows]
+
+    def batches(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._batch_sql(f"SELECT {', '.join(BATCH_COLS)} FROM batches WHERE run_id = ? ORDER BY created_at",
+                               [run_id], fetch=True)
+        return [dict(zip(BATCH_COLS, r)) for r in rows]
 
     def close(self) -> None:
         """Write what is queued, stop the writer, close the file."""
@@ -453,8 +484,12 @@ class PgJournal(Journal):
             f"CREATE OR REPLACE VIEW call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
             f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
             "FROM call_log c JOIN call_parts p USING (part_id)",
+            _BATCHES_DDL.format(real="double precision"),
         ])
         return con
+
+    def _batch_sql(self, sql: str, params: list[Any], fetch: bool = False) -> list[tuple]:
+        return self._again(super()._batch_sql, sql, params, fetch)
 
     @staticmethod
     def _q(sql: str) -> str:
@@ -526,6 +561,13 @@ class PgJournal(Journal):
         cur = self._con.execute(self._q(sql), params)
         return pd.DataFrame.from_records(cur.fetchall(), columns=[d.name for d in cur.description], coerce_float=True)
 
+
+# provider batches (models/batch.py): one row per batch, its requests' call keys as a JSON list
+BATCH_COLS = ["batch_id", "run_id", "metric", "stage", "role", "endpoint", "input_file_id", "call_keys", "status",
+              "created_at", "ended_at"]
+_BATCHES_DDL = ("CREATE TABLE IF NOT EXISTS batches (batch_id text PRIMARY KEY, run_id text, metric text, stage text, "
+                "role text, endpoint text, input_file_id text, call_keys text, status text, created_at {real}, "
+                "ended_at {real})")
 
 # a call_log column's type in Postgres (others: text)
 _PG_TYPES = {"request": "bytea", "response_text": "bytea", "sample_index": "bigint", "http_status": "integer",
