@@ -192,3 +192,13 @@ def test_the_batch_endpoints_need_the_api_key_when_the_server_does(serve):
     assert c.get("/batches/batch_x").status_code == 401
     c.headers["Authorization"] = "Bearer sk-batch-test"
     assert upload(c, requests_file(1)).status_code == 200
+
+
+def test_an_input_file_of_megabytes_is_taken(serve):
+    """A batch of thousands of requests is megabytes: the server takes it (OpenAI: up to 200 MB;
+    aiohttp's default would refuse more than 1 MiB)."""
+    server, c, clock = serve(batch_seconds=1)
+    content = requests_file(8000)
+    assert len(content) > 2 * 1024 * 1024
+    f = upload(c, content)
+    assert f.status_code == 200 and f.json()["bytes"] == len(content)

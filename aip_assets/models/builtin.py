@@ -521,7 +521,7 @@ class BuiltinServer:
         async def stats(request: web.Request) -> web.Response:
             return web.json_response({**self.stats, **{f"batch_{k}": v for k, v in self.batch.stats.items()}})
 
-        app = web.Application()
+        app = web.Application(client_max_size=200 * 1024 * 1024)  # a batch input file: OpenAI takes up to 200 MB
         app.router.add_post("/v1/chat/completions", chat)
         app.router.add_post("/chat/completions", chat)
         app.router.add_get("/v1/models", models)
