@@ -50,28 +50,117 @@ def test_a_batch_run_gives_exactly_the_scores_of_a_live_run(tmp_path, builtin_ht
             "0 sent live") in " ".join(notes[notes.code == "batch"].message)
 
 
-def test_a_stop_while_polling_resumes_the_same_batch(tmp_path, builtin_http, monkeypatch):
-    """The sampling stage stops (a crash) while its batch is polled: the batch was journaled
-    before the first poll, so the resumed stage polls that batch again instead of sending a second
-    one, and the run ends with the live run's results."""
+@pytest.mark.parametrize("max_requests", [50_000, 7])
+def test_a_stop_while_polling_resumes_the_same_batch(tmp_path, builtin_http, monkeypatch, max_requests):
+    """The sampling stage stops (a crash) while its batches are polled: they were journaled before
+    the first poll, so the resumed stage polls them again instead of sending new ones, also when
+    the stage's calls made several batches (max_requests 7), and the run ends with the live run's
+    results."""
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     url, server = builtin_http(FLIP, batch_seconds=0.5)
     run_all(make_spec(ds, sut=sut(url, enabled=False), batch_rows=ROWS), "live")
-    spec = make_spec(ds, sut=sut(url), batch_rows=ROWS)
+    spec = make_spec(ds, sut=sut(url, max_requests=max_requests), batch_rows=ROWS)
     run_all(spec, "b", stages=["ingest", "synthesis"])
-    real_finish = BatchRunner._finish
+    n = len(table("probes", "b", "probe_id"))
+    real_poll = BatchRunner._poll
 
     async def stop_while_polling(self, batch_id):
         raise RuntimeError(f"stopped while polling {batch_id}")
 
-    monkeypatch.setattr(BatchRunner, "_finish", stop_while_polling)
+    monkeypatch.setattr(BatchRunner, "_poll", stop_while_polling)
     with pytest.raises(RuntimeError, match="stopped while polling"):
         pipeline.run_stage("sampling", "b", "llm.decision_flip")
-    assert server.batch.stats["batches"] == 1
-    monkeypatch.setattr(BatchRunner, "_finish", real_finish)
+    sent = server.batch.stats["batches"]
+    assert sent == -(-n // max_requests) and server.batch.stats["batch_requests"] == n
+    monkeypatch.setattr(BatchRunner, "_poll", real_poll)
     run_all(spec, "b", stages=["sampling", "judging", "aggregation"])
-    assert server.batch.stats["batches"] == 1  # no second batch: the first one was polled again
+    assert server.batch.stats["batches"] == sent and server.batch.stats["batch_requests"] == n  # nothing sent again
     _assert_same(_stable("live"), _stable("b"))
+
+
+@pytest.mark.parametrize("stop", ["before the batch is made", "before the batch is journaled"])
+def test_a_stop_between_the_upload_and_the_batch_pays_nothing_twice(tmp_path, builtin_http, monkeypatch, stop):
+    """The requests are uploaded and journaled before their batch is made. Stopped before the batch
+    is made, the resume makes it from the same file (no second upload); stopped after the provider
+    made it but before it was journaled, the resume finds it among the provider's batches by its
+    input file and polls it (no second batch)."""
+    from aip_assets.models.journal import Journal
+
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    url, server = builtin_http(FLIP, batch_seconds=0.3)
+    run_all(make_spec(ds, sut=sut(url, enabled=False), batch_rows=ROWS), "live")
+    spec = make_spec(ds, sut=sut(url), batch_rows=ROWS)
+    run_all(spec, "b", stages=["ingest", "synthesis"])
+    if stop == "before the batch is made":
+        real = BatchRunner._create
+
+        async def crash(self, *a, **k):
+            raise RuntimeError("stopped")
+        monkeypatch.setattr(BatchRunner, "_create", crash)
+    else:
+        real = Journal.created_batch
+
+        def crash(self, *a, **k):
+            raise RuntimeError("stopped")
+        monkeypatch.setattr(Journal, "created_batch", crash)
+    with pytest.raises(RuntimeError, match="stopped"):
+        pipeline.run_stage("sampling", "b", "llm.decision_flip")
+    made = 0 if stop == "before the batch is made" else 1
+    assert server.batch.stats["files"] == 1 and server.batch.stats["batches"] == made
+    monkeypatch.setattr(BatchRunner if made == 0 else Journal, "_create" if made == 0 else "created_batch", real)
+    run_all(spec, "b", stages=["sampling", "judging", "aggregation"])
+    assert server.batch.stats["files"] == 1 and server.batch.stats["batches"] == 1
+    _assert_same(_stable("live"), _stable("b"))
+
+
+def test_live_fallbacks_are_not_counted_twice_against_the_cap(tmp_path, builtin_http):
+    """limits.max_calls set to exactly the SUT calls the sampling stage makes: the batch run, whose
+    failing requests go live again, stays within it (a request sent in the batch and again live is
+    one call) and answers as the live run; the journal's totals count the batched calls."""
+    from aip_assets.models.journal import open_journal
+    from aip_assets import warehouse as wh
+
+    ds = write_dataset(tmp_path / "d.jsonl", 5)
+    url, server = builtin_http(FLIP, batch_seconds=0.2, fail_rate=0.3)
+    stages = ["ingest", "synthesis", "sampling"]
+    run_all(make_spec(ds, sut=sut(url, enabled=False), batch_rows=ROWS), "live", stages=stages)
+    live = table("sut_responses", "live", "probe_id")
+    n = len(live)
+    assert 0 < (live.status == "error").sum() < n  # some requests fail at the endpoint, and go live again
+    run_all(make_spec(ds, sut=sut(url), batch_rows=ROWS, limits={"max_calls": n}), "b", stages=stages)
+    b = table("sut_responses", "b", "probe_id")
+    assert list(b.status) == list(live.status) and list(b.response) == list(live.response)
+    j = open_journal(wh.default_path())
+    assert j.totals("b")[0] == n  # each call once: batched, or sent again live
+    j.close()
+
+
+def test_lines_of_another_shape_are_unanswered_requests_never_a_crash():
+    """A provider's line that is not an answer of the expected shape is skipped (its request then
+    has no answer: live or failed as configured); failures keep the endpoint's status."""
+    from aip_assets.models.batch import _outcome
+
+    ok = {"status_code": 200, "body": {"choices": [{"message": {"content": "x"}}]}}
+    assert _outcome(json.dumps({"custom_id": "a", "response": ok, "error": None}))[:3] == ("a", "ok", ok["body"])
+    for bad in ("", "{truncated", json.dumps({"response": ok}), json.dumps(["a"]), json.dumps({"custom_id": 3})):
+        assert _outcome(bad) is None, bad
+    assert _outcome(json.dumps({"custom_id": "b", "response": None, "error": "oops"})) == ("b", "failed", "oops", None)
+    assert _outcome(json.dumps({"custom_id": "c", "response": None, "error": {"code": "batch_expired", "message": "m"}})) \
+        == ("c", "failed", "batch_expired: m", None)
+    assert _outcome(json.dumps({"custom_id": "d", "response": {"status_code": 400, "body": {"error": "no"}},
+                                "error": None})) == ("d", "failed", 'HTTP 400: {"error": "no"}', 400)
+    assert _outcome(json.dumps({"custom_id": "e", "response": {"status_code": 200}, "error": None}))[1] == "failed"
+
+
+def test_an_error_page_that_echoes_the_key_is_kept_without_it(monkeypatch):
+    from aip_assets.models.openai_compatible import scrub_secrets
+    from aip_assets.runspec import Connection
+
+    monkeypatch.setenv("K", "sk-very-secret-123")
+    monkeypatch.setenv("H", "tok-abc-999")
+    conn = Connection(provider="openai", base_url="http://x/v1", api_key_env="K", header_env={"X-Token": "H"})
+    assert scrub_secrets("bad header Authorization: Bearer sk-very-secret-123, X-Token: tok-abc-999", conn) == \
+        "bad header Authorization: Bearer ***, X-Token: ***"
 
 
 @pytest.mark.parametrize("on_failure", ["live", "fail"])
@@ -185,3 +274,46 @@ def test_a_batch_is_journaled_in_postgres_in_shared_mode(tmp_path, lake):
     finally:
         writer.close()
         reader.close()
+
+
+def test_polling_waits_out_transient_failures_and_ends_a_batch_that_is_gone():
+    """A poll answered 429 or 503 (or not at all) is tried again at the next poll; a 404 (the
+    batch is gone) ends it as lost, and a 400 fails at once, saying why."""
+    import asyncio
+
+    import httpx
+
+    from aip_assets.errors import EndpointError
+    from aip_assets.models.batch import BatchApiError
+    from aip_assets.models.client import ModelClient
+    from aip_assets.runspec import Connection
+
+    answers = {"b1": [429, 503, "conn", 200], "b2": [404], "b3": [400]}
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        batch = request.url.path.rsplit("/", 1)[-1]
+        seen.append(batch)
+        step = answers[batch].pop(0)
+        if step == "conn":
+            raise httpx.ConnectError("refused")
+        if step == 200:
+            return httpx.Response(200, json={"id": batch, "status": "completed", "request_counts": {}})
+        return httpx.Response(step, json={"error": {"message": f"status {step}"}})
+
+    conn = Connection(provider="openai", base_url="http://batch.test/v1", model="m",
+                      batch={"enabled": True, "poll_seconds": 0.01})
+
+    async def main():
+        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None) as cl:
+            cl.batcher._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
+            done = await cl.batcher._poll("b1")
+            lost = await cl.batcher._poll("b2")
+            with pytest.raises(BatchApiError) as e:
+                await cl.batcher._poll("b3")
+            return done, lost, e.value
+
+    done, lost, refused = asyncio.run(main())
+    assert done["status"] == "completed" and seen.count("b1") == 4
+    assert lost == {"id": "b2", "status": "lost"}
+    assert isinstance(refused, EndpointError) and refused.status == 400 and "HTTP 400" in str(refused)

@@ -5,19 +5,25 @@ With ``batch.enabled`` a client (``ModelClient``) hands every call the cache doe
 its ``BatchRunner`` instead of sending it. The runner collects the calls a stage makes at once
 (the calls stop coming for ``QUIET_S``, or ``max_requests`` are waiting), then:
 
-1. polls again any batch of this part (run, metric, stage, role, endpoint) the journal holds as
-   still pending that has some of these calls: a stage stopped or crashed while polling resumes
-   the same batch and pays nothing twice;
+1. takes the answers of any batch of this part (run, metric, stage, role, endpoint) the journal
+   holds as not yet read back: one still being answered is polled again, and requests uploaded
+   whose batch may or may not have been created are looked for among the provider's batches (by
+   their input file) before a batch is made for them. A stage stopped or crashed anywhere from
+   the upload on pays nothing twice;
 2. sends the rest as a new batch: one JSONL line per call, ``custom_id`` the call's key in the
-   journal, uploaded (``POST /v1/files``, purpose ``batch``), the batch created
-   (``POST /v1/batches``) and journaled (``batches`` table) before the first poll;
-3. polls every ``poll_seconds``, logging each change of status and counts;
-4. reads the output and error files and records each answer in the journal as a live call
-   would be recorded, with source ``batch``. A request the batch failed or let expire is sent
-   again as a live call (``on_failure: live``) or recorded as failed with the reason (``fail``).
+   journal, uploaded (``POST /v1/files``, purpose ``batch``) and journaled, the batch created
+   (``POST /v1/batches``) and journaled, both before the first poll;
+3. polls every ``poll_seconds`` (a transient failure, 408/409/429/5xx or no connection, is
+   polled again; the batch's window plus an hour ends it), logging each change of status;
+4. reads the output and error files and journals every answer (source ``batch``; a line of
+   another shape is an answer missing), flushes the journal, and only then marks the batch read.
+   Then each request the batch failed or let expire is sent again live (``on_failure: live``,
+   all at once within the client's limits, each on its own row's deadline) or recorded as failed
+   with the reason and the endpoint's status (``fail``).
 
-Budget caps count batched calls as calls. The row deadline does not apply to batched calls (a
-batch answers within hours); a live fallback has it as any live call.
+Budget caps count batched calls (the journal's totals count source ``batch`` with ``network``);
+a live fallback is not counted again. The row deadline does not apply to batched calls (a batch
+answers within hours).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -39,12 +45,25 @@ if TYPE_CHECKING:
     from .client import ChatResult, ModelClient
 
 logger = logging.getLogger("aip_assets")
-QUIET_S = 0.2  # a stage's calls come at once: this long without a new one, the batch is complete
+QUIET_S = 0.2  # a stage's calls come at once: this long without a new one, the collection is complete
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
-POLL_ERRORS = 10  # a poll that fails this many times in a row (connection, 5xx) fails the stage
+TRANSIENT = {408, 409, 425, 429}
+SEND_TRIES = 4  # an upload or a batch creation that fails transiently is tried this many times
+LATE_S = 3600.0  # polling ends this long after the batch's window closed (a provider that never says)
 # A batching client in this task: work items are not bounded by the metric's concurrency then
-# (``metrics.base.run_bounded``), so every call of the stage reaches the batch at once.
+# (``metrics.base.run_bounded``), so every call of the stage reaches the runner at once.
 BATCHING: contextvars.ContextVar[int] = contextvars.ContextVar("aip_batching", default=0)
+UNBOUNDED = 1 << 30
+
+
+class BatchApiError(EndpointError):
+    def __init__(self, message: str, status: int | None):
+        super().__init__(message)
+        self.status = status  # None: no answer (a connection error)
+
+    @property
+    def transient(self) -> bool:
+        return self.status is None or self.status in TRANSIENT or self.status >= 500
 
 
 @dataclass
@@ -55,7 +74,8 @@ class _Call:
     sample_index: int
     retries: int
     timeout: float
-    future: asyncio.Future
+    row: str | None
+    future: asyncio.Future = field(repr=False)
 
 
 class BatchRunner:
@@ -64,19 +84,31 @@ class BatchRunner:
         self.settings = client.conn.batch
         self.pending: list[_Call] = []
         self._collector: asyncio.Task | None = None
-        self._running: set[asyncio.Task] = set()
-        self._resumed: dict[str, asyncio.Task] = {}  # batch id -> the task polling it (one per batch)
+        self._tasks: set[asyncio.Task] = set()
+        self._earlier: dict[str, asyncio.Task] = {}  # journaled batch id -> the task taking its answers (once)
+        self._answered: dict[str, tuple] = {}  # call key -> outcome, of every batch read back by this runner
+        self._asked: dict[str, tuple[dict, str, int]] = {}  # call key -> (body, its JSON, sample index)
+        self._mine: set[str] = set()  # the journal ids of the uploads and batches this runner made
         self._http: httpx.AsyncClient | None = None
         self.stats: Counter = Counter()
 
     # ------------------------------------------------------------------ collecting
     async def call(self, key: str, body: dict[str, Any], body_json: str, sample_index: int, retries: int,
                    timeout: float) -> "ChatResult":
+        from .client import CURRENT_ROW
+
         future = asyncio.get_running_loop().create_future()
-        self.pending.append(_Call(key, body, body_json, sample_index, retries, timeout, future))
+        self._asked[key] = (body, body_json, sample_index)
+        self.pending.append(_Call(key, body, body_json, sample_index, retries, timeout, CURRENT_ROW.get(), future))
         if self._collector is None or self._collector.done():
-            self._collector = asyncio.create_task(self._collect())
+            self._collector = self._spawn(self._collect())
         return await future
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _collect(self) -> None:
         while self.pending:
@@ -85,21 +117,21 @@ class BatchRunner:
                 seen = len(self.pending)
                 await asyncio.sleep(QUIET_S)
             calls, self.pending = self.pending[:self.settings.max_requests], self.pending[self.settings.max_requests:]
-            task = asyncio.create_task(self._run(calls))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._spawn(self._run(calls))
 
     async def aclose(self) -> None:
-        for task in [*self._running, *([self._collector] if self._collector else [])]:
+        for task in list(self._tasks):
             task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._http is not None:
             await self._http.aclose()
 
-    # ------------------------------------------------------------------ one batch's worth of calls
+    # ------------------------------------------------------------------ one collection's calls
     async def _run(self, calls: list[_Call]) -> None:
         try:
             await self._answer(calls)
-        except BaseException as e:  # noqa: BLE001 - every waiting call learns it (a failed upload, a cap)
+        except BaseException as e:  # noqa: BLE001 - every call still waiting learns it (a refused upload, a cap)
             for c in calls:
                 if not c.future.done():
                     if isinstance(e, asyncio.CancelledError):
@@ -114,80 +146,92 @@ class BatchRunner:
         by_key: dict[str, list[_Call]] = {}
         for c in calls:
             by_key.setdefault(c.key, []).append(c)
-        outcomes: dict[str, tuple[str, Any]] = {}
-        journal = cl.journal
-        if journal is not None:  # 1. a batch of this part still pending (a stop, a crash): poll it again
+        if cl.journal is not None:  # 1. batches sent before (a stop, a crash, another collection of this stage)
             part = (cl.run_id, cl.metric, cl.stage, cl.role, cl.endpoint_id)
-            opened = await asyncio.to_thread(journal.open_batches, *part)
-            for b in opened:
-                if not set(json.loads(b["call_keys"])) & set(by_key):
-                    continue
-                task = self._resumed.get(b["batch_id"])
-                if task is None:
+            for b in await asyncio.to_thread(cl.journal.open_batches, *part):
+                if b["batch_id"] not in self._earlier and b["batch_id"] not in self._mine \
+                        and set(json.loads(b["call_keys"])) & set(by_key):
                     self.stats["resumed"] += 1
-                    logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {b['batch_id']} was sent before; polling it "
-                                "again (nothing is sent twice)")
-                    task = self._resumed[b["batch_id"]] = asyncio.create_task(self._finish(b["batch_id"]))
-                outcomes.update(await asyncio.shield(task))
-        rest = [k for k in by_key if k not in outcomes]
-        if rest:  # 2. a new batch for the others
-            if cl.budget is not None:
-                allowed = []
-                for k in rest:
-                    try:
-                        await cl.budget.areserve()
-                    except Exception as e:  # noqa: BLE001 - the cap: these calls fail as live ones would
-                        for c in by_key.pop(k):
+                    self._earlier[b["batch_id"]] = self._spawn(self._take_earlier(b))
+            if self._earlier:
+                await asyncio.gather(*(asyncio.shield(t) for t in self._earlier.values()))
+        rest = [k for k in by_key if k not in self._answered]
+        if rest and cl.budget is not None:
+            allowed = []
+            for k in rest:
+                try:
+                    await cl.budget.areserve()
+                except Exception as e:  # noqa: BLE001 - the cap: these calls fail as live ones would
+                    for c in by_key.pop(k):
+                        if not c.future.done():
                             c.future.set_exception(e)
-                        continue
-                    allowed.append(k)
-                rest = allowed
-            if rest:
-                batch_id = await self._send(rest, {k: by_key[k][0] for k in rest})
-                outcomes.update(await self._finish(batch_id))
-        for key, waiting in by_key.items():  # 3. each call's answer, recorded as a live one would be
-            result = await self._result(waiting[0], outcomes.get(key))
-            for c in waiting:
-                if not c.future.done():
-                    c.future.set_result(result)
+                    continue
+                allowed.append(k)
+            rest = allowed
+        if rest:  # 2. a new batch for the others
+            first = {k: by_key[k][0] for k in rest}
+            upload_id = await self._upload(rest, first)
+            batch_id = await self._create(upload_id)
+            await self._read_back(batch_id, await self._poll(batch_id), first)
+        # 3. every call's answer: from the batch, else live or failed as configured, all at once
+        await asyncio.gather(*(self._settle(waiting) for waiting in by_key.values()))
 
-    async def _result(self, c: _Call, outcome: tuple[str, Any] | None) -> "ChatResult":
-        from .client import ChatResult, _parse_completion
-
+    async def _take_earlier(self, b: dict[str, Any]) -> None:
+        """The answers of a batch journaled by an earlier attempt (this runner's or a stopped one's)."""
         cl = self.client
-        kind, what = outcome or ("failed", "the batch ended without an answer for this request")
-        if kind == "ok":
-            parsed = _parse_completion(what if isinstance(what, dict) else None)
-            if isinstance(parsed, str):
-                kind, what = "failed", parsed
+        keys = json.loads(b["call_keys"])
+        if cl.budget is not None and not getattr(cl.budget, "SHARED", False):  # counted anew from the journal
+            for _ in keys:
+                try:
+                    cl.budget.reserve()
+                except Exception:  # noqa: BLE001 - already paid for: counted, never refused
+                    cl.budget.calls += 1
+        batch_id = b["batch_id"]
+        if b["status"] == "uploaded":  # the batch may have been made before the stop: look for it
+            found = await self._find(b["input_file_id"])
+            logger.info(f"{cl.metric} {cl.stage}: {cl.role} requests uploaded before as {b['input_file_id']}: "
+                        + (f"their batch {found} was made; polling it" if found else "no batch yet; making it"))
+            batch_id = found or await self._create(batch_id, b["input_file_id"])
+            if found and cl.journal is not None:
+                await asyncio.to_thread(cl.journal.created_batch, b["batch_id"], found)
+        else:
+            logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} was sent before; polling it again "
+                        "(nothing is sent twice)")
+        await self._read_back(batch_id, await self._poll(batch_id), None)
+
+    async def _settle(self, waiting: list[_Call]) -> None:
+        from .client import CURRENT_ROW, ChatResult
+
+        c, cl = waiting[0], self.client
+        kind, what, status = self._answered.get(c.key) or ("failed", "the batch ended without an answer for this "
+                                                           "request", None)
+        try:
+            if kind == "ok":
+                result = what
+            elif self.settings.on_failure == "live":
+                self.stats["live"] += 1
+                logger.info(f"{cl.metric} {cl.stage}: {cl.role} call {c.key[:12]} sent live (batch: {what})")
+                token = CURRENT_ROW.set(c.row)  # on its own row's deadline
+                try:
+                    result = await cl._live(c.body, c.key, c.sample_index, c.retries, c.timeout, c.body_json,
+                                            counted=True)
+                finally:
+                    CURRENT_ROW.reset(token)
             else:
-                answer, model, fp, pt, ct = parsed
-                result = ChatResult(answer, "ok", None, None, pt, ct, model, fp, 1, c.key, http_status=200)
-                self.stats["ok"] += 1
-                if cl.budget is not None:
-                    cl.budget.spend((pt or 0) + (ct or 0))
-                self._record(c, result)
-                return result
-        reason = f"batch: {what}"
-        if self.settings.on_failure == "live":
-            self.stats["live"] += 1
-            logger.info(f"{cl.metric} {cl.stage}: {cl.role} call {c.key[:12]} sent live ({reason})")
-            return await cl._live(c.body, c.key, c.sample_index, c.retries, c.timeout, c.body_json)
-        self.stats["failed"] += 1
-        result = ChatResult(None, "error", reason, None, None, None, None, None, 1, c.key)
-        self._record(c, result)
-        return result
-
-    def _record(self, c: _Call, result: "ChatResult") -> None:
-        from .journal import key_mark
-
-        cl = self.client
-        cl.stats["network_calls"] += 1
-        if not result.ok:
-            cl.stats["failed"] += 1
-        cl._record(c.key, c.body_json, c.sample_index, result, source="batch")
-        if result.ok:
-            cl._known_ok.add(key_mark(c.key))
+                result = ChatResult(None, "error", f"batch: {what}", None, None, None, None, None, 1, c.key,
+                                    http_status=status)
+                if c.key not in self._answered:  # no line at all for it: journaled here
+                    cl.stats["network_calls"] += 1
+                    cl.stats["failed"] += 1
+                    cl._record(c.key, c.body_json, c.sample_index, result, source="batch")
+        except Exception as e:  # noqa: BLE001 - this call's failure is this call's
+            for w in waiting:
+                if not w.future.done():
+                    w.future.set_exception(e)
+            return
+        for w in waiting:
+            if not w.future.done():
+                w.future.set_result(result)
 
     # ------------------------------------------------------------------ the provider's API
     def _client(self) -> httpx.AsyncClient:
@@ -200,51 +244,90 @@ class BatchRunner:
         return self._http
 
     async def _api(self, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
+        from .openai_compatible import scrub_secrets
+
         cl = self.client
+        where = f"{cl.role} endpoint {cl.conn.base_url}"
         try:
             r = await self._client().request(method, path, **kw)
         except httpx.HTTPError as e:
-            raise EndpointError(f"{cl.role} endpoint {cl.conn.base_url}: the Batch API cannot be reached to {what}: "
-                                f"{type(e).__name__}: {e}") from None
+            raise BatchApiError(f"{where}: the Batch API cannot be reached to {what}: {type(e).__name__}: "
+                                f"{scrub_secrets(str(e), cl.conn)}", None) from None
         if r.status_code >= 400:
-            raise EndpointError(f"{cl.role} endpoint {cl.conn.base_url}: the Batch API refused to {what}: "
-                                f"HTTP {r.status_code}: {r.text[:300]}")
+            raise BatchApiError(f"{where}: the Batch API refused to {what}: HTTP {r.status_code}: "
+                                f"{scrub_secrets(r.text[:300], cl.conn)}", r.status_code)
         return r
 
-    async def _send(self, keys: list[str], calls: dict[str, _Call]) -> str:
+    async def _tried(self, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
+        """An upload or a creation, tried again after a transient failure."""
+        for attempt in range(SEND_TRIES):
+            try:
+                return await self._api(what, method, path, **kw)
+            except BatchApiError as e:
+                if not e.transient or attempt == SEND_TRIES - 1:
+                    raise
+                logger.warning(f"{e}; trying again")
+                await asyncio.sleep(min(60.0, self.client.backoff_s * 2 ** attempt))
+        raise AssertionError("not reached")
+
+    async def _upload(self, keys: list[str], calls: dict[str, _Call]) -> str:
+        """The requests uploaded and journaled (before their batch exists); the journal's id for them."""
         cl = self.client
         content = "".join(json.dumps({"custom_id": k, "method": "POST", "url": "/v1/chat/completions",
                                       "body": calls[k].body}) + "\n" for k in keys).encode()
-        f = (await self._api("upload the requests", "POST", "files", data={"purpose": "batch"},
-                             files={"file": (f"{cl.run_id}-{cl.stage}-{cl.role}.jsonl", content,
-                                             "application/jsonl")})).json()
-        b = (await self._api("create the batch", "POST", "batches", json={
-            "input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+        f = (await self._tried("upload the requests", "POST", "files", data={"purpose": "batch"},
+                               files={"file": (f"{cl.run_id}-{cl.stage}-{cl.role}.jsonl", content,
+                                               "application/jsonl")})).json()
+        upload_id = f"upload:{f['id']}"
+        self._mine.add(upload_id)
+        if cl.journal is not None:
+            await asyncio.to_thread(cl.journal.save_batch, {
+                "batch_id": upload_id, "run_id": cl.run_id, "metric": cl.metric, "stage": cl.stage, "role": cl.role,
+                "endpoint": cl.endpoint_id, "input_file_id": f["id"], "call_keys": json.dumps(keys),
+                "status": "uploaded", "created_at": time.time(), "ended_at": None})
+        self.stats["requests"] += len(keys)
+        return upload_id
+
+    async def _create(self, upload_id: str, file_id: str | None = None) -> str:
+        cl = self.client
+        file_id = file_id or upload_id.removeprefix("upload:")
+        b = (await self._tried("create the batch", "POST", "batches", json={
+            "input_file_id": file_id, "endpoint": "/v1/chat/completions",
             "completion_window": self.settings.completion_window,
             "metadata": {"run_id": cl.run_id, "metric": cl.metric, "stage": cl.stage, "role": cl.role}})).json()
-        if cl.journal is not None:  # before the first poll: a stop from here on resumes this batch
-            rec = {"batch_id": b["id"], "run_id": cl.run_id, "metric": cl.metric, "stage": cl.stage, "role": cl.role,
-                   "endpoint": cl.endpoint_id, "input_file_id": f["id"], "call_keys": json.dumps(keys),
-                   "status": "pending", "created_at": time.time(), "ended_at": None}
-            await asyncio.to_thread(cl.journal.save_batch, rec)
+        self._mine.add(str(b["id"]))
+        if cl.journal is not None:  # before the first poll: a stop from here on polls this batch again
+            await asyncio.to_thread(cl.journal.created_batch, upload_id, b["id"])
         self.stats["batches"] += 1
-        self.stats["requests"] += len(keys)
-        logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {b['id']} sent: {len(keys)} request(s) "
-                    f"(file {f['id']}); polling every {self.settings.poll_seconds:g}s")
+        logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {b['id']} sent (file {file_id}); polling every "
+                    f"{self.settings.poll_seconds:g}s")
         return str(b["id"])
 
-    async def _finish(self, batch_id: str) -> dict[str, tuple[str, Any]]:
-        """Poll until the batch ends; each request's outcome by custom id: ("ok", the chat
-        completion) or ("failed", why)."""
+    async def _find(self, file_id: str) -> str | None:
+        """The provider's batch made from ``file_id``, if any (``GET /v1/batches``, newest first)."""
+        after = None
+        for _ in range(50):  # 50 pages of 100: the batches of recent days
+            page = (await self._api("list the batches", "GET", "batches",
+                                    params={"limit": 100, **({"after": after} if after else {})})).json()
+            data = page.get("data") or []
+            hit = next((b["id"] for b in data if b.get("input_file_id") == file_id), None)
+            if hit or not page.get("has_more") or not data:
+                return hit
+            after = data[-1].get("id")
+        return None
+
+    async def _poll(self, batch_id: str) -> dict[str, Any]:
+        """The batch once it ended (as the provider said, or ``{"status": "lost"}``)."""
         cl = self.client
-        seen, errors = None, 0
+        seen, give_up = None, None
         while True:
             try:
                 b = (await self._api(f"read batch {batch_id}", "GET", f"batches/{batch_id}")).json()
-                errors = 0
-            except EndpointError as e:
-                errors += 1
-                if errors >= POLL_ERRORS or "HTTP 4" in str(e):
+            except BatchApiError as e:
+                if e.status == 404:  # gone at the provider: nothing to read back
+                    logger.warning(f"{e}: the batch is gone; its requests have no answer")
+                    return {"id": batch_id, "status": "lost"}
+                if not e.transient:
                     raise
                 logger.warning(f"{e}; polling again in {self.settings.poll_seconds:g}s")
                 await asyncio.sleep(self.settings.poll_seconds)
@@ -257,33 +340,117 @@ class BatchRunner:
                             f"{counts.get('completed', 0)} of {counts.get('total', 0)} answered, "
                             f"{counts.get('failed', 0)} failed")
             if status in TERMINAL:
-                break
+                return b
+            if give_up is None:
+                expires = b.get("expires_at")
+                give_up = (float(expires) if isinstance(expires, (int, float)) else time.time() + 86400) + LATE_S
+            if time.time() > give_up:
+                logger.warning(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} is still {status} an hour after "
+                               "its window closed: its requests have no answer")
+                return {**b, "status": "lost"}
             await asyncio.sleep(self.settings.poll_seconds)
-        outcomes: dict[str, tuple[str, Any]] = {}
+
+    async def _read_back(self, batch_id: str, b: dict[str, Any], calls: dict[str, _Call] | None) -> None:
+        """Every answer of an ended batch journaled (each request it holds, asked for now or not),
+        the journal flushed, then the batch marked read: a stop before that mark reads it again."""
+        cl = self.client
+        lines = []
         for file_id in (b.get("output_file_id"), b.get("error_file_id")):
-            if not file_id:
+            if file_id:
+                text = (await self._api(f"read file {file_id} of batch {batch_id}", "GET",
+                                        f"files/{file_id}/content")).text
+                lines += text.splitlines()
+        outcomes = {}
+        for line in lines:
+            parsed = _outcome(line)
+            if parsed is None:
+                self.stats["bad_lines"] += 1
                 continue
-            text = (await self._api(f"read file {file_id} of batch {batch_id}", "GET", f"files/{file_id}/content")).text
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                resp, err = rec.get("response") or {}, rec.get("error")
-                if resp.get("status_code") == 200 and not err:
-                    outcomes[rec["custom_id"]] = ("ok", resp.get("body"))
-                elif err:
-                    outcomes[rec["custom_id"]] = ("failed", f"{err.get('code')}: {err.get('message')}")
-                else:
-                    outcomes[rec["custom_id"]] = (
-                        "failed", f"HTTP {resp.get('status_code')}: {json.dumps(resp.get('body'))[:300]}")
-        if status == "failed" and not outcomes:
+            outcomes[parsed[0]] = parsed[1:]
+        if b.get("status") == "failed" and not outcomes:
             why = "; ".join(f"line {e.get('line')}: {e.get('code')}: {e.get('message')}"
-                            for e in ((b.get("errors") or {}).get("data") or [])[:5])
+                            for e in ((b.get("errors") or {}).get("data") or [])[:5] if isinstance(e, dict))
             logger.warning(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} failed: {why or 'no reason given'}")
-            outcomes = {}  # every request: "the batch ended without an answer" (then live or failed)
+        known = await self._keys_of(batch_id, calls)
+        for key, (kind, what, status) in outcomes.items():
+            if key not in known:  # not one of ours (a provider's mistake): not journaled
+                continue
+            self._answered[key] = self._journal(key, known[key], kind, what, status)
         if cl.journal is not None:
-            await asyncio.to_thread(cl.journal.end_batch, batch_id, str(status))
-        cl_answers = sum(1 for kind, _ in outcomes.values() if kind == "ok")
-        logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {status}: {cl_answers} answer(s) read, "
-                    f"{len(outcomes) - cl_answers} failed or expired")
-        return outcomes
+            await asyncio.to_thread(cl.journal.flush)
+            await asyncio.to_thread(cl.journal.end_batch, batch_id, str(b.get("status")))
+        ok = sum(1 for k in outcomes if k in known and self._answered[k][0] == "ok")
+        if self.stats["bad_lines"]:
+            logger.warning(f"{cl.metric} {cl.stage}: {self.stats['bad_lines']} line(s) of the batch's files were "
+                           "not answers of the expected shape; their requests count as unanswered")
+        logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {b.get('status')}: {ok} answer(s) read, "
+                    f"{len(outcomes) - ok} failed or expired")
+
+    async def _keys_of(self, batch_id: str, calls: dict[str, _Call] | None) -> dict[str, tuple[dict, str, int]]:
+        """key -> (body, body_json, sample_index) for the requests of the batch: the calls made now,
+        or for an earlier batch, the requests it was made from (its input file)."""
+        if calls is not None:
+            return {k: (c.body, c.body_json, c.sample_index) for k, c in calls.items()}
+        from ..runspec import stable_json
+
+        b = (await self._api(f"read batch {batch_id}", "GET", f"batches/{batch_id}")).json()
+        text = (await self._api(f"read the input of batch {batch_id}", "GET",
+                                f"files/{b['input_file_id']}/content")).text
+        out = {}
+        for line in text.splitlines():
+            req = json.loads(line)
+            body = req["body"]  # a request asked for now keeps its sample index; another's is not known (0)
+            out[req["custom_id"]] = self._asked.get(req["custom_id"]) or (body, stable_json(body), 0)
+        return out
+
+    def _journal(self, key: str, request: tuple[dict, str, int], kind: str, what: Any, status: int | None) -> tuple:
+        """Record one request's outcome in the journal; (kind, the ChatResult or why, status)."""
+        from .client import ChatResult, _parse_completion
+        from .journal import key_mark
+
+        cl = self.client
+        body, body_json, sample_index = request
+        if kind == "ok":
+            parsed = _parse_completion(what if isinstance(what, dict) else None)
+            if isinstance(parsed, str):
+                kind, what = "failed", parsed
+            else:
+                answer, model, fp, pt, ct = parsed
+                result = ChatResult(answer, "ok", None, None, pt, ct, model, fp, 1, key, http_status=200)
+                self.stats["ok"] += 1
+                if cl.budget is not None:
+                    cl.budget.spend((pt or 0) + (ct or 0))
+                cl.stats["network_calls"] += 1
+                cl._record(key, body_json, sample_index, result, source="batch")
+                cl._known_ok.add(key_mark(key))
+                return ("ok", result, 200)
+        self.stats["failed" if self.settings.on_failure == "fail" else "not_answered"] += 1
+        if self.settings.on_failure == "fail":  # the failure is the answer: journaled now
+            cl.stats["network_calls"] += 1
+            cl.stats["failed"] += 1
+            cl._record(key, body_json, sample_index, ChatResult(None, "error", f"batch: {what}", None, None, None, None,
+                                                                 None, 1, key, http_status=status), source="batch")
+        return ("failed", what, status)
+
+
+def _outcome(line: str) -> tuple[str, str, Any, int | None] | None:
+    """(custom id, "ok" | "failed", the completion or why, the endpoint's status) of one line of a
+    batch's output or error file; None for a line of another shape."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("custom_id"), str):
+        return None
+    resp, err = rec.get("response"), rec.get("error")
+    resp = resp if isinstance(resp, dict) else {}
+    status = resp.get("status_code") if isinstance(resp.get("status_code"), int) else None
+    if status == 200 and not err and isinstance(resp.get("body"), dict):
+        return rec["custom_id"], "ok", resp["body"], 200
+    if isinstance(err, dict):
+        return rec["custom_id"], "failed", f"{err.get('code')}: {err.get('message')}", status
+    if err:
+        return rec["custom_id"], "failed", str(err)[:300], status
+    return rec["custom_id"], "failed", f"HTTP {status}: {json.dumps(resp.get('body'))[:300]}", status

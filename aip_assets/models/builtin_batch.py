@@ -8,7 +8,8 @@ The endpoints and shapes of OpenAI's Files and Batches API, for ``/v1/chat/compl
   ``metadata``): validates the input file (one JSON object a line with a unique ``custom_id``,
   ``method`` POST, ``url`` the endpoint, a ``body``; at most ``MAX_REQUESTS`` lines). A bad file
   gives a batch ``failed`` with ``errors.data`` naming each bad line, as OpenAI does.
-- ``GET /v1/batches/{id}``: the batch as it stands. ``POST /v1/batches/{id}/cancel``.
+- ``GET /v1/batches/{id}``: the batch as it stands; ``GET /v1/batches`` (``limit``, ``after``):
+  the batches, newest first. ``POST /v1/batches/{id}/cancel``.
 
 The answers are computed when the batch is created (the builtin's answers are a pure function of
 the request), and what a poll sees is a function of the time since: ``validating`` for the first
@@ -83,7 +84,6 @@ class BatchService:
         if self.files[file_id]["object"]["purpose"] != "batch":
             return 400, _error("the input file's purpose must be batch", "invalid_request_error", "input_file_id")
         now = self.clock()
-        self.stats["batches"] += 1
         obj: dict[str, Any] = {
             "id": _id("batch_"), "object": "batch", "endpoint": ENDPOINT, "errors": None, "input_file_id": file_id,
             "completion_window": body["completion_window"], "status": "validating", "output_file_id": None,
@@ -96,7 +96,9 @@ class BatchService:
         self.batches[obj["id"]] = entry
         if errors:
             obj.update(status="failed", failed_at=int(now), errors={"object": "list", "data": errors})
+            self.stats["failed_validation"] += 1
             return 200, dict(obj)
+        self.stats["batches"] += 1
         expire_all = self.stats["batches"] <= self.expire_first
         for req in requests:
             self.stats["batch_requests"] += 1
@@ -222,6 +224,19 @@ class BatchService:
             self.stats["polls"] += 1
             return web.json_response(self.view(batch_id))
 
+        async def listing(request: web.Request) -> web.Response:
+            if (refused := guard(request)) is not None:
+                return refused
+            ids = list(reversed(self.batches))  # newest first, as OpenAI lists them
+            after = request.query.get("after")
+            if after in self.batches:
+                ids = ids[ids.index(after) + 1:]
+            limit = max(1, min(100, int(request.query.get("limit", "20") or 20)))
+            page = [self.view(i) for i in ids[:limit]]
+            return web.json_response({"object": "list", "data": page, "has_more": len(ids) > limit,
+                                      "first_id": page[0]["id"] if page else None,
+                                      "last_id": page[-1]["id"] if page else None})
+
         async def cancel(request: web.Request) -> web.Response:
             if (refused := guard(request)) is not None:
                 return refused
@@ -235,6 +250,7 @@ class BatchService:
             app.router.add_get(f"{prefix}/files/{{file_id}}", file_object)
             app.router.add_get(f"{prefix}/files/{{file_id}}/content", file_content)
             app.router.add_post(f"{prefix}/batches", create)
+            app.router.add_get(f"{prefix}/batches", listing)
             app.router.add_get(f"{prefix}/batches/{{batch_id}}", get)
             app.router.add_post(f"{prefix}/batches/{{batch_id}}/cancel", cancel)
 

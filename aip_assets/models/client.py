@@ -33,9 +33,9 @@ import httpx
 from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
 from .builtin import ENDPOINT_CHECK
-from .batch import BATCHING, BatchRunner
+from .batch import BATCHING, UNBOUNDED, BatchRunner
 from .journal import Journal, Marks, key_mark
-from .openai_compatible import make_transport
+from .openai_compatible import make_transport, scrub_secrets
 from .ratelimit import SharedRate, counted_tokens, estimate_tokens, prompt_tokens_estimate
 from .shared_state import SharedDb, shared_state_url
 from .slots import REBALANCE_S, SharedSlots
@@ -120,6 +120,8 @@ class PgBudget(Budget):
     ``aip-eval migrate`` copies a run's calls), and it stays: a later resume of
     the same run id, on any worker, goes on from it. Statements
     run on the database's own thread (``SharedDb``); ``spend`` is queued without waiting."""
+
+    SHARED = True  # its count lives in Postgres: a resumed batch's calls are in it already
 
     def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None,
                  url: str):
@@ -413,7 +415,7 @@ class ModelClient:
     async def __aenter__(self) -> "ModelClient":
         self.transport = make_transport(self.conn)
         if self.batcher is not None:  # this task's work items all at once: the stage's calls make one batch
-            self._batching = BATCHING.set(self.conn.batch.max_requests)
+            self._batching = BATCHING.set(UNBOUNDED)
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -506,8 +508,9 @@ class ModelClient:
         return await self._live(body, key, sample_index, retries, timeout, body_json)
 
     async def _live(self, body: dict[str, Any], key: str, sample_index: int, retries: int, timeout: float,
-                    body_json: str) -> ChatResult:
-        """A call the cache does not answer, sent now (as ``chat`` says), journaled as it ends."""
+                    body_json: str, counted: bool = False) -> ChatResult:
+        """A call the cache does not answer, sent now (as ``chat`` says), journaled as it ends.
+        ``counted``: the budget has it already (a batch's request sent again live)."""
         clock = self.row_clock()
         text = None if self.conn.provider == "builtin" else body_json
         if not self._slots_held and self.conn.provider != "builtin":
@@ -520,7 +523,7 @@ class ModelClient:
             if clock is not None:
                 clock.start()
             try:
-                result = await self._call(body, key, retries, timeout, clock, text)
+                result = await self._call(body, key, retries, timeout, clock, text, counted)
             finally:
                 self.stats["in_flight"] -= 1
                 if clock is not None:
@@ -582,7 +585,7 @@ class ModelClient:
         })
 
     async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float,
-                    clock: RowClock | None = None, text: str | None = None) -> ChatResult:
+                    clock: RowClock | None = None, text: str | None = None, counted: bool = False) -> ChatResult:
         """``text``: the body as JSON (``stable_json``), sent as it is."""
         attempts = retries_used = waits = 0
         waited_s = 0.0
@@ -611,7 +614,7 @@ class ModelClient:
                             clock.start()
                 if left() <= 0:
                     return failed(self._deadline_error("before this attempt" if attempts else "before this call was sent"))
-                if attempts == 0 and self.budget is not None:  # a call is counted once it is really sent
+                if attempts == 0 and self.budget is not None and not counted:  # counted once it is really sent
                     await self.budget.areserve()
                 attempts += 1
                 cut = left() < timeout  # this attempt ends at the row deadline, not at its own timeout
@@ -640,7 +643,7 @@ class ModelClient:
                         charge = counted_tokens(body, pt, ct, answer) if limiter is not None else 0
                         return ChatResult(answer, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
                                           retries_used=retries_used, rate_limit_waits=waits)
-                    err = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                    err = f"HTTP {resp.status_code}: {scrub_secrets(resp.text[:300], self.conn)}"  # it may echo the key
                     if limiter is not None and resp.status_code != 429:  # a 429 was refused before any token
                         charge = prompt_tokens_estimate(body)
                     transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500

@@ -331,18 +331,26 @@ class Journal:
             return list(cur.fetchall()) if fetch else []
 
     def save_batch(self, rec: dict[str, Any]) -> None:
-        """A batch created at the provider (``BATCH_COLS``), before it is polled."""
-        self._batch_sql(f"INSERT INTO batches ({', '.join(BATCH_COLS)}) VALUES ({', '.join('?' * len(BATCH_COLS))})",
-                        [rec.get(c) for c in BATCH_COLS])
+        """A batch (``BATCH_COLS``): its requests uploaded (status ``uploaded``, id ``upload:<file
+        id>``) before the batch is created, then created (``pending``) before it is polled. Saved
+        once: a statement run again after a lost connection changes nothing."""
+        self._batch_sql(f"INSERT INTO batches ({', '.join(BATCH_COLS)}) VALUES ({', '.join('?' * len(BATCH_COLS))}) "
+                        "ON CONFLICT DO NOTHING", [rec.get(c) for c in BATCH_COLS])
+
+    def created_batch(self, upload_id: str, batch_id: str) -> None:
+        """The uploaded requests' batch now exists at the provider: poll it from here on."""
+        self._batch_sql("UPDATE batches SET batch_id = ?, status = 'pending' WHERE batch_id = ?", [batch_id, upload_id])
 
     def end_batch(self, batch_id: str, status: str) -> None:
         self._batch_sql("UPDATE batches SET status = ?, ended_at = ? WHERE batch_id = ?", [status, time.time(), batch_id])
 
     def open_batches(self, run_id: str, metric: str, stage: str, role: str, endpoint: str) -> list[dict[str, Any]]:
-        """The part's batches not yet read back (oldest first): a resumed stage polls these again
-        instead of sending their requests twice."""
+        """The part's batches not yet read back (oldest first), and uploads whose batch may or may
+        not have been created: a resumed stage polls (or finds, or creates) these again instead of
+        sending their requests twice."""
         rows = self._batch_sql(f"SELECT {', '.join(BATCH_COLS)} FROM batches WHERE run_id = ? AND metric = ? AND "
-                               "stage = ? AND role = ? AND endpoint = ? AND status = 'pending' ORDER BY created_at",
+                               "stage = ? AND role = ? AND endpoint = ? AND status IN ('pending', 'uploaded') "
+                               "ORDER BY created_at",
                                [run_id, metric, stage, role, endpoint], fetch=True)
         return [dict(zip(BATCH_COLS, r)) for r in rows]
 
@@ -412,12 +420,12 @@ class Journal:
         return from_queue() if queued is not None and queued["run_id"] in run_ids else None
 
     def totals(self, run_id: str) -> tuple[int, int]:
-        """(network calls, tokens) this run has spent so far, all metrics and stages."""
+        """(calls paid for: live or in a provider batch, tokens) this run has spent so far, all metrics and stages."""
         self.flush()
         with self._lock:
             n, t = self._con.execute(self._q(
                 "SELECT count(*), coalesce(sum(coalesce(c.prompt_tokens, 0) + coalesce(c.completion_tokens, 0)), 0) "
-                "FROM call_log c JOIN call_parts p USING (part_id) WHERE p.run_id = ? AND c.source = 'network'"),
+                "FROM call_log c JOIN call_parts p USING (part_id) WHERE p.run_id = ? AND c.source IN ('network', 'batch')"),
                 [run_id]).fetchone()
         return int(n), int(t)
 

@@ -45,6 +45,15 @@ class BuiltinTransport:
         return None
 
 
+def scrub_secrets(text: str, conn: Connection) -> str:
+    """``text`` (an endpoint's error page, which may echo the request's headers) without the
+    connection's secrets: the API key and every header_env value."""
+    values = [os.environ.get(conn.api_key_env or "")] + [os.environ.get(env) for env in conn.header_env.values()]
+    for v in sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True):
+        text = text.replace(v, "***")
+    return text
+
+
 def resolve_headers(conn: Connection) -> dict[str, str]:
     """Request headers with secrets read from the environment now (never stored)."""
     headers = {"Content-Type": "application/json", **conn.headers}
