@@ -371,7 +371,7 @@ class BatchRunner:
             why = "; ".join(f"line {e.get('line')}: {e.get('code')}: {e.get('message')}"
                             for e in ((b.get("errors") or {}).get("data") or [])[:5] if isinstance(e, dict))
             logger.warning(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} failed: {why or 'no reason given'}")
-        known = await self._keys_of(batch_id, calls)
+        known = await self._keys_of(batch_id, calls, b) if outcomes else {}
         for key, (kind, what, status) in outcomes.items():
             if key not in known:  # not one of ours (a provider's mistake): not journaled
                 continue
@@ -386,14 +386,14 @@ class BatchRunner:
         logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {b.get('status')}: {ok} answer(s) read, "
                     f"{len(outcomes) - ok} failed or expired")
 
-    async def _keys_of(self, batch_id: str, calls: dict[str, _Call] | None) -> dict[str, tuple[dict, str, int]]:
+    async def _keys_of(self, batch_id: str, calls: dict[str, _Call] | None,
+                       b: dict[str, Any]) -> dict[str, tuple[dict, str, int]]:
         """key -> (body, body_json, sample_index) for the requests of the batch: the calls made now,
         or for an earlier batch, the requests it was made from (its input file)."""
         if calls is not None:
             return {k: (c.body, c.body_json, c.sample_index) for k, c in calls.items()}
         from ..runspec import stable_json
 
-        b = (await self._api(f"read batch {batch_id}", "GET", f"batches/{batch_id}")).json()
         text = (await self._api(f"read the input of batch {batch_id}", "GET",
                                 f"files/{b['input_file_id']}/content")).text
         out = {}
