@@ -225,8 +225,11 @@ def _drain_async(agen, staged: StagedTables) -> None:
     asyncio.run(go())
 
 
-def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path: Path | None = None) -> dict[str, Any]:
+def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path: Path | None = None,
+              observe: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Materialise one stage of one (run, metric) partition. Returns metadata for Dagster/CLI.
+    ``observe``: progress while the stage runs, as metadata (a provider batch's status and counts
+    each time they change; Dagster records it as an asset observation).
 
     The stage streams: each batch of rows is processed and staged on disk, and the partition's
     rows are replaced in one transaction at the end. A stage that fails writes nothing.
@@ -245,7 +248,7 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
     try:
         ctx = StageContext(run_id=run_id, metric=metric, spec=spec, config=spec.metric_config(metric),
                            journal=journal, reader=WarehouseReader(run_id, metric, path), log=log,
-                           threshold=spec.metrics[metric].threshold, batch_rows=spec.batch_rows)
+                           threshold=spec.metrics[metric].threshold, batch_rows=spec.batch_rows, observe=observe)
         if stage == "ingest":
             path_ds = spec.dataset_for(metric)
             registered = json.loads(rec["datasets"] or "{}").get(path_ds) or rec["dataset_sha256"]

@@ -317,3 +317,27 @@ def test_polling_waits_out_transient_failures_and_ends_a_batch_that_is_gone():
     assert done["status"] == "completed" and seen.count("b1") == 4
     assert lost == {"id": "b2", "status": "lost"}
     assert isinstance(refused, EndpointError) and refused.status == 400 and "HTTP 400" in str(refused)
+
+
+def test_dagster_shows_the_batch_status_while_it_is_polled(tmp_path, builtin_http):
+    """Run through Dagster, the sampling asset records each change of its batch's status and counts
+    as an asset observation of its partition (the UI shows them while the step runs), ending at
+    completed with every request answered."""
+    from dagster import AssetKey
+
+    from aip_assets.dagster_home import get_instance
+    from aip_assets.jobs import evaluate_run
+
+    url, server = builtin_http(FLIP, batch_seconds=0.6)
+    spec = make_spec(write_dataset(tmp_path / "d.jsonl", 4), sut=sut(url, poll_seconds=0.1), batch_rows=ROWS)
+    pipeline.register_run(spec, "dg")
+    instance = get_instance()
+    [out] = list(evaluate_run(instance, "dg", spec.metrics, ["llm.decision_flip"], {}))
+    assert out.success, out.errors
+    recs = instance.fetch_observations(AssetKey("sut_sampling"), limit=100, ascending=True).records
+    seen = [{k: v.value for k, v in r.asset_observation.metadata.items()} for r in recs]
+    n = len(table("sut_responses", "dg", "probe_id"))
+    assert {r.asset_observation.partition for r in recs} == {"dg|llm.decision_flip"}
+    assert seen[0]["batch_status"] in ("validating", "in_progress") and len(seen) >= 3
+    assert seen[-1] == {"batch_id": seen[0]["batch_id"], "batch_role": "sut", "batch_status": "completed",
+                        "batch_total": n, "batch_completed": n, "batch_failed": 0}

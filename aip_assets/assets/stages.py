@@ -4,7 +4,8 @@ as table assets (assets/tables.py). Thin: the pipeline does the work."""
 
 from typing import Any
 
-from dagster import AssetExecutionContext, AssetKey, AssetSpec, Failure, MaterializeResult, MetadataValue, multi_asset
+from dagster import (AssetExecutionContext, AssetKey, AssetObservation, AssetSpec, Failure, MaterializeResult,
+                     MetadataValue, multi_asset)
 
 from .. import checks
 from .. import warehouse as wh
@@ -31,7 +32,11 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
             context.log.info(message)
             logger.info(message)
 
-        meta = run_stage(stage, run_id, metric, log=log)
+        def observe(progress: dict[str, Any]) -> None:  # a provider batch's status, as it changes
+            context.log_event(AssetObservation(asset_key=asset_key or AssetKey(stage), partition=context.partition_key,
+                                               metadata=progress))
+
+        meta = run_stage(stage, run_id, metric, log=log, observe=observe)
     except AipError as e:
         raise Failure(description=str(e)) from None
     out: dict[str, Any] = {}

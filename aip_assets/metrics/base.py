@@ -223,6 +223,7 @@ class StageContext:
     threshold: float | None = None
     batch_rows: int = 5000
     notes: list[dict] = field(default_factory=list)  # run notes raised while the stage ran (e.g. by a client)
+    observe: Callable[[dict[str, Any]], None] | None = None  # progress as metadata (pipeline.run_stage)
 
     def read(self, table: str, ids: list[str] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
         return self.reader.read(table, ids, columns)
@@ -272,7 +273,7 @@ class StageContext:
         return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
                            journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
                            backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append,
-                           row_timeout_s=self.row_timeout_s)
+                           row_timeout_s=self.row_timeout_s, on_progress=self.observe)
 
     def progress(self, what: str, total: int) -> Progress:
         return Progress(what, total, self.log)

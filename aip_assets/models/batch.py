@@ -339,6 +339,12 @@ class BatchRunner:
                 logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {status}: "
                             f"{counts.get('completed', 0)} of {counts.get('total', 0)} answered, "
                             f"{counts.get('failed', 0)} failed")
+                if cl.on_progress is not None:
+                    try:
+                        cl.on_progress({"batch_id": str(batch_id), "batch_role": cl.role, "batch_status": str(status),
+                                        **{f"batch_{k}": int(counts.get(k) or 0) for k in ("total", "completed", "failed")}})
+                    except Exception as e:  # noqa: BLE001 - progress is for show: polling goes on
+                        logger.warning(f"batch progress not recorded: {type(e).__name__}: {e}")
             if status in TERMINAL:
                 return b
             if give_up is None:

@@ -372,12 +372,14 @@ class ModelClient:
                  journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
                  backoff_s: float = 0.5, budget: "Budget | None" = None,
                  on_note: "Callable[[dict[str, str]], None] | None" = None, row_timeout_s: float | None = None,
-                 share_connections: bool = True, batchable: bool = True):
+                 share_connections: bool = True, batchable: bool = True,
+                 on_progress: "Callable[[dict[str, Any]], None] | None" = None):
         self.conn = conn
         self.row_timeout_s = row_timeout_s  # None: no row deadline
         self._row_clock: dict[str, RowClock] = {}
         self._rows_cut: set[str] = set()
         self.on_note = on_note  # run notes (e.g. structured output refused) go to the stage's run_notes
+        self.on_progress = on_progress  # a provider batch's status while it is polled (Dagster: an observation)
         self.role = role
         self.run_id = run_id
         self.metric = metric
