@@ -68,3 +68,14 @@ def code_fingerprint() -> str:
         newest = max(newest, f.stat().st_mtime)
     when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"aip_assets sources sha256 {h.hexdigest()[:12]} (newest file {when})"
+
+
+def write_results(out: Path, lines: list[str], info: dict) -> None:
+    """A benchmark's results: the Markdown table at ``out``, everything measured beside it as JSON,
+    and the table printed."""
+    import json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(info, indent=2, default=str))
+    print("\n".join(lines))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(CHECKOUT))
-from _common import run_header  # noqa: E402
+from _common import run_header, write_results  # noqa: E402
 from bench_parallel import env, free_port, stats, wait_for_server  # noqa: E402
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
@@ -111,11 +110,7 @@ def main() -> int:
         lines.append(f"| {mode} | {r['wall_s']:.1f} | {r['calls_per_s']:.0f} | {r['server_requests']:,} | {r['ok']:,} |")
     lines += ["", f"Batch: {own:.1f} s of our own (upload, polls, reading {args.calls:,} answers, journaling them) "
                   f"beside the server's {args.batch_seconds:g} s. Identical answers: {same}."]
-    out = Path(args.out) if args.out else OUT_DIR / "batch.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(info, indent=2, default=str))
-    print("\n".join(lines))
+    write_results(Path(args.out) if args.out else OUT_DIR / "batch.md", lines, info)
     return 0 if same else 1
 
 

@@ -42,7 +42,7 @@ import yaml
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(CHECKOUT))
-from _common import run_header  # noqa: E402
+from _common import run_header, write_results  # noqa: E402
 from bench_parallel import demo_spec, env, free_port, stats, wait_for_server  # noqa: E402
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
@@ -219,11 +219,7 @@ def main() -> int:
         lo, sh = queries.get("local", {}).get(name, {}), queries.get("shared", {}).get(name, {})
         lines.append(f"| {name} | {lo.get('cli_s', float('nan')):.2f} | {lo.get('in_process_ms', float('nan')):.1f} | "
                      f"{sh.get('cli_s', float('nan')):.2f} | {sh.get('in_process_ms', float('nan')):.1f} |")
-    out = Path(args.out) if args.out else OUT_DIR / "shared.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(info, indent=2, default=str))
-    print("\n".join(lines))
+    write_results(Path(args.out) if args.out else OUT_DIR / "shared.md", lines, info)
     return 0 if same else 1
 
 
