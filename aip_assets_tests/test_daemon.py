@@ -358,3 +358,26 @@ def test_stopping_aip_eval_daemon_leaves_no_dagster_process_behind(tmp_path, lak
     finally:
         for pid in ours():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_dagsters_postgres_storage_keeps_its_connections_open_in_shared_mode(lake):
+    """Shared mode: the instance's run and event-log storage keep a connection (as Dagster's
+    webserver has them do), so two statements use one Postgres backend instead of connecting
+    twice, with the statement timeout set; done once per instance."""
+    from sqlalchemy.pool import NullPool
+
+    from aip_assets.dagster_home import get_instance, pooled
+
+    instance = get_instance()
+    for storage in (instance._run_storage, instance._event_storage):
+        engine = storage._engine
+        assert not isinstance(engine.pool, NullPool)
+        pids = []
+        for _ in range(2):
+            with engine.connect() as c:
+                pids.append(c.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+                timeout = c.exec_driver_sql("SHOW statement_timeout").scalar()
+        assert pids[0] == pids[1] and timeout == "1min", (pids, timeout)
+    engine = instance._run_storage._engine
+    pooled(instance)  # again: the same engine, not a new pool
+    assert instance._run_storage._engine is engine

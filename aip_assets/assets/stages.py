@@ -114,6 +114,9 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
 
     @multi_asset(name=name, specs=specs, partitions_def=evaluations, check_specs=check_specs)
     def _stage(context: AssetExecutionContext, warehouse: Warehouse):
+        from ..dagster_home import pooled
+
+        pooled(context.instance)  # shared mode: Dagster's Postgres storage keeps its connections in this run
         warehouse.use()
         yield _materialise(stage, context, asset_key=AssetKey(name))
         run_id, metric = split_key(context.partition_key)
