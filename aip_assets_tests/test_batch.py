@@ -341,3 +341,36 @@ def test_dagster_shows_the_batch_status_while_it_is_polled(tmp_path, builtin_htt
     assert seen[0]["batch_status"] in ("validating", "in_progress") and len(seen) >= 3
     assert seen[-1] == {"batch_id": seen[0]["batch_id"], "batch_role": "sut", "batch_status": "completed",
                         "batch_total": n, "batch_completed": n, "batch_failed": 0}
+
+
+def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
+    """A provider that answers every poll with 503 is polled until the batch's window (plus an
+    hour) has passed, then the stage stops saying so: never a poll forever."""
+    import asyncio
+
+    import httpx
+
+    from aip_assets.models import batch as bm
+    from aip_assets.models.client import ModelClient
+    from aip_assets.runspec import Connection
+
+    monkeypatch.setattr(bm, "WINDOW_S", 0.05)
+    monkeypatch.setattr(bm, "LATE_S", 0.05)
+    polls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        polls.append(request.url.path)
+        return httpx.Response(503, json={"error": {"message": "down"}})
+
+    conn = Connection(provider="openai", base_url="http://batch.test/v1", model="m",
+                      batch={"enabled": True, "poll_seconds": 0.01})
+
+    async def main():
+        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None) as cl:
+            cl.batcher._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
+            with pytest.raises(bm.BatchApiError, match="window closed an hour ago: given up") as e:
+                await asyncio.wait_for(cl.batcher._poll("b1"), 30)
+            return e.value
+
+    err = asyncio.run(main())
+    assert err.status == 503 and len(polls) >= 2

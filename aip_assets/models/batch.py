@@ -50,6 +50,7 @@ TERMINAL = {"completed", "failed", "expired", "cancelled"}
 TRANSIENT = {408, 409, 425, 429}
 SEND_TRIES = 4  # an upload or a batch creation that fails transiently is tried this many times
 LATE_S = 3600.0  # polling ends this long after the batch's window closed (a provider that never says)
+WINDOW_S = 24 * 3600.0  # the completion window, until the provider's batch says when it closes
 # A batching client in this task: work items are not bounded by the metric's concurrency then
 # (``metrics.base.run_bounded``), so every call of the stage reaches the runner at once.
 BATCHING: contextvars.ContextVar[int] = contextvars.ContextVar("aip_batching", default=0)
@@ -86,6 +87,8 @@ class BatchRunner:
         self._collector: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._earlier: dict[str, asyncio.Task] = {}  # journaled batch id -> the task taking its answers (once)
+        self._inflight: dict[str, asyncio.Future] = {}  # call key -> done when the batch holding it is read back
+        self._journaled: set[str] = set()  # call keys whose batch outcome is in the journal
         self._answered: dict[str, tuple] = {}  # call key -> outcome, of every batch read back by this runner
         self._asked: dict[str, tuple[dict, str, int]] = {}  # call key -> (body, its JSON, sample index)
         self._mine: set[str] = set()  # the journal ids of the uploads and batches this runner made
@@ -149,12 +152,16 @@ class BatchRunner:
         if cl.journal is not None:  # 1. batches sent before (a stop, a crash, another collection of this stage)
             part = (cl.run_id, cl.metric, cl.stage, cl.role, cl.endpoint_id)
             for b in await asyncio.to_thread(cl.journal.open_batches, *part):
-                if b["batch_id"] not in self._earlier and b["batch_id"] not in self._mine \
-                        and set(json.loads(b["call_keys"])) & set(by_key):
+                keys = json.loads(b["call_keys"])
+                if b["batch_id"] not in self._earlier and b["batch_id"] not in self._mine and set(keys) & set(by_key):
                     self.stats["resumed"] += 1
-                    self._earlier[b["batch_id"]] = self._spawn(self._take_earlier(b))
-            if self._earlier:
-                await asyncio.gather(*(asyncio.shield(t) for t in self._earlier.values()))
+                    self._earlier[b["batch_id"]] = task = self._spawn(self._take_earlier(b))
+                    for k in keys:
+                        self._inflight.setdefault(k, task)
+        # a batch (earlier, or another collection's) already holds some of these: its answers, not a second batch
+        holding = {id(f): f for k in by_key if (f := self._inflight.get(k)) is not None}
+        if holding:
+            await asyncio.gather(*(asyncio.shield(f) for f in holding.values()))
         rest = [k for k in by_key if k not in self._answered]
         if rest and cl.budget is not None:
             allowed = []
@@ -170,9 +177,19 @@ class BatchRunner:
             rest = allowed
         if rest:  # 2. a new batch for the others
             first = {k: by_key[k][0] for k in rest}
-            upload_id = await self._upload(rest, first)
-            batch_id = await self._create(upload_id)
-            await self._read_back(batch_id, await self._poll(batch_id), first)
+            done = asyncio.get_running_loop().create_future()
+            for k in rest:
+                self._inflight[k] = done
+            try:
+                upload_id = await self._upload(rest, first)
+                batch_id = await self._create(upload_id)
+                await self._read_back(batch_id, await self._poll(batch_id), first, rest)
+            except BaseException as e:
+                if not done.done():
+                    done.set_exception(e if isinstance(e, Exception) else RuntimeError("stopped"))
+                    done.exception()  # retrieved: a collection waiting on it raises it, none needs to
+                raise
+            done.set_result(None)
         # 3. every call's answer: from the batch, else live or failed as configured, all at once
         await asyncio.gather(*(self._settle(waiting) for waiting in by_key.values()))
 
@@ -192,12 +209,13 @@ class BatchRunner:
             logger.info(f"{cl.metric} {cl.stage}: {cl.role} requests uploaded before as {b['input_file_id']}: "
                         + (f"their batch {found} was made; polling it" if found else "no batch yet; making it"))
             batch_id = found or await self._create(batch_id, b["input_file_id"])
+            self._mine.add(batch_id)
             if found and cl.journal is not None:
                 await asyncio.to_thread(cl.journal.created_batch, b["batch_id"], found)
         else:
             logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} was sent before; polling it again "
                         "(nothing is sent twice)")
-        await self._read_back(batch_id, await self._poll(batch_id), None)
+        await self._read_back(batch_id, await self._poll(batch_id), None, keys)
 
     async def _settle(self, waiting: list[_Call]) -> None:
         from .client import CURRENT_ROW, ChatResult
@@ -220,7 +238,8 @@ class BatchRunner:
             else:
                 result = ChatResult(None, "error", f"batch: {what}", None, None, None, None, None, 1, c.key,
                                     http_status=status)
-                if c.key not in self._answered:  # no line at all for it: journaled here
+                if c.key not in self._journaled:  # no line at all for it: journaled here
+                    self._journaled.add(c.key)
                     cl.stats["network_calls"] += 1
                     cl.stats["failed"] += 1
                     cl._record(c.key, c.body_json, c.sample_index, result, source="batch")
@@ -255,7 +274,7 @@ class BatchRunner:
                                 f"{scrub_secrets(str(e), cl.conn)}", None) from None
         if r.status_code >= 400:
             raise BatchApiError(f"{where}: the Batch API refused to {what}: HTTP {r.status_code}: "
-                                f"{scrub_secrets(r.text[:300], cl.conn)}", r.status_code)
+                                f"{scrub_secrets(r.text, cl.conn)[:300]}", r.status_code)
         return r
 
     async def _tried(self, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -307,8 +326,8 @@ class BatchRunner:
         """The provider's batch made from ``file_id``, if any (``GET /v1/batches``, newest first)."""
         after = None
         for _ in range(50):  # 50 pages of 100: the batches of recent days
-            page = (await self._api("list the batches", "GET", "batches",
-                                    params={"limit": 100, **({"after": after} if after else {})})).json()
+            page = (await self._tried("list the batches", "GET", "batches",
+                                      params={"limit": 100, **({"after": after} if after else {})})).json()
             data = page.get("data") or []
             hit = next((b["id"] for b in data if b.get("input_file_id") == file_id), None)
             if hit or not page.get("has_more") or not data:
@@ -319,7 +338,8 @@ class BatchRunner:
     async def _poll(self, batch_id: str) -> dict[str, Any]:
         """The batch once it ended (as the provider said, or ``{"status": "lost"}``)."""
         cl = self.client
-        seen, give_up = None, None
+        seen = None
+        give_up = time.time() + WINDOW_S + LATE_S  # until the provider says when its window closes
         while True:
             try:
                 b = (await self._api(f"read batch {batch_id}", "GET", f"batches/{batch_id}")).json()
@@ -329,6 +349,8 @@ class BatchRunner:
                     return {"id": batch_id, "status": "lost"}
                 if not e.transient:
                     raise
+                if time.time() > give_up:
+                    raise BatchApiError(f"{e}; the batch's window closed an hour ago: given up", e.status) from None
                 logger.warning(f"{e}; polling again in {self.settings.poll_seconds:g}s")
                 await asyncio.sleep(self.settings.poll_seconds)
                 continue
@@ -347,16 +369,21 @@ class BatchRunner:
                         logger.warning(f"batch progress not recorded: {type(e).__name__}: {e}")
             if status in TERMINAL:
                 return b
-            if give_up is None:
-                expires = b.get("expires_at")
-                give_up = (float(expires) if isinstance(expires, (int, float)) else time.time() + 86400) + LATE_S
+            expires = b.get("expires_at")
+            if isinstance(expires, (int, float)):
+                give_up = float(expires) + LATE_S
             if time.time() > give_up:
                 logger.warning(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} is still {status} an hour after "
-                               "its window closed: its requests have no answer")
+                               "its window closed: cancelled, its requests have no answer")
+                try:  # so the provider does not go on (and bill) after we stopped waiting
+                    await self._api(f"cancel batch {batch_id}", "POST", f"batches/{batch_id}/cancel")
+                except BatchApiError:
+                    pass
                 return {**b, "status": "lost"}
             await asyncio.sleep(self.settings.poll_seconds)
 
-    async def _read_back(self, batch_id: str, b: dict[str, Any], calls: dict[str, _Call] | None) -> None:
+    async def _read_back(self, batch_id: str, b: dict[str, Any], calls: dict[str, _Call] | None,
+                         keys: list[str]) -> None:
         """Every answer of an ended batch journaled (each request it holds, asked for now or not),
         the journal flushed, then the batch marked read: a stop before that mark reads it again."""
         cl = self.client
@@ -382,6 +409,8 @@ class BatchRunner:
             if key not in known:  # not one of ours (a provider's mistake): not journaled
                 continue
             self._answered[key] = self._journal(key, known[key], kind, what, status)
+        for key in keys:  # no line for it: unanswered (then live or failed as configured, never batched again)
+            self._answered.setdefault(key, ("failed", f"batch {b.get('status')}: no answer for this request", None))
         if cl.journal is not None:
             await asyncio.to_thread(cl.journal.flush)
             await asyncio.to_thread(cl.journal.end_batch, batch_id, str(b.get("status")))
@@ -405,8 +434,10 @@ class BatchRunner:
         out = {}
         for line in text.splitlines():
             req = json.loads(line)
-            body = req["body"]  # a request asked for now keeps its sample index; another's is not known (0)
-            out[req["custom_id"]] = self._asked.get(req["custom_id"]) or (body, stable_json(body), 0)
+            body = req["body"]  # a request asked for now keeps its sample index; another's comes from its seed
+            seed = body.get("seed")
+            index = seed - int(self.client.conn.params.get("seed", 0)) if isinstance(seed, int) else 0
+            out[req["custom_id"]] = self._asked.get(req["custom_id"]) or (body, stable_json(body), max(index, 0))
         return out
 
     def _journal(self, key: str, request: tuple[dict, str, int], kind: str, what: Any, status: int | None) -> tuple:
@@ -429,9 +460,11 @@ class BatchRunner:
                 cl.stats["network_calls"] += 1
                 cl._record(key, body_json, sample_index, result, source="batch")
                 cl._known_ok.add(key_mark(key))
+                self._journaled.add(key)
                 return ("ok", result, 200)
         self.stats["failed" if self.settings.on_failure == "fail" else "not_answered"] += 1
         if self.settings.on_failure == "fail":  # the failure is the answer: journaled now
+            self._journaled.add(key)
             cl.stats["network_calls"] += 1
             cl.stats["failed"] += 1
             cl._record(key, body_json, sample_index, ChatResult(None, "error", f"batch: {what}", None, None, None, None,

@@ -645,7 +645,7 @@ class ModelClient:
                         charge = counted_tokens(body, pt, ct, answer) if limiter is not None else 0
                         return ChatResult(answer, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
                                           retries_used=retries_used, rate_limit_waits=waits)
-                    err = f"HTTP {resp.status_code}: {scrub_secrets(resp.text[:300], self.conn)}"  # it may echo the key
+                    err = f"HTTP {resp.status_code}: {scrub_secrets(resp.text, self.conn)[:300]}"  # it may echo the key
                     if limiter is not None and resp.status_code != 429:  # a 429 was refused before any token
                         charge = prompt_tokens_estimate(body)
                     transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
