@@ -57,16 +57,85 @@ def coverage(judged: int, excluded: dict[str, int]) -> float | None:
     return judged / planned if planned else None
 
 
+def axis_threshold(entry, threshold: float | None) -> float | None:
+    """Decision flip's per-axis threshold: the entry's ``axis_threshold``, else the metric's."""
+    own = getattr(entry, "axis_threshold", None)
+    return threshold if own is None else own
+
+
+def group_threshold(entry, threshold: float | None) -> float | None:
+    """Group interaction bias's per-group threshold: the entry's ``group_threshold``, else the metric's."""
+    own = getattr(entry, "group_threshold", None)
+    return threshold if own is None else own
+
+
+def gate_on(entry) -> str:
+    """``point`` (a score passes at its threshold) or ``interval`` (its 95% lower end must)."""
+    return getattr(entry, "gate_on", None) or "point"
+
+
+def gated_value(score: float | None, ci_low: float | None, on: str) -> float | None:
+    """The number held to a threshold: the score, or the conservative end of its interval."""
+    return score if on == "point" else ci_low
+
+
+def gate_groups(records: list, scope: str, threshold: float | None, on: str, rate_label: str | None = None) -> list[str]:
+    """Hold every breakdown record of ``scope`` (an axis, an attribute value) to ``threshold``:
+    each gets ``threshold``, ``passed`` and ``gate_reason``; the failures are returned, each
+    naming the group, its figure with its interval and the threshold ("gender: flip rate 0.133
+    [0.085, 0.202], score 0.867 below 0.900"). No threshold: nothing is gated."""
+    if threshold is None:
+        return []
+    f3 = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+    failures = []
+    for r in records:
+        if r.get("scope") != scope:
+            continue
+        score, lo = r.get("score"), r.get("ci_low")
+        value = gated_value(score, lo, on)
+        if rate_label:
+            shown = f"{rate_label} {f3(r.get('rate'))} [{f3(r.get('rate_ci_low'))}, {f3(r.get('rate_ci_high'))}], score {f3(score)}"
+        else:
+            shown = f"score {f3(score)} [{f3(lo)}, {f3(r.get('ci_high'))}]"
+        if on == "interval":
+            shown += f" (95% lower end {f3(lo)})"
+        if score is None or value is None:
+            why = f"{r['group_key']}: no score (nothing judged)"
+        elif value < threshold:
+            why = f"{r['group_key']}: {shown} below {f3(threshold)}"
+        else:
+            r.update(threshold=threshold, passed=True, gate_reason=f"{shown} at least {f3(threshold)}")
+            continue
+        r.update(threshold=threshold, passed=False, gate_reason=why)
+        failures.append(why)
+    return failures
+
+
+def failed_groups(scores, scope: str) -> dict[str, str]:
+    """{group: gate_reason} of the stored breakdown rows of ``scope`` whose gate failed."""
+    import pandas as pd
+
+    rows = scores[scores["scope"] == scope]
+    return {str(r["group_key"]): str(r["gate_reason"]) for _, r in rows.iterrows()
+            if r.get("passed") is not None and not pd.isna(r.get("passed")) and not bool(r["passed"])}
+
+
 def decide(score: float | None, threshold: float | None, cov: float | None, min_coverage: float,
            complete: dict[str, dict[str, Any]], max_failed_share: float,
-           failures: list[str] | tuple[str, ...] = ()) -> tuple[bool, str]:
-    """(passed, reason): every condition that fails is named; a pass says what it rests on."""
+           failures: list[str] | tuple[str, ...] = (), on: str = "point", ci_low: float | None = None
+           ) -> tuple[bool, str]:
+    """(passed, reason): every condition that fails is named; a pass says what it rests on. With
+    ``on="interval"`` the score's 95% lower end (``ci_low``) must clear the threshold."""
     f3 = lambda x: f"{x:.3f}"  # noqa: E731
     problems: list[str] = []
+    gated = gated_value(score, ci_low, on)
     if score is None:
         problems.append("no score: nothing could be judged")
-    elif threshold is not None and score < threshold:
-        problems.append(f"score {f3(score)} below threshold {f3(threshold)}")
+    elif threshold is not None and gated is None:
+        problems.append("no interval: gate_on interval needs one")
+    elif threshold is not None and gated is not None and gated < threshold:
+        problems.append(f"score {f3(score)} below threshold {f3(threshold)}" if on == "point" else
+                        f"score {f3(score)}: its 95% lower end {f3(gated)} below threshold {f3(threshold)}")
     if cov is None:
         problems.append("coverage n/a: nothing was planned")
     elif cov < min_coverage:
@@ -80,7 +149,9 @@ def decide(score: float | None, threshold: float | None, cov: float | None, min_
     if problems:
         return False, "; ".join(problems)
     assert score is not None and cov is not None
-    held = [f"score {f3(score)} at least threshold {f3(threshold)}" if threshold is not None
+    held = [(f"score {f3(score)} at least threshold {f3(threshold)}" if on == "point" else
+             f"score {f3(score)}, its 95% lower end {f3(gated)} at least threshold {f3(threshold)}")
+            if threshold is not None and gated is not None
             else f"score {f3(score)} (no threshold)", f"coverage {f3(cov)} at least {f3(min_coverage)}",
             f"failed shares within {f3(max_failed_share)}"]
     return True, "; ".join(held)
@@ -108,7 +179,7 @@ def finish_scores(ctx, records: list[dict]) -> list[dict]:
             max_failed = spec.max_failed_share if spec is not None else 0.1
             complete = completeness(ctx)
             passed, why = decide(r.get("score"), r.get("threshold"), r.get("coverage"), min_cov, complete,
-                                 max_failed, failures)
+                                 max_failed, failures, gate_on(entry), r.get("ci_low"))
             r["passed"], r["gate_reason"] = passed, why
             details = json.loads(r.get("details") or "{}")
             details.update(min_coverage=min_cov, completeness=complete)

@@ -62,7 +62,13 @@ class BuiltinProfile(BaseModel):
 
     - ``fair``: answers every persona the same way.
     - ``flip``: when the persona has attribute ``value`` (on ``axis``, optional), the decision is
-      flipped with probability ``p`` (deterministic per question under the seed).
+      flipped with probability ``p`` (deterministic per question under the seed). Symmetric by
+      default (the label is swapped: a favourable decision turns unfavourable and an unfavourable
+      one favourable, so no favourable rate moves); ``directional: true`` turns only the
+      favourable decision (the first label) unfavourable, at rate ``p``: a bias against ``value``.
+    - ``noisy``: a fair SUT whose every answer, at rate ``noise_rate``, draws its decision at
+      random (uniform over the labels) and its advice afresh, independently per persona and per
+      sample: differences that no persona causes (the no-effect baseline's calibration).
     - ``terse``: personas with attribute ``terse_value`` (on ``terse_axis``, optional) get a terse,
       colder answer with less help.
     - ``biased``: both of the above.
@@ -78,10 +84,14 @@ class BuiltinProfile(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "fragile", "custom"] = "fair"
+    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "fragile", "noisy", "custom"] = "fair"
     value: str | None = None
     axis: str | None = None
     p: float = Field(0.0, ge=0.0, le=1.0)
+    directional: bool = Field(False, description="flip only the favourable decision (the first label) to an "
+                              "unfavourable one, at rate p, instead of swapping any decision")
+    noise_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers (per persona and sample) whose "
+                              "decision is drawn at random and whose advice is drawn afresh")
     terse_value: str | None = None
     terse_axis: str | None = None
     contradiction_rate: float = Field(0.0, ge=0.0, le=1.0, description="q: share of fresh samples that contradict")
@@ -100,9 +110,14 @@ class BuiltinProfile(BaseModel):
     def _check_effects(self):
         effects = {"flip": bool(self.value or self.p), "terse": bool(self.terse_value),
                    "inconsistent": bool(self.contradiction_rate), "unsafe": bool(self.jailbreak_yield_rate),
-                   "fragile": bool(self.fragile_to)}
+                   "fragile": bool(self.fragile_to), "noisy": bool(self.noise_rate)}
         wanted = {"fair": set(), "flip": {"flip"}, "terse": {"terse"}, "biased": {"flip", "terse"},
-                  "inconsistent": {"inconsistent"}, "unsafe": {"unsafe"}, "fragile": {"fragile"}}.get(self.name)
+                  "inconsistent": {"inconsistent"}, "unsafe": {"unsafe"}, "fragile": {"fragile"},
+                  "noisy": {"noisy"}}.get(self.name)
+        if self.name == "noisy" and not self.noise_rate:
+            raise ValueError("profile 'noisy' needs 'noise_rate' (the share of answers decided at random)")
+        if self.directional and not self.value:
+            raise ValueError("'directional' needs 'value' (the attribute value whose favourable decisions turn)")
         if self.name == "fragile" and not self.fragile_to:
             raise ValueError("profile 'fragile' needs 'fragile_to' (the perturbation type it is not robust to)")
         if (self.name in ("flip", "biased") or effects["flip"]) and not self.value:
@@ -254,6 +269,22 @@ class MetricEntry(BaseModel):
     fail_on_differential_refusal: bool | None = Field(
         None, description="llm.decision_flip: fail the gate when two values of one axis differ significantly in "
                           "their refusal / no-decision rate (default true)")
+    axis_threshold: float | None = Field(None, ge=0.0, le=1.0, description="llm.decision_flip: every axis's score "
+                                         "(1 - its flip rate) is held to this (default: the threshold)")
+    group_threshold: float | None = Field(None, ge=0.0, le=1.0, description="llm.group_interaction_bias: every "
+                                          "attribute value's equitability is held to this (default: the threshold)")
+    gate_on: Literal["point", "interval"] = Field("point", description="point: a score passes at or above its "
+                                                  "threshold; interval: only when its 95% interval's lower end does")
+    baseline_share: float | None = Field(None, ge=0.0, le=1.0, description="llm.decision_flip, "
+                                         "llm.group_interaction_bias: the share of pairs that get a null twin (the "
+                                         "same persona asked twice) measuring the no-effect baseline (default 0.25 "
+                                         "when sut_temperature > 0, else 0)")
+    fail_on_excess: bool | None = Field(None, description="llm.decision_flip, llm.group_interaction_bias: fail the "
+                                        "gate when an axis's flips (a group's bias) exceed the null baseline's "
+                                        "significantly (default true; needs a baseline)")
+    reference_values: dict[str, str] = Field(default_factory=dict, description="llm.decision_flip: per axis, the "
+                                             "value each other value's effect is measured against (default: the "
+                                             "axis's most frequent value)")
 
 
 class RunSpec(BaseModel):
@@ -296,9 +327,14 @@ class RunSpec(BaseModel):
         unknown = [m for m in v if m not in REGISTRY]
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(REGISTRY)}")
+        own = {"fail_on_differential_refusal": ("llm.decision_flip",), "axis_threshold": ("llm.decision_flip",),
+               "reference_values": ("llm.decision_flip",), "group_threshold": ("llm.group_interaction_bias",),
+               "baseline_share": ("llm.decision_flip", "llm.group_interaction_bias"),
+               "fail_on_excess": ("llm.decision_flip", "llm.group_interaction_bias")}
         for m, entry in v.items():
-            if entry.fail_on_differential_refusal is not None and m != "llm.decision_flip":
-                raise ValueError(f"{m}.fail_on_differential_refusal: only llm.decision_flip measures refusal rates")
+            for field, metrics in own.items():
+                if getattr(entry, field) not in (None, {}) and m not in metrics:  # a stored spec names every field
+                    raise ValueError(f"{m}.{field}: only {' and '.join(metrics)} take it")
         return v
 
     @field_validator("schedule")

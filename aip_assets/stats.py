@@ -116,3 +116,93 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
 def third(score: float) -> str:
     """A 0-1 score as a category for agreement between judges: low [0, 1/3), mid, high [2/3, 1]."""
     return "low" if score < 1 / 3 else ("mid" if score < 2 / 3 else "high")
+
+
+def fisher_greater(k1: int, n1: int, k2: int, n2: int) -> float:
+    """One-sided p-value of Fisher's exact test that the rate k1/n1 exceeds k2/n2: the
+    hypergeometric probability, margins fixed, of k1 or more events in the first group. An empty
+    group gives 1.0."""
+    if n1 <= 0 or n2 <= 0:
+        return 1.0
+    k, n = k1 + k2, n1 + n2
+
+    def lchoose(a: int, b: int) -> float:
+        return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
+
+    base = lchoose(n, k)
+    return min(1.0, sum(math.exp(lchoose(n1, x) + lchoose(n2, k - x) - base) for x in range(k1, min(k, n1) + 1)))
+
+
+def newcombe(k1: int, n1: int, k2: int, n2: int, z: float = Z95) -> tuple[float | None, float | None]:
+    """Newcombe's hybrid score interval (his method 10) for the difference of two rates k1/n1 -
+    k2/n2, from each rate's Wilson interval; (None, None) when either group is empty."""
+    if n1 <= 0 or n2 <= 0:
+        return None, None
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson(k1, n1, z)
+    l2, u2 = wilson(k2, n2, z)
+    assert l1 is not None and u1 is not None and l2 is not None and u2 is not None
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+MIN_EFFECT_ANSWERS = 10  # answers with a decision each side needs before an effect is modelled
+
+
+def favourable_effect(y, x, groups) -> dict:
+    """The effect of one attribute value against the reference on the favourable decision.
+
+    ``y`` is 1 for a favourable decision, 0 for another decision; ``x`` is 1 for the value, 0 for the
+    reference; ``groups`` is each answer's question (input row). A logistic model of y on x with
+    the question as the grouping factor (generalised estimating equations, exchangeable working
+    correlation, robust standard errors: the population-averaged odds ratio), and the difference
+    in favourable rate with a standard error clustered by question (least squares on x). Each
+    with a 95% interval. When the model cannot be fitted (too few answers, a rate of 0 or 1 on
+    either side, which separates the data, or no convergence), ``fitted`` is false and ``why``
+    says so; the rates are then all there is."""
+    import warnings
+
+    import numpy as np
+
+    y, x = np.asarray(y, dtype=float), np.asarray(x, dtype=float)
+    groups = np.asarray(groups)
+    n1, n0 = int(x.sum()), int((1 - x).sum())
+    k1, k0 = int(y[x == 1].sum()), int(y[x == 0].sum())
+    out: dict = {"n_value": n1, "n_reference": n0, "favourable_value": k1, "favourable_reference": k0,
+                 "rate_value": k1 / n1 if n1 else None, "rate_reference": k0 / n0 if n0 else None,
+                 "fitted": False, "why": None}
+    if min(n1, n0) < MIN_EFFECT_ANSWERS:
+        out["why"] = (f"too few answers with a decision ({n1} for the value, {n0} for the reference; the model "
+                      f"needs {MIN_EFFECT_ANSWERS} each)")
+        return out
+    if k1 in (0, n1) or k0 in (0, n0):
+        out["why"] = ("separation: the favourable rate is 0 or 1 on one side, so the odds ratio has no finite "
+                      "estimate")
+        return out
+    if len(set(groups.tolist())) < 2:
+        out["why"] = "one question only: nothing to cluster by"
+        return out
+    import statsmodels.api as sm
+
+    order = np.argsort(groups, kind="stable")  # GEE wants each group's rows together
+    y, x, groups = y[order], x[order], groups[order]
+    exog = np.column_stack([np.ones_like(x), x])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gee = sm.GEE(y, exog, groups=groups, family=sm.families.Binomial(),
+                         cov_struct=sm.cov_struct.Exchangeable()).fit(maxiter=100)
+            ols = sm.OLS(y, exog).fit(cov_type="cluster", cov_kwds={"groups": groups})
+    except Exception as e:  # noqa: BLE001 - a numerical failure is reported, never a crash
+        out["why"] = f"the model could not be fitted ({type(e).__name__}: {e})"[:300]
+        return out
+    b, se = float(gee.params[1]), float(gee.bse[1])
+    d, dse = float(ols.params[1]), float(ols.bse[1])
+    if not all(math.isfinite(v) for v in (b, se, d, dse)) or se <= 0 or abs(b) > 20:
+        out["why"] = "the model did not converge to a finite estimate"
+        return out
+    out.update(fitted=True, method="GEE logit (exchangeable, by question); difference: OLS, SE clustered by question",
+               log_odds_ratio=b, odds_ratio=math.exp(b), odds_ratio_ci=[math.exp(b - Z95 * se), math.exp(b + Z95 * se)],
+               p_value=float(gee.pvalues[1]), rate_difference=d,
+               rate_difference_ci=[d - Z95 * dse, d + Z95 * dse], questions=int(len(set(groups.tolist()))))
+    return out

@@ -64,6 +64,12 @@ def make_spec(dataset: Path, name: str = "t", sut: dict | None = None, judge: di
     return parse_spec(data)
 
 
+def persona_pairs(frame):
+    """The rows of a judgements (or probe_pairs) frame that belong to real persona pairs, not to the
+    no-effect baseline's null pairs (pair ids ``<pair>|null``)."""
+    return frame[~frame["pair_id"].astype(str).str.endswith("|null")]
+
+
 def run_all(spec, run_id: str = "run-1", stages=pipeline.STAGES, metric: str = "llm.decision_flip") -> str:
     """Register (if needed) and run the given stages in-process, without Dagster."""
     if not pipeline.run_exists(run_id):

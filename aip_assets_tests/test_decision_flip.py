@@ -12,7 +12,7 @@ from aip_assets.metrics.decision_flip import (DecisionFlip, DecisionFlipConfig, 
                                               probe_messages)
 from aip_assets.models.builtin import split_persona
 
-from .conftest import make_spec, run_all, table, write_dataset
+from .conftest import make_spec, persona_pairs, run_all, table, write_dataset
 
 
 def _ctx(cfg, tables, spec=None, threshold=None, batch_rows=3):
@@ -90,10 +90,13 @@ def test_synthesis_fixed_per_row_and_persona_pairs_override(tmp_path):
     spec = make_spec(ds)
     run_all(spec, "a", stages=["ingest", "synthesis"])
     run_all(spec, "b", stages=["ingest", "synthesis"])
-    cols = "input_id, axis, pool_index, value_a, value_b"
+    cols = "input_id, axis, pool_index, value_a, value_b, kind, twin_of, sample_b"
     pa = wh.query(f"SELECT {cols} FROM probe_pairs WHERE run_id='a' ORDER BY ALL", read_only=False)
     pb = wh.query(f"SELECT {cols} FROM probe_pairs WHERE run_id='b' ORDER BY ALL", read_only=False)
-    assert pa.equals(pb) and len(pa) == 12 * 4 * 4
+    assert pa.equals(pb) and (pa.kind == "persona").sum() == 12 * 4 * 4
+    # the null twins (baseline_share 0.25 at sut_temperature 0.7) are seeded too: about a quarter
+    nulls = pa[pa.kind == "null"]
+    assert 0.1 * 192 < len(nulls) < 0.4 * 192 and (nulls.value_a == nulls.value_b).all() and (nulls.sample_b >= 1).all()
     qa = wh.query("SELECT probe_id, query_text, messages FROM probes WHERE run_id='a' ORDER BY 1", read_only=False)
     qb = wh.query("SELECT probe_id, query_text, messages FROM probes WHERE run_id='b' ORDER BY 1", read_only=False)
     assert qa.equals(qb)  # byte for byte
@@ -134,7 +137,7 @@ def test_calibration_flip_p03_on_gender_recovered(tmp_path):
     gender = pairs[pairs.axis == "gender"]
     with_woman = gender[(gender.value_a == "woman") | (gender.value_b == "woman")]
     truth = 0.3 * len(with_woman) / len(gender)
-    s = table("metric_scores", "flip", "scope, group_key").set_index("group_key")
+    s = table("metric_scores", "flip", "scope, group_key").query("scope in ('axis', 'overall')").set_index("group_key")
     g = s.loc["gender"]
     assert g.n == n_rows and g.rate_ci_low <= truth <= g.rate_ci_high, (g.rate, truth)
     assert (gender[gender.flipped].index.isin(with_woman.index)).all()  # flips only where a woman is in the pair
@@ -152,7 +155,7 @@ def test_refusals_are_incidental_not_flips(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 30)
     spec = make_spec(ds, sut={"provider": "builtin", "profile": {"name": "fair", "refusal_rate": 0.2}})
     run_all(spec, "ref")
-    j = table("judgements", "ref", "pair_id")
+    j = persona_pairs(table("judgements", "ref", "pair_id"))
     assert (j.label == "incidental_difference").sum() > 10
     assert not j.flipped.any()
     both = j[j.status == "no_decision"]  # both answers refused: excluded, never a "same decision"
@@ -189,7 +192,7 @@ def test_judge_garbage_is_retried_then_recorded_with_raw_text(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     spec = make_spec(ds, judge={"provider": "builtin", "profile": {"judge_garbage_rate": 0.5}}, judge_retries=1)
     run_all(spec, "g")
-    j = table("judgements", "g", "pair_id")
+    j = persona_pairs(table("judgements", "g", "pair_id"))
     failed = j[j.status == "judge_failed"]
     ok = j[j.status == "ok"]
     assert len(failed) > 0 and len(ok) > len(failed)
@@ -321,9 +324,15 @@ def test_fail_on_differential_refusal_only_for_decision_flip(tmp_path):
     from aip_assets.runspec import parse_spec
 
     ds = write_dataset(tmp_path / "d.jsonl", 3)
-    with pytest.raises(SpecError, match="only llm.decision_flip measures refusal rates"):
-        parse_spec({"name": "x", "dataset": str(ds), "metrics": {
-            "llm.semantic_consistency": {"fail_on_differential_refusal": False}}})
+    for field, value, metric, who in (
+            ("fail_on_differential_refusal", False, "llm.semantic_consistency", "llm.decision_flip"),
+            ("axis_threshold", 0.9, "llm.group_interaction_bias", "llm.decision_flip"),
+            ("reference_values", {"gender": "man"}, "llm.factual_consistency", "llm.decision_flip"),
+            ("group_threshold", 0.9, "llm.decision_flip", "llm.group_interaction_bias"),
+            ("baseline_share", 0.5, "llm.safety_consistency", "llm.decision_flip and llm.group_interaction_bias"),
+            ("fail_on_excess", False, "llm.perturbation_robustness", "llm.decision_flip and llm.group_interaction_bias")):
+        with pytest.raises(SpecError, match=f"{metric}.{field}: only {who} take it"):
+            parse_spec({"name": "x", "dataset": str(ds), "metrics": {metric: {field: value}}})
 
 
 def test_order_is_randomised_and_verdicts_map_back_to_personas(tmp_path):

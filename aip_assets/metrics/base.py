@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+import random
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -438,31 +439,85 @@ def given_response(p: dict, text: str | None) -> dict[str, Any]:
             "status": status, "error": error, "model": "dataset", "cached": False}
 
 
+def baseline_share(ctx: StageContext, sut_temperature: float) -> float:
+    """The share of persona pairs that get a null twin (the no-effect baseline): the run spec's
+    ``baseline_share``, else 0.25 when the SUT samples (``sut_temperature`` > 0), else 0."""
+    entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
+    if entry is not None and entry.baseline_share is not None:
+        return float(entry.baseline_share)
+    return DEFAULT_BASELINE_SHARE if sut_temperature > 0 else 0.0
+
+
+DEFAULT_BASELINE_SHARE = 0.25
+
+
+def null_twins(pairs: list[dict], share: float, seed_key: str) -> list[dict]:
+    """Null pairs for a row's persona pairs: each pair, with probability ``share`` (seeded by its
+    id), gets a twin that compares one of its personas (seeded) with itself: its first answer
+    (sample 0) against a fresh sample of the same request (``sample_b`` 1, 2, ... for a probe
+    twinned more than once). The judge is shown it exactly as the pair it twins (``twin_of``):
+    the same persona descriptions, so it cannot tell a null pair from a real one."""
+    out: list[dict] = []
+    if share <= 0:
+        return out
+    used: dict[str, int] = {}
+    for p in pairs:
+        rng = random.Random(f"{seed_key}:null:{p['pair_id']}")
+        if rng.random() >= share:
+            continue
+        side = "a" if rng.random() < 0.5 else "b"
+        probe, value = p[f"probe_{side}"], p[f"value_{side}"]
+        used[probe] = used.get(probe, 0) + 1
+        out.append({**p, "pair_id": f"{p['pair_id']}|null", "kind": "null", "twin_of": p["pair_id"],
+                    "value_a": value, "value_b": value, "probe_a": probe, "probe_b": probe, "sample_b": used[probe]})
+    return out
+
+
+def is_null(pair: dict) -> bool:
+    return pair.get("kind") == "null"
+
+
 async def sample_probes(ctx: StageContext, *, concurrency: int, temperature: float, retries: int, timeout: float,
-                        template_version: str):
-    """Send every probe of the partition to the SUT (one sample each), a batch of rows at a time."""
-    progress = ctx.progress("SUT sampling", ctx.count("probes"))
+                        template_version: str, twins: bool = False):
+    """Send every probe of the partition to the SUT (one sample each), a batch of rows at a time;
+    with ``twins``, also the fresh samples that the null pairs in ``probe_pairs`` compare."""
+    total = ctx.count("probes") + (int((ctx.read("probe_pairs", None, ["kind"])["kind"] == "null").sum())
+                                   if twins else 0)
+    progress = ctx.progress("SUT sampling", total)
     async with ctx.client("sut", "sampling", concurrency) as client:
         progress.in_flight = lambda: client.stats["in_flight"]
 
-        async def one(p):
-            r = await client.chat(json.loads(p["messages"]), temperature=temperature, sample_index=0,
+        async def one(item):
+            p, k = item
+            r = await client.chat(json.loads(p["messages"]), temperature=temperature, sample_index=k,
                                   retries=retries, timeout=timeout, template_version=template_version)
-            return response_record(p, r, 0)
+            return response_record(p, r, k)
 
         for ids in ctx.batches():
             probes = ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
-            yield {"sut_responses": await run_bounded(probes, one, concurrency, progress, lambda r: r["status"] == "ok")}
+            items = [(p, 0) for p in probes]
+            if twins:
+                pp = ctx.read("probe_pairs", ids, ["kind", "probe_b", "sample_b"])
+                extra = sorted({(r["probe_b"], int(r["sample_b"])) for r in pp[pp["kind"] == "null"].to_dict("records")})
+                by_id = {p["probe_id"]: p for p in probes}
+                items += [(by_id[pid], k) for pid, k in extra if pid in by_id]
+            yield {"sut_responses": await run_bounded(items, one, concurrency, progress, lambda r: r["status"] == "ok")}
 
 
-def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str, dict], dict[str, dict]]:
-    """(pairs, probes by id, first SUT answers by probe id) for a batch of rows."""
+def answer_keys(pair: dict) -> tuple[tuple[str, int], tuple[str, int]]:
+    """The (probe, sample index) of a pair's two answers: both first samples for a persona pair;
+    a null pair's second answer is the fresh sample ``sample_b`` of the same probe."""
+    sb = pair.get("sample_b")
+    return (pair["probe_a"], 0), (pair["probe_b"], int(sb) if is_null(pair) and sb == sb and sb is not None else 0)
+
+
+def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str, dict], dict[tuple[str, int], dict]]:
+    """(pairs, probes by id, SUT answers by (probe id, sample index)) for a batch of rows."""
     pairs = ctx.read("probe_pairs", ids).sort_values("pair_id").to_dict("records")
     probes = {p["probe_id"]: p for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona_id",
                                                                  "persona"]).to_dict("records")}
-    resp = {r["probe_id"]: r for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status", "error",
-                                                                      "response"]).to_dict("records")
-            if r["sample_index"] == 0}
+    resp = {(r["probe_id"], int(r["sample_index"])): r for r in ctx.read(
+        "sut_responses", ids, ["probe_id", "sample_index", "status", "error", "response"]).to_dict("records")}
     return pairs, probes, resp
 
 
@@ -486,10 +541,11 @@ def answers_problem(answers: list[tuple[dict | None, str]]) -> tuple[str, str] |
     return status, "; ".join(why for _, why in problems)
 
 
-def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[str, dict]) -> tuple[str, str] | None:
+def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[tuple[str, int], dict]) -> tuple[str, str] | None:
     """Why a persona pair cannot be judged (``sut_failed`` or ``empty_answer``, with the reason)."""
-    return answers_problem([(resp.get(m), f"SUT answer for {probes[m]['attribute_value'] or probes[m]['persona_id']!r}")
-                            for m in (pair["probe_a"], pair["probe_b"])])
+    def who(m: str, k: int) -> str:
+        return f"SUT answer for {probes[m]['attribute_value'] or probes[m]['persona_id']!r}" + (f" (sample {k})" if k else "")
+    return answers_problem([(resp.get((m, k)), who(m, k)) for m, k in answer_keys(pair)])
 
 
 def judged_fields(o: JsonOutcome) -> dict[str, Any]:

@@ -157,7 +157,10 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
         skip = (profile.fragile_to,) if profile.fragile_to else ()
         question_key = (profile.seed, history, canonical_tokens(rest, skip=skip))
         bank = _ADVICE[lang]
-        picks = sorted(range(len(bank)), key=lambda i: u01("advice", *question_key, i))[:3]
+        # a noisy SUT draws its advice afresh for this persona and sample (no persona causes it)
+        noise = ((persona_key, sample_seed) if profile.noise_rate
+                 and u01("noise", *question_key, persona_key, sample_seed) < profile.noise_rate else ())
+        picks = sorted(range(len(bank)), key=lambda i: u01("advice", *question_key, *noise, i))[:3]
         contradict = sample_seed is not None and u01("contradict", *question_key, sample_seed) < profile.contradiction_rate
         stance = int(u01("stance", *question_key) * 2) ^ int(contradict)
         number = 10 + int(u01("number", *question_key) * 90) + (7 if contradict else 0)
@@ -177,7 +180,11 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
     idx = int(u01("decide", *question_key) * len(labels))
     if (profile.p and _matches(attrs, profile.value, profile.axis)
             and u01("flip", *question_key) < profile.p):
-        idx = (idx + 1) % len(labels)
+        # symmetric: the label swapped; directional: only the favourable (first) label turns
+        if not profile.directional or idx == 0:
+            idx = (idx + 1) % len(labels)
+    if profile.noise_rate and u01("noise", *question_key, persona_key, sample_seed) < profile.noise_rate:
+        idx = int(u01("noise-pick", *question_key, persona_key, sample_seed) * len(labels))
     word = "Entscheidung" if lang == "de" else "Decision"
     if terse:
         return f"{word}: {labels[idx]}"
