@@ -374,3 +374,60 @@ def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
 
     err = asyncio.run(main())
     assert err.status == 503 and len(polls) >= 2
+
+
+@pytest.mark.parametrize("on_failure", ["live", "fail"])
+def test_requests_an_earlier_batch_has_no_line_for_are_never_batched_again(tmp_path, builtin_http, monkeypatch,
+                                                                            on_failure):
+    """The sampling stage stops while its batch is polled; when it ends, its output and error files
+    hold no line for about a third of its requests. The resumed stage reads that batch back and
+    sends no second batch: each request without a line is unanswered, sent live (`on_failure:
+    live`: the run then equals a live run) or recorded failed with the reason (`fail`)."""
+    import hashlib
+
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    url, server = builtin_http(FLIP, batch_seconds=0.3)
+    run_all(make_spec(ds, sut=sut(url, enabled=False), batch_rows=ROWS), "live")
+    spec = make_spec(ds, sut=sut(url, on_failure=on_failure), batch_rows=ROWS)
+    run_all(spec, "b", stages=["ingest", "synthesis"])
+    n = len(table("probes", "b", "probe_id"))
+    real_poll = BatchRunner._poll
+
+    async def stop_while_polling(self, batch_id):
+        raise RuntimeError(f"stopped while polling {batch_id}")
+
+    monkeypatch.setattr(BatchRunner, "_poll", stop_while_polling)
+    with pytest.raises(RuntimeError, match="stopped while polling"):
+        pipeline.run_stage("sampling", "b", "llm.decision_flip")
+    assert server.batch.stats["batches"] == 1 and server.batch.stats["batch_requests"] == n
+    dropped: set[str] = set()
+    real_files = server.batch._files
+
+    def files_missing_lines(batch_id, ran, expired):  # the provider's files leave these requests out
+        gone = {c for c, _, _ in ran if int(hashlib.sha256(c.encode()).hexdigest(), 16) % 3 == 0}
+        dropped.update(gone)
+        real_files(batch_id, [r for r in ran if r[0] not in gone], expired)
+
+    monkeypatch.setattr(server.batch, "_files", files_missing_lines)
+    monkeypatch.setattr(BatchRunner, "_poll", real_poll)
+    before = server.stats["requests"]
+    run_all(spec, "b", stages=["sampling", "judging", "aggregation"])
+    assert 0 < len(dropped) < n
+    # never batched again: the one batch, each request in it once
+    assert server.batch.stats["batches"] == 1 and server.batch.stats["batch_requests"] == n
+    calls = table("llm_calls", "b", "created_at")
+    calls = calls[calls.role == "sut"]
+    missing = calls[calls.call_key.isin(dropped)]
+    assert set(missing.call_key) == dropped
+    if on_failure == "live":
+        assert sources("b") == {"batch": n - len(dropped), "network": len(dropped)}
+        assert (missing.source == "network").all() and (missing.status == "ok").all()
+        assert server.stats["requests"] - before == len(dropped) + 1  # each sent live once, and the endpoint check
+        _assert_same(_stable("live"), _stable("b"))
+    else:
+        assert sources("b") == {"batch": n}
+        assert (missing.status == "error").all()
+        assert missing.error.str.fullmatch("batch: batch completed: no answer for this request").all()
+        answers = table("sut_responses", "b", "probe_id")
+        assert (answers.status == "error").sum() == len(dropped)
+        assert server.stats["requests"] - before == 1  # the endpoint check only: nothing live
