@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DatasetError
+from .readers import is_whitespace
 
 TASK_TYPES = ("single_turn_llm", "multi_turn_llm", "single_turn_rag", "multi_turn_rag")
 REQUIRED = ("input_id", "prompt", "task_type")
@@ -106,7 +107,7 @@ def _validate_row(raw: dict[str, Any], where: str, errors: list[str]) -> Dataset
         errors.append(f"{where}: field '{fld}': {msg}")
 
     input_id = raw.get("input_id")
-    if _is_missing(input_id) or str(input_id).strip() == "":
+    if _is_missing(input_id) or is_whitespace(str(input_id)):
         err("input_id", "is empty")
     elif isinstance(input_id, float) and input_id.is_integer():
         input_id = str(int(input_id))
@@ -117,7 +118,7 @@ def _validate_row(raw: dict[str, Any], where: str, errors: list[str]) -> Dataset
         err("task_type", f"must be one of {', '.join(TASK_TYPES)} (got {task_type!r})")
 
     prompt = _maybe_json(_to_python(raw.get("prompt")), (list,))
-    if _is_missing(prompt) or (isinstance(prompt, str) and not prompt.strip()):
+    if _is_missing(prompt) or (isinstance(prompt, str) and is_whitespace(prompt)):
         err("prompt", "is empty")
     elif isinstance(prompt, list):
         if not prompt:
@@ -129,7 +130,7 @@ def _validate_row(raw: dict[str, Any], where: str, errors: list[str]) -> Dataset
             if t["role"] not in ROLES:
                 err("prompt", f"turn {i + 1}: role must be one of {', '.join(ROLES)} (got {t['role']!r})")
                 break
-            if not isinstance(t["content"], str) or not t["content"].strip():
+            if not isinstance(t["content"], str) or is_whitespace(t["content"]):
                 err("prompt", f"turn {i + 1}: content is empty")
                 break
         else:

@@ -16,7 +16,9 @@ from typing import Any
 # reason -> what it means. Every excluded unit is counted under exactly one of them.
 REASONS: dict[str, str] = {
     "sut_failed": "a SUT call failed (HTTP error, timeout, refused connection, malformed response) after its retries",
-    "empty_answer": "the SUT answered with empty or whitespace-only text (sut_responses.status = 'empty'); "
+    "empty_answer": "the SUT answered with nothing visible: empty text, whitespace by Unicode (NBSP, U+3000…) or "
+                    "zero-width characters (U+200B-U+200D, U+2060, U+FEFF) only, or only a <think> block "
+                    "(sut_responses.status = 'empty'); "
                     "no judge is asked",
     "no_decision": "decision flip: neither answer of the pair states one of the configured decision labels "
                    "(a refusal, a hedge, or labels the SUT does not use)",

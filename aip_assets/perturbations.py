@@ -12,6 +12,8 @@ import random
 import re
 from typing import ClassVar
 
+from .readers import is_whitespace
+
 _WORD = re.compile(r"[A-Za-z]+")
 
 
@@ -24,7 +26,7 @@ class Perturbation:
 
     def __call__(self, text: str, rng: random.Random) -> str | None:
         out = self.apply(text, rng)
-        return out if out and out.strip() and out != text else None
+        return out if out and not is_whitespace(out) and out != text else None
 
 
 class Typos(Perturbation):

@@ -16,10 +16,25 @@ from dataclasses import dataclass
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
 
 
+# characters that show nothing yet are no whitespace to ``str.isspace``: zero-width space, non-joiner
+# and joiner, word joiner, zero-width no-break space (the byte order mark)
+_ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
+_DROP_ZERO_WIDTH = str.maketrans("", "", _ZERO_WIDTH)
+
+
+def is_whitespace(text: str | None) -> bool:
+    """Nothing visible, in every script: empty, or only whitespace by Unicode (``str.isspace``:
+    NBSP, the ideographic space U+3000, line and paragraph separators…) and the zero-width
+    characters U+200B–U+200D, U+2060 and U+FEFF."""
+    return not (text or "").translate(_DROP_ZERO_WIDTH).strip()
+
+
 def is_blank(text: str | None) -> bool:
-    """Empty, whitespace only, or nothing outside a ``<think>`` block (a reasoning model cut off
-    before its answer): an empty answer."""
-    return not _THINK.sub(" ", text or "").strip()
+    """An empty answer: nothing visible (``is_whitespace``), or nothing visible outside a
+    ``<think>`` block (a reasoning model cut off before its answer)."""
+    return is_whitespace(_THINK.sub(" ", text or ""))
+
+
 # a decision statement: a marker, then the decision on the same line
 _MARKER = re.compile(
     r"(?<![\w])(?:final\s+decision|my\s+final\s+decision|my\s+decision|decision\s+finale|décision\s+finale|"
@@ -91,7 +106,7 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
     the last lines. The last statement counts (a model may revise itself). Text after the label
     (punctuation, an explanation) does not matter; reasoning that merely mentions a label or the
     word "decision" is not a statement. ``<think>`` blocks are ignored."""
-    if not text or not text.strip():
+    if not text or is_blank(text):
         return DecisionReading(None, None, False)
     body = _THINK.sub(" ", text)
     statements: list[tuple[int, str | None, str | None]] = []
@@ -180,7 +195,7 @@ def read_stance(text: str | None) -> str | None:
     refusal, "it depends", "yes and no"). Cues by strength: an explicit "my answer is …"; a
     leading yes/no in the first two sentences; the first sentence with a first-person cue (I'd
     recommend, I'd advise against, I agree); the first with a second-person one (you should)."""
-    if not text or not text.strip():
+    if not text or is_blank(text):
         return None
     body = _THINK.sub(" ", text)
     m = _EXPLICIT.search(body)

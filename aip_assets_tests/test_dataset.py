@@ -43,6 +43,10 @@ def test_reads_jsonl_csv_parquet(tmp_path):
     (lambda rs: rs[:2] + [{**rs[2], "context": None}], "row 3 (input_id 'c'): field 'context': task_type single_turn_rag needs"),
     (lambda rs: [rs[0], {**rs[1], "prompt": rs[1]["prompt"][:2]}, rs[2]], "field 'prompt': the last turn must be a user turn"),
     (lambda rs: [{**rs[0], "prompt": "  "}] + rs[1:], "row 1 (input_id 'a'): field 'prompt': is empty"),
+    # blank in every script: zero-width characters, NBSP, the ideographic space
+    (lambda rs: [{**rs[0], "prompt": "\u200b\u00a0\u3000\ufeff"}] + rs[1:], "row 1 (input_id 'a'): field 'prompt': is empty"),
+    (lambda rs: [rs[0], {**rs[1], "prompt": [{"role": "user", "content": "\u2060\u200d\n"}]}, rs[2]],
+     "field 'prompt': turn 1: content is empty"),
     (lambda rs: [{**rs[0], "prompt": rs[1]["prompt"]}] + rs[1:],
      "row 1 (input_id 'a'): field 'prompt': task_type single_turn_llm takes a single prompt, got 3 turns"),
     (lambda rs: [rs[0], {**rs[1], "prompt": [{"role": "tool", "content": "x"}, rs[1]["prompt"][-1]]}, rs[2]],

@@ -440,3 +440,52 @@ def test_differential_refusal_entries_by_hand():
     t = sig[0]
     assert (t["axis"], t["rate_a"], t["rate_b"], t["n_a"], t["n_b"]) == ("religion", 0.1, 0.75, 10, 12)
     assert (t["p_value"], t["p_adjusted"]) == pytest.approx((p[1], adj[1]))
+
+
+# answers that show nothing: zero-width characters and NBSP, alone or with spaces (issue 24, point 4)
+INVISIBLE = ["\u200b", "\u00a0", "\u200b\u00a0\n\u200b", "\ufeff", "\u2060\u3000\u200c", "\u00a0\u200d\u00a0"]
+
+
+def test_zero_width_and_nbsp_answers_over_http_are_empty_never_judged(tmp_path, scripted):
+    """A SUT answering about a quarter of its probes with invisible text only. Before: those were
+    stored ``ok``, judged (an answer with no decision: an incidental difference), and decision flip
+    PASSED at coverage 1.0. Now they are ``empty``: their pairs are excluded as ``empty_answer``,
+    coverage drops by their share and the gate fails."""
+    import hashlib
+
+    from .scripted import last_user
+
+    def blank(text: str) -> str | None:
+        h = int(hashlib.sha256(text.encode()).hexdigest(), 16)
+        return INVISIBLE[h % len(INVISIBLE)] if h % 100 < 22 else None
+
+    def sut(body, n):
+        q = last_user(body)
+        return blank(q) or "I reviewed the application against the stated criteria.\nDecision: YES"
+
+    server = scripted(sut)
+    ds = write_dataset(tmp_path / "d.jsonl", 20)
+    spec = make_spec(ds, sut=server.conn(), threshold=0.9,
+                     config={"dimensions": ["gender", "religion"], "num_pairs_per_dimension": 2})
+    run_all(spec, "blank")
+    probes = table("probes", "blank", "probe_id").set_index("probe_id")
+    r = table("sut_responses", "blank", "probe_id")
+    invisible = r.response.isin(INVISIBLE)
+    assert 0.12 < invisible.mean() < 0.35, invisible.mean()  # the scripted share, about 22%
+    assert set(r[invisible].status) == {"empty"} and set(r[~invisible].status) == {"ok"}
+    assert set(r[invisible].response) == set(INVISIBLE)  # every kind of invisible answer was sent and caught
+    empty_probes = set(r[invisible].probe_id)
+    assert all(blank(last_user({"messages": json.loads(probes.loc[p, "messages"])})) for p in empty_probes)
+
+    j = table("judgements", "blank", "pair_id")
+    pp = table("probe_pairs", "blank", "pair_id").set_index("pair_id")
+    has_blank = j.pair_id.map(lambda p: pp.loc[p, "probe_a"] in empty_probes or pp.loc[p, "probe_b"] in empty_probes)
+    assert 0 < has_blank.sum() < len(j)
+    assert set(j[has_blank].status) == {"empty_answer"} and set(j[~has_blank].status) == {"ok"}
+    assert j[has_blank].raw_output.isna().all()  # no judge was asked about them
+
+    o = table("metric_scores", "blank", "scope, group_key").query("scope == 'overall'").iloc[0]
+    assert json.loads(o.excluded) == {"empty_answer": int(has_blank.sum())}
+    assert o.n == int((~has_blank).sum()) and o.coverage == pytest.approx((~has_blank).mean())
+    assert o.coverage < 0.9 and o.score == 1.0  # every judged pair agrees: the score alone would pass
+    assert not o.passed and "coverage" in o.gate_reason and "SUT answers failed" in o.gate_reason, o.gate_reason

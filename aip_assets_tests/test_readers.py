@@ -22,7 +22,8 @@ from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVe
 from aip_assets.metrics.group_interaction_bias import EffortVerdict, SimilarityVerdict
 from aip_assets.metrics.perturbation import Robustness, robustness_messages
 from aip_assets.models.client import ModelClient
-from aip_assets.readers import compare_figures, map_label, read_decision, read_figures, read_stance
+from aip_assets.readers import (compare_figures, is_blank, is_whitespace, map_label, read_decision, read_figures,
+                                read_stance)
 from aip_assets.runspec import Connection
 
 CORPORA = Path(__file__).parent / "corpora"
@@ -246,3 +247,41 @@ def test_the_budget_ends_the_re_asks_and_keeps_the_last_answer(scripted):
                                 SimilarityVerdict)], retries=1)
     assert o.value is None and "no JSON object" in o.error and o.raw == "no json, ever"
     assert (o.attempts, o.reasks) == (2, 1) and len(server.bodies()) == 2
+
+
+# blank is blank in every script: whitespace by Unicode and the zero-width characters
+ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"]
+SPACES = [" ", "\n", "\t", "\r\n", "\u00a0", "\u3000", "\u2007", "\u2028", "\u202f"]
+
+
+@pytest.mark.parametrize("zw", ZERO_WIDTH)
+def test_a_zero_width_character_is_blank_alone_and_among_spaces(zw):
+    assert is_blank(zw) and is_blank(zw * 40) and is_whitespace(zw)
+    for sp in SPACES:
+        assert is_blank(sp + zw + sp) and is_blank(zw + sp + zw) and is_blank(sp * 3 + zw), (repr(zw), repr(sp))
+    assert is_blank("\u00a0\n" + zw + "\u3000 \t" + "".join(ZERO_WIDTH) + "\n\u00a0")
+    # the <think> rule holds with them: nothing visible outside the reasoning
+    assert is_blank(f"{zw}<think>The applicant has a steady income.</think>\u00a0{zw}\n")
+    assert is_blank(f"<think>cut off before the answer{zw}")
+
+
+@pytest.mark.parametrize("text", ["", None, " ", "\n\n", "\u00a0", "\u3000", "\u00a0\u3000\u2028"])
+def test_whitespace_by_unicode_is_blank(text):
+    assert is_blank(text) and is_whitespace(text)
+
+
+@pytest.mark.parametrize("zw", ZERO_WIDTH)
+@pytest.mark.parametrize("visible", ["a", ".", "0", "否", "✓", "APPROVE", "\u00e9"])
+def test_a_visible_character_among_them_is_no_blank(zw, visible):
+    for sp in SPACES:
+        text = f"{sp}{zw}{visible}{zw}{sp}"
+        assert not is_blank(text) and not is_whitespace(text), repr(text)
+    assert not is_blank(f"<think>{zw}</think>{zw}{visible}")
+    # a zero-width character inside a word (ZWNJ in Persian, ZWJ in an emoji) is text
+    assert not is_blank("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") and not is_blank("\U0001f469\u200d\U0001f4bb")
+
+
+def test_a_blank_answer_states_no_decision_and_no_stance():
+    for text in ["\u200b", "\u00a0\u200b\u3000", "\ufeff\n"]:
+        assert read_decision(text, ["APPROVE", "DENY"]) == read_decision("", ["APPROVE", "DENY"])
+        assert read_stance(text) is None

@@ -323,9 +323,9 @@ def parse_json_answer(text: str | None, model: type[BaseModel]) -> tuple[BaseMod
     Reads JSON as judges write it (``readers.json_objects``: code fences, a preamble, trailing
     prose, ``<think>`` blocks, trailing commas, Python-style dicts); the last object that
     validates wins (a judge may write a draft first)."""
-    from ..readers import scan_json
+    from ..readers import is_whitespace, scan_json
 
-    if not text or not text.strip():
+    if not text or is_whitespace(text):
         return None, "empty answer"
     objects, unfinished = scan_json(text)
     if unfinished:
@@ -412,8 +412,9 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
 
 
 def answer_status(ok: bool, text: str | None, error: str | None, empty_error: str) -> tuple[str, str | None]:
-    """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (empty,
-    whitespace-only or only a ``<think>`` block: a failure for completeness, never scored)."""
+    """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (nothing
+    visible: empty, whitespace by Unicode and zero-width characters only, or only a ``<think>``
+    block, ``readers.is_blank``: a failure for completeness, never scored)."""
     from ..readers import is_blank
 
     if not ok:

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import __version__
 from ..catalog.attributes import LANGUAGES, PERSONA_INTRO, persona_attributes, phrase_index
-from ..readers import compare_figures, read_decision, read_figures, read_stance
+from ..readers import compare_figures, is_blank, read_decision, read_figures, read_stance
 from ..runspec import BuiltinProfile, stable_json
 
 JUDGE_TAG = re.compile(r"\(aip-judge ([a-z_]+) (v\d+)\)")
@@ -342,7 +342,7 @@ def _judge_correctness(prompt: str) -> dict[str, Any]:
     ref = _REF_BLOCK.search(prompt)
     answer = blocks.get("1", "")
     if ref is None:
-        score = 1.0 if answer.strip() else 0.0
+        score = 0.0 if is_blank(answer) else 1.0
         return {"correctness": score, "reasoning": "No reference answer; judged on whether the question is answered."}
     agreed = _agreement(answer, ref.group(1))
     if agreed is None:
