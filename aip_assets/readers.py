@@ -138,14 +138,21 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
     return DecisionReading(lab, stated, True)
 
 
-def stated_words(texts: list[str], labels: list[str], k: int = 3) -> list[tuple[str, int]]:
-    """The most common words answers put where a label should be (e.g. after "Decision:")."""
+def stated_word_counts(texts: list[str], labels: list[str]) -> Counter:
+    """How many of ``texts`` put each word where a label should be (e.g. after "Decision:") that
+    is none of ``labels``: the answers that state a decision in other words. An answer stating a
+    label, or no decision at all, is not counted."""
     c: Counter = Counter()
     for t in texts:
         r = read_decision(t, labels)
         if r.label is None and r.stated:
             c[r.stated] += 1
-    return c.most_common(k)
+    return c
+
+
+def stated_words(texts: list[str], labels: list[str], k: int = 3) -> list[tuple[str, int]]:
+    """The most common words answers put where a label should be (e.g. after "Decision:")."""
+    return stated_word_counts(texts, labels).most_common(k)
 
 
 # ------------------------------------------------------------------ stances (yes / no)

@@ -489,3 +489,72 @@ def test_zero_width_and_nbsp_answers_over_http_are_empty_never_judged(tmp_path, 
     assert o.n == int((~has_blank).sum()) and o.coverage == pytest.approx((~has_blank).mean())
     assert o.coverage < 0.9 and o.score == 1.0  # every judged pair agrees: the score alone would pass
     assert not o.passed and "coverage" in o.gate_reason and "SUT answers failed" in o.gate_reason, o.gate_reason
+
+
+# label mismatch (issue 24, point 6): more than a fifth of the answers that STATE a decision use other words
+APPROVE_DENY = DecisionFlipConfig(decision_labels=["APPROVE", "DENY"])
+NO_WORD = ["I cannot decide this without more information.", "It depends on the documents the applicant provides.",
+           "I'm not able to make lending decisions.", "There is not enough here to decide either way."]
+STRAY = ["Thanks for the details.\nDecision: should", "I would sleep on it.\nDecision: sleep on it",
+         "Some reasoning first.\nDecision: I think more documents are needed before anyone decides"]
+
+
+def _mismatch(read: int, texts: list[str], unread: int | None = None):
+    return DecisionFlip.label_mismatch(None, APPROVE_DENY, read, len(texts) if unread is None else unread, texts)
+
+
+@pytest.mark.parametrize("labelled", [232, 332])  # 68 of 300 (23%) or of 400 (17%) answers read state no label
+def test_stray_words_after_decision_are_a_warning_not_a_label_mismatch(labelled):
+    """The issue's model: 68 answers state no label, 65 with no word where one would be, 3 with
+    "should", "sleep", "i". Only 3 of the answers that state a decision use other words: no mismatch.
+    Before, 68 of 300 (> a fifth) with any word there failed as a label mismatch."""
+    texts = [NO_WORD[i % len(NO_WORD)] for i in range(65)] + STRAY
+    m = _mismatch(labelled + 68, texts)
+    assert m is not None and m["fails_gate"] is False and "label mismatch:" not in m["message"]
+    assert (m["other_words"], m["stating_decision"]) == (3, labelled + 3)
+    assert {w["word"]: w["count"] for w in m["stated_words"]} == {"should": 1, "sleep": 1, "i": 1}
+    assert "'should' (1)" in m["message"] and "at most a fifth, no label mismatch" in m["message"]
+    # many answers without a decision is the finding when they are more than a fifth of those read
+    assert m["code"] == ("many_without_decision" if labelled == 232 else "stray_decision_words")
+    if labelled == 232:
+        assert m["message"].startswith("68 of 300 answers (23%) state no decision")
+    # no note at all: every answer states a label, or few decide nothing and none in other words
+    assert _mismatch(400, []) is None and _mismatch(400, NO_WORD * 10) is None and _mismatch(0, []) is None
+
+
+def test_answers_in_other_words_are_a_label_mismatch_naming_them():
+    """Labels APPROVE / DENY; 45 answers say "Decision: ACCEPT", 5 "Decision: REJECT", 30 decide
+    nothing, 120 state a label: 50 of the 170 answers that state a decision (29%) use other words."""
+    texts = ["The file is complete.\nDecision: ACCEPT"] * 45 + ["Decision: REJECT"] * 5 + NO_WORD * 7 + NO_WORD[:2]
+    m = _mismatch(200, texts)
+    assert m["fails_gate"] is True and m["code"] == "label_mismatch"
+    assert (m["other_words"], m["stating_decision"], m["other_share"]) == (50, 170, pytest.approx(50 / 170))
+    assert [(w["word"], w["count"]) for w in m["stated_words"]] == [("accept", 45), ("reject", 5)]
+    assert m["message"].startswith("label mismatch: 50 of 170 answers that state a decision (29%) put other words")
+    assert "'accept' (45), 'reject' (5)" in m["message"] and "APPROVE, DENY" in m["message"]
+    assert "Set decision_labels to the words the SUT uses" in m["message"]
+
+
+@pytest.mark.parametrize("other, fails", [(20, False), (21, True)])
+def test_label_mismatch_boundary_is_more_than_a_fifth_of_the_answers_stating_a_decision(other, fails):
+    """80 answers state a label, ``other`` say "Decision: ACCEPT" and 30 decide nothing: 20 of 100
+    (exactly a fifth) is a warning, 21 of 101 a mismatch. (The answers without a decision are not in
+    the denominator: 50 of 130 read state no label, which failed before at both.)"""
+    texts = ["Decision: ACCEPT"] * other + [NO_WORD[i % 4] for i in range(30)]
+    m = _mismatch(80 + other + 30, texts)
+    assert m["stating_decision"] == 80 + other and m["fails_gate"] is fails
+    assert m["code"] == ("label_mismatch" if fails else "many_without_decision")
+    assert ("label mismatch:" in m["message"]) is fails
+
+
+def test_label_mismatch_estimates_past_the_5000_texts_kept():
+    """``aggregate`` keeps the first 5,000 answers without a decision: past them the other-word count
+    is scaled from them, and the message says it is an estimate."""
+    texts = ["Decision: ACCEPT"] * 1000 + [NO_WORD[i % 4] for i in range(4000)]
+    m = _mismatch(20000, texts, unread=6000)  # 14,000 state a label
+    assert m["estimated"] and m["texts_read"] == 5000 and m["other_words"] == 1200
+    assert m["stating_decision"] == 15200 and not m["fails_gate"] and m["code"] == "many_without_decision"
+    assert "estimated from the first 5000 of the 6000 answers without a label" in m["message"]
+    m = _mismatch(6000 + 4000, texts, unread=6000)  # 4,000 state a label: 1,200 of 5,200 (23%) use other words
+    assert m["other_words"] == 1200 and m["fails_gate"]
+
