@@ -558,3 +558,27 @@ def test_label_mismatch_estimates_past_the_5000_texts_kept():
     m = _mismatch(6000 + 4000, texts, unread=6000)  # 4,000 state a label: 1,200 of 5,200 (23%) use other words
     assert m["other_words"] == 1200 and m["fails_gate"]
 
+
+def test_a_few_stray_words_over_http_are_a_warning_note_and_the_gate_passes(tmp_path, scripted):
+    """A SUT deciding YES, but about 6% of its answers say "Decision: should I ask for documents
+    first?": a ``stray_decision_words`` run note naming 'should', no label mismatch, the gate passes."""
+    import hashlib
+
+    from .scripted import last_user
+
+    def sut(body, n):
+        h = int(hashlib.sha256(last_user(body).encode()).hexdigest(), 16) % 100
+        return ("I need more information.\nDecision: should I ask for documents first?" if h < 6 else
+                "I reviewed the application against the stated criteria.\nDecision: YES")
+
+    ds = write_dataset(tmp_path / "d.jsonl", 20)
+    run_all(make_spec(ds, sut=scripted(sut).conn(), threshold=0.9,
+                      config={"dimensions": ["gender", "religion"], "num_pairs_per_dimension": 2}), "stray")
+    o = table("metric_scores", "stray", "scope, group_key").query("scope == 'overall'").iloc[0]
+    m = json.loads(o.details)["label_mismatch"]
+    assert m["fails_gate"] is False and m["code"] == "stray_decision_words" and m["stated_words"][0]["word"] == "should"
+    assert 0 < m["other_words"] < 0.2 * m["stating_decision"]
+    notes = table("run_notes", "stray", "code")
+    assert list(notes[notes.code.isin(["stray_decision_words", "label_mismatch", "many_without_decision"])].code) == [
+        "stray_decision_words"]
+    assert o.passed and "label mismatch" not in (o.gate_reason or "")

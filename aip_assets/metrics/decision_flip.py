@@ -540,7 +540,7 @@ class DecisionFlip(Metric):
             failures.append(mismatch["message"])
             notes.append({"level": "warning", "code": "label_mismatch", "message": mismatch["message"]})
         elif mismatch:
-            notes.append({"level": "warning", "code": "many_without_decision", "message": mismatch["message"]})
+            notes.append({"level": "warning", "code": mismatch["code"], "message": mismatch["message"]})
         scores.append(record(run, "overall", "all", cfg, n_failed=sum(excluded_all.values()), threshold=threshold,
                              n_events=sum(c.flips for c in counts.values()),
                              judged=run.n, excluded=dict(excluded_all), gate_failures=failures, details=json.dumps({
