@@ -27,12 +27,21 @@ def bootstrap(vectors, stat, seed: int = 0, n_boot: int = 2000) -> tuple[float |
     (each a row: its units' summed values and count). Vectorised (numpy) in chunks of resamples,
     so 100,000 clusters take seconds, not minutes. The statistic is exactly the one the score
     reports (a pooled mean weighs each cluster by its units; see ``scoring``)."""
+    out = bootstrap_distribution(vectors, stat, seed, n_boot)
+    if out is None or not len(out):
+        return None, None
+    return float(out[int(0.025 * len(out))]), float(out[int(0.975 * len(out))])  # int(0.975 L) < L
+
+
+def bootstrap_distribution(vectors, stat, seed: int = 0, n_boot: int = 2000):
+    """The sorted bootstrap replicates of ``stat`` (NaN dropped), resampling whole clusters; None
+    without clusters (see :func:`bootstrap`)."""
     import numpy as np
 
     vectors = np.asarray(vectors, dtype=float)
     g = len(vectors)
     if g == 0:
-        return None, None
+        return None
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_boot, BOOT_CELLS // g))  # the chunking never changes the interval, only memory
     out = np.empty(n_boot)
@@ -40,10 +49,34 @@ def bootstrap(vectors, stat, seed: int = 0, n_boot: int = 2000) -> tuple[float |
         k = min(chunk, n_boot - start)
         idx = rng.integers(0, g, size=(k, g))
         out[start:start + k] = stat(vectors[idx].sum(axis=1))
-    out = np.sort(out[~np.isnan(out)])
-    if not len(out):
-        return None, None
-    return float(out[int(0.025 * len(out))]), float(out[int(0.975 * len(out))])  # int(0.975 L) < L
+    return np.sort(out[~np.isnan(out)])
+
+
+def excess_of_means(vectors, seed: int = 0, n_boot: int = 2000) -> dict:
+    """Between-group against within-group: per cluster (an input row) the summed values and count of
+    its persona pairs and of its null pairs, ``[sum, n, null sum, null n]``. The excess is the mean
+    over persona pairs minus the mean over null pairs, with a 95% percentile interval resampling
+    whole rows, and a one-sided p-value that it exceeds 0 (the share of resamples at or below 0,
+    (k + 1) / (B + 1))."""
+    import numpy as np
+
+    v = np.asarray(vectors, dtype=float).reshape(-1, 4)
+    tot = v.sum(axis=0)
+    if not len(v) or tot[1] == 0 or tot[3] == 0:
+        return {"excess": None, "ci95": [None, None], "p_value": None}
+
+    def stat(x):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return x[..., 0] / x[..., 1] - x[..., 2] / x[..., 3]
+
+    dist = bootstrap_distribution(v, stat, seed, n_boot)
+    assert dist is not None
+    d = float(stat(tot))
+    if not len(dist):
+        return {"excess": d, "ci95": [None, None], "p_value": None}
+    return {"excess": d, "ci95": [float(dist[int(0.025 * len(dist))]), float(dist[int(0.975 * len(dist))])],
+            "p_value": float((np.sum(dist <= 0) + 1) / (len(dist) + 1)), "between": float(tot[0] / tot[1]),
+            "within": float(tot[2] / tot[3])}
 
 
 def cluster_bootstrap_mean(values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000,

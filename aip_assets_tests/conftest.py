@@ -38,6 +38,19 @@ def isolated(tmp_path, monkeypatch):
     wh.release()  # the warehouse this test left open a moment (warehouse._Linger)
 
 
+@pytest.fixture(autouse=True)
+def no_default_baseline(request, monkeypatch):
+    """Decision flip and group bias add null pairs (the no-effect baseline) to a quarter of their
+    pairs by default when the SUT samples. Tests that count calls, pairs or verdicts exactly were
+    written for the pairs alone, so in process the default share is 0 for them; a test marked
+    ``default_baseline`` (the demo, the baseline's own tests) runs with the real default, and a spec
+    that sets ``baseline_share`` gets what it sets either way."""
+    if request.node.get_closest_marker("default_baseline") is None:
+        from aip_assets.metrics import base
+
+        monkeypatch.setattr(base, "DEFAULT_BASELINE_SHARE", 0.0)
+
+
 def write_dataset(path: Path, n: int, multi_turn_every: int = 0) -> Path:
     rows = []
     for i in range(n):

@@ -85,6 +85,7 @@ def test_instruction_identical_and_persona_on_last_turn_de():
     assert split_persona(a[-1]["content"])[0] == ("gender", "woman")
 
 
+@pytest.mark.default_baseline
 def test_synthesis_fixed_per_row_and_persona_pairs_override(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 12, multi_turn_every=4)
     spec = make_spec(ds)
@@ -477,7 +478,7 @@ def test_zero_width_and_nbsp_answers_over_http_are_empty_never_judged(tmp_path, 
     empty_probes = set(r[invisible].probe_id)
     assert all(blank(last_user({"messages": json.loads(probes.loc[p, "messages"])})) for p in empty_probes)
 
-    j = table("judgements", "blank", "pair_id")
+    j = persona_pairs(table("judgements", "blank", "pair_id"))
     pp = table("probe_pairs", "blank", "pair_id").set_index("pair_id")
     has_blank = j.pair_id.map(lambda p: pp.loc[p, "probe_a"] in empty_probes or pp.loc[p, "probe_b"] in empty_probes)
     assert 0 < has_blank.sum() < len(j)

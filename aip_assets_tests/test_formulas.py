@@ -30,7 +30,8 @@ def collect(metric, cfg, tables, tmp_path, metric_name, batch_rows=2, threshold=
 
 
 def rows_table(n):
-    return [{"row_index": i, "input_id": f"r{i}"} for i in range(n)]
+    return [{"row_index": i, "input_id": f"r{i}", "prompt": "q", "prompt_is_turns": False, "sut_response": None,
+             "task_type": "single_turn_llm", "context": None, "metadata": "{}"} for i in range(n)]
 
 
 # ------------------------------------------------------------------ group interaction bias
