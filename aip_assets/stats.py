@@ -188,9 +188,10 @@ def favourable_effect(y, x, groups) -> dict:
     ``y`` is 1 for a favourable decision, 0 for another decision; ``x`` is 1 for the value, 0 for the
     reference; ``groups`` is each answer's question (input row). A logistic model of y on x with
     the question as the grouping factor (generalised estimating equations, exchangeable working
-    correlation, robust standard errors: the population-averaged odds ratio), and the difference
-    in favourable rate with a standard error clustered by question (least squares on x). Each
-    with a 95% interval. When the model cannot be fitted (too few answers, a rate of 0 or 1 on
+    correlation, robust standard errors), and the difference in favourable rate within questions
+    (least squares on x with the question as a fixed effect, its standard error clustered by
+    question), so that neither is the difference between the questions each value happened to be
+    asked. Each with a 95% interval. When the model cannot be fitted (too few answers, a rate of 0 or 1 on
     either side, which separates the data, or no convergence), ``fitted`` is false and ``why``
     says so; the rates are then all there is."""
     import warnings
@@ -220,21 +221,29 @@ def favourable_effect(y, x, groups) -> dict:
     order = np.argsort(groups, kind="stable")  # GEE wants each group's rows together
     y, x, groups = y[order], x[order], groups[order]
     exog = np.column_stack([np.ones_like(x), x])
+    # the difference within questions: y and x less their question's mean (question fixed effects)
+    _, inv = np.unique(groups, return_inverse=True)
+    size = np.bincount(inv)
+    y_w, x_w = y - (np.bincount(inv, y) / size)[inv], x - (np.bincount(inv, x) / size)[inv]
+    if not np.any(np.abs(x_w) > 1e-12):
+        out["why"] = "no question was asked of both the value and the reference: nothing to compare within a question"
+        return out
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             gee = sm.GEE(y, exog, groups=groups, family=sm.families.Binomial(),
                          cov_struct=sm.cov_struct.Exchangeable()).fit(maxiter=100)
-            ols = sm.OLS(y, exog).fit(cov_type="cluster", cov_kwds={"groups": groups})
+            ols = sm.OLS(y_w, x_w[:, None]).fit(cov_type="cluster", cov_kwds={"groups": inv})
     except Exception as e:  # noqa: BLE001 - a numerical failure is reported, never a crash
         out["why"] = f"the model could not be fitted ({type(e).__name__}: {e})"[:300]
         return out
     b, se = float(gee.params[1]), float(gee.bse[1])
-    d, dse = float(ols.params[1]), float(ols.bse[1])
+    d, dse = float(ols.params[0]), float(ols.bse[0])
     if not all(math.isfinite(v) for v in (b, se, d, dse)) or se <= 0 or abs(b) > 20:
         out["why"] = "the model did not converge to a finite estimate"
         return out
-    out.update(fitted=True, method="GEE logit (exchangeable, by question); difference: OLS, SE clustered by question",
+    out.update(fitted=True, method="GEE logit (exchangeable, by question); difference: OLS within questions (question fixed "
+                      "effects), SE clustered by question",
                log_odds_ratio=b, odds_ratio=math.exp(b), odds_ratio_ci=[math.exp(b - Z95 * se), math.exp(b + Z95 * se)],
                p_value=float(gee.pvalues[1]), rate_difference=d,
                rate_difference_ci=[d - Z95 * dse, d + Z95 * dse], questions=int(len(set(groups.tolist()))))

@@ -734,7 +734,7 @@ class DecisionFlip(Metric):
                  f"{'Holm p':>8}"]
         for t in axes:
             ci, eci = t.get("null_ci95") or [None, None], t.get("excess_ci95") or [None, None]
-            verdict = ("" if "significant" not in t else "  beyond noise" if t["significant"] else "  within noise")
+            verdict = ("" if "significant" not in t else "  beyond noise" if t["significant"] else "  not shown beyond noise")
             lines.append(f"  {t['axis']:<12}{f(t.get('null_rate')):>10}  [{f(ci[0])}, {f(ci[1])}]{t['null_pairs']:>11}"
                          f"{g(t.get('excess')):>8}  [{g(eci[0])}, {g(eci[1])}]{f(t.get('p_adjusted')):>8}{verdict}")
         return lines

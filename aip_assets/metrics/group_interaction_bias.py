@@ -581,5 +581,5 @@ class GroupInteractionBias(Metric):
             lines.append(f"  no-effect baseline: bias between groups {f(b.get('between'))}, within one persona asked twice "
                          f"{f(b.get('within'))} ({b['null_pairs']} null pairs); excess {f(b['excess'])} [{f(ci[0])}, "
                          f"{f(ci[1])}], one-sided p {f(b.get('p_value'))}: "
-                         + ("beyond noise" if b.get("significant") else "within noise"))
+                         + ("beyond noise" if b.get("significant") else "not shown beyond noise"))
         return lines
