@@ -97,16 +97,21 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
     context.log.info(f"{path}: run {run_id}, evaluating {', '.join(spec.metrics)}")
     from .jobs import evaluate_run
 
-    failed = []
+    failed, below = [], []
     for out in evaluate_run(
             context.instance, run_id, spec.metrics, spec.metrics, tags,
             run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}}):  # this launch's warehouse
-        context.log.info(f"{run_id} × {out.metric}: {'done' if out.success else 'FAILED'} "
-                         f"(Dagster run {out.dagster_run_id})")
-        if not out.success:
+        how = "done" if out.success else "gate failed" if out.gate_failed else "FAILED"
+        context.log.info(f"{run_id} × {out.metric}: {how} (Dagster run {out.dagster_run_id})")
+        if out.gate_failed:  # every stage ran; the metric's gate failed (aip-eval run's exit 1)
+            below.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
+        elif not out.success:
             failed.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
     if failed:
-        raise Failure(description=f"run {run_id}: stage failed for {', '.join(failed)}")
+        raise Failure(description=f"run {run_id}: stage failed for {', '.join(failed)}"
+                                  + (f"; gate failed for {', '.join(below)}" if below else ""))
+    if below:  # evaluated, not passed: this launch is no green run either
+        raise Failure(description=f"run {run_id}: evaluated; gate failed for {', '.join(below)}", allow_retries=False)
 
 
 @job(name=LAUNCH_JOB, executor_def=in_process_executor,

@@ -4,6 +4,10 @@
 - sut_sampling → ``sut_completeness`` and judging → ``judge_completeness``: the share of failed
   (or empty) SUT answers and of judge verdicts never given in form is at most the spec's
   ``max_failed_share`` (severity ERROR: the run's gate fails too);
+- aggregation → ``gate``: the run's gate itself (``passed`` in metric_scores, its ``gate_reason`` as the
+  description). It is the one blocking check: a failed gate fails the aggregation step, after its
+  tables are written (``GateFailed``), so the Dagster run is a FAILURE that says why, while
+  ``aip-eval run`` still exits 1 (a failed gate, not a failed stage: ``is_gate_failure``);
 - aggregation → ``threshold`` (the score is at least the threshold; no score fails it),
   ``coverage`` (the judged share of planned units is at least ``min_coverage`` and the answers
   fit the decision labels) and ``differential_refusal`` (decision flip: no two values of one axis
@@ -16,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, Failure, MetadataValue
 
 from . import gate
 from . import warehouse as wh
@@ -26,6 +30,8 @@ CHECKS = {
     "sampling": [("sut_completeness", "share of failed or empty SUT answers at most the spec's max_failed_share")],
     "judging": [("judge_completeness", "share of judge verdicts never given in form at most the spec's max_failed_share")],
     "aggregation": [
+        ("gate", "the run's gate: passed in metric_scores, the gate_reason as its description; a failed gate fails "
+                 "the run after the stage's tables are written (blocking, ERROR)"),
         ("threshold", "the metric's score is at least the spec's threshold; no score fails (ERROR)"),
         ("coverage", "the share of planned units judged is at least min_coverage, and the answers state the "
                      "configured decision labels (ERROR)"),
@@ -35,6 +41,31 @@ CHECKS = {
                                 "between the two orders it was shown, significantly (WARN)"),
     ],
 }
+GATE = "gate"
+BLOCKING = {GATE}  # the checks whose failure fails the run (the others are shown beside it)
+
+
+class GateFailed(Failure):
+    """A metric's gate failed: raised by the aggregation step after it has written its tables and
+    reported its checks, so the Dagster run is a FAILURE whose description is the gate's reason.
+    Not a failed stage: whoever reads the run (``aip-eval run``, the run-queue follower, the
+    launcher) tells it apart by ``is_gate_failure``."""
+
+
+def is_gate_failure(failure_data) -> bool:
+    """Is this step failure (a StepFailureData) a failed gate, not a stage that failed?"""
+    err = getattr(failure_data, "error", None)
+    return err is not None and err.cls_name == GateFailed.__name__
+
+
+def gate_failure(run_id: str, metric: str, results) -> GateFailed | None:
+    """The failure to raise for a stage's check results whose gate failed, else None."""
+    failed = next((r for r in results or [] if r.check_name == GATE and not r.passed), None)
+    if failed is None:
+        return None
+    return GateFailed(description=f"{metric} (run {run_id}): gate failed: {failed.description}. The stage's tables "
+                                  "are written; this run fails so that the Runs list shows it (aip-eval run exits 1)",
+                      metadata=dict(failed.metadata or {}), allow_retries=False)
 
 
 def spec_for(stage: str, asset_key, partitions_def=None) -> list[AssetCheckSpec]:
@@ -45,8 +76,8 @@ def spec_for(stage: str, asset_key, partitions_def=None) -> list[AssetCheckSpec]
     with warnings.catch_warnings():  # partitioned checks are a "preview" in Dagster 1.13
         warnings.filterwarnings("ignore", message=".*partitions_def.*AssetCheckSpec.*")
         warnings.filterwarnings("ignore", category=Warning, module="dagster")
-        return [AssetCheckSpec(name=name, asset=asset_key, description=d, partitions_def=partitions_def)
-                for name, d in CHECKS[stage]]
+        return [AssetCheckSpec(name=name, asset=asset_key, description=d, partitions_def=partitions_def,
+                               blocking=name in BLOCKING) for name, d in CHECKS[stage]]
 
 
 class _Counts:
@@ -86,14 +117,19 @@ def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = Non
                 meta["empty"] = c["empty"]
             return [AssetCheckResult(check_name=CHECKS[stage][0][0], passed=bool(c["failed_share"] <= bound),
                                      severity=AssetCheckSeverity.ERROR, metadata=meta)]
-        row = q("SELECT score, threshold, coverage, n_planned, excluded, details FROM metric_scores "
+        row = q("SELECT score, threshold, coverage, n_planned, excluded, details, passed, gate_reason FROM metric_scores "
                 "WHERE run_id = ? AND metric = ? AND scope = 'overall'")
         position = q("SELECT passed, rate, n, details FROM metric_scores WHERE run_id = ? AND metric = ? "
                      "AND scope = 'judge_position'")
-    score, threshold, cov, planned, excluded, details = row or (None, None, None, None, None, None)
+    score, threshold, cov, planned, excluded, details, gate_passed, reason = row or (None,) * 8
     d = json.loads(details or "{}")
     min_cov = spec.min_coverage_for(metric)
-    out = []
+    reason = reason or ("no overall score was written" if row is None else "no gate reason recorded")
+    out = [AssetCheckResult(  # the gate as the run decided it (gate.decide): what fails the run
+        check_name=GATE, passed=bool(gate_passed), severity=AssetCheckSeverity.ERROR, description=reason,
+        metadata={"metric": MetadataValue.text(metric), "run_id": MetadataValue.text(run_id),
+                  "passed": MetadataValue.bool(bool(gate_passed)), "gate_reason": MetadataValue.text(reason),
+                  "score": _f(score), "threshold": _f(threshold), "coverage": _f(cov)})]
     shown = "no score" if score is None else f"scored {score:.4f}"
     if threshold is None:
         out.append(AssetCheckResult(check_name="threshold", passed=score is not None, severity=AssetCheckSeverity.ERROR,

@@ -3,7 +3,8 @@
 Exit codes: 0 every metric passed its gate; 1 a metric's gate failed (no score, a score below
 its threshold, coverage below min_coverage, too many failed answers or verdicts, a differential
 refusal, a label mismatch); 2 bad input (spec, dataset, endpoint); 3 a stage failed; 4 the run
-stopped at its limits (resumable with --run-id).
+stopped at its limits (resumable with --run-id). A failed gate also fails the metric's Dagster run
+(so the UI's Runs list shows it), after its tables are written: that is still exit 1, not 3.
 """
 
 from __future__ import annotations
@@ -218,7 +219,9 @@ def cmd_run(args) -> int:
                                 quiet=args.quiet)
     failed, capped = [], False
     for out in outcomes:
-        if not out.success:
+        if out.gate_failed:  # its stages ran and wrote their tables; the Dagster run is marked failed for it
+            log.info(f"{out.metric}: gate failed (Dagster run {out.dagster_run_id} is marked failed)")
+        elif not out.success:
             log.error(f"{out.metric}: stage failed (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
             failed.append(out.metric)
             capped = capped or any("reached limits." in m for m in out.errors)

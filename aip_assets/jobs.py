@@ -39,11 +39,19 @@ def evaluate():
 
 @dataclass
 class Outcome:
-    """How one metric's evaluate run ended: what `aip-eval run` and the launcher report."""
+    """How one metric's evaluate run ended: what `aip-eval run` and the launcher report.
+    ``success`` is the Dagster run's; ``gate_failed``: it failed only because the metric's gate
+    failed (its stages all ran and wrote their tables: exit 1, not a failed stage)."""
     metric: str
     success: bool
     dagster_run_id: str
     errors: list[str] = field(default_factory=list)  # each failed step's innermost message
+    gate_failed: bool = False
+
+    @property
+    def completed(self) -> bool:
+        """Every stage ran: the run succeeded, or failed on its gate alone."""
+        return self.success or self.gate_failed
 
 
 def _root_message(err) -> str:
@@ -53,10 +61,19 @@ def _root_message(err) -> str:
     return err.message.strip()
 
 
+def gate_only(failures) -> bool:
+    """Did a run fail on its gate alone? ``failures``: the StepFailureData of its failed steps."""
+    from .checks import is_gate_failure
+
+    failures = list(failures)
+    return bool(failures) and all(is_gate_failure(f) for f in failures)
+
+
 def _outcome(metric: str, result) -> Outcome:
-    errors = [_root_message(err) for e in result.get_step_failure_events()
-              if (err := getattr(e.event_specific_data, "error", None)) is not None]
-    return Outcome(metric, result.success, result.run_id, errors)
+    failures = [e.event_specific_data for e in result.get_step_failure_events()]
+    errors = [_root_message(err) for f in failures if (err := getattr(f, "error", None)) is not None]
+    return Outcome(metric, result.success, result.run_id, errors,
+                   gate_failed=not result.success and gate_only(failures))
 
 
 def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:

@@ -122,21 +122,24 @@ def submit(instance, run_id: str, metrics, tags: dict[str, str], run_config: dic
     return out
 
 
-def _errors(instance, dagster_run_id: str) -> list[str]:
-    """Why a run failed: each failed step's innermost message, else the run's own failure."""
+def _errors(instance, dagster_run_id: str) -> tuple[list[str], bool]:
+    """Why a run failed: each failed step's innermost message, else the run's own failure; and
+    whether it failed on the metric's gate alone (its stages ran: not a failed stage)."""
     from dagster import DagsterEventType
 
-    from .jobs import _root_message
+    from .jobs import _root_message, gate_only
 
-    errors = []
+    errors, failures = [], []
     for entry in instance.all_logs(dagster_run_id, of_type=DagsterEventType.STEP_FAILURE):
-        err = getattr(entry.dagster_event.event_specific_data, "error", None)
+        data = entry.dagster_event.event_specific_data
+        failures.append(data)
+        err = getattr(data, "error", None)
         if err is not None:
             errors.append(_root_message(err))
     if not errors:
         for entry in instance.all_logs(dagster_run_id, of_type=DagsterEventType.RUN_FAILURE):
             errors.append((entry.dagster_event.message or entry.user_message or "the run failed").strip())
-    return errors
+    return errors, gate_only(failures)
 
 
 def daemon_alive(instance, within: float = DAEMON_SILENT_SECONDS) -> bool:
@@ -171,8 +174,12 @@ def wait(instance, runs: dict[str, str], on_status: Callable[[str, str, str], No
                     on_status(pending[run.run_id], run.run_id, status)
             if run.status in terminal:
                 metric = pending.pop(run.run_id)
-                ok = run.status.value == "SUCCESS"
-                yield Outcome(metric, ok, run.run_id, [] if ok else (_errors(instance, run.run_id) or [status.lower()]))
+                if run.status.value == "SUCCESS":
+                    yield Outcome(metric, True, run.run_id)
+                    continue
+                errors, gate = _errors(instance, run.run_id)
+                yield Outcome(metric, False, run.run_id, errors or [status.lower()],
+                              gate_failed=gate and run.status.value == "FAILURE")
         if pending and not warned and all(s == "QUEUED" for s in seen.values()) \
                 and time.monotonic() - queued_since > DAEMON_SILENT_SECONDS and not daemon_alive(instance):
             warned = True

@@ -38,11 +38,17 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
                      config={"dimensions": ["gender", "role"]}, threshold=0.99, max_failed_share=0.1)
     pipeline.register_run(spec, "chk")
     register_partitions(instance, "chk", ["llm.decision_flip"])
-    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("chk", "llm.decision_flip"), instance=instance)
-    assert res.success  # failed checks do not fail the materialisation; they are shown beside it
+    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("chk", "llm.decision_flip"),
+                      instance=instance, raise_on_error=False)
+    # failed checks are shown beside the materialisation; only the gate's fails the run, and last
+    [failure] = res.get_step_failure_events()
+    assert not res.success and failure.step_key == "aggregation"
+    assert "GateFailed" in failure.event_specific_data.error.message
     c = _checks(res)
-    assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "threshold", "coverage",
+    assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "gate", "threshold", "coverage",
                       "differential_refusal", "judge_position_bias"}
+    assert not c["gate"].passed and c["gate"].blocking and "SUT answers failed" in c["gate"].description
+    assert not any(e.blocking for name, e in c.items() if name != "gate")
     assert c["dataset_quality"].passed and c["dataset_quality"].metadata["rows"].value == 8
     # failed SUT answers above max_failed_share fail at ERROR, like the run's gate
     assert not c["sut_completeness"].passed and c["sut_completeness"].severity == AssetCheckSeverity.ERROR
@@ -66,7 +72,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     pipeline.register_run(spec, "clean")
     register_partitions(instance, "clean", ["llm.decision_flip"])
     res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("clean", "llm.decision_flip"), instance=instance)
-    assert all(e.passed for e in res.get_asset_check_evaluations())
+    assert res.success and all(e.passed for e in res.get_asset_check_evaluations())
 
 
 def _spec_file(tmp_path, ds, profile, name="nightly", schedule="0 2 * * *"):
@@ -371,7 +377,9 @@ def test_parallel_metrics_give_the_same_scores_as_one_at_a_time(tmp_path, capsys
                                                         two["metrics"][m]["passed"]), m
     runs = [r for r in get_instance().get_runs() if r.tags.get("aip/run_id") == two["run_id"]]
     assert sorted(r.tags["aip/metric"] for r in runs) == sorted(one["metrics"])
-    assert {r.job_name for r in runs} == {"evaluate"} and all(r.is_success for r in runs)
+    assert {r.job_name for r in runs} == {"evaluate"}
+    # a metric's Dagster run succeeds exactly when its gate passed (a failed gate fails it)
+    assert {r.tags["aip/metric"]: r.is_success for r in runs} == {m: s["passed"] for m, s in two["metrics"].items()}
     # call caps are counted per process: refused with --parallel, before anything is written
     assert main(["run", str(spec), "--parallel", "2", "--max-calls", "10"]) == 2
     assert "--parallel" in capsys.readouterr().err

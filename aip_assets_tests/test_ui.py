@@ -299,14 +299,14 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     assert run.tags["dagster/partition"] == f"{run_id}|{METRIC}"
     evaluations = [e.dagster_event.event_specific_data for e in
                    instance.all_logs(dagster_run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
-    assert sorted(e.check_name for e in evaluations) == ["coverage", "dataset_quality", "differential_refusal",
+    assert sorted(e.check_name for e in evaluations) == ["coverage", "dataset_quality", "differential_refusal", "gate",
                                                        "judge_completeness", "judge_position_bias", "sut_completeness",
                                                        "threshold"]
     assert all(e.passed for e in evaluations)
 
     # 5. The check results: each asset's Checks tab lists its check with the latest result, and the
     # check's execution history has one row per evaluation: the CLI run's and the UI run's.
-    for n, asset, check, count in ((4, "ingest", "dataset_quality", 1), (5, "aggregation", "threshold", 4)):
+    for n, asset, check, count in ((4, "ingest", "dataset_quality", 1), (5, "aggregation", "threshold", 5)):
         page.goto(f"{url}/assets/{asset}?view=checks", wait_until="domcontentloaded")
         expect(page.get_by_text(f"Checks ({count})", exact=True)).to_be_visible()
         expect(page.get_by_text(check, exact=True).first).to_be_visible()

@@ -104,7 +104,8 @@ STAGES = [  # (asset name, pipeline stage, the stage before, description)
 
 def _stage_asset(name: str, stage: str, before: str | None, description: str):
     """One stage as a multi_asset: the stage itself (its checks, its summary) and the warehouse
-    tables it writes, each a table asset downstream of it (assets/tables.py)."""
+    tables it writes, each a table asset downstream of it (assets/tables.py). A failed gate (the
+    aggregation's blocking ``gate`` check) fails the step last, once all of it is materialised."""
     specs = [AssetSpec(name, deps=[before] if before else [], description=description, group_name=GROUP,
                        partitions_def=evaluations, kinds={"python"}),
              *[AssetSpec(table_key(t), deps=[name], group_name=GROUP, partitions_def=evaluations,
@@ -118,7 +119,8 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
 
         pooled(context.instance)  # shared mode: Dagster's Postgres storage keeps its connections in this run
         warehouse.use()
-        yield _materialise(stage, context, asset_key=AssetKey(name))
+        result = _materialise(stage, context, asset_key=AssetKey(name))
+        yield result
         run_id, metric = split_key(context.partition_key)
         def read(config):  # read all, then let go of the warehouse before yielding
             with wh.connect(read_only=True, config=config) as con:
@@ -127,6 +129,9 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
         metas = wh.lean_first(read)
         for t, meta in metas.items():
             yield MaterializeResult(asset_key=table_key(t), metadata=meta)
+        failed = checks.gate_failure(run_id, metric, result.check_results)
+        if failed is not None:  # everything is written and reported: now the run fails, saying why
+            raise failed
 
     return _stage
 
