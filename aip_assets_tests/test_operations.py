@@ -385,6 +385,59 @@ def test_parallel_metrics_give_the_same_scores_as_one_at_a_time(tmp_path, capsys
     assert "--parallel" in capsys.readouterr().err
 
 
+def test_the_run_queue_follower_tells_a_failed_gate_from_a_failed_stage(tmp_path):
+    """`aip-eval run --submit` follows Dagster runs (run_queue.wait): a run that failed on its gate
+    alone is a completed evaluation whose gate failed (exit 1), a run whose stage failed is not."""
+    from aip_assets.jobs import evaluate
+    from aip_assets.run_queue import wait
+
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    instance = get_instance()
+    runs = {}
+    for run_id, threshold in (("gate", 1.0), ("ok", 0.0)):
+        spec = make_spec(ds, sut={"provider": "builtin", "profile": {**FLIP, "p": 1.0}}, threshold=threshold)
+        pipeline.register_run(spec, run_id)
+        register_partitions(instance, run_id, spec.metrics)
+        runs[run_id] = evaluate().execute_in_process(partition_key=partition_key(run_id, "llm.decision_flip"),
+                                                     instance=instance, raise_on_error=False).run_id
+    instance.add_dynamic_partitions(evaluations.name, ["typed|llm.decision_flip"])  # no such run: ingest fails
+    runs["broken"] = evaluate().execute_in_process(partition_key="typed|llm.decision_flip", instance=instance,
+                                                   raise_on_error=False).run_id
+    assert [instance.get_run_by_id(runs[k]).status.value for k in ("gate", "ok", "broken")] == ["FAILURE", "SUCCESS",
+                                                                                              "FAILURE"]
+    out = {o.metric: o for o in wait(instance, runs, poll_seconds=0.01)}
+    assert out["gate"].gate_failed and out["gate"].completed and not out["gate"].success
+    assert "gate failed: score" in out["gate"].errors[0]
+    assert not out["broken"].gate_failed and not out["broken"].completed
+    assert "run 'typed' is not registered" in out["broken"].errors[0]
+    assert out["ok"].success and not out["ok"].gate_failed and out["ok"].errors == []
+
+
+def test_a_launch_whose_gate_failed_fails_saying_so_not_as_a_failed_stage(tmp_path):
+    """The launcher job (schedules, the sensor) evaluates every stage of a metric whose gate fails,
+    and ends as a failed run that says the gate failed, not that a stage did."""
+    from aip_assets.automation import launch_request
+    from aip_assets.runspec import load_spec
+
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    path = _spec_file(tmp_path, ds, {**FLIP, "p": 1.0}, name="gated", schedule=None)
+    data = yaml.safe_load(path.read_text())
+    data["metrics"]["llm.decision_flip"]["threshold"] = 1.0
+    path.write_text(yaml.safe_dump(data))
+    instance = get_instance()
+    r = launch_request(load_spec(path), path, "gated-1", "ui")
+    res = defs.resolve_job_def("aip_launch").execute_in_process(run_config=r.run_config, instance=instance, tags=r.tags,
+                                                               raise_on_error=False)
+    assert not res.success
+    [failure] = res.get_step_failure_events()
+    desc = failure.event_specific_data.user_failure_data.description
+    assert "gate failed for llm.decision_flip" in desc and "stage failed" not in desc
+    [evaluated] = [x for x in instance.get_runs() if x.job_name == "evaluate"]
+    assert evaluated.status.value == "FAILURE"
+    scores = wh.query("SELECT passed FROM metric_scores WHERE run_id = 'gated-1' AND scope = 'overall'", read_only=False)
+    assert scores.passed.tolist() == [False]
+
+
 def test_a_clients_calls_in_flight_stay_within_the_endpoints_connections():
     """A client's concurrency is capped by the connection's max_connections before any slot is
     taken (the workers of --parallel share them through slot files: test_ratelimit.py)."""

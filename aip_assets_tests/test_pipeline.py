@@ -265,6 +265,59 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     assert instance.get_latest_materialization_event(AssetKey("aggregation")) is not None
 
 
+def test_a_failed_gate_fails_the_dagster_run_after_writing_its_tables(tmp_path):
+    """Issue 24.5: a metric whose gate failed is a FAILURE in Dagster's Runs list, not a green run.
+    Every stage still runs and writes its tables; the aggregation step fails last, on its blocking
+    `gate` check, with the gate's reason as the failure's description. The same partition with a
+    threshold it meets is a SUCCESS."""
+    from dagster import AssetCheckKey, AssetCheckSeverity, AssetKey, DagsterRunStatus
+
+    from aip_assets.checks import is_gate_failure
+    from aip_assets.jobs import evaluate
+
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    instance = get_instance()
+    for run_id, threshold in (("below", 1.0), ("above", 0.0)):
+        spec = make_spec(ds, sut={"provider": "builtin", "profile": {**FLIP, "p": 1.0}}, threshold=threshold)
+        pipeline.register_run(spec, run_id)
+        register_partitions(instance, run_id, spec.metrics)
+    key = partition_key("below", "llm.decision_flip")
+    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=key, instance=instance, raise_on_error=False)
+    assert not res.success and instance.get_run_by_id(res.run_id).status == DagsterRunStatus.FAILURE
+    # the gate's verdict is written: metric_scores has the partition's row, failed, with its reason
+    ov = table("metric_scores", "below", "scope").query("scope == 'overall'").iloc[0]
+    assert not ov.passed and "below threshold 1.000" in ov.gate_reason
+    # every stage and every table was materialised before the step failed
+    mats = {m.asset_key.to_user_string() for m in res.get_asset_materialization_events()}
+    assert {"ingest", "synthesis", "sut_sampling", "judging", "aggregation", "warehouse/row_scores",
+            "warehouse/metric_scores"} <= mats
+    # only the aggregation step failed, on the gate, saying why (what the UI's run page shows)
+    [failure] = res.get_step_failure_events()
+    data = failure.event_specific_data
+    assert failure.step_key == "aggregation" and is_gate_failure(data)
+    assert ov.gate_reason in data.user_failure_data.description and "gate failed" in data.user_failure_data.description
+    assert data.user_failure_data.metadata["gate_reason"].text == ov.gate_reason
+    # the check results: the blocking gate check failed (as did threshold), partitioned like the asset
+    evals = {e.check_name: e for e in res.get_asset_check_evaluations()}
+    gate = evals["gate"]
+    assert not gate.passed and gate.blocking and gate.severity == AssetCheckSeverity.ERROR
+    assert gate.description == ov.gate_reason and gate.partition == key and not evals["threshold"].passed
+    # ... and the asset's check history in the instance (the UI's "Execution history") has it failed
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey("aggregation"), "gate"), limit=5)
+    assert [h.status.value for h in history] == ["FAILED"]
+    # the evaluate job (what `aip-eval run`, the UI's launches and the daemon run) ends the same way
+    again = evaluate().execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
+    assert not again.success and [f.step_key for f in again.get_step_failure_events()] == ["aggregation"]
+    # a met threshold: a green run, the gate check passed
+    ok = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("above", "llm.decision_flip"),
+                     instance=instance, raise_on_error=False)
+    assert ok.success and instance.get_run_by_id(ok.run_id).status == DagsterRunStatus.SUCCESS
+    [gate] = [e for e in ok.get_asset_check_evaluations() if e.check_name == "gate"]
+    assert gate.passed and "at least threshold 0.000" in gate.description
+    assert table("metric_scores", "above", "scope").query("scope == 'overall'").iloc[0].passed
+
+
 def test_a_partition_typed_in_the_ui_fails_at_its_first_step_and_writes_nothing(tmp_path):
     """Dagster's dialog offers "+ Add a partition" for any dynamic set: a key that names no
     registered run, no known metric or has no separator fails its first step saying so."""
@@ -337,6 +390,36 @@ def test_cli_run_json_threshold_exit_code_and_sql(tmp_path, capsys):
     spec.write_text(json.dumps(base))
     assert main(["run", str(spec), "--quiet"]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_cli_a_failed_gate_exits_1_with_its_summary_and_a_failed_dagster_run(tmp_path, capsys, parallel):
+    """Issue 24.5: the metric whose gate failed has a FAILURE Dagster run, and `aip-eval run` still
+    says what it is: exit 1 (not 3, not "stage failed" or "internal error"), the summary printed,
+    the tables written; the metric that passed has a SUCCESS run. In process and with --parallel
+    (each metric in a worker process)."""
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({
+        "name": "gate", "dataset": str(ds), "seed": 3, "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
+        "metrics": {"llm.decision_flip": {"threshold": 1.0, "config": {"dimensions": ["gender"]}},
+                    "llm.semantic_consistency": {"threshold": 0.0, "config": {"responses_per_query": 2}}}}))
+    assert main(["run", str(spec), "--parallel", str(parallel)]) == 1
+    out, err = capsys.readouterr()
+    assert "llm.decision_flip" in out and "FAIL" in out and "gate: score" in out and "below threshold 1.000" in out
+    assert "Warehouse:" in out  # the whole summary
+    assert "stage failed" not in err and "internal error" not in err
+    assert "llm.decision_flip: gate failed: score" in err
+    [run_id] = [r["run_id"] for r in pipeline.list_runs().to_dict("records")]
+    scores = wh.query("SELECT metric, passed FROM metric_scores WHERE run_id = ? AND scope = 'overall' ORDER BY 1",
+                      [run_id], read_only=False)
+    assert scores.values.tolist() == [["llm.decision_flip", False], ["llm.semantic_consistency", True]]
+    runs = {r.tags["aip/metric"]: r.status.value for r in get_instance().get_runs() if r.tags.get("aip/run_id") == run_id}
+    assert runs == {"llm.decision_flip": "FAILURE", "llm.semantic_consistency": "SUCCESS"}
+    # --json too: the failed gate is no failed metric
+    assert main(["run", str(spec), "--run-id", run_id, "--json", "--quiet", "--parallel", str(parallel)]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["failed_metrics"] == [] and summary["metrics"]["llm.decision_flip"]["passed"] is False
 
 
 def test_new_run_calls_afresh_unless_it_reuses_an_earlier_run(tmp_path, builtin_http):
