@@ -381,3 +381,38 @@ def test_dagsters_postgres_storage_keeps_its_connections_open_in_shared_mode(lak
     engine = instance._run_storage._engine
     pooled(instance)  # again: the same engine, not a new pool
     assert instance._run_storage._engine is engine
+
+
+def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeypatch):
+    """Issue 24.5 through the queue: `aip-eval run --submit` waits for the daemon's run of a metric
+    whose gate fails. That run is a FAILURE (its aggregation step failed on the gate, after writing
+    its tables), and the command still exits 1 with the summary: a failed gate, not a failed stage
+    (exit 3) and not an internal error."""
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    spec = tmp_path / "specs" / "gated.yaml"
+    spec.parent.mkdir()
+    spec.write_text(yaml.safe_dump({
+        "name": "gated", "dataset": str(ds), "seed": 3, "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
+        "metrics": {"llm.decision_flip": {"threshold": 1.0, "config": {"dimensions": ["gender"]}}}}))
+    home = dagster_home(tmp_path / "home", tmp_path / "pods")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import aip_assets.definitions"], check=True, timeout=600)
+    patience = 120 + 40 * (time.monotonic() - t0)  # the submitter, the daemon and the run each import Dagster
+    daemon = start_daemon(tmp_path / "daemon.log")
+    (tmp_path / "submit").mkdir()
+    try:
+        out = subprocess.run([*AIP_EVAL, "run", str(spec), "--run-id", "gated-1", "--submit"], cwd=tmp_path / "submit",
+                             capture_output=True, text=True, timeout=patience, env=dict(os.environ))
+    finally:
+        stop(daemon)
+    assert out.returncode == 1, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]
+    assert "stage failed" not in out.stderr and "internal error" not in out.stderr
+    assert "llm.decision_flip: gate failed: score" in out.stderr and "below threshold 1.000" in out.stderr
+    assert "Warehouse: DuckLake at" in out.stdout and "FAIL" in out.stdout  # the summary, of the lake
+    from aip_assets.dagster_home import get_instance
+
+    [run] = dagster_runs(get_instance(), "gated-1")
+    assert run.dagster_run.status.value == "FAILURE"
+    scores = wh.query("SELECT passed FROM metric_scores WHERE run_id = 'gated-1' AND scope = 'overall'")
+    assert scores.passed.tolist() == [False]
