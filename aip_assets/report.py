@@ -56,8 +56,15 @@ SCOPES: dict[str, dict[str, Any]] = {
     "refusal": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
                 "title": "Answers without a decision by axis value (refusals, no configured label, empty; whisker: "
                          "Wilson 95% interval)"},
+    "favourable": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
+                   "title": "Favourable decisions by axis value (bar: favourable / answers with a decision; whisker: "
+                            "Wilson 95% interval)"},
+    "baseline": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
+                 "title": "No-effect baseline by axis (bar: flips among null pairs, one persona asked twice; whisker: "
+                          "Wilson 95% interval)"},
 }
-NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position"}  # the headline; single numbers beside it
+# the headline; single numbers beside it; effects (odds ratios) are a table (_effects_table)
+NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "effect"}
 
 COUNT_LABELS = {
     "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
@@ -323,6 +330,43 @@ def _scope_chart(metric: str, scope: str, rows: list[dict[str, Any]], threshold:
             f'<figcaption>{_e(cfg["title"])}{note}</figcaption>{svg}</figure>')
 
 
+def _effects_table(metric: str, rows: list[dict[str, Any]]) -> str:
+    """Who is favoured (decision flip's ``effect`` rows: odds ratio and difference in favourable rate
+    against the reference, each with its 95% interval, or why the model was not fitted) and the
+    no-effect baseline's excess (per axis, or group bias's one)."""
+    def ci(pair: Any, fmt: str = "{:.3f}") -> str:
+        return "" if not pair or pair[0] is None else f" [{fmt.format(pair[0])}, {fmt.format(pair[1])}]"
+
+    effects = [(r, _json(r.get("details")) or {}) for r in rows if r["scope"] == "effect"]
+    base = [(r, _json(r.get("details")) or {}) for r in rows if r["scope"] == "baseline"]
+    out = []
+    if effects:
+        out.append("<h4>Who is favoured: each value against its axis's reference</h4><table><tr><th>value</th>"
+                   "<th>reference</th><th class=num>favourable</th><th class=num>reference's</th><th>odds ratio</th>"
+                   "<th>difference in favourable rate (within questions)</th></tr>")
+        for r, d in sorted(effects, key=lambda x: (x[1].get("odds_ratio") is None, x[1].get("odds_ratio") or 0)):
+            fitted = d.get("fitted")
+            out.append(f'<tr{_attrs(data_metric=metric, data_scope="effect", data_group=r["group_key"])}>'
+                       f'<td>{_e(r["group_key"])}</td><td>{_e(d.get("reference"))}</td>'
+                       f'<td class=num>{_f3(d.get("rate_value"))}</td><td class=num>{_f3(d.get("rate_reference"))}</td>'
+                       + (f'<td>{d["odds_ratio"]:.2f}{ci(d.get("odds_ratio_ci"), "{:.2f}")}</td>'
+                          f'<td>{d["rate_difference"]:+.3f}{ci(d.get("rate_difference_ci"), "{:+.3f}")}</td>' if fitted else
+                          f'<td colspan=2 class=muted>rates only: {_e(d.get("why"))}</td>') + "</tr>")
+        out.append("</table>")
+    if base:
+        out.append("<h4>No-effect baseline: flips (bias) beyond what one persona asked twice shows</h4><table><tr>"
+                   "<th>group</th><th class=num>null pairs</th><th>excess</th><th class=num>p</th><th></th></tr>")
+        for r, d in base:
+            p = d.get("p_adjusted", d.get("p_value"))
+            verdict = "" if d.get("significant") is None else ("beyond noise" if d["significant"] else "not shown beyond noise")
+            excess = "n/a" if d.get("excess") is None else f"{d['excess']:+.3f}{ci(d.get('excess_ci95'), '{:+.3f}')}"
+            out.append(f'<tr{_attrs(data_metric=metric, data_scope="baseline", data_group=r["group_key"])}>'
+                       f'<td>{_e(r["group_key"])}</td><td class=num>{_int(d.get("null_pairs"))}</td><td>{excess}</td>'
+                       f'<td class=num>{_f3(p)}</td><td>{verdict}</td></tr>')
+        out.append("</table>")
+    return "".join(out)
+
+
 # --------------------------------------------------------------------------- weakest rows and evidence
 
 def _entry_meta(e: dict[str, Any]) -> str:
@@ -580,7 +624,10 @@ def _metric_section(metric: str, scores: list[dict[str, Any]], spec_metric: dict
             scopes.setdefault(r["scope"], []).append(r)
     order = list(SCOPES)
     for scope in sorted(scopes, key=lambda s: (order.index(s) if s in order else len(order), s)):
+        if metric == "llm.group_interaction_bias" and scope == "baseline":
+            continue  # one number: in the effects table below
         out.append(_scope_chart(metric, scope, scopes[scope], th))
+    out.append(_effects_table(metric, [r for r in scores if r["scope"] in ("effect", "baseline")]))
 
     rc = row_counts.get(metric) or {}
     out.append(f'<h3>Weakest rows</h3><p class="muted">{_int(rc.get("scored"))} rows scored, {_int(rc.get("errored"))} errored;'

@@ -101,7 +101,8 @@ def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, r
                 for key in groups.get(f"{p['metric']}\x1f{p['group_id']}", []):
                     probes[key].append(p)
         for p in q(f"""
-                SELECT pp.metric, pp.input_id, pp.pair_id, pp.axis, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b
+                SELECT pp.metric, pp.input_id, pp.pair_id, pp.axis, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b,
+                       pp.kind, pp.twin_of, pp.sample_b
                 FROM probe_pairs pp WHERE pp.run_id = ? AND {in_keys.format(a='pp')}
                 ORDER BY pp.metric, pp.input_id, pp.pair_id""", [keys]):
             pairs.setdefault((p["metric"], p["input_id"]), []).append(p)
@@ -200,10 +201,14 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
         else:  # a verdict on one answer (the perturbation baseline's correctness)
             single.append(verdict(j))
     for p in pairs:
-        items.append({"title": " vs ".join(str(x) for x in (p.get("value_a"), p.get("value_b"))),
+        null = p.get("kind") == "null"  # the no-effect baseline: one persona's first answer and a fresh sample
+        title = " vs ".join(str(x) for x in (p.get("value_a"), p.get("value_b")))
+        items.append({"title": (f"{title} (null pair: one persona asked twice, shown to the judge as {p.get('twin_of')})"
+                                if null else title),
                       "axis": p.get("axis"),
                       "a": {"p": index.get(p["probe_a"]), "s": "0", "who": p.get("value_a")},
-                      "b": {"p": index.get(p["probe_b"]), "s": "0", "who": p.get("value_b")},
+                      "b": {"p": index.get(p["probe_b"]), "s": str(int(p["sample_b"])) if null and p.get("sample_b") else "0",
+                            "who": p.get("value_b")},
                       "v": by_pair.get(p["pair_id"], [])})
     base = next((i for i, p in enumerate(probes) if p["role"] in ("base", "baseline")), None)
     base_who = probes[base]["role"] if base is not None else None
