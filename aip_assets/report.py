@@ -40,9 +40,10 @@ ROLES = ("sut", "judge", "synthesis")
 SCOPES: dict[str, dict[str, Any]] = {
     "axis": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
              "title": "Flip rate by axis (bar: attributable flips / judged pairs; whisker: Wilson 95% interval)"},
-    "attribute": {"value": "score", "kind": "score", "cap": GROUP_CAP,
-                  "title": "Equitability by attribute value"},
-    "persona": {"value": "score", "kind": "score", "cap": GROUP_CAP, "title": "Equitability by persona"},
+    "attribute": {"value": "score", "lo": "ci_low", "hi": "ci_high", "kind": "score", "cap": GROUP_CAP,
+                  "title": "Equitability by attribute value (whisker: bootstrap 95% interval)"},
+    "persona": {"value": "score", "lo": "ci_low", "hi": "ci_high", "kind": "score", "cap": GROUP_CAP,
+                "title": "Equitability by persona (whisker: bootstrap 95% interval)"},
     "pair": {"value": "score", "kind": "score", "cap": GROUP_CAP, "title": "Equitability by persona pair"},
     "judge": {"value": "raw_score", "kind": "plain", "order": ["similarity", "tone", "effort"],
               "title": "Judge means (similarity: higher is better; tone divergence and effort gap: lower is better)"},
@@ -64,7 +65,7 @@ SCOPES: dict[str, dict[str, Any]] = {
                           "Wilson 95% interval)"},
 }
 # the headline; single numbers beside it; effects (odds ratios) are a table (_effects_table)
-NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "effect"}
+NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "effect", "bias_baseline"}
 
 COUNT_LABELS = {
     "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
@@ -338,7 +339,7 @@ def _effects_table(metric: str, rows: list[dict[str, Any]]) -> str:
         return "" if not pair or pair[0] is None else f" [{fmt.format(pair[0])}, {fmt.format(pair[1])}]"
 
     effects = [(r, _json(r.get("details")) or {}) for r in rows if r["scope"] == "effect"]
-    base = [(r, _json(r.get("details")) or {}) for r in rows if r["scope"] == "baseline"]
+    base = [(r, _json(r.get("details")) or {}) for r in rows if r["scope"] in ("baseline", "bias_baseline")]
     out = []
     if effects:
         out.append("<h4>Who is favoured: each value against its axis's reference</h4><table><tr><th>value</th>"
@@ -624,10 +625,8 @@ def _metric_section(metric: str, scores: list[dict[str, Any]], spec_metric: dict
             scopes.setdefault(r["scope"], []).append(r)
     order = list(SCOPES)
     for scope in sorted(scopes, key=lambda s: (order.index(s) if s in order else len(order), s)):
-        if metric == "llm.group_interaction_bias" and scope == "baseline":
-            continue  # one number: in the effects table below
         out.append(_scope_chart(metric, scope, scopes[scope], th))
-    out.append(_effects_table(metric, [r for r in scores if r["scope"] in ("effect", "baseline")]))
+    out.append(_effects_table(metric, [r for r in scores if r["scope"] in ("effect", "baseline", "bias_baseline")]))
 
     rc = row_counts.get(metric) or {}
     out.append(f'<h3>Weakest rows</h3><p class="muted">{_int(rc.get("scored"))} rows scored, {_int(rc.get("errored"))} errored;'

@@ -205,7 +205,7 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
         title = " vs ".join(str(x) for x in (p.get("value_a"), p.get("value_b")))
         items.append({"title": (f"{title} (null pair: one persona asked twice, shown to the judge as {p.get('twin_of')})"
                                 if null else title),
-                      "axis": p.get("axis"),
+                      "axis": p.get("axis"), "null": null,
                       "a": {"p": index.get(p["probe_a"]), "s": "0", "who": p.get("value_a")},
                       "b": {"p": index.get(p["probe_b"]), "s": str(int(p["sample_b"])) if null and p.get("sample_b") else "0",
                             "who": p.get("value_b")},

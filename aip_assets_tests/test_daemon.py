@@ -33,8 +33,10 @@ def spec_file(folder: Path, name: str, dataset: Path, url: str, **extra) -> Path
     data = {"name": name, "dataset": str(dataset), "seed": 3, "retry_backoff_seconds": 0.01, "batch_rows": 4,
             "sut": {"provider": "openai", "base_url": url, "model": "m", "requests_per_minute": 240},
             "judge": {"provider": "builtin"},
-            "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender", "role"],
-                                                         "num_pairs_per_dimension": 2}}}, **extra}
+            # baseline_share 0: a worker in its own process has the real default, the in-process run here
+            # the tests' (conftest.no_default_baseline); these tests count calls of the pairs alone
+            "metrics": {"llm.decision_flip": {"baseline_share": 0.0, "config": {"dimensions": ["gender", "role"],
+                                                                               "num_pairs_per_dimension": 2}}}, **extra}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -466,8 +466,11 @@ def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path)
     with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = list(pool.map(_run_partition, [(str(wh.default_path()), str(spec), i) for i in ids]))
     assert done == ids
-    counts = wh.query("SELECT run_id, count(*) AS n FROM judgements GROUP BY 1 ORDER BY 1")
+    # the workers run with the real default baseline_share (0.25): the persona pairs' verdicts, and as many null ones
+    counts = wh.query("SELECT run_id, count(*) FILTER (WHERE pair_id NOT LIKE '%|null') AS n, "
+                      "count(*) FILTER (WHERE pair_id LIKE '%|null') AS nulls FROM judgements GROUP BY 1 ORDER BY 1")
     assert counts.run_id.tolist() == ids and counts.n.nunique() == 1 and counts.n[0] == 8 * 16
+    assert counts.nulls.nunique() == 1 and 0 < counts.nulls[0] < 8 * 16
 
 
 def test_table_previews_show_model_text_as_text():

@@ -31,8 +31,10 @@ METRICS = {
     "llm.safety_consistency": {"responses_per_query": 2, "dpi_ratio": 0.5},
     "llm.perturbation_robustness": {"perturbation_types": ["typos", "casing", "filler"]},
 }
-NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position"}  # shown as numbers beside the headline
-CHART_FIELD = {"axis": "rate", "refusal": "rate", "judge": "raw_score", "label": "n"}  # else score
+NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position",  # shown as numbers beside the headline
+               "effect", "bias_baseline"}  # tables: who is favoured, the no-effect baseline
+CHART_FIELD = {"axis": "rate", "refusal": "rate", "favourable": "rate", "baseline": "rate", "judge": "raw_score",
+               "label": "n"}  # else score
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
 
 
@@ -186,10 +188,10 @@ def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
         for b in bars:
             assert b["attrs"]["data-field"] == field
             assert _same(b["attrs"]["data-value"], getattr(by_key[b["attrs"]["data-key"]], field)), (metric, scope, b)
-        lo = "rate_ci_low" if scope in ("axis", "refusal") else "ci_low"
+        lo = "rate_ci_low" if scope in ("axis", "refusal", "favourable", "baseline") else "ci_low"
         whiskers = [e for e in doc.elements if svg in e["parents"] and e["attrs"].get("class") == "ci"]
-        assert len(whiskers) == int(g[lo].notna().sum()), (metric, scope)
-        if scope in ("axis", "category", "wrapping"):
+        assert len(whiskers) == int(want[lo].notna().sum()), (metric, scope)
+        if scope in ("axis", "category", "wrapping", "attribute", "persona", "favourable"):
             assert whiskers, (metric, scope)
         if capped and len(g) > GROUP_CAP:
             assert f"the {GROUP_CAP} lowest of {len(g)}" in text
@@ -370,20 +372,29 @@ def test_viewer_pairs_read_in_persona_order(warehouse, report):
     data = viewer_data(report[1])
     pv = q(warehouse, "SELECT * FROM v_pair_verdicts WHERE run_id = ?", [RUN])
     assert pv.order_swapped.any() and (~pv.order_swapped.astype(bool)).any()
-    by = {(r.input_id, r.value_a, r.value_b): r for r in pv.itertuples()}
+    # the no-effect baseline's null pairs (one persona's first answer and a fresh sample) are shown too
+    nulls = q(warehouse, "SELECT * FROM v_baseline_pairs WHERE run_id = ?", [RUN])
+    assert len(nulls) > 0
+    by = {(r.input_id, r.value_a, r.value_b, False): r for r in pv.itertuples()}
+    by.update({(r.input_id, r.twin_of, True): r for r in nulls.itertuples()})
     n = 0
     for row in (r for r in data["rows"] if r["m"] == "llm.decision_flip"):
         for it in row["items"]:
-            pair = by[(row["id"], it["a"]["who"], it["b"]["who"])]
+            if it["null"]:
+                [pair] = [r for k, r in by.items() if k[-1] and k[0] == row["id"] and k[1] in it["title"]]
+            else:
+                pair = by[(row["id"], it["a"]["who"], it["b"]["who"], False)]
             a, b = row["probes"][it["a"]["p"]], row["probes"][it["b"]["p"]]
             assert (a["q"], b["q"]) == (_clipped(pair.query_a), _clipped(pair.query_b))
-            assert (a["ans"]["0"]["t"], b["ans"]["0"]["t"]) == (_clipped(pair.response_a), _clipped(pair.response_b))
+            assert (it["b"]["s"] == "0") is (not it["null"])  # a null pair's b: the fresh sample it compares
+            assert (a["ans"]["0"]["t"], b["ans"][it["b"]["s"]]["t"]) == (_clipped(pair.response_a),
+                                                                        _clipped(pair.response_b))
             [v] = it["v"]
             assert (v["da"], v["db"], v["f"], v["sw"]) == tuple(map(_plain, (pair.decision_a, pair.decision_b,
                                                                              pair.flipped, pair.order_swapped)))
             assert v["r"] == _clipped(pair.reasoning)
             n += 1
-    assert n == len(pv)
+    assert n == len(pv) + len(nulls)
     # a row opens on its most telling comparisons: flips, then failed judges, then the worst scores
     # (group bias: low similarity, high tone divergence or effort gap)
     def telling(v):

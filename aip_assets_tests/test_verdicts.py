@@ -342,7 +342,7 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     assert o.score >= 0.6 and m.score < 0.6 and m.ci_low < m.score < m.ci_high
     assert not o.passed and f"religion=Muslim: score {m.score:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] below 0.600" in o.gate_reason
     assert not m.passed and m.threshold == 0.6
-    b = json.loads(s[s.scope == "baseline"].iloc[0].details)
+    b = json.loads(s[s.scope == "bias_baseline"].iloc[0].details)
     assert b["within"] == pytest.approx(0.0, abs=1e-9) and b["excess"] > 0 and b["significant"]
     assert "exceeds the no-effect baseline" in o.gate_reason
     # a looser group_threshold and fail_on_excess off: the same run passes
@@ -358,7 +358,7 @@ def test_calibration_group_bias_noisy_fair_sut_is_within_noise(tmp_path):
     run_all(spec_with(ds, metric=GIB, sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.5}},
                       config=GCFG, baseline_share=0.5), "noisy", metric=GIB)
     s = table("metric_scores", "noisy", "scope")
-    b = json.loads(s[s.scope == "baseline"].iloc[0].details)
+    b = json.loads(s[s.scope == "bias_baseline"].iloc[0].details)
     assert b["within"] > 0.05 and b["between"] > 0.05  # noise makes both kinds of pairs differ ...
     assert b["excess_ci95"][0] <= 0 <= b["excess_ci95"][1] and not b["significant"]  # ... alike
     o = s[s.scope == "overall"].iloc[0]

@@ -730,13 +730,14 @@ class DecisionFlip(Metric):
         if not axes:
             return []
         lines = ["  no-effect baseline (null pairs: one persona asked twice, shown to the judge as a pair)",
-                 f"  {'axis':<12}{'null rate':>10}  {'95% CI':<16}{'null pairs':>11}{'excess':>8}  {'95% CI':<18}"
-                 f"{'Holm p':>8}"]
+                 f"  {'axis':<12}{'null rate':>10}  {'95% CI':<16}{'null pairs':>11}{'excess':>9}  {'95% CI':<18}"
+                 f"{'Holm p':>7}"]
         for t in axes:
             ci, eci = t.get("null_ci95") or [None, None], t.get("excess_ci95") or [None, None]
             verdict = ("" if "significant" not in t else "  beyond noise" if t["significant"] else "  not shown beyond noise")
-            lines.append(f"  {t['axis']:<12}{f(t.get('null_rate')):>10}  [{f(ci[0])}, {f(ci[1])}]{t['null_pairs']:>11}"
-                         f"{g(t.get('excess')):>8}  [{g(eci[0])}, {g(eci[1])}]{f(t.get('p_adjusted')):>8}{verdict}")
+            lines.append(f"  {t['axis']:<12}{f(t.get('null_rate')):>10}  {f'[{f(ci[0])}, {f(ci[1])}]':<16}"
+                         f"{t['null_pairs']:>11}{g(t.get('excess')):>9}  {f'[{g(eci[0])}, {g(eci[1])}]':<18}"
+                         f"{f(t.get('p_adjusted')):>7}{verdict}")
         return lines
 
     @staticmethod
@@ -746,8 +747,8 @@ class DecisionFlip(Metric):
         if not favoured:
             return []
         pct = lambda x: "n/a" if x is None else f"{100 * x:.0f}%"  # noqa: E731
-        lines = ["  who is favoured (favourable decision: metadata.favourable_label, else the first label; odds "
-                 "ratio and difference vs the reference, question as grouping factor)"]
+        lines = ["  who is favoured (favourable: metadata.favourable_label, else the first label; against the "
+                 "reference, within questions)"]
         for axis, a in favoured.items():
             ref = next((v for v in a["values"] if v["value"] == a["reference"]), None)
             others = [v for v in a["values"] if v["value"] != a["reference"]]
@@ -761,10 +762,13 @@ class DecisionFlip(Metric):
                 lines.append(f"  {axis}: rates only ({why}): {rates} vs {pct(ref['favourable_rate'])} for {ref['value']}")
                 continue
             sig = [v for v in fitted if v["odds_ratio_ci"][1] < 1 or v["odds_ratio_ci"][0] > 1]
-            worst = min(sig or fitted, key=lambda v: min(v["odds_ratio"], 1 / v["odds_ratio"]))
+            if not sig:
+                lines.append(f"  {axis}: no value decided for or against beyond chance ({len(fitted)} compared with "
+                             f"{ref['value']}, favourable {pct(ref['favourable_rate'])})")
+                continue
+            worst = min(sig, key=lambda v: min(v["odds_ratio"], 1 / v["odds_ratio"]))
             o, oci, dd, dci = worst["odds_ratio"], worst["odds_ratio_ci"], worst["rate_difference"], worst["rate_difference_ci"]
-            head = (f"decisions against {worst['value']}" if sig and o < 1 else f"decisions for {worst['value']}" if sig
-                    else f"no value beyond chance; furthest {worst['value']}")
+            head = f"decisions against {worst['value']}" if o < 1 else f"decisions for {worst['value']}"
             more = f" ({len(sig)} value(s) beyond chance)" if len(sig) > 1 else ""
             lines.append(f"  {axis}: {head}: favourable {pct(worst['favourable_rate'])} vs {pct(ref['favourable_rate'])} "
                          f"for {ref['value']}, odds ratio {o:.2f} [{oci[0]:.2f}, {oci[1]:.2f}], difference {dd:+.3f} "

@@ -477,7 +477,7 @@ class GroupInteractionBias(Metric):
                                              "group_threshold": group_threshold(entry, ctx.threshold),
                                              "gate_on": gate_on(entry), "baseline": baseline}))]
         if baseline.get("null_pairs"):
-            scores.append({"metric_name": cfg.metric_name, "scope": "baseline", "group_key": "all",
+            scores.append({"metric_name": cfg.metric_name, "scope": "bias_baseline", "group_key": "all",
                            "raw_score": baseline["within"], "n": baseline["null_pairs"],
                            "n_failed": sum(null_excluded.values()), "weight": cfg.weight,
                            "details": json.dumps(baseline, ensure_ascii=False)})
