@@ -344,6 +344,10 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     assert not m.passed and m.threshold == 0.6
     b = json.loads(s[s.scope == "bias_baseline"].iloc[0].details)
     assert b["within"] == pytest.approx(0.0, abs=1e-9) and b["excess"] > 0 and b["significant"]
+    # the spec's score rests on the persona pairs alone; the null pairs are the baseline's
+    real = wh.query("SELECT count(*) AS n FROM v_gib_pairs WHERE run_id = 'terse'", read_only=False).n[0]
+    nulls = wh.query("SELECT count(*) AS n FROM v_gib_baseline_pairs WHERE run_id = 'terse'", read_only=False).n[0]
+    assert o.n == real == 60 * 4 and nulls == b["null_pairs"] > 0 and o.raw_score == pytest.approx(1 - b["between"])
     assert "exceeds the no-effect baseline" in o.gate_reason
     # a looser group_threshold and fail_on_excess off: the same run passes
     run_all(spec_with(ds, metric=GIB, sut={"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
@@ -397,3 +401,32 @@ def _power(rng, cfg) -> bool:
     counts = {"gender": AxisCounts(judged=240, flips=int(rng.binomial(240, 0.40)))}
     nulls = {"gender": AxisCounts(judged=60, flips=int(rng.binomial(60, 0.20)))}
     return bool(DecisionFlip.baseline(cfg, counts, nulls, None)[1]["failures"])
+
+
+def test_a_null_pair_is_shown_to_the_judge_as_the_pair_it_twins(tmp_path):
+    """The judge of a null pair reads the two persona descriptions of the pair it twins (so it cannot
+    tell it from a real pair), while both answers are one persona's: its first answer and the fresh
+    sample ``sample_b``."""
+    import re
+
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    run_all(spec_with(ds, sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.5}},
+                      config={"dimensions": ["gender"], "num_pairs_per_dimension": 3}, baseline_share=1.0), "shown")
+    pp = table("probe_pairs", "shown", "pair_id").set_index("pair_id")
+    probes = table("probes", "shown", "probe_id").set_index("probe_id")
+    answers = table("sut_responses", "shown", "probe_id").set_index(["probe_id", "sample_index"])
+    calls = table("llm_calls", "shown", "call_key").drop_duplicates("call_key").set_index("call_key")
+    j = table("judgements", "shown", "pair_id")
+    nulls = j[j.pair_id.str.endswith("|null")]
+    assert len(nulls) == (pp.kind == "persona").sum()  # share 1.0: every pair twinned
+    for r in nulls.itertuples():
+        p = pp.loc[r.pair_id]
+        twin = pp.loc[p.twin_of]
+        prompt = json.loads(calls.loc[r.call_key, "request"])["messages"][-1]["content"]
+        shown = re.findall(r'came from a person who said: "(.*)"', prompt)
+        want = [probes.loc[twin.probe_a, "persona"], probes.loc[twin.probe_b, "persona"]]
+        assert shown == (want[::-1] if r.order_swapped else want) and shown[0] != shown[1]
+        blocks = re.findall(r"\[Response \d\]\n<<<\n(.*?)\n>>>", prompt, re.S)
+        mine = [answers.loc[(p.probe_a, 0), "response"], answers.loc[(p.probe_b, int(p.sample_b)), "response"]]
+        assert p.probe_a == p.probe_b and p.probe_a in (twin.probe_a, twin.probe_b) and int(p.sample_b) >= 1
+        assert blocks == (mine[::-1] if r.order_swapped else mine)
