@@ -208,6 +208,7 @@ def _spec_yaml(tmp_path, ds, **extra):
     return p
 
 
+@pytest.mark.default_baseline  # the null pairs' fresh samples are counted too
 def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys, monkeypatch):
     from aip_assets.cli import main
 

@@ -601,10 +601,14 @@ class Metric:
     def estimate(self, ctx: StageContext) -> dict[str, int]:
         """Calls this metric will make, from its synthesised probes: {sut_calls, judge_calls,
         synthesis_calls, sut_prompt_chars} (used by ``aip-eval run --dry-run``)."""
-        probes = ctx.read("probes", None, ["messages"])
-        pairs = ctx.count("probe_pairs")
-        return {"sut_calls": len(probes), "judge_calls": pairs * self.judges_per_pair, "synthesis_calls": 0,
-                "sut_prompt_chars": int(probes["messages"].str.len().sum()) if len(probes) else 0}
+        probes = ctx.read("probes", None, ["probe_id", "messages"])
+        pairs = ctx.read("probe_pairs", None, ["probe_b", "kind"])
+        # a null pair's fresh sample is one more call of its probe's request
+        twins = pairs[pairs["kind"] == "null"] if len(pairs) and "kind" in pairs else pairs.iloc[0:0]
+        chars = probes.set_index("probe_id")["messages"].str.len() if len(probes) else pd.Series(dtype=float)
+        return {"sut_calls": len(probes) + len(twins), "judge_calls": len(pairs) * self.judges_per_pair,
+                "synthesis_calls": 0,
+                "sut_prompt_chars": int(chars.sum() + chars.reindex(twins["probe_b"]).sum()) if len(probes) else 0}
 
     judges_per_pair: ClassVar[int] = 1
 
