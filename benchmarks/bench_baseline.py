@@ -227,6 +227,7 @@ def main() -> int:
     ap.add_argument("--fa-rows", type=int, default=60, help="rows of each false-alarm and power run")
     ap.add_argument("--noise", type=float, default=0.3, help="the false-alarm SUT's noise_rate")
     ap.add_argument("--skip-calibration", action="store_true")
+    ap.add_argument("--skip-decision-flip", action="store_true", help="no decision-flip false-alarm or power runs")
     ap.add_argument("--out")
     args = ap.parse_args()
     header = run_header()
@@ -247,7 +248,7 @@ def main() -> int:
                 print(f"group bias calibration {i}/{len(GIB_CALIBRATION)} ({label}): {res['wall_s']:.1f} s",
                       file=sys.stderr, flush=True)
         R, noisy = args.replicates, {"name": "noisy", "noise_rate": args.noise}
-        for i in range(R):
+        for i in range(0 if args.skip_decision_flip else R):
             res = rig.run(DF, {**noisy, "seed": 1000 + i}, args.fa_rows, flip_entry(FA_CONFIG), 5000 + i, read_flip)
             fa_df.append({"seed": 1000 + i, "any_beyond_noise": res["any_beyond_noise"],
                           "gate_failed_on_excess": res["gate_failed_on_excess"], "wall_s": res["wall_s"],
@@ -263,7 +264,7 @@ def main() -> int:
                            **{k: b.get(k) for k in ("within", "between", "excess", "p_value", "null_pairs")}})
             print(f"group bias false alarms: run {i + 1} of {R} ({res['wall_s']:.1f} s, "
                   f"{sum(r['significant'] for r in fa_gib)} alarms so far)", file=sys.stderr, flush=True)
-        P = max(1, R // 4)
+        P = 0 if args.skip_decision_flip else max(1, R // 4)
         directional = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.6, "directional": True}
         for i in range(P):
             res = rig.run(DF, {**directional, "seed": 3000 + i}, args.fa_rows, flip_entry(FA_CONFIG), 7000 + i, read_flip)

@@ -521,7 +521,7 @@ class GroupInteractionBias(Metric):
         if out["significant"] and out["enabled"]:
             out["failures"] = [f"bias between groups {out['between']:.3f} exceeds the no-effect baseline's "
                                f"{out['within']:.3f} (one persona asked twice, {null_pairs} null pairs) by "
-                               f"{out['excess']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] (one-sided bootstrap p "
+                               f"{out['excess']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] (one-sided p "
                                f"{e['p_value']:.2g})"]
         return out
 
