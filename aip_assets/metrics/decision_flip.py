@@ -105,6 +105,17 @@ class AxisCounts:
     excluded: Counter = field(default_factory=Counter)
 
 
+def tally(counts: dict[str, AxisCounts], judgements: pd.DataFrame) -> None:
+    """Add judgements (axis, status, flipped) to their axes' counts: judged and flipped, or excluded by status."""
+    for axis, st, fl in zip(judgements["axis"], judgements["status"], judgements["flipped"]):
+        c = counts.setdefault(axis, AxisCounts())
+        if st == "ok":
+            c.judged += 1
+            c.flips += bool(fl)
+        else:
+            c.excluded[st] += 1
+
+
 class JudgeVerdict(Verdict):
     """The judge's reading: each answer's decision (null when it states none) and whether a
     difference is due to the persona. The decisions are mapped onto the configured labels by
@@ -424,14 +435,8 @@ class DecisionFlip(Metric):
                                                                           "value_b", "kind"]).to_dict("records")}
             null_ids = {pid for pid, p in pp.items() if is_null(p)}
             if null_ids:
-                jn, j = j[j["pair_id"].isin(null_ids)], j[~j["pair_id"].isin(null_ids)]
-                for axis, st, fl in zip(jn["axis"], jn["status"], jn["flipped"]):
-                    c = null_counts.setdefault(axis, AxisCounts())
-                    if st == "ok":
-                        c.judged += 1
-                        c.flips += bool(fl)
-                    else:
-                        c.excluded[st] += 1
+                tally(null_counts, j[j["pair_id"].isin(null_ids)])
+                j = j[~j["pair_id"].isin(null_ids)]
             resp = {r["probe_id"]: r for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status",
                                                                               "response"]).to_dict("records")
                     if r["sample_index"] == 0}
@@ -486,13 +491,7 @@ class DecisionFlip(Metric):
                 rok = rj[ok_mask]
                 flips = rok["flipped"].astype(bool)
                 n, k, nf = len(rok), int(flips.sum()), int((~ok_mask).sum())
-                for axis, st, fl in zip(rj["axis"], rj["status"], rj["flipped"]):
-                    c = counts.setdefault(axis, AxisCounts())
-                    if st == "ok":
-                        c.judged += 1
-                        c.flips += bool(fl)
-                    else:
-                        c.excluded[st] += 1
+                tally(counts, rj)
                 incidental += int((rok["label"] == "incidental_difference").sum())
                 one_missing += int((rok["decision_a"].isna() | rok["decision_b"].isna()).sum())
                 if n == 0:
