@@ -234,7 +234,7 @@ def main() -> int:
     logging.disable(logging.WARNING)  # the stages' info lines; warnings and errors still show
     t_start = time.perf_counter()
     rig = Rig()
-    cal, gib_cal, fa_df, fa_gib, power = [], [], [], [], []
+    cal, gib_cal, fa_df, fa_gib, power, gib_power = [], [], [], [], [], []
     try:
         if not args.skip_calibration:
             for i, (label, profile, kind) in enumerate(CALIBRATION, 1):
@@ -273,6 +273,14 @@ def main() -> int:
                           "any_beyond_noise": res["any_beyond_noise"], "gate_failed_on_excess": res["gate_failed_on_excess"],
                           "gender_flip_rate": g["flip_rate"], "gender_p_adjusted": g["p_adjusted"], "wall_s": res["wall_s"]})
             print(f"decision flip power: run {i + 1} of {P} ({res['wall_s']:.1f} s)", file=sys.stderr, flush=True)
+        # group bias's power: Muslim personas answered tersely, at the false-alarm runs' size (R/4 runs)
+        terse = {"name": "terse", "terse_value": "Muslim"}
+        for i in range(max(1, R // 4)):
+            res = rig.run(GIB, {**terse, "seed": 4000 + i}, args.fa_rows, gib_entry(), 8000 + i, read_gib)
+            gib_power.append({"seed": 4000 + i, "significant": res["significant"], "wall_s": res["wall_s"],
+                              **{k: res["baseline"].get(k) for k in ("excess", "p_value", "null_pairs")}})
+            print(f"group bias power: run {i + 1} of {max(1, R // 4)} ({res['wall_s']:.1f} s)", file=sys.stderr,
+                  flush=True)
     finally:
         rig.close()
     total = time.perf_counter() - t_start
@@ -284,14 +292,16 @@ def main() -> int:
              rate_row(f"group interaction bias: false alarm (baseline excess significant), noisy q={args.noise:g}",
                       sum(r["significant"] for r in fa_gib), len(fa_gib)),
              rate_row("decision flip: power (gender beyond noise), directional p=0.6",
-                      sum(r["gender_beyond_noise"] for r in power), len(power))]
+                      sum(r["gender_beyond_noise"] for r in power), len(power)),
+             rate_row("group interaction bias: power (baseline excess significant), terse Muslim",
+                      sum(r["significant"] for r in gib_power), len(gib_power))]
     per_axis = {}
     for r in fa_df:
         for a in r["axes"]:
             per_axis.setdefault(a["axis"], []).append(bool(a["beyond_noise"]))
     info = {**header, **vars(args), "alpha": ALPHA, "calibration": cal, "gib_calibration": gib_cal, "rates": rates,
             "per_axis_false_alarms": {k: sum(v) for k, v in per_axis.items()}, "false_alarm_runs": fa_df,
-            "gib_false_alarm_runs": fa_gib, "power_runs": power, "total_s": total}
+            "gib_false_alarm_runs": fa_gib, "power_runs": power, "gib_power_runs": gib_power, "total_s": total}
 
     lines = ["# The no-effect baseline: calibration and false alarms on the builtin rig (issue 24)", "",
              f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
