@@ -132,8 +132,10 @@ def read_flip(run_id: str) -> dict:
 
 
 def read_gib(run_id: str) -> dict:
-    r = q(f"SELECT details FROM metric_scores WHERE run_id = ? AND metric = '{GIB}' AND scope = 'baseline'", [run_id])
-    base = json.loads(r[0]["details"]) if r else {}
+    r = q(f"SELECT details FROM metric_scores WHERE run_id = ? AND metric = '{GIB}' AND scope = 'bias_baseline'", [run_id])
+    if not r:  # a run without the baseline's row is no evidence either way: stop rather than count it
+        raise SystemExit(f"{run_id}: no bias_baseline row in metric_scores")
+    base = json.loads(r[0]["details"])
     return {**overall(run_id, GIB), "baseline": base, "significant": bool(base.get("significant"))}
 
 
