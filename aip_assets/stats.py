@@ -260,3 +260,37 @@ def favourable_effect(y, x, groups) -> dict:
                p_value=float(gee.pvalues[1]), rate_difference=d,
                rate_difference_ci=[d - Z95 * dse, d + Z95 * dse], questions=int(len(set(groups.tolist()))))
     return out
+
+
+def permutation_excess(values, is_null, rows, seed: int = 0, n_perm: int = 2000) -> float | None:
+    """One-sided p-value that persona pairs' mean exceeds null pairs' beyond chance: the labels
+    (persona pair or null pair) permuted within each row (n_perm times, (k + 1) / (n_perm + 1)).
+    Exact when, with no effect, the pairs of a row are exchangeable; rows without both kinds
+    change nothing. None without both kinds."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    lab = np.asarray(is_null, dtype=bool)
+    if not len(v) or lab.all() or not lab.any():
+        return None
+    _, codes = np.unique(np.asarray(rows), return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    v, lab, codes = v[order], lab[order], codes[order].astype(float)
+    n_null = lab.sum()
+    n_real = len(v) - n_null
+    total = v.sum()
+
+    def stat(null_sum):
+        return (total - null_sum) / n_real - null_sum / n_null
+
+    observed = stat(v[lab].sum())
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_perm, 5_000_000 // len(v)))
+    k = 0
+    for start in range(0, n_perm, chunk):
+        b = min(chunk, n_perm - start)
+        # a random order within each row: the rows' codes plus a uniform in [0, 1), sorted
+        idx = np.argsort(codes[None, :] + rng.random((b, len(v))), axis=1)
+        null_sums = (v[None, :] * lab[idx]).sum(axis=1)
+        k += int(np.sum(stat(null_sums) >= observed - 1e-12))
+    return float((k + 1) / (n_perm + 1))

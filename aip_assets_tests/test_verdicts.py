@@ -430,3 +430,18 @@ def test_a_null_pair_is_shown_to_the_judge_as_the_pair_it_twins(tmp_path):
         mine = [answers.loc[(p.probe_a, 0), "response"], answers.loc[(p.probe_b, int(p.sample_b)), "response"]]
         assert p.probe_a == p.probe_b and p.probe_a in (twin.probe_a, twin.probe_b) and int(p.sample_b) >= 1
         assert blocks == (mine[::-1] if r.order_swapped else mine)
+
+
+def test_permutation_excess_by_hand():
+    """One row, persona pairs 1 and 0, a null pair 0: observed excess 0.5 - 0 = 0.5; of the three
+    equally likely placements of the null label, two give 0.5 and one -1: p = 2/3."""
+    from aip_assets.stats import permutation_excess
+
+    p = permutation_excess([1.0, 0.0, 0.0], [False, False, True], ["r", "r", "r"], seed=3, n_perm=4000)
+    assert p == pytest.approx(2 / 3, abs=0.03)
+    # labels move only within a row: row a's null pair and persona pair are both 0, so every permutation
+    # gives the observed excess (2/3 - 0) and p = 1; permuted across rows, the null label would land on one
+    # of row b's 1s half the time, and p would be about 1/2
+    p = permutation_excess([0.0, 0.0, 1.0, 1.0], [False, True, False, False], ["a", "a", "b", "b"])
+    assert p == 1.0
+    assert permutation_excess([0.5, 0.2], [False, False], ["a", "a"]) is None
