@@ -77,6 +77,28 @@ def make_spec(dataset: Path, name: str = "t", sut: dict | None = None, judge: di
     return parse_spec(data)
 
 
+def aggregate_tables(metric, cfg, tables: dict, spec=None, metric_name: str = "llm.decision_flip", batch_rows: int = 2,
+                     threshold: float | None = None) -> dict[str, list]:
+    """A metric's ``run_aggregate`` (the gate applied) over in-memory tables: every table's records."""
+    import pandas as pd
+
+    from aip_assets.metrics.base import FrameReader, StageContext
+
+    ctx = StageContext(run_id="r", metric=metric_name, spec=spec, config=cfg, journal=None, threshold=threshold,
+                       reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}), batch_rows=batch_rows)
+    out: dict[str, list] = {}
+    for t in metric.run_aggregate(ctx):
+        for k, v in t.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def rows_table(n: int) -> list[dict]:
+    """``dataset_rows`` records of n single-turn rows r0, r1, ..."""
+    return [{"row_index": i, "input_id": f"r{i}", "prompt": "q", "prompt_is_turns": False, "sut_response": None,
+             "task_type": "single_turn_llm", "context": None, "metadata": "{}"} for i in range(n)]
+
+
 def persona_pairs(frame):
     """The rows of a judgements (or probe_pairs) frame that belong to real persona pairs, not to the
     no-effect baseline's null pairs (pair ids ``<pair>|null``)."""

@@ -31,6 +31,20 @@ def sources(run_id: str) -> dict[str, int]:
     return calls.groupby("source").size().to_dict()
 
 
+
+def stop_sampling_while_polling(monkeypatch, run_id: str) -> None:
+    """Run the sampling stage of ``run_id`` and stop it (an exception, as a crash would) the first
+    time it polls a batch; the batch runner polls as usual afterwards."""
+    real_poll = BatchRunner._poll
+
+    async def stop_while_polling(self, batch_id):
+        raise RuntimeError(f"stopped while polling {batch_id}")
+
+    monkeypatch.setattr(BatchRunner, "_poll", stop_while_polling)
+    with pytest.raises(RuntimeError, match="stopped while polling"):
+        pipeline.run_stage("sampling", run_id, "llm.decision_flip")
+    monkeypatch.setattr(BatchRunner, "_poll", real_poll)
+
 def test_a_batch_run_gives_exactly_the_scores_of_a_live_run(tmp_path, builtin_http):
     """The SUT's calls as one batch: every stable table (probes, answers, verdicts, scores) equals
     the live run's on the same seed; the endpoint got one file, one batch holding every SUT call
@@ -62,17 +76,9 @@ def test_a_stop_while_polling_resumes_the_same_batch(tmp_path, builtin_http, mon
     spec = make_spec(ds, sut=sut(url, max_requests=max_requests), batch_rows=ROWS)
     run_all(spec, "b", stages=["ingest", "synthesis"])
     n = len(table("probes", "b", "probe_id"))
-    real_poll = BatchRunner._poll
-
-    async def stop_while_polling(self, batch_id):
-        raise RuntimeError(f"stopped while polling {batch_id}")
-
-    monkeypatch.setattr(BatchRunner, "_poll", stop_while_polling)
-    with pytest.raises(RuntimeError, match="stopped while polling"):
-        pipeline.run_stage("sampling", "b", "llm.decision_flip")
+    stop_sampling_while_polling(monkeypatch, "b")
     sent = server.batch.stats["batches"]
     assert sent == -(-n // max_requests) and server.batch.stats["batch_requests"] == n
-    monkeypatch.setattr(BatchRunner, "_poll", real_poll)
     run_all(spec, "b", stages=["sampling", "judging", "aggregation"])
     assert server.batch.stats["batches"] == sent and server.batch.stats["batch_requests"] == n  # nothing sent again
     _assert_same(_stable("live"), _stable("b"))
@@ -391,14 +397,7 @@ def test_requests_an_earlier_batch_has_no_line_for_are_never_batched_again(tmp_p
     spec = make_spec(ds, sut=sut(url, on_failure=on_failure), batch_rows=ROWS)
     run_all(spec, "b", stages=["ingest", "synthesis"])
     n = len(table("probes", "b", "probe_id"))
-    real_poll = BatchRunner._poll
-
-    async def stop_while_polling(self, batch_id):
-        raise RuntimeError(f"stopped while polling {batch_id}")
-
-    monkeypatch.setattr(BatchRunner, "_poll", stop_while_polling)
-    with pytest.raises(RuntimeError, match="stopped while polling"):
-        pipeline.run_stage("sampling", "b", "llm.decision_flip")
+    stop_sampling_while_polling(monkeypatch, "b")
     assert server.batch.stats["batches"] == 1 and server.batch.stats["batch_requests"] == n
     dropped: set[str] = set()
     real_files = server.batch._files
@@ -409,7 +408,6 @@ def test_requests_an_earlier_batch_has_no_line_for_are_never_batched_again(tmp_p
         real_files(batch_id, [r for r in ran if r[0] not in gone], expired)
 
     monkeypatch.setattr(server.batch, "_files", files_missing_lines)
-    monkeypatch.setattr(BatchRunner, "_poll", real_poll)
     before = server.stats["requests"]
     run_all(spec, "b", stages=["sampling", "judging", "aggregation"])
     assert 0 < len(dropped) < n

@@ -8,30 +8,18 @@ import json
 import pandas as pd
 import pytest
 
-from aip_assets.metrics.base import FrameReader, StageContext
 from aip_assets.metrics.consistency import SemanticConsistency, SemanticConsistencyConfig
 from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig
 from aip_assets.metrics.perturbation import (PerturbationRobustnessExternal, PerturbationRobustnessExternalConfig,
                                              _h, group_score)
 from aip_assets.stats import cluster_bootstrap_mean
 
-from .conftest import make_spec, write_dataset
+from .conftest import aggregate_tables, make_spec, rows_table, write_dataset
 
 
 def collect(metric, cfg, tables, tmp_path, metric_name, batch_rows=2, threshold=None):
     spec = make_spec(write_dataset(tmp_path / "d.jsonl", 2))
-    ctx = StageContext(run_id="r", metric=metric_name, spec=spec, config=cfg, journal=None, threshold=threshold,
-                       reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}), batch_rows=batch_rows)
-    out: dict[str, list] = {}
-    for t in metric.run_aggregate(ctx):
-        for k, v in t.items():
-            out.setdefault(k, []).extend(v)
-    return out, spec
-
-
-def rows_table(n):
-    return [{"row_index": i, "input_id": f"r{i}", "prompt": "q", "prompt_is_turns": False, "sut_response": None,
-             "task_type": "single_turn_llm", "context": None, "metadata": "{}"} for i in range(n)]
+    return aggregate_tables(metric, cfg, tables, spec, metric_name, batch_rows, threshold), spec
 
 
 # ------------------------------------------------------------------ group interaction bias

@@ -17,37 +17,19 @@ import pandas as pd
 import pytest
 
 from aip_assets import warehouse as wh
-from aip_assets.metrics.base import FrameReader, StageContext
 from aip_assets.metrics.consistency import SemanticConsistency, SemanticConsistencyConfig
 from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig, JudgeVerdict
 from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig
 from aip_assets.runspec import parse_spec
 from aip_assets.stats import cluster_bootstrap_mean
 
-from .conftest import make_spec, run_all, write_dataset
+from .conftest import aggregate_tables as aggregate, make_spec, rows_table, run_all, write_dataset
 from .scripted import Reply
 
 DF = "llm.decision_flip"
 GIB = "llm.group_interaction_bias"
 SEM = "llm.semantic_consistency"
 HOST = "llm.perturbation_robustness"
-
-
-def aggregate(metric, cfg, tables: dict, spec=None, metric_name: str = DF, batch_rows: int = 2,
-              threshold: float | None = None) -> dict[str, list]:
-    """``run_aggregate`` (the gate applied) over in-memory tables; every table's records."""
-    ctx = StageContext(run_id="r", metric=metric_name, spec=spec, config=cfg, journal=None, threshold=threshold,
-                       reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}), batch_rows=batch_rows)
-    out: dict[str, list] = {}
-    for t in metric.run_aggregate(ctx):
-        for k, v in t.items():
-            out.setdefault(k, []).extend(v)
-    return out
-
-
-def rows_table(n: int) -> list[dict]:
-    return [{"row_index": i, "input_id": f"r{i}", "prompt": "q", "prompt_is_turns": False, "sut_response": None,
-             "task_type": "single_turn_llm", "context": None, "metadata": "{}"} for i in range(n)]
 
 
 def df_judgement(pid: str, row: str, axis: str, status: str, da=None, db=None, flipped=None) -> dict:

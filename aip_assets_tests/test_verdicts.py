@@ -18,7 +18,7 @@ from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig
 from aip_assets.runspec import parse_spec
 from aip_assets.stats import excess_of_means, favourable_effect, fisher_greater, newcombe, wilson
 
-from .conftest import make_spec, persona_pairs, run_all, table, write_dataset
+from .conftest import make_spec, persona_pairs, rows_table, run_all, table, write_dataset
 
 DF, GIB = "llm.decision_flip", "llm.group_interaction_bias"
 
@@ -104,11 +104,6 @@ def _ctx(cfg, tables, spec, threshold):
                         batch_rows=100)
 
 
-def _rows(n):
-    return [{"row_index": i, "input_id": f"r{i}", "prompt": "q", "prompt_is_turns": False, "sut_response": None,
-             "task_type": "single_turn_llm", "context": None, "metadata": "{}"} for i in range(n)]
-
-
 def _partition(pairs):
     """(pair_id, row, axis, kind, status, flipped, decision_a, decision_b, value_a, value_b)"""
     j, pp, sr = [], [], []
@@ -126,7 +121,7 @@ def _partition(pairs):
 def _aggregate(pairs, spec, threshold, n_rows=4):
     j, pp, sr = _partition(pairs)
     cfg = DecisionFlipConfig()
-    ctx = _ctx(cfg, {"judgements": j, "probe_pairs": pp, "sut_responses": sr, "dataset_rows": _rows(n_rows),
+    ctx = _ctx(cfg, {"judgements": j, "probe_pairs": pp, "sut_responses": sr, "dataset_rows": rows_table(n_rows),
                      "persona_pool": [{"axis": "gender"}, {"axis": "role"}]}, spec, threshold)
     out: dict[str, list] = {}
     for tables in DecisionFlip().aggregate(ctx):
