@@ -59,7 +59,11 @@ def test_excess_of_means_by_hand():
     assert e["between"] == pytest.approx(1.2 / 4) and e["within"] == pytest.approx(0.2 / 4)
     assert e["excess"] == pytest.approx(0.25)
     assert e["ci95"][0] <= 0.25 <= e["ci95"][1] and e["ci95"][0] < e["ci95"][1]
-    assert 0 < e["p_value"] <= 1
+    # studentised: excess ± t(0.975, rows - 1) x the bootstrap's standard error widened by rows / (rows - 1)
+    from scipy.stats import t as student
+
+    half = student.ppf(0.975, 2) * e["se"]
+    assert e["ci95"] == pytest.approx([0.25 - half, 0.25 + half]) and e["rows"] == 3 and half > 0
     # no null pair: no baseline
     assert excess_of_means([[0.5, 1, 0.0, 0]])["excess"] is None
 
