@@ -61,6 +61,18 @@ def test_demo_data_and_spec():
     assert len(rows) >= 24 and len({r.metadata.get("domain") for r in rows}) >= 8
     assert any(r.task_type.startswith("multi_turn") for r in rows)
     assert any(r.task_type.endswith("_rag") for r in rows)
+    # a question that offers two courses ("submit now, or wait?") is not answered YES or NO: its
+    # labels name the courses
+    import re
+
+    def question(r):  # the last sentence
+        return re.split(r"(?<=[.!?])\s+", r.last_user_text.strip())[-1]
+
+    either_or = [r for r in rows if re.search(r",? or ", question(r))]
+    assert len(either_or) == 9, [r.input_id for r in either_or]
+    for r in either_or:
+        labels = r.metadata.get("decision_labels")
+        assert labels and not {"YES", "NO"} & set(labels), (r.input_id, labels)
 
 
 @pytest.mark.default_baseline
