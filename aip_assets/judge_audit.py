@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any
 
 from .metrics.base import StageContext, ask_json, judged_fields, run_bounded
+from .stats import cohen_kappa
 
 AUDITED = ("ok", "no_decision", "unjudgeable")
 ALPHA = 0.05
@@ -77,13 +78,7 @@ async def audit(ctx: StageContext, plugin) -> list[dict[str, Any]]:
 
 def kappa(pairs: list[tuple[str, str]]) -> tuple[float | None, float | None]:
     """(observed agreement, Cohen's kappa) of two raters' categories."""
-    n = len(pairs)
-    if not n:
-        return None, None
-    po = sum(a == b for a, b in pairs) / n
-    ca, cb = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
-    pe = sum(ca[c] * cb[c] for c in set(ca) | set(cb)) / (n * n)
-    return po, (1.0 if po == 1.0 else 0.0) if pe == 1.0 else (po - pe) / (1 - pe)
+    return cohen_kappa([(a, b, 1.0) for a, b in pairs])
 
 
 def audit_scores(ctx: StageContext, cfg) -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ Z95 = 1.959963984540054
 BOOT_CELLS = 5_000_000  # cluster draws held in memory at once by the bootstrap (a chunk of resamples)
 
 
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
-    """Wilson score interval for a rate k/n; (None, None) when n == 0."""
+def wilson(k: float, n: float, z: float = Z95) -> tuple[float | None, float | None]:
+    """Wilson score interval for a rate k/n; (None, None) when n == 0. (k and n may be effective
+    counts, :func:`wilson_share`.)"""
     if n <= 0:
         return None, None
     p = k / n
@@ -301,3 +302,116 @@ def permutation_excess(values, is_null, rows, seed: int = 0, n_perm: int = 2000)
         null_sums = (v[None, :] * lab[idx]).sum(axis=1)
         k += int(np.sum(stat(null_sums) >= observed - 1e-12))
     return float((k + 1) / (n_perm + 1))
+
+
+# ------------------------------------------------------------------ a judge checked against people
+def kish_n(weights: Sequence[float]) -> float:
+    """Kish's effective sample size of weighted items: (sum w)^2 / sum w^2 (n when the weights are equal)."""
+    s, s2 = float(sum(weights)), float(sum(w * w for w in weights))
+    return 0.0 if s2 == 0 else s * s / s2
+
+
+def wilson_share(p: float | None, n_eff: float, z: float = Z95) -> tuple[float | None, float | None]:
+    """Wilson interval of a weighted share ``p`` at its effective sample size (:func:`kish_n`): the
+    usual Wilson interval when every weight is 1."""
+    if p is None or n_eff <= 0:
+        return None, None
+    return wilson(p * n_eff, n_eff, z)
+
+
+def cohen_kappa(rated: Sequence[tuple[str, str, float]]) -> tuple[float | None, float | None]:
+    """(observed agreement, Cohen's kappa) of two raters' categories over weighted items
+    ``(rater 1, rater 2, weight)``: p_o the weighted share of items both put in one category, p_e the
+    sum over categories of the product of the raters' weighted shares, kappa = (p_o - p_e) / (1 - p_e).
+    With every weight 1 it is the textbook kappa. When chance agreement is certain (p_e = 1: both
+    raters used one category), kappa is 1 if they agree everywhere, else 0. (None, None) without items."""
+    total = float(sum(w for _, _, w in rated))
+    if not rated or total <= 0:
+        return None, None
+    po = sum(w for a, b, w in rated if a == b) / total
+    share_a: dict[str, float] = {}
+    share_b: dict[str, float] = {}
+    for a, b, w in rated:
+        share_a[a] = share_a.get(a, 0.0) + w / total
+        share_b[b] = share_b.get(b, 0.0) + w / total
+    pe = sum(share_a.get(c, 0.0) * share_b.get(c, 0.0) for c in set(share_a) | set(share_b))
+    if pe >= 1.0 - 1e-12:
+        return po, 1.0 if po >= 1.0 - 1e-12 else 0.0
+    return po, (po - pe) / (1 - pe)
+
+
+def rogan_gladen(p_obs: float, se: float, sp: float) -> float | None:
+    """The true rate behind an observed one, given the rater's sensitivity and specificity
+    (Rogan & Gladen 1978): (p_obs + Sp - 1) / (Se + Sp - 1), clipped to [0, 1]. None when
+    Se + Sp - 1 <= 0: such a rater is no better than chance and says nothing about the rate."""
+    d = se + sp - 1.0
+    if d <= 0:
+        return None
+    return min(1.0, max(0.0, (p_obs + sp - 1.0) / d))
+
+
+RG_DRAWS = 10_000
+
+
+def rogan_gladen_stratified(judged: dict[str, int], labelled: dict[str, tuple[int, int]], key: str, seed: int = 0,
+                            draws: int = RG_DRAWS) -> dict:
+    """The Rogan–Gladen rate of ``key`` when people labelled a sample stratified by the judge's category.
+
+    ``judged``: the run's items per judge category (the rate's population); ``labelled``: per judge
+    category, (items people labelled, of them those people put in ``key``); every category of
+    ``judged`` needs labels. Each labelled item weighs N_h / n_h, so p_obs = N_key / N, and
+    Se = P(judge key | people key), Sp = P(judge not key | people not key) over the run:
+    Se = N_key PPV_key / sum_h N_h PPV_h, Sp = sum_{h != key} N_h (1 - PPV_h) / sum_h N_h (1 - PPV_h),
+    with PPV_h the share of stratum h's labels that say key. (The corrected rate is then
+    sum_h N_h PPV_h / N, the stratified estimate: the two agree wherever Se + Sp > 1.)
+
+    95% interval, a parametric bootstrap, seeded, ``draws`` times: the run's category shares drawn
+    from Dirichlet(N_h + 1/2) (p_obs's uncertainty, the run's judged count) and each stratum's
+    PPV from Beta(K_h + 1/2, n_h - K_h + 1/2) (Jeffreys: Se and Sp's uncertainty, the labelled
+    counts); Se, Sp and p_obs recomputed from the same draw (they rest on the same strata: drawn
+    independently, a low Se would be paired with a low Sp that no sample shows together),
+    corrected and clipped; the 2.5th and 97.5th percentiles. A draw with Se + Sp - 1 <= 0 has no
+    corrected rate: when more than 2.5% of draws have none, the interval is [0, 1] (the labels
+    cannot exclude a judge without information); fewer are left out. Returns {p_obs,
+    sensitivity, specificity, corrected (None when Se + Sp - 1 <= 0), ci95, undefined_share}."""
+    import numpy as np
+
+    cats = list(judged)
+    if any(labelled.get(c, (0, 0))[0] <= 0 for c in cats):
+        raise ValueError(f"every judge category needs labels: {[c for c in cats if labelled.get(c, (0, 0))[0] <= 0]}")
+    big_n = np.array([judged[c] for c in cats], dtype=float)
+    n_lab = np.array([labelled[c][0] for c in cats], dtype=float)
+    k_lab = np.array([labelled[c][1] for c in cats], dtype=float)
+    is_key = np.array([c == key for c in cats])
+
+    def estimate(shares, ppv):
+        """(p_obs, Se, Sp) per row of the run's category shares and each stratum's PPV."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pos, neg = shares * ppv, shares * (1 - ppv)
+            se = (pos * is_key).sum(axis=-1) / pos.sum(axis=-1)
+            sp = (neg * ~is_key).sum(axis=-1) / neg.sum(axis=-1)
+        return (shares * is_key).sum(axis=-1), se, sp
+
+    out: dict = {"p_obs": None, "sensitivity": None, "specificity": None, "corrected": None, "ci95": [None, None],
+                 "undefined_share": None}
+    if not len(cats) or big_n.sum() <= 0:
+        return out
+    p_obs, se, sp = (float(x) for x in estimate(big_n / big_n.sum(), k_lab / n_lab))
+    out.update(p_obs=p_obs, sensitivity=None if math.isnan(se) else se, specificity=None if math.isnan(sp) else sp)
+    if math.isnan(se) or math.isnan(sp):
+        return out
+    out["corrected"] = rogan_gladen(p_obs, se, sp)
+    rng = np.random.default_rng(seed)
+    shares = rng.dirichlet(big_n + 0.5, size=draws)
+    ppv = rng.beta(k_lab + 0.5, n_lab - k_lab + 0.5, size=(draws, len(cats)))
+    p, se_d, sp_d = estimate(shares, ppv)
+    d = se_d + sp_d - 1.0
+    ok = np.nan_to_num(d, nan=-1.0) > 0
+    out["undefined_share"] = float(1.0 - ok.mean())
+    if out["undefined_share"] > 0.025:
+        out["ci95"] = [0.0, 1.0]
+        return out
+    corrected = np.clip((p[ok] + sp_d[ok] - 1.0) / d[ok], 0.0, 1.0)
+    lo, hi = np.percentile(corrected, [2.5, 97.5])
+    out["ci95"] = [float(lo), float(hi)]
+    return out
