@@ -124,6 +124,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("stage", "VARCHAR"), ("level", "VARCHAR"),
         ("code", "VARCHAR"), ("message", "VARCHAR"),
     ],
+    # a person's category for a judgement (`aip-eval label import`, human_labels.py): one row per
+    # judgement and labeller, replaced when the same labeller's label is imported again; the judge's
+    # category at import time beside it (the judge's side of the comparison, on the same scale)
+    "human_labels": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("category", "VARCHAR"),
+        ("labeller", "VARCHAR"), ("note", "VARCHAR"), ("judge_category", "VARCHAR"), ("imported_at", "TIMESTAMP"),
+        ("source_file", "VARCHAR"), ("source_row", "INTEGER"),
+    ],
     # run B against run A (compare.py): run_id = run_b; a re-comparison of a pair replaces its rows
     "run_comparisons": [
         ("run_a", "VARCHAR"), ("run_b", "VARCHAR"), ("run_id", "VARCHAR"), ("metric", "VARCHAR"),
@@ -283,6 +291,33 @@ VIEWS: dict[str, str] = {
                r.low_consistency_ratio
         FROM s JOIN r USING (run_id)
         WHERE s.semantic IS NOT NULL AND s.factual IS NOT NULL AND s.safety IS NOT NULL
+    """,
+    # each person's label beside the judge's verdict on the same judgement (human_labels.py)
+    "v_human_vs_judge": """
+        SELECT h.run_id, h.metric, h.judgement_id, h.labeller, h.category AS human_category,
+               h.judge_category, h.category = h.judge_category AS agree, h.note, j.input_id, j.pair_id, j.axis,
+               j.judge_kind, j.category AS item_category, j.status AS judge_status, j.label AS judge_label,
+               j.score AS judge_score, j.reasoning AS judge_reasoning, h.source_file, h.source_row, h.imported_at
+        FROM human_labels h
+        LEFT JOIN judgements j ON j.run_id = h.run_id AND j.metric = h.metric AND j.judgement_id = h.judgement_id
+    """,
+    # the judge against people per run and metric: agreement and kappa, each category's sensitivity
+    # and specificity, the key rate corrected for them (or why not)
+    "v_human_agreement": """
+        WITH h AS (SELECT *, regexp_extract(group_key, '^[a-z]+') AS what FROM metric_scores
+                   WHERE scope = 'human_agreement')
+        SELECT run_id, metric, what,
+               CASE WHEN strpos(group_key, ':') > 0 THEN substr(group_key, strpos(group_key, ':') + 1) END AS category,
+               rate, rate_ci_low, rate_ci_high, n, n_events,
+               CASE WHEN what = 'agreement' THEN raw_score END AS kappa,
+               CASE WHEN what = 'agreement' THEN ci_low END AS kappa_ci_low,
+               CASE WHEN what = 'agreement' THEN ci_high END AS kappa_ci_high,
+               CASE WHEN what = 'category' THEN CAST(details ->> 'specificity' AS DOUBLE) END AS specificity,
+               CASE WHEN what = 'category' THEN CAST(details -> 'specificity_ci95' ->> 0 AS DOUBLE) END AS specificity_ci_low,
+               CASE WHEN what = 'category' THEN CAST(details -> 'specificity_ci95' ->> 1 AS DOUBLE) END AS specificity_ci_high,
+               CASE WHEN what = 'corrected' THEN raw_score END AS judge_rate,
+               details ->> 'why' AS no_corrected_rate_because, details
+        FROM h
     """,
     "v_position_bias": """
         SELECT run_id, metric, order_swapped, count(*) AS judged,
@@ -1005,7 +1040,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
 
 # Raised with every change to TABLES, VIEWS or LAKE_TABLES: a lake made by a later level is never
 # remade by an earlier one (workers of two versions during a rolling deploy)
-SCHEMA_LEVEL = 3
+SCHEMA_LEVEL = 4
 # A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`
 # serves what any worker wrote, from the object store the lake's files are in
 LAKE_TABLES: dict[str, list[tuple[str, str]]] = {
