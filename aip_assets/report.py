@@ -66,6 +66,7 @@ SCOPES: dict[str, dict[str, Any]] = {
 }
 # the headline; single numbers beside it; effects (odds ratios) are a table (_effects_table)
 NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "effect", "bias_baseline"}
+HUMAN_SCOPE = "human_agreement"  # the judge checked against people (human_labels.py): a table of its own
 
 COUNT_LABELS = {
     "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
@@ -368,6 +369,67 @@ def _effects_table(metric: str, rows: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+def _human_table(metric: str, rows: list[dict[str, Any]]) -> str:
+    """The judge checked against people (``aip-eval label import``): agreement and Cohen's kappa,
+    each category's sensitivity and specificity, the key rate corrected for them (or why not)."""
+    agreement = next((r for r in rows if r["group_key"] == "agreement"), None)
+    if agreement is None:
+        return ""
+    d = _json(agreement.get("details")) or {}
+
+    def cell(r: dict[str, Any], field: str, lo: str, hi: str) -> str:
+        b = dict(data_metric=metric, data_scope=HUMAN_SCOPE, data_key=r["group_key"])
+        return (f'{_num(r.get(field), **b, data_field=field)} [{_num(r.get(lo), **b, data_field=lo)}, '
+                f'{_num(r.get(hi), **b, data_field=hi)}]')
+
+    def pair(x: Any) -> str:
+        return "" if not x or x[0] is None else f" [{_f3(x[0])}, {_f3(x[1])}]"
+
+    labellers = ", ".join(str(x) for x in d.get("labellers") or [])
+    out = ['<h4>The judge checked against people</h4>',
+           f'<p class="facts"{_attrs(data_metric=metric, data_scope=HUMAN_SCOPE)}><span class="f">labelled items '
+           f'{_num(agreement.get("n"), "int", data_metric=metric, data_scope=HUMAN_SCOPE, data_key="agreement", data_field="n")}'
+           f' (by {_e(labellers)})</span> <span class="f">agreement {cell(agreement, "rate", "rate_ci_low", "rate_ci_high")}'
+           f'</span> <span class="f">Cohen\'s kappa {cell(agreement, "raw_score", "ci_low", "ci_high")}</span></p>']
+    for r in rows:
+        if r["group_key"].startswith("agreement:"):
+            out.append(f'<p class="facts"{_attrs(data_metric=metric, data_scope=HUMAN_SCOPE, data_key=r["group_key"])}>'
+                       f'<span class="f">its {_e(r["group_key"].split(":", 1)[1])} judge: agreement '
+                       f'{cell(r, "rate", "rate_ci_low", "rate_ci_high")}</span> <span class="f">kappa '
+                       f'{cell(r, "raw_score", "ci_low", "ci_high")}</span> <span class="f">on {_int(r.get("n"))} items'
+                       '</span></p>')
+    for r in rows:
+        if not r["group_key"].startswith("corrected:"):
+            continue
+        c = _json(r.get("details")) or {}
+        what = r["group_key"].split(":", 1)[1]
+        b = dict(data_metric=metric, data_scope=HUMAN_SCOPE, data_key=r["group_key"])
+        if r.get("rate") is None:
+            out.append(f'<p{_attrs(**b)}>corrected {_e(what)} rate: <span class="muted">none: {_e(c.get("why"))}</span> '
+                       f'(the judge\'s {_num(r.get("raw_score"), **b, data_field="raw_score")})</p>')
+        else:
+            out.append(f'<p{_attrs(**b)}>corrected {_e(what)} rate {cell(r, "rate", "rate_ci_low", "rate_ci_high")} '
+                       f'against the judge\'s {_num(r.get("raw_score"), **b, data_field="raw_score")} '
+                       f'<span class="muted">({_e(c.get("what"))}; Rogan–Gladen with sensitivity '
+                       f'{_f3(c.get("sensitivity"))}, specificity {_f3(c.get("specificity"))})</span></p>')
+    out.append('<table class="human"><tr><th>category</th><th class=num>people said</th><th class=num>judge said</th>'
+               '<th>sensitivity (95% CI)</th><th>specificity (95% CI)</th></tr>')
+    for r in rows:
+        if not r["group_key"].startswith("category:"):
+            continue
+        c = _json(r.get("details")) or {}
+        out.append(f'<tr{_attrs(data_metric=metric, data_scope=HUMAN_SCOPE, data_key=r["group_key"])}>'
+                   f'<td>{_e(r["group_key"].split(":", 1)[1])}</td><td class=num>{_int(c.get("people_said"))}</td>'
+                   f'<td class=num>{_int(c.get("judge_said"))}</td>'
+                   f'<td>{cell(r, "rate", "rate_ci_low", "rate_ci_high")}</td>'
+                   f'<td>{_f3(c.get("specificity"))}{pair(c.get("specificity_ci95"))}</td></tr>')
+    out.append('</table><p class="muted">Each labelled item weighs the run\'s judgements in its judge category over '
+               'those labelled there, so the figures speak of the run, not of the sample. '
+               f"<code>SELECT * FROM v_human_agreement WHERE metric = '{_e(metric)}'</code>; each label beside the "
+               "verdict: <code>v_human_vs_judge</code>.</p>")
+    return "".join(out)
+
+
 # --------------------------------------------------------------------------- weakest rows and evidence
 
 def _entry_meta(e: dict[str, Any]) -> str:
@@ -617,11 +679,12 @@ def _metric_section(metric: str, scores: list[dict[str, Any]], spec_metric: dict
            f'{"" if o.get("raw_score") == o.get("score") else " &nbsp;raw " + _num(o.get("raw_score"), **a, data_field="raw_score")}</p>',
            _gate(metric, o)]
     out.append(_facts(metric, o, [r for r in scores if r["scope"] in NOT_CHARTED - {"overall"}]))
+    out.append(_human_table(metric, [r for r in scores if r["scope"] == HUMAN_SCOPE]))
     if spec_metric.get("dataset"):
         out.append(f'<p class="muted">dataset <code>{_e(spec_metric["dataset"])}</code></p>')
     scopes: dict[str, list[dict[str, Any]]] = {}
     for r in scores:
-        if r["scope"] not in NOT_CHARTED:
+        if r["scope"] not in NOT_CHARTED | {HUMAN_SCOPE}:
             scopes.setdefault(r["scope"], []).append(r)
     order = list(SCOPES)
     for scope in sorted(scopes, key=lambda s: (order.index(s) if s in order else len(order), s)):
