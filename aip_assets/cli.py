@@ -441,6 +441,37 @@ def cmd_compare(args) -> int:
     return 1 if args.fail_on_drop and drops else 0
 
 
+def cmd_label_export(args) -> int:
+    from . import human_labels
+
+    path = Path(args.warehouse).resolve() if args.warehouse else None
+    out = human_labels.export(args.run, args.metric, args.n, out=args.out, show_verdict=args.show_verdict,
+                              seed=args.seed, path=path, force=args.force)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"wrote {out['rows']} judgement(s) of {out['run_id']} × {out['metric']} to {out['file']} (seed {out['seed']}; "
+          f"the judge's verdict {'shown' if out['verdict_shown'] else 'hidden'})")
+    print(f"  {'judge category':<26}{'judged':>8}{'sampled':>9}   (equal allocation, capped at each category's size)")
+    for c, s in out["strata"].items():
+        print(f"  {c:<26}{s['judged']:>8}{s['sampled']:>9}")
+    print(f"Fill in human_label (one of the row's `allowed`), labeller and note, then: aip-eval label import {out['file']}")
+    return 0
+
+
+def cmd_label_import(args) -> int:
+    from . import human_labels
+
+    path = Path(args.warehouse).resolve() if args.warehouse else None
+    out = human_labels.import_labels(args.file, labeller=args.labeller, path=path)
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        for line in human_labels.summary_lines(out):
+            print(line)
+    return 0
+
+
 def cmd_validate(args) -> int:
     from . import pipeline
     from .runspec import load_spec
@@ -595,6 +626,29 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default 500; the page says how many were left out)")
     rp.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)")
     rp.set_defaults(fn=cmd_report)
+
+    lb = sub.add_parser("label", help="check the judge against people: export judgements to label, import the labels")
+    lsub = lb.add_subparsers(dest="label_cmd", required=True)
+    le = lsub.add_parser("export", help="write a seeded sample of RUN's judgements of a metric, stratified by the "
+                                        "judge's category, to a CSV (or .jsonl) a person fills in")
+    le.add_argument("run", help="run id (see `aip-eval runs`)")
+    le.add_argument("--metric", required=True, help="the metric whose judgements to label, e.g. llm.decision_flip")
+    le.add_argument("--n", type=int, default=100, help="judgements in the sample (default 100)")
+    le.add_argument("--out", help="the file: .csv or .jsonl (default <warehouse dir>/labels/<run>--<metric>.csv)")
+    le.add_argument("--show-verdict", action="store_true", help="include the judge's category and reasoning "
+                                                                "(default: hidden, so the person is not led by it)")
+    le.add_argument("--seed", type=int, help="the sample's seed (default the run's seed)")
+    le.add_argument("--force", action="store_true", help="replace --out if it exists")
+    le.add_argument("--json", action="store_true", help="print what was written as JSON")
+    le.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder)")
+    le.set_defaults(fn=cmd_label_export)
+    li = lsub.add_parser("import", help="check and store a filled-in file's labels (table human_labels), then the "
+                                        "judge's agreement with people, kappa and the corrected rate (metric_scores)")
+    li.add_argument("file", help="the filled-in .csv or .jsonl")
+    li.add_argument("--labeller", help="who labelled the rows whose labeller cell is empty")
+    li.add_argument("--json", action="store_true", help="print the figures as JSON")
+    li.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder)")
+    li.set_defaults(fn=cmd_label_import)
 
     v = sub.add_parser("validate", help="validate a spec and its dataset without running anything")
     v.add_argument("spec")

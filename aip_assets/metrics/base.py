@@ -590,11 +590,13 @@ class Metric:
     def run_aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         """``aggregate`` with the gate applied to its run score (one engine for every metric)."""
         from ..gate import finish_scores
+        from ..human_labels import human_scores
         from ..judge_audit import audit_scores, position_scores
 
         for tables in self.aggregate(ctx):
             if "metric_scores" in tables:
                 judges = audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, self)
+                judges += human_scores(ctx, self)  # people's labels (aip-eval label import), kept on re-aggregation
                 tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
             yield tables
 
