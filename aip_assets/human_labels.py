@@ -13,7 +13,8 @@
   the file lists them in another seeded order, never grouped by category (that would show the
   verdict).
 - **Import** checks every row (an unknown judgement, a label that is not one of the item's
-  allowed categories, a row twice for one labeller, a row of another run or metric: an error
+  allowed categories, a row twice for one labeller, a row of another run or metric, answers that
+  are no longer those the row showed, by its ``shown_hash``: an error
   naming the file, row and field, and nothing written), stores the labels in ``human_labels``
   (a labeller's label of a judgement replaces the one imported before) and replaces the run ×
   metric's ``human_agreement`` rows in ``metric_scores`` (aggregation recomputes them too).
@@ -478,7 +479,16 @@ def _context(metric: str, spec, rows: dict[str, Any], r: dict[str, Any]) -> str:
 
 
 EXPORT_COLUMNS = ["judgement_id", "run_id", "metric", "input_id", "item", "persona_a", "question_a", "answer_a",
-                  "persona_b", "question_b", "answer_b", "context", "allowed"]
+                  "persona_b", "question_b", "answer_b", "context", "allowed", "shown_hash"]
+SHOWN = ("question_a", "answer_a", "question_b", "answer_b")
+
+
+def shown_hash(content: dict[str, Any]) -> str:
+    """A fingerprint of the questions and answers a row shows ("sha256:" and 16 hex digits, which
+    no spreadsheet reads as a number): the import refuses a label whose item no longer shows them
+    (answers sampled again, another run's)."""
+    text = "\x1f".join(str(content.get(k) or "") for k in SHOWN)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 VERDICT_COLUMNS = ["judge_category", "judge_reasoning"]
 PERSON_COLUMNS = ["human_label", "labeller", "note"]
 
@@ -542,7 +552,8 @@ def export(run_id: str, metric: str, n: int, out: str | Path | None = None, show
         c = contents.get(r["judgement_id"], {})
         rec_out = {"judgement_id": r["judgement_id"], "run_id": run_id, "metric": metric, "input_id": r["input_id"],
                    "item": _item(metric, r), **{k: c.get(k) or "" for k in EXPORT_COLUMNS[5:11]},
-                   "context": _context(metric, spec, rows, r), "allowed": " | ".join(r["allowed"])}
+                   "context": _context(metric, spec, rows, r), "allowed": " | ".join(r["allowed"]),
+                   "shown_hash": shown_hash(c)}
         if show_verdict:
             rec_out.update(judge_category=r["judge_category"], judge_reasoning=r.get("reasoning") or "")
         rec_out.update({k: "" for k in PERSON_COLUMNS})
@@ -671,6 +682,15 @@ def import_labels(file: str | Path, labeller: str | None = None, path: str | Pat
                     "judge_category": items[jid]["judge_category"], "source_file": p.name, "source_row": rownum})
     if not new:
         raise AipError(f"{p}: no row has a human_label ({blank} blank): nothing to import")
+    shown = {rownum: r.get("shown_hash", "").strip() for rownum, r in rows}
+    if any(shown[x["source_row"]] for x in new):  # the answers labelled are still the run's
+        now_shown = _contents(run_id, metric, [x["judgement_id"] for x in new], path)
+        for x in new:
+            want = shown[x["source_row"]]
+            if want and want != shown_hash(now_shown.get(x["judgement_id"], {})):
+                raise AipError(f"{_where(p, x['source_row'], 'shown_hash')}: the questions and answers this row "
+                               f"showed are not those of judgement {x['judgement_id']!r} in run {run_id} now (its "
+                               "answers were sampled again, or the row is another run's): export it again")
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     incoming = wh.frame("human_labels", new, run_id=run_id, metric=metric, imported_at=now)
     before = wh.read_partition("human_labels", run_id, metric, path, columns=["judgement_id", "category", "labeller"])

@@ -246,7 +246,8 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
     assert f"to {out}" in capsys.readouterr().out
     cols, rows = read_csv(out)
     assert cols == ["judgement_id", "run_id", "metric", "input_id", "item", "persona_a", "question_a", "answer_a",
-                    "persona_b", "question_b", "answer_b", "context", "allowed", "human_label", "labeller", "note"]
+                    "persona_b", "question_b", "answer_b", "context", "allowed", "shown_hash", "human_label", "labeller",
+                    "note"]
     judged = {k: int(v) for k, v in sizes.items()}
     sampled = {c: sum(j.loc[r["judgement_id"], "label"] == c for r in rows) for c in judged}
     assert sampled == hl.allocate(judged, 30) == {"flip": 15, "same_decision": 15}
@@ -264,7 +265,7 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
     shown = tmp_path / "shown.csv"
     assert main(["label", "export", "lab", "--metric", FLIP, "--n", "30", "--out", str(shown), "--show-verdict"]) == 0
     cols2, rows2 = read_csv(shown)
-    assert cols2 == cols[:13] + ["judge_category", "judge_reasoning"] + cols[13:]
+    assert cols2 == cols[:14] + ["judge_category", "judge_reasoning"] + cols[14:]
     assert [r["judgement_id"] for r in rows2] == [r["judgement_id"] for r in rows]
     assert all(r["judge_category"] == j.loc[r["judgement_id"], "label"] for r in rows2)
 
@@ -416,7 +417,7 @@ def refused(capsys, tmp_path, cols, rows, *expected: str, argv: tuple[str, ...] 
 
 
 @pytest.mark.parametrize("case", ["unknown_id", "bad_category", "duplicate", "wrong_run", "wrong_metric", "mixed_run",
-                                  "no_labeller", "no_verdict"])
+                                  "no_labeller", "no_verdict", "answers_changed"])
 def test_bad_imports_exit_2_naming_file_row_and_field_and_write_nothing(tmp_path, capsys, exported, case):
     cols, rows = exported
     bad = str(tmp_path / "bad.csv")
@@ -445,6 +446,12 @@ def test_bad_imports_exit_2_naming_file_row_and_field_and_write_nothing(tmp_path
     elif case == "no_labeller":
         rows[0]["labeller"] = ""
         expected = (f"{bad}: row 2, field labeller: empty, and no --labeller given",)
+    elif case == "answers_changed":  # the SUT's answer the person read is no longer the run's (sampled again)
+        with wh.connect() as con:
+            con.execute("UPDATE sut_responses SET response = response || ' (again)' WHERE run_id = 'lab' AND probe_id = "
+                        "(SELECT probe_b FROM probe_pairs WHERE run_id = 'lab' AND pair_id = ?)", [rows[0]["judgement_id"]])
+        expected = (f"{bad}: row 2, field shown_hash: the questions and answers this row showed are not those of "
+                    f"judgement {rows[0]['judgement_id']!r} in run lab now",)
     else:  # a judgement the judge gave no verdict: nothing to compare a person's label with
         with wh.connect() as con:
             con.execute("UPDATE judgements SET status = 'judge_failed' WHERE run_id = 'lab' AND judgement_id = ?",
