@@ -12,13 +12,15 @@ import functools
 import json
 import logging
 import random
+import re
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from ..dataset import DatasetRow
 from ..models.batch import BATCHING
@@ -294,11 +296,108 @@ class StageContext:
 
 
 # ------------------------------------------------------------------ shared stage mechanics
-class Verdict(BaseModel):
+# words a prompt's answer format is written in: a string field holding one of them (alone, or in
+# angle brackets anywhere) copies the format instead of answering it
+TEMPLATE_WORDS = frozenset({
+    "one or two sentences", "one to two sentences", "1-2 sentences", "a sentence or two", "decision or null",
+    "decision", "label", "reasoning", "your reasoning", "your reasoning here", "reason", "why", "explanation",
+    "your explanation", "string", "text", "number", "score", "value", "number from 0 to 1",
+    "number from 0 to 1, or null", "description", "paraphrase", "rewritten question", "persona description"})
+TEMPLATE_PHRASES = ("sentence", "decision", "reasoning", "explain", "or null", "number from", "your ")
+_ANGLE = re.compile(r"<([^<>\n]{1,80})>")
+_ONLY_DOTS = re.compile(r"[\s.\u2026_\-\u2013\u2014?*]+")
+_ALL_BRACKETED = re.compile(r"<[^<>]*>|\[[^\[\]]*\]|\{[^{}]*\}")
+
+
+def _plain(s: str) -> str:
+    return " ".join(s.lower().split()).strip(" \"'`.,;:!")
+
+
+def copied_text(value: str, examples: Iterable[str] = ()) -> str | None:
+    """What ``value`` copies from a prompt's answer format instead of answering, as a phrase (the
+    prompt's placeholder ``'<why>'``, its example text), or None for text of its own: a value that
+    is an angle-bracket placeholder, dots alone (``...``), template words (``one or two
+    sentences``, ``decision or null``, alone or in brackets), or one of ``examples`` (the prompt's
+    example and field descriptions, compared case- and spacing-insensitively)."""
+    s = " ".join(value.split())
+    if not s:
+        return None
+    short = s if len(s) <= 80 else s[:77] + "..."
+    if _ONLY_DOTS.fullmatch(s):
+        return f"the prompt's placeholder {short!r}"
+    if s.startswith("<") and s.endswith(">") and _ALL_BRACKETED.fullmatch(s):
+        return f"the prompt's placeholder {short!r}"
+    for m in _ANGLE.finditer(s):
+        inner = _plain(m.group(1))
+        if inner in TEMPLATE_WORDS or any(ph in inner for ph in TEMPLATE_PHRASES):
+            return f"the prompt's placeholder {m.group(0)!r}"
+    plain = _plain(s)
+    if plain in TEMPLATE_WORDS or (_ALL_BRACKETED.fullmatch(s) and _plain(s[1:-1]) in TEMPLATE_WORDS):
+        return f"the prompt's template words {short!r}"
+    for e in examples:
+        if plain == _plain(e):
+            return f"the prompt's example {short!r}"
+    return None
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(field path, text) of every string in an answer, nested models, lists and dict values too."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _strings(getattr(value, name), f"{path}.{name}" if path else name)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}")
+
+
+class JsonAnswer(BaseModel):
+    """A model's JSON answer (a judge's verdict, a synthesis). It must answer, not copy the
+    prompt's answer format: a string that repeats a placeholder, template words or the prompt's
+    example (``EXAMPLES``) makes it no answer, and so does any other ``problems`` a subclass finds
+    (fields that disagree, a decision that is no label). Problems are a validation error of type
+    ``not_a_verdict`` naming each, so the judge is re-asked with the reason and, past its budget,
+    the judgement fails with it. ``model_validate(obj, context={...})`` gives the checks what a
+    verdict is judged against (decision flip: the row's ``labels``)."""
+
+    model_config = ConfigDict(extra="ignore")
+    NOUN: ClassVar[str] = "answer"
+    EXAMPLES: ClassVar[tuple[str, ...]] = ()  # the prompt's example texts and field descriptions
+
+    def copied(self) -> dict[str, str]:
+        """{field path: what it copies} for every string field that copies the prompt's format."""
+        out = {}
+        for path, text in _strings(self, ""):
+            what = copied_text(text, self.EXAMPLES)
+            if what:
+                out[path] = what
+        return out
+
+    def problems(self, context: dict[str, Any]) -> list[str]:
+        """Why this is no answer (empty: it is one). Subclasses add their own checks."""
+        return [f"the {self.NOUN} repeats {what} in {path}" for path, what in self.copied().items()]
+
+    def complete(self) -> None:
+        """Raise ValueError when a field the answer needs is missing (a schema error, not a copy)."""
+
+    @model_validator(mode="after")
+    def _an_answer(self, info: ValidationInfo):
+        self.complete()
+        problems = self.problems(info.context if isinstance(info.context, dict) else {})
+        if problems:
+            raise PydanticCustomError("not_a_verdict", "{why}", {"why": "; ".join(problems)})
+        return self
+
+
+class Verdict(JsonAnswer):
     """A judge's JSON answer. Every verdict may instead declare the item ``unjudgeable`` (with its
     reasoning): then its score fields may be missing, and the item is excluded and counted."""
 
-    model_config = ConfigDict(extra="ignore")
+    NOUN: ClassVar[str] = "verdict"
     reasoning: str = ""
     unjudgeable: bool = False
     SCORE_FIELDS: ClassVar[tuple[str, ...]] = ()
@@ -308,21 +407,22 @@ class Verdict(BaseModel):
     def _reasoning(cls, v):
         return "" if v is None else v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
-    @model_validator(mode="after")
-    def _scored_unless_unjudgeable(self):
+    def complete(self) -> None:
         if not self.unjudgeable:
             missing = [f for f in self.SCORE_FIELDS if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"missing {', '.join(missing)} (or \"unjudgeable\": true)")
-        return self
 
 
-def parse_json_answer(text: str | None, model: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
-    """A judge/synthesis answer validated against ``model``: (value, None) or (None, reason).
+def parse_json_answer(text: str | None, model: type[BaseModel],
+                      context: dict[str, Any] | None = None) -> tuple[BaseModel | None, str | None]:
+    """A judge/synthesis answer validated against ``model`` (with ``context``, what the verdict is
+    judged against, e.g. the row's decision labels): (value, None) or (None, reason).
 
     Reads JSON as judges write it (``readers.json_objects``: code fences, a preamble, trailing
     prose, ``<think>`` blocks, trailing commas, Python-style dicts); the last object that
-    validates wins (a judge may write a draft first)."""
+    validates wins (a judge may write a draft first). An object that copies the prompt's format
+    or whose fields disagree (:class:`JsonAnswer`) is "not a verdict", with each reason."""
     from ..readers import is_whitespace, scan_json
 
     if not text or is_whitespace(text):
@@ -335,12 +435,15 @@ def parse_json_answer(text: str | None, model: type[BaseModel]) -> tuple[BaseMod
     err: ValidationError | None = None
     for obj in reversed(objects):
         try:
-            return model.model_validate(obj), None
+            return model.model_validate(obj, context=context), None
         except ValidationError as e:
             err = err or e
     assert err is not None
+    errors = err.errors()
+    if all(x["type"] == "not_a_verdict" for x in errors):
+        return None, f"not a {getattr(model, 'NOUN', 'answer')}: " + "; ".join(x["msg"] for x in errors)
     return None, "JSON does not match the expected schema: " + "; ".join(
-        f"{'.'.join(map(str, x['loc'])) or '(object)'}: {x['msg']}" for x in err.errors())
+        f"{'.'.join(map(str, x['loc'])) or '(object)'}: {x['msg']}" for x in errors)
 
 
 def response_format(model: type[BaseModel]) -> dict[str, Any]:
@@ -370,12 +473,15 @@ class JsonOutcome:
 
 
 async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: type[BaseModel], *, retries: int,
-                   timeout: float, temperature: float, template_version: str) -> JsonOutcome:
+                   timeout: float, temperature: float, template_version: str,
+                   context: dict[str, Any] | None = None) -> JsonOutcome:
     """Ask for a JSON answer. One budget per judgement: ``retries`` caps every extra request,
     failed calls and re-asks of an unusable answer together (2 means at most three requests).
     Each re-ask is a distinct call (its attempt number is part of the call's identity). A 429
     with Retry-After is a wait and uses no budget. An answer that cannot be used after the
-    budget is reported as failed with the raw text, never silently scored."""
+    budget is reported as failed with the raw text, never silently scored. ``context``: what the
+    verdict is judged against (``parse_json_answer``); an answer that is no verdict (a copied
+    placeholder, fields that disagree) is re-asked with the reason like one that does not parse."""
     remaining = retries
     attempts = reasks = net = waits = 0
     value, err, raw, last = None, None, None, None
@@ -400,7 +506,7 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
         if not r.ok:
             return JsonOutcome(None, f"call failed: {r.error}", raw, attempts, last, reasks, net, waits)
         raw = r.text
-        value, err = parse_json_answer(raw, model)
+        value, err = parse_json_answer(raw, model, context)
         if value is not None or remaining <= 0:
             break
         remaining -= 1
@@ -621,6 +727,11 @@ class Metric:
     # ---- judge validation (judge_audit.py): which verdict a judgement holds, as a category
     def audit_model(self, judgement: dict[str, Any]) -> type[BaseModel] | None:
         """The verdict model a second judge answers for this judgement (None: not audited)."""
+        return None
+
+    def audit_context(self, ctx: "StageContext", judgement: dict[str, Any]) -> dict[str, Any] | None:
+        """What the auditor's verdict is validated against, as the run judge's was (decision flip:
+        the row's labels); None when the verdict model needs nothing."""
         return None
 
     def audit_category(self, ctx: "StageContext", judgement: dict[str, Any], verdict: BaseModel | None) -> str:
