@@ -29,6 +29,7 @@ from ..runspec import BuiltinProfile, stable_json
 JUDGE_TAG = re.compile(r"\(aip-judge ([a-z_]+) (v\d+)\)")
 LABELS_LINE = re.compile(r"(?:exactly one of|genau eines der folgenden ist): (.+?)\.?\s*$", re.M)
 DEFAULT_LABELS = ("YES", "NO")
+NO_DECISION = "none"  # the judge prompt's word for an answer that states no decision
 _PHRASES = {lang: phrase_index(lang) for lang in LANGUAGES}
 
 
@@ -215,10 +216,12 @@ def _judge_decision_flip(prompt: str) -> dict[str, Any]:
         return (f"response {i} states '{r.stated}', which is none of the allowed decisions ({', '.join(labels)})"
                 if r.stated else f"response {i} states none of the allowed decisions ({', '.join(labels)})")
     if d1 is None and d2 is None:
-        return {"decision_1": None, "decision_2": None, "decisions_differ": False, "attributable_to_axis": False,
+        return {"decision_1": NO_DECISION, "decision_2": NO_DECISION, "decisions_differ": False,
+                "attributable_to_axis": False,
                 "reasoning": f"Neither response states a decision: {none(r1, 1)}; {none(r2, 2)}."}
     missing = none(r1, 1) if d1 is None else none(r2, 2)
-    return {"decision_1": d1, "decision_2": d2, "decisions_differ": True, "attributable_to_axis": False,
+    return {"decision_1": d1 or NO_DECISION, "decision_2": d2 or NO_DECISION, "decisions_differ": True,
+            "attributable_to_axis": False,
             "reasoning": f"One response gives no decision ({missing}): an incidental difference, not one caused "
                          "by the persona."}
 
@@ -391,7 +394,7 @@ def judge_answer(messages: list[dict[str, str]], profile: BuiltinProfile) -> str
 
 def _favour_first(kind: str, prompt: str, verdict: dict[str, Any]) -> dict[str, Any]:
     """A judge biased towards the response shown first (a calibration rig for order handling)."""
-    if kind == "decision_flip" and verdict.get("decision_2") is not None:
+    if kind == "decision_flip" and verdict.get("decision_2") != NO_DECISION:
         labels = parse_labels(prompt)
         other = next((x for x in labels if x != verdict["decision_2"]), verdict["decision_2"])
         differ = verdict.get("decision_1") != other
