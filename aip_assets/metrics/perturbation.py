@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ..dataset import DatasetRow
 from ..models.client import CURRENT_ROW
@@ -43,8 +43,8 @@ from ..records import RowScore
 from ..scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
 from ..stats import normalise, third
 from ..gate import exclusion_reason
-from .base import (Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, gather_all, given_response,
-                   judged_fields, run_bounded, sample_probes)
+from .base import (JsonAnswer, Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, gather_all,
+                   given_response, judged_fields, run_bounded, sample_probes)
 
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
@@ -72,17 +72,25 @@ class PerturbationRobustnessConfig(PerturbationRobustnessExternalConfig):
 
 
 # ------------------------------------------------------------------ the recipe
-class Paraphrase(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+# the paraphrase prompt's example, of an unrelated question: an answer repeating it copies the prompt
+PARAPHRASE_EXAMPLE = ("What is the warranty period of this laptop?", "How long is this laptop under warranty?")
+
+
+class Paraphrase(JsonAnswer):
+    NOUN: ClassVar[str] = "paraphrase"
+    EXAMPLES: ClassVar[tuple[str, ...]] = PARAPHRASE_EXAMPLE
     paraphrase: str = Field(..., min_length=1)
 
 
 def paraphrase_messages(query: str) -> list[dict[str, str]]:
+    example = json.dumps({"paraphrase": PARAPHRASE_EXAMPLE[1]})
     return [{"role": "system", "content": "You rewrite questions without changing their meaning. You answer with JSON only."},
             {"role": "user", "content": (
-                "Task: paraphrase (aip-judge paraphrase v1)\n\nRewrite the question below in different words. Keep "
+                "Task: paraphrase (aip-judge paraphrase v2)\n\nRewrite the question below in different words. Keep "
                 "its meaning, every fact, number and date, and its language.\n\n<<<\n" + query + "\n>>>\n\n"
-                'Answer with JSON only: {"paraphrase": "..."}')}]
+                'Answer with one JSON object with one field, "paraphrase" (string): the question above in your '
+                "words. For example, for the unrelated question \"" + PARAPHRASE_EXAMPLE[0] + "\", a correct answer "
+                "was: " + example + "\nAnswer with the JSON object only, for the question above.")}]
 
 
 def _h(*parts: Any) -> str:
@@ -121,7 +129,7 @@ async def ask_paraphrases(client, rows: list[DatasetRow], variants_per_type: int
         row, k = item
         msgs = paraphrase_messages(row.last_user_text)
         r = await client.chat(msgs, temperature=temperature, sample_index=k, retries=retries, timeout=timeout,
-                              template_version="perturbation/paraphrase/v1")
+                              template_version="perturbation/paraphrase/v2")
         from .base import parse_json_answer
 
         v, _ = parse_json_answer(r.text, Paraphrase) if r.ok else (None, r.error)
@@ -174,41 +182,65 @@ def messages_for(row: DatasetRow) -> list[dict[str, str]]:
 
 
 # ------------------------------------------------------------------ judges
+# the judge prompts' examples, from unrelated items, and the description of their reasoning: a
+# verdict repeating either copies the prompt
+CORRECTNESS_EXAMPLE = {"correctness": 1.0, "reasoning": "The response gives 4,806 metres for Mont Blanc, which is "
+                                                        "the height in the reference answer."}
+ROBUSTNESS_EXAMPLE = {"robustness": 0.5, "reasoning": "Both responses recommend the same savings account, but "
+                                                      "response 2 quotes a different interest rate."}
+UNJUDGEABLE_EXAMPLE = {"unjudgeable": True, "reasoning": "The reference answer is about train fares and the "
+                                                         "response about bus timetables."}
+REASONING_FIELD = "one or two sentences, in your own words, on why"
+_EXAMPLES = (CORRECTNESS_EXAMPLE["reasoning"], ROBUSTNESS_EXAMPLE["reasoning"], UNJUDGEABLE_EXAMPLE["reasoning"],
+             REASONING_FIELD)
+
+
 class Correctness(Verdict):
     correctness: float | None = Field(None, ge=0.0, le=1.0)
     SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("correctness",)
+    EXAMPLES: ClassVar[tuple[str, ...]] = _EXAMPLES
 
 
 class Robustness(Verdict):
     robustness: float | None = Field(None, ge=0.0, le=1.0)
     SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("robustness",)
+    EXAMPLES: ClassVar[tuple[str, ...]] = _EXAMPLES
 
 
-UNJUDGEABLE_SHAPE = '{"unjudgeable": true, "reasoning": "<why>"}'
 SYSTEM = "You are a meticulous, impartial evaluator of AI assistant responses. You answer with a single JSON object and nothing else."
+
+
+def answer_format(field: str, meaning: str, example: dict, about: str) -> str:
+    """How a perturbation judge answers: its fields described, an unrelated example, the unjudgeable form."""
+    return (f'Answer with one JSON object with two fields: "{field}" (a number from 0 to 1: {meaning}) and "reasoning" '
+            f"(string: {REASONING_FIELD}). For example, for an unrelated {about}, a correct answer was: "
+            f"{json.dumps(example, ensure_ascii=False)}\nIf the {field} cannot be judged, answer instead with the "
+            f'fields "unjudgeable" (true) and "reasoning" (why not), as in this unrelated case: '
+            f"{json.dumps(UNJUDGEABLE_EXAMPLE, ensure_ascii=False)}\nAnswer with the JSON object only.")
 
 
 def correctness_messages(question: str, answer: str, reference: str | None, context: str | None) -> list[dict[str, str]]:
     ref = f"\n[Reference answer]\n<<<\n{reference}\n>>>\n" if reference else ""
     ctx = f"\n[Ground-truth context]\n<<<\n{context}\n>>>\n" if context else ""
-    prompt = (f"Task: correctness (aip-judge perturbation_correctness v1)\n\nHow correct is the response to the "
+    prompt = (f"Task: correctness (aip-judge perturbation_correctness v2)\n\nHow correct is the response to the "
               f"question? Use the reference answer and the ground-truth context when given; otherwise judge from "
-              f"general knowledge. 1 = fully correct, 0 = wrong or no answer. If correctness cannot be judged (for "
-              f"example, the reference and the response speak of different things), answer "
-              f"{UNJUDGEABLE_SHAPE}.\n\nQuestion:\n<<<\n{question}\n>>>\n"
-              f"{ref}{ctx}\n[Response 1]\n<<<\n{answer}\n>>>\n\nAnswer with JSON only: "
-              '{"correctness": <number from 0 to 1>, "reasoning": "<one or two sentences>"}')
+              f"general knowledge. 1 = fully correct, 0 = wrong or no answer. Correctness cannot be judged when, for "
+              f"example, the reference and the response speak of different things.\n\nQuestion:\n<<<\n{question}\n>>>\n"
+              f"{ref}{ctx}\n[Response 1]\n<<<\n{answer}\n>>>\n\n"
+              + answer_format("correctness", "1 = fully correct, 0 = wrong or no answer", CORRECTNESS_EXAMPLE,
+                              "question about the height of Mont Blanc"))
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
 
 
 def robustness_messages(original: str, variant: str, base: str, answer: str) -> list[dict[str, str]]:
-    prompt = (f"Task: robustness (aip-judge perturbation_robustness v1)\n\nThe second question is a noisy or reworded "
+    prompt = (f"Task: robustness (aip-judge perturbation_robustness v2)\n\nThe second question is a noisy or reworded "
               f"version of the first, with the same meaning. How well does the second response keep the substance of "
-              f"the first (conclusion, facts, numbers)? 1 = same substance, 0 = contradicts it. If the two cannot be "
-              f"compared, answer {UNJUDGEABLE_SHAPE}.\n\nOriginal question:\n"
+              f"the first (conclusion, facts, numbers)? 1 = same substance, 0 = contradicts it. Robustness cannot be "
+              f"judged when the two responses cannot be compared.\n\nOriginal question:\n"
               f"<<<\n{original}\n>>>\nReworded question:\n<<<\n{variant}\n>>>\n\n[Response 1]\n<<<\n{base}\n>>>\n\n"
-              f"[Response 2]\n<<<\n{answer}\n>>>\n\nAnswer with JSON only: "
-              '{"robustness": <number from 0 to 1>, "reasoning": "<one or two sentences>"}')
+              f"[Response 2]\n<<<\n{answer}\n>>>\n\n"
+              + answer_format("robustness", "1 = same substance, 0 = contradicts it", ROBUSTNESS_EXAMPLE,
+                              "pair of responses about a savings account"))
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
 
 
@@ -241,7 +273,8 @@ class PerturbationRobustnessExternal(Metric):
     name = "llm.perturbation_robustness_external"
     version = "1.0.0"
     config_model = PerturbationRobustnessExternalConfig
-    template_version = "perturbation_robustness/v1"
+    template_version = "perturbation_robustness/v1"  # the SUT's probes
+    judge_template_version = "perturbation_robustness/judge/v2"  # the judge prompts (v2: fields described)
     calls_sut = False  # scores off-platform answers: no SUT connection is needed
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
@@ -336,7 +369,7 @@ class PerturbationRobustnessExternal(Metric):
                 CURRENT_ROW.set(common["input_id"])
                 o = await ask_json(client, messages, model, retries=ctx.spec.judge_retries,
                                    timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
-                                   template_version=self.template_version)
+                                   template_version=self.judge_template_version)
                 row = {**common, "judgement_id": f"{common['pair_id']}|{kind}", "judge_kind": kind, **judged_fields(o)}
                 v = o.value
                 if v is None:
