@@ -679,10 +679,14 @@ def test_the_open_warehouse_follows_its_file(tmp_path, monkeypatch):
         con.execute("SET threads = 1")
     monkeypatch.setattr(wh, "LINGER_MAX_S", 0.3)
     before = len(opens)
+    # uninterrupted use reopens it once LINGER_MAX_S has passed since it was opened: the second and
+    # third reopenings come 0.3 s after the one before (the first may come at once); the patience
+    # (60 s) is only for a loaded machine, where a query can take longer than LINGER_MAX_S
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 1.0:
+    while len(opens) - before < 3 and time.monotonic() - t0 < 60:
         wh.query("SELECT 1", path=a)
-    assert len(opens) - before >= 3  # at least once per LINGER_MAX_S of uninterrupted use
+    took = time.monotonic() - t0
+    assert len(opens) - before >= 3 and took >= 2 * 0.3 - 0.01  # reopened, not before its time
 
 
 def test_threads_take_turns_on_the_open_warehouse(tmp_path):
