@@ -414,4 +414,124 @@ def rogan_gladen_stratified(judged: dict[str, int], labelled: dict[str, tuple[in
     corrected = np.clip((p[ok] + sp_d[ok] - 1.0) / d[ok], 0.0, 1.0)
     lo, hi = np.percentile(corrected, [2.5, 97.5])
     out["ci95"] = [float(lo), float(hi)]
+
+
+# ------------------------------------------------------------------ agreement between judges
+def _kappa(po, pe):
+    """Chance-corrected agreement; 1 where chance agreement is certain (every rating in one category:
+    then every rating agrees), as ``judge_audit.kappa`` says."""
+    import numpy as np
+
+    po, pe = np.asarray(po, dtype=float), np.asarray(pe, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(pe >= 1.0 - 1e-12, np.where(po >= 1.0 - 1e-12, 1.0, 0.0), (po - pe) / (1.0 - pe))
+
+
+def fleiss_vectors(counts):
+    """Per item, what Fleiss' kappa sums: ``[P_i, 1, n_i1, ..., n_ik]``, where ``n_ij`` is how many
+    of the item's ``n`` raters chose category ``j`` and ``P_i = (sum_j n_ij^2 - n) / (n (n - 1))``
+    its share of agreeing rater pairs. Every item needs the same ``n`` >= 2 raters."""
+    import numpy as np
+
+    c = np.asarray(counts, dtype=float)
+    n = c.sum(axis=1)
+    if len(c) and (n.min() != n.max() or n[0] < 2):
+        raise ValueError("Fleiss' kappa needs the same number (two or more) of ratings for every item")
+    p_i = ((c * c).sum(axis=1) - n) / (n * (n - 1)) if len(c) else np.zeros(0)
+    return np.column_stack([p_i, np.ones(len(c)), c])
+
+
+def fleiss_from_sums(sums):
+    """(mean observed agreement P-bar, Fleiss' kappa) from summed :func:`fleiss_vectors` (a row
+    of sums, or many: one per bootstrap replicate). P-bar = sum P_i / N; p_j = sum_i n_ij / (N n);
+    P_e = sum p_j^2; kappa = (P-bar - P_e) / (1 - P_e)."""
+    import numpy as np
+
+    s = np.asarray(sums, dtype=float)
+    n_items, counts = s[..., 1], s[..., 2:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        po = s[..., 0] / n_items
+        p = counts / counts.sum(axis=-1, keepdims=True)
+    pe = (p * p).sum(axis=-1)
+    return po, _kappa(po, pe)
+
+
+def fleiss_kappa(counts) -> tuple[float | None, float | None]:
+    """(mean observed agreement, Fleiss' kappa) of an items x categories matrix of counts."""
+    if not len(counts):
+        return None, None
+    po, k = fleiss_from_sums(fleiss_vectors(counts).sum(axis=0))
+    return float(po), float(k)
+
+
+def cohen_vectors(a, b, categories):
+    """Per item, what Cohen's kappa of two raters sums: ``[agree, 1, a's category one-hot, b's]``."""
+    import numpy as np
+
+    idx = {c: i for i, c in enumerate(categories)}
+    k = len(categories)
+    out = np.zeros((len(a), 2 + 2 * k))
+    for r, (x, y) in enumerate(zip(a, b)):
+        out[r, 0] = x == y
+        out[r, 1] = 1
+        out[r, 2 + idx[x]] = 1
+        out[r, 2 + k + idx[y]] = 1
+    return out
+
+
+def cohen_from_sums(sums):
+    """(observed agreement p_o, Cohen's kappa) from summed :func:`cohen_vectors`: p_e = sum_j
+    (a_j / N)(b_j / N), kappa = (p_o - p_e) / (1 - p_e)."""
+    import numpy as np
+
+    s = np.asarray(sums, dtype=float)
+    n = s[..., 1]
+    k = (s.shape[-1] - 2) // 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        po = s[..., 0] / n
+        pe = (s[..., 2:2 + k] * s[..., 2 + k:]).sum(axis=-1) / (n * n)
+    return po, _kappa(po, pe)
+
+
+def cohen_kappa(a, b) -> tuple[float | None, float | None]:
+    """(observed agreement, Cohen's kappa) of two raters' categories, item for item."""
+    if not len(a):
+        return None, None
+    po, k = cohen_from_sums(cohen_vectors(a, b, sorted(set(a) | set(b))).sum(axis=0))
+    return float(po), float(k)
+
+
+def cluster_sums(vectors, clusters):
+    """The rows of ``vectors`` summed per cluster (an input row), clusters in sorted order."""
+    import numpy as np
+
+    keys, codes = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
+    out = np.zeros((len(keys), np.asarray(vectors).shape[1]))
+    np.add.at(out, codes.ravel(), np.asarray(vectors, dtype=float))
+    return out
+
+
+def bootstrap_sums(vectors, stat, seed: int = 0, n_boot: int = 2000) -> list[tuple[float | None, float | None]]:
+    """95% percentile intervals of each statistic ``stat`` returns (a tuple of arrays) from summed
+    cluster vectors, resampling whole clusters: each replicate weighs every cluster by how often it
+    was drawn (multinomial counts, the same law as drawing clusters with replacement), so memory is
+    replicates x clusters however wide the vectors. NaN replicates are dropped."""
+    import numpy as np
+
+    v = np.asarray(vectors, dtype=float)
+    g = len(v)
+    if g == 0:
+        return []
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_boot, BOOT_CELLS // g))
+    parts: list[list] = []
+    for start in range(0, n_boot, chunk):
+        k = min(chunk, n_boot - start)
+        w = rng.multinomial(g, np.full(g, 1.0 / g), size=k)
+        parts.append([np.asarray(x) for x in stat(w @ v)])
+    out: list[tuple[float | None, float | None]] = []
+    for j in range(len(parts[0])):
+        x = np.sort(np.concatenate([p[j] for p in parts]))
+        x = x[~np.isnan(x)]
+        out.append((None, None) if not len(x) else (float(x[int(0.025 * len(x))]), float(x[int(0.975 * len(x))])))
     return out
