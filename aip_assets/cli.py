@@ -76,6 +76,11 @@ def print_summary(summary: dict, out=None) -> None:
         if s.get("excluded"):
             p("  excluded: " + ", ".join(f"{k} {v}" for k, v in sorted(s["excluded"].items(), key=lambda kv: -kv[1]))
               + f" (of {s.get('n_planned')} planned)")
+        if s.get("judge_panel"):
+            from .judge_panel import format_panel
+
+            for line in format_panel(s["judge_panel"]):
+                p(line)
         for line in get_metric(metric).format_summary(s):
             p(line)
 

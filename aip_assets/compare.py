@@ -297,6 +297,10 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
         warnings.insert(0, f"run {run_a} is compared with itself")
     if ra["spec_name"] != rb["spec_name"]:
         warnings.insert(0, f"runs of different specs (A: {ra['spec_name']}, B: {rb['spec_name']}): compared anyway")
+    (ja, rule_a), (jb, rule_b) = ((r["spec"].get("judges"), r["spec"].get("judge_rule")) for r in (ra, rb))
+    if (ja or jb) and (ja, rule_a) != (jb, rule_b):
+        warnings.append(f"the judge panel differs (A: {len(ja or [])} judge(s), {rule_a if ja else 'no panel'}; B: "
+                        f"{len(jb or [])}, {rule_b if jb else 'no panel'}): verdicts come from different panels")
     if ra["spec"].get("judge") != rb["spec"].get("judge"):
         warnings.append(f"the judge differs ({', '.join(_diffs(ra['spec'].get('judge'), rb['spec'].get('judge')))}): "
                         "scores come from different judges")

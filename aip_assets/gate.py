@@ -25,24 +25,29 @@ REASONS: dict[str, str] = {
     "judge_failed": "the judge never answered in the required JSON form within its retry budget, or its call failed",
     "unjudgeable": "the judge answered in form but declared that the item cannot be judged on its dimension "
                    "(e.g. neither answer takes a stance, neither states a figure)",
+    "judges_disagree": "a judge panel (judges: [...]) reached no verdict under its judge_rule: no strict majority of "
+                       "the judges' verdicts (majority), or not all alike (unanimous); every judge's verdict is in "
+                       "judge_panel",
     "missing_original_query": "perturbation robustness (dataset): the row has no metadata.original_query",
     "no_baseline": "perturbation robustness (dataset): no row of the group equals its original query",
     "duplicate_baseline": "perturbation robustness (dataset): two or more rows of the group claim to be its baseline",
     "baseline_only": "perturbation robustness (dataset): the group has only its baseline, no variant",
 }
 # judgement statuses for which a judge was asked (the denominator of judge completeness)
-JUDGE_ASKED = ("ok", "judge_failed", "no_decision", "unjudgeable")
+JUDGE_ASKED = ("ok", "judge_failed", "no_decision", "unjudgeable", "judges_disagree")
 
 
 def exclusion_reason(statuses) -> str:
     """The one reason a unit judged by several judgements (a pair's three judges, a variant's
     correctness and robustness) is excluded: its SUT answers first, then the judges."""
-    return next((r for r in ("sut_failed", "empty_answer", "unjudgeable") if r in statuses), "judge_failed")
+    return next((r for r in ("sut_failed", "empty_answer", "unjudgeable", "judges_disagree") if r in statuses),
+                "judge_failed")
 
 
 def completeness(ctx) -> dict[str, dict[str, Any]]:
     """Failed shares of the partition's SUT answers (failed or empty) and judge verdicts (of those
-    a judge was asked for: answers it never gave in form)."""
+    a judge was asked for: answers it never gave in form; a panel's disagreement is an exclusion,
+    counted in coverage, not a failed verdict)."""
     sut = ctx.status_counts("sut_responses")
     jud = ctx.status_counts("judgements")
     s_total = sum(sut.values())

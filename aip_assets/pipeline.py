@@ -23,7 +23,7 @@ from . import __version__
 from .dataset import load_dataset
 from .errors import AipError, SpecError
 from .metrics import REGISTRY, get_metric
-from .metrics.base import OverlayReader, StageContext
+from .metrics.base import OverlayReader, StageContext, panel_role
 from .models.client import check_endpoint
 from .models.journal import open_journal
 from .runspec import RunSpec, file_sha256, parse_spec, stable_json
@@ -51,7 +51,7 @@ def preflight(spec: RunSpec) -> list[str]:
 
     async def go():
         seen, out = set(), []
-        roles = [("judge", spec.judge)]
+        roles = [(panel_role(i), c) for i, c in enumerate(spec.panel())]
         if any(get_metric(m).calls_sut for m in spec.metrics):
             roles.insert(0, ("sut", spec.sut))
         if spec.synthesis is not None:
@@ -266,10 +266,11 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
             for frame in journal.frames(run_id, metric, stage):  # calls of a synthesis model, if any
                 staged.add({"llm_calls": frame})
         elif stage in ("sampling", "judging"):
-            if stage == "judging" or plugin.calls_sut:
-                role = "sut" if stage == "sampling" else "judge"
-                asyncio.run(check_endpoint(spec.sut if role == "sut" else spec.judge, role))
-            _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.judge(ctx), staged)
+            if stage == "sampling" and plugin.calls_sut:
+                asyncio.run(check_endpoint(spec.sut, "sut"))
+            for i, conn in enumerate(spec.panel() if stage == "judging" else []):  # every judge of a panel
+                asyncio.run(check_endpoint(conn, panel_role(i)))
+            _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.run_judge(ctx), staged)
             if stage == "judging" and spec.judge_audit is not None:  # a second judge for a sample
                 from .judge_audit import audit
 
@@ -292,7 +293,7 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
     meta = staged.metadata()
     if stage == "aggregation":
         scores = wh.read_partition("metric_scores", run_id, metric, path)
-        meta["summary"] = plugin.summary(scores)
+        meta["summary"] = with_panel(plugin.summary(scores), scores)
         ov = scores[scores["scope"] == "overall"].iloc[0]
         meta["gate"] = {"passed": ov["passed"], "gate_reason": ov["gate_reason"], "coverage": ov["coverage"],
                         "excluded": json.loads(ov["excluded"] or "{}"), "score": _num(ov["score"]),
@@ -300,6 +301,14 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
                         "threshold": _num(ov["threshold"])}
     log(f"{stage} [{run_id} × {metric}]: " + ", ".join(f"{k}={v}" for k, v in meta.items() if k != "summary"))
     return meta
+
+
+def with_panel(summary: dict[str, Any], scores: pd.DataFrame) -> dict[str, Any]:
+    """A metric's summary with its judge panel's agreement (``judge_panel``), when it had one."""
+    from .judge_panel import panel_summary
+
+    panel = panel_summary(scores)
+    return {**summary, "judge_panel": panel} if panel is not None else summary
 
 
 def _num(x: Any) -> float | None:
@@ -334,7 +343,7 @@ def run_summary(run_id: str, path: Path | None = None) -> dict[str, Any]:
             out["metrics"][metric] = {"status": "not aggregated", "score": None, "passed": False,
                                       "gate_reason": "not aggregated: a stage failed or has not run"}
             continue
-        s = get_metric(metric).summary(scores)
+        s = with_panel(get_metric(metric).summary(scores), scores)
         ov = scores[scores["scope"] == "overall"].iloc[0]
         s["threshold"] = None if ov["threshold"] is None or pd.isna(ov["threshold"]) else float(ov["threshold"])
         s["passed"] = bool(ov["passed"]) if ov["passed"] is not None else False
@@ -379,8 +388,10 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
             ctx = StageContext(run_id="dry-run", metric=metric, spec=spec, config=spec.metric_config(metric),
                                journal=None, reader=WarehouseReader("dry-run", metric, path), batch_rows=spec.batch_rows)
             e = plugin.estimate(ctx)
+            asked = e["judge_calls"]
+            e["judge_calls"] *= len(spec.panel())  # a panel: every judge asked every verdict
             if spec.judge_audit is not None:  # the audit judge asks a share of the judgements again
-                e["judge_calls"] += int(e["judge_calls"] * spec.judge_audit.share + 0.999)
+                e["judge_calls"] += int(asked * spec.judge_audit.share + 0.999)
             e["sut_prompt_tokens"] = e.pop("sut_prompt_chars") // 4
             e["sut_completion_tokens"] = e["sut_calls"] * sut_answer
             e["judge_prompt_tokens"] = e["judge_calls"] * (JUDGE_PROMPT_TOKENS + 2 * sut_answer)

@@ -65,7 +65,7 @@ SCOPES: dict[str, dict[str, Any]] = {
                           "Wilson 95% interval)"},
 }
 # the headline; single numbers beside it; effects (odds ratios) are a table (_effects_table)
-NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "effect", "bias_baseline"}
+NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel", "effect", "bias_baseline"}
 HUMAN_SCOPE = "human_agreement"  # the judge checked against people (human_labels.py): a table of its own
 
 COUNT_LABELS = {
@@ -82,6 +82,12 @@ RATE_LABELS = {"llm.decision_flip": "flip rate"}
 EXTRA_SCOPE_LABELS = {"axis_mean": "mean axis flip rate",  # the same words as the overall row's detail
                       "judge_audit": "judge agreement with the audit judge",
                       "judge_position": "judge position bias (difference between orders)"}
+
+
+def _scope_label(r: dict[str, Any]) -> str:
+    if r["scope"] == "judge_panel":
+        return "judge panel agreement" if r["group_key"] == "panel" else f"agreement {r['group_key']}"
+    return EXTRA_SCOPE_LABELS.get(r["scope"], f'{r["scope"]} ({r["group_key"]})')
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #222;
@@ -563,7 +569,10 @@ def _header(run: dict[str, Any], path: Path) -> str:
     for k, v in others.items():
         rows.append(("other dataset", f"<code>{_e(k)}</code> · sha256 <code>{_e(str(v)[:16])}</code>"))
     rows += [("package version", _e(run.get("package_version"))), ("seed", _e(run.get("seed"))),
-             ("SUT", _e(conn(spec.get("sut")))), ("judge", _e(conn(spec.get("judge")))),
+             ("SUT", _e(conn(spec.get("sut")))),
+             ("judge", _e(conn(spec.get("judge"))) if not spec.get("judges") else
+              f"a panel of {len(spec['judges'])} ({_e(spec.get('judge_rule'))}): "
+              + "; ".join(f"{i}. {_e(conn(c))}" for i, c in enumerate(spec["judges"], 1))),
              ("synthesis", _e(conn(spec.get("synthesis"))) if spec.get("synthesis") else "the judge's connection"),
              ("metric versions", ", ".join(f"<code>{_e(m)}</code> {_e(v)}" for m, v in versions.items()))]
     desc = f'<p class="sub">{_e(spec.get("description"))}</p>' if spec.get("description") else ""
@@ -640,11 +649,16 @@ def _facts(metric: str, o: dict[str, Any], extra_scopes: list[dict[str, Any]]) -
             f'{_num(o.get("rate_ci_high"), **a, data_field="rate_ci_high")}]')
     for r in extra_scopes:  # e.g. decision flip's mean of per-axis flip rates
         b = dict(data_metric=metric, data_scope=r["scope"], data_key=r["group_key"])
-        lab = EXTRA_SCOPE_LABELS.get(r["scope"], f'{r["scope"]} ({r["group_key"]})')
+        lab = _scope_label(r)
         if r.get("rate") is not None:
             add(lab, _num(r["rate"], **b, data_field="rate"))
             if r["scope"] == "judge_audit" and r.get("raw_score") is not None:
                 add("Cohen's kappa", _num(r["raw_score"], **b, data_field="raw_score"))
+            if r["scope"] == "judge_panel" and r.get("raw_score") is not None:
+                kind = "Fleiss' kappa" if r["group_key"] == "panel" else f"Cohen's kappa ({r['group_key']})"
+                add(kind, f'{_num(r["raw_score"], **b, data_field="raw_score")} 95% CI '
+                          f'[{_num(r.get("ci_low"), **b, data_field="ci_low")}, '
+                          f'{_num(r.get("ci_high"), **b, data_field="ci_high")}]')
         elif r.get("score") is not None:
             add(lab, _num(r["score"], **b, data_field="score"))
 

@@ -231,6 +231,12 @@ class Connection(BaseModel):
     def endpoint_id(self) -> str:
         return f"builtin:{self.profile.model_dump_json()}" if self.provider == "builtin" else (self.base_url or "").rstrip("/")
 
+    def call_identity(self) -> tuple:
+        """What a call's key takes from this connection (models/client.call_key: the endpoint and
+        the request body): two connections alike in it share every call."""
+        return (self.endpoint_id(), self.model, self.system_prompt, self.max_tokens,
+                json.dumps(self.params, sort_keys=True, default=str))
+
 
 BUILTIN_ONLY = {"profile"}
 OPENAI_ONLY = {"base_url", "api_key_env", "system_prompt", "headers", "header_env", "max_tokens", "max_connections",
@@ -294,6 +300,14 @@ class RunSpec(BaseModel):
     dataset: str
     sut: Connection = Field(default_factory=Connection)
     judge: Connection = Field(default_factory=Connection)
+    judges: list[Connection] | None = Field(
+        None, description="a judge panel (two or more): every verdict is asked of every judge and decided by "
+                          "judge_rule; the first judge is the primary and plays judge's role everywhere else (the "
+                          "synthesis default, the endpoint check, the builtin-judge note); give judges or judge")
+    judge_rule: Literal["majority", "unanimous"] = Field(
+        "majority", description="a panel's rule: majority (the verdict of the first judge whose category a strict "
+                                "majority of the valid verdicts shares), unanimous (every judge answers, all alike); "
+                                "otherwise the judgement is excluded as judges_disagree")
     synthesis: Connection | None = Field(None, description="model that writes personas/variants; default: the judge's")
     metrics: dict[str, MetricEntry]
     seed: int = 0
@@ -336,6 +350,40 @@ class RunSpec(BaseModel):
                 if getattr(entry, field) not in (None, {}) and m not in metrics:  # a stored spec names every field
                     raise ValueError(f"{m}.{field}: only {' and '.join(metrics)} take it")
         return v
+
+    @field_validator("judges")
+    @classmethod
+    def _panel(cls, v):
+        if v is None:
+            return v
+        if len(v) < 2:
+            raise ValueError(f"a panel needs two or more judges, got {len(v)}; for one judge, use judge: instead")
+        seen: dict[tuple, int] = {}
+        for i, c in enumerate(v):
+            same = seen.setdefault(c.call_identity(), i)
+            if same != i:
+                raise ValueError(f"judges[{same}] and judges[{i}] are the same judge ({c.endpoint_id()[:120]}, model "
+                                 f"{c.model}): they would share every call and answer alike; name another model or "
+                                 "endpoint")
+        return v
+
+    @model_validator(mode="after")
+    def _primary_judge(self):
+        if self.judges is None:
+            if self.judge_rule != "majority":
+                raise ValueError(f"judge_rule: {self.judge_rule} needs a panel (judges: [...]); with one judge there "
+                                 "is no rule to apply")
+            return self
+        # a stored (resolved) spec names both, judge being judges[0]: that is no conflict
+        if "judge" in self.model_fields_set and self.judge != self.judges[0]:
+            raise ValueError("judge and judges are both given: with a panel the first of judges is the judge; "
+                             "drop judge (or make it judges[0])")
+        self.judge = self.judges[0]
+        return self
+
+    def panel(self) -> list[Connection]:
+        """The run's judges: the panel's, else the one judge."""
+        return list(self.judges) if self.judges else [self.judge]
 
     @field_validator("schedule")
     @classmethod
@@ -384,11 +432,16 @@ class RunSpec(BaseModel):
         """The resolved spec with, per connection, only the fields that apply to its provider
         (no builtin ``profile`` under an ``openai`` connection, no URL or headers under a builtin one)."""
         d = self.resolved()
+
+        def shown(conn: Connection, data: dict) -> dict:
+            return {k: v for k, v in data.items() if k not in (OPENAI_ONLY if conn.provider == "builtin" else BUILTIN_ONLY)}
+
         for role in ("sut", "judge", "synthesis"):
             conn = getattr(self, role)
             if conn is not None:
-                d[role] = {k: v for k, v in d[role].items() if k not in (
-                    OPENAI_ONLY if conn.provider == "builtin" else BUILTIN_ONLY)}
+                d[role] = shown(conn, d[role])
+        if self.judges:
+            d["judges"] = [shown(c, x) for c, x in zip(self.judges, d["judges"])]
         return d
 
     def resolved(self) -> dict:

@@ -93,6 +93,15 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("primary_label", "VARCHAR"), ("audit_label", "VARCHAR"), ("agree", "BOOLEAN"), ("raw_output", "VARCHAR"),
         ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"),
     ],
+    # a judge panel (spec judges: [...]): every judge's verdict of every judgement, its category (the
+    # metric's reading, what the panel's rule compares) and its call; chosen: the verdict used
+    "judge_panel": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("pair_id", "VARCHAR"),
+        ("input_id", "VARCHAR"), ("judge_kind", "VARCHAR"), ("judge", "INTEGER"), ("role", "VARCHAR"),
+        ("endpoint", "VARCHAR"), ("model", "VARCHAR"), ("response_model", "VARCHAR"), ("status", "VARCHAR"),
+        ("error", "VARCHAR"), ("category", "VARCHAR"), ("chosen", "BOOLEAN"), ("parsed", "JSON"),
+        ("raw_output", "VARCHAR"), ("attempts", "INTEGER"), ("call_key", "VARCHAR"),
+    ],
     # the units every score is computed from (scoring.py): a judged pair, comparison or variant pair
     "score_units": [
         ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("unit_id", "VARCHAR"), ("input_id", "VARCHAR"),
@@ -318,6 +327,19 @@ VIEWS: dict[str, str] = {
                CASE WHEN what = 'corrected' THEN raw_score END AS judge_rate,
                details ->> 'why' AS no_corrected_rate_because, details
         FROM h
+    """,
+    # a judge panel: each judge's verdict of each judgement beside the judgement's outcome (the
+    # verdict used, or judges_disagree / judge_failed) and whether this judge agreed with it
+    "v_judge_panel": """
+        SELECT p.run_id, p.metric, p.judgement_id, p.pair_id, p.input_id, p.judge_kind, p.judge, p.role, p.model,
+               p.status AS judge_status, p.category, p.chosen, j.status AS judgement_status,
+               j.label AS judgement_label, c.category AS used_category,
+               p.category IS NOT DISTINCT FROM c.category AND c.category IS NOT NULL AS agrees_with_used,
+               p.parsed ->> 'reasoning' AS reasoning, p.error, p.raw_output, p.attempts, p.call_key
+        FROM judge_panel p
+        LEFT JOIN judgements j ON j.run_id = p.run_id AND j.metric = p.metric AND j.judgement_id = p.judgement_id
+        LEFT JOIN judge_panel c ON c.run_id = p.run_id AND c.metric = p.metric AND c.judgement_id = p.judgement_id
+             AND c.chosen
     """,
     "v_position_bias": """
         SELECT run_id, metric, order_swapped, count(*) AS judged,
@@ -1040,7 +1062,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
 
 # Raised with every change to TABLES, VIEWS or LAKE_TABLES: a lake made by a later level is never
 # remade by an earlier one (workers of two versions during a rolling deploy)
-SCHEMA_LEVEL = 4
+SCHEMA_LEVEL = 5  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel
 # A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`
 # serves what any worker wrote, from the object store the lake's files are in
 LAKE_TABLES: dict[str, list[tuple[str, str]]] = {

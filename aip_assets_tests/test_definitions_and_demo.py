@@ -20,7 +20,7 @@ def test_definitions_load_with_five_partitioned_stages():
     graph = defs.resolve_asset_graph()
     keys = [k.to_user_string() for k in graph.get_all_asset_keys()]
     tables = ["dataset_rows", "persona_pool", "personas", "probes", "probe_pairs", "sut_responses", "judgements",
-              "judge_audits", "score_units", "row_scores", "metric_scores"]
+              "judge_audits", "judge_panel", "score_units", "row_scores", "metric_scores"]
     assert sorted(keys) == sorted(["ingest", "synthesis", "sut_sampling", "judging", "aggregation",
                                    "perturbation_dataset", *(f"warehouse/{t}" for t in tables)])
     # the graph still reads as the five-stage flow: each stage after the one before, each table after its stage

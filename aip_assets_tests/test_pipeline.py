@@ -215,6 +215,7 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     tables = {m.asset_key.to_user_string(): m.materialization.metadata for m in mats if len(m.asset_key.path) == 2}
     assert set(tables) == {f"warehouse/{t}" for t in ("dataset_rows", "persona_pool", "personas", "probes",
                                                       "probe_pairs", "sut_responses", "judgements", "judge_audits",
+                                                      "judge_panel",
                                                       "score_units", "row_scores", "metric_scores")}
     for name, meta in tables.items():
         t = name.split("/")[1]

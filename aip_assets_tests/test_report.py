@@ -31,7 +31,7 @@ METRICS = {
     "llm.safety_consistency": {"responses_per_query": 2, "dpi_ratio": 0.5},
     "llm.perturbation_robustness": {"perturbation_types": ["typos", "casing", "filler"]},
 }
-NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position",  # shown as numbers beside the headline
+NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel",  # numbers beside the headline
                "effect", "bias_baseline"}  # tables: who is favoured, the no-effect baseline
 CHART_FIELD = {"axis": "rate", "refusal": "rate", "favourable": "rate", "baseline": "rate", "judge": "raw_score",
                "label": "n"}  # else score

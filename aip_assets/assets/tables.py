@@ -26,7 +26,7 @@ STAGE_TABLES: dict[str, list[str]] = {
     "ingest": ["dataset_rows"],
     "synthesis": ["persona_pool", "personas", "probes", "probe_pairs"],
     "sampling": ["sut_responses"],
-    "judging": ["judgements", "judge_audits"],
+    "judging": ["judgements", "judge_audits", "judge_panel"],
     "aggregation": ["score_units", "row_scores", "metric_scores"],
 }
 PREFIX = "warehouse"  # table assets are keyed warehouse/<table>

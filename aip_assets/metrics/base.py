@@ -16,7 +16,8 @@ import re
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator
+from collections import Counter
+from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator, cast
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
@@ -266,6 +267,9 @@ class StageContext:
         return self._per_row
 
     def client(self, role: str, stage: str, concurrency: int) -> ModelClient:
+        """The role's client. With a judge panel (``judges``), the judge is a :class:`JudgePanel`:
+        one client per judge (roles ``judge``, ``judge-2``, ...: each its own calls, keys and cache),
+        one budget for them all; it stands in for a client (what it does not do, the primary does)."""
         from ..models.client import Budget
 
         audit = self.spec.judge_audit.judge if self.spec.judge_audit else None
@@ -273,10 +277,17 @@ class StageContext:
                             or self.spec.synthesis_connection())
         lim = self.spec.limits
         budget = Budget.for_run(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
-        return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
-                           journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
-                           backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append,
-                           row_timeout_s=self.row_timeout_s, on_progress=self.observe)
+
+        def make(conn: Connection, role: str) -> ModelClient:
+            return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
+                               journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
+                               backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append,
+                               row_timeout_s=self.row_timeout_s, on_progress=self.observe)
+
+        if role == "judge" and self.spec.judges:
+            return cast(ModelClient, JudgePanel([make(c, panel_role(i)) for i, c in enumerate(self.spec.judges)],
+                                                self.spec.judge_rule))
+        return make(conn, role)
 
     def progress(self, what: str, total: int) -> Progress:
         return Progress(what, total, self.log)
@@ -517,6 +528,163 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
     return JsonOutcome(value, err, raw, attempts, last, reasks, net, waits)
 
 
+# ------------------------------------------------------------------ a judge panel
+def panel_role(i: int) -> str:
+    """The ``llm_calls`` role of the panel's judge ``i`` (0-based): the primary is ``judge``."""
+    return "judge" if i == 0 else f"judge-{i + 1}"
+
+
+class JudgePanel:
+    """A panel's clients used as one judge client: ``async with`` opens every judge's;
+    :func:`ask_panel` asks them all. Anything else is the primary's (the first judge), so code
+    that asks one judge (``ask_json``) asks the primary."""
+
+    def __init__(self, clients: list[ModelClient], rule: str):
+        self.clients, self.rule = clients, rule
+        self._stack: Any = None
+
+    async def __aenter__(self) -> "JudgePanel":
+        import contextlib
+
+        self._stack = contextlib.AsyncExitStack()
+        try:
+            for c in self.clients:
+                await self._stack.enter_async_context(c)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._stack.__aexit__(*exc)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The panel's counts (calls in flight, cached, failed...), summed over its judges."""
+        out: dict[str, int] = {}
+        for c in self.clients:
+            for k, v in c.stats.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # only for what this class does not define
+        return getattr(self.clients[0], name)
+
+
+@dataclass
+class PanelVote:
+    """One judge's answer to one judgement of a panel."""
+
+    judge: int             # its place in ``judges``, from 1
+    role: str
+    endpoint: str
+    model: str
+    outcome: JsonOutcome
+    category: str | None   # the metric's reading of its verdict; None: no verdict (judge_failed)
+
+
+@dataclass
+class PanelOutcome(JsonOutcome):
+    """A panel's outcome, shaped like :class:`JsonOutcome`: the verdict used (the chosen judge's)
+    or none with the reason, and every judge's vote. ``status``: None (a verdict),
+    ``judges_disagree`` or ``judge_failed``."""
+
+    votes: list[PanelVote] = field(default_factory=list)
+    status: str | None = None
+    chosen: int | None = None  # index into votes of the verdict used
+    rule: str = "majority"
+
+
+def panel_decision(categories: list[str | None], rule: str) -> tuple[int | None, str | None, str | None]:
+    """(index of the verdict used, status, reason) from each judge's category (None: the judge gave
+    no verdict, and does not vote).
+
+    - majority: the verdict of the first judge (in panel order) whose category a strict majority
+      of the valid verdicts shares; no strict majority (1-1, 1-1-1, 2-2): ``judges_disagree``.
+    - unanimous: every judge must give a verdict (one that gave none: ``judge_failed``), all of
+      one category (else ``judges_disagree``); the first judge's verdict is used.
+    - either: fewer than two valid verdicts is ``judge_failed``: a panel's verdict rests on two."""
+    n = len(categories)
+    valid = [(i, c) for i, c in enumerate(categories) if c is not None]
+    silent = [i + 1 for i, c in enumerate(categories) if c is None]
+    if rule == "unanimous" and silent:
+        return None, "judge_failed", (f"unanimous panel: judge {', '.join(map(str, silent))} of {n} gave no verdict, "
+                                      "and a unanimous verdict needs every judge's")
+    if len(valid) < 2:
+        return None, "judge_failed", (f"{len(valid)} of {n} judges gave a verdict (judge "
+                                      f"{', '.join(map(str, silent))} none); a panel's verdict needs two")
+    counts = Counter(c for _, c in valid)
+    top, k = counts.most_common(1)[0]
+    if (rule == "unanimous" and len(counts) == 1) or (rule != "unanimous" and 2 * k > len(valid)):
+        return next(i for i, c in valid if c == top), None, None
+    said = "; ".join(f"judge {i + 1} {c}" for i, c in valid)
+    need = "all alike" if rule == "unanimous" else f"a strict majority of {len(valid)}"
+    return None, "judges_disagree", f"judges disagree ({rule}: {need} needed): {said}"
+
+
+async def ask_panel(client: "ModelClient | JudgePanel", messages: list[dict[str, str]], model: type[BaseModel], *,
+                    category: Callable[[BaseModel], str], retries: int, timeout: float, temperature: float,
+                    template_version: str, context: dict[str, Any] | None = None) -> JsonOutcome:
+    """:func:`ask_json`, of every judge of a panel when ``client`` is one (else of the one judge).
+
+    Each judge is asked concurrently, with its own budget of ``retries`` and its own calls
+    (journaled and cached under its own endpoint and model). ``category`` reads a verdict as the
+    category judges are compared by (the metric's ``verdict_category``); :func:`panel_decision`
+    applies the rule. The outcome is the verdict used (its raw text, model and call key) or none
+    with the reason (its ``status`` says ``judges_disagree`` or ``judge_failed``); ``attempts``,
+    ``reasks`` and the retries count every judge's requests. ``judged_fields`` carries the votes
+    into the judgement row, and :meth:`Metric.run_judge` turns them into ``judge_panel`` rows."""
+    kw: dict[str, Any] = dict(retries=retries, timeout=timeout, temperature=temperature,
+                              template_version=template_version, context=context)
+    if not isinstance(client, JudgePanel):
+        return await ask_json(client, messages, model, **kw)
+    outs = await gather_all(*(ask_json(c, messages, model, **kw) for c in client.clients))
+    votes = [PanelVote(i + 1, c.role, c.endpoint_id, c.conn.model, o, None if o.value is None else category(o.value))
+             for i, (c, o) in enumerate(zip(client.clients, outs))]
+    chosen, status, why = panel_decision([v.category for v in votes], client.rule)
+    if why is not None:  # what each judge that gave no verdict said instead
+        why += "".join(f"; judge {v.judge}: {v.outcome.error}" for v in votes if v.category is None)
+    used = outs[chosen if chosen is not None else 0]
+    return PanelOutcome(value=used.value if chosen is not None else None, error=why, raw=used.raw,
+                        attempts=sum(o.attempts for o in outs), last=used.last, reasks=sum(o.reasks for o in outs),
+                        network_retries=sum(o.network_retries for o in outs),
+                        rate_limit_waits=sum(o.rate_limit_waits for o in outs),
+                        votes=votes, status=status, chosen=chosen, rule=client.rule)
+
+
+def panel_rows(judgement: dict[str, Any], p: PanelOutcome) -> list[dict[str, Any]]:
+    """A judgement's ``judge_panel`` rows: every judge's verdict, category and call."""
+    rows = []
+    for i, v in enumerate(p.votes):
+        o = v.outcome
+        rows.append({"judgement_id": judgement.get("judgement_id"), "pair_id": judgement.get("pair_id"),
+                     "input_id": judgement.get("input_id"), "judge_kind": judgement.get("judge_kind"),
+                     "judge": v.judge, "role": v.role, "endpoint": v.endpoint, "model": v.model,
+                     "response_model": o.last.model if o.last else None,
+                     "status": "ok" if o.value is not None else "judge_failed",
+                     "error": None if o.value is not None else f"judge {v.judge}: {o.error}",
+                     "category": v.category, "chosen": p.chosen == i,
+                     "parsed": o.value.model_dump_json() if o.value is not None else None, "raw_output": o.raw,
+                     "attempts": o.attempts, "call_key": o.last.call_key if o.last else None})
+    return rows
+
+
+def split_panel(judgements: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the judgement rows, their judges' ``judge_panel`` rows). A judgement asked of a panel
+    carries its votes (``_panel``, from :func:`judged_fields`); one the panel gave no verdict for
+    is ``judges_disagree`` or ``judge_failed`` with the panel's reason, whatever the metric wrote for
+    a verdict-less outcome."""
+    out, panel = [], []
+    for r in judgements:
+        p = r.pop("_panel", None)
+        if p is not None:
+            panel += panel_rows(r, p)
+            if p.status is not None:
+                r = {**r, "status": p.status, "error": (p.error or "")[:1000]}
+        out.append(r)
+    return out, panel
+
+
 def answer_status(ok: bool, text: str | None, error: str | None, empty_error: str) -> tuple[str, str | None]:
     """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (nothing
     visible: empty, whitespace by Unicode and zero-width characters only, or only a ``<think>``
@@ -656,10 +824,14 @@ def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[tuple[str, int],
 
 
 def judged_fields(o: JsonOutcome) -> dict[str, Any]:
-    """The columns every judgement row takes from its judge outcome."""
-    return {"attempts": o.attempts, "reasks": o.reasks, "network_retries": o.network_retries,
-            "rate_limit_waits": o.rate_limit_waits, "raw_output": o.raw,
-            "model": o.last.model if o.last else None, "call_key": o.last.call_key if o.last else None}
+    """The columns every judgement row takes from its judge outcome (and a panel's votes, which
+    :meth:`Metric.run_judge` takes out into ``judge_panel``)."""
+    out: dict[str, Any] = {"attempts": o.attempts, "reasks": o.reasks, "network_retries": o.network_retries,
+           "rate_limit_waits": o.rate_limit_waits, "raw_output": o.raw,
+           "model": o.last.model if o.last else None, "call_key": o.last.call_key if o.last else None}
+    if isinstance(o, PanelOutcome):
+        out["_panel"] = o
+    return out
 
 
 class Metric:
@@ -693,15 +865,26 @@ class Metric:
         reasons to fail the gate); :meth:`run_aggregate` turns them into coverage and the gate."""
         raise NotImplementedError
 
+    async def run_judge(self, ctx: StageContext) -> AsyncIterator[dict[str, list[dict]]]:
+        """``judge`` with a panel's votes taken out of the judgements into ``judge_panel`` (every
+        batch names the table, so a partition judged again replaces its rows)."""
+        async for tables in self.judge(ctx):
+            if "judgements" in tables:
+                rows, panel = split_panel(tables["judgements"])
+                tables = {**tables, "judgements": rows, "judge_panel": panel}
+            yield tables
+
     def run_aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         """``aggregate`` with the gate applied to its run score (one engine for every metric)."""
         from ..gate import finish_scores
         from ..human_labels import human_scores
         from ..judge_audit import audit_scores, position_scores
+        from ..judge_panel import panel_scores
 
         for tables in self.aggregate(ctx):
             if "metric_scores" in tables:
-                judges = audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, self)
+                judges = (audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, self)
+                          + panel_scores(ctx, ctx.config))
                 judges += human_scores(ctx, self)  # people's labels (aip-eval label import), kept on re-aggregation
                 tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
             yield tables
@@ -733,6 +916,12 @@ class Metric:
         """What the auditor's verdict is validated against, as the run judge's was (decision flip:
         the row's labels); None when the verdict model needs nothing."""
         return None
+
+    def verdict_category(self, verdict: BaseModel, *context: Any) -> str:
+        """A verdict as the category judges are compared by (a panel's vote; the audit's reading):
+        decision flip's label, a consistency label, a score's third. ``context``: what the metric
+        needs to read it (decision flip: the row's labels; a judge kind)."""
+        raise NotImplementedError
 
     def audit_category(self, ctx: "StageContext", judgement: dict[str, Any], verdict: BaseModel | None) -> str:
         """The verdict as a category to compare two judges by: from ``verdict`` (the auditor's)

@@ -31,7 +31,7 @@ from ..dataset import DatasetRow
 from ..records import RowScore
 from ..scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame
 from ..stats import normalise
-from .base import (Metric, ScoringFields, StageContext, Verdict, answers_problem, ask_json, gather_all, given_response,
+from .base import (Metric, ScoringFields, StageContext, Verdict, answers_problem, ask_panel, gather_all, given_response,
                    judged_fields, response_record, run_bounded)
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")
@@ -317,7 +317,8 @@ class Consistency(Metric):
                         if "_ask" not in row:
                             return row
                         original, variant, b, a = row.pop("_ask")
-                        o = await ask_json(client, judge_messages(self.kind, original, variant, b, a), Comparison,
+                        o = await ask_panel(client, judge_messages(self.kind, original, variant, b, a), Comparison,
+                                            category=self.verdict_category,
                                            retries=cfg.n_judge_retries, timeout=cfg.timeout_seconds, temperature=0.0,
                                            template_version=self.judge_template_version)
                         row.update(judged_fields(o))
@@ -409,10 +410,13 @@ class Consistency(Metric):
     def audit_model(self, judgement):
         return Comparison
 
+    def verdict_category(self, verdict):
+        return "Unjudgeable" if verdict.unjudgeable else verdict.label
+
     def audit_category(self, ctx, judgement, verdict):
         if verdict is None:
             return judgement["label"] if judgement["status"] == "ok" else "Unjudgeable"
-        return "Unjudgeable" if verdict.unjudgeable else verdict.label
+        return self.verdict_category(verdict)
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         overall = scores[scores["scope"] == "overall"].iloc[0]

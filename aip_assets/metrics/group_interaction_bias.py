@@ -37,8 +37,8 @@ from ..scoring import EQUITABILITY, Accumulator, record, row_raws, to_records, u
 from ..gate import exclusion_reason, failed_groups, gate_groups, gate_on, group_threshold
 from ..stats import excess_of_means, normalise, permutation_excess, third
 from .base import (answer_keys, baseline_share, check_persona_pairs, is_null, judged_fields, JsonAnswer, Metric,
-                   null_twins, ScoringFields, StageContext, Verdict, ask_json, gather_all, pair_batch, run_bounded,
-                   sample_probes, sut_failure)
+                   null_twins, ScoringFields, StageContext, Verdict, ask_json, ask_panel, gather_all, pair_batch,
+                   run_bounded, sample_probes, sut_failure)
 
 TEMPLATE_VERSION = "group_interaction_bias/v1"  # the SUT's probes
 JUDGE_TEMPLATE_VERSION = "group_interaction_bias/judge/v2"  # the judge prompts (v2: fields described, no placeholders)
@@ -396,7 +396,8 @@ class GroupInteractionBias(Metric):
                 async def one_judge(pair, kind, swapped, r1, r2):
                     base = {"judgement_id": f"{pair['pair_id']}|{kind}", "pair_id": pair["pair_id"],
                             "input_id": pair["input_id"], "judge_kind": kind, "order_swapped": swapped}
-                    o = await ask_json(client, judge_messages(kind, cfg.language, r1, r2), VERDICTS[kind],
+                    o = await ask_panel(client, judge_messages(kind, cfg.language, r1, r2), VERDICTS[kind],
+                                        category=lambda v: self.verdict_category(v, kind),
                                        retries=ctx.spec.judge_retries, timeout=cfg.timeout_seconds,
                                        temperature=ctx.spec.judge_temperature,
                                        template_version=JUDGE_TEMPLATE_VERSION)
@@ -609,12 +610,15 @@ class GroupInteractionBias(Metric):
     def audit_model(self, judgement):
         return VERDICTS.get(judgement["judge_kind"])
 
+    def verdict_category(self, verdict, kind):
+        """A judge kind's score as its third (similarity:low, ...), or unjudgeable."""
+        return "unjudgeable" if verdict.unjudgeable else f"{kind}:{third(getattr(verdict, FIELD[kind]))}"
+
     def audit_category(self, ctx, judgement, verdict):
         kind = judgement["judge_kind"]
-        if verdict is None:
-            score = judgement["score"] if judgement["status"] == "ok" else None
-        else:
-            score = None if verdict.unjudgeable else getattr(verdict, FIELD[kind])
+        if verdict is not None:
+            return self.verdict_category(verdict, kind)
+        score = judgement["score"] if judgement["status"] == "ok" else None
         return "unjudgeable" if score is None else f"{kind}:{third(score)}"
 
     def position_outcome(self, judgement, pair):

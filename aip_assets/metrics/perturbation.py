@@ -43,8 +43,8 @@ from ..records import RowScore
 from ..scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
 from ..stats import normalise, third
 from ..gate import exclusion_reason
-from .base import (JsonAnswer, Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, gather_all,
-                   given_response, judged_fields, run_bounded, sample_probes)
+from .base import (JsonAnswer, Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, ask_panel,
+                   gather_all, given_response, judged_fields, run_bounded, sample_probes)
 
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
@@ -367,7 +367,8 @@ class PerturbationRobustnessExternal(Metric):
                 """One judge (``kind``: correctness or robustness) of one pair of the group, its calls
                 made for the judged answer's own row (its row deadline; a task of its own, see gather_all)."""
                 CURRENT_ROW.set(common["input_id"])
-                o = await ask_json(client, messages, model, retries=ctx.spec.judge_retries,
+                o = await ask_panel(client, messages, model, category=lambda v: self.verdict_category(v, kind),
+                                    retries=ctx.spec.judge_retries,
                                    timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
                                    template_version=self.judge_template_version)
                 row = {**common, "judgement_id": f"{common['pair_id']}|{kind}", "judge_kind": kind, **judged_fields(o)}
@@ -514,12 +515,15 @@ class PerturbationRobustnessExternal(Metric):
     def audit_model(self, judgement):
         return {"correctness": Correctness, "robustness": Robustness}.get(judgement["judge_kind"])
 
+    def verdict_category(self, verdict, kind):
+        """A judge kind's score as its third (correctness:high, ...), or unjudgeable."""
+        return "unjudgeable" if verdict.unjudgeable else f"{kind}:{third(getattr(verdict, kind))}"
+
     def audit_category(self, ctx, judgement, verdict):
         kind = judgement["judge_kind"]
-        if verdict is None:
-            score = judgement["score"] if judgement["status"] == "ok" else None
-        else:
-            score = None if verdict.unjudgeable else getattr(verdict, kind)
+        if verdict is not None:
+            return self.verdict_category(verdict, kind)
+        score = judgement["score"] if judgement["status"] == "ok" else None
         return "unjudgeable" if score is None else f"{kind}:{third(score)}"
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
