@@ -414,6 +414,7 @@ def rogan_gladen_stratified(judged: dict[str, int], labelled: dict[str, tuple[in
     corrected = np.clip((p[ok] + sp_d[ok] - 1.0) / d[ok], 0.0, 1.0)
     lo, hi = np.percentile(corrected, [2.5, 97.5])
     out["ci95"] = [float(lo), float(hi)]
+    return out
 
 
 # ------------------------------------------------------------------ agreement between judges
@@ -491,14 +492,6 @@ def cohen_from_sums(sums):
         po = s[..., 0] / n
         pe = (s[..., 2:2 + k] * s[..., 2 + k:]).sum(axis=-1) / (n * n)
     return po, _kappa(po, pe)
-
-
-def cohen_kappa(a, b) -> tuple[float | None, float | None]:
-    """(observed agreement, Cohen's kappa) of two raters' categories, item for item."""
-    if not len(a):
-        return None, None
-    po, k = cohen_from_sums(cohen_vectors(a, b, sorted(set(a) | set(b))).sum(axis=0))
-    return float(po), float(k)
 
 
 def cluster_sums(vectors, clusters):

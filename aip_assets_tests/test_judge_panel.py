@@ -22,8 +22,14 @@ from aip_assets.errors import EndpointError, SpecError
 from aip_assets.metrics.base import panel_decision
 from aip_assets.models.builtin import _BLOCK, judge_answer, parse_labels
 from aip_assets.runspec import BuiltinProfile, parse_spec
-from aip_assets.stats import (bootstrap_sums, cluster_sums, cohen_kappa, fleiss_from_sums, fleiss_kappa,
-                              fleiss_vectors)
+from aip_assets.stats import bootstrap_sums, cluster_sums, fleiss_from_sums, fleiss_kappa, fleiss_vectors
+from aip_assets.stats import cohen_kappa as weighted_kappa
+
+
+def cohen_kappa(a, b):
+    """Two raters' categories, item for item, by the kappa people are checked with (items of weight 1):
+    the panel's vectorised kappa (stats.cohen_vectors) must agree with it."""
+    return weighted_kappa([(x, y, 1.0) for x, y in zip(a, b)])
 
 from .conftest import run_all, table, write_dataset
 
