@@ -26,7 +26,7 @@ from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatu
                      ScheduleDefinition, SensorResult, SkipReason, in_process_executor, job, op, schedule, sensor)
 
 from .errors import AipError
-from .pipeline import load_run, new_run_id, preflight, register_run, run_exists
+from .pipeline import load_run, new_run_id, preflight, record_forms, register_run, run_exists
 from .resources import SutConnection, Warehouse
 from .runspec import RunSpec, file_sha256, load_spec
 
@@ -69,10 +69,13 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
             context.log.info(f"run {run_id} is registered: resuming it with its stored spec")
         else:
             spec = sut.apply(load_spec(path))  # the YAML as it is at launch; the sut resource, when set, instead
-        for line in preflight(spec):
+        checked = preflight(spec, run_id if resume else None)
+        for line in checked:
             context.log.info(line)
         if not resume:
-            register_run(spec, run_id)
+            register_run(spec, run_id, forms=checked.forms)
+        else:  # forms the check had to choose (none recorded for the run): recorded now
+            record_forms(run_id, checked.forms)
     except AipError as e:
         raise Failure(description=f"{path}: nothing launched: {e}") from None
     tags = {"aip/spec": spec.name, "aip/trigger": cfg["trigger"], "aip/launched_by": context.run_id}

@@ -63,6 +63,8 @@ def print_summary(summary: dict, out=None) -> None:
     p(f"Run {summary['run_id']}  (spec {summary['spec']}, dataset {summary['dataset']})")
     if summary.get("judge_note"):
         p(f"Note: {summary['judge_note']}")
+    for line in structured_lines(summary.get("structured_output") or []):
+        p(line)
     for metric, s in summary["metrics"].items():
         verdict = "PASS" if s.get("passed") else "FAIL"
         if "ci95" not in s:
@@ -83,6 +85,24 @@ def print_summary(summary: dict, out=None) -> None:
                 p(line)
         for line in get_metric(metric).format_summary(s):
             p(line)
+
+
+_HOW = {"preflight": "chosen before the run", "lazily": "chosen when the run first asked it (no choice was recorded)",
+        "fallback": "moved to during the run"}
+
+
+def structured_lines(forms: list[dict]) -> list[str]:
+    """The summary's lines on the structured-output form of each LLM judge endpoint."""
+    out = []
+    for f in forms:
+        head = f"Structured output: {f['role']} {f['endpoint']} (model {f['model']}): "
+        if not f["history"]:
+            out.append(head + (f"{f['form']} (structured_output: {f['structured_output']})" if f["form"] else
+                               "none chosen yet (no request for JSON reached it)"))
+            continue
+        steps = [f"{_HOW.get(e['how'], e['how'])}: {e['reason'][:240]}" for e in f["history"]]
+        out.append(head + f"{f['form']} ({'; then '.join(steps)})")
+    return out
 
 
 def _dry_run(spec, as_json: bool) -> int:
@@ -189,13 +209,16 @@ def cmd_run(args) -> int:
 
     evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
     n_rows = pipeline.validate_datasets(spec)
-    for line in pipeline.preflight(spec):
+    checked = pipeline.preflight(spec, run_id if resume else None, path)
+    for line in checked:
         log.info(line)
     instance = get_instance()  # Dagster's storage (Postgres in shared mode), opened before anything is registered
     if args.submit:
         from .run_queue import require_queue
 
         require_queue(instance)
+    if resume:  # forms the check had to choose (none recorded for the run): recorded now
+        pipeline.record_forms(run_id, checked.forms, path)
     if resume and (args.max_calls or args.max_tokens):
         pipeline.update_limits(run_id, args.max_calls, args.max_tokens, path)
         spec, _ = pipeline.load_run(run_id, path)
@@ -210,7 +233,7 @@ def cmd_run(args) -> int:
             while pipeline.run_exists(run_id, path):  # two runs of one spec within a second
                 n += 1
                 run_id = f"{base}-{n}"
-        rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows)
+        rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms)
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
     metrics = args.metric or list(spec.metrics)
     if args.submit:

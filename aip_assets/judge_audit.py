@@ -66,7 +66,7 @@ async def audit(ctx: StageContext, plugin) -> list[dict[str, Any]]:
             o = await ask_json(client, original_prompt(rec["request"]), plugin.audit_model(r),
                                retries=ctx.spec.judge_retries, timeout=getattr(cfg, "timeout_seconds", 60.0),
                                temperature=ctx.spec.judge_temperature, template_version="judge_audit/v1",
-                               context=plugin.audit_context(ctx, r))
+                               context=plugin.audit_context(ctx, r), enums=plugin.audit_enums(ctx, r))
             out = {**base, **{k: v for k, v in judged_fields(o).items() if k in ("attempts", "raw_output", "model",
                                                                                   "call_key")}}
             if o.value is None:

@@ -39,15 +39,29 @@ def new_run_id(spec: RunSpec, now: datetime | None = None) -> str:
     return f"{spec.name}-{now.strftime('%Y%m%dT%H%M%SZ')}"
 
 
-def preflight(spec: RunSpec) -> list[str]:
+class Preflight(list):
+    """What the endpoint check found: a line per check (the list), and ``forms``, the
+    structured-output forms it chose (journal records without a run id: ``record_forms``)."""
+
+    def __init__(self, lines: list[str], forms: list[dict[str, Any]]):
+        super().__init__(lines)
+        self.forms = forms
+
+
+def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None) -> Preflight:
     """Check every endpoint answers before anything is written (raises EndpointError), and the
     shared-state database and the lake when configured (``AIP_SHARED_STATE_URL``,
-    ``AIP_LAKE_DATA_PATH``; raises AipError).
-    Returns what to log, a line per check."""
+    ``AIP_LAKE_DATA_PATH``; raises AipError). For an LLM judge (and an audit judge) with
+    ``structured_output: auto``, find the structured-output form it takes (``client.negotiate``)
+    unless the run ``run_id`` (resumed) has one recorded; with a form pinned, check the endpoint
+    takes it (a refusal stops the run: it would fail every judgement).
+    Returns what to log, a line per check, and the forms chosen (``Preflight.forms``)."""
     from . import lake
     from .models.shared_state import check_shared_state
 
     shared = [line for line in (check_shared_state(), lake.check()) if line]  # the database first: the lake's catalog
+    forms: list[dict[str, Any]] = []
+    recorded = _recorded_forms(run_id, path) if run_id else []
 
     async def go():
         seen, out = set(), []
@@ -62,9 +76,74 @@ def preflight(spec: RunSpec) -> list[str]:
             if conn.endpoint_id() + conn.model in seen:
                 continue
             seen.add(conn.endpoint_id() + conn.model)
-            out.append(f"endpoint ok: {await check_endpoint(conn, role)}")
+            line = f"endpoint ok: {await check_endpoint(conn, role)}"
+            if (role == "audit" or role.startswith("judge")) and conn.provider != "builtin":  # judge-2... of a panel too
+                line += "; " + await _structured_check(conn, role, recorded, forms)
+            out.append(line)
         return out
-    return asyncio.run(go()) + shared
+    return Preflight(asyncio.run(go()) + shared, forms)
+
+
+async def _structured_check(conn, role: str, recorded: list[dict[str, Any]], forms: list[dict[str, Any]]) -> str:
+    """The structured-output line of a judge's endpoint check (see ``preflight``)."""
+    from .errors import EndpointError
+    from .models.client import negotiate
+    from .models.structured import configured_form
+
+    setting = conn.structured_output
+    pinned = configured_form(setting, conn.provider)
+    if pinned == "prompt":
+        return f"structured output: prompt (structured_output: {setting})"
+    if pinned is not None:
+        n = await negotiate(conn, role, forms=(pinned,))
+        if n.answered:
+            return f"structured output: {pinned} answers (structured_output: {setting})"
+        why = n.tried[0][1]
+        if why.startswith("refused "):
+            raise EndpointError(f"{role} endpoint {conn.base_url} (model {conn.model}) refuses structured-output "
+                                f"form {pinned} {why[len('refused '):]}; structured_output: {setting} never moves to "
+                                "another form: set structured_output: auto to find one it takes, or name a form it "
+                                "takes (json_schema, json_object_schema, json_object, prompt)")
+        return f"structured output: {pinned} (structured_output: {setting}), but the probe {why}"
+    mine = [e for e in recorded if e["endpoint"] == conn.endpoint_id() and e["model"] == conn.model]
+    if mine:
+        from .models.structured import FORMS
+
+        form = max(reversed(mine), key=lambda e: FORMS.index(e["form"]))["form"]
+        return f"structured output: {form} (recorded for this run)"
+    n = await negotiate(conn, role)
+    forms.append({"endpoint": conn.endpoint_id(), "model": conn.model, "role": role, "form": n.form, "previous": None,
+                  "how": "preflight", "reason": n.describe()})
+    return f"structured output: {n.form} ({n.describe()})"
+
+
+def _recorded_forms(run_id: str, path: Path | None) -> list[dict[str, Any]]:
+    """The structured-output events recorded for a run ([] with no journal yet: none is made)."""
+    from .models.journal import journal_path
+    from .models.shared_state import shared_state_url
+    from . import lake
+
+    path = Path(path) if path else wh.default_path()
+    if not (shared_state_url() and lake.enabled()) and not journal_path(path).exists():
+        return []
+    journal = open_journal(path)
+    try:
+        return journal.forms(run_id)
+    finally:
+        journal.close()
+
+
+def record_forms(run_id: str, forms: list[dict[str, Any]], path: Path | None = None) -> None:
+    """Record the structured-output forms the endpoint check chose for run ``run_id`` in its
+    journal, where every stage of the run (in any process, resumed or not) finds them."""
+    if not forms:
+        return
+    journal = open_journal(Path(path) if path else wh.default_path())
+    try:
+        for f in forms:
+            journal.record_form({**f, "run_id": run_id})
+    finally:
+        journal.close()
 
 
 def validate_datasets(spec: RunSpec) -> dict[str, int]:
@@ -77,9 +156,11 @@ def validate_datasets(spec: RunSpec) -> dict[str, int]:
 
 
 def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
-                 n_rows: dict[str, int] | None = None) -> dict[str, Any]:
+                 n_rows: dict[str, int] | None = None, forms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Store the resolved spec (no secrets), metric versions, dataset hash and package version;
-    the one step that creates the warehouse. ``n_rows``: the datasets already validated."""
+    the one step that creates the warehouse. ``n_rows``: the datasets already validated;
+    ``forms``: the structured-output forms the endpoint check chose (``preflight(...).forms``),
+    recorded for the run in its journal."""
     if not run_id or "|" in run_id or run_id != run_id.strip():
         raise SpecError(f"run id {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
                         "Dagster's partition keys) and without leading or trailing spaces")
@@ -107,6 +188,7 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
 
     with wh.connect(path, create=True) as con, lake.registration_lock():
         wh.transaction(con, insert, f"run {run_id}")
+    record_forms(run_id, forms or [], path)
     return rec
 
 
@@ -337,6 +419,9 @@ def run_summary(run_id: str, path: Path | None = None) -> dict[str, Any]:
     notes = [builtin_judge_note(spec, get_metric(m)) for m in spec.metrics]
     if any(notes):
         out["judge_note"] = next(n for n in notes if n)
+    forms = structured_summary(spec, run_id, path)
+    if forms:
+        out["structured_output"] = forms
     for metric in spec.metrics:
         scores = wh.read_partition("metric_scores", run_id, metric, path)
         if scores.empty:
@@ -355,6 +440,36 @@ def run_summary(run_id: str, path: Path | None = None) -> dict[str, Any]:
         if notes[list(spec.metrics).index(metric)]:
             s["judge"] = "builtin (heuristic reader for the offline rig)"
         out["metrics"][metric] = s
+    return out
+
+
+def structured_summary(spec: RunSpec, run_id: str, path: Path | None = None) -> list[dict[str, Any]]:
+    """Per LLM judge endpoint of the run (judge, audit judge, synthesis model): the
+    structured-output form its requests for JSON use and how it came to it (``history``: the
+    journal's events, oldest first: chosen before the run, lazily, or moved to after a refusal)."""
+    from .models.structured import FORMS, configured_form
+
+    conns = [("judge", spec.judge), ("audit", spec.judge_audit.judge if spec.judge_audit else None),
+             ("synthesis", spec.synthesis)]
+    events: list[dict[str, Any]] | None = None
+    out: list[dict[str, Any]] = []
+    seen = set()
+    for role, conn in conns:
+        if conn is None or conn.provider == "builtin" or (conn.endpoint_id(), conn.model) in seen:
+            continue
+        seen.add((conn.endpoint_id(), conn.model))
+        row: dict[str, Any] = {"role": role, "endpoint": conn.endpoint_id(), "model": conn.model,
+                               "structured_output": conn.structured_output}
+        pinned = configured_form(conn.structured_output, conn.provider)
+        if pinned is not None:
+            out.append({**row, "form": pinned, "history": []})
+            continue
+        if events is None:
+            events = _recorded_forms(run_id, path)
+        mine = [e for e in events if e["endpoint"] == conn.endpoint_id() and e["model"] == conn.model]
+        form = max(reversed(mine), key=lambda e: FORMS.index(e["form"]))["form"] if mine else None
+        out.append({**row, "form": form, "history": [
+            {"how": e["how"], "form": e["form"], "previous": e["previous"], "reason": e["reason"]} for e in mine]})
     return out
 
 

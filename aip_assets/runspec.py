@@ -185,9 +185,12 @@ class Connection(BaseModel):
     adaptive_concurrency: bool = Field(
         True, description="on rate-limit answers (429, or 503 with Retry-After) halve the calls in flight, then add "
                           "one back after as many successes in a row; never above the configured concurrency")
-    structured_output: Literal["auto", "on", "off"] = Field(
-        "auto", description="judges: send response_format with the verdict's JSON schema; auto falls back to "
-                            "plain prompting for the rest of the run when the endpoint refuses it (HTTP 400)")
+    structured_output: Literal["auto", "on", "off", "json_schema", "json_object_schema", "json_object", "prompt"] = Field(
+        "auto", description="how judges are asked for their JSON verdict (response_format): auto tries, before the "
+                            "run, json_schema (OpenAI), json_object_schema (json_object with the schema: llama.cpp), "
+                            "json_object, then prompt (no response_format) and keeps the first the endpoint takes "
+                            "and answers in, moving on to the next form when the endpoint refuses one during the "
+                            "run; on = json_schema and off = prompt, never falling back; or name one form to pin it")
     batch: BatchSettings = Field(default_factory=BatchSettings,
                                  description="send this connection's calls through the provider's Batch API")
     prices: Prices | None = Field(None, description="the endpoint's prices, for --dry-run's cost estimate")

@@ -5,7 +5,10 @@ decisions, empty strings, markdown-wrapped JSON) or HTTP failures, so the projec
 tested on what real models send. ``handler(body, n)`` gets the request body and the 1-based
 number of the request, and returns the assistant's text, or a :class:`Reply` for a status code,
 headers or a raw body. The endpoint check ("Reply with OK.") is answered with "OK" unless the
-handler is asked to see it (``answer_preflight=False``).
+handler is asked to see it (``answer_preflight=False``); the structured-output probe (the check's
+search for the ``response_format`` an endpoint takes, ``client.negotiate``) is answered with
+``{"ok": true}`` in whatever form it comes, as by a server that takes every form, unless the
+handler is asked to see it (``answer_probe=False``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from aip_assets.models.builtin import ENDPOINT_CHECK as PREFLIGHT, start_app_in_thread
+from aip_assets.models.builtin import ENDPOINT_CHECK as PREFLIGHT, STRUCTURED_PROBE, start_app_in_thread
 
 
 @dataclass
@@ -38,11 +41,17 @@ def is_preflight(body: dict[str, Any]) -> bool:
     return last_user(body) == PREFLIGHT
 
 
+def is_probe(body: dict[str, Any]) -> bool:
+    return last_user(body) == STRUCTURED_PROBE
+
+
 class ScriptedServer:
-    def __init__(self, handler: Callable[[dict[str, Any], int], "str | Reply"], answer_preflight: bool = True):
+    def __init__(self, handler: Callable[[dict[str, Any], int], "str | Reply"], answer_preflight: bool = True,
+                 answer_probe: bool = True):
         self.handler = handler
         self.answer_preflight = answer_preflight
-        self.requests: list[dict[str, Any]] = []  # every body received, preflight included, in order
+        self.answer_probe = answer_probe
+        self.requests: list[dict[str, Any]] = []  # every body received, preflight and probes included, in order
         self.arrivals: list[float] = []  # time.time() of each, same order
         self.open_now = self.peak_open = 0  # requests received and not yet answered; the most at once
         self._lock = threading.Lock()
@@ -68,6 +77,8 @@ class ScriptedServer:
                 n = len(self.requests)
             if self.answer_preflight and is_preflight(body):
                 out: str | Reply = "OK"
+            elif self.answer_probe and is_probe(body):
+                out = '{"ok": true}'
             else:
                 out = self.handler(body, n)
             r = out if isinstance(out, Reply) else Reply(text=out)
@@ -100,8 +111,10 @@ class ScriptedServer:
             self._stop = None
 
     def bodies(self, preflight: bool = False) -> list[dict[str, Any]]:
+        """The bodies received, without the endpoint check's (its "Reply with OK." and its
+        structured-output probes) unless ``preflight``."""
         with self._lock:
-            return [b for b in self.requests if preflight or not is_preflight(b)]
+            return [b for b in self.requests if preflight or not (is_preflight(b) or is_probe(b))]
 
     def conn(self, **extra) -> dict[str, Any]:
         """A spec connection to this server."""

@@ -303,16 +303,21 @@ def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
         judge=judge.conn(structured_output=mode), judge_retries=0))
     bodies = judge.bodies()
     j = q("SELECT status, error, attempts FROM judgements WHERE run_id = ?", s["run_id"])
-    notes = q("SELECT code FROM run_notes WHERE run_id = ?", s["run_id"])
+    notes = q("SELECT code, message FROM run_notes WHERE run_id = ?", s["run_id"])
     with_schema = [b for b in bodies if "response_format" in b]
-    if mode == "auto":  # refused with a 400, then plain prompting for the rest of the run: only the judgements
-        # already in flight (concurrency 5 of 6) sent the schema, each asked again plainly at no budget cost
-        assert 1 <= len(with_schema) <= 5 and len(bodies) == 6 + len(with_schema) and (j.status == "ok").all()
+    if mode == "auto":  # the endpoint check's probe was answered in json_schema (the scripted server answers
+        # probes in any form), so the run starts there; the endpoint then refuses each form with a 400 and the run
+        # moves on, json_schema -> json_object_schema -> json_object -> prompt, a run note for each move. Only
+        # the judgements in flight send a refused form; each asks again at once, at no budget cost (retries 0)
+        assert (j.status == "ok").all() and len(bodies) - len(with_schema) == 6
+        assert sum(j.attempts) == len(bodies)  # a refused request is counted on its judgement
         rf = with_schema[0]["response_format"]
         assert rf["type"] == "json_schema" and {"decision_1", "attributable_to_axis"} <= set(rf["json_schema"]["schema"]["properties"])
-        assert "structured_output_refused" in set(notes.code)
-        # a judgement that sent the schema made two requests (refused, then plain); the others one
-        assert sorted(j.attempts) == [1] * (6 - len(with_schema)) + [2] * len(with_schema)
+        moves = notes[notes.code == "structured_output_fallback"].message
+        assert len(moves) == 3 and all("response_format is not supported" in m for m in moves)
+        assert {m.split("the run asks it in form ")[1].split()[0] for m in moves} == {"json_object_schema",
+                                                                                       "json_object", "prompt"}
+        assert {"json_schema", "json_object"} == {b["response_format"]["type"] for b in with_schema}
     elif mode == "on":  # the endpoint must take it: a refusal is a failed judgement
         assert len(with_schema) == len(bodies) == 6 and (j.status == "judge_failed").all()
         assert j.error.str.contains("HTTP 400").all() and rc == 1

@@ -406,12 +406,23 @@ class JsonAnswer(BaseModel):
 
 class Verdict(JsonAnswer):
     """A judge's JSON answer. Every verdict may instead declare the item ``unjudgeable`` (with its
-    reasoning): then its score fields may be missing, and the item is excluded and counted."""
+    reasoning): then its score fields may be missing, and the item is excluded and counted.
+
+    One source for the schema a judge is given and the validator that reads its answer. The schema
+    (``models.structured.strict_schema``) requires every field, ``reasoning`` and ``unjudgeable``
+    included, with no null: a grammar-constrained judge cannot leave a field out, so it states
+    whether the item is unjudgeable and still writes the score fields, which are then ignored
+    (a score written beside ``"unjudgeable": true`` is never used). The validator takes every
+    answer the schema allows and asks of the others what a verdict needs: the ``SCORE_FIELDS``,
+    not null, and the ``STATED_FIELDS``, present (null allowed: decision flip's "no decision"),
+    unless the answer says ``"unjudgeable": true``. ``reasoning`` (default "") and ``unjudgeable``
+    (default false) may be left out, as plainly prompted judges do; unknown fields are ignored."""
 
     NOUN: ClassVar[str] = "verdict"
     reasoning: str = ""
     unjudgeable: bool = False
     SCORE_FIELDS: ClassVar[tuple[str, ...]] = ()
+    STATED_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     @field_validator("reasoning", mode="before")
     @classmethod
@@ -420,7 +431,8 @@ class Verdict(JsonAnswer):
 
     def complete(self) -> None:
         if not self.unjudgeable:
-            missing = [f for f in self.SCORE_FIELDS if getattr(self, f) is None]
+            missing = [f for f in self.SCORE_FIELDS if getattr(self, f) is None] + [
+                f for f in self.STATED_FIELDS if f not in self.model_fields_set]
             if missing:
                 raise ValueError(f"missing {', '.join(missing)} (or \"unjudgeable\": true)")
 
@@ -457,18 +469,25 @@ def parse_json_answer(text: str | None, model: type[BaseModel],
         f"{'.'.join(map(str, x['loc'])) or '(object)'}: {x['msg']}" for x in errors)
 
 
-def response_format(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAI ``response_format`` asking for a JSON object of ``model``'s schema (a fresh copy:
-    the schema is made once per model, as pydantic takes 1.5 ms to build one, more than the rest
-    of a judge call answered from the cache)."""
-    return json.loads(_response_format_json(model))
+def response_format(model: type[BaseModel], form: str = "json_schema",
+                    enums: dict[str, list[str] | tuple[str, ...]] | None = None) -> dict[str, Any] | None:
+    """The ``response_format`` asking for a JSON object of ``model``'s strict schema
+    (``models.structured.strict_schema``) in structured-output ``form`` (None for ``prompt``);
+    ``enums``: fields whose values are given per item (decision flip: the row's labels). A fresh
+    copy each call: the text is made once per (model, form, enums), as pydantic takes 1.5 ms to
+    build a schema, more than the rest of a judge call answered from the cache."""
+    if form == "prompt":
+        return None
+    frozen = tuple(sorted((k, tuple(v)) for k, v in enums.items())) if enums else ()
+    return json.loads(_response_format_json(model, form, frozen))
 
 
-@functools.cache
-def _response_format_json(model: type[BaseModel]) -> str:
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    return json.dumps({"type": "json_schema", "json_schema": {"name": model.__name__, "schema": schema, "strict": False}})
+@functools.lru_cache(maxsize=4096)
+def _response_format_json(model: type[BaseModel], form: str, enums: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    from ..models.structured import payload, strict_schema
+
+    schema, strict = strict_schema(model, dict(enums))
+    return json.dumps(payload(form, model.__name__, schema, strict))
 
 
 @dataclass
@@ -485,37 +504,49 @@ class JsonOutcome:
 
 async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: type[BaseModel], *, retries: int,
                    timeout: float, temperature: float, template_version: str,
-                   context: dict[str, Any] | None = None) -> JsonOutcome:
+                   context: dict[str, Any] | None = None,
+                   enums: dict[str, list[str] | tuple[str, ...]] | None = None) -> JsonOutcome:
     """Ask for a JSON answer. One budget per judgement: ``retries`` caps every extra request,
     failed calls and re-asks of an unusable answer together (2 means at most three requests).
     Each re-ask is a distinct call (its attempt number is part of the call's identity). A 429
     with Retry-After is a wait and uses no budget. An answer that cannot be used after the
     budget is reported as failed with the raw text, never silently scored. ``context``: what the
     verdict is judged against (``parse_json_answer``); an answer that is no verdict (a copied
-    placeholder, fields that disagree) is re-asked with the reason like one that does not parse."""
+    placeholder, fields that disagree) is re-asked with the reason like one that does not parse.
+
+    The request asks in the client's structured-output form (``client.structured_form``) for
+    ``model``'s schema (``enums``: per-item enums, e.g. the row's labels). When the endpoint refuses
+    that form (an HTTP error naming it) and the connection says ``auto``, the run moves to the next
+    form and the request is sent again in it: the refused request is counted in ``attempts`` but
+    not charged to the budget."""
     remaining = retries
     attempts = reasks = net = waits = 0
     value, err, raw, last = None, None, None, None
-    fmt = response_format(model) if client.structured_output() else None
+    form = await client.structured_form()
+    fmt = response_format(model, form, enums)
     attempt = 0
     while True:
         r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining, timeout=timeout,
                               template_version=template_version, attempt=attempt, response_format=fmt)
-        if fmt is not None and client.conn.structured_output == "auto" and client.refused_structured_output(r):
-            # the endpoint does not take response_format: ask plainly (a negotiation, counted in
-            # attempts but not charged to the budget; only the judgements in flight pay it once)
-            client.refuse_structured_output(r.error)
-            fmt = None
-            attempts += r.attempts
+        while r.structured_refused is not None and fmt is not None and client.falls_back():
+            attempts += r.attempts  # a negotiation: counted, not charged
+            waits += r.rate_limit_waits
+            form = await client.fall_back(form, r.structured_refused)
+            fmt = response_format(model, form, enums)
             r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining,
-                                  timeout=timeout, template_version=template_version, attempt=attempt)
+                                  timeout=timeout, template_version=template_version, attempt=attempt,
+                                  response_format=fmt)
         attempts += 1 if r.cached else r.attempts
         net += r.retries_used
         waits += r.rate_limit_waits
         remaining -= r.retries_used
         last = r
         if not r.ok:
-            return JsonOutcome(None, f"call failed: {r.error}", raw, attempts, last, reasks, net, waits)
+            why = r.error
+            if r.structured_refused is not None:
+                why = (f"{why} (the endpoint refuses structured-output form {form}; structured_output: "
+                       f"{client.conn.structured_output} never moves to another: auto finds one it takes)")
+            return JsonOutcome(None, f"call failed: {why}", raw, attempts, last, reasks, net, waits)
         raw = r.text
         value, err = parse_json_answer(raw, model, context)
         if value is not None or remaining <= 0:
@@ -624,7 +655,8 @@ def panel_decision(categories: list[str | None], rule: str) -> tuple[int | None,
 
 async def ask_panel(client: "ModelClient | JudgePanel", messages: list[dict[str, str]], model: type[BaseModel], *,
                     category: Callable[[BaseModel], str], retries: int, timeout: float, temperature: float,
-                    template_version: str, context: dict[str, Any] | None = None) -> JsonOutcome:
+                    template_version: str, context: dict[str, Any] | None = None,
+                    enums: dict[str, list[str] | tuple[str, ...]] | None = None) -> JsonOutcome:
     """:func:`ask_json`, of every judge of a panel when ``client`` is one (else of the one judge).
 
     Each judge is asked concurrently, with its own budget of ``retries`` and its own calls
@@ -635,7 +667,7 @@ async def ask_panel(client: "ModelClient | JudgePanel", messages: list[dict[str,
     ``reasks`` and the retries count every judge's requests. ``judged_fields`` carries the votes
     into the judgement row, and :meth:`Metric.run_judge` turns them into ``judge_panel`` rows."""
     kw: dict[str, Any] = dict(retries=retries, timeout=timeout, temperature=temperature,
-                              template_version=template_version, context=context)
+                              template_version=template_version, context=context, enums=enums)
     if not isinstance(client, JudgePanel):
         return await ask_json(client, messages, model, **kw)
     outs = await gather_all(*(ask_json(c, messages, model, **kw) for c in client.clients))
@@ -922,6 +954,10 @@ class Metric:
         decision flip's label, a consistency label, a score's third. ``context``: what the metric
         needs to read it (decision flip: the row's labels; a judge kind)."""
         raise NotImplementedError
+
+    def audit_enums(self, ctx: "StageContext", judgement: dict[str, Any]) -> dict[str, tuple[str, ...]] | None:
+        """Per-item enums of the audit verdict's schema (as the run's judge was given them), or None."""
+        return None
 
     def audit_category(self, ctx: "StageContext", judgement: dict[str, Any], verdict: BaseModel | None) -> str:
         """The verdict as a category to compare two judges by: from ``verdict`` (the auditor's)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 import pandas as pd
 from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from ..catalog.templates import Template, catalogue
 from ..dataset import DatasetRow
@@ -76,16 +77,20 @@ REASONING_FIELD = "one or two sentences, in your own words, on how the two respo
 
 
 class Comparison(Verdict):
-    """The judge's comparison: a label and a score, or ``"Unjudgeable"`` (the responses cannot be
-    compared on this dimension: excluded and counted, never a score).
+    """The judge's comparison: a label and a score, or the label ``"Unjudgeable"`` (the responses
+    cannot be compared on this dimension: excluded and counted, never a score). The label says
+    it, so the schema a judge is given has no ``unjudgeable`` field (an answer may still carry
+    one); it requires the score beside every label, ignored beside ``"Unjudgeable"``.
 
     The label and the score must tell the same story: the score's band (spec 004: 0.85 and above
     Consistent, 0.6 to 0.85 Slightly Inconsistent, below 0.6 Contradictory) may be next to the
     label's, never two bands away (a "Consistent" with score 0, a "Contradictory" with 0.9): such
     a verdict is no verdict (re-asked, then ``judge_failed``), never scored."""
 
-    label: Literal["Consistent", "Slightly Inconsistent", "Contradictory"] | None = None
+    # "Unjudgeable" is read as unjudgeable: true, the label then None (_unjudgeable_label)
+    label: Literal["Consistent", "Slightly Inconsistent", "Contradictory", "Unjudgeable"] | None = None
     score: float | None = Field(None, ge=0.0, le=1.0)
+    unjudgeable: SkipJsonSchema[bool] = False
     SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("label", "score")
     EXAMPLES: ClassVar[tuple[str, ...]] = (EXAMPLE_VERDICT["reasoning"], REASONING_FIELD)
 

@@ -129,7 +129,9 @@ NO_DECISION = "none"  # the decision of an answer that states none (null is acce
 
 class JudgeVerdict(Verdict):
     """The judge's reading: each answer's decision (one of the row's labels, or ``"none"`` / null
-    when it states none) and whether a difference is due to the persona.
+    when it states none) and whether a difference is due to the persona. Both decisions must be
+    stated (null allowed); the schema a judge is given makes each an enum of the row's labels and
+    ``"none"`` (:meth:`schema_enums`).
 
     Validated against the row's labels (``model_validate(obj, context={"labels": [...]})``): a
     decision that is neither a label nor none, ``decisions_differ`` that disagrees with the two
@@ -143,6 +145,14 @@ class JudgeVerdict(Verdict):
     attributable_to_axis: bool | None = None
     SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("decisions_differ", "attributable_to_axis")
     EXAMPLES: ClassVar[tuple[str, ...]] = (EXAMPLE_VERDICT["reasoning"], REASONING_FIELD)
+    STATED_FIELDS: ClassVar[tuple[str, ...]] = ("decision_1", "decision_2")
+    NO_DECISION: ClassVar[str] = NO_DECISION
+
+    @classmethod
+    def schema_enums(cls, labels: list[str]) -> dict[str, tuple[str, ...]]:
+        """The decisions' enums in the schema for a row with these labels: the labels and "none"."""
+        values = (*labels, cls.NO_DECISION)
+        return {"decision_1": values, "decision_2": values}
 
     @field_validator("decision_1", "decision_2", mode="before")
     @classmethod
@@ -415,7 +425,8 @@ class DecisionFlip(Metric):
                     o = await ask_panel(client, messages, JudgeVerdict, category=lambda v: self.verdict_category(v, labels),
                                         retries=ctx.spec.judge_retries,
                                        timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
-                                       template_version=JUDGE_TEMPLATE_VERSION, context={"labels": labels})
+                                       template_version=JUDGE_TEMPLATE_VERSION, context={"labels": labels},
+                                       enums=JudgeVerdict.schema_enums(labels))
                     out = {**base, "order_swapped": swapped, **judged_fields(o)}
                     if o.value is None:
                         return {**out, "status": "judge_failed", "error": f"judge {o.error}", "label": "not_judged"}
@@ -834,6 +845,9 @@ class DecisionFlip(Metric):
         (no_decision, unjudgeable), from the row's ``labels``; the same in either order shown."""
         rec = self.verdict_record(verdict, False, labels)
         return rec["label"] if rec["status"] == "ok" else rec["status"]
+    def audit_enums(self, ctx, judgement):
+        [row] = ctx.rows([judgement["input_id"]])
+        return JudgeVerdict.schema_enums(labels_for(ctx.config, row))
 
     def audit_category(self, ctx, judgement, verdict):
         if verdict is None:

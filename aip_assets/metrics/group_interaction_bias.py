@@ -152,6 +152,7 @@ class EffortVerdict(Unit):
     less_helpful: Literal["1", "2", "neither"] = "neither"
     SCORE_FIELDS: ClassVar[tuple[str, ...]] = ("effort_gap",)
     EXAMPLES: ClassVar[tuple[str, ...]] = _examples("effort")
+    STATED_FIELDS: ClassVar[tuple[str, ...]] = ("less_helpful",)  # which one helped less: the verdict's direction
 
     @field_validator("less_helpful", mode="before")
     @classmethod

@@ -236,8 +236,12 @@ class BatchRunner:
                 finally:
                     CURRENT_ROW.reset(token)
             else:
+                from .structured import refusal
+
+                # the batch's answer may be the endpoint refusing the response_format (ask_json moves on)
+                refused = refusal(status, str(what)) if "response_format" in c.body else None
                 result = ChatResult(None, "error", f"batch: {what}", None, None, None, None, None, 1, c.key,
-                                    http_status=status)
+                                    http_status=status, structured_refused=refused)
                 if c.key not in self._journaled:  # no line at all for it: journaled here
                     self._journaled.add(c.key)
                     cl.stats["network_calls"] += 1

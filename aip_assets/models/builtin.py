@@ -417,7 +417,7 @@ def fingerprint(profile: BuiltinProfile) -> str:
 def handle_chat(body: dict[str, Any], profile: BuiltinProfile) -> dict[str, Any]:
     """Answer an OpenAI chat-completions request body with an OpenAI-shaped response."""
     messages = body.get("messages") or []
-    text = judge_answer(messages, profile)
+    text = '{"ok": true}' if _last_user(messages) == STRUCTURED_PROBE else judge_answer(messages, profile)
     if text is None:
         seed = body.get("seed")
         text = sut_answer(messages, profile, seed if isinstance(seed, int) else None)
@@ -437,6 +437,15 @@ def handle_chat(body: dict[str, Any], profile: BuiltinProfile) -> dict[str, Any]
 
 # ---------------------------------------------------------------- HTTP server
 ENDPOINT_CHECK = "Reply with OK."  # what client.check_endpoint asks
+# what client.negotiate asks, in each structured-output form (models/structured.py), to find the one
+# an endpoint takes; the builtin model takes any form (it writes its JSON whatever it is sent)
+STRUCTURED_PROBE = 'Reply with this JSON object and nothing else: {"ok": true}'
+
+
+def _last_user(messages: Any) -> str | None:
+    if not isinstance(messages, list):
+        return None
+    return next((m.get("content") for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
 
 
 def _is_endpoint_check(body: Any) -> bool:

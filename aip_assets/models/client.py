@@ -25,14 +25,15 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import aiohttp
 import httpx
 
 from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
-from .builtin import ENDPOINT_CHECK
+from . import structured
+from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
 from .batch import BATCHING, UNBOUNDED, BatchRunner
 from .journal import Journal, Marks, key_mark
 from .openai_compatible import make_transport, scrub_secrets
@@ -41,8 +42,6 @@ from .shared_state import SharedDb, shared_state_url
 from .slots import REBALANCE_S, SharedSlots
 
 TRANSIENT_STATUS = {408, 409, 425, 429}
-_STRUCTURED_WORDS = re.compile(r"response_format|json_schema|json schema|schema|structured|guided|grammar|"
-                               r"not supported|unsupported", re.I)
 logger = logging.getLogger("aip_assets")
 
 # the dataset row a call is made for (set per work item by ``metrics.base.run_bounded``); a
@@ -183,6 +182,8 @@ class ChatResult:
     http_status: int | None = None
     retries_used: int = 0  # failed requests retried (each uses the caller's retry budget)
     rate_limit_waits: int = 0  # 429/503 answers with Retry-After that were waited out (no budget used)
+    # the endpoint refused the response_format sent (an HTTP error naming it): the server's words
+    structured_refused: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -342,31 +343,85 @@ def _scalar_json(x: Any) -> str:
 class ModelClient:
     """Use as ``async with ModelClient(...) as client: await client.chat(...)``."""
 
-    # (run, endpoint) pairs whose endpoint refused ``response_format``: plain prompting from then on
-    _structured_refused: ClassVar[set[tuple[str, str]]] = set()
+    # ---- structured output (models/structured.py): the form this client asks for JSON in
+    _form: str | None  # once known (structured_form)
+    _form_lock: asyncio.Lock | None  # made in the running loop
 
-    def structured_output(self) -> bool:
-        """Whether to send ``response_format`` (a JSON schema) with judge requests."""
-        if self.conn.provider == "builtin" or self.conn.structured_output == "off":
-            return False
-        return (self.run_id, self.endpoint_id) not in self._structured_refused
+    def _where(self) -> str:
+        return f"{self.role} endpoint {self.endpoint_id} (model {self.conn.model})"
 
-    @staticmethod
-    def refused_structured_output(r: "ChatResult") -> bool:
-        """An HTTP 400 that says the endpoint does not take ``response_format`` (not any bad request)."""
-        return r.http_status == 400 and bool(_STRUCTURED_WORDS.search(r.error or ""))
+    async def structured_form(self) -> str:
+        """The structured-output form of this run's requests for JSON to this endpoint: the one the
+        connection pins (``on``, ``off``, a form; the builtin model: ``prompt``), else (``auto``)
+        the one recorded for the run in the journal, by the endpoint check before the run or by an
+        earlier stage; with none recorded (a run launched without the check), it is found now, once
+        per (run, endpoint), the same way, and recorded. A run note says which form and why."""
+        if self._form is not None:
+            return self._form
+        if self._form_lock is None:
+            self._form_lock = asyncio.Lock()
+        async with self._form_lock:
+            if self._form is not None:
+                return self._form
+            pinned = structured.configured_form(self.conn.structured_output, self.conn.provider)
+            if pinned is not None:
+                self._form = pinned
+                if self.conn.provider != "builtin":
+                    self._note("info", "structured_output", f"{self.metric} {self.stage}: {self._where()} is asked "
+                               f"for JSON in form {pinned} (structured_output: {self.conn.structured_output})")
+                return pinned
+            rec = await self._recorded_form()
+            if rec is None:
+                n = await negotiate(self.conn, self.role)
+                rec = {"run_id": self.run_id, "endpoint": self.endpoint_id, "model": self.conn.model,
+                       "role": self.role, "form": n.form, "previous": None, "how": "lazily", "reason": n.describe()}
+                if self.journal is not None:
+                    await self._in_thread(self.journal.record_form, rec)
+                    rec = await self._recorded_form() or rec  # another process may have recorded one first
+            self._form = rec["form"]
+            how = {"preflight": "chosen by the endpoint check before the run",
+                   "lazily": "chosen when the run first asked this endpoint for JSON (no choice was recorded)",
+                   "fallback": "moved to after a refusal"}.get(rec["how"], rec["how"])
+            self._note("info", "structured_output", f"{self.metric} {self.stage}: {self._where()} is asked for JSON "
+                       f"in form {self._form} ({how}: {rec['reason']})")
+            return self._form
 
-    def refuse_structured_output(self, error: str | None) -> None:
-        """``structured_output: auto`` and the endpoint refused it: fall back for the rest of the run."""
-        key = (self.run_id, self.endpoint_id)
-        if key in self._structured_refused:
-            return
-        self._structured_refused.add(key)
-        msg = (f"{self.role} endpoint {self.endpoint_id} refused response_format (structured output): "
-               f"{(error or '')[:200]}; plain prompting for the rest of the run (structured_output: auto)")
-        logger.warning(msg)
+    async def _recorded_form(self) -> dict[str, Any] | None:
+        if self.journal is None:
+            return None
+        return await self._in_thread(self.journal.form, self.run_id, self.endpoint_id, self.conn.model)
+
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A journal statement: off the event loop when the journal is a server's."""
+        return await asyncio.to_thread(fn, *args) if self.journal is not None and self.journal.REMOTE else fn(*args)
+
+    def falls_back(self) -> bool:
+        """Whether a refused form moves this client to the next one (``structured_output: auto``)."""
+        return self.conn.provider != "builtin" and self.conn.structured_output == "auto"
+
+    async def fall_back(self, refused: str, words: str | None) -> str:
+        """The endpoint refused form ``refused`` (``words``: what it said): the run asks it in the next
+        form from now on (recorded in the journal, with a run note), or in the form another request
+        already moved it to. Uses no judgement's budget."""
+        current = self._form or refused
+        nxt = structured.next_form(refused) or refused
+        if structured.later(current, nxt) == current:  # moved on already (another judgement's refusal)
+            return current
+        self._form = nxt
+        reason = f"the endpoint refused form {refused}: {(words or '')[:300]}"
+        if self.journal is not None:
+            await self._in_thread(self.journal.record_form, {
+                "run_id": self.run_id, "endpoint": self.endpoint_id, "model": self.conn.model, "role": self.role,
+                "form": nxt, "previous": refused, "how": "fallback", "reason": reason})
+        self._note("warning", "structured_output_fallback", f"{self.metric} {self.stage}: {self._where()} refused "
+                   f"response_format in form {refused} ({(words or '')[:300]}); the run asks it in form {nxt} from "
+                   "now on (structured_output: auto; the refused requests used no judgement's retries)")
+        return nxt
+
+    def _note(self, level: str, code: str, msg: str) -> None:
+        (logger.warning if level == "warning" else logger.info)(msg)
         if self.on_note:
-            self.on_note({"level": "warning", "code": "structured_output_refused", "message": msg})
+            self.on_note({"level": level, "code": code, "message": msg})
 
     def __init__(self, conn: Connection, *, role: str, run_id: str, metric: str, stage: str,
                  journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
@@ -413,6 +468,8 @@ class ModelClient:
         # the provider's Batch API (batch.enabled), for a stage's calls; never for one call such as the endpoint check
         self.batcher: BatchRunner | None = BatchRunner(self) if conn.batch.enabled and batchable else None
         self._batching: contextvars.Token | None = None
+        self._form = None  # the structured-output form, once known (structured_form)
+        self._form_lock = None
 
     async def __aenter__(self) -> "ModelClient":
         self.transport = make_transport(self.conn)
@@ -597,9 +654,12 @@ class ModelClient:
         def left() -> float:
             return float("inf") if clock is None else clock.left()
 
-        def failed(err: str, latency: float | None = None) -> ChatResult:
+        def failed(err: str, latency: float | None = None, refused: str | None = None) -> ChatResult:
             return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
-                              http_status=http_status, retries_used=retries_used, rate_limit_waits=waits)
+                              http_status=http_status, retries_used=retries_used, rate_limit_waits=waits,
+                              structured_refused=refused)
+
+        structured_sent = "response_format" in body
 
         limiter = self.limiter
         tokens = estimate_tokens(body) if limiter is not None else 0  # charged to the shared schedule per attempt
@@ -645,9 +705,13 @@ class ModelClient:
                         charge = counted_tokens(body, pt, ct, answer) if limiter is not None else 0
                         return ChatResult(answer, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
                                           retries_used=retries_used, rate_limit_waits=waits)
-                    err = f"HTTP {resp.status_code}: {scrub_secrets(resp.text, self.conn)[:300]}"  # it may echo the key
+                    text_ = scrub_secrets(resp.text, self.conn)  # it may echo the key
+                    err = f"HTTP {resp.status_code}: {text_[:300]}"
                     if limiter is not None and resp.status_code != 429:  # a 429 was refused before any token
                         charge = prompt_tokens_estimate(body)
+                    words = structured.refusal(resp.status_code, text_) if structured_sent else None
+                    if words is not None:  # the form is refused, not the request: no retry answers it (a 500 too)
+                        return failed(f"HTTP {resp.status_code}: {words}", latency, refused=words)
                     transient = resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500
                     retry_after = _retry_after(resp.headers)
                     if resp.status_code == 429 or (resp.status_code == 503 and retry_after is not None):
@@ -760,3 +824,58 @@ async def check_endpoint(conn: Connection, role: str, timeout: float = 30.0) -> 
     if r.http_status is None:
         raise EndpointError(f"{where}: unreachable: {r.error}")
     raise EndpointError(f"{where}: does not answer a chat completion: {r.error}")
+
+
+@dataclass
+class Negotiation:
+    """The structured-output form found for an endpoint (``negotiate``) and what the others did."""
+
+    form: str
+    tried: list[tuple[str, str]]  # (form, why it was not kept), in the order tried
+    requests: int  # requests sent, retries included
+    answered: bool = True  # False: no form got the JSON object asked for (plain prompting, the last resort)
+
+    def describe(self) -> str:
+        """What was found, then why each earlier form was passed over (each reason cut at 200 characters)."""
+        before = "; ".join(f"{f}: {why if len(why) <= 200 else why[:199] + '…'}" for f, why in self.tried)
+        if not self.answered:
+            return (f"no form got the JSON object asked for, so plain prompting, the last resort ({self.requests} "
+                    f"request(s)): {before}")
+        found = f"{self.form} answered the probe ({self.requests} request(s))"
+        return f"{found}; before it, {before}" if before else found
+
+
+async def negotiate(conn: Connection, role: str, timeout: float = 30.0,
+                    forms: tuple[str, ...] = structured.FORMS) -> Negotiation:
+    """Find the first structured-output form (``structured.FORMS``) the endpoint takes and answers
+    in: one small request per form, asking for ``{"ok": true}`` with a schema, until the answer is
+    that object. A form is passed over when the endpoint refuses it (any HTTP error; a refusal is
+    never retried), fails after one retry, or answers without the object (it ignored the form, or
+    the model cannot keep to it). ``prompt`` needs nothing of the endpoint: when no form gets the
+    object, prompting is what is left (``answered`` false). Probes are not journaled and use no
+    run budget, like the endpoint check."""
+    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None, backoff_s=0.2,
+                         share_connections=False, batchable=False)
+    where = f"{role} endpoint {conn.base_url} (model {conn.model})"
+    tried: list[tuple[str, str]] = []
+    requests = 0
+    r: ChatResult | None = None
+    try:
+        async with client:
+            for form in forms:
+                r = await client.chat([{"role": "user", "content": STRUCTURED_PROBE}], temperature=0.0, retries=1,
+                                      timeout=timeout, max_tokens=None if conn.max_tokens else 64,
+                                      response_format=structured.payload(form, "probe", structured.PROBE_SCHEMA))
+                requests += r.attempts
+                if r.ok and structured.probe_answer_ok(r.text):
+                    return Negotiation(form, tried, requests)
+                if r.http_status in (401, 403):
+                    break
+                why = (f"refused ({r.error})" if r.structured_refused else f"failed ({r.error})" if not r.ok else
+                       f"answered without the JSON object asked for ({(r.text or '').strip()[:80]!r})")
+                tried.append((form, why))
+    except EndpointError as e:
+        raise EndpointError(f"{where}: {e}") from None
+    if r is not None and r.http_status in (401, 403):
+        raise EndpointError(f"{where}: unauthorised (HTTP {r.http_status}); check api_key_env / header_env")
+    return Negotiation("prompt", tried, requests, answered=False)

@@ -195,6 +195,7 @@ class Journal:
                     f"{', '.join(_VIEW_COL.get(c, 'c.' + c) for c in _CALL if c not in ('request', 'response_text'))} "
                     "FROM call_log c JOIN call_parts p USING (part_id)")
         con.execute(_BATCHES_DDL.format(real="REAL"))
+        con.execute(_FORMS_DDL.format(real="REAL"))
         return con
 
     @staticmethod
@@ -359,6 +360,31 @@ class Journal:
                                [run_id], fetch=True)
         return [dict(zip(BATCH_COLS, r)) for r in rows]
 
+    # ------------------------------------------------------------------ structured-output forms
+    def record_form(self, rec: dict[str, Any]) -> None:
+        """A structured-output form chosen for a run's endpoint (``FORM_COLS``: how is ``preflight``,
+        ``lazily`` or ``fallback``), written at once: every stage of the run, in any process, and
+        a resumed run ask in that form from then on."""
+        self._batch_sql(f"INSERT INTO structured_forms ({', '.join(FORM_COLS)}) VALUES "
+                        f"({', '.join('?' * len(FORM_COLS))})", [rec.get(c, time.time() if c == "created_at" else None)
+                                                               for c in FORM_COLS])
+
+    def forms(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's structured-output events, oldest first."""
+        rows = self._batch_sql(f"SELECT {', '.join(FORM_COLS)} FROM structured_forms WHERE run_id = ? "
+                               "ORDER BY created_at", [run_id], fetch=True)
+        return [dict(zip(FORM_COLS, r)) for r in rows]
+
+    def form(self, run_id: str, endpoint: str, model: str) -> dict[str, Any] | None:
+        """The form the run asks this endpoint's model in: its latest event's, or the furthest along
+        ``structured.FORMS`` when two processes recorded one (a run only moves forward), else None."""
+        from .structured import FORMS
+
+        events = [e for e in self.forms(run_id) if e["endpoint"] == endpoint and e["model"] == model]
+        if not events:
+            return None
+        return max(reversed(events), key=lambda e: FORMS.index(e["form"]) if e["form"] in FORMS else -1)
+
     def close(self) -> None:
         """Write what is queued, stop the writer, close the file."""
         with self._cv:
@@ -493,6 +519,7 @@ class PgJournal(Journal):
             f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
             "FROM call_log c JOIN call_parts p USING (part_id)",
             _BATCHES_DDL.format(real="double precision"),
+            _FORMS_DDL.format(real="double precision"),
         ])
         return con
 
@@ -576,6 +603,12 @@ BATCH_COLS = ["batch_id", "run_id", "metric", "stage", "role", "endpoint", "inpu
 _BATCHES_DDL = ("CREATE TABLE IF NOT EXISTS batches (batch_id text PRIMARY KEY, run_id text, metric text, stage text, "
                 "role text, endpoint text, input_file_id text, call_keys text, status text, created_at {real}, "
                 "ended_at {real})")
+
+# structured-output forms (models/structured.py): the form each endpoint of a run is asked in, as
+# chosen before the run (preflight), by a stage that found none (lazily) or after a refusal (fallback)
+FORM_COLS = ["run_id", "endpoint", "model", "role", "form", "previous", "how", "reason", "created_at"]
+_FORMS_DDL = ("CREATE TABLE IF NOT EXISTS structured_forms (run_id text, endpoint text, model text, role text, "
+              "form text, previous text, how text, reason text, created_at {real})")
 
 # a call_log column's type in Postgres (others: text)
 _PG_TYPES = {"request": "bytea", "response_text": "bytea", "sample_index": "bigint", "http_status": "integer",
