@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from . import __version__
+from . import __version__, interrupts
 from .dataset import load_dataset
 from .errors import AipError, SpecError
 from .metrics import REGISTRY, get_metric
@@ -304,6 +304,7 @@ def _drain_async(agen, staged: StagedTables) -> None:
     async def go():
         async for tables in agen:
             staged.add(tables)
+            interrupts.check()  # a metric that booked the stopped calls as failures: no further batch
     asyncio.run(go())
 
 
@@ -315,7 +316,21 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
 
     The stage streams: each batch of rows is processed and staged on disk, and the partition's
     rows are replaced in one transaction at the end. A stage that fails writes nothing.
+
+    Ctrl-C or SIGTERM (interrupts.py) stops it: no call starts after the signal, the calls in
+    flight are answered and journaled, and it ends with ``StageInterrupted`` having written nothing.
     """
+    with interrupts.handled():
+        try:
+            interrupts.check()  # a signal before it began (between two stages): it does not start
+            return _run_stage(stage, run_id, metric, log, path, observe)
+        except interrupts.Interrupted as e:
+            raise interrupts.StageInterrupted(f"{stage} [{run_id} × {metric}]: {e}; its calls answered so far are "
+                                              "journaled, nothing of the stage is written") from None
+
+
+def _run_stage(stage: str, run_id: str, metric: str, log: Log | None, path: Path | None,
+               observe: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     log = log or logger.info
     path = Path(path) if path else wh.default_path()
     spec, rec = load_run(run_id, path)
@@ -368,9 +383,11 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
                 staged.add(tables)
         if ctx.notes:
             staged.add({"run_notes": ctx.notes})
+        interrupts.check()  # stopped calls a metric booked as failures are never written
         staged.commit(path)
     finally:
-        journal.close()
+        with interrupts.handled(stop=False):  # the journal written whole, even if a signal comes now
+            journal.close()
         shutil.rmtree(staged.dir, ignore_errors=True)
     meta = staged.metadata()
     if stage == "aggregation":

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .. import interrupts
 from ..errors import EndpointError
 
 if TYPE_CHECKING:
@@ -356,7 +357,7 @@ class BatchRunner:
                 if time.time() > give_up:
                     raise BatchApiError(f"{e}; the batch's window closed an hour ago: given up", e.status) from None
                 logger.warning(f"{e}; polling again in {self.settings.poll_seconds:g}s")
-                await asyncio.sleep(self.settings.poll_seconds)
+                await interrupts.sleep(self.settings.poll_seconds)  # a Ctrl-C: polled again on resume
                 continue
             status, counts = b.get("status"), b.get("request_counts") or {}
             now = (status, counts.get("completed"), counts.get("failed"))
@@ -384,7 +385,7 @@ class BatchRunner:
                 except BatchApiError:
                     pass
                 return {**b, "status": "lost"}
-            await asyncio.sleep(self.settings.poll_seconds)
+            await interrupts.sleep(self.settings.poll_seconds)  # a Ctrl-C: polled again on resume
 
     async def _read_back(self, batch_id: str, b: dict[str, Any], calls: dict[str, _Call] | None,
                          keys: list[str]) -> None:

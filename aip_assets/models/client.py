@@ -30,6 +30,7 @@ from typing import Any, Callable
 import aiohttp
 import httpx
 
+from .. import interrupts
 from ..errors import AipError, EndpointError
 from ..runspec import Connection, stable_json
 from . import structured
@@ -246,7 +247,7 @@ class AdaptiveLimit:
         on the row's clock; queueing for the place afterwards does not (as before any call)."""
         await self.__aexit__()
         try:
-            await asyncio.sleep(seconds)
+            await interrupts.sleep(seconds)  # a Ctrl-C ends the wait: the call is not retried
         finally:
             if clock is not None:
                 clock.stop()
@@ -547,6 +548,7 @@ class ModelClient:
         """One answer. ``retries`` caps the failed requests retried for it (transient errors);
         a 429/503 with ``Retry-After`` is waited out without using it, up to the connection's
         ``max_rate_limit_wait_seconds`` in total. ``attempt`` > 0 marks a re-ask (its own key)."""
+        interrupts.check()  # after a Ctrl-C no call starts (not even one the journal would answer)
         body = build_body(self.conn, messages, temperature, max_tokens, sample_index)
         if response_format is not None:
             body["response_format"] = response_format
@@ -676,6 +678,7 @@ class ModelClient:
                             clock.start()
                 if left() <= 0:
                     return failed(self._deadline_error("before this attempt" if attempts else "before this call was sent"))
+                interrupts.check()  # after a Ctrl-C nothing is sent or retried; the calls sent finish
                 if attempts == 0 and self.budget is not None and not counted:  # counted once it is really sent
                     await self.budget.areserve()
                 attempts += 1

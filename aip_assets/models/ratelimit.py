@@ -34,7 +34,6 @@ workers on several machines (``shared_state.py``).
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hashlib
 import logging
@@ -47,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import interrupts
 from ..errors import AipError
 from .shared_state import SharedDb, shared_state_url
 
@@ -188,7 +188,7 @@ class SharedRate:
             logger.warning(f"{self.endpoint}: waiting {delay:.0f}s for the endpoint's requests_per_minute / "
                            f"tokens_per_minute ({self.where()})")
         if delay > 0:
-            await asyncio.sleep(delay)
+            await interrupts.sleep(delay)  # a Ctrl-C ends the wait
 
     def where(self) -> str:
         return f"shared on this machine through {self.path.parent}"

@@ -32,7 +32,6 @@ with different values (a SUT at 64 and a judge at 8) are separate pools, each bo
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hashlib
 import logging
@@ -41,6 +40,7 @@ import random
 import time
 from pathlib import Path
 
+from .. import interrupts
 from .ratelimit import _own_folder, limits_dir
 
 logger = logging.getLogger("aip_assets")
@@ -167,7 +167,7 @@ class SharedSlots:
                 logger.warning(f"{self.endpoint}: waiting {time.monotonic() - t0:.0f}s for a connection: its "
                                f"max_connections ({self.total}) are all in use by other clients on this machine "
                                f"(shared through {self.dir})")
-            await asyncio.sleep(0.05 + random.random() * 0.05)
+            await interrupts.sleep(0.05 + random.random() * 0.05)  # a Ctrl-C ends the wait
         return bound
 
     def __del__(self) -> None:  # a client dropped without closing still lets its slots go
