@@ -3,7 +3,8 @@
 Exit codes: 0 every metric passed its gate; 1 a metric's gate failed (no score, a score below
 its threshold, coverage below min_coverage, too many failed answers or verdicts, a differential
 refusal, a label mismatch); 2 bad input (spec, dataset, endpoint); 3 a stage failed; 4 the run
-stopped at its limits (resumable with --run-id). A failed gate also fails the metric's Dagster run
+stopped at its limits (resumable with --run-id); 130 interrupted by Ctrl-C or SIGTERM (resumable
+with --run-id: the calls answered before the stop are journaled and not made again). A failed gate also fails the metric's Dagster run
 (so the UI's Runs list shows it), after its tables are written: that is still exit 1, not 3.
 """
 
@@ -164,7 +165,36 @@ def _batch_lines(spec, sent: dict[str, dict]) -> list[str]:
 
 
 def cmd_run(args) -> int:
-    from . import pipeline
+    """A Ctrl-C or SIGTERM stops the run (interrupts.py): no stage or metric starts after it, the
+    calls answered are journaled, and it exits 130 saying how to resume."""
+    from . import interrupts
+
+    resumable: dict[str, str] = {}
+    with interrupts.handled():
+        try:
+            code = _run(args, resumable)
+            if not interrupts.requested():
+                return code
+        except (KeyboardInterrupt, interrupts.Interrupted):
+            if args.submit:
+                raise
+        print("interrupted; " + resumable["hint"] if resumable else "interrupted", file=sys.stderr)
+        return interrupts.EXIT_CODE
+
+
+def _resume_hint(args, run_id: str) -> str:
+    import shlex
+
+    cmd = ["aip-eval", "run", args.spec, "--run-id", run_id]
+    if args.warehouse:
+        cmd += ["--warehouse", args.warehouse]
+    for m in args.metric or []:
+        cmd += ["--metric", m]
+    return f"resume with `{shlex.join(cmd)}`"
+
+
+def _run(args, resumable: dict[str, str]) -> int:
+    from . import interrupts, pipeline
     from . import warehouse as wh
     from .dagster_home import get_instance, use_project_of
     from .runspec import load_spec
@@ -197,6 +227,8 @@ def cmd_run(args) -> int:
     if resume:
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"resuming run {run_id} with its stored spec")
+        resumable["hint"] = _resume_hint(args, run_id)
+        interrupts.set_hint(resumable["hint"])
         only_configured(f"run {run_id}", "; a resumed run keeps the metrics of its stored spec")
     from .models.shared_state import shared_state_url
 
@@ -235,6 +267,8 @@ def cmd_run(args) -> int:
                 run_id = f"{base}-{n}"
         rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms)
         log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
+        resumable["hint"] = _resume_hint(args, run_id)
+        interrupts.set_hint(resumable["hint"])
     metrics = args.metric or list(spec.metrics)
     if args.submit:
         outcomes = _submit(instance, run_id, spec, metrics, path, args)
@@ -247,12 +281,16 @@ def cmd_run(args) -> int:
                                 quiet=args.quiet)
     failed, capped = [], False
     for out in outcomes:
+        if out.interrupted:  # the run stops here (cmd_run says how to resume)
+            continue
         if out.gate_failed:  # its stages ran and wrote their tables; the Dagster run is marked failed for it
             log.info(f"{out.metric}: gate failed (Dagster run {out.dagster_run_id} is marked failed)")
         elif not out.success:
             log.error(f"{out.metric}: stage failed (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
             failed.append(out.metric)
             capped = capped or any("reached limits." in m for m in out.errors)
+    if interrupts.requested():
+        raise interrupts.Interrupted()
     summary = pipeline.run_summary(run_id, path)
     from . import lake
 

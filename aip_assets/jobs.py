@@ -17,6 +17,7 @@ from typing import Any
 
 from dagster import Definitions, define_asset_job, in_process_executor
 
+from . import interrupts
 from .assets import STAGE_ASSETS
 from .assets.stages import REPORT_AFTER_ALL
 from .partitions import partition_key, register_partitions
@@ -41,12 +42,14 @@ def evaluate():
 class Outcome:
     """How one metric's evaluate run ended: what `aip-eval run` and the launcher report.
     ``success`` is the Dagster run's; ``gate_failed``: it failed only because the metric's gate
-    failed (its stages all ran and wrote their tables: exit 1, not a failed stage)."""
+    failed (its stages all ran and wrote their tables: exit 1, not a failed stage); ``interrupted``:
+    a Ctrl-C or SIGTERM stopped it (exit 130; its Dagster run is marked canceled)."""
     metric: str
     success: bool
     dagster_run_id: str
     errors: list[str] = field(default_factory=list)  # each failed step's innermost message
     gate_failed: bool = False
+    interrupted: bool = False
 
     @property
     def completed(self) -> bool:
@@ -72,15 +75,26 @@ def gate_only(failures) -> bool:
 def _outcome(metric: str, result) -> Outcome:
     failures = [e.event_specific_data for e in result.get_step_failure_events()]
     errors = [_root_message(err) for f in failures if (err := getattr(f, "error", None)) is not None]
+    from dagster._core.execution.plan.objects import ErrorSource
+
     return Outcome(metric, result.success, result.run_id, errors,
-                   gate_failed=not result.success and gate_only(failures))
+                   gate_failed=not result.success and gate_only(failures),
+                   interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures))
 
 
 def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:
     result = evaluate().execute_in_process(partition_key=partition_key(run_id, metric), instance=instance,
                                            run_config=run_config or {}, raise_on_error=False,
                                            tags={"aip/run_id": run_id, "aip/metric": metric, **tags})
-    return _outcome(metric, result)
+    out = _outcome(metric, result)
+    if interrupts.requested():  # also a signal Dagster's own handler took between two steps
+        out.interrupted = True
+    if out.interrupted and not out.success:  # the UI's Runs list says canceled, not failed
+        run = instance.get_run_by_id(result.run_id)
+        if run is not None:
+            instance.report_run_canceled(run, message="interrupted (Ctrl-C or SIGTERM): the calls answered are "
+                                                      "journaled; `aip-eval run SPEC --run-id RUN` resumes it")
+    return out
 
 
 def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None,
@@ -90,10 +104,30 @@ def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config
     from .cli import _setup_logging
     from .dagster_home import get_instance
 
+    if interrupts.requested():  # the parent passed a Ctrl-C on: no metric starts after it
+        return Outcome(metric, False, "", ["interrupted before it started"], interrupted=True)
     _setup_logging(quiet, prefix=f"[aip {metric.removeprefix('llm.')}]")  # the worker's whole life: not restored
     if report_later:  # the parent writes the report after the last metric
         REPORT_AFTER_ALL.add(run_id)
     return _execute(get_instance(), run_id, metric, tags, run_config)
+
+
+def _worker_init() -> None:
+    """A --parallel worker: in its own process group, so a terminal's Ctrl-C reaches the parent
+    alone, which passes each signal on once (``interrupts.forwarding``); counted here for life."""
+    import os
+
+    try:
+        os.setpgrp()
+    except OSError:  # already a group's leader: the parent's signals may then come twice (the second abandons)
+        pass
+    interrupts.handle_for_life()
+
+
+def _children() -> list[int]:
+    import multiprocessing
+
+    return [p.pid for p in multiprocessing.active_children() if p.pid is not None]
 
 
 def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str],
@@ -123,7 +157,8 @@ def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str
     finally:
         if later:
             REPORT_AFTER_ALL.discard(run_id)
-            _write_report(run_id)
+            if not interrupts.requested():  # interrupted: the resumed run writes it
+                _write_report(run_id)
 
 
 def _write_report(run_id: str) -> None:
@@ -140,21 +175,38 @@ def _write_report(run_id: str) -> None:
 
 def _evaluate(instance, run_id: str, metrics, tags: dict[str, str], run_config: dict[str, Any] | None,
               on_start: Callable[[str], None] | None, parallel: int, quiet: bool, later: bool) -> Iterator[Outcome]:
+    """Each metric's Outcome; after a Ctrl-C or SIGTERM (interrupts.py) no metric starts, and the
+    metrics running end as their stages do."""
     workers = min(parallel, len(metrics))
     if workers <= 1:
         for metric in metrics:
+            if interrupts.requested():
+                return
             if on_start:
                 on_start(metric)
-            yield _execute(instance, run_id, metric, tags, run_config)
+            out = _execute(instance, run_id, metric, tags, run_config)
+            yield out
+            if out.interrupted:
+                return
         return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    # the parent waits on its workers: a signal is counted and passed on to them, and they stop
+    with interrupts.handled(stop=False), interrupts.forwarding(_children), \
+            ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
         futures = {}
         for metric in metrics:
             if on_start:
                 on_start(metric)
             futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet, later)] = metric
         for f in as_completed(futures):
+            if interrupts.requested():
+                for other in futures:
+                    other.cancel()  # not started yet: never starts
+            if f.cancelled():
+                continue
             try:
-                yield f.result()
+                out = f.result()
             except Exception as e:  # noqa: BLE001 - a worker that died: that metric failed, the others report
-                yield Outcome(futures[f], False, "", [f"its worker process failed: {type(e).__name__}: {e}"])
+                out = Outcome(futures[f], False, "", [f"its worker process failed: {type(e).__name__}: {e}"])
+            if out.interrupted and not out.dagster_run_id:
+                continue  # it never started
+            yield out
