@@ -291,7 +291,7 @@ def _run(args, resumable: dict[str, str]) -> int:
             capped = capped or any("reached limits." in m for m in out.errors)
     if interrupts.requested():
         raise interrupts.Interrupted()
-    summary = pipeline.run_summary(run_id, path)
+    summary = pipeline.run_summary(run_id, path, metrics)  # the metrics this command ran, and no other
     from . import lake
 
     summary["warehouse"] = lake.where() if lake.enabled() else str(path)

@@ -428,18 +428,20 @@ def builtin_judge_note(spec: RunSpec, plugin) -> str | None:
     return None
 
 
-def run_summary(run_id: str, path: Path | None = None) -> dict[str, Any]:
+def run_summary(run_id: str, path: Path | None = None, metrics: list[str] | None = None) -> dict[str, Any]:
     """Each metric's headline numbers and its gate: ``passed`` true or false with ``gate_reason``;
-    a metric that was not aggregated has ``passed`` false too."""
+    a metric that was not aggregated has ``passed`` false too. ``metrics``: only these (``aip-eval
+    run --metric``), else every metric of the run."""
     spec, rec = load_run(run_id, path)
     out: dict[str, Any] = {"run_id": run_id, "spec": spec.name, "dataset": spec.dataset, "metrics": {}}
-    notes = [builtin_judge_note(spec, get_metric(m)) for m in spec.metrics]
+    shown = [m for m in spec.metrics if metrics is None or m in metrics]
+    notes = [builtin_judge_note(spec, get_metric(m)) for m in shown]
     if any(notes):
         out["judge_note"] = next(n for n in notes if n)
     forms = structured_summary(spec, run_id, path)
     if forms:
         out["structured_output"] = forms
-    for metric in spec.metrics:
+    for metric in shown:
         scores = wh.read_partition("metric_scores", run_id, metric, path)
         if scores.empty:
             out["metrics"][metric] = {"status": "not aggregated", "score": None, "passed": False,
@@ -454,7 +456,7 @@ def run_summary(run_id: str, path: Path | None = None) -> dict[str, Any]:
         s["n_planned"] = None if ov["n_planned"] is None else int(ov["n_planned"])
         s["excluded"] = json.loads(ov["excluded"]) if ov["excluded"] else {}
         s["metric_name"] = ov["metric_name"]
-        if notes[list(spec.metrics).index(metric)]:
+        if notes[shown.index(metric)]:
             s["judge"] = "builtin (heuristic reader for the offline rig)"
         out["metrics"][metric] = s
     return out
