@@ -235,13 +235,15 @@ def _event() -> asyncio.Event:
 
 
 async def sleep(seconds: float) -> None:
-    """``asyncio.sleep`` that a signal ends: raises :class:`Interrupted` then (or at once)."""
+    """``asyncio.sleep(seconds)`` that a signal ends: raises :class:`Interrupted` then (or at once)."""
     check()
-    if seconds <= 0:
-        await asyncio.sleep(0)
-        return
+    stop = _event()
+    nap = asyncio.ensure_future(asyncio.sleep(seconds))
+    woken = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait_for(_event().wait(), seconds)
-    except asyncio.TimeoutError:
-        return
-    raise Interrupted()
+        await asyncio.wait({nap, woken}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        nap.cancel()
+        woken.cancel()
+    if stop.is_set():
+        raise Interrupted()
