@@ -30,6 +30,7 @@ class Reply:
     body: dict[str, Any] | None = None    # a raw JSON body instead
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0                  # answer this much later (the server stays responsive)
+    hold: threading.Event | None = None   # answer once the test sets this (a call kept in flight)
     gzip: bool = False                    # the answer compressed (Content-Encoding: gzip)
 
 
@@ -84,6 +85,8 @@ class ScriptedServer:
             r = out if isinstance(out, Reply) else Reply(text=out)
             if r.delay_s:
                 await asyncio.sleep(r.delay_s)
+            while r.hold is not None and not r.hold.is_set():
+                await asyncio.sleep(0.01)
             if r.status != 200:
                 resp = web.json_response(r.body or {"error": {"message": f"scripted {r.status}"}}, status=r.status,
                                          headers=r.headers)
