@@ -40,8 +40,25 @@ _MARKER = re.compile(
     r"(?<![\w])(?:final\s+decision|my\s+final\s+decision|my\s+decision|decision\s+finale|décision\s+finale|"
     r"endgültige\s+entscheidung|meine\s+entscheidung|entscheidung|décision|decision|verdict|urteil)"
     r"(?:[\s*_`]*[:：]|\s+[-–—]\s|[\s*_`]+(?=[*_`]))|"
-    r"(?<![\w])(?:my\s+(?:final\s+)?decision\s+is|meine\s+entscheidung\s+(?:ist|lautet)|ma\s+décision\s+est)\b",
+    r"(?<![\w])(?:my\s+(?:final\s+)?decision\s+is|meine\s+entscheidung\s+(?:ist|lautet)|ma\s+décision\s+est)\b|"
+    # "my decision based on the information above is no": a few words between, within the sentence
+    r"(?<![\w])my\s+(?:final\s+)?decision\b(?:\s+[\w'’-]+){1,8}?\s+is\b(?=\s+[\w*\"'“])",
     re.I)
+# a final answer in the words of a quiz ("The answer is: YES", "Answer: YES", "Final answer: DENY",
+# "Choose your answer: Yes", "My choice: approve"): a statement only when a label follows
+_ANSWER_MARKER = re.compile(
+    r"(?<![\w])(?:(?:the\s+|my\s+)?(?:final\s+)?answer\s+(?:is|would\s+be|will\s+be)|(?:final\s+)?answer|"
+    r"(?:my|your|the)\s+(?:final\s+)?choice\s+is|(?:my|your|final)\s+choice|antwort|réponse)"
+    r"(?:[\s*_`]*[:：]|\s+[-–—]\s|[\s*_`]+(?=[*_`])|(?<=is)\b|(?<=be)\b)|"
+    r"^[\s*_`>]*A[\s*_`]*[:：]", re.I | re.M)  # the answer of a Q/A pair: "A: Yes" opening its line
+# words that open a sentence after "Decision:", never a decision in other words ("Decision: A two-bedroom
+# apartment in…", "Decision: The applicant…")
+_NOT_A_DECISION_WORD = {"a", "an", "the", "i", "i'm", "i'd", "my", "this", "that", "it", "we", "you", "your", "to",
+                        "in", "on", "of", "for", "based", "as", "if", "there", "is", "should", "would", "will"}
+# a marker quoted from the instruction: 'a final line of the form "Decision: …"', 'in the form: Decision: …'
+_QUOTED_FORM = re.compile(r"\b(?:form|format|formatted\s+as|like)\s*[:\"“'‘`*]+\s*$", re.I)
+# what an instruction puts where a label goes ("Decision: <label>", "[label]", "{decision}")
+_PLACEHOLDER = re.compile(r"[\s*_`\"'“”]*[<\[{]")
 _STRIP_LEAD = " \t*_`\"'“”„«»‘’[]()<>#:–—-"
 _LIST_ITEM = re.compile(r"^\s*(?:[-•+]|\*\s|\d{1,2}[.)])\s")
 _END_OF_PHRASE = re.compile(r"[.,;!?(\n—–]|\s-\s")
@@ -77,9 +94,30 @@ def label_at_start(text: str | None, labels: list[str]) -> str | None:
             k = len(n)
             while k < len(s) and s[k] in "\"'”’»":  # a closing quote
                 k += 1
-            if _AFTER_LABEL.match(s, k) and not s[k:].lstrip().startswith(("?", "/")):
+            if _AFTER_LABEL.match(s, k) and not s[k:].lstrip().startswith(("?", "/")) and not _lists_labels(s[k:], labels):
                 return lab
     return None
+
+
+def _copies_options(text: str, labels: list[str]) -> bool:
+    """Whether ``text`` starts with a label followed by another ("YES, NO", "Approve or deny")."""
+    s = text.strip(_STRIP_LEAD + " ").replace("*", "").replace("`", "")
+    up = s.upper()
+    for lab in sorted(labels, key=lambda x: -len(x)):
+        n = _norm(lab)
+        if up.startswith(n) and not s[len(n):len(n) + 1].isalnum():
+            return _lists_labels(s[len(n):], labels)
+    return False
+
+
+def _lists_labels(rest: str, labels: list[str]) -> bool:
+    """Whether ``rest`` (what follows a label) goes on to another label: "YES, NO", "APPROVE / DENY",
+    "Yes or No", the options copied from the instruction, not a decision."""
+    m = re.match(r"\s*(?:[,/|;]|\bor\b|\band\b|\boder\b|\bou\b)\s*", rest, re.I)
+    if not m:
+        return False
+    nxt = rest[m.end():].strip(_STRIP_LEAD + " ").replace("*", "").upper()
+    return any(nxt.startswith(_norm(x)) and not nxt[len(_norm(x)):len(_norm(x)) + 1].isalnum() for x in labels)
 
 
 def map_label(value: object, labels: list[str]) -> str | None:
@@ -111,18 +149,30 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
     body = _THINK.sub(" ", text)
     statements: list[tuple[int, str | None, str | None]] = []
     for m in _MARKER.finditer(body):
+        if _QUOTED_FORM.search(body, max(0, m.start() - 24), m.start()):
+            continue  # the instruction quoted: 'of the form "Decision: No"'
         line_end = body.find("\n", m.end())
         after = body[m.end(): len(body) if line_end < 0 else line_end]
         lab = label_at_start(after, labels)
+        if lab is None and _PLACEHOLDER.match(after):  # the instruction echoed: 'of the form "Decision: <label>"'
+            continue
         phrase = _END_OF_PHRASE.split(after.strip(_STRIP_LEAD + " ").replace("*", "").replace("`", ""), 1)[0]
         words = phrase.split()
         if lab is not None:
             statements.append((m.start(), lab, None))
+        elif _copies_options(after, labels) or after.rstrip(" *_`\"'”").endswith("?"):
+            continue  # the options copied ("Decision: YES, NO"), the question restated: no statement
         elif words and (len(words) <= 3 or _at_line_start(body, m.start())):
             # a non-label answer ("deny", "N/A", "Escalate to a senior underwriter") is a statement when
             # short, or when the marker opens its line; inline prose after "decision:" is not
             word = words[0].lower().strip(_STRIP_LEAD + ".,;!?")
-            statements.append((m.start(), None, None if word.upper() in {_norm(x) for x in labels} else word))
+            no_word = word.upper() in {_norm(x) for x in labels} or word in _NOT_A_DECISION_WORD
+            statements.append((m.start(), None, None if no_word else word))
+    for m in _ANSWER_MARKER.finditer(body):
+        line_end = body.find("\n", m.end())
+        lab = label_at_start(body[m.end(): len(body) if line_end < 0 else line_end], labels)
+        if lab is not None:  # "Answer: it depends" states nothing
+            statements.append((m.start(), lab, None))
     # a bare label alone on one of the last three lines ("**APPROVE**"), not an item of a list
     lines = [(m.start(), m.group(0)) for m in re.finditer(r"[^\n]+", body) if m.group(0).strip(_STRIP_LEAD + " .!")]
     for pos, ln in lines[-3:]:
@@ -296,19 +346,132 @@ def _to_number(tok: str) -> float | None:
     return float(t.replace(",", "."))
 
 
-def read_figures(text: str | None) -> set[tuple[str, object]]:
-    """The figures an answer states, as values: dates, percentages and numbers (amounts, counts,
-    years), whatever their formatting ("6%", "6 percent", "six percent"; "3 March 2024",
-    "March 3, 2024", "2024-03-03"; "1,200", "1.200", "1 200"). Numbered-list markers are ignored."""
+# a figure's unit: a currency (before or after the number), a period of time (durations are kept
+# in months, days or hours), "per <period>" after an amount (a rent of $1,450 a month)
+_CURRENCY_BEFORE = {"$": "USD", "us$": "USD", "usd": "USD", "€": "EUR", "eur": "EUR", "£": "GBP", "gbp": "GBP"}
+_CURRENCY_AFTER = {"$": "USD", "usd": "USD", "dollar": "USD", "dollars": "USD", "€": "EUR", "eur": "EUR",
+                   "euro": "EUR", "euros": "EUR", "£": "GBP", "gbp": "GBP", "pound": "GBP", "pounds": "GBP"}
+_CUR_BEFORE = re.compile(r"(?:us\$|\$|€|£|usd|eur|gbp)\s?$", re.I)
+_CUR_AFTER = re.compile(r"\s?(us\$|\$|€|£|usd|eur|gbp|dollars?|euros?|pounds?)(?![\w])", re.I)
+_PERIODS = {  # word -> (unit, factor)
+    "year": ("month", 12), "years": ("month", 12), "yr": ("month", 12), "yrs": ("month", 12), "jahr": ("month", 12),
+    "jahre": ("month", 12), "jahren": ("month", 12), "jahres": ("month", 12), "an": ("month", 12), "ans": ("month", 12),
+    "année": ("month", 12), "années": ("month", 12),
+    "month": ("month", 1), "months": ("month", 1), "monat": ("month", 1), "monate": ("month", 1), "monaten": ("month", 1),
+    "mois": ("month", 1),
+    "week": ("day", 7), "weeks": ("day", 7), "woche": ("day", 7), "wochen": ("day", 7), "semaine": ("day", 7),
+    "semaines": ("day", 7),
+    "day": ("day", 1), "days": ("day", 1), "tag": ("day", 1), "tage": ("day", 1), "tagen": ("day", 1),
+    "jour": ("day", 1), "jours": ("day", 1),
+    "hour": ("hour", 1), "hours": ("hour", 1), "stunde": ("hour", 1), "stunden": ("hour", 1), "heure": ("hour", 1),
+    "heures": ("hour", 1),
+}
+_PERIOD_AFTER = re.compile(r"[\s-]?(" + "|".join(sorted(map(re.escape, _PERIODS), key=len, reverse=True)) +
+                           r")(?:['’]s?)?(?![\w])", re.I)
+_PER_PERIOD = re.compile(r"\s*(?:per|a|an|each|every|/|pro|im|par)\s*(year|month|week|day|hour|annum|jahr|monat|woche|"
+                         r"tag|stunde|an|mois|semaine|jour|heure)(?![\w])", re.I)
+_PER_CANON = {"annum": "year", "jahr": "year", "an": "year", "monat": "month", "mois": "month", "woche": "week",
+              "semaine": "week", "tag": "day", "jour": "day", "stunde": "hour", "heure": "hour"}
+
+# the words a figure is attached to: the nearest words before it (after linking words: "score of 661",
+# "the APR is 28%", "Kaution beträgt 1.200 Euro") and the words right after it ("28% APR", "a $14,000 loan")
+_WORD_TOKEN = re.compile(r"[^\W\d_][\w'’-]*|\d[\d.,]*%?|[^\w\s]", re.U)
+_LINKING = set("""
+of is are was were be been being 's at around about approximately approx roughly only just nearly almost over under between within among zwischen entre
+below above than more less least most up to from by for and or with as into
+equals equal equalling totals total totalling totaling comes come goes go rises rise falls fall drops drop reaches
+reach increases increase decreases decrease costs cost pays pay paying paid bringing brings bring get gets getting
+receive receives received charges charge charged earn earns earning make makes making need needs needed require
+requires required requiring would will could should can may might must do does did has have had having
+currently now then still also already exactly estimated estimate approximate roughly some another
+a an the your my our their his her its this that these those you i we it they he she one me us them
+i'd i'm i'll i've you'd you're you'll you've we'd we're we'll it's that's there's they're they'd he's she's
+so which what who whose how much many because since if when while but however therefore thus ago later earlier
+not no yes there here just even each every both either
+von ist sind war waren beträgt betragen liegt liegen bei auf um rund etwa ungefähr circa ca zu mit höhe in im
+der die das den dem des ein eine einen einem einer ihr ihre ihren sie es wir ich du
+de du des est sont était sera seront à au aux environ passe passent la le les l un une votre vos son sa ses
+""".split())
+_WEAK = set("""monthly annual annually yearly weekly daily total current new old minimum maximum average overall
+estimated net gross base basic standard approximately full additional extra initial final first last next
+per cent percent dollars dollar euros euro pounds pound money amount figure number value""".split())
+_BOUNDARY = set(".,;!?()[]{}\n\"“”")
+
+
+def _stem(w: str) -> str:
+    w = w.lower().strip("'’-").replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        w = w[:-1]
+    return w
+
+
+def _attached_words(body: str, start: int, end: int) -> frozenset[str]:
+    """The words a figure at ``body[start:end]`` (unit included) is attached to: up to three
+    before it, after any linking words, within its clause; up to two right after it. Words that
+    qualify any figure (monthly, total, minimum…) are dropped."""
+    words: list[str] = []
+    left = _WORD_TOKEN.findall(body[max(0, start - 120):start].replace("*", " ").replace("_", " "))
+    i = len(left) - 1
+    while i >= 0 and (left[i].lower() in _LINKING or left[i] in ":=-–—/" or left[i] in _CURRENCY_BEFORE):
+        i -= 1
+    while i >= 0 and len(words) < 3:
+        t = left[i]
+        if t in _BOUNDARY or t[0].isdigit() or t.lower() in _LINKING or not t[0].isalpha():
+            break
+        words.append(t)
+        i -= 1
+    right = _WORD_TOKEN.findall(body[end:end + 60].replace("*", " "))
+    for t in right[:2]:
+        if t in _BOUNDARY or t[0].isdigit() or t.lower() in _LINKING or not t[0].isalpha():
+            break
+        words.append(t)
+    return frozenset(_stem(w) for w in words if _stem(w) not in _WEAK and _stem(w) not in _LINKING)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure an answer states: its kind ("date", "pct", "num"), its value, its unit (a currency,
+    "month"/"day"/"hour" for durations, a currency per period, "" for a bare number) and the words
+    it is attached to (stemmed; empty when it stands alone)."""
+
+    kind: str
+    value: object
+    unit: str = ""
+    about: frozenset = frozenset()
+
+    def __str__(self) -> str:
+        about = f" ({' '.join(sorted(self.about))})" if self.about else ""
+        if self.kind == "pct":
+            return f"{self.value:g}%{about}"
+        if self.kind == "date":
+            return f"{self.value}{about}"
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.value:g}{unit}{about}"
+
+
+def values(figures: set[Figure]) -> set[tuple[str, object]]:
+    """(kind, value) of each figure: what an answer states, whatever the words around it."""
+    return {(f.kind, f.value) for f in figures}
+
+
+def read_figures(text: str | None) -> set[Figure]:
+    """The figures an answer states, as values with their unit and the words they are attached to:
+    dates, percentages and numbers (amounts, counts, durations, years), whatever their formatting
+    ("6%", "6 percent", "six percent"; "3 March 2024", "March 3, 2024", "2024-03-03"; "1,200",
+    "1.200", "1 200"; "$1,200", "1,200 dollars"; "60 months", "5 years"). Numbered-list markers are
+    ignored."""
     if not text:
         return set()
-    body = _LIST_MARKER.sub(" ", _THINK.sub(" ", text))
-    out: set[tuple[str, object]] = set()
+    body = _LIST_MARKER.sub(lambda m: " " * len(m.group(0)), _THINK.sub(lambda m: " " * len(m.group(0)), text))
+    out: set[Figure] = set()
     for pat, parts in _DATES:
         def repl(m: re.Match) -> str:
             y, mo, d = parts(m)
-            out.add(("date", f"{int(y):04d}-{int(mo):02d}" + (f"-{int(d):02d}" if d is not None else "")))
-            return " "
+            value = f"{int(y):04d}-{int(mo):02d}" + (f"-{int(d):02d}" if d is not None else "")
+            out.add(Figure("date", value, "", _attached_words(body, m.start(), m.end())))
+            return " " * len(m.group(0))
         body = pat.sub(repl, body)
     for m in _NUM.finditer(body):
         tok = m.group(1) or m.group(2)
@@ -318,24 +481,88 @@ def read_figures(text: str | None) -> set[tuple[str, object]]:
             continue
         if val is None:
             continue
-        kind = "pct" if _PCT.match(body, m.end()) or _RANGE_PCT.match(body, m.end()) else "num"
-        scale = _SCALE.match(body, m.end()) if kind == "num" else None
-        if scale:  # 1.2k, 3 million
-            val *= 1e3 if scale.group(0).strip(" .").lower() in ("k", "thousand", "tausend", "mille") else 1e6
-        out.add((kind, round(val, 6)))
+        start, end, unit = m.start(), m.end(), ""
+        if _PCT.match(body, end) or _RANGE_PCT.match(body, end):
+            kind = "pct"
+            pm = _PCT.match(body, end)
+            end = pm.end() if pm else end
+        else:
+            kind = "num"
+            scale = _SCALE.match(body, end)
+            if scale:  # 1.2k, 3 million
+                val *= 1e3 if scale.group(0).strip(" .").lower() in ("k", "thousand", "tausend", "mille") else 1e6
+                end = scale.end()
+            before = _CUR_BEFORE.search(body, max(0, start - 4), start)
+            after = _CUR_AFTER.match(body, end)
+            period = _PERIOD_AFTER.match(body, end)
+            if before:
+                unit = _CURRENCY_BEFORE[before.group(0).strip().lower()]
+                start = before.start()
+            elif after:
+                unit = _CURRENCY_AFTER[after.group(1).lower()]
+                end = after.end()
+            elif period:
+                unit, factor = _PERIODS[period.group(1).lower()]
+                val *= factor
+                end = period.end()
+            if unit and unit not in ("month", "day", "hour"):
+                per = _PER_PERIOD.match(body, end)
+                if per:  # an amount per period: $1,450 a month
+                    unit += "/" + _PER_CANON.get(per.group(1).lower(), per.group(1).lower())
+                    end = per.end()
+        out.add(Figure(kind, round(val, 6), unit, _attached_words(body, start, end)))
     return out
 
 
-def compare_figures(a: set, b: set) -> str | None:
-    """"same", "subset" (one omits figures the other states, nothing conflicts), "conflict", or
-    None when either states no figure (nothing to compare)."""
+def _same_quantity(x: Figure, y: Figure) -> bool:
+    """Whether two figures can measure the same quantity: the same kind and unit, and, when both are
+    attached to words, a word in common ("credit score 661" and "APR 28%" cannot; "6%" and "the
+    rate of 7%" can). Dates are compared with dates whatever their words (the answers to one
+    question name when it happens)."""
+    if x.kind != y.kind or not _same_unit(x.unit, y.unit):
+        return False
+    if x.kind == "date":
+        return len(x.value) == len(y.value)  # a month against a month, a day against a day
+    return not x.about or not y.about or bool(x.about & y.about)
+
+
+def _same_unit(u: str, v: str) -> bool:
+    """The same unit, or an amount with and without its period ("850 euros" of a monthly rent
+    against "875 euros a month")."""
+    return u == v or (u.split("/")[0] == v.split("/")[0] != "" and ("/" not in u or "/" not in v))
+
+
+def _states(fig: Figure, others: set[Figure]) -> bool:
+    """Whether ``others`` state ``fig``'s value: the same kind and value, in its unit or without one
+    ("$14,000" and "14,000")."""
+    return any(o.kind == fig.kind and o.value == fig.value and (_same_unit(o.unit, fig.unit) or not o.unit or not fig.unit)
+               for o in others)
+
+
+def compare_figures(a: set[Figure], b: set[Figure]) -> str | None:
+    """How two answers' figures relate, quantity by quantity (a figure another answer also states
+    agrees, whatever the words around it; the rest are compared only with figures that can
+    measure the same quantity, :func:`_same_quantity`):
+
+    - "conflict": a figure of one answer and one of the other, neither stated by the other answer,
+      can measure the same quantity and differ;
+    - "same": each answer states every figure of the other;
+    - "subset": they agree on some figures and nothing conflicts (one or both state figures the
+      other leaves out);
+    - "not_comparable": both state figures, but none that the other states or could contradict
+      (a credit score against an APR);
+    - None: either states no figure (nothing to compare)."""
     if not a or not b:
         return None
-    if a == b:
+    only_a = {x for x in a if not _states(x, b)}
+    only_b = {y for y in b if not _states(y, a)}
+    if any(_same_quantity(x, y) for x in only_a for y in only_b):
+        return "conflict"
+    if not only_a and not only_b:
         return "same"
-    if a < b or b < a:
+    if len(only_a) < len(a) or len(only_b) < len(b):
         return "subset"
-    return "conflict"
+    return "not_comparable"
 
 
 # ------------------------------------------------------------------ JSON in a judge's answer

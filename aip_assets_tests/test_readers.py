@@ -22,7 +22,7 @@ from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVe
 from aip_assets.metrics.group_interaction_bias import EffortVerdict, SimilarityVerdict
 from aip_assets.metrics.perturbation import Robustness, robustness_messages
 from aip_assets.models.client import ModelClient
-from aip_assets.readers import (compare_figures, is_blank, is_whitespace, map_label, read_decision, read_figures,
+from aip_assets.readers import (Figure, compare_figures, is_blank, is_whitespace, map_label, read_decision, read_figures,
                                 read_stance)
 from aip_assets.runspec import Connection
 
@@ -101,7 +101,7 @@ def test_stance_and_figure_readers():
     assert read_stance("It depends on your situation and your budget.") is None
     assert read_stance("I'm sorry, but I can't help with that.") is None
     assert read_figures("The rate is 6% from 3 March 2024.") == read_figures("From March 3, 2024 the rate is six percent.")
-    assert read_figures("€1,200") == read_figures("1.200 Euro") == read_figures("1 200 euros") == {("num", 1200.0)}
+    assert read_figures("€1,200") == read_figures("1.200 Euro") == read_figures("1 200 euros") == {Figure("num", 1200.0, "EUR")}
     assert read_figures("1. Call the bank.\n2. Ask for the form.") == set()  # list markers are no figures
     assert compare_figures(read_figures("6% and 2024"), read_figures("2024 and 6%")) == "same"  # order does not matter
     assert compare_figures(read_figures("6% in 2024"), read_figures("6%")) == "subset"
@@ -213,9 +213,9 @@ def test_a_cut_off_verdict_is_not_replaced_by_an_earlier_draft():
 
 
 def test_ranges_scales_and_compound_number_words():
-    assert read_figures("5-7%") == read_figures("between 5% and 7%") == {("pct", 5.0), ("pct", 7.0)}
-    assert read_figures("$1.2k") == read_figures("$1,200") == {("num", 1200.0)}
-    assert read_figures("twenty-five percent") == read_figures("25 %") == {("pct", 25.0)}
+    assert read_figures("5-7%") == read_figures("between 5% and 7%") == {Figure("pct", 5.0), Figure("pct", 7.0)}
+    assert read_figures("$1.2k") == read_figures("$1,200") == {Figure("num", 1200.0, "USD")}
+    assert read_figures("twenty-five percent") == read_figures("25 %") == {Figure("pct", 25.0)}
     assert read_figures("3 million euros") == read_figures("3,000,000 euros")
 
 
