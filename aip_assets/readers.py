@@ -51,10 +51,6 @@ _ANSWER_MARKER = re.compile(
     r"(?:my|your|the)\s+(?:final\s+)?choice\s+is|(?:my|your|final)\s+choice|antwort|réponse)"
     r"(?:[\s*_`]*[:：]|\s+[-–—]\s|[\s*_`]+(?=[*_`])|(?<=is)\b|(?<=be)\b)|"
     r"^[\s*_`>]*A[\s*_`]*[:：]", re.I | re.M)  # the answer of a Q/A pair: "A: Yes" opening its line
-# words that open a sentence after "Decision:", never a decision in other words ("Decision: A two-bedroom
-# apartment in…", "Decision: The applicant…")
-_NOT_A_DECISION_WORD = {"a", "an", "the", "i", "i'm", "i'd", "my", "this", "that", "it", "we", "you", "your", "to",
-                        "in", "on", "of", "for", "based", "as", "if", "there", "is", "should", "would", "will"}
 # a marker quoted from the instruction: 'a final line of the form "Decision: …"', 'in the form: Decision: …'
 _QUOTED_FORM = re.compile(r"\b(?:form|format|formatted\s+as|like)\s*[:\"“'‘`*]+\s*$", re.I)
 # what an instruction puts where a label goes ("Decision: <label>", "[label]", "{decision}")
@@ -160,21 +156,23 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
         words = phrase.split()
         if lab is not None:
             statements.append((m.start(), lab, None))
-        elif _copies_options(after, labels) or after.rstrip(" *_`\"'”").endswith("?"):
-            continue  # the options copied ("Decision: YES, NO"), the question restated: no statement
+        elif _copies_options(after, labels):
+            continue  # the options copied ("Decision: YES, NO"): no statement
         elif words and (len(words) <= 3 or _at_line_start(body, m.start())):
             # a non-label answer ("deny", "N/A", "Escalate to a senior underwriter") is a statement when
             # short, or when the marker opens its line; inline prose after "decision:" is not
             word = words[0].lower().strip(_STRIP_LEAD + ".,;!?")
-            no_word = word.upper() in {_norm(x) for x in labels} or word in _NOT_A_DECISION_WORD
-            statements.append((m.start(), None, None if no_word else word))
-    for m in _ANSWER_MARKER.finditer(body):
+            statements.append((m.start(), None, None if word.upper() in {_norm(x) for x in labels} else word))
+    # the quiz forms count near the end only: "Answer: No." amid the text is most often a question
+    # the model asked itself, in a dialogue it goes on to invent
+    lines = [(m.start(), m.group(0)) for m in re.finditer(r"[^\n]+", body) if m.group(0).strip(_STRIP_LEAD + " .!")]
+    tail = lines[-3][0] if len(lines) >= 3 else 0
+    for m in _ANSWER_MARKER.finditer(body, tail):
         line_end = body.find("\n", m.end())
         lab = label_at_start(body[m.end(): len(body) if line_end < 0 else line_end], labels)
         if lab is not None:  # "Answer: it depends" states nothing
             statements.append((m.start(), lab, None))
     # a bare label alone on one of the last three lines ("**APPROVE**"), not an item of a list
-    lines = [(m.start(), m.group(0)) for m in re.finditer(r"[^\n]+", body) if m.group(0).strip(_STRIP_LEAD + " .!")]
     for pos, ln in lines[-3:]:
         if _LIST_ITEM.match(ln):
             continue
