@@ -136,8 +136,12 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
 
     A statement is a marker (``Decision:``, ``**Decision:**``, ``Final decision:``, ``Decision -``,
     ``My decision is``, ``Verdict:``, ``Entscheidung:``, ``Décision :``…) followed on its line by
-    the decision, inline at the end of a sentence or on its own line; or a label alone on one of
-    the last lines. The last statement counts (a model may revise itself). Text after the label
+    the decision, inline at the end of a sentence or on its own line; a final answer ("The answer
+    is: YES", "Answer: NO", "Final answer: DENY", "A: Yes") on one of the last three lines; or a
+    label alone on one of the last lines. Not the options copied ("Decision: YES, NO"), the
+    instruction echoed ("Decision: <label>", 'of the form "Decision: NO"'). The last statement
+    counts (a model may revise itself), unless the answer states two labels twice or more each
+    (it alternates: no decision). Text after the label
     (punctuation, an explanation) does not matter; reasoning that merely mentions a label or the
     word "decision" is not a statement. ``<think>`` blocks are ignored."""
     if not text or is_blank(text):
@@ -182,6 +186,9 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
             statements.append((pos, lab, None))
     if not statements:
         return DecisionReading(None, None, False)
+    said = Counter(lab for _, lab, _ in statements if lab is not None)
+    if sum(n >= 2 for n in said.values()) >= 2:  # "Decision: YES … Decision: NO … Decision: YES … NO": no decision
+        return DecisionReading(None, None, True)
     _, lab, stated = max(statements, key=lambda x: x[0])
     return DecisionReading(lab, stated, True)
 
