@@ -532,7 +532,7 @@ def _same_quantity(x: Figure, y: Figure, lone: bool) -> bool:
     if x.kind != y.kind or not _same_unit(x.unit, y.unit):
         return False
     if x.kind == "date":
-        return len(x.value) == len(y.value) and lone  # a month against a month, a day against a day
+        return len(str(x.value)) == len(str(y.value)) and lone  # a month against a month, a day against a day
     if x.about and y.about:
         return bool(x.about & y.about)
     # a lone figure attached to nothing stands for the answer's one figure of its kind: compared with
