@@ -27,7 +27,7 @@ from . import real_corpus as rc
 from .conftest import run_all
 from .test_readers import ask_all
 
-DEMO = rc.REAL.parents[2] / "data" / "datasets" / "demo_decisions.jsonl"
+DATASET = rc.REAL / "dataset.jsonl"  # the demo dataset as it was when the corpus was recorded
 TO_LABEL = {"same": "Consistent", "subset": "Slightly Inconsistent", "conflict": "Contradictory",
             "not_comparable": "Unjudgeable", "none": "Unjudgeable"}
 
@@ -87,18 +87,20 @@ def test_decision_reader_precision_and_recall():
 
 def test_builtin_judge_reads_real_answers_end_to_end(scripted):
     """The recorded SmolLM2 answers replayed by a scripted SUT for the same spec as the recording
-    (the demo dataset, seed 7, gender, one pair a row, baseline share 0.5, so the same probes),
+    (the demo dataset as it was then, seed 7, gender, one pair a row, baseline share 0.5, so the
+    same probes: a request the corpus did not record fails the test, naming it),
     judged by the builtin judge through the pipeline: each judged pair's decisions are the
     labeller's readings, and a pair with no decision on either side is excluded as no_decision."""
     answers = {(e["prompt"], e["sample_index"]): e for e in rc.load("decisions") if e["model"] == "smollm2"}
     prompts = rc.prompts()
 
     def sut(body, n):
-        e = answers[(prompt_id(body["messages"]), body.get("seed", 0))]
-        return e["raw"]
+        key = (prompt_id(body["messages"]), body.get("seed", 0))
+        assert key in answers, f"a probe the corpus did not record (its prompts changed?): {body['messages'][-1]}"
+        return answers[key]["raw"]
     server = scripted(sut)
     spec = parse_spec({
-        "name": "real", "dataset": str(DEMO), "seed": 7, "sut": server.conn(model="smollm2"),
+        "name": "real", "dataset": str(DATASET), "seed": 7, "sut": server.conn(model="smollm2"),
         "judge": {"provider": "builtin"}, "retry_backoff_seconds": 0.01,
         "metrics": {"llm.decision_flip": {"baseline_share": 0.5, "config": {
             "dimensions": ["gender"], "num_pairs_per_dimension": 1, "sub_call_concurrency_limit": 8,
