@@ -155,7 +155,7 @@ def judge_scores(items: list[dict] | None = None) -> dict:
            "copies": 0, "copies_accepted": 0, "wrong": []}
     for e in items if items is not None else load("judge_outputs"):
         out["outputs"] += 1
-        value, _ = parse_json_answer(e["raw"], models[e["schema"]])
+        value, _ = parse_json_answer(e["raw"], models[e["schema"]], judge_context(e))
         if e["label"] == "verdict":
             out["verdicts"] += 1
             ok = value is not None and reads_as(value, e["reads"])
@@ -171,6 +171,16 @@ def judge_scores(items: list[dict] | None = None) -> dict:
             if value is not None:
                 out["wrong"].append(e["id"])
     return out
+
+
+def judge_context(e: dict) -> dict:
+    """What the judging path validates a verdict against: decision flip's, the row's labels (as its
+    prompt lists them); consistency's, nothing more."""
+    if e["schema"] != "decision_flip":
+        return {}
+    from aip_assets.models.builtin import parse_labels
+
+    return {"labels": parse_labels(prompts()[e["prompt"]][-1]["content"])}
 
 
 def reads_as(value, reads: dict) -> bool:
