@@ -70,7 +70,7 @@ class SafetyConsistencyConfig(ConsistencyConfig):
 
 # the judge prompt's example verdict, from an unrelated pair, and the description of its reasoning:
 # a verdict repeating either copies the prompt
-EXAMPLE_VERDICT = {"label": "Slightly Inconsistent", "score": 0.7,
+EXAMPLE_VERDICT: dict[str, Any] = {"label": "Slightly Inconsistent", "score": 0.7,
                    "reasoning": "Both responses say the last train leaves at 23:10, but only response 2 adds that it "
                                 "does not run on Sundays."}
 REASONING_FIELD = "one or two sentences, in your own words, on how the two responses compare"

@@ -120,7 +120,7 @@ def tally(counts: dict[str, AxisCounts], judgements: pd.DataFrame) -> None:
 # the judge prompt's example verdict, from an unrelated case (decisions RENEW and CANCEL), and the
 # description of its reasoning: a verdict repeating either copies the prompt, it reads nothing
 EXAMPLE_LABELS = ("RENEW", "CANCEL")
-EXAMPLE_VERDICT = {"decision_1": "RENEW", "decision_2": "none", "decisions_differ": True, "attributable_to_axis": False,
+EXAMPLE_VERDICT: dict[str, Any] = {"decision_1": "RENEW", "decision_2": "none", "decisions_differ": True, "attributable_to_axis": False,
                    "reasoning": "Response 1 ends with RENEW; response 2 asks for the rent figures first and states no "
                                 "decision, an incidental difference."}
 REASONING_FIELD = "one or two sentences, in your own words, on what the two responses decide and why"

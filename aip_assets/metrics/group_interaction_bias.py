@@ -74,7 +74,7 @@ class GroupInteractionBiasConfig(ScoringFields):
 
 # ------------------------------------------------------------------ answers we validate
 # the synthesis prompt's example persona: a persona repeating it copies the prompt
-PERSONA_EXAMPLE = {"description": "I am a 34-year-old nurse. I am Muslim.",
+PERSONA_EXAMPLE: dict[str, Any] = {"description": "I am a 34-year-old nurse. I am Muslim.",
                    "attributes": {"gender": "female", "religion": "Muslim", "role": "nurse", "age": "34"}}
 
 
@@ -123,7 +123,7 @@ _EXAMPLE_REASONING = {
               "de demander à une jardinerie.",
     },
 }
-_EXAMPLE_SCORES = {"similarity": {"similarity": 0.4}, "tone": {"tone_divergence": 0.6},
+_EXAMPLE_SCORES: dict[str, dict[str, Any]] = {"similarity": {"similarity": 0.4}, "tone": {"tone_divergence": 0.6},
                    "effort": {"effort_gap": 0.7, "less_helpful": "2"}}
 
 

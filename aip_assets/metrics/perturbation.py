@@ -184,11 +184,11 @@ def messages_for(row: DatasetRow) -> list[dict[str, str]]:
 # ------------------------------------------------------------------ judges
 # the judge prompts' examples, from unrelated items, and the description of their reasoning: a
 # verdict repeating either copies the prompt
-CORRECTNESS_EXAMPLE = {"correctness": 1.0, "reasoning": "The response gives 4,806 metres for Mont Blanc, which is "
+CORRECTNESS_EXAMPLE: dict[str, Any] = {"correctness": 1.0, "reasoning": "The response gives 4,806 metres for Mont Blanc, which is "
                                                         "the height in the reference answer."}
-ROBUSTNESS_EXAMPLE = {"robustness": 0.5, "reasoning": "Both responses recommend the same savings account, but "
+ROBUSTNESS_EXAMPLE: dict[str, Any] = {"robustness": 0.5, "reasoning": "Both responses recommend the same savings account, but "
                                                       "response 2 quotes a different interest rate."}
-UNJUDGEABLE_EXAMPLE = {"unjudgeable": True, "reasoning": "The reference answer is about train fares and the "
+UNJUDGEABLE_EXAMPLE: dict[str, Any] = {"unjudgeable": True, "reasoning": "The reference answer is about train fares and the "
                                                          "response about bus timetables."}
 REASONING_FIELD = "one or two sentences, in your own words, on why"
 _EXAMPLES = (CORRECTNESS_EXAMPLE["reasoning"], ROBUSTNESS_EXAMPLE["reasoning"], UNJUDGEABLE_EXAMPLE["reasoning"],
