@@ -203,8 +203,11 @@ def test_judge_outputs_parsed_over_http(scripted):
             accepted_copies.append(e["id"])
     assert len(accepted_copies) <= 1, accepted_copies
     s = rc.judge_scores()
-    assert s["verdicts"] >= 2 and s["verdicts"] == s["verdicts_parsed_as_read"], s
-    assert s["unusable"] >= 40 and s["unusable"] == s["unusable_rejected"], s
+    # the two that read like verdicts leave decision_2 out (grammar-constrained by the loose schema of the
+    # time): a verdict states each decision, so none of the 69 is one; a verdict is parsed as read
+    # wherever there is one (test_verdicts_real, test_structured_output)
+    assert s["verdicts"] == s["verdicts_parsed_as_read"] == 0, s
+    assert s["unusable"] >= 45 and s["unusable"] == s["unusable_rejected"], s
     assert s["copies_accepted"] == len(accepted_copies), s
 
 
