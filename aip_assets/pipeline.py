@@ -64,7 +64,7 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
     recorded = _recorded_forms(run_id, path) if run_id else []
 
     async def go():
-        seen, out = set(), []
+        out: list[str] = []
         roles = [(panel_role(i), c) for i, c in enumerate(spec.panel())]
         if any(get_metric(m).calls_sut for m in spec.metrics):
             roles.insert(0, ("sut", spec.sut))
@@ -72,12 +72,19 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
             roles.append(("synthesis", spec.synthesis))
         if spec.judge_audit is not None:
             roles.append(("audit", spec.judge_audit.judge))
+        checked: dict[str, str] = {}  # endpoint and model -> the role it was checked for
+        probed: set[str] = set()
         for role, conn in roles:
-            if conn.endpoint_id() + conn.model in seen:
+            key = conn.endpoint_id() + conn.model
+            judging = (role == "audit" or role.startswith("judge")) and conn.provider != "builtin"  # judge-2... too
+            if key in checked and not (judging and key not in probed):
                 continue
-            seen.add(conn.endpoint_id() + conn.model)
-            line = f"endpoint ok: {await check_endpoint(conn, role)}"
-            if (role == "audit" or role.startswith("judge")) and conn.provider != "builtin":  # judge-2... of a panel too
+            # a judge on the SUT's own endpoint and model is not checked twice, but is probed for its form
+            line = (f"endpoint ok: {await check_endpoint(conn, role)}" if key not in checked
+                    else f"endpoint ok: {role}: the {checked[key]}'s endpoint and model")
+            checked.setdefault(key, role)
+            if judging:
+                probed.add(key)
                 line += "; " + await _structured_check(conn, role, recorded, forms)
             out.append(line)
         return out

@@ -508,3 +508,17 @@ def test_the_response_format_is_made_once_per_model_form_and_labels():
     assert _response_format_json.cache_info().misses == 2 and _response_format_json.cache_info().hits == 1
     assert response_format(SynthAnswer, "json_schema")["json_schema"]["strict"] is False
     assert response_format(Comparison, "json_object") == {"type": "json_object"}
+
+
+def test_a_judge_on_the_suts_own_endpoint_is_probed_for_its_form_too(tmp_path, scripted):
+    """One server and model as SUT and judge (a small rig: one llama.cpp serving both): the endpoint
+    is checked once, for the SUT, and still probed for the judge's form before the run (the form was
+    otherwise found only lazily, when judging began: seen with SmolLM2 on llama.cpp)."""
+    server = scripted(llama_cpp_like, answer_probe=False)
+    s = make_spec(write_dataset(tmp_path / "d.jsonl", 2), sut=server.conn(), judge=server.conn())
+    checked = pipeline.preflight(s)
+    assert len([b for b in server.requests if is_preflight(b)]) == 1 and len(probes(server)) == 2
+    assert list(checked)[:2] == [f"endpoint ok: sut: {server.url} answers as {server.conn()['model']}",
+                                 "endpoint ok: judge: the sut's endpoint and model; structured output: "
+                                 "json_object_schema (" + checked.forms[0]["reason"] + ")"]
+    assert [f["form"] for f in checked.forms] == ["json_object_schema"]
