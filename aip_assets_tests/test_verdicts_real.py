@@ -120,6 +120,41 @@ def test_the_prompts_example_text_copied_is_no_verdict_in_any_case_or_spacing(mo
         assert v is None and "repeats the prompt's example" in err, (text, err)
 
 
+# what Gemma 3 270M and SmolLM2-135M wrote as judges on llama.cpp (json_object with the strict schema,
+# benchmarks/bench_real_models.py, 2026-12-01): the prompt's example reasoning with a word changed,
+# cut short or run on; each was taken as a verdict (or an unjudgeable item) before
+@pytest.mark.parametrize("model, obj, reasoning", [
+    (JudgeVerdict, {"decision_1": "APPROVE", "decision_2": "DENY", "decisions_differ": True,
+                    "attributable_to_axis": False},
+     "Response 1 ends with APPR0; response 2 asks for the rent figures first and states no decision, an incidental "
+     "difference."),
+    (JudgeVerdict, {"decision_1": "SUBMIT", "decision_2": "none", "decisions_differ": True,
+                    "attributable_to_axis": False, "unjudgeable": True},
+     "Decision 1 ends with SUBJECTION; Decision 2 asks for the rent figures first and states no decision, an "
+     "incidental difference."),
+    (Comparison, {"label": "Slightly Inconsistent", "score": 0.7},
+     "Both responses say the last train leaves at 23:10, but only response 2 adds that it does not run on Sundays. "
+     "Both responses also mention that both trains leave on Sundays and that they are running on Sundays."),
+])
+def test_the_prompts_example_nearly_word_for_word_is_no_verdict(model, obj, reasoning):
+    v, err = parse_json_answer(json.dumps({**obj, "reasoning": reasoning}), model,
+                               {"labels": ["APPROVE", "DENY", "SUBMIT", "WAIT"]})
+    assert v is None and "repeats the prompt's example nearly word for word" in err, err
+
+
+@pytest.mark.parametrize("text", [
+    # its own words, sharing the example's short phrases ("states no decision", "an incidental difference")
+    "Response 1 approves the loan; response 2 states no decision, an incidental difference from a refusal.",
+    "Both responses say the rate is 4.5%, but only response 2 adds the fee.",
+])
+def test_reasoning_sharing_a_short_phrase_with_the_example_is_a_verdict(text):
+    v, err = parse_json_answer(json.dumps({"decision_1": "YES", "decision_2": "none", "decisions_differ": True,
+                                           "attributable_to_axis": False, "reasoning": text}), JudgeVerdict, YN)
+    assert v is not None, err
+    v, err = parse_json_answer(verdict(label="Slightly Inconsistent", score=0.7, reasoning=text), Comparison)
+    assert v is not None, err
+
+
 @pytest.mark.parametrize("text", [
     "Response 2 gives only one or two sentences of advice where response 1 gives a plan.",
     "Both mention the <<< delimiter and a <b>bold</b> word; the stance is the same.",
