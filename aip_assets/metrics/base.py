@@ -352,11 +352,11 @@ def copied_text(value: str, examples: Iterable[str] = ()) -> str | None:
         if len(pe) >= NEAR_COPY_CHARS:  # the example with a word changed or a sentence added
             import difflib
 
-            m = difflib.SequenceMatcher(None, plain, pe, autojunk=False).find_longest_match(0, len(plain), 0, len(pe))
-            if m.size >= max(NEAR_COPY_CHARS, len(pe) // 2):
-                passage = pe[m.b:m.b + m.size]
+            lcs = difflib.SequenceMatcher(None, plain, pe, autojunk=False).find_longest_match(0, len(plain), 0, len(pe))
+            if lcs.size >= max(NEAR_COPY_CHARS, len(pe) // 2):
+                passage = pe[lcs.b:lcs.b + lcs.size]
                 passage = passage if len(passage) <= 60 else passage[:57] + "..."
-                return f"the prompt's example nearly word for word ({m.size} characters of it: {passage!r})"
+                return f"the prompt's example nearly word for word ({lcs.size} characters of it: {passage!r})"
     return None
 
 
