@@ -470,13 +470,13 @@ def run_summary(run_id: str, path: Path | None = None, metrics: list[str] | None
 
 
 def structured_summary(spec: RunSpec, run_id: str, path: Path | None = None) -> list[dict[str, Any]]:
-    """Per LLM judge endpoint of the run (judge, audit judge, synthesis model): the
+    """Per LLM judge endpoint of the run (judge, each judge of a panel, audit judge, synthesis model): the
     structured-output form its requests for JSON use and how it came to it (``history``: the
     journal's events, oldest first: chosen before the run, lazily, or moved to after a refusal)."""
     from .models.structured import FORMS, configured_form
 
-    conns = [("judge", spec.judge), ("audit", spec.judge_audit.judge if spec.judge_audit else None),
-             ("synthesis", spec.synthesis)]
+    conns = [*((panel_role(i), c) for i, c in enumerate(spec.panel())),  # a panel's every judge
+             ("audit", spec.judge_audit.judge if spec.judge_audit else None), ("synthesis", spec.synthesis)]
     events: list[dict[str, Any]] | None = None
     out: list[dict[str, Any]] = []
     seen = set()

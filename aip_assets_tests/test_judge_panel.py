@@ -511,3 +511,14 @@ def test_a_panel_of_readers_that_agree_changes_no_score(tmp_path, metric, config
     head = s[(s.scope == "judge_panel") & (s.group_key == "panel")].iloc[0]
     assert (head.rate, head.raw_score, head.n, head.n_failed) == (1.0, 1.0, len(asked), 0)
     assert set(panel.judge_kind) == set(asked.judge_kind)
+
+
+def test_the_summary_names_every_panel_judges_structured_output_form(tmp_path):
+    """Each judge of a panel is an endpoint of its own: the summary's structured-output lines name
+    every one (roles judge, judge-2, ...), not the primary alone."""
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    judges = [{"provider": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": m, "structured_output": form}
+              for port, m, form in ((9, "a", "json_object_schema"), (10, "b", "prompt"))]
+    got = pipeline.structured_summary(_spec(ds, judges), "no-run", tmp_path / "w.duckdb")
+    assert [(x["role"], x["model"], x["form"]) for x in got] == [("judge", "a", "json_object_schema"),
+                                                                 ("judge-2", "b", "prompt")]
