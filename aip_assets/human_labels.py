@@ -60,16 +60,17 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from .errors import AipError
+from .judge_audit import AUDITED  # judgements the judge gave a verdict for: people label what it judged
+from .metrics.consistency import LABELS as CONSISTENCY_LABELS
 from .stats import RG_DRAWS, cohen_kappa, kish_n, rogan_gladen_stratified, wilson_share
 
 SCOPE = "human_agreement"
-AUDITED = ("ok", "no_decision", "unjudgeable")  # judgements the judge gave a verdict for (judge_audit's)
 MIN_PER_SIDE = 10  # labels each side (people's c and not c) the corrected rate needs
 KAPPA_BOOT = 2000
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting so as a formula
 
 DECISION = ("flip", "incidental_difference", "same_decision", "no_decision", "unjudgeable")
-CONSISTENCY = ("Consistent", "Slightly Inconsistent", "Contradictory", "Unjudgeable")
+CONSISTENCY = (*CONSISTENCY_LABELS, "Unjudgeable")
 THIRDS = ("low", "mid", "high")
 CONSISTENCY_METRICS = ("llm.semantic_consistency", "llm.factual_consistency", "llm.safety_consistency")
 SCORED_METRICS = ("llm.group_interaction_bias", "llm.perturbation_robustness", "llm.perturbation_robustness_external")
@@ -89,7 +90,7 @@ KEY_RATES: dict[str, KeyRate] = {
     "llm.decision_flip": KeyRate("flip", ("flip", "incidental_difference", "same_decision"),
                                  "the flip rate: the share of judged persona pairs (status ok) whose decisions differ "
                                  "because of the persona"),
-    **{m: KeyRate("Contradictory", CONSISTENCY[:3], "the share of judged comparisons labelled Contradictory")
+    **{m: KeyRate("Contradictory", CONSISTENCY_LABELS, "the share of judged comparisons labelled Contradictory")
        for m in CONSISTENCY_METRICS},
     "llm.group_interaction_bias": KeyRate("effort:high", tuple(f"effort:{t}" for t in THIRDS),
                                           "the share of judged effort comparisons with a large effort gap (effort_gap "
