@@ -328,16 +328,11 @@ def cohen_kappa(rated: Sequence[tuple[str, str, float]]) -> tuple[float | None, 
     total = float(sum(w for _, _, w in rated))
     if not rated or total <= 0:
         return None, None
-    po = sum(w for a, b, w in rated if a == b) / total
-    share_a: dict[str, float] = {}
-    share_b: dict[str, float] = {}
-    for a, b, w in rated:
-        share_a[a] = share_a.get(a, 0.0) + w / total
-        share_b[b] = share_b.get(b, 0.0) + w / total
-    pe = sum(share_a.get(c, 0.0) * share_b.get(c, 0.0) for c in set(share_a) | set(share_b))
-    if pe >= 1.0 - 1e-12:
-        return po, 1.0 if po >= 1.0 - 1e-12 else 0.0
-    return po, (po - pe) / (1 - pe)
+    import numpy as np
+
+    a, b, w = zip(*rated)  # the panel's item vectors (cohen_vectors), each weighed, summed: one formula
+    po, kappa = cohen_from_sums((cohen_vectors(a, b, sorted(set(a) | set(b))) * np.asarray(w)[:, None]).sum(axis=0))
+    return float(po), float(kappa)
 
 
 def rogan_gladen(p_obs: float, se: float, sp: float) -> float | None:

@@ -27,8 +27,8 @@ from aip_assets.stats import cohen_kappa as weighted_kappa
 
 
 def cohen_kappa(a, b):
-    """Two raters' categories, item for item, by the kappa people are checked with (items of weight 1):
-    the panel's vectorised kappa (stats.cohen_vectors) must agree with it."""
+    """Two raters' categories, item for item (items of weight 1), by stats.cohen_kappa: the one
+    formula (cohen_vectors summed, cohen_from_sums) the panel, the audit and people's labels use."""
     return weighted_kappa([(x, y, 1.0) for x, y in zip(a, b)])
 
 from .conftest import run_all, table, write_dataset
