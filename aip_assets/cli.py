@@ -1,11 +1,15 @@
 """`aip-eval`: run a spec end to end, query the warehouse, serve the builtin model.
 
-Exit codes: 0 every metric passed its gate; 1 a metric's gate failed (no score, a score below
-its threshold, coverage below min_coverage, too many failed answers or verdicts, a differential
-refusal, a label mismatch); 2 bad input (spec, dataset, endpoint); 3 a stage failed; 4 the run
-stopped at its limits (resumable with --run-id); 130 interrupted by Ctrl-C or SIGTERM (resumable
-with --run-id: the calls answered before the stop are journaled and not made again). A failed gate also fails the metric's Dagster run
-(so the UI's Runs list shows it), after its tables are written: that is still exit 1, not 3.
+Exit codes (errors.EXIT_*; the README's table), each meaning one thing: 0 every metric passed its
+gate; 1 a metric's gate failed (no score, a score below its threshold, coverage below
+min_coverage, too many failed answers or verdicts, a differential refusal, a label mismatch): its
+tables are written, and its Dagster run is marked failed so the UI's Runs list shows it; 2 bad
+input or configuration (spec, dataset, endpoint, a missing file): nothing written; 3 an internal
+error, a bug of aip-eval (the traceback is saved in the data folder's errors/); 4 the run stopped
+at its limits (resumable with --run-id); 5 an operational failure outside the project that did not
+recover in time (a lock not released, a database or an endpoint unreachable after retries),
+naming what and how to resume; 130 interrupted by Ctrl-C or SIGTERM (resumable with --run-id:
+the calls answered before the stop are journaled and not made again).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import AipError
+from .errors import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OPERATIONAL, AipError,
+                     OperationalError, save_traceback)
 
 log = logging.getLogger("aip_assets")
 
@@ -279,16 +284,20 @@ def _run(args, resumable: dict[str, str]) -> int:
                                 run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
                                 on_start=lambda m: log.info(f"materialising {run_id} × {m}"), parallel=args.parallel,
                                 quiet=args.quiet)
-    failed, capped = [], False
+    failed: dict[str, str] = {}  # metric -> what stopped it (jobs.Outcome.kind)
     for out in outcomes:
         if out.interrupted:  # the run stops here (cmd_run says how to resume)
             continue
         if out.gate_failed:  # its stages ran and wrote their tables; the Dagster run is marked failed for it
             log.info(f"{out.metric}: gate failed (Dagster run {out.dagster_run_id} is marked failed)")
         elif not out.success:
-            log.error(f"{out.metric}: stage failed (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
-            failed.append(out.metric)
-            capped = capped or any("reached limits." in m for m in out.errors)
+            failed[out.metric] = out.kind or "bug"
+            head = {"operational": "stopped by a failure outside aip-eval", "limit": "stopped at the run's limits",
+                    "input": "stopped on bad input"}.get(failed[out.metric], "stage failed (a bug in aip-eval)")
+            log.error(f"{out.metric}: {head} (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
+            if failed[out.metric] == "bug":
+                where = save_traceback("\n\n".join(out.tracebacks) or "\n".join(out.errors), f"{run_id}-{out.metric}")
+                log.error(f"{out.metric}: the traceback is saved in {where}; please report it with that file")
     if interrupts.requested():
         raise interrupts.Interrupted()
     summary = pipeline.run_summary(run_id, path, metrics)  # the metrics this command ran, and no other
@@ -302,7 +311,12 @@ def _run(args, resumable: dict[str, str]) -> int:
         print_summary(summary)
         print(f"\nWarehouse: {summary['warehouse']}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
     if failed:
-        return 4 if capped else 3
+        kinds = set(failed.values())  # the worst decides: a bug, then an outage, then a limit, then bad input
+        code = next(c for k, c in (("bug", EXIT_INTERNAL), ("operational", EXIT_OPERATIONAL), ("limit", EXIT_LIMIT),
+                                   ("input", EXIT_BAD_INPUT)) if k in kinds)
+        if code in (EXIT_OPERATIONAL, EXIT_LIMIT):
+            log.error(f"run {run_id}: {resumable.get('hint') or 'resume it with --run-id'}")
+        return code
     below = [m for m in metrics if not summary["metrics"][m].get("passed")]  # the metrics this command ran
     if below:
         for m in below:
@@ -759,29 +773,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit 2 for the user's input (spec, dataset, endpoint, missing file), 3 for anything else:
-    an unexpected exception is a bug of aip-eval, not the user's mistake."""
+    """Exit 2 for the user's input (spec, dataset, endpoint, missing file), 5 for a failure outside
+    the project that did not recover (errors.OperationalError), 3 for anything else: an unexpected
+    exception is a bug of aip-eval, not the user's mistake (its traceback is saved)."""
     args = build_parser().parse_args(argv)
     restore_logging = _setup_logging(getattr(args, "quiet", False))
     try:
         return args.fn(args)
+    except OperationalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_OPERATIONAL
     except AipError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001 - reported, with the way to the traceback
-        if os.environ.get("AIP_DEBUG"):
-            import traceback
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - reported, with the traceback saved
+        import traceback
 
+        if os.environ.get("AIP_DEBUG"):
             traceback.print_exc()
+        where = save_traceback(traceback.format_exc(), args.cmd)
         print(f"internal error: {type(e).__name__}: {e}\nThis is a bug in aip-eval, not a problem with your "
-              "input. Run again with AIP_DEBUG=1 for the traceback, and report it.", file=sys.stderr)
-        return 3
+              f"input. The traceback is saved in {where}; please report it with that file (AIP_DEBUG=1 prints it "
+              "too).", file=sys.stderr)
+        return EXIT_INTERNAL
     finally:
         restore_logging()
 

@@ -19,6 +19,49 @@ class EndpointError(AipError):
     """A model endpoint is unreachable, unauthorised or misconfigured."""
 
 
+class OperationalError(AipError):
+    """Something outside the project failed and did not recover in time: a lock not released, a
+    database or an endpoint unreachable after its retries. Exit 5 (``EXIT_OPERATIONAL``); the
+    message names what failed and where, and the command that stops on it says how to resume."""
+
+
+class LimitReached(AipError):
+    """The run stopped at one of its limits (calls, tokens): exit 4, resumable."""
+
+
+# The exit codes of `aip-eval` (DESIGN.md, "Exit codes"; the README's table): each means one thing.
+EXIT_PASSED = 0          # every metric passed its gate
+EXIT_GATE_FAILED = 1     # a metric's gate failed (its tables are written)
+EXIT_BAD_INPUT = 2       # bad input or configuration: nothing written
+EXIT_INTERNAL = 3        # a bug of aip-eval: the traceback is saved
+EXIT_LIMIT = 4           # stopped at a limit (calls, tokens): resumable
+EXIT_OPERATIONAL = 5     # a failure outside the project (a lock, a database, an endpoint) after retries: resumable
+EXIT_INTERRUPTED = 130   # Ctrl-C or SIGTERM: resumable
+
+
+def save_traceback(text: str, what: str) -> str:
+    """Keep a bug's traceback in the data folder's ``errors/`` (else the temporary folder), for the
+    report the message asks for; returns where (or why it could not be kept). ``what``: a word for
+    the file's name (the command, a run and metric)."""
+    import os
+    import re
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from .dagster_home import data_dir
+
+    name = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', what)[:80]}.txt"
+    for folder in (data_dir() / "errors", Path(tempfile.gettempdir()) / "aip-eval-errors"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+            return str(folder / name)
+        except OSError:
+            continue
+    return "(not saved: neither the data folder nor the temporary folder could be written)"
+
+
 def format_validation_error(exc, prefix: str = "") -> str:
     """Render a pydantic ValidationError as one line per problem: ``field.path: message``."""
     lines = []

@@ -50,6 +50,8 @@ class Outcome:
     errors: list[str] = field(default_factory=list)  # each failed step's innermost message
     gate_failed: bool = False
     interrupted: bool = False
+    kind: str = ""  # a failed run's: "gate", "limit", "operational", "input" (an AipError) or "bug"
+    tracebacks: list[str] = field(default_factory=list)  # a bug's: each failed step's whole error, to save
 
     @property
     def completed(self) -> bool:
@@ -72,14 +74,30 @@ def gate_only(failures) -> bool:
     return bool(failures) and all(is_gate_failure(f) for f in failures)
 
 
+KINDS = {"OperationalFailure": "operational", "LimitFailure": "limit", "Failure": "input", "GateFailed": "gate"}
+
+
+def failure_kind(failures) -> str:
+    """What stopped a failed run, from its steps' StepFailureData: the worst of them, a bug (any
+    exception that is not one of the project's failures) first, then an operational failure, a
+    limit, bad input, a failed gate."""
+    kinds = set()
+    for f in failures:
+        err = getattr(f, "error", None)
+        kinds.add(KINDS.get(err.cls_name, "bug") if err is not None else "bug")
+    return next((k for k in ("bug", "operational", "limit", "input", "gate") if k in kinds), "")
+
+
 def _outcome(metric: str, result) -> Outcome:
     failures = [e.event_specific_data for e in result.get_step_failure_events()]
-    errors = [_root_message(err) for f in failures if (err := getattr(f, "error", None)) is not None]
+    errs = [err for f in failures if (err := getattr(f, "error", None)) is not None]
     from dagster._core.execution.plan.objects import ErrorSource
 
-    return Outcome(metric, result.success, result.run_id, errors,
+    kind = failure_kind(failures) if not result.success else ""
+    return Outcome(metric, result.success, result.run_id, [_root_message(err) for err in errs],
                    gate_failed=not result.success and gate_only(failures),
-                   interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures))
+                   interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures),
+                   kind=kind, tracebacks=[err.to_string() for err in errs if KINDS.get(err.cls_name) is None])
 
 
 def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:

@@ -24,6 +24,25 @@ GROUP = "evaluation"
 REPORT_AFTER_ALL: set[str] = set()
 
 
+class OperationalFailure(Failure):
+    """A stage stopped by a failure outside the project (``errors.OperationalError``): `aip-eval
+    run` exits 5 for it (``jobs.Outcome.kind``)."""
+
+
+class LimitFailure(Failure):
+    """A stage stopped at the run's limits (``errors.LimitReached``): exit 4, resumable."""
+
+
+def stage_failure(e: AipError) -> Failure:
+    """The Dagster failure of a stage for a user-facing error, of a class that says its kind
+    (Dagster keeps the class name with the failure, where ``jobs.Outcome`` reads it)."""
+    from ..errors import LimitReached, OperationalError
+
+    cls = OperationalFailure if isinstance(e, OperationalError) else LimitFailure if isinstance(e, LimitReached) \
+        else Failure
+    return cls(description=str(e), allow_retries=False)
+
+
 def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey | None = None) -> MaterializeResult:
     try:
         run_id, metric = split_key(context.partition_key)
@@ -38,7 +57,7 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
 
         meta = run_stage(stage, run_id, metric, log=log, observe=observe)
     except AipError as e:
-        raise Failure(description=str(e)) from None
+        raise stage_failure(e) from None
     out: dict[str, Any] = {}
     if "summary" in meta:  # aggregation: a headline to read first, then one typed entry per number
         later = run_id in REPORT_AFTER_ALL

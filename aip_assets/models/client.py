@@ -31,7 +31,7 @@ import aiohttp
 import httpx
 
 from .. import interrupts
-from ..errors import AipError, EndpointError
+from ..errors import AipError, EndpointError, LimitReached
 from ..runspec import Connection, stable_json
 from . import structured
 from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
@@ -75,7 +75,7 @@ class RowClock:
         return self.limit - self.used - (time.monotonic() - self.since if self.active else 0.0)
 
 
-class BudgetExhausted(AipError):
+class BudgetExhausted(LimitReached):
     """The run reached its limits.max_calls / max_tokens: the stage stops, nothing is written."""
 
 
