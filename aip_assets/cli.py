@@ -304,7 +304,8 @@ def _run(args, resumable: dict[str, str]) -> int:
     from . import lake
 
     summary["warehouse"] = lake.where() if lake.enabled() else str(path)
-    summary["failed_metrics"] = failed
+    summary["failed_metrics"] = list(failed)
+    summary["failed_why"] = failed  # metric -> operational, limit, input or bug
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:

@@ -316,7 +316,7 @@ def _drain_async(agen, staged: StagedTables) -> None:
 
 
 def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path: Path | None = None,
-              observe: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              observe: Callable[[dict[str, Any]], None] | None = None, since: float | None = None) -> dict[str, Any]:
     """Materialise one stage of one (run, metric) partition. Returns metadata for Dagster/CLI.
     ``observe``: progress while the stage runs, as metadata (a provider batch's status and counts
     each time they change; Dagster records it as an asset observation).
@@ -326,26 +326,65 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
 
     Ctrl-C or SIGTERM (interrupts.py) stops it: no call starts after the signal, the calls in
     flight are answered and journaled, and it ends with ``StageInterrupted`` having written nothing.
+
+    One worker at a time does a partition's stage (leases.py): the stage waits for the partition's
+    lease, and holds it until its write commits. ``since``: when this worker's evaluation of the
+    partition began (epoch seconds); a stage another worker committed after that (while this one
+    waited) is not done again: its result is what this one goes on from.
     """
+    from . import leases
+
+    log = log or logger.info
+    path = Path(path) if path else wh.default_path()
     with interrupts.handled():
         try:
             interrupts.check()  # a signal before it began (between two stages): it does not start
-            return _run_stage(stage, run_id, metric, log, path, observe)
+            _check_partition(stage, run_id, metric, path)  # before the lease: a partition that is not one leaves nothing
+            with leases.held(run_id, metric, stage, path, log) as lease:
+                done = lease.done_since(since) if since is not None else None
+                if done is not None:
+                    return _done_elsewhere(stage, run_id, metric, path, log, done)
+                return _run_stage(stage, run_id, metric, log, path, observe, lease)
         except interrupts.Interrupted as e:
             raise interrupts.StageInterrupted(f"{stage} [{run_id} × {metric}]: {e}; its calls answered so far are "
                                               "journaled, nothing of the stage is written") from None
 
 
-def _run_stage(stage: str, run_id: str, metric: str, log: Log | None, path: Path | None,
-               observe: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
-    log = log or logger.info
-    path = Path(path) if path else wh.default_path()
-    spec, rec = load_run(run_id, path)
+def _check_partition(stage: str, run_id: str, metric: str, path: Path) -> None:
+    """The run is registered with the metric configured, and the stage is one (else the error to show)."""
+    spec, _ = load_run(run_id, path)
     if metric not in spec.metrics:
         raise AipError(f"metric {metric} is not configured for run {run_id} (configured: {', '.join(spec.metrics)}); "
                        "nothing to materialise for this partition")
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+
+
+def _done_elsewhere(stage: str, run_id: str, metric: str, path: Path, log: Log, done: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of a stage another worker did while this one waited for it: its result, read back."""
+    spec, _ = load_run(run_id, path)
+    when = datetime.fromtimestamp(done["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    meta: dict[str, Any] = {"done_by": f"another worker, {done['by']}, at {when}"}
+    if stage == "aggregation":
+        meta.update(_aggregation_meta(run_id, metric, get_metric(metric), path))
+    log(f"{stage} [{run_id} × {metric}]: done by another worker ({done['by']}) while this one waited; going on "
+        "from its result")
+    return meta
+
+
+def _aggregation_meta(run_id: str, metric: str, plugin, path: Path) -> dict[str, Any]:
+    """An aggregation's summary and gate, as written."""
+    scores = wh.read_partition("metric_scores", run_id, metric, path)
+    ov = scores[scores["scope"] == "overall"].iloc[0]
+    return {"summary": with_panel(plugin.summary(scores), scores),
+            "gate": {"passed": ov["passed"], "gate_reason": ov["gate_reason"], "coverage": ov["coverage"],
+                     "excluded": json.loads(ov["excluded"] or "{}"), "score": _num(ov["score"]),
+                     "ci_low": _num(ov["ci_low"]), "ci_high": _num(ov["ci_high"]), "threshold": _num(ov["threshold"])}}
+
+
+def _run_stage(stage: str, run_id: str, metric: str, log: Log, path: Path,
+               observe: Callable[[dict[str, Any]], None] | None, lease) -> dict[str, Any]:
+    spec, rec = load_run(run_id, path)  # read again under the lease: the last holder may have changed it
     plugin = get_metric(metric)
     journal = open_journal(path)
     staged = StagedTables(path.parent, run_id, metric, stage)
@@ -391,20 +430,16 @@ def _run_stage(stage: str, run_id: str, metric: str, log: Log | None, path: Path
         if ctx.notes:
             staged.add({"run_notes": ctx.notes})
         interrupts.check()  # stopped calls a metric booked as failures are never written
+        lease.check()  # still this worker's partition (a lease taken over is never written over)
         staged.commit(path)
+        lease.mark_done()
     finally:
         with interrupts.handled(stop=False):  # the journal written whole, even if a signal comes now
             journal.close()
         shutil.rmtree(staged.dir, ignore_errors=True)
     meta = staged.metadata()
     if stage == "aggregation":
-        scores = wh.read_partition("metric_scores", run_id, metric, path)
-        meta["summary"] = with_panel(plugin.summary(scores), scores)
-        ov = scores[scores["scope"] == "overall"].iloc[0]
-        meta["gate"] = {"passed": ov["passed"], "gate_reason": ov["gate_reason"], "coverage": ov["coverage"],
-                        "excluded": json.loads(ov["excluded"] or "{}"), "score": _num(ov["score"]),
-                        "ci_low": _num(ov["ci_low"]), "ci_high": _num(ov["ci_high"]),
-                        "threshold": _num(ov["threshold"])}
+        meta.update(_aggregation_meta(run_id, metric, plugin, path))
     log(f"{stage} [{run_id} × {metric}]: " + ", ".join(f"{k}={v}" for k, v in meta.items() if k != "summary"))
     return meta
 

@@ -55,7 +55,9 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
             context.log_event(AssetObservation(asset_key=asset_key or AssetKey(stage), partition=context.partition_key,
                                                metadata=progress))
 
-        meta = run_stage(stage, run_id, metric, log=log, observe=observe)
+        record = context.instance.get_run_record_by_id(context.run_id)  # when this run of the partition began
+        since = record.start_time if record is not None and record.start_time else None
+        meta = run_stage(stage, run_id, metric, log=log, observe=observe, since=since)
     except AipError as e:
         raise stage_failure(e) from None
     out: dict[str, Any] = {}
