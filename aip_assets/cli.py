@@ -264,16 +264,36 @@ def _run(args, resumable: dict[str, str]) -> int:
         if args.max_calls or args.max_tokens:
             spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={
                 k: v for k, v in (("max_calls", args.max_calls), ("max_tokens", args.max_tokens)) if v})})
-        if not run_id:
-            base = run_id = pipeline.new_run_id(spec)
-            n = 1
-            while pipeline.run_exists(run_id, path):  # two runs of one spec within a second
-                n += 1
-                run_id = f"{base}-{n}"
-        rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms)
-        log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
+        base = run_id = run_id or pipeline.new_run_id(spec)
+        n = 1
+        while not args.run_id and pipeline.run_exists(run_id, path):  # two runs of one spec within a second
+            n += 1
+            run_id = f"{base}-{n}"
+        while True:
+            try:
+                rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms)
+                log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
+                break
+            except pipeline.AlreadyRegistered:
+                if not args.run_id:  # a run id of our own making, taken a moment ago: the next one
+                    n += 1
+                    run_id = f"{base}-{n}"
+                    continue
+            # another worker given the same new --run-id registered it first: this one joins it
+            differ = pipeline.spec_differences(spec, run_id, path)
+            if differ:
+                raise AipError(f"run {run_id} was registered by another worker with a different spec, so this one "
+                               f"cannot join it: " + "; ".join(differ) + ". Give this spec its own --run-id, or "
+                               "run the registered spec") from None
+            spec, _ = pipeline.load_run(run_id, path)
+            log.info(f"run {run_id} was registered a moment ago by another worker, with this same spec: joining it "
+                     "(each stage is done by one worker; the other goes on from its result)")
+            break
         resumable["hint"] = _resume_hint(args, run_id)
         interrupts.set_hint(resumable["hint"])
+    elif (differ := pipeline.spec_differences(load_spec(args.spec), run_id, path, ignore=("limits",))):
+        log.warning(f"{args.spec} differs from run {run_id}'s stored spec (" + "; ".join(differ) + "); the resumed "
+                    "run keeps its stored spec")
     metrics = args.metric or list(spec.metrics)
     if args.submit:
         outcomes = _submit(instance, run_id, spec, metrics, path, args)

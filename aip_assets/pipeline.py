@@ -186,7 +186,7 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
 
     def insert(con) -> None:  # the check and the insert in one transaction (a lake has no primary key)
         if con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone():
-            raise SpecError(f"run {run_id} is already registered; pass it to --run-id to resume it")
+            raise AlreadyRegistered(f"run {run_id} is already registered; pass it to --run-id to resume it")
         con.register("_incoming", df)
         con.execute(f"INSERT INTO eval_runs ({', '.join(df.columns)}) SELECT * FROM _incoming")
         con.unregister("_incoming")
@@ -197,6 +197,37 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
         wh.transaction(con, insert, f"run {run_id}")
     record_forms(run_id, forms or [], path)
     return rec
+
+
+class AlreadyRegistered(SpecError):
+    """``register_run`` of a run id another worker (or an earlier run) registered."""
+
+
+def spec_differences(spec: RunSpec, run_id: str, path: Path | None = None, limit: int = 5,
+                     ignore: tuple[str, ...] = ()) -> list[str]:
+    """Where ``spec`` (resolved) and its datasets differ from the registered run's: one line per
+    field (``metrics.llm.decision_flip.config.dimensions: [...] here, [...] registered``), at most
+    ``limit`` (then how many more); [] when they are the same. ``ignore``: top-level fields left out."""
+    stored, rec = load_run(run_id, path)
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, where: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                walk(a.get(k), b.get(k), f"{where}.{k}" if where else str(k))
+        elif a != b:
+            out.append(f"{where}: {json.dumps(a, default=str)[:120]} here, {json.dumps(b, default=str)[:120]} registered")
+
+    mine, theirs = (json.loads(stable_json(s.resolved())) for s in (spec, stored))
+    for k in ignore:
+        mine.pop(k, None)
+        theirs.pop(k, None)
+    walk(mine, theirs, "")
+    shas = json.loads(rec["datasets"] or "{}")
+    for ds in spec.datasets() if spec.dataset in spec.datasets() else [spec.dataset, *spec.datasets()]:
+        if ds in shas and Path(ds).exists() and file_sha256(ds) != shas[ds]:
+            out.append(f"{ds}: the file changed since the run was registered (sha256 {shas[ds][:12]}… registered)")
+    return out[:limit] + ([f"... and {len(out) - limit} more"] if len(out) > limit else [])
 
 
 def run_exists(run_id: str, path: Path | None = None) -> bool:
