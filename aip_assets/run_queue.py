@@ -122,24 +122,29 @@ def submit(instance, run_id: str, metrics, tags: dict[str, str], run_config: dic
     return out
 
 
-def _errors(instance, dagster_run_id: str) -> tuple[list[str], bool]:
-    """Why a run failed: each failed step's innermost message, else the run's own failure; and
-    whether it failed on the metric's gate alone (its stages ran: not a failed stage)."""
+def _errors(instance, dagster_run_id: str) -> tuple[list[str], bool, str, list[str]]:
+    """Why a run failed: each failed step's innermost message, else the run's own failure; whether
+    it failed on the metric's gate alone (its stages ran: not a failed stage); what kind of failure
+    (``jobs.failure_kind``; a run that failed with no failed step, its worker gone or its launch
+    failed, is an operational one); and a bug's whole errors, to save."""
     from dagster import DagsterEventType
 
-    from .jobs import _root_message, gate_only
+    from .jobs import KINDS, _root_message, failure_kind, gate_only
 
-    errors, failures = [], []
+    errors, failures, tracebacks = [], [], []
     for entry in instance.all_logs(dagster_run_id, of_type=DagsterEventType.STEP_FAILURE):
         data = entry.dagster_event.event_specific_data
         failures.append(data)
         err = getattr(data, "error", None)
         if err is not None:
             errors.append(_root_message(err))
+            if KINDS.get(err.cls_name) is None:
+                tracebacks.append(err.to_string())
+    kind = failure_kind(failures) if failures else "operational"
     if not errors:
         for entry in instance.all_logs(dagster_run_id, of_type=DagsterEventType.RUN_FAILURE):
             errors.append((entry.dagster_event.message or entry.user_message or "the run failed").strip())
-    return errors, gate_only(failures)
+    return errors, gate_only(failures), kind, tracebacks
 
 
 def daemon_alive(instance, within: float = DAEMON_SILENT_SECONDS) -> bool:
@@ -164,7 +169,7 @@ def wait(instance, runs: dict[str, str], on_status: Callable[[str, str, str], No
     while pending:
         records = instance.get_run_records(RunsFilter(run_ids=list(pending)))
         for gone in set(pending) - {r.dagster_run.run_id for r in records}:  # deleted (in the UI, say)
-            yield Outcome(pending.pop(gone), False, gone, ["its Dagster run was deleted"])
+            yield Outcome(pending.pop(gone), False, gone, ["its Dagster run was deleted"], kind="operational")
         for rec in records:
             run = rec.dagster_run
             status = run.status.value
@@ -177,9 +182,9 @@ def wait(instance, runs: dict[str, str], on_status: Callable[[str, str, str], No
                 if run.status.value == "SUCCESS":
                     yield Outcome(metric, True, run.run_id)
                     continue
-                errors, gate = _errors(instance, run.run_id)
+                errors, gate, kind, tracebacks = _errors(instance, run.run_id)
                 yield Outcome(metric, False, run.run_id, errors or [status.lower()],
-                              gate_failed=gate and run.status.value == "FAILURE")
+                              gate_failed=gate and run.status.value == "FAILURE", kind=kind, tracebacks=tracebacks)
         if pending and not warned and all(s == "QUEUED" for s in seen.values()) \
                 and time.monotonic() - queued_since > DAEMON_SILENT_SECONDS and not daemon_alive(instance):
             warned = True
