@@ -127,6 +127,18 @@ def enabled() -> bool:
     return bool(os.environ.get(LAKE_ENV))
 
 
+@contextmanager
+def set_aside() -> Iterator[None]:
+    """The lake not used within (this process): a dry run's throwaway warehouse is a local file in
+    a temporary folder, never rows in the shared lake."""
+    saved = os.environ.pop(LAKE_ENV, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[LAKE_ENV] = saved
+
+
 def _catalog_url() -> str:
     from .models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
 

@@ -579,7 +579,9 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
 
     from .runspec import Connection
 
-    with tempfile.TemporaryDirectory(prefix="aip-dry-run-") as tmp:
+    from . import lake
+
+    with tempfile.TemporaryDirectory(prefix="aip-dry-run-") as tmp, lake.set_aside():  # a local file, even in shared mode
         path = Path(tmp) / "estimate.duckdb"
         offline = spec.model_copy(update={"synthesis": Connection()})
         register_run(offline, "dry-run", path)

@@ -618,3 +618,16 @@ def test_a_lake_on_s3_takes_its_credentials_from_the_aws_chain_without_keys(tmp_
     run_all(make_spec(write_dataset(tmp_path / "d.jsonl", 2)), "chain")
     assert len(table("metric_scores", "chain", "scope")) > 0
     assert any(k.endswith(".parquet") for k in s3_keys(s3_server, bucket, "lake/"))
+
+
+def test_a_dry_run_in_shared_mode_writes_nothing_to_the_lake(tmp_path, lake, capsys):
+    """A dry run counts calls in a throwaway local warehouse, in shared mode too: before, it
+    registered a run `dry-run` in the shared lake, and the next dry run anywhere stopped with
+    "run dry-run is already registered"."""
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    p = tmp_path / "s.yaml"
+    p.write_text(json.dumps({"name": "x", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}}))
+    for _ in range(2):
+        assert main(["run", str(p), "--dry-run", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["total"]["sut_calls"] > 0
+    assert not wh.exists() and lk.enabled()  # no lake was made, and the lake is still the warehouse
