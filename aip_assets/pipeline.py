@@ -392,13 +392,12 @@ def _check_partition(stage: str, run_id: str, metric: str, path: Path) -> None:
 
 
 def _done_elsewhere(stage: str, run_id: str, metric: str, path: Path, log: Log, done: dict[str, Any]) -> dict[str, Any]:
-    """The metadata of a stage another worker did while this one waited for it: its result, read back."""
-    spec, _ = load_run(run_id, path)
+    """The metadata of a stage another worker committed since this one began: its result, read back."""
     when = datetime.fromtimestamp(done["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     meta: dict[str, Any] = {"done_by": f"another worker, {done['by']}, at {when}"}
     if stage == "aggregation":
         meta.update(_aggregation_meta(run_id, metric, get_metric(metric), path))
-    log(f"{stage} [{run_id} × {metric}]: done by another worker ({done['by']}) while this one waited; going on "
+    log(f"{stage} [{run_id} × {metric}]: done by another worker ({done['by']}) since this one began; going on "
         "from its result")
     return meta
 
