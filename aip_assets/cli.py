@@ -430,10 +430,15 @@ def cmd_sql(args) -> int:
 
     import duckdb
 
+    if not args.timeout >= 0:  # also NaN
+        raise AipError(f"--timeout must be 0 (no limit) or a number of seconds, got {args.timeout:g}")
+    keep = args.max_rows if args.format == "table" and args.max_rows > 0 else None
     try:
-        with wh.sandboxed() as con:
-            wh.check_query(con, args.query)
-            df = con.execute(args.query).df()
+        with wh.sandboxed() as con:  # closed, and the warehouse's lock let go, before anything is printed
+            df, total = wh.run_bounded(con, args.query, args.timeout, keep)
+    except wh.QueryStopped as e:
+        print(f"error: stopped after {e.seconds:g} s (--timeout); narrow the query or raise --timeout", file=sys.stderr)
+        return 2
     except (duckdb.PermissionException, duckdb.InvalidInputException) as e:
         msg = str(e)
         if isinstance(e, duckdb.PermissionException) or "configuration has been locked" in msg or "read-only" in msg:
@@ -450,15 +455,14 @@ def cmd_sql(args) -> int:
     elif args.format == "json":
         print(df.to_json(orient="records", date_format="iso", force_ascii=False))
     else:
-        if not len(df):
+        if not total:
             print("(no rows)")
             return 0
-        shown = df.head(args.max_rows) if args.max_rows > 0 else df
         width = args.max_colwidth if args.max_colwidth > 0 else None
         with pd.option_context("display.max_columns", None, "display.width", 200):
-            print(shown.to_string(index=False, max_colwidth=width))
-        if len(shown) < len(df):
-            print(f"... {len(df) - len(shown)} more row(s) not shown ({len(df)} in all; --max-rows 0 shows every row, "
+            print(df.to_string(index=False, max_colwidth=width))
+        if len(df) < total:  # only the rows shown were kept
+            print(f"... {total - len(df)} more row(s) not shown ({total} in all; --max-rows 0 shows every row, "
                   f"--format csv or json prints them all)")
     return 0
 
@@ -689,6 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                   "print every row)")
     q.add_argument("--max-colwidth", type=int, default=80, help="table format: characters per cell, longer cells "
                                                                 "end in '...' (0: no limit)")
+    q.add_argument("--timeout", type=float, default=60.0,
+                   help="stop the query after this many seconds (default %(default)g; 0: no limit); a stopped "
+                        "query prints no result and exits 2")
     q.add_argument("--warehouse")
     q.set_defaults(fn=cmd_sql)
 

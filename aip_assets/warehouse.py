@@ -28,6 +28,7 @@ import duckdb
 import pandas as pd
 
 from . import lake
+from .errors import AipError
 
 # table -> ordered (column, type). Every table but eval_runs carries run_id and metric.
 TABLES: dict[str, list[tuple[str, str]]] = {
@@ -907,7 +908,7 @@ def sandboxed(path: str | Path | None = None, setup: Iterable[str] = ()) -> Iter
         import tempfile
 
         spill = tempfile.mkdtemp(prefix="aip-sql-")  # DuckDB allows its temp folder too: an empty one of its own
-        con = lake.open_lake(read_only=True, config=SANDBOX)
+        con = lake.open_lake(read_only=True, config={**_settings(None), **SANDBOX})  # AIP_DUCKDB_MEMORY, as a file's
         try:
             for stmt in setup:
                 con.execute(stmt)
@@ -926,6 +927,80 @@ def sandboxed(path: str | Path | None = None, setup: Iterable[str] = ()) -> Iter
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         yield con
+
+
+FETCH_VECTORS = 100  # a user's result is fetched this many DuckDB vectors (2,048 rows each) at a time
+INTERRUPT_EVERY_S = 0.05  # past its timeout, a query is interrupted again this often until it has stopped
+
+
+class QueryStopped(AipError):
+    """A user's query ran past its timeout and was interrupted; nothing of its result is kept."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        super().__init__(f"stopped after {seconds:g} s")
+
+
+def run_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float,
+                keep: int | None = None) -> tuple[pd.DataFrame, int]:
+    """A user's query (``check_query`` first) on ``con``, stopped once it has run ``timeout_s``
+    seconds (0: no limit): (its first ``keep`` rows, or every row with None; how many rows it has).
+
+    A timer thread interrupts the connection (``con.interrupt()``) at the timeout, and again every
+    INTERRUPT_EVERY_S until the query has stopped: DuckDB forgets an interrupt that comes before a
+    statement starts. The result is fetched in chunks, not with one ``.df()``, which holds the GIL
+    while it converts (the timer could not run) and finishes a conversion it was interrupted in.
+    Raises QueryStopped, the connection idle again, when the timer fired before the last row came.
+    """
+    done, lock, fired = threading.Event(), threading.Lock(), threading.Event()
+
+    def watch() -> None:
+        if done.wait(timeout_s):
+            return
+        while True:
+            with lock:  # never after the body ended: the connection may be closing
+                if done.is_set():
+                    return
+                fired.set()
+                con.interrupt()
+            if done.wait(INTERRUPT_EVERY_S):
+                return
+
+    timer = threading.Thread(target=watch, name="aip-sql-timeout", daemon=True) if timeout_s > 0 else None
+    if timer is not None:
+        timer.start()
+    try:
+        try:
+            check_query(con, sql)
+            con.execute(sql)
+            parts: list[pd.DataFrame] = []
+            kept = total = 0
+            while True:
+                chunk = con.fetch_df_chunk(FETCH_VECTORS)
+                if not len(chunk):
+                    if not parts:
+                        parts.append(chunk)  # the columns, when there is no row
+                    break
+                total += len(chunk)
+                if keep is None or kept < keep:
+                    part = chunk if keep is None else chunk.head(keep - kept)
+                    parts.append(part)
+                    kept += len(part)
+                if fired.is_set():
+                    break
+        except duckdb.InterruptException:
+            if not fired.is_set():
+                raise
+        with lock:
+            done.set()
+            if fired.is_set():  # an interrupted fetch ends as if the rows were all there: they are not
+                raise QueryStopped(timeout_s)
+    finally:
+        done.set()
+        if timer is not None:
+            timer.join()
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return df, total
 
 
 def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:

@@ -8,6 +8,8 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -125,9 +127,15 @@ def test_sql_reads_the_warehouse_and_nothing_else(any_warehouse, capsys, sql):
 
 def test_sql_settings_are_locked(any_warehouse, capsys):
     assert main(["sql", "SELECT name, value FROM duckdb_settings() WHERE name IN ('enable_external_access', "
-                        "'lock_configuration', 'autoinstall_known_extensions') ORDER BY name", "--format", "json"]) == 0
+                        "'lock_configuration', 'autoinstall_known_extensions', 'memory_limit') ORDER BY name",
+                 "--format", "json"]) == 0
     got = {r["name"]: r["value"] for r in json.loads(capsys.readouterr().out)}
-    assert got == {"autoinstall_known_extensions": "false", "enable_external_access": "false", "lock_configuration": "true"}
+    import duckdb
+
+    with duckdb.connect(config={"memory_limit": wh.DUCKDB_MEMORY}) as con:  # AIP_DUCKDB_MEMORY, as DuckDB shows it
+        cap = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert got == {"autoinstall_known_extensions": "false", "enable_external_access": "false", "lock_configuration": "true",
+                   "memory_limit": cap}  # in a lake too
 
 
 def test_sql_prints_at_most_max_rows_and_max_colwidth(any_warehouse, capsys):
@@ -171,6 +179,164 @@ def test_a_lock_wait_says_who_it_waits_for(warehouse, capsys, monkeypatch):
     waits = [ln for ln in err.splitlines() if "waiting" in ln]
     assert waits and all("for the warehouse lock" in w and f"held by pid {os.getpid()}" in w for w in waits)
     assert json.loads(out)[0]["n"] > 0
+
+
+AIP_EVAL = [sys.executable, "-m", "aip_assets.cli"]
+ENDLESS = {  # queries that never end on their own
+    "recursive CTE": ("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT count(*) AS n FROM t",
+                      "table"),
+    # its rows fetched (csv: every row): the fetch, not the join, is where it spends its time
+    "cross join": ("SELECT * FROM range(100000) a, range(100000) b, range(100000) c", "csv"),
+}
+STOPPED = "error: stopped after {t} s (--timeout); narrow the query or raise --timeout"
+_STARTUP: dict[str, float] = {}
+
+
+def sql_process(query: str, *extra: str) -> subprocess.Popen:
+    """`aip-eval sql QUERY ...` in its own process (this test's environment: its warehouse or lake)."""
+    return subprocess.Popen([*AIP_EVAL, "sql", query, *extra], env=dict(os.environ), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def startup() -> float:
+    """What a quick query's process takes here (started, connected, answered, ended), measured once
+    per kind of warehouse (run it before this process takes the warehouse's lock)."""
+    kind = "lake" if os.environ.get("AIP_SHARED_STATE_URL") else "local"
+    if kind not in _STARTUP:
+        t0 = time.monotonic()
+        proc = sql_process("SELECT 1 AS one", "--format", "json")
+        try:
+            out, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == 0 and json.loads(out) == [{"one": 1}], err
+        _STARTUP[kind] = time.monotonic() - t0
+    return _STARTUP[kind]
+
+
+def patience(timeout_s: float) -> float:
+    """How long to wait for a query stopped at ``timeout_s`` to end: the timeout and a generous
+    multiple of a quick query's process."""
+    return timeout_s + 20 * startup() + 10
+
+
+@pytest.mark.parametrize("shape", list(ENDLESS))
+def test_sql_stops_an_endless_query_at_its_timeout(any_warehouse, shape):
+    """`aip-eval sql --timeout 1` interrupts a query that would run for ever (a recursive CTE with
+    no end, a three-way cross join of range(100000) being fetched), in a local warehouse and in a
+    lake: exit 2, the message, and nothing printed as a result."""
+    query, fmt = ENDLESS[shape]
+    wait = patience(1)
+    proc = sql_process(query, "--timeout", "1", "--format", fmt)
+    try:
+        out, err = proc.communicate(timeout=wait)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 2 and err.strip().splitlines()[-1] == STOPPED.format(t=1), err
+    assert out == ""
+
+
+def test_a_write_waits_for_a_query_at_its_timeout_then_goes_on(warehouse, monkeypatch, caplog):
+    """While `aip-eval sql --timeout 2` (more on a slow machine) runs an endless query in another
+    process, holding the warehouse's lock, a run's registration here waits for the lock (its wait
+    names that process) and goes through once the query is stopped: the lock is let go with the
+    interrupt, so the write does not wait out its own patience (AIP_WAREHOUSE_LOCK_TIMEOUT, here
+    set to the query's)."""
+    import logging
+    import math
+
+    timeout = max(2, math.ceil(4 * startup()))  # time for the registration to start waiting
+    wait = patience(timeout)
+    monkeypatch.setattr(wh, "LOCK_TIMEOUT_S", wait)
+    monkeypatch.setattr(wh, "LOCK_NOTICE_S", 0.2)
+    spec = make_spec(write_dataset(warehouse / "d2.jsonl", 2), name="behind")
+    proc = sql_process(ENDLESS["recursive CTE"][0], "--timeout", str(timeout))
+    lock_file = Path(str(wh.default_path()) + ".lock")
+    try:
+        while f"pid {proc.pid} " not in lock_file.read_text():  # the query's process has taken the lock
+            assert proc.poll() is None, f"the query ended first (exit {proc.returncode}): {proc.stderr.read()}"
+            time.sleep(0.01)
+        with caplog.at_level(logging.WARNING, logger="aip_assets"):
+            pipeline.register_run(spec, "behind")
+        out, err = proc.communicate(timeout=wait)
+    finally:
+        proc.kill()
+        proc.wait()
+    waits = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert waits and all(f"held by pid {proc.pid} " in w for w in waits), waits  # it did wait for the query
+    assert proc.returncode == 2 and err.strip().splitlines()[-1] == STOPPED.format(t=timeout) and out == "", err
+    runs = wh.query("SELECT run_id FROM eval_runs ORDER BY run_id", read_only=True)
+    assert list(runs.run_id) == ["behind", "r"]
+
+
+def test_an_interrupt_that_comes_before_the_statement_is_repeated(warehouse, monkeypatch):
+    """DuckDB forgets an interrupt that comes while no statement runs (it clears it when one starts),
+    so the timeout interrupts again until the query has stopped: here the first interrupt is made to
+    land between the check of the query and its start, and the endless query is still stopped."""
+    class Watched:  # the sandbox's connection, telling when it was interrupted
+        def __init__(self, con):
+            self.con, self.interrupts = con, threading.Event()
+
+        def interrupt(self):
+            self.interrupts.set()
+            self.con.interrupt()
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    check = wh.check_query
+
+    def check_then_wait(con, sql):
+        check(con, sql)
+        assert con.interrupts.wait(60), "the timeout never interrupted"  # the first one: before the query starts
+    monkeypatch.setattr(wh, "check_query", check_then_wait)
+    result: list = []
+    wait = patience(0.05)  # measured before this process takes the warehouse's lock
+    with wh.sandboxed() as con:
+        watched = Watched(con)
+
+        def query():
+            try:
+                result.append(wh.run_bounded(watched, ENDLESS["recursive CTE"][0], 0.05))
+            except BaseException as e:  # noqa: BLE001 - the test reads it
+                result.append(e)
+        t = threading.Thread(target=query)
+        t.start()
+        t.join(wait)
+        stopped = not t.is_alive()
+        if not stopped:  # not stopped: end it here, then fail
+            con.interrupt()
+            t.join()
+        assert stopped, f"the query was not stopped in {wait:.0f} s"
+        assert result and isinstance(result[0], wh.QueryStopped), result
+        assert con.execute("SELECT 42").fetchone() == (42,)  # the connection is usable again
+
+
+def test_sql_timeout_zero_is_no_limit_and_a_quick_query_is_untouched(warehouse, capsys):
+    """--timeout 0 sets no limit: a query that a 1 ms timeout stops gives its answer; a quick query
+    under the default timeout prints as before (csv, json, the table's row count); no timer thread
+    outlives a query; a negative timeout is refused."""
+    slow = "SELECT count(*) AS n FROM range(100000) a, range(3000) b"  # 3e8 rows: far more than 1 ms
+    assert main(["sql", slow, "--timeout", "0.001"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == STOPPED.format(t=0.001)
+    assert main(["sql", slow, "--timeout", "0", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"n": 300_000_000}]
+    n = int(wh.query("SELECT count(*) AS n FROM judgements", read_only=True)["n"][0])
+    assert n > 0
+    assert main(["sql", "SELECT count(*) AS n FROM judgements", "--format", "csv"]) == 0
+    assert capsys.readouterr().out == f"n\n{n}\n"
+    assert main(["sql", "SELECT judgement_id FROM judgements ORDER BY judgement_id", "--max-rows", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"... {n - 1} more row(s) not shown ({n} in all")
+    assert main(["sql", "SELECT judgement_id FROM judgements WHERE false", "--format", "json"]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
+    assert main(["sql", "SELECT judgement_id FROM judgements WHERE false"]) == 0
+    assert capsys.readouterr().out.strip() == "(no rows)"
+    assert not [t for t in threading.enumerate() if t.name == "aip-sql-timeout"]
+    assert main(["sql", "SELECT 1", "--timeout", "-1"]) == 2
+    assert "--timeout must be 0 (no limit) or a number of seconds, got -1" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ bad input writes nothing
