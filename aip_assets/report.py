@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from datetime import datetime, timezone
 from html import escape
@@ -985,50 +986,165 @@ def report_url(report: Path, port: int | None = None) -> str:
     return f"http://127.0.0.1:{port or report_port()}/{quote(report.name)}"
 
 
+class _NotServed(Exception):
+    """A request the report server answers with a 404: ``missing`` when nothing is there (a lake
+    may have it), else something that is there but is not served (a link, a FIFO, a device)."""
+
+    def __init__(self, missing: bool = False):
+        self.missing = missing
+
+
+def _request_parts(raw: str) -> tuple[list[str], bool]:
+    """The names below the reports folder a request's path asks for, and whether it asks for a
+    folder (a trailing slash). Only plain names: a path with an empty name (``//``), ``.``, ``..``,
+    a backslash or a NUL, once decoded, asks for nothing."""
+    from urllib.parse import unquote
+
+    path = raw.split("?", 1)[0].split("#", 1)[0]
+    if not path.startswith("/"):
+        raise _NotServed()
+    names = unquote(path[1:]).split("/")
+    folder = names[-1] == ""
+    if folder:
+        names.pop()
+    if any(n in ("", ".", "..") or "\\" in n or "\0" in n for n in names):
+        raise _NotServed()
+    return names, folder
+
+
+def _open_below(root: str, names: list[str]) -> tuple[int, os.stat_result]:
+    """A regular file or a folder below ``root``, opened one name at a time from the folder above
+    it, never following a symbolic link (O_NOFOLLOW) and never opening anything but a folder or a
+    regular file of one link (a FIFO would hang the server; a hard link may be a file from
+    elsewhere): (its descriptor, its stat). Raises _NotServed."""
+    import stat
+
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(root, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+    try:
+        for i, name in enumerate(names):
+            try:
+                seen = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise _NotServed(missing=True) from None
+            last = i == len(names) - 1
+            if not (stat.S_ISDIR(seen.st_mode) or (last and stat.S_ISREG(seen.st_mode) and seen.st_nlink == 1)):
+                raise _NotServed()
+            opened = os.open(name, flags | (0 if stat.S_ISREG(seen.st_mode) else os.O_DIRECTORY), dir_fd=fd)
+            os.close(fd)
+            fd = opened
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino, stat.S_IFMT(now.st_mode)) != (seen.st_dev, seen.st_ino,
+                                                                         stat.S_IFMT(seen.st_mode)):
+                raise _NotServed()  # replaced between the look and the open
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _listing(fd: int, shown_as: str) -> bytes:
+    """A folder's page: its folders and the regular files it would serve (no link, nothing else)."""
+    import stat
+    from urllib.parse import quote
+
+    names = []
+    with os.scandir(fd) as entries:
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                names.append(e.name + "/")
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                names.append(e.name)
+    items = "".join(f'<li><a href="{quote(n)}">{escape(n)}</a></li>\n' for n in sorted(names, key=str.lower))
+    title = escape(f"Reports: {shown_as}")
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
+            f"<body><h1>{title}</h1>\n<ul>\n{items}</ul></body></html>\n").encode("utf-8")
+
+
 def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None):
     """An HTTP server for the reports folder (read-only: files and a listing, nothing else); in a
     lake, a report the folder lacks is served from the lake (written by a worker elsewhere).
+    It serves only regular files and folders inside the folder: a request whose path names a
+    symbolic link at any step, a FIFO, a device or a socket, a file with another hard link, or
+    that spells ``..``, ``//`` or a backslash in any encoding, is a 404 that names nothing.
     Returns the server; ``serve_forever()`` runs it, ``shutdown()`` stops it."""
-    import functools
+    import io
+    from http import HTTPStatus
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-    from urllib.parse import unquote, urlsplit
 
-    class Quiet(SimpleHTTPRequestHandler):
+    folder.mkdir(parents=True, exist_ok=True)
+    root = os.path.realpath(folder)
+
+    class Reports(SimpleHTTPRequestHandler):
         def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
             pass
 
-        def _from_lake(self, head: bool) -> bool:
-            """Answer with the lake's copy of a report the folder lacks; False: not one."""
-            name = unquote(urlsplit(self.path).path).lstrip("/")
-            if not (lake.enabled() and name.endswith(".html") and "/" not in name and not (folder / name).is_file()):
-                return False
+        def _answer(self, body: bytes, ctype: str, modified: float | None = None) -> io.BytesIO:
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            if modified is not None:
+                self.send_header("Last-Modified", self.date_time_string(modified))
+            self.end_headers()
+            return io.BytesIO(body)
+
+        def _from_lake(self, name: str):
+            """The lake's copy of a report the folder lacks (a file object, or None: answered)."""
             try:
                 html = stored_report(name)
             except AipError:  # no lake made yet: no such report
-                return False
+                html = None
             except Exception as e:  # noqa: BLE001 - said to the browser, the server goes on
-                self.send_error(503, f"the lake cannot be read: {type(e).__name__}")
-                return True
+                self.send_error(HTTPStatus.SERVICE_UNAVAILABLE, f"the lake cannot be read: {type(e).__name__}")
+                return None
             if html is None:
-                return False
-            body = html.encode("utf-8")
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if not head:
-                self.wfile.write(body)
-            return True
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            return self._answer(html.encode("utf-8"), "text/html; charset=utf-8")
 
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            if not self._from_lake(head=False):
-                super().do_GET()
+        def send_head(self):  # what GET and HEAD answer (the stdlib's, without following links)
+            import stat
 
-        def do_HEAD(self) -> None:  # noqa: N802 - the stdlib's name
-            if not self._from_lake(head=True):
-                super().do_HEAD()
+            names: list[str] = []
+            want_folder = False
+            try:
+                names, want_folder = _request_parts(self.path)
+                fd, st = _open_below(root, names)
+            except _NotServed as e:
+                if (e.missing and lake.enabled() and len(names) == 1 and names[0].endswith(".html")
+                        and not want_folder):
+                    return self._from_lake(names[0])
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            except (OSError, ValueError):  # a name the system will not take, a link, a folder's file
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            if stat.S_ISREG(st.st_mode):
+                if want_folder:
+                    os.close(fd)
+                    self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                    return None
+                f = os.fdopen(fd, "rb")
+                self.send_response(HTTPStatus.OK)
+                self.send_header("Content-Type", self.guess_type(names[-1]))
+                self.send_header("Content-Length", str(st.st_size))
+                self.send_header("Last-Modified", self.date_time_string(st.st_mtime))
+                self.end_headers()
+                return f
+            try:  # a folder
+                if not want_folder:
+                    self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+                    self.send_header("Location", self.path.split("?", 1)[0].split("#", 1)[0] + "/")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
+                return self._answer(_listing(fd, "/" + "".join(n + "/" for n in names)), "text/html; charset=utf-8")
+            finally:
+                os.close(fd)
 
-    folder.mkdir(parents=True, exist_ok=True)
-    handler = functools.partial(Quiet, directory=str(folder))
-    return ThreadingHTTPServer((host, report_port() if port is None else port), handler)
+    return ThreadingHTTPServer((host, report_port() if port is None else port), Reports)
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,6 +167,131 @@ def test_reports_are_served_over_http_so_links_from_the_ui_open(warehouse, repor
         server.shutdown()
         server.server_close()
     assert report_url(out) == f"http://127.0.0.1:8112/{RUN}.html"  # the default port
+
+
+SECRET = "the text of a file outside the reports folder"
+
+
+@pytest.fixture
+def site(report, tmp_path):
+    """A report server over a reports folder of this test's: the module's report in it, a secret
+    file beside the folder (where ``..`` would lead) and a folder of secrets elsewhere. Yields
+    (get, the folder, the outside folder, the report's text): ``get(path)`` sends ``path`` as it is
+    written, answers (status, headers, body), and gives up after a patience measured on the
+    report's own GET."""
+    import http.client
+    import threading
+    import time
+
+    from aip_assets.report import serve_reports
+
+    out, text, _ = report
+    root = tmp_path / "site"
+    folder = root / "reports"
+    folder.mkdir(parents=True)
+    shutil.copy(out, folder / out.name)
+    (root / "secret.txt").write_text(SECRET)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.html").write_text(SECRET)
+    server = serve_reports(folder, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    wait = {"s": 60.0}
+
+    def get(path: str, method: str = "GET") -> tuple[int, Any, bytes]:
+        con = http.client.HTTPConnection("127.0.0.1", port, timeout=wait["s"])
+        try:
+            con.request(method, path)
+            r = con.getresponse()
+            return r.status, r.headers, r.read()  # headers: any case
+        finally:
+            con.close()
+    t0 = time.monotonic()
+    assert get(f"/{out.name}")[0] == 200
+    wait["s"] = 50 * (time.monotonic() - t0) + 5  # a refusal is quicker than serving the report
+    try:
+        yield get, folder, outside, text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def refused(answer: tuple[int, Any, bytes], *where: Path) -> bool:
+    """A 404 that gives out neither the secret nor where anything is."""
+    status, _, body = answer
+    return status == 404 and SECRET.encode() not in body and not any(str(w).encode() in body for w in where)
+
+
+def test_the_report_server_serves_a_report_and_lists_the_reports(site):
+    """What it serves: the report (GET and HEAD, with its type and length), a folder below with
+    its own files, and a listing of the reports and folders."""
+    get, folder, _, text = site
+    status, headers, body = get(f"/{RUN}.html")
+    assert status == 200 and body.decode("utf-8") == text and headers["Content-Type"] == "text/html"
+    status, headers, body = get(f"/{RUN}.html?tab=rows#top", method="HEAD")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) == len(text.encode("utf-8"))
+    (folder / "old").mkdir()
+    (folder / "old" / "r0.html").write_text("<p>an older report</p>")
+    assert get("/old")[0] == 301 and get("/old")[1]["Location"] == "/old/"
+    assert get("/old/r0.html")[2] == b"<p>an older report</p>"
+    assert get("/old/")[0] == 200 and b'href="r0.html"' in get("/old/")[2]
+    status, _, listing = get("/")
+    assert status == 200 and f'href="{RUN}.html"'.encode() in listing and b'href="old/"' in listing
+    assert get(f"/{RUN}.html/")[0] == 404 and get("/nope.html")[0] == 404
+
+
+@pytest.mark.parametrize("kind", ["link outside", "link inside", "linked folder", "link in a folder", "hard link",
+                                  "fifo", "device"])
+def test_the_report_server_refuses_links_and_special_files(site, kind):
+    """A symbolic link planted in the reports folder (to a file outside, to a report inside, to a
+    folder, or in a folder below), a hard link to a file outside, a named pipe (it must not hang
+    the server) or a device: each a 404 with no content and no path of the target, left out of
+    the listing; the report is still served."""
+    import stat
+
+    get, folder, outside, text = site
+    name, path = "planted.html", "/planted.html"
+    if kind == "link outside":
+        os.symlink(outside / "secret.html", folder / name)
+    elif kind == "link inside":
+        os.symlink(folder / f"{RUN}.html", folder / name)
+    elif kind == "linked folder":
+        name, path = "elsewhere", "/elsewhere/secret.html"
+        os.symlink(outside, folder / name)
+        assert refused(get("/elsewhere/"), outside) and refused(get("/elsewhere"), outside)
+    elif kind == "link in a folder":
+        (folder / "sub").mkdir()
+        os.symlink(outside / "secret.html", folder / "sub" / name)
+        path = "/sub/" + name
+    elif kind == "hard link":
+        os.link(outside / "secret.html", folder / name)
+    elif kind == "fifo":
+        os.mkfifo(folder / name)
+    else:
+        try:
+            os.mknod(folder / name, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # as /dev/null
+        except PermissionError:
+            pytest.skip("making a device needs privileges this process lacks")
+    assert refused(get(path), outside, folder)
+    assert refused(get(path, method="HEAD"), outside, folder)
+    listing = get("/sub/" if kind == "link in a folder" else "/")
+    assert listing[0] == 200 and f'href="{name}'.encode() not in listing[2]
+    assert get(f"/{RUN}.html")[2].decode("utf-8") == text  # the server goes on
+
+
+@pytest.mark.parametrize("path", [
+    "/../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E/secret.txt", "/.%2e/secret.txt", "/%2e./secret.txt",
+    "/..%2fsecret.txt", "/..%2Fsecret.txt", "/%2e%2e%2fsecret.txt", "/..%252fsecret.txt", "/%252e%252e/secret.txt",
+    "//../secret.txt", "/..//secret.txt", "//%2e%2e//secret.txt", "/..\\secret.txt", "/..%5csecret.txt",
+    "/%2e%2e%5csecret.txt", "/.\\.\\secret.txt", "/%c0%ae%c0%ae/secret.txt", "/%2e%2e%00/secret.txt",
+    f"/{RUN}.html/../../secret.txt", "/./../secret.txt", "/reports/../../secret.txt", "/..;/secret.txt",
+    "/../../../../../../../../etc/hostname", "/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/hostname",
+])
+def test_the_report_server_refuses_a_traversal_however_spelled(site, path):
+    """Every spelling of a way out of the folder (a secret file waits where ``..`` leads) is a 404."""
+    get, folder, outside, _ = site
+    assert refused(get(path), folder, outside)
 
 
 def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
