@@ -183,8 +183,29 @@ def cmd_run(args) -> int:
         except (KeyboardInterrupt, interrupts.Interrupted):
             if args.submit:
                 raise
+        except OperationalError as e:  # a failure outside the project (exit 5): said with the way to resume
+            raise OperationalError(f"{e}; {resumable['hint']}" if resumable.get("hint") else str(e)) from None
+        except AipError:
+            raise
+        except Exception as e:
+            outage = _outage(e)  # Dagster's storage in Postgres went away: exit 5 as well
+            if outage is None:
+                raise
+            raise OperationalError(f"{outage}; {resumable['hint']}" if resumable.get("hint") else str(outage)) \
+                from None
         print("interrupted; " + resumable["hint"] if resumable else "interrupted", file=sys.stderr)
         return interrupts.EXIT_CODE
+
+
+def _outage(e: BaseException) -> OperationalError | None:
+    """An error of Dagster's Postgres storage that is the database going away, as an
+    OperationalError (``dagster_home.storage_outage``); None for anything else."""
+    from .dagster_home import storage_outage
+
+    try:
+        return storage_outage(e)
+    except Exception:  # noqa: BLE001 - telling it apart must not hide the error itself
+        return None
 
 
 def _resume_hint(args, run_id: str) -> str:
@@ -823,6 +844,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - reported, with the traceback saved
         import traceback
 
+        outage = _outage(e)
+        if outage is not None:  # Dagster's storage in Postgres went away (another command than run)
+            print(f"error: {outage}", file=sys.stderr)
+            return EXIT_OPERATIONAL
         if os.environ.get("AIP_DEBUG"):
             traceback.print_exc()
         where = save_traceback(traceback.format_exc(), args.cmd)

@@ -218,12 +218,103 @@ _POOLED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 def pooled(instance) -> None:
     """Keep connections to Dagster's Postgres storage open in this process (shared mode; once per
-    instance; nothing for SQLite)."""
+    instance; nothing for SQLite), riding out a restart of the database (``_ride_out``)."""
     if instance in _POOLED or not shared():
         return
     instance.optimize_for_webserver(statement_timeout=STATEMENT_TIMEOUT_MS, pool_recycle=3600,
                                     max_overflow=POOL_OVERFLOW)
+    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    for name in ("run_storage", "event_log_storage", "schedule_storage"):
+        engine = getattr(getattr(instance, name, None), "_engine", None)
+        if engine is not None and url:
+            _ride_out(engine, url)
     _POOLED.add(instance)
+
+
+STORAGE_LABEL = "Dagster's storage in Postgres"
+
+
+def _ride_out(engine, url: str) -> None:
+    """Dagster's Postgres storage through a restart of the database. Two of SQLAlchemy's public
+    pool events on the storage's engine (the one ``optimize_for_webserver`` made), and nothing of
+    dagster-postgres changed:
+
+    - ``checkout``: a kept connection is tried (``SELECT 1``) before a statement uses it, and one
+      the database dropped is replaced (``DisconnectionError``: SQLAlchemy's pessimistic
+      disconnect handling, what ``pool_pre_ping`` does). Without it the first statement after a
+      restart fails on the dead connection, outside the connect that dagster-postgres retries;
+    - ``do_connect``: a new connection that the database refuses while it restarts is tried again
+      with backoff for ``AIP_SHARED_RETRY_SECONDS`` (``shared_state.patiently``, logged), then an
+      ``errors.OperationalError`` naming the database. dagster-postgres' own retry of a connect
+      (``retry_pg_connection_fn``: five tries in about six seconds, not configurable) sees only
+      SQLAlchemy's errors, so it does not wait again on top.
+    A statement in flight at the moment the database stops still fails; the CLI says so (exit 5,
+    ``storage_outage``)."""
+    from sqlalchemy import event, exc
+
+    from .models.shared_state import Unreachable, _first_line, describe, lost, patiently, reached
+
+    reached(url)  # get_instance reached it (or a run of it is under way)
+
+    def ping(dbapi_conn, _record, _proxy) -> None:
+        try:
+            cur = dbapi_conn.cursor()
+            try:
+                cur.execute("SELECT 1")
+            finally:
+                cur.close()
+        except Exception as e:  # noqa: BLE001 - psycopg2's: the connection is gone; the pool makes another
+            raise exc.DisconnectionError(_first_line(e, url)) from None
+
+    def connect(dialect, _record, cargs, cparams):
+        def once():
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.OperationalError as e:
+                if not lost(e):
+                    raise
+                raise Unreachable(f"{STORAGE_LABEL} ({describe(url)}): cannot connect", _first_line(e, url)) from None
+
+        return patiently(url, "reading or writing Dagster's runs and events", once, label=STORAGE_LABEL)
+
+    event.listen(engine, "checkout", ping)
+    event.listen(engine, "do_connect", connect)
+
+
+def storage_outage(e: BaseException):
+    """An ``OperationalError`` for an error of Dagster's Postgres storage that is the database going
+    away (a statement cut off by a restart, dagster-postgres giving up its connects), naming the
+    database (no password) and what failed; None for anything else, or outside shared mode."""
+    if not shared():
+        return None
+    import re
+
+    from .errors import OperationalError
+    from .models.shared_state import _first_line, describe, lost
+
+    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        orig = getattr(err, "orig", None)  # SQLAlchemy's DBAPIError: the driver's error
+        name = type(err).__name__
+        outage = (getattr(err, "connection_invalidated", False)
+                  or (orig is not None and type(orig).__name__ == "OperationalError" and lost(orig))
+                  or (name == "OperationalError" and type(err).__module__.startswith("psycopg2") and lost(err))
+                  or (name == "DagsterPostgresException" and "retries for DB connection" in str(err)))
+        if outage:
+            statement = getattr(err, "statement", None) or ""
+            table = re.search(r"\b(?:INTO|UPDATE|FROM)\s+([a-z_]+)", statement)
+            what = f"a statement on table {table.group(1)}" if table else "a statement"
+            cause = orig if orig is not None else (err.__cause__ or err)
+            return OperationalError(f"{STORAGE_LABEL} ({describe(url)}, {STORAGE_URL_ENV}): {what} failed, the "
+                                    f"database went away: {_first_line(cause, url)}")
+        todo += [err.__cause__, None if err.__suppress_context__ else err.__context__]
+    return None
 
 
 def get_instance():

@@ -75,6 +75,20 @@ def gate_only(failures) -> bool:
 
 
 KINDS = {"OperationalFailure": "operational", "LimitFailure": "limit", "Failure": "input", "GateFailed": "gate"}
+# an error of Dagster's own storage in Postgres cut off by the database going away (psycopg2's,
+# SQLAlchemy's or ours from dagster_home._ride_out, all named so; dagster-postgres' after its
+# retries), anywhere in a failed step's chain of causes: a failure outside the project
+OUTAGES = {"OperationalError", "DagsterPostgresException"}
+
+
+def _kind(err) -> str:
+    kind = KINDS.get(err.cls_name, "bug")
+    cause = err
+    while kind == "bug" and cause is not None:
+        if cause.cls_name in OUTAGES:
+            return "operational"
+        cause = getattr(cause, "cause", None)
+    return kind
 
 
 def failure_kind(failures) -> str:
@@ -84,7 +98,7 @@ def failure_kind(failures) -> str:
     kinds = set()
     for f in failures:
         err = getattr(f, "error", None)
-        kinds.add(KINDS.get(err.cls_name, "bug") if err is not None else "bug")
+        kinds.add(_kind(err) if err is not None else "bug")
     return next((k for k in ("bug", "operational", "limit", "input", "gate") if k in kinds), "")
 
 
@@ -97,7 +111,7 @@ def _outcome(metric: str, result) -> Outcome:
     return Outcome(metric, result.success, result.run_id, [_root_message(err) for err in errs],
                    gate_failed=not result.success and gate_only(failures),
                    interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures),
-                   kind=kind, tracebacks=[err.to_string() for err in errs if KINDS.get(err.cls_name) is None])
+                   kind=kind, tracebacks=[err.to_string() for err in errs if _kind(err) == "bug"])
 
 
 def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:

@@ -17,6 +17,11 @@ signatures are checked), so a process keeps its one open and gives each use a cu
 
 The folder is stored in the catalog when the lake is made; a worker that gives another one is
 refused (DuckLake's error, said plainly) rather than writing elsewhere.
+
+A restart of the catalog's database: DuckDB's postgres extension connects again by itself at the
+next statement; a write (``warehouse.transaction``) or an opening that meets the database away is
+tried again for as long as ``shared_state.patiently`` waits (``AIP_SHARED_RETRY_SECONDS``), and a
+read that meets it is an ``errors.OperationalError`` naming the lake (``catalog_lost``, exit 5).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import random
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import duckdb
 
@@ -43,6 +48,7 @@ S3_SCHEME = "s3://"
 S3_ENDPOINT_ENV = "AIP_S3_ENDPOINT"
 S3_CHAIN_ENV = "AIP_S3_CREDENTIAL_CHAIN"
 NO_AUTO = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+T = TypeVar("T")
 
 
 def data_path() -> str | None:
@@ -277,12 +283,69 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
         return con
     except duckdb.Error as e:
         con.close()
-        from .models.shared_state import _first_line
+        from .models.shared_state import Unreachable, _first_line
 
-        raise AipError(f"{LAKE_ENV}: cannot open the {where()}: {_first_line(e, url)}") from None
+        message = f"{LAKE_ENV}: cannot open the {where()}: {_first_line(e, url)}"
+        if catalog_lost(e):  # the database away: waited for by a caller that reached it before (patiently)
+            raise Unreachable(message, _catalog_reason(e, url)) from None
+        raise AipError(message) from None
     except AipError:
         con.close()
         raise
+
+
+# how DuckDB's postgres extension (libpq) says that the catalog's database went away or does not answer
+_LOST = ("unable to connect to postgres", "server closed the connection", "terminating connection",
+         "connection refused", "no connection to the server", "could not receive data from server",
+         "could not send data to server", "the database system is", 'failed to execute query "rollback"',
+         "connection to server at")
+
+
+def catalog_lost(e: BaseException) -> bool:
+    """A DuckDB error that is the catalog's database going away (a restart, a dropped or refused
+    connection), not a refusal (authentication, a missing database) or a failure of the statement."""
+    from .models.shared_state import lost
+
+    return isinstance(e, duckdb.Error) and any(m in str(e).lower() for m in _LOST) and lost(e)
+
+
+def patiently(what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, tried again while the catalog's database is away (``catalog_lost``), as
+    ``shared_state.patiently`` waits; then an ``OperationalError`` naming the lake's catalog."""
+    from .models.shared_state import Unreachable
+    from .models.shared_state import patiently as wait
+
+    url = _catalog_url()
+
+    def once() -> T:
+        try:
+            return fn()
+        except duckdb.Error as e:
+            if not catalog_lost(e):
+                raise
+            raise Unreachable(f"{LAKE_ENV}: {what}: the catalog's database went away", _catalog_reason(e, url)) \
+                from None
+    return wait(url, what, once, label="the lake's catalog")
+
+
+def _catalog_reason(e: BaseException, url: str) -> str:
+    """The libpq line of a DuckDB error from the catalog (the last 'connection to server' line, or
+    its first line), scrubbed of the URL and password."""
+    from .models.shared_state import _scrub
+
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    libpq = [ln[ln.lower().index("connection to server"):] for ln in lines if "connection to server" in ln.lower()]
+    text = libpq[-1] if libpq else (lines[0] if lines else type(e).__name__)
+    return _scrub(text, url)[:300]
+
+
+def outage(e: BaseException, what: str) -> AipError:
+    """The OperationalError for a read that met the catalog's database away (no retry: the caller's
+    statements ran half-way)."""
+    from .errors import OperationalError
+
+    return OperationalError(f"{where()}: {what} failed, the catalog's database went away: "
+                            f"{_catalog_reason(e, _catalog_url())}")
 
 
 def is_conflict(e: BaseException) -> bool:

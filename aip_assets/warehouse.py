@@ -802,19 +802,31 @@ class _Lake:
                 own.close()
             return
         with self.lock:  # the settings are the whole database's: each use sets both, as _Linger does
-            cur = self._base(create).cursor()
+            cur = lake.patiently("using the lake", lambda: self._cursor(create, config))
             try:
-                cur.execute(f"USE {lake.ALIAS}")
-                _tune(cur, config or {}, self.defaults)
                 yield cur
+            except duckdb.Error as e:
+                if lake.catalog_lost(e):  # a read that met the catalog's database away: said, not a bug
+                    raise lake.outage(e, "a read of the warehouse") from e
+                raise
             finally:
                 cur.close()
+
+    def _cursor(self, create: bool, config: dict[str, Any] | None) -> duckdb.DuckDBPyConnection:
+        cur = self._base(create).cursor()
+        try:
+            cur.execute(f"USE {lake.ALIAS}")  # reads the catalog's latest snapshot
+            _tune(cur, config or {}, self.defaults)
+        except BaseException:
+            cur.close()
+            raise
+        return cur
 
     def _base(self, create: bool) -> duckdb.DuckDBPyConnection:
         if self.base is None or self.pid != os.getpid():  # a forked child opens its own
             if not create and not lake.exists():
                 raise FileNotFoundError(f"{lake.where()}: no warehouse yet; run `aip-eval run <spec>` first")
-            base = lake.open_lake()
+            base = lake.open_lake()  # waited for by use() when the catalog's database is away
             try:
                 self.defaults = _defaults(base)
                 ensure_schema(base, in_lake=True)
@@ -1147,11 +1159,22 @@ LAKE_WRITE_TRIES = 30  # a DuckLake transaction that lost to other workers' this
 LAKE_STATS = {"commits": 0, "conflicts": 0}  # this process's lake transactions, and the conflicts they met
 
 
-def transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyConnection], T], what: str) -> T:
+def transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyConnection], T], what: str,
+                again_after_outage: bool = True) -> T:
     """``body(con)`` in one transaction. In a lake, a commit that lost to another worker's (DuckLake
     rolls it back whole) is run again after a short random pause, growing with each try; the
-    counts are in ``LAKE_STATS``. Any other failure rolls back and is raised."""
-    in_lake = lake.enabled()
+    counts are in ``LAKE_STATS``. One that met the catalog's database away (a restart) is run
+    again once it answers (``lake.patiently``), unless ``again_after_outage`` is False: a commit
+    whose acknowledgement alone was lost would then land twice, which a partition write (it
+    replaces its rows) and registering a run (its check finds the run) are safe against, and an
+    append is not. Any other failure rolls back and is raised."""
+    if lake.enabled() and again_after_outage:
+        return lake.patiently(f"writing {what}", lambda: _transaction(con, body, what, True))
+    return _transaction(con, body, what, lake.enabled())
+
+
+def _transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyConnection], T], what: str,
+                 in_lake: bool) -> T:
     for attempt in range(LAKE_WRITE_TRIES):
         con.execute("BEGIN TRANSACTION")
         try:
@@ -1380,7 +1403,7 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
                                   [runs]).fetchone()
                     copied[table] = int(n[0]) if n else 0
 
-            transaction(con, copy, f"the runs of {src}")
+            transaction(con, copy, f"the runs of {src}", again_after_outage=False)  # appends: never twice
         finally:
             con.execute("DETACH aip_src")
     copied["runs"] = len(runs)

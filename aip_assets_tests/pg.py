@@ -64,11 +64,27 @@ class Postgres:
             raise RuntimeError(f"{' '.join(args[:2])}: exit {p.returncode}\n{p.stdout}\n{p.stderr}\n{log[-2000:]}")
 
     def start(self) -> "Postgres":
-        data = str(self.dir / "data")
-        self._run(_tool("initdb") or "initdb", "-D", data, "-U", "aip", "--auth=trust", "-E", "UTF8")
-        self._run(_tool("pg_ctl") or "pg_ctl", "-D", data, "-l", str(self.dir / "log"), "-w", "-t", "60", "-o",
-                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        self._run(_tool("initdb") or "initdb", "-D", str(self.dir / "data"), "-U", "aip", "--auth=trust", "-E", "UTF8")
+        self.up()
         return self
+
+    def up(self) -> None:
+        """Start the server on its data folder (made by ``start``) and wait until it accepts connections."""
+        self._run(_tool("pg_ctl") or "pg_ctl", "-D", str(self.dir / "data"), "-l", str(self.dir / "log"), "-w", "-t",
+                  "60", "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+
+    def down(self) -> None:
+        """Stop the server as an operator's restart does (``-m fast``: every session is ended), and
+        wait until it is gone; ``up`` starts it again on the same port and data."""
+        self._run(_tool("pg_ctl") or "pg_ctl", "-D", str(self.dir / "data"), "-m", "fast", "-w", "-t", "60", "stop")
+
+    def restart(self, pause: float = 0.0) -> None:
+        """``down``, ``pause`` seconds with nothing listening on the port, then ``up``."""
+        import time
+
+        self.down()
+        time.sleep(pause)
+        self.up()
 
     def stop(self) -> None:
         try:  # a server that never started has nothing to stop

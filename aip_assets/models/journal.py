@@ -206,9 +206,9 @@ class Journal:
     def _insert_many(self, sql: str, rows: list[list[Any]]) -> None:
         self._con.executemany(sql, rows)
 
-    def _reconnected(self, e: BaseException) -> bool:
-        """After a failed write: whether the connection was lost and is made again (a server's
-        journal; a file's is never lost)."""
+    def _reconnected(self, e: BaseException, attempt: int = 0) -> bool:
+        """After a failed write (the ``attempt``-th): whether the connection was lost and is made
+        again (a server's journal; a file's is never lost)."""
         return False
 
     def _rollback(self) -> None:
@@ -244,7 +244,7 @@ class Journal:
                     return
                 batch, self._queue = self._queue, []
             parts_before = dict(self._parts)
-            for attempt in (0, 1):
+            for attempt in range(4):  # a lost connection is made again (patiently: PgJournal), up to 3 times a batch
                 try:
                     with self._lock:
                         self._con.execute(self._BEGIN)
@@ -266,7 +266,11 @@ class Journal:
                     with self._lock:
                         self._rollback()
                     self._parts = parts_before  # parts added in the rolled-back transaction do not exist
-                    if attempt == 0 and self._reconnected(e):  # the batch again, on a new connection
+                    try:
+                        again = attempt < 3 and self._reconnected(e, attempt)  # the batch again, on a new connection
+                    except Exception as gave_up:  # noqa: BLE001 - the database stayed away: this is the error
+                        e, again = gave_up, False
+                    if again:
                         continue
                     with self._cv:
                         self._failure = e
@@ -310,6 +314,10 @@ class Journal:
         return self._zdicts[part_id]
 
     def _raise_if_failed(self) -> None:
+        from ..errors import AipError
+
+        if isinstance(self._failure, AipError):  # said already (the database stayed away: OperationalError)
+            raise self._failure
         if self._failure is not None:
             raise RuntimeError(f"{self.where}: writing the call journal failed: {self._failure}") from self._failure
 
@@ -540,33 +548,38 @@ class PgJournal(Journal):
         if not (self._con.closed or self._con.broken):
             self._con.rollback()
 
-    def _reconnected(self, e: BaseException) -> bool:
-        """After a failed statement: whether to try it once more, the connection made again if it
-        was lost (by whichever of the writer and the readers finds it so first)."""
+    def _reconnected(self, e: BaseException, attempt: int = 0) -> bool:
+        """After a failed statement (the ``attempt``-th): whether to try it again, the connection
+        made again if it was lost (by whichever of the writer and the readers finds it so first),
+        waiting for the database as ``shared_state.patiently`` does (a restart); raises the
+        ``OperationalError`` when it stays away, or the AipError of a refused connection."""
         import psycopg
+
+        from .shared_state import lost, patiently
 
         if not isinstance(e, psycopg.OperationalError):
             return False
         with self._lock:
             if not (self._con.closed or self._con.broken):
-                return True  # made again meanwhile, or not lost (a timeout): once more
-            logger.warning(f"{self.where}: the connection was lost; connecting again")
-            try:
-                con = self._open(self._url)
-            except Exception:  # noqa: BLE001 - the lost connection's error is the one to raise
+                return attempt == 0  # made again meanwhile, or not lost (a timeout): once more
+            if not lost(e):
                 return False
+            logger.warning(f"{self.where}: the connection was lost; connecting again")
+            con = patiently(self._url, f"the call journal (schema {self.SCHEMA}): connecting again",
+                            lambda: self._open(self._url))
             self._con.close()
             self._con = con
             self._parts, self._zdicts = {}, {}  # part ids are read again on the new connection
         return True
 
     def _again(self, read: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return read(*args)
-        except Exception as e:
-            if self._reconnected(e):
+        for attempt in range(4):  # as the writer: a connection lost again after it was made again, up to 3 times
+            try:
                 return read(*args)
-            raise
+            except Exception as e:
+                if attempt == 3 or not self._reconnected(e, attempt):
+                    raise
+        raise AssertionError("unreachable")
 
     def _ok(self, run_ids: list[str], stage: str, as_: Callable[[Any], Any], into: Callable[[Iterable], Any] = set):
         return self._again(super()._ok, run_ids, stage, as_, into)
@@ -581,7 +594,7 @@ class PgJournal(Journal):
         """As the SQLite journal's; a connection lost between pages is made again and the reading
         goes on after the pages already given (pages follow ``seq``, so they come out the same)."""
         given = 0
-        for attempt in (0, 1):
+        for attempt in range(4):
             try:
                 for i, df in enumerate(super().frames(run_id, metric, stage, chunk)):
                     if i >= given:
@@ -589,7 +602,7 @@ class PgJournal(Journal):
                         yield df
                 return
             except Exception as e:
-                if attempt or not self._reconnected(e):
+                if attempt == 3 or not self._reconnected(e, attempt):
                     raise
 
     def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:

@@ -10,10 +10,15 @@ statement never blocks an event loop (the client awaits ``SharedDb.call``) and s
 one process are applied in the order they were issued. The connection has keepalives, a
 ``lock_timeout`` and a ``statement_timeout`` (``LOCK_TIMEOUT_S``, ``STATEMENT_TIMEOUT_S``), so a stalled database or a worker
 holding a row's lock fails a statement instead of hanging a run. A connection lost between
-statements is made again once; a second failure is an ``AipError`` that names the variable and
-says what failed, and stops the stage (the limits cannot be held without the database). A
-statement repeated after a reconnect may count a call or a request twice: the limits err on the
-safe side.
+statements (a restart of the database, a dropped connection) is made again, retried with backoff
+for at most ``AIP_SHARED_RETRY_SECONDS`` (default 60; ``patiently``), saying so in the log; past
+that, an ``errors.OperationalError`` (exit 5) names the database and what failed, and stops the
+stage (the limits cannot be held without the database). The same patience serves every Postgres
+connection of shared mode: the call journal's, the lake's catalog and Dagster's storage
+(``dagster_home.pooled``). A database this process never reached is not waited for: at the
+first contact (the checks before a run) a refused connection is a configuration to check, said at
+once. A statement repeated after a reconnect may count a call or a request twice: the limits err
+on the safe side.
 
 Messages show the database as ``postgresql://user@host:port/db``, built from the parsed URL, and
 never the password, the raw URL or a driver message that could quote either.
@@ -22,20 +27,27 @@ never the password, the raw URL or a driver message that could quote either.
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
 import os
+import random
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import quote, urlsplit
 
-from ..errors import AipError
+from ..errors import AipError, OperationalError
 
 logger = logging.getLogger("aip_assets")
 SHARED_STATE_ENV = "AIP_SHARED_STATE_URL"
 LOCK_TIMEOUT_S = 30  # the longest a statement waits for a row another worker holds
 STATEMENT_TIMEOUT_S = 60  # the longest a statement may take
 CONNECT_TIMEOUT_S = 10
+RETRY_ENV = "AIP_SHARED_RETRY_SECONDS"
+RETRY_DEFAULT_S = 60.0  # how long a lost connection to a shared-mode database is tried again
+RETRY_NOTICE_S = 10.0  # a wait for the database says so this often
 T = TypeVar("T")
 
 # every table of the shared state, made at the first connection (and so by the check before a run)
@@ -76,6 +88,7 @@ def _parts(url: str) -> dict[str, str] | None:
         return None
 
 
+@functools.lru_cache(maxsize=64)  # on every statement's path (patiently): parsed once per URL
 def describe(url: str) -> str:
     """The database for a message: ``postgresql://user@host:port/db``, never the password."""
     p = _parts(url)
@@ -110,6 +123,104 @@ def _error(url: str, what: str, e: BaseException | None = None) -> AipError:
     return AipError(f"{SHARED_STATE_ENV} ({describe(url)}): {what}{why}")
 
 
+class Unreachable(AipError):
+    """The database did not answer: a connection refused, closed, timed out or ended by a restart,
+    which may recover (``lost``), unlike a refused login or a missing database. ``patiently`` tries
+    again; anywhere else it is the AipError it always was."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason  # the driver's first line, scrubbed
+
+
+# a refusal, not an outage: these are not waited for
+_REFUSALS = ("authentication", "password", "not permitted to log in", "does not exist", "pg_hba.conf",
+             "permission denied", "invalid connection option", "invalid dsn", "invalid integer value",
+             "invalid port", "could not parse")
+
+
+def lost(e: BaseException) -> bool:
+    """Whether a driver's error (psycopg, psycopg2, or DuckDB's postgres extension) is the database
+    going away or not answering (a restart, a dropped, refused or timed-out connection): something
+    that may recover. A refusal (authentication, a missing database or role) or a statement's own
+    failure (a timeout, a lock, a constraint: an SQLSTATE outside connection failures) is not."""
+    code = getattr(e, "sqlstate", None) or getattr(e, "pgcode", None)
+    if code and not (str(code).startswith("08") or code in ("57P01", "57P02", "57P03")):
+        return False
+    text = str(e).lower()
+    return not any(r in text for r in _REFUSALS)
+
+
+def retry_seconds() -> float:
+    """``AIP_SHARED_RETRY_SECONDS``: how long a lost connection to a shared-mode database is tried
+    again before the run stops (exit 5); read when needed, so a change in the environment holds."""
+    raw = os.environ.get(RETRY_ENV)
+    if raw is None or raw.strip() == "":
+        return RETRY_DEFAULT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise AipError(f"{RETRY_ENV} must be a number of seconds (0 or more), got {raw!r}")
+    return value
+
+
+_REACHED: set[str] = set()  # the databases (``describe``) this process has reached
+_GAVE_UP: dict[str, float] = {}  # a database waited for in vain: when (monotonic); cleared when it answers
+
+
+def reached(url: str) -> None:
+    """Say that this process has used the database: a lost connection to it is waited for."""
+    _REACHED.add(describe(url))
+
+
+def patiently(url: str, what: str, fn: Callable[[], T], label: str = SHARED_STATE_ENV) -> T:
+    """``fn()``, tried again while it raises ``Unreachable``, with backoff (0.1 s doubling to 2 s,
+    jittered), for at most ``AIP_SHARED_RETRY_SECONDS``, logging the wait; then an
+    ``OperationalError`` naming ``label`` (the variable, or Dagster's storage), the database and
+    ``what`` failed. A database this process has not reached yet (``reached``) is not waited for,
+    and nor is one that another wait of this process gave up on (until it answers again): a second
+    component meeting the same outage fails after a second try at once (a kept connection that
+    died is made again first) instead of adding its own wait."""
+    key = describe(url)
+    if key not in _REACHED:
+        out = fn()
+        _REACHED.add(key)
+        return out
+    t0 = time.monotonic()
+    delay, told = 0.1, 0.0
+    bound: float | None = None
+    for attempt in itertools.count():
+        try:
+            out = fn()
+        except Unreachable as e:
+            bound = retry_seconds() if bound is None else bound
+            now = time.monotonic()
+            waited = now - t0
+            if attempt == 0:
+                continue  # a kept connection the database dropped (a restart, an idle timeout): made again at once
+            if key in _GAVE_UP or waited >= bound:
+                _GAVE_UP[key] = now
+                how = (f"it has not answered for {waited:.0f}s" if waited >= bound else
+                       f"it still does not answer (this process waited {bound:g}s for it already)")
+                raise OperationalError(f"{label} ({key}): {what} failed: {how}: {e.reason}. {RETRY_ENV} "
+                                       f"(now {bound:g}) sets how long a run waits for the database") from None
+            if not told or now - told >= RETRY_NOTICE_S:
+                logger.warning(f"{label} ({key}): {what}: the database does not answer ({e.reason}); "
+                               f"waited {waited:.0f}s, trying again for up to {bound:g}s ({RETRY_ENV})")
+                told = now
+            time.sleep(max(0.0, min(delay * random.uniform(0.75, 1.25), t0 + bound - now)))
+            delay = min(delay * 2, 2.0)
+            continue
+        if told:
+            logger.warning(f"{label} ({key}): the database answers again after {time.monotonic() - t0:.1f}s; "
+                           f"{what} goes on")
+        _GAVE_UP.pop(key, None)
+        return out
+    raise AssertionError("unreachable")
+
+
 def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
     """A new autocommit connection to the shared-state database, with keepalives and the lock and
     statement timeouts, after running ``setup`` (``what`` it does, for its error). Failures raise
@@ -127,7 +238,7 @@ def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
         conn = psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True, keepalives=1,
                                keepalives_idle=30, keepalives_interval=10, keepalives_count=3)
     except psycopg.Error as e:
-        raise _error(url, "cannot connect to the shared-state database", e) from None
+        raise _failed(url, "cannot connect to the shared-state database", e) from None
     try:
         conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT_S}s'")
         conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
@@ -137,9 +248,18 @@ def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
             except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
                 pass  # another worker made it at the same moment
     except psycopg.Error as e:
+        broken = conn.broken
         conn.close()
-        raise _error(url, f"cannot {what}", e) from None
+        raise (_failed(url, f"cannot {what}", e) if broken else _error(url, f"cannot {what}", e)) from None
     return conn
+
+
+def _failed(url: str, what: str, e: BaseException) -> AipError:
+    """A connection's failure as an AipError: ``Unreachable`` when the database went away (``lost``)."""
+    import psycopg
+
+    err = _error(url, what, e)
+    return Unreachable(str(err), _first_line(e, url)) if isinstance(e, psycopg.OperationalError) and lost(e) else err
 
 
 class SharedDb:
@@ -177,28 +297,30 @@ class SharedDb:
     def run(self, what: str, fn: Callable[[Any], T]) -> T:
         """``fn(connection)`` on this database's own thread (called from another, it waits its
         turn there, so every statement of the process is applied in issue order), connecting first
-        if need be; a connection found broken is made again and ``fn`` repeated once. Failures
-        raise AipError saying ``what`` failed."""
+        if need be; a connection found broken is made again and ``fn`` repeated, for as long as
+        ``patiently`` waits for the database. Failures raise AipError saying ``what`` failed
+        (``OperationalError`` when the database stayed away)."""
         if not getattr(self._inside, "yes", False):
             return self._pool.submit(self.run, what, fn).result()
         import psycopg
 
-        for attempt in (0, 1):
+        def once() -> T:
             if self._conn is None or self._conn.closed:
                 self._conn = self._connect()
             try:
                 return fn(self._conn)
             except psycopg.OperationalError as e:  # the connection is gone (or a timeout hit)
                 broken = self._conn.closed or self._conn.broken
-                if broken:
-                    self._conn.close()
-                    self._conn = None
-                if attempt or not broken:
+                if not broken:
                     raise self.error(f"{what} failed", e) from None
+                self._conn.close()
+                self._conn = None
                 logger.warning(f"{SHARED_STATE_ENV} ({self.name}): the connection was lost; connecting again")
+                raise _failed(self.url, f"{what} failed", e) from None
             except psycopg.Error as e:
                 raise self.error(f"{what} failed", e) from None
-        raise AssertionError("unreachable")
+
+        return patiently(self.url, what, once)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (which uses ``run``) on this database's own thread, so the event loop
@@ -230,5 +352,6 @@ def check_shared_state() -> str | None:
     if url is None:
         return None
     check_url(url, SHARED_STATE_ENV)
+    retry_seconds()  # a bad value is said now, not at the first lost connection
     SharedDb.get(url).run("the check before the run", lambda c: c.execute("SELECT 1"))
     return f"shared state (rate schedules, run budgets) in Postgres at {describe(url)} ({SHARED_STATE_ENV})"
