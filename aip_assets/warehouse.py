@@ -441,6 +441,17 @@ def _someone_waits(db_path: str, since: float) -> bool:
     return mtime > since and time.time() - mtime < WAITER_FRESH_S
 
 
+def _lock_timeout(db_path: Path, what: str) -> Exception:
+    """The error for a wait for the warehouse that ran out (``LOCK_TIMEOUT_S``): an operational
+    failure (exit 5) naming the file, what held it, the wait and the variable that sets it; the
+    command that stops on it says how to resume (`aip-eval run` adds its ``--run-id``)."""
+    from .errors import OperationalError
+
+    return OperationalError(f"{db_path}: waited {LOCK_TIMEOUT_S:g}s for {what}; it was not released in time "
+                            f"(AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait, in seconds): run the command again once "
+                            f"it is")
+
+
 @contextmanager
 def _file_lock(db_path: Path) -> Iterator[None]:
     db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -455,8 +466,7 @@ def _file_lock(db_path: Path) -> Iterator[None]:
                 _say_waiting(db_path)
                 now = time.monotonic()
                 if now > deadline:
-                    raise TimeoutError(f"{db_path}: waited {LOCK_TIMEOUT_S:.0f}s for the warehouse lock, held by "
-                                       f"{_holder(fh)} (AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait)") from None
+                    raise _lock_timeout(db_path, f"the warehouse lock ({db_path}.lock), held by {_holder(fh)}")
                 if now >= notice:
                     notice = now + LOCK_NOTICE_S
                     logger.warning(f"waiting {now - t0:.0f}s for the warehouse lock on {db_path}, held by "
@@ -554,8 +564,11 @@ def _open(path: Path, read_only: bool, settings: dict[str, Any]) -> duckdb.DuckD
             return duckdb.connect(str(path), read_only=read_only, config=settings)
         except duckdb.IOException as e:
             now = time.monotonic()
-            if "lock" not in str(e).lower() or now > deadline:
+            if "lock" not in str(e).lower():
                 raise
+            if now > deadline:
+                raise _lock_timeout(path, f"the file, held open by a program outside aip-eval "
+                                          f"({str(e).splitlines()[0][:300]})") from None
             if now >= notice:
                 notice = now + LOCK_NOTICE_S
                 logger.warning(f"waiting {now - t0:.0f}s for {path}, held open by a program outside aip-eval: "
@@ -639,8 +652,8 @@ class _Linger:
         with self.cv:
             while self.busy:  # another thread's use: wait as for the file lock, saying so
                 if time.monotonic() - t0 > LOCK_TIMEOUT_S:
-                    raise TimeoutError(f"{path}: waited {LOCK_TIMEOUT_S:.0f}s for another thread's use of the "
-                                       "warehouse (AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait)")
+                    raise _lock_timeout(path, f"another thread's use of the warehouse in this process "
+                                              f"(pid {os.getpid()})")
                 if not self.cv.wait(LOCK_NOTICE_S):
                     logger.warning(f"waiting {time.monotonic() - t0:.0f}s for another thread's use of {path}")
             self.busy, self.owner = True, threading.get_ident()
