@@ -129,7 +129,7 @@ def _errors(instance, dagster_run_id: str) -> tuple[list[str], bool, str, list[s
     failed, is an operational one); and a bug's whole errors, to save."""
     from dagster import DagsterEventType
 
-    from .jobs import KINDS, _root_message, failure_kind, gate_only
+    from .jobs import _kind, _root_message, failure_kind, gate_only
 
     errors, failures, tracebacks = [], [], []
     for entry in instance.all_logs(dagster_run_id, of_type=DagsterEventType.STEP_FAILURE):
@@ -138,7 +138,7 @@ def _errors(instance, dagster_run_id: str) -> tuple[list[str], bool, str, list[s
         err = getattr(data, "error", None)
         if err is not None:
             errors.append(_root_message(err))
-            if KINDS.get(err.cls_name) is None:
+            if _kind(err) == "bug":
                 tracebacks.append(err.to_string())
     kind = failure_kind(failures) if failures else "operational"
     if not errors:
