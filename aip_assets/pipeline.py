@@ -80,7 +80,7 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
             if key in checked and not (judging and key not in probed):
                 continue
             # a judge on the SUT's own endpoint and model is not checked twice, but is probed for its form
-            line = (f"endpoint ok: {await check_endpoint(conn, role)}" if key not in checked
+            line = (f"endpoint ok: {await check_endpoint(conn, role, **check_policy(spec, role))}" if key not in checked
                     else f"endpoint ok: {role}: the {checked[key]}'s endpoint and model")
             checked.setdefault(key, role)
             if judging:
@@ -89,6 +89,47 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
             out.append(line)
         return out
     return Preflight(asyncio.run(go()) + shared, forms)
+
+
+def check_policy(spec: RunSpec, role: str, metrics: list[str] | None = None) -> dict[str, Any]:
+    """How the endpoint check of ``role`` retries (``client.check_endpoint``'s retries, timeout,
+    backoff_s): as the calls it comes before do. The retry budget is theirs (the SUT's
+    ``n_sut_retries``; a judge's ``n_judge_retries`` where the metric has one, else the spec's
+    ``judge_retries``), the timeout their ``timeout_seconds``, the largest over ``metrics`` (default:
+    every metric of the run that makes such calls), never fewer than ``CHECK_MIN_RETRIES`` retries;
+    the backoff is the spec's ``retry_backoff_seconds``."""
+    from .models.client import CHECK_MIN_RETRIES
+
+    names = [m for m in (metrics if metrics is not None else spec.metrics)
+             if role != "sut" or get_metric(m).calls_sut] or list(spec.metrics)
+    cfgs = [spec.metric_config(m) for m in names]
+    if role == "sut":
+        retries = [getattr(c, "n_sut_retries", 0) for c in cfgs]
+    elif role.startswith("judge") or role == "audit":
+        retries = [getattr(c, "n_judge_retries", spec.judge_retries) for c in cfgs]
+    else:  # synthesis
+        retries = [spec.judge_retries]
+    timeouts = [t for c in cfgs if (t := getattr(c, "timeout_seconds", None))]
+    return {"retries": max(CHECK_MIN_RETRIES, *retries), "timeout": max(timeouts, default=60.0),
+            "backoff_s": spec.retry_backoff_seconds}
+
+
+def stage_endpoint_check(ctx: StageContext, stage: str, conn, role: str) -> None:
+    """The endpoint check at a stage's start, retried as its calls are (``check_policy``). An
+    endpoint that answers but cannot be used (unauthorised, misconfigured) stops the stage
+    (EndpointError). One still down after the retries does not: an outage is data, so the stage
+    goes on, each of its calls is tried within its own retries, and those that fail are recorded
+    as failed on their rows (the gate then counts them); a warning says so, in the log and in the
+    run's notes."""
+    from .errors import EndpointDown
+
+    try:
+        asyncio.run(check_endpoint(conn, role, log=ctx.log, **check_policy(ctx.spec, role, [ctx.metric])))
+    except EndpointDown as e:
+        msg = (f"{stage} [{ctx.run_id} × {ctx.metric}]: {e}. The endpoint is down: the stage goes on, and its "
+               f"{role} calls that fail (each tried within its retries) are recorded as failed on their rows")
+        logger.warning(msg)
+        ctx.notes.append({"level": "warning", "code": "endpoint_down", "message": msg})
 
 
 async def _structured_check(conn, role: str, recorded: list[dict[str, Any]], forms: list[dict[str, Any]]) -> str:
@@ -440,9 +481,9 @@ def _run_stage(stage: str, run_id: str, metric: str, log: Log, path: Path,
                 staged.add({"llm_calls": frame})
         elif stage in ("sampling", "judging"):
             if stage == "sampling" and plugin.calls_sut:
-                asyncio.run(check_endpoint(spec.sut, "sut"))
+                stage_endpoint_check(ctx, stage, spec.sut, "sut")
             for i, conn in enumerate(spec.panel() if stage == "judging" else []):  # every judge of a panel
-                asyncio.run(check_endpoint(conn, panel_role(i)))
+                stage_endpoint_check(ctx, stage, conn, panel_role(i))
             _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.run_judge(ctx), staged)
             if stage == "judging" and spec.judge_audit is not None:  # a second judge for a sample
                 from .judge_audit import audit

@@ -4,7 +4,8 @@ Not the builtin model: the answers are whatever text a test writes (natural pros
 decisions, empty strings, markdown-wrapped JSON) or HTTP failures, so the project's readers are
 tested on what real models send. ``handler(body, n)`` gets the request body and the 1-based
 number of the request, and returns the assistant's text, or a :class:`Reply` for a status code,
-headers or a raw body. The endpoint check ("Reply with OK.") is answered with "OK" unless the
+headers or a raw body, or no answer at all (``Reply(drop=True)``: the connection closed, as by a
+server that went down). The endpoint check ("Reply with OK.") is answered with "OK" unless the
 handler is asked to see it (``answer_preflight=False``); the structured-output probe (the check's
 search for the ``response_format`` an endpoint takes, ``client.negotiate``) is answered with
 ``{"ok": true}`` in whatever form it comes, as by a server that takes every form, unless the
@@ -32,6 +33,7 @@ class Reply:
     delay_s: float = 0.0                  # answer this much later (the server stays responsive)
     hold: threading.Event | None = None   # answer once the test sets this (a call kept in flight)
     gzip: bool = False                    # the answer compressed (Content-Encoding: gzip)
+    drop: bool = False                    # no answer: the connection is closed (an outage, a crash)
 
 
 def last_user(body: dict[str, Any]) -> str:
@@ -83,6 +85,9 @@ class ScriptedServer:
             else:
                 out = self.handler(body, n)
             r = out if isinstance(out, Reply) else Reply(text=out)
+            if r.drop:  # the client sees its connection closed without an answer
+                request.transport.abort()
+                return web.Response(status=204)
             if r.delay_s:
                 await asyncio.sleep(r.delay_s)
             while r.hold is not None and not r.hold.is_set():

@@ -31,7 +31,7 @@ import aiohttp
 import httpx
 
 from .. import interrupts
-from ..errors import AipError, EndpointError, LimitReached
+from ..errors import AipError, EndpointDown, EndpointError, LimitReached
 from ..runspec import Connection, stable_json
 from . import structured
 from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
@@ -185,6 +185,9 @@ class ChatResult:
     rate_limit_waits: int = 0  # 429/503 answers with Retry-After that were waited out (no budget used)
     # the endpoint refused the response_format sent (an HTTP error naming it): the server's words
     structured_refused: str | None = None
+    # the last failure was one a retry may answer (no connection, a timeout, 408/409/425/429, 5xx):
+    # the endpoint is down or overloaded, not misconfigured (check_endpoint tells them apart)
+    transient: bool = False
 
     @property
     def ok(self) -> bool:
@@ -429,8 +432,14 @@ class ModelClient:
                  backoff_s: float = 0.5, budget: "Budget | None" = None,
                  on_note: "Callable[[dict[str, str]], None] | None" = None, row_timeout_s: float | None = None,
                  share_connections: bool = True, batchable: bool = True,
-                 on_progress: "Callable[[dict[str, Any]], None] | None" = None):
+                 on_progress: "Callable[[dict[str, Any]], None] | None" = None,
+                 on_wait: "Callable[[str], None] | None" = None, retry_after_uses_retries: bool = False):
         self.conn = conn
+        # told, before each wait of a call, why it waits and for how long (the endpoint check prints it)
+        self.on_wait = on_wait
+        # a 429/503's Retry-After is waited out as one of the call's retries, never as a free wait up
+        # to max_rate_limit_wait_seconds (the endpoint check: its wait is bounded by the retry budget)
+        self.retry_after_uses_retries = retry_after_uses_retries
         self.row_timeout_s = row_timeout_s  # None: no row deadline
         self._row_clock: dict[str, RowClock] = {}
         self._rows_cut: set[str] = set()
@@ -656,10 +665,11 @@ class ModelClient:
         def left() -> float:
             return float("inf") if clock is None else clock.left()
 
-        def failed(err: str, latency: float | None = None, refused: str | None = None) -> ChatResult:
+        def failed(err: str, latency: float | None = None, refused: str | None = None,
+                   transient: bool = False) -> ChatResult:
             return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
                               http_status=http_status, retries_used=retries_used, rate_limit_waits=waits,
-                              structured_refused=refused)
+                              structured_refused=refused, transient=transient)
 
         structured_sent = "response_format" in body
 
@@ -720,7 +730,8 @@ class ModelClient:
                     if resp.status_code == 429 or (resp.status_code == 503 and retry_after is not None):
                         self.sem.throttled(cuts_when_sent)
                 latency = (time.perf_counter() - t0) * 1000
-                if transient and http_status in (429, 503) and retry_after is not None:
+                if transient and http_status in (429, 503) and retry_after is not None \
+                        and not self.retry_after_uses_retries:
                     # the endpoint says when to come back: a wait, not a failure. Bounded twice: this call
                     # waits at most max_rate_limit_wait_seconds in all, and nobody waits once the endpoint
                     # has answered nothing for that long (a run against an endpoint that never recovers ends)
@@ -733,21 +744,46 @@ class ModelClient:
                                           f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency)
                         waits += 1
                         waited_s += sleep
+                        if self.on_wait is not None:
+                            self.on_wait(f"{_what_failed(err, http_status)}; waiting {_secs(sleep)} (Retry-After; a "
+                                         f"rate-limit wait uses no retry) before try {attempts + 1}")
                         await self.sem.pause(sleep, clock)
                         continue
                     err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
                             f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
                 if not transient or retries_used >= retries:
-                    return failed(err, latency)
+                    return failed(err, latency, transient=transient)
                 delay = retry_after if retry_after is not None else self.backoff_s * 2 ** retries_used * (0.5 + self._rng.random())
                 if min(delay, MAX_BACKOFF_S) >= left():  # the retry would start after the row deadline
                     self._count_cut()
-                    return failed(f"{err} (not retried: the row deadline comes first)", latency)
+                    return failed(f"{err} (not retried: the row deadline comes first)", latency, transient=transient)
                 retries_used += 1
+                if self.on_wait is not None:
+                    self.on_wait(f"{_what_failed(err, http_status)}; waiting {_secs(min(delay, MAX_BACKOFF_S))} "
+                                 f"({'Retry-After' if retry_after is not None else 'backoff'}) before try "
+                                 f"{attempts + 1} of {retries + 1}")
                 await self.sem.pause(min(delay, MAX_BACKOFF_S), clock)
             finally:
                 if limiter is not None:  # the schedule follows what the endpoint counted
                     limiter.settle(tokens, charge or 0)
+
+
+HTTP_REASONS = {408: "request timeout", 409: "conflict", 425: "too early", 429: "rate limited",
+                500: "server error", 502: "bad gateway", 503: "unavailable", 504: "gateway timeout"}
+
+
+def _secs(x: float) -> str:
+    """Seconds as a person reads them: 0.012s, 1.5s, 16s, 600s."""
+    return f"{x:.2g}s" if x < 10 else f"{x:.0f}s"
+
+
+def _what_failed(err: str, http_status: int | None) -> str:
+    """A try's failure in a few words, for a line saying why a call waits: the HTTP status and its
+    meaning, or what happened to the connection (``describe_failure``'s words)."""
+    if http_status is None:
+        return err
+    reason = HTTP_REASONS.get(http_status) or ("server error" if http_status >= 500 else "")
+    return f"answered HTTP {http_status}" + (f" ({reason})" if reason else "")
 
 
 def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
@@ -807,16 +843,34 @@ def _parse_completion(body: dict[str, Any] | None):
     return text, body.get("model"), body.get("system_fingerprint"), usage.get("prompt_tokens"), usage.get("completion_tokens")
 
 
-async def check_endpoint(conn: Connection, role: str, timeout: float = 30.0) -> str:
-    """Ask the endpoint one tiny question. Raises EndpointError with the reason when it cannot answer."""
+CHECK_MIN_RETRIES = 2  # the endpoint check retries at least this often, whatever its calls' retries
+
+
+async def check_endpoint(conn: Connection, role: str, *, retries: int = CHECK_MIN_RETRIES, timeout: float = 30.0,
+                         backoff_s: float = 0.5, log: Callable[[str], None] | None = None) -> str:
+    """Ask the endpoint one tiny question, retried as a call is (``ModelClient._call``): a try that
+    fails transiently (no connection, a timeout, 408/409/425/429, 5xx) is tried again, up to
+    ``retries`` times, after an exponential backoff with jitter from ``backoff_s`` or after the
+    Retry-After the endpoint asks for; each try waits ``timeout`` seconds at most. A Retry-After is
+    one of the retries here (not a free wait up to max_rate_limit_wait_seconds), so an endpoint
+    answering 429 for ever ends the check within its budget. Each wait is told to ``log`` (default:
+    the project's logger) with why it waits, how long and before which try.
+
+    Raises EndpointDown when the endpoint is still down after the retries (the message says what
+    was tried and the last failure), EndpointError when it answers but cannot be used
+    (unauthorised, not a chat completion, TLS, a missing key)."""
     if conn.provider == "builtin":
         return f"{role}: builtin model ({conn.profile.name})"
     where = f"{role} endpoint {conn.base_url} (model {conn.model})"
-    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None, backoff_s=0.2,
-                         share_connections=False, batchable=False)  # one call: no slot (and no file), no batch
+    say = log or logger.info
+    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None,
+                         backoff_s=backoff_s, concurrency=1, share_connections=False,
+                         batchable=False,  # one call: no slot, no batch, no concurrency to adapt
+                         on_wait=lambda why: say(f"endpoint check: {where} {why}"), retry_after_uses_retries=True)
+    t0 = time.monotonic()
     try:
         async with client:
-            r = await client.chat([{"role": "user", "content": ENDPOINT_CHECK}], temperature=0.0, retries=2,
+            r = await client.chat([{"role": "user", "content": ENDPOINT_CHECK}], temperature=0.0, retries=retries,
                                   timeout=timeout, max_tokens=5)
     except EndpointError as e:
         raise EndpointError(f"{where}: {e}") from None
@@ -824,6 +878,12 @@ async def check_endpoint(conn: Connection, role: str, timeout: float = 30.0) -> 
         return f"{role}: {conn.base_url} answers as {r.model or conn.model}"
     if r.http_status in (401, 403):
         raise EndpointError(f"{where}: unauthorised (HTTP {r.http_status}); check api_key_env / header_env")
+    if r.transient:
+        what = "unreachable" if r.http_status is None else f"unavailable: it {_what_failed(r.error or '', r.http_status)}"
+        tries = f"{r.attempts} tr{'y' if r.attempts == 1 else 'ies'}"
+        raise EndpointDown(f"{where}: {what} after {tries} over {time.monotonic() - t0:.1f}s (the check's budget: "
+                           f"{retries} retries, backoff from {backoff_s:g}s doubling with jitter or the Retry-After "
+                           f"asked for, {timeout:g}s per try); the last try: {r.error}")
     if r.http_status is None:
         raise EndpointError(f"{where}: unreachable: {r.error}")
     raise EndpointError(f"{where}: does not answer a chat completion: {r.error}")

@@ -1,0 +1,149 @@
+"""Endpoint outages and what is said about them (issue 26, points 4 and 8).
+
+The endpoint check retries as a call does and says why it waits; an endpoint down at a stage's
+start is a metric whose calls failed (recorded, gate failed), not a crashed run; a client that
+finds its endpoint down stops sending every call; a connection cut mid-answer and a dataset path
+that is a folder say what happened. Outages are served on loopback: the scripted server closing
+connections without an answer (``Reply(drop=True)``), or raw sockets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+from aip_assets.models import builtin
+from aip_assets.runspec import BuiltinProfile
+
+from .conftest import table, write_dataset
+from .scripted import Reply, is_preflight
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def builtin_text(body) -> str:
+    """What the builtin model answers (so the builtin judge reads real decisions)."""
+    return builtin.handle_chat(body, BuiltinProfile())["choices"][0]["message"]["content"]
+
+
+def two_metric_spec(tmp_path: Path, sut: dict, retries: int = 3) -> Path:
+    """Decision flip, then semantic consistency (``n_sut_retries`` = ``retries``), on 3 rows."""
+    ds = write_dataset(tmp_path / "in" / "d.jsonl", 3)
+    p = tmp_path / "in" / "spec.yaml"
+    p.write_text(json.dumps({
+        "name": "outage", "dataset": str(ds), "seed": 3, "retry_backoff_seconds": 0.01, "sut": sut,
+        "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 2, "dimensions": ["gender"]}},
+                    "llm.semantic_consistency": {"config": {"n_sut_retries": retries, "responses_per_query": 2}}}}))
+    return p
+
+
+class Outage:
+    """A SUT handler (the builtin model's answers) that goes down at the third endpoint check (the
+    first is the run's, the second decision flip's sampling, the third semantic consistency's)
+    for ``window`` requests, or for ever (``window`` None): each such request's connection is
+    closed without an answer."""
+
+    def __init__(self, window: int | None):
+        self.window, self.checks, self.left, self.down = window, 0, 0, False
+        self.dropped = 0
+
+    def __call__(self, body, n):
+        if is_preflight(body):
+            self.checks += 1
+            if self.checks == 3:
+                self.down, self.left = self.window is None, self.window or 0
+        if self.down or self.left > 0:
+            self.left -= 1
+            self.dropped += 1
+            return Reply(drop=True)
+        return "OK" if is_preflight(body) else builtin_text(body)
+
+
+def test_a_sut_outage_at_a_stage_start_within_the_retries_is_ridden_out(tmp_path, scripted, capsys):
+    """The second metric's stage-start check meets an outage of three requests; with its calls'
+    n_sut_retries (3) it tries four times, the fourth answers, and the run scores both metrics
+    (the check's two quick retries used to end it, exit 2)."""
+    outage = Outage(window=3)
+    server = scripted(outage, answer_preflight=False)
+    spec = two_metric_spec(tmp_path, server.conn())
+    assert main(["run", str(spec)]) == 0
+    err = capsys.readouterr().err
+    assert outage.dropped == 3 and outage.checks == 6  # the run's, decision flip's, then 3 dropped and 1 answered
+    where = f"endpoint check: sut endpoint {server.url} (model scripted)"
+    waits = [line for line in err.splitlines() if where in line]
+    assert len(waits) == 3 and all("connection closed by the server without an answer; waiting " in w for w in waits)
+    assert [w.rsplit(" before ", 1)[1] for w in waits] == ["try 2 of 4", "try 3 of 4", "try 4 of 4"]
+    assert "The endpoint is down" not in err
+    run_id = wh.query("SELECT run_id FROM eval_runs").run_id[0]
+    for metric in ("llm.decision_flip", "llm.semantic_consistency"):
+        ov = table("metric_scores", run_id, "scope").query("scope == 'overall' and metric == @metric").iloc[0]
+        assert ov.score is not None and ov.score == ov.score and ov.passed, metric  # scored (not NaN) and passed
+        resp = table("sut_responses", run_id, "probe_id").query("metric == @metric")
+        assert len(resp) > 0 and (resp.status == "ok").all(), metric
+
+
+def test_a_sut_down_for_the_rest_of_the_run_fails_the_metric_not_the_run(tmp_path, scripted, capsys):
+    """Down from the second metric's stage start on: its check gives up after its retries, warns
+    and goes on; every one of its SUT calls is recorded as failed on its row, and its gate fails on
+    them: exit 1, the first metric's scores intact."""
+    outage = Outage(window=None)
+    server = scripted(outage, answer_preflight=False)
+    spec = two_metric_spec(tmp_path, server.conn())
+    assert main(["run", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "Traceback" not in err
+    warning = next(line for line in err.splitlines() if "The endpoint is down" in line)
+    assert f"sut endpoint {server.url} (model scripted): unreachable after 4 tries" in warning
+    assert "connection closed by the server without an answer" in warning and "recorded as failed" in warning
+    run_id = wh.query("SELECT run_id FROM eval_runs").run_id[0]
+    resp = table("sut_responses", run_id, "probe_id")
+    second = resp[resp.metric == "llm.semantic_consistency"]
+    assert len(second) == 6 and (second.status == "error").all()  # 3 rows x 2 samples
+    assert second.error.str.contains("connection closed by the server without an answer").all()
+    assert (resp[resp.metric == "llm.decision_flip"].status == "ok").all()
+    scores = table("metric_scores", run_id, "metric").query("scope == 'overall'").set_index("metric")
+    assert bool(scores.loc["llm.decision_flip"].passed) and not bool(scores.loc["llm.semantic_consistency"].passed)
+    reason = scores.loc["llm.semantic_consistency"].gate_reason
+    assert "6 of 6 SUT answers failed" in reason and "coverage 0.000 below min_coverage" in reason
+    notes = table("run_notes", run_id, "metric").query("metric == 'llm.semantic_consistency' and code == 'endpoint_down'")
+    assert len(notes) == 1 and "The endpoint is down" in notes.message.iloc[0]
+
+
+def test_an_unauthorised_sut_at_a_stage_start_still_stops_the_run(tmp_path, scripted, capsys):
+    """An endpoint that answers 401 at a stage's start is misconfigured, not down: exit 2."""
+    def handler(body, n):
+        handler.checks += is_preflight(body)
+        if handler.checks >= 2:  # from decision flip's stage start on
+            return Reply(401, body={"error": {"message": "bad key"}})
+        return "OK" if is_preflight(body) else builtin_text(body)
+    handler.checks = 0
+    server = scripted(handler, answer_preflight=False)
+    assert main(["run", str(two_metric_spec(tmp_path, server.conn()))]) == 2
+    err = capsys.readouterr().err
+    assert f"sut endpoint {server.url} (model scripted): unauthorised (HTTP 401)" in err
+    assert handler.checks == 3  # the run's check, then each metric's stage start once: a 401 is not retried
+
+
+def test_the_check_before_a_run_says_why_it_waits_and_ends_within_its_budget(tmp_path, scripted, capsys):
+    """An endpoint answering 429 with Retry-After: the check before the run waits as told, says
+    why at each wait, and gives up after its retry budget (the calls' n_sut_retries, 3), not after
+    max_rate_limit_wait_seconds (600 s by default): exit 2 naming the 429, nothing written. (The
+    server would answer the seventh request: a check that waited freely would go on to run.)"""
+    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.05"}) if n <= 6 else "OK",
+                      answer_preflight=False)
+    spec = two_metric_spec(tmp_path, server.conn())
+    before = tree(tmp_path)
+    assert main(["run", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert len(server.requests) == 4
+    waits = [line for line in err.splitlines() if "endpoint check: " in line]
+    assert waits == [f"[aip] endpoint check: sut endpoint {server.url} (model scripted) answered HTTP 429 (rate "
+                     f"limited); waiting 0.05s (Retry-After) before try {k} of 4" for k in (2, 3, 4)]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: sut endpoint {server.url} (model scripted): unavailable: it answered HTTP 429 "
+                           "(rate limited) after 4 tries over "), last
+    assert "3 retries" in last and 'the last try: HTTP 429: {"error": {"message": "scripted 429"}}' in last
+    assert tree(tmp_path) == before
