@@ -199,7 +199,27 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
         raise
     except Exception as e:  # unreadable file: say which and why
         raise DatasetError(f"{path}: cannot read as {suffix.lstrip('.')}: {e}") from None
-    raise DatasetError(f"{path}: unsupported file type {suffix!r}; use .csv, .jsonl or .parquet")
+    if not suffix:
+        raise DatasetError(f"{path}: the file name has no suffix, so its type is unknown; name the file for its "
+                           "format: .csv, .jsonl (or .ndjson) or .parquet (or .pq)")
+    raise DatasetError(f"{path}: unsupported file type {suffix!r}; use .csv, .jsonl (or .ndjson) or .parquet (or .pq)")
+
+
+DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet", ".pq")
+
+
+def _not_a_folder(path: Path) -> None:
+    """A dataset path that is a folder: say so, and which dataset files it holds, if any."""
+    if not path.is_dir():
+        return
+    try:
+        inside = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() in DATASET_SUFFIXES)
+    except OSError:
+        inside = []
+    held = (f" (it holds {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''})" if inside
+            else " (it holds no .csv, .jsonl, .ndjson or .parquet file)")
+    raise DatasetError(f"{path}: is a folder, not a dataset file{held}; give the path of one dataset file: "
+                       ".csv, .jsonl (or .ndjson) or .parquet (or .pq)")
 
 
 def load_dataset(path: str | Path) -> list[DatasetRow]:
@@ -207,6 +227,7 @@ def load_dataset(path: str | Path) -> list[DatasetRow]:
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: dataset file not found")
+    _not_a_folder(path)
     records = _read_records(path)
     if not records:
         raise DatasetError(f"{path}: the dataset has no rows")

@@ -8,13 +8,22 @@ connections without an answer (``Reply(drop=True)``), or raw sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import socket
+import struct
+import threading
 from pathlib import Path
+
+import pytest
 
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
+from aip_assets.errors import EndpointDown
 from aip_assets.models import builtin
-from aip_assets.runspec import BuiltinProfile
+from aip_assets.models.client import check_endpoint
+from aip_assets.runspec import BuiltinProfile, Connection
 
 from .conftest import table, write_dataset
 from .scripted import Reply, is_preflight
@@ -146,4 +155,100 @@ def test_the_check_before_a_run_says_why_it_waits_and_ends_within_its_budget(tmp
     assert last.startswith(f"error: sut endpoint {server.url} (model scripted): unavailable: it answered HTTP 429 "
                            "(rate limited) after 4 tries over "), last
     assert "3 retries" in last and 'the last try: HTTP 429: {"error": {"message": "scripted 429"}}' in last
+    assert tree(tmp_path) == before
+
+
+# ------------------------------------------------------------------ a connection cut, named
+def _read_request(c: socket.socket) -> None:
+    """Read one HTTP request whole (its headers, then the body its Content-Length gives), so that
+    closing the connection afterwards leaves nothing unread (which would make the close a reset)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += c.recv(65536) or b"\r\n\r\n"
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = c.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
+def _raw_server(answer: bytes, reset: bool) -> tuple[str, socket.socket]:
+    """A loopback server that reads a request, sends ``answer`` and closes the connection (with a
+    reset, SO_LINGER 0, when ``reset``)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+
+    def run():
+        while True:
+            try:
+                c, _ = s.accept()
+            except OSError:
+                return
+            _read_request(c)
+            if answer:
+                c.sendall(answer)
+            if reset:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()
+    threading.Thread(target=run, daemon=True).start()
+    return f"http://127.0.0.1:{s.getsockname()[1]}/v1", s
+
+
+CUT = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"choi'
+
+
+@pytest.mark.parametrize("answer, reset, said", ids=["short-body", "short-body-reset", "short-chunks", "reset"], argvalues=[
+    (CUT, False, "the connection was closed before the answer was complete: 6 of the 100 bytes its Content-Length "
+                 "announced came (aiohttp ContentLengthError)"),
+    (CUT, True, "the connection was reset before the answer was complete: 6 of the 100 bytes its Content-Length "
+                "announced came (aiohttp ContentLengthError)"),
+    (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"cho\r\n", False,
+     "the connection was closed before the answer was complete: the chunked body stopped before its last chunk "
+     "(aiohttp TransferEncodingError)"),
+    (b"", True, "connection reset by the server without an answer"),
+])
+def test_a_connection_cut_at_the_endpoint_check_says_what_happened(answer, reset, said, caplog):
+    url, s = _raw_server(answer, reset)
+    try:
+        with caplog.at_level(logging.INFO, logger="aip_assets"), pytest.raises(EndpointDown) as e:
+            asyncio.run(check_endpoint(Connection(provider="openai", base_url=url, model="m"), "sut", retries=1,
+                                       backoff_s=0.01, timeout=5))
+    finally:
+        s.close()
+    msg = str(e.value)
+    assert msg.startswith(f"sut endpoint {url} (model m): unreachable after 2 tries over ") and msg.endswith(
+        f"the last try: {said}"), msg
+    assert "400" not in msg  # aiohttp's code for a cut body is no HTTP status
+    waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("endpoint check: ")]
+    assert len(waits) == 1 and waits[0].startswith(f"endpoint check: sut endpoint {url} (model m) {said}; waiting ")
+    assert waits[0].endswith(" (backoff) before try 2 of 2")
+
+
+# ------------------------------------------------------------------ a dataset path that is no file
+@pytest.mark.parametrize("command", ["run", "validate"])
+@pytest.mark.parametrize("kind", ["folder", "no_suffix"])
+def test_a_dataset_path_that_is_a_folder_or_has_no_suffix_is_named(tmp_path, capsys, command, kind):
+    good = write_dataset(tmp_path / "in" / "rows.jsonl", 2)
+    if kind == "folder":
+        ds = tmp_path / "in"
+    else:
+        ds = tmp_path / "in" / "rows"
+        ds.write_text(good.read_text())
+    spec = tmp_path / "in" / "spec.yaml"
+    spec.write_text(json.dumps({"name": "ds", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}}))
+    before = tree(tmp_path)
+    assert main([command, str(spec)]) == 2
+    err = capsys.readouterr().err
+    if kind == "folder":
+        assert f"error: {ds}: is a folder, not a dataset file (it holds rows.jsonl); give the path of one dataset " \
+               "file: .csv, .jsonl (or .ndjson) or .parquet (or .pq)" in err
+    else:
+        assert f"error: {ds}: the file name has no suffix, so its type is unknown; name the file for its format: " \
+               ".csv, .jsonl (or .ndjson) or .parquet (or .pq)" in err
+    assert "unsupported file type ''" not in err and "Traceback" not in err
     assert tree(tmp_path) == before

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import aiohttp
 import httpx
+from aiohttp import http_exceptions
 
 from .. import interrupts
 from ..errors import AipError, EndpointDown, EndpointError, LimitReached
@@ -812,8 +813,16 @@ def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
         return f"TLS failure: {_first_line(has(aiohttp.ClientSSLError, ssl.SSLError) or chain[-1])}", False
     if has(ConnectionRefusedError):
         return "connection refused: nothing listens at that address and port", True
-    if has(aiohttp.ServerDisconnectedError, ConnectionResetError, httpx.RemoteProtocolError):
-        return "connection closed by the server without an answer", True
+    cut = has(http_exceptions.ContentLengthError, http_exceptions.TransferEncodingError)
+    if cut is None and has(aiohttp.ServerDisconnectedError, ConnectionResetError, httpx.RemoteProtocolError):
+        return f"connection {'reset' if has(ConnectionResetError) else 'closed'} by the server without an answer", True
+    if cut is not None:  # headers came, then the connection ended mid-body (aiohttp's code 400 is no HTTP status)
+        how = "reset" if re.search(r"connection reset", text, re.I) else "closed"
+        got = re.search(r"received (\d+) of (\d+) bytes", text)
+        part = (f": {got[1]} of the {got[2]} bytes its Content-Length announced came" if got else
+                ": the chunked body stopped before its last chunk"
+                if isinstance(cut, http_exceptions.TransferEncodingError) else "")
+        return f"the connection was {how} before the answer was complete{part} (aiohttp {type(cut).__name__})", True
     if has(aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout) and not has(aiohttp.ClientConnectorError):
         if has(aiohttp.ConnectionTimeoutError) or isinstance(e, httpx.ConnectTimeout) and "onnect" in text:
             return f"connect timeout: no connection within {timeout:g}s", True
@@ -825,6 +834,8 @@ def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
 
 
 def _first_line(x: BaseException) -> str:
+    if isinstance(x, http_exceptions.HttpProcessingError) and x.message:
+        return x.message.strip().splitlines()[0][:200]  # its str() starts with a code that is no HTTP status
     return (str(x).strip().splitlines() or [type(x).__name__])[0][:200]
 
 
