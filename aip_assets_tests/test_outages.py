@@ -22,7 +22,7 @@ from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.errors import EndpointDown
 from aip_assets.models import builtin
-from aip_assets.models.client import check_endpoint
+from aip_assets.models.client import DOWN_AFTER_CALLS, ModelClient, check_endpoint
 from aip_assets.runspec import BuiltinProfile, Connection
 
 from .conftest import table, write_dataset
@@ -156,6 +156,70 @@ def test_the_check_before_a_run_says_why_it_waits_and_ends_within_its_budget(tmp
                            "(rate limited) after 4 tries over "), last
     assert "3 retries" in last and 'the last try: HTTP 429: {"error": {"message": "scripted 429"}}' in last
     assert tree(tmp_path) == before
+
+
+# ------------------------------------------------------------------ a client that finds its endpoint down
+def _calls(url: str, n: int, concurrency: int, retries: int) -> tuple[list, ModelClient]:
+    async def go():
+        conn = Connection(provider="openai", base_url=url, model="m")
+        notes: list[dict] = []
+        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
+                               backoff_s=0.01, concurrency=concurrency, on_note=notes.append) as c:
+            sem = asyncio.Semaphore(concurrency)
+
+            async def one(i):
+                async with sem:
+                    return await c.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=retries,
+                                        timeout=5)
+            results = await asyncio.gather(*(one(i) for i in range(n)))
+        c.notes = notes
+        return results, c
+    return asyncio.run(go())
+
+
+def test_calls_to_an_endpoint_found_down_are_not_sent_but_one_at_a_time(scripted):
+    """Every connection closed: the first calls fail after their retries; once DOWN_AFTER_CALLS
+    in a row have, one call at a time is sent (with its retries) and the others fail at once,
+    not sent, saying why. Every call is a failure either way; the endpoint sees a fraction of the
+    requests (40 calls x 3 tries without it)."""
+    server = scripted(lambda body, n: Reply(drop=True))
+    results, c = _calls(server.url, 40, concurrency=4, retries=2)
+    assert all(not r.ok for r in results)
+    sent = [r for r in results if r.attempts]
+    held = [r for r in results if not r.attempts]
+    assert len(sent) >= DOWN_AFTER_CALLS and all(r.attempts == 3 for r in sent)  # each sent call: its retries
+    assert len(server.requests) == sum(r.attempts for r in results) == 3 * len(sent)
+    assert len(held) >= 40 - DOWN_AFTER_CALLS - 2 * 4  # after the first failures, at most the calls in flight are sent
+    assert held and all(r.error.startswith(f"not sent: the sut endpoint {server.url} is down ({DOWN_AFTER_CALLS} or "
+                                           "more calls in a row failed after their retries, the last: connection "
+                                           "closed by the server without an answer)") for r in held)
+    assert c.stats["not_sent_down"] == len(held) and c.stats["network_calls"] == len(sent)
+    note = next(n for n in c.notes if n["code"] == "endpoint_down")
+    assert f"{len(held)} call(s) were not sent" in note["message"] and "it did not answer again" in note["message"]
+
+
+def test_an_endpoint_found_down_is_sent_every_call_again_once_it_answers(scripted):
+    """One call at a time: DOWN_AFTER_CALLS calls fail after their 2 retries (3 requests each);
+    the next call finds the endpoint back at its second try, and every call after it is sent and
+    answered."""
+    down_for = 3 * DOWN_AFTER_CALLS + 1
+    server = scripted(lambda body, n: Reply(drop=True) if n <= down_for else "fine")
+    results, c = _calls(server.url, DOWN_AFTER_CALLS + 6, concurrency=1, retries=2)
+    assert all(not r.ok and r.attempts == 3 for r in results[:DOWN_AFTER_CALLS])
+    probe = results[DOWN_AFTER_CALLS]
+    assert probe.ok and probe.attempts == 2
+    assert all(r.ok and r.attempts == 1 for r in results[DOWN_AFTER_CALLS + 1:])
+    note = next(n for n in c.notes if n["code"] == "endpoint_down")
+    assert "0 call(s) were not sent" in note["message"] and "it answered again 1 time(s)" in note["message"]
+
+
+def test_server_errors_are_answers_and_never_find_the_endpoint_down(scripted):
+    """A 500 is an answer (the endpoint is up, the request failed): every call is sent with its
+    retries, however many fail in a row."""
+    server = scripted(lambda body, n: Reply(500))
+    results, c = _calls(server.url, 2 * DOWN_AFTER_CALLS, concurrency=2, retries=1)
+    assert all(not r.ok and r.attempts == 2 for r in results)
+    assert len(server.requests) == 4 * DOWN_AFTER_CALLS and c.stats["not_sent_down"] == 0
 
 
 # ------------------------------------------------------------------ a connection cut, named
