@@ -184,17 +184,23 @@ def cmd_run(args) -> int:
             if args.submit:
                 raise
         except OperationalError as e:  # a failure outside the project (exit 5): said with the way to resume
-            raise OperationalError(f"{e}; {resumable['hint']}" if resumable.get("hint") else str(e)) from None
+            raise OperationalError(_with_hint(e, resumable)) from None
         except AipError:
             raise
         except Exception as e:
             outage = _outage(e)  # Dagster's storage in Postgres went away: exit 5 as well
             if outage is None:
                 raise
-            raise OperationalError(f"{outage}; {resumable['hint']}" if resumable.get("hint") else str(outage)) \
-                from None
+            raise OperationalError(_with_hint(outage, resumable)) from None
         print("interrupted; " + resumable["hint"] if resumable else "interrupted", file=sys.stderr)
         return interrupts.EXIT_CODE
+
+
+def _with_hint(e: Exception, resumable: dict[str, str]) -> str:
+    """An operational failure's message with what to do: resume the registered run, else (stopped
+    before anything was registered) run the command again once what failed is back."""
+    return f"{e}; {resumable['hint']}" if resumable.get("hint") else \
+        f"{e}; nothing was registered or written: run the same command again once it is back"
 
 
 def _outage(e: BaseException) -> OperationalError | None:

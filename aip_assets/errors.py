@@ -19,17 +19,18 @@ class EndpointError(AipError):
     """A model endpoint is unreachable, unauthorised or misconfigured."""
 
 
-class EndpointDown(EndpointError):
-    """A model endpoint still down after the endpoint check's retries (no connection, timeouts,
-    429, 5xx), as opposed to one that answers but cannot be used (unauthorised, misconfigured).
-    Before a run it stops the run like any EndpointError; at a stage's start the stage goes on and
-    its calls are recorded as failed."""
-
-
 class OperationalError(AipError):
     """Something outside the project failed and did not recover in time: a lock not released, a
     database or an endpoint unreachable after its retries. Exit 5 (``EXIT_OPERATIONAL``); the
     message names what failed and where, and the command that stops on it says how to resume."""
+
+
+class EndpointDown(OperationalError, EndpointError):
+    """A model endpoint still down after the endpoint check's retries (no connection, timeouts,
+    429, 5xx), as opposed to one that answers but cannot be used (unauthorised, misconfigured).
+    Before a run it stops the run with exit 5 (an operational failure, nothing written: run it again
+    once the endpoint answers); at a stage's start the stage goes on and its calls are recorded as
+    failed (the gate fails on them)."""
 
 
 class LimitReached(AipError):

@@ -171,9 +171,10 @@ def test_unreachable_endpoint_stops_before_anything_is_written(tmp_path, capsys)
     spec = tmp_path / "s.yaml"
     spec.write_text(json.dumps({"name": "u", "dataset": str(ds), "metrics": {"llm.decision_flip": {}},
                                 "sut": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}}))
-    assert main(["run", str(spec)]) == 2
+    assert main(["run", str(spec)]) == 5  # an operational failure outside the project, nothing written
     err = capsys.readouterr().err
     assert "sut endpoint http://127.0.0.1:9/v1" in err and "unreachable" in err
+    assert "nothing was registered or written: run the same command again once it is back" in err
     assert not wh.default_path().exists()
 
 
