@@ -312,10 +312,9 @@ def held(run_id: str, metric: str, stage: str, path: Path, log: Log) -> Iterator
 
     lease: FileLease | PgLease
     if lake.enabled():
-        from .models.shared_state import SharedDb, shared_state_url
+        from .models.shared_state import SharedDb
 
-        url = shared_state_url()
-        assert url is not None, "a lake has its catalog in the shared-state database"
+        url = lake._catalog_url()  # the shared-state database (a clear error if it is not set)
         lease = PgLease(run_id, metric, stage, SharedDb.get(url), lease_seconds())
     else:
         lease = FileLease(run_id, metric, stage, Path(path).parent / "leases")
