@@ -25,37 +25,9 @@ from pathlib import Path
 from .errors import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OPERATIONAL, AipError,
                      OperationalError, save_traceback)
 
+from .logs import setup_logging
+
 log = logging.getLogger("aip_assets")
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever `sys.stderr` is when a record is emitted, not the stream of the moment the
-    handler was made (which a caller, such as a test capturing output, may have closed since)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
-
-
-def _setup_logging(quiet: bool, prefix: str = "[aip]"):
-    """Configure the `aip_assets` logger for one command; returns the function that puts back what
-    was there, so calling `main()` in a process (tests, a notebook) leaves its logging as it was."""
-    saved = (log.handlers[:], log.level, log.propagate)
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.WARNING if quiet else logging.INFO)
-    log.propagate = False
-
-    def restore() -> None:
-        log.handlers[:] = saved[0]
-        log.setLevel(saved[1])
-        log.propagate = saved[2]
-    return restore
 
 
 def _fmt(x, nd=3) -> str:
@@ -832,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     the project that did not recover (errors.OperationalError), 3 for anything else: an unexpected
     exception is a bug of aip-eval, not the user's mistake (its traceback is saved)."""
     args = build_parser().parse_args(argv)
-    restore_logging = _setup_logging(getattr(args, "quiet", False))
+    restore_logging = setup_logging(getattr(args, "quiet", False))
     try:
         return args.fn(args)
     except OperationalError as e:

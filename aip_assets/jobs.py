@@ -133,12 +133,12 @@ def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config
                       quiet: bool, report_later: bool) -> Outcome:
     """One metric in a worker process (spawned: it inherits the parent's environment, so the same
     warehouse and Dagster storage; the endpoints' connections are shared through models/slots.py)."""
-    from .cli import _setup_logging
+    from .logs import setup_logging
     from .dagster_home import get_instance
 
     if interrupts.requested():  # the parent passed a Ctrl-C on: no metric starts after it
         return Outcome(metric, False, "", ["interrupted before it started"], interrupted=True)
-    _setup_logging(quiet, prefix=f"[aip {metric.removeprefix('llm.')}]")  # the worker's whole life: not restored
+    setup_logging(quiet, prefix=f"[aip {metric.removeprefix('llm.')}]")  # the worker's whole life: not restored
     if report_later:  # the parent writes the report after the last metric
         REPORT_AFTER_ALL.add(run_id)
     return _execute(get_instance(), run_id, metric, tags, run_config)
