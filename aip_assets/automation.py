@@ -28,7 +28,8 @@ from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatu
 from .errors import AipError
 from .pipeline import load_run, new_run_id, preflight, record_forms, register_run, run_exists
 from .resources import SutConnection, Warehouse
-from .runspec import RunSpec, file_sha256, load_spec
+from .hashing import file_sha256
+from .runspec import RunSpec, load_spec
 
 log = logging.getLogger("aip_assets")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]

@@ -26,7 +26,8 @@ from .metrics import REGISTRY, get_metric
 from .metrics.base import OverlayReader, StageContext, panel_role
 from .models.client import check_endpoint
 from .models.journal import open_journal
-from .runspec import RunSpec, file_sha256, parse_spec, stable_json
+from .hashing import file_sha256, stable_json
+from .runspec import RunSpec, parse_spec
 from . import warehouse as wh
 
 logger = logging.getLogger("aip_assets")

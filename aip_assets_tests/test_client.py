@@ -91,7 +91,7 @@ def test_compressed_answers_and_the_request_as_sent_and_journaled(scripted, tmp_
     import json
 
     from aip_assets.models.journal import Journal
-    from aip_assets.runspec import stable_json
+    from aip_assets.hashing import stable_json
 
     answers = iter([Reply(429, headers={"Retry-After": "0.1"}, gzip=True, body={"error": {"message": "slow down ✋"}}),
                     Reply(text="Décision : APPROUVÉ ✓ " * 40, gzip=True)])
@@ -429,7 +429,7 @@ def test_call_keys_are_the_hash_of_stable_json_of_the_whole_call():
     import random
 
     from aip_assets.models.client import call_key
-    from aip_assets.runspec import stable_json
+    from aip_assets.hashing import stable_json
 
     rng = random.Random(3)
 

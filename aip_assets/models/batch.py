@@ -432,7 +432,7 @@ class BatchRunner:
         or for an earlier batch, the requests it was made from (its input file)."""
         if calls is not None:
             return {k: (c.body, c.body_json, c.sample_index) for k, c in calls.items()}
-        from ..runspec import stable_json
+        from ..hashing import stable_json
 
         text = (await self._api(f"read the input of batch {batch_id}", "GET",
                                 f"files/{b['input_file_id']}/content")).text

@@ -24,7 +24,8 @@ from typing import Any
 from .. import __version__
 from ..catalog.attributes import LANGUAGES, PERSONA_INTRO, persona_attributes, phrase_index
 from ..readers import compare_figures, is_blank, read_decision, read_figures, read_stance, values
-from ..runspec import BuiltinProfile, stable_json
+from ..hashing import stable_json
+from ..runspec import BuiltinProfile
 
 JUDGE_TAG = re.compile(r"\(aip-judge ([a-z_]+) (v\d+)\)")
 LABELS_LINE = re.compile(r"(?:exactly one of|genau eines der folgenden ist): (.+?)\.?\s*$", re.M)

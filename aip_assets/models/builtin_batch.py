@@ -35,7 +35,7 @@ import uuid
 from collections import Counter
 from typing import Any, Callable
 
-from ..runspec import stable_json
+from ..hashing import stable_json
 
 ENDPOINT = "/v1/chat/completions"
 WINDOWS = ("24h",)

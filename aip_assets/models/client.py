@@ -33,7 +33,8 @@ from aiohttp import http_exceptions
 
 from .. import interrupts
 from ..errors import AipError, EndpointDown, EndpointError, LimitReached
-from ..runspec import Connection, stable_json
+from ..hashing import stable_json
+from ..runspec import Connection
 from . import structured
 from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
 from .batch import BATCHING, UNBOUNDED, BatchRunner

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
-from ..runspec import stable_json
+from ..hashing import stable_json
 
 logger = logging.getLogger("aip_assets")
 

@@ -18,7 +18,8 @@ import httpx
 import yarl
 
 from ..errors import EndpointError
-from ..runspec import Connection, stable_json
+from ..hashing import stable_json
+from ..runspec import Connection
 from . import builtin
 
 

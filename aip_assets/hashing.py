@@ -1,0 +1,22 @@
+"""Hashing helpers every layer uses (a leaf module: it imports nothing of the project)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+
+def file_sha256(path: str | Path) -> str:
+    """The file's sha256, read a MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def stable_json(obj: Any) -> str:
+    """One spelling of a JSON value whatever its keys' order: what request keys and hashes are made of."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
