@@ -213,6 +213,49 @@ def test_an_endpoint_found_down_is_sent_every_call_again_once_it_answers(scripte
     assert "0 call(s) were not sent" in note["message"] and "it answered again 1 time(s)" in note["message"]
 
 
+@pytest.mark.parametrize("back", [True, False])
+def test_calls_wait_for_the_first_call_that_finds_out_whether_the_endpoint_is_back(back):
+    """Found down, the endpoint is only suspected down until the first call sent to find out fails
+    too: the calls meanwhile wait for it instead of failing at once, so an outage of a few seconds
+    costs them nothing. Back: every waiting call is sent and answered. Still down (confirmed): one
+    waiting call finds out next, the others fail at once, not sent."""
+    from aip_assets.models.client import ChatResult
+
+    async def go():
+        conn = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model="m")
+        c = ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None, concurrency=4,
+                        share_connections=False)
+        c._slots_held = True  # no slot files: the calls below never reach the network
+        for _ in range(DOWN_AFTER_CALLS):  # found down as calls failing after their retries find it
+            c._health(ChatResult(None, "error", "connection refused", None, None, None, None, None, 3, "k",
+                                 transient=True))
+        assert c._down_since is not None and not c._confirmed
+        release, sent = asyncio.Event(), []
+
+        async def call(body, key, retries, timeout, clock, text, counted):
+            sent.append(key)
+            if len(sent) == 1:
+                await release.wait()  # the first call finds out while the others arrive
+            await asyncio.sleep(0.01)  # a request takes a while
+            return (ChatResult("fine", "ok", None, 1.0, 1, 1, "m", None, 1, key) if back else
+                    ChatResult(None, "error", "connection refused", None, None, None, None, None, 3, key,
+                               transient=True))
+        c._call = call  # type: ignore[method-assign]
+        c._record = lambda *a, **k: None  # type: ignore[method-assign]
+        calls = [asyncio.create_task(c._live({"q": i}, f"k{i}", 0, 2, 5.0, "{}")) for i in range(4)]
+        await asyncio.sleep(0.05)
+        assert sent == ["k0"] and not any(t.done() for t in calls)  # the others wait, neither sent nor failed
+        release.set()
+        return await asyncio.gather(*calls), sent, c
+
+    results, sent, c = asyncio.run(go())
+    if back:
+        assert all(r.ok for r in results) and len(sent) == 4 and c.stats["not_sent_down"] == 0
+    else:  # the first failed: confirmed down; one more finds out, two fail at once
+        assert not any(r.ok for r in results) and len(sent) == 2 and c.stats["not_sent_down"] == 2
+        assert c._confirmed and sum(r.attempts == 0 for r in results) == 2
+
+
 def test_server_errors_are_answers_and_never_find_the_endpoint_down(scripted):
     """A 500 is an answer (the endpoint is up, the request failed): every call is sent with its
     retries, however many fail in a row."""

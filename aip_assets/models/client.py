@@ -491,6 +491,11 @@ class ModelClient:
         self._down_since: float | None = None
         self._down_last = ""
         self._probing = False
+        # until the first call sent to see whether it is back has failed too, the endpoint is only
+        # suspected down: the calls meanwhile wait for that call's end (an outage of a few seconds
+        # costs them nothing); once it failed (confirmed), they fail at once
+        self._confirmed = False
+        self._probe_done: asyncio.Event | None = None
         self._outages: list[tuple[float, float | None]] = []  # (found down, back or None), monotonic
         self._last_answer = time.monotonic()  # the endpoint's last answer (rate-limit waits end after a silent window)
         self._rng = random.Random()
@@ -620,23 +625,34 @@ class ModelClient:
                                   None, None, 0, key)
             probe = False
             if self._down_since is not None and self.conn.provider != "builtin":
-                if self._probing:  # the endpoint is down and a call is finding out whether it is back
-                    self.stats["not_sent_down"] += 1
-                    return ChatResult(None, "error", self._down_error(), None, None, None, None, None, 0, key,
-                                      transient=True)
-                self._probing = probe = True  # this call finds out (sent as any call, with its retries)
+                if self._probing and not self._confirmed and self._probe_done is not None:
+                    await self._probe_done.wait()  # only suspected down: this call follows what that one finds
+                if self._down_since is not None:
+                    if self._probing:  # down, and a call is finding out whether it is back
+                        self.stats["not_sent_down"] += 1
+                        return ChatResult(None, "error", self._down_error(), None, None, None, None, None, 0, key,
+                                          transient=True)
+                    self._probing = probe = True  # this call finds out (sent as any call, with its retries)
+                    self._probe_done = asyncio.Event()
             self.stats["in_flight"] += 1
             if clock is not None:
                 clock.start()
             try:
                 result = await self._call(body, key, retries, timeout, clock, text, counted)
+            except BaseException:
+                if probe:  # the calls waiting for it go on (one of them finds out next)
+                    self._probing = False
+                    self._probe_done.set()  # type: ignore[union-attr]
+                raise
             finally:
                 self.stats["in_flight"] -= 1
-                if probe:
-                    self._probing = False
                 if clock is not None:
                     clock.stop()
             self._health(result)
+            if probe:
+                self._probing = False
+                self._confirmed = self._down_since is not None and result.attempts > 0  # still down after its retries
+                self._probe_done.set()  # type: ignore[union-attr]
             if self.budget is not None:
                 self.budget.spend((result.prompt_tokens or 0) + (result.completion_tokens or 0))
         if result.attempts == 0:  # never sent (the row deadline came first): no model call, not journaled
@@ -660,6 +676,7 @@ class ModelClient:
             if self._down_since is not None:
                 self._outages[-1] = (self._down_since, time.monotonic())
                 self._down_since = None
+                self._confirmed = False
                 logger.warning(f"{self.metric} {self.stage}: {self._where()} answers again; its calls are sent again")
             return
         if not r.transient or (r.http_status is not None and r.http_status not in DOWN_STATUS):
@@ -668,11 +685,12 @@ class ModelClient:
         self._down_last = r.error or ""
         if self._down_since is None and self._down_streak >= DOWN_AFTER_CALLS:
             self._down_since = time.monotonic()
+            self._confirmed = False
             self._outages.append((self._down_since, None))
             logger.warning(f"{self.metric} {self.stage}: {self._where()} is down: {self._down_streak} calls in a row "
                            f"failed after their retries (the last: {self._down_last}); until it answers, one call at "
-                           "a time is sent to see whether it is back and the others fail at once, recorded as failed "
-                           "on their rows")
+                           "a time is sent to see whether it is back; the others wait for the first such call, then, "
+                           "if it failed too, fail at once, recorded as failed on their rows")
 
     def _down_error(self) -> str:
         return (f"not sent: the {self.role} endpoint {self.endpoint_id} is down ({DOWN_AFTER_CALLS} or more calls in "
