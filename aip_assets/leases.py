@@ -96,10 +96,19 @@ class Lease:
         self.run_id, self.metric, self.stage = run_id, metric, stage
         self.where = f"{stage} [{run_id} × {metric}]"
 
-    def done_since(self, since: float) -> dict[str, Any] | None:
-        """The stage's stamp (``{"at", "by"}``) if its write committed after ``since``, else None."""
-        done = self._stamp()
-        return done if done is not None and done["at"] > since else None
+    def done_since(self, since: float, before: str | None = None) -> dict[str, Any] | None:
+        """The stage's stamp (``{"at", "by"}``) if its write committed after ``since`` (epoch seconds
+        on this process's clock) and after the stage ``before`` it last committed (a stage done on
+        inputs another worker has written again since is not this run's result), else None."""
+        done = self._stamp(self.stage)
+        if done is None or done["at"] <= since + self.offset():
+            return None
+        upstream = self._stamp(before) if before else None
+        return done if upstream is None or done["at"] >= upstream["at"] else None
+
+    def offset(self) -> float:
+        """The stamps' clock minus this process's (0: they are this machine's)."""
+        return 0.0
 
     def check(self) -> None:
         """Before the commit: raise OperationalError if the lease is no longer this worker's."""
@@ -108,7 +117,7 @@ class Lease:
         """After the commit: leave the stage's stamp."""
         raise NotImplementedError
 
-    def _stamp(self) -> dict[str, Any] | None:
+    def _stamp(self, stage: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
 
@@ -169,8 +178,8 @@ class FileLease(Lease):
         except (OSError, ValueError):
             return {}
 
-    def _stamp(self) -> dict[str, Any] | None:
-        return self._stamps().get(self.stage)
+    def _stamp(self, stage: str) -> dict[str, Any] | None:
+        return self._stamps().get(stage)
 
     def mark_done(self) -> None:
         stamps = self._stamps()
@@ -188,6 +197,7 @@ class PgLease(Lease):
         self.holder = uuid.uuid4().hex
         self.info = who()
         self.lost = False
+        self._offset = 0.0
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
@@ -211,16 +221,20 @@ class PgLease(Lease):
         """Take the lease if it is free or expired: (taken, the row found before, if any: info, seconds
         since renewed, seconds until it expires)."""
         def go(c):
+            t0 = time.time()
+            now = float(c.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
+            self._offset = now - (t0 + time.time()) / 2  # the database's clock against this host's
             before = c.execute(
                 "SELECT info, extract(epoch FROM clock_timestamp() - renewed_at), "
                 "extract(epoch FROM expires_at - clock_timestamp()) FROM aip_partition_lease "
-                "WHERE run_id = %s AND metric = %s", [self.run_id, self.metric]).fetchone()
+                "WHERE run_id = %s AND metric = %s AND holder <> %s", [self.run_id, self.metric, self.holder]).fetchone()
             got = c.execute(
                 "INSERT INTO aip_partition_lease (run_id, metric, holder, info, stage, expires_at) "
                 "VALUES (%s, %s, %s, %s, %s, clock_timestamp() + make_interval(secs => %s)) "
                 "ON CONFLICT (run_id, metric) DO UPDATE SET holder = EXCLUDED.holder, info = EXCLUDED.info, "
                 "stage = EXCLUDED.stage, taken_at = clock_timestamp(), renewed_at = clock_timestamp(), "
                 "expires_at = EXCLUDED.expires_at WHERE aip_partition_lease.expires_at < clock_timestamp() "
+                "OR aip_partition_lease.holder = EXCLUDED.holder "  # its own, taken by a try whose answer was lost
                 "RETURNING holder", [self.run_id, self.metric, self.holder, self.info, self.stage, self.seconds]
             ).fetchone()
             return got is not None, before
@@ -291,17 +305,21 @@ class PgLease(Lease):
         except Exception as e:  # noqa: BLE001 - it expires on its own
             logger.warning(f"{self.where}: the lease could not be released ({e}); it expires in {self.seconds:.0f}s")
 
-    def _stamp(self) -> dict[str, Any] | None:
+    def _stamp(self, stage: str) -> dict[str, Any] | None:
         row = self.db.run(f"the stamp of {self.where}", lambda c: c.execute(
             "SELECT done_at, info FROM aip_stage_done WHERE run_id = %s AND metric = %s AND stage = %s",
-            [self.run_id, self.metric, self.stage]).fetchone())
+            [self.run_id, self.metric, stage]).fetchone())
         return {"at": float(row[0]), "by": row[1]} if row else None
 
-    def mark_done(self) -> None:
+    def offset(self) -> float:
+        return self._offset
+
+    def mark_done(self) -> None:  # the database's clock: one clock for the stamps of every worker's host
         self.db.run(f"the stamp of {self.where}", lambda c: c.execute(
-            "INSERT INTO aip_stage_done (run_id, metric, stage, done_at, info) VALUES (%s, %s, %s, %s, %s) "
+            "INSERT INTO aip_stage_done (run_id, metric, stage, done_at, info) "
+            "VALUES (%s, %s, %s, extract(epoch FROM clock_timestamp()), %s) "
             "ON CONFLICT (run_id, metric, stage) DO UPDATE SET done_at = EXCLUDED.done_at, info = EXCLUDED.info",
-            [self.run_id, self.metric, self.stage, time.time(), self.info]))
+            [self.run_id, self.metric, self.stage, self.info]))
 
 
 @contextmanager

@@ -414,7 +414,8 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
             interrupts.check()  # a signal before it began (between two stages): it does not start
             _check_partition(stage, run_id, metric, path)  # before the lease: a partition that is not one leaves nothing
             with leases.held(run_id, metric, stage, path, log) as lease:
-                done = lease.done_since(since) if since is not None else None
+                before = STAGES[STAGES.index(stage) - 1] if stage != STAGES[0] else None
+                done = lease.done_since(since, before) if since is not None else None
                 if done is not None:
                     return _done_elsewhere(stage, run_id, metric, path, log, done)
                 return _run_stage(stage, run_id, metric, log, path, observe, lease)

@@ -293,3 +293,23 @@ def test_a_waiting_worker_says_whom_it_waits_for_and_stops_on_ctrl_c(tmp_path, m
         assert lease.done_since(0) is None
         lease.mark_done()
         assert lease.done_since(0)["by"].startswith(f"pid {os.getpid()} ")
+
+
+def test_a_stage_done_elsewhere_counts_only_if_done_after_the_stage_before_it(tmp_path):
+    """A stage another worker committed since this one began is this run's result only if it came
+    after the last commit of the stage before it: a stage done on inputs written again since (a
+    worker that redid synthesis after another sampled) is done again."""
+    path = tmp_path / "warehouse.duckdb"
+    since = time.time() - 1
+    for stage in ("synthesis", "sampling"):  # another worker: synthesis, then sampling
+        with leases.held("r", "m", stage, path, lambda m: None) as lease:
+            lease.mark_done()
+    with leases.held("r", "m", "sampling", path, lambda m: None) as lease:
+        assert lease.done_since(since, "synthesis") is not None  # sampled on that synthesis: its result stands
+        assert lease.done_since(time.time() + 1, "synthesis") is None  # done before this one began: done again
+    time.sleep(0.01)
+    with leases.held("r", "m", "synthesis", path, lambda m: None) as lease:  # a third worker redoes synthesis
+        lease.mark_done()
+    with leases.held("r", "m", "sampling", path, lambda m: None) as lease:
+        assert lease.done_since(since, "synthesis") is None  # sampled on the synthesis before: done again
+        assert lease.done_since(since) is not None  # (without the stage before, it would have counted)
