@@ -367,8 +367,8 @@ class StagedTables:
         files = self.files.get(table) or []
         return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else pd.DataFrame()
 
-    def commit(self, path: Path) -> None:
-        wh.write_partition_files(self.run_id, self.metric, self.files, stage=self.stage, path=path)
+    def commit(self, path: Path, guard: Callable[[], None] | None = None) -> None:
+        wh.write_partition_files(self.run_id, self.metric, self.files, stage=self.stage, path=path, guard=guard)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def metadata(self) -> dict[str, Any]:
@@ -503,8 +503,7 @@ def _run_stage(stage: str, run_id: str, metric: str, log: Log, path: Path,
         if ctx.notes:
             staged.add({"run_notes": ctx.notes})
         interrupts.check()  # stopped calls a metric booked as failures are never written
-        lease.check()  # still this worker's partition (a lease taken over is never written over)
-        staged.commit(path)
+        staged.commit(path, guard=lease.check)  # at each try: still this worker's partition (else not written)
         lease.mark_done()
     finally:
         with interrupts.handled(stop=False):  # the journal written whole, even if a signal comes now

@@ -1311,11 +1311,13 @@ def lean_first(fn: Callable[[dict[str, Any] | None], T]) -> T:
 
 
 def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None = None,
-                          path: str | Path | None = None) -> None:
+                          path: str | Path | None = None, guard: Callable[[], None] | None = None) -> None:
     """Replace this partition's rows in each table with the rows of its staged Parquet files,
     all in one transaction; DuckDB reads the files itself, so Python never holds the partition.
     The transaction holds new rows in memory until they fill row groups, per DuckDB thread: the
-    write uses one, at the lean cap first (see :func:`write_caps`)."""
+    write uses one, at the lean cap first (see :func:`write_caps`). ``guard``: called at the start
+    of each try of the transaction (a retry after a conflict or an outage too); what it raises
+    rolls the write back (the partition's lease no longer this worker's: ``leases.Lease.check``)."""
     if str(Path(path or default_path()).resolve()) in _sessions():
         raise RuntimeError(f"{path or default_path()}: a partition write inside a session of the same warehouse")
     release_memory()
@@ -1324,7 +1326,7 @@ def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]]
         final = i == len(caps) - 1
         config: dict[str, Any] = {"threads": WRITE_THREADS, **({"memory_limit": cap} if cap else {})}
         try:
-            _write_files(run_id, metric, files, stage, path, config, final)
+            _write_files(run_id, metric, files, stage, path, config, final, guard)
             return
         except duckdb.OutOfMemoryException:
             if final:
@@ -1334,8 +1336,11 @@ def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]]
 
 
 def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None,
-                 path: str | Path | None, config: dict[str, Any], final: bool) -> None:
+                 path: str | Path | None, config: dict[str, Any], final: bool,
+                 guard: Callable[[], None] | None = None) -> None:
     def replace(con: duckdb.DuckDBPyConnection) -> None:
+        if guard is not None:
+            guard()
         for table, paths in files.items():
             cols = ", ".join(c for c, _ in TABLES[table])
             if table in STAGE_SCOPED:

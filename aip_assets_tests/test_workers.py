@@ -313,3 +313,23 @@ def test_a_stage_done_elsewhere_counts_only_if_done_after_the_stage_before_it(tm
     with leases.held("r", "m", "sampling", path, lambda m: None) as lease:
         assert lease.done_since(since, "synthesis") is None  # sampled on the synthesis before: done again
         assert lease.done_since(since) is not None  # (without the stage before, it would have counted)
+
+
+def test_a_partition_write_asks_its_guard_at_each_try_and_a_refusal_writes_nothing(tmp_path):
+    """The stage's commit asks its lease at the start of the transaction (and of each try again):
+    a lease no longer this worker's rolls the write back, so the rows the other worker wrote stay."""
+    rows = [{"run_id": "g", "metric": "m", "stage": "s", "level": "info", "code": "c", "message": "mine"}]
+    f = tmp_path / "notes.parquet"
+    wh.frame("run_notes", rows).to_parquet(f)
+    with wh.connect(create=True):
+        pass
+    asked = []
+    wh.write_partition_files("g", "m", {"run_notes": [f]}, stage="s", guard=lambda: asked.append(1))
+    assert asked == [1] and list(wh.query("SELECT message FROM run_notes WHERE run_id = 'g'").message) == ["mine"]
+    wh.frame("run_notes", [{**rows[0], "message": "after the lease was lost"}]).to_parquet(f)
+
+    def lost() -> None:
+        raise OperationalError("another worker took over this partition's lease")
+    with pytest.raises(OperationalError, match="took over"):
+        wh.write_partition_files("g", "m", {"run_notes": [f]}, stage="s", guard=lost)
+    assert list(wh.query("SELECT message FROM run_notes WHERE run_id = 'g'").message) == ["mine"]
