@@ -81,12 +81,16 @@ def lease_seconds() -> float:
     return value
 
 
-def who() -> str:
-    """This process, for the messages of those who wait: pid, host and program (no arguments)."""
+def program() -> str:
+    """This process's program and, for aip-eval and Dagster, its subcommand: never another argument."""
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     sub = sys.argv[1] if len(sys.argv) > 1 and re.fullmatch(r"[a-z][a-z_-]*", sys.argv[1]) else ""
-    prog = f"{name} {sub}" if name in ("aip-eval", "dagster", "dagster-webserver") and sub else name
-    return f"pid {os.getpid()} on {socket.gethostname()} ({prog})"
+    return f"{name} {sub}" if name in ("aip-eval", "dagster", "dagster-webserver") and sub else name
+
+
+def who() -> str:
+    """This process, for the messages of those who wait: pid, host and program (no arguments)."""
+    return f"pid {os.getpid()} on {socket.gethostname()} ({program()})"
 
 
 class Lease:

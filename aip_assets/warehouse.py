@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import re
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -475,11 +474,9 @@ def _file_lock(db_path: Path) -> Iterator[None]:
         try:  # say who holds it, for anyone waiting: pid, program and subcommand (no arguments, no environment)
             fh.seek(0)
             fh.truncate()
-            name = os.path.basename(sys.argv[0]) if sys.argv else "python"
-            sub = sys.argv[1] if len(sys.argv) > 1 else ""
-            known = name in ("aip-eval", "dagster", "dagster-webserver") and re.fullmatch(r"[a-z][a-z_-]*", sub)
-            prog = f"{name} {sub}" if known else name  # a subcommand, never another argument
-            fh.write(f"pid {os.getpid()} ({prog})")
+            from .leases import program
+
+            fh.write(f"pid {os.getpid()} ({program()})")
             fh.flush()
         except OSError:
             pass

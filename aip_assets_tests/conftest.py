@@ -173,9 +173,9 @@ def scripted():
         s.stop()
 
 
-@pytest.fixture(scope="session")
-def postgres():
-    """A PostgreSQL server for this test session (aip_assets_tests/pg.py); skipped where none can start."""
+def throwaway_postgres():
+    """A started PostgreSQL server (aip_assets_tests/pg.py), stopped and removed after; the test is
+    skipped, saying why, where none can start. A generator for fixtures of any scope."""
     from .pg import Postgres, unavailable
 
     why = unavailable()
@@ -186,6 +186,12 @@ def postgres():
         yield server.start()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for this test session; skipped where none can start."""
+    yield from throwaway_postgres()
 
 
 def new_database(postgres) -> str:

@@ -20,7 +20,7 @@ from aip_assets.cli import main
 from aip_assets.models.builtin import handle_chat
 from aip_assets.runspec import BuiltinProfile
 
-from .conftest import write_dataset
+from .conftest import throwaway_postgres, write_dataset
 from .scripted import Reply, is_preflight, is_probe
 from .test_pipeline import FLIP, _assert_same, _stable
 
@@ -29,16 +29,8 @@ PASSWORD = "s3cret-pw-26"  # trust authentication: the server never asks for it,
 
 @pytest.fixture(scope="module")
 def own_postgres():
-    from .pg import Postgres, unavailable
-
-    why = unavailable()
-    if why:
-        pytest.skip(f"shared mode needs PostgreSQL: {why}")
-    server = Postgres()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    """A server of this module's own: stopping it disturbs no other test."""
+    yield from throwaway_postgres()
 
 
 @pytest.fixture
