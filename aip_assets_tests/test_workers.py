@@ -127,8 +127,10 @@ def test_two_workers_resuming_one_capped_run_make_each_call_once(base_dir, mode,
     assert got.keys() == calls.keys() and set(got.values()) == {1}, (len(got), len(calls), sorted(set(got.values())))
     assert _duplicates("r1") == 0
     assert _scores("r1") == scores
-    err = "\n".join(o[1] for o in outs)
-    assert "done by another worker" in err  # one went on from the other's result
+    # whether one went on from the other's result ("done by another worker") or did a stage again from
+    # the journal depends on which started first (a loaded machine): either way every call was made
+    # once (above); the skip itself is tested in test_a_stage_done_elsewhere_counts_only_if_done_after...
+    assert all("resuming run r1 with its stored spec" in o[1] for o in outs)
     for out, _ in outs:  # each printed the run's whole summary
         assert json.loads(out)["metrics"]["llm.decision_flip"]["score"] == json.loads(outs[0][0])["metrics"][
             "llm.decision_flip"]["score"]
