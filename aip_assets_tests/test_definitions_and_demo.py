@@ -1,6 +1,7 @@
 """The Dagster definitions load as `dagster dev` would, and the README's demo runs."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,10 +62,9 @@ def test_demo_data_and_spec():
     assert len(rows) >= 24 and len({r.metadata.get("domain") for r in rows}) >= 8
     assert any(r.task_type.startswith("multi_turn") for r in rows)
     assert any(r.task_type.endswith("_rag") for r in rows)
+
     # a question that offers two courses ("submit now, or wait?") is not answered YES or NO: its
     # labels name the courses
-    import re
-
     def question(r):  # the last sentence
         return re.split(r"(?<=[.!?])\s+", r.last_user_text.strip())[-1]
 
@@ -73,6 +73,21 @@ def test_demo_data_and_spec():
     for r in either_or:
         labels = r.metadata.get("decision_labels")
         assert labels and not {"YES", "NO"} & set(labels), (r.input_id, labels)
+
+
+def first_plain_block(text: str, heading: str) -> list[str]:
+    """The lines of the first fenced block without a language (the demo's output) after ``heading``."""
+    lines = text[text.index(heading):].splitlines()
+    fence = None
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            if fence is None:
+                fence = (i, line)
+            else:
+                if fence[1] == "```":
+                    return lines[fence[0] + 1:i]
+                fence = None
+    raise AssertionError(f"no plain fenced block after {heading!r}")
 
 
 @pytest.mark.default_baseline
@@ -115,7 +130,7 @@ def test_readme_demo_command_runs_offline(capsys):
     assert s["incidental_differences"] > 0  # the demo SUT's refusals are told apart from flips
     readme = (REPO / "README.md").read_text().splitlines()
     assert 'aip-eval run data/runs/demo.yaml' in "\n".join(readme[:6]) and "pytest" in "\n".join(readme[:6])
-    # the README's sample output is what the demo prints, line for line
+    # the demo page's sample output is what the demo prints, line for line
     import io
 
     from aip_assets import pipeline
@@ -123,14 +138,19 @@ def test_readme_demo_command_runs_offline(capsys):
 
     printed = io.StringIO()
     print_summary(pipeline.run_summary(run_id), printed)
-    text = "\n".join(readme)
-    start = text.index("```\n", text.index("## The demo")) + 4
-    sample = text[start:text.index("```", start)].rstrip("\n").splitlines()
+    text = (REPO / "docs" / "demo.md").read_text()
+    sample = first_plain_block(text, "# The demo")
     got = printed.getvalue().rstrip("\n").splitlines()
-    assert got[0].startswith(f"Run {run_id}  (spec demo") and got[1] == ""  # the README leaves out the run's header
+    assert got[0].startswith(f"Run {run_id}  (spec demo") and got[1] == ""  # the page leaves out the run's header
     got = got[2:]
-    diff = [f"README: {a!r}\ndemo:   {b!r}" for a, b in zip(sample, got) if a != b]
-    assert not diff and len(sample) == len(got), "the README's sample output is stale:\n" + "\n".join(diff[:10])
+    diff = [f"docs/demo.md: {a!r}\ndemo:         {b!r}" for a, b in zip(sample, got) if a != b]
+    assert not diff and len(sample) == len(got), "the demo page's sample output is stale:\n" + "\n".join(diff[:10])
+    # the README's excerpt: its lines ("..." marks those left out) are lines of the output, in order
+    excerpt = [line for line in first_plain_block("\n".join(readme), "## The demo") if line != "..."]
+    assert len(excerpt) >= 10
+    rest = iter(got)
+    missing = [line for line in excerpt if not any(line == g for g in rest)]
+    assert not missing, "the README's demo excerpt is not the demo's output:\n" + "\n".join(missing[:5])
     # the warehouse opens in the DuckDB CLI a user gets from PyPI (duckdb-cli, a dev dependency)
     import shutil
     import subprocess
@@ -145,3 +165,20 @@ def test_readme_demo_command_runs_offline(capsys):
                           "SELECT count(*) AS n FROM metric_scores WHERE scope = 'overall'"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["n", str(len(REGISTRY))], (out.stdout, out.stderr)
+    # every example query of the warehouse page runs on the demo's warehouse and returns rows where
+    # the demo has them (a renamed view or column fails here)
+    capsys.readouterr()
+    page = (REPO / "docs" / "concepts" / "warehouse.md").read_text()
+    queries = [page[page.index('aip-eval sql "') + 14:].split('"', 1)[0]]
+    block = page[page.index("```sql\n") + 7:]
+    block = block[:block.index("```")]
+    queries += [q.strip() for q in re.sub(r"--[^\n]*", "", block).split(";") if q.strip()]
+    assert len(queries) >= 15
+    for q in queries:
+        assert main(["sql", q.replace("'…'", f"'{run_id}'"), "--format", "csv"]) == 0, q
+        out, err = capsys.readouterr()
+        assert not err, (q, err)
+    for q in ("SELECT * FROM v_flip_rate_by_axis WHERE run_id = '…'", "SELECT * FROM v_run_summary ORDER BY created_at DESC"):
+        assert q in page
+        assert main(["sql", q.replace("'…'", f"'{run_id}'"), "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out), q  # rows, not an empty success

@@ -1,5 +1,5 @@
-"""`aip-eval`'s exit codes (errors.EXIT_*, the README's table, issue 26): each produced once by
-`aip_assets.cli.main`, and the README's table listing exactly those codes, each with its meaning.
+"""`aip-eval`'s exit codes (errors.EXIT_*, the table of docs/concepts/exit-codes.md): each produced once
+by `aip_assets.cli.main`, and the docs' table listing exactly those codes, each with its meaning.
 
 Local mode, the builtin model, four rows: each run takes a few seconds."""
 
@@ -22,7 +22,7 @@ from .conftest import write_dataset
 from .scripted import Reply, is_preflight, is_probe
 from .test_warehouse_lock import LOCK_HOLDER, hold
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+EXIT_CODES_PAGE = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "exit-codes.md"
 # the words each code's row begins with (issue 26's table); the constants come from errors.py
 MEANINGS = {"EXIT_PASSED": "passed", "EXIT_GATE_FAILED": "gate failed", "EXIT_BAD_INPUT": "bad input or configuration",
             "EXIT_INTERNAL": "internal error", "EXIT_LIMIT": "stopped at a limit",
@@ -47,11 +47,11 @@ def exit_codes() -> dict[str, int]:
     return {name: getattr(errors, name) for name in dir(errors) if name.startswith("EXIT_")}
 
 
-def test_the_readme_table_lists_exactly_the_exit_codes_with_their_meanings():
-    """The README's exit-code table: one row per errors.EXIT_* constant (its code, its name, a
+def test_the_docs_table_lists_exactly_the_exit_codes_with_their_meanings():
+    """The docs' exit-code table: one row per errors.EXIT_* constant (its code, its name, a
     meaning that begins with the words the code stands for), and no other row."""
-    text = README.read_text()
-    head = text.index("### Exit codes")
+    text = EXIT_CODES_PAGE.read_text()
+    head = text.index("# Exit codes")
     rows = re.findall(r"^\| `(\d+)` \| `(EXIT_[A-Z_]+)` \| (.+?) \|$", text[head:head + 4000], re.M)
     codes = exit_codes()
     assert sorted((name, int(code)) for code, name, _ in rows) == sorted(codes.items()), rows

@@ -96,7 +96,7 @@ def test_execution_manifests_max_concurrency_is_the_run_queue_limit():
 
 def test_execution_manifests_timeout_is_each_rows_deadline(tmp_path):
     """The specs' execution timeout_seconds is the time one dataset row's calls may be in flight in
-    one stage (README, spec decisions); the spec's limits.row_timeout_seconds overrides it, and the
+    one stage (docs/metrics/index.md, spec decisions); the spec's limits.row_timeout_seconds overrides it, and the
     metrics whose spec has no execution manifest have no deadline unless the spec sets one."""
     from aip_assets.metrics.base import StageContext, execution_timeout
     from aip_assets.runspec import parse_spec
@@ -143,3 +143,56 @@ def test_records_match_the_warehouse():
                              ("run_notes", records.RunNote, ())):
         cols = {c for c, _ in TABLES[table]} - {"run_id", "metric"} - ({"stage"} if table == "run_notes" else set())
         assert set(get_type_hints(td)) == cols | set(extra), table
+
+
+DOCS = Path(aip_assets.__file__).parent.parent / "docs"
+
+
+def _decision_rows(page: Path) -> list[list[str]]:
+    """The rows (point, decision, test) of a docs page's spec-decision table."""
+    text = page.read_text()
+    head = text.index("| point | decision | test |")
+    table = text[head:].split("\n\n")[0].splitlines()[2:]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in table]
+
+
+def test_the_docs_spec_decisions_name_tests_that_exist():
+    """Each metric page and the metrics overview carry a table of spec decisions (where the spec is
+    silent or open, how the code reads it), and every test a row names is a test of the suite."""
+    import re
+
+    tests = {m for f in Path(__file__).parent.glob("test_*.py")
+             for m in re.findall(r"^(?:async )?def (test_\w+)", f.read_text(), re.M)}
+    pages = sorted((DOCS / "metrics").glob("*.md"))
+    assert {p.stem for p in pages} >= {"index", "decision-flip", "group-interaction-bias", "consistency",
+                                       "perturbation-robustness"}
+    named = set()
+    for page in pages:
+        rows = _decision_rows(page)
+        assert rows and all(len(r) == 3 for r in rows), page
+        for point, decision, test in rows:
+            assert point and decision, (page.name, point)
+            cited = re.findall(r"`(test_\w+)`", test)
+            assert cited or test == "same", (page.name, point, test)
+            named.update(cited)
+    assert named and not named - tests, sorted(named - tests)
+
+
+def test_the_docs_example_specs_validate():
+    """The run-spec page's spec with every field, and the README's "point it at your model" spec,
+    are specs the validator takes (their dataset put at the demo's)."""
+    import re
+
+    import yaml
+
+    from aip_assets.runspec import parse_spec
+
+    demo = DOCS.parent / "data" / "datasets" / "demo_decisions.jsonl"
+    blocks = {"docs/concepts/run-spec.md": (DOCS / "concepts" / "run-spec.md").read_text(),
+              "README.md": (DOCS.parent / "README.md").read_text()}
+    for where, text in blocks.items():
+        [first, *_] = re.findall(r"```yaml\n(.*?)```", text, re.S)
+        data = yaml.safe_load(first)
+        assert data["metrics"] and data["sut"]["provider"] == "openai", where
+        spec = parse_spec({**data, "dataset": str(demo)}, where=where)
+        assert "llm.decision_flip" in spec.metrics, where
