@@ -162,7 +162,7 @@ def test_the_docs_spec_decisions_name_tests_that_exist():
     import re
 
     tests = {m for f in Path(__file__).parent.glob("test_*.py")
-             for m in re.findall(r"^(?:async )?def (test_\w+)", f.read_text(), re.M)}
+             for m in re.findall(r"^(?:async )?def (test_\w+)", f.read_text(), re.MULTILINE)}
     pages = sorted((DOCS / "metrics").glob("*.md"))
     assert {p.stem for p in pages} >= {"index", "decision-flip", "group-interaction-bias", "consistency",
                                        "perturbation-robustness"}
@@ -191,7 +191,7 @@ def test_the_docs_example_specs_validate():
     blocks = {"docs/concepts/run-spec.md": (DOCS / "concepts" / "run-spec.md").read_text(),
               "README.md": (DOCS.parent / "README.md").read_text()}
     for where, text in blocks.items():
-        [first, *_] = re.findall(r"```yaml\n(.*?)```", text, re.S)
+        [first, *_] = re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
         data = yaml.safe_load(first)
         assert data["metrics"] and data["sut"]["provider"] == "openai", where
         spec = parse_spec({**data, "dataset": str(demo)}, where=where)
