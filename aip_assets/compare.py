@@ -53,8 +53,17 @@ from .stats import holm, normalise_array, wilson  # noqa: F401 - holm is part of
 
 COLUMNS = ["metric", "scope", "group_key", "score_a", "score_b", "diff", "ci_low", "ci_high", "p_value",
            "p_adjusted", "significant", "n_a", "n_b", "method"]
-# scopes whose numbers are rates where lower is better (score_a/score_b hold the rate)
-LOWER_IS_BETTER = {("llm.decision_flip", "axis")}
+
+
+def lower_is_better(metric: str, scope: str) -> bool:
+    """Whether a scope's numbers are rates where lower is better (score_a/score_b hold the rate),
+    as the metric declares (``Metric.lower_is_better``)."""
+    from .metrics import REGISTRY
+
+    plugin = REGISTRY.get(metric)
+    return plugin is not None and scope in plugin.lower_is_better
+
+
 N_BOOT = 2000
 TOL = 1e-6
 
@@ -409,7 +418,7 @@ def is_drop(row: dict | pd.Series) -> bool:
     """A significant change for the worse: a lower score, or a higher flip rate on an axis row."""
     if not bool(row["significant"]) or row["diff"] is None or pd.isna(row["diff"]):
         return False
-    return row["diff"] > 0 if (row["metric"], row["scope"]) in LOWER_IS_BETTER else row["diff"] < 0
+    return row["diff"] > 0 if lower_is_better(row["metric"], row["scope"]) else row["diff"] < 0
 
 
 def save_comparison(run_a: str, run_b: str, df: pd.DataFrame, warnings: list[str],
@@ -458,7 +467,7 @@ def format_table(df: pd.DataFrame, run_a: str, run_b: str, alpha: float = 0.05) 
         mark = ("* drop" if is_drop(r) else "* gain") if r["significant"] and r["diff"] else ""
         test = ("none" if str(r["method"]).startswith("no test") else
                 "2-prop" if str(r["method"]).startswith("two-proportion") else "bootstrap")
-        lower = " (rate, lower better)" if (r["metric"], r["scope"]) in LOWER_IS_BETTER else ""
+        lower = " (rate, lower better)" if lower_is_better(r["metric"], r["scope"]) else ""
         rows.append({"": mark, "metric": r["metric"], "scope": r["scope"] + lower, "group": r["group_key"],
                      "A": f(r["score_a"]), "B": f(r["score_b"]), "diff": fd(r["diff"]),
                      "interval": "" if r["ci_low"] is None or pd.isna(r["ci_low"]) else f"[{fd(r['ci_low'])}, {fd(r['ci_high'])}]",

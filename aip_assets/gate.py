@@ -13,25 +13,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# reason -> what it means. Every excluded unit is counted under exactly one of them.
+# reason -> what it means, for the reasons every metric shares; a metric adds its own
+# (``Metric.exclusion_reasons``; all of them: ``metrics.exclusion_reasons()``). Every excluded unit is
+# counted under exactly one reason.
 REASONS: dict[str, str] = {
     "sut_failed": "a SUT call failed (HTTP error, timeout, refused connection, malformed response) after its retries",
     "empty_answer": "the SUT answered with nothing visible: empty text, whitespace by Unicode (NBSP, U+3000…) or "
                     "zero-width characters (U+200B-U+200D, U+2060, U+FEFF) only, or only a <think> block "
                     "(sut_responses.status = 'empty'); "
                     "no judge is asked",
-    "no_decision": "decision flip: neither answer of the pair states one of the configured decision labels "
-                   "(a refusal, a hedge, or labels the SUT does not use)",
     "judge_failed": "the judge never answered in the required JSON form within its retry budget, or its call failed",
     "unjudgeable": "the judge answered in form but declared that the item cannot be judged on its dimension "
                    "(e.g. neither answer takes a stance, neither states a figure)",
     "judges_disagree": "a judge panel (judges: [...]) reached no verdict under its judge_rule: no strict majority of "
                        "the judges' verdicts (majority), or not all alike (unanimous); every judge's verdict is in "
                        "judge_panel",
-    "missing_original_query": "perturbation robustness (dataset): the row has no metadata.original_query",
-    "no_baseline": "perturbation robustness (dataset): no row of the group equals its original query",
-    "duplicate_baseline": "perturbation robustness (dataset): two or more rows of the group claim to be its baseline",
-    "baseline_only": "perturbation robustness (dataset): the group has only its baseline, no variant",
 }
 # judgement statuses for which a judge was asked (the denominator of judge completeness)
 JUDGE_ASKED = ("ok", "judge_failed", "no_decision", "unjudgeable", "judges_disagree")

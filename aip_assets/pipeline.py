@@ -15,7 +15,7 @@ import shutil
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -23,7 +23,7 @@ from . import __version__, interrupts
 from .dataset import load_dataset
 from .errors import AipError, SpecError
 from .metrics import REGISTRY, get_metric
-from .metrics.base import OverlayReader, StageContext, panel_role
+from .metrics.base import Metric, OverlayReader, StageContext, panel_role
 from .models.client import check_endpoint
 from .models.journal import open_journal
 from .hashing import file_sha256, stable_json
@@ -498,7 +498,7 @@ def _run_stage(stage: str, run_id: str, metric: str, log: Log, path: Path,
                 log(note)
                 ctx.notes.append({"level": "warning", "code": "builtin_judge", "message": note})
         else:
-            for tables in plugin.run_aggregate(ctx):
+            for tables in finished_aggregate(plugin, ctx):
                 staged.add(tables)
         if ctx.notes:
             staged.add({"run_notes": ctx.notes})
@@ -514,6 +514,24 @@ def _run_stage(stage: str, run_id: str, metric: str, log: Log, path: Path,
         meta.update(_aggregation_meta(run_id, metric, plugin, path))
     log(f"{stage} [{run_id} × {metric}]: " + ", ".join(f"{k}={v}" for k, v in meta.items() if k != "summary"))
     return meta
+
+
+def finished_aggregate(plugin: Metric, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
+    """A metric's ``aggregate`` with the gate applied to its run score, and the judges' checks
+    added (the audit judge, position bias, a panel's agreement, people's labels): one engine for
+    every metric, applied here so that no metric calls it."""
+    from .gate import finish_scores
+    from .human_labels import human_scores
+    from .judge_audit import audit_scores, position_scores
+    from .judge_panel import panel_scores
+
+    for tables in plugin.aggregate(ctx):
+        if "metric_scores" in tables:
+            judges = (audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, plugin)
+                      + panel_scores(ctx, ctx.config))
+            judges += human_scores(ctx, plugin)  # people's labels (aip-eval label import), kept on re-aggregation
+            tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
+        yield tables
 
 
 def with_panel(summary: dict[str, Any], scores: pd.DataFrame) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def aggregate_tables(metric, cfg, tables: dict, spec=None, metric_name: str = "l
     ctx = StageContext(run_id="r", metric=metric_name, spec=spec, config=cfg, journal=None, threshold=threshold,
                        reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}), batch_rows=batch_rows)
     out: dict[str, list] = {}
-    for t in metric.run_aggregate(ctx):
+    for t in pipeline.finished_aggregate(metric, ctx):
         for k, v in t.items():
             out.setdefault(k, []).extend(v)
     return out

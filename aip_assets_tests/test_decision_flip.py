@@ -11,6 +11,7 @@ from aip_assets.metrics.base import StageContext
 from aip_assets.metrics.decision_flip import (DecisionFlip, DecisionFlipConfig, JudgeVerdict, decision_instruction,
                                               probe_messages)
 from aip_assets.models.builtin import split_persona
+from aip_assets.pipeline import finished_aggregate
 
 from .conftest import make_spec, persona_pairs, run_all, table, write_dataset
 
@@ -243,7 +244,7 @@ def test_exclusions_are_counted_by_reason_and_never_scored():
              "task_type": "single_turn_llm", "context": None, "metadata": "{}"} for k in range(3)]
     tables = {"judgements": j, "probe_pairs": pp, "sut_responses": sr, "dataset_rows": rows,
               "persona_pool": [{"axis": "role"}, {"axis": "gender"}]}
-    out = _collect(DecisionFlip().run_aggregate(_ctx(DecisionFlipConfig(), tables, threshold=0.7)))
+    out = _collect(finished_aggregate(DecisionFlip(), _ctx(DecisionFlipConfig(), tables, threshold=0.7)))
     s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
     o = s[("overall", "all")]
     assert o["n"] == 5 and o["n_events"] == 1 and o["score"] == pytest.approx(0.8)

@@ -97,7 +97,7 @@ def test_exit_3_a_bug_in_a_stage_saves_its_traceback(tmp_path, capsys, monkeypat
 
     def broken(self, ctx):
         raise ZeroDivisionError("an injected bug in aggregation")
-    monkeypatch.setattr(metric, "run_aggregate", broken)
+    monkeypatch.setattr(metric, "aggregate", broken)
     assert main(["run", str(spec_file(tmp_path)), "--run-id", "buggy", "--quiet"]) == errors.EXIT_INTERNAL
     err = capsys.readouterr().err
     saved = re.search(r"the traceback is saved in (\S+);", err)

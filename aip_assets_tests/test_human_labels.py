@@ -15,6 +15,8 @@ from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.judge_audit import kappa as audit_kappa
+from aip_assets.metrics.consistency import HUMAN_CATEGORIES as CONSISTENCY_CATEGORIES
+from aip_assets.metrics.decision_flip import HUMAN_CATEGORIES as DF_CATEGORIES
 from aip_assets.stats import cohen_kappa, kish_n, rogan_gladen, rogan_gladen_stratified, wilson, wilson_share
 
 from .conftest import make_spec, run_all, table, write_dataset
@@ -31,7 +33,7 @@ def census(confusion: dict[tuple[str, str], int]) -> tuple[pd.DataFrame, pd.Data
     for (judge, people), k in confusion.items():
         for i in range(k):
             jid = f"{judge}>{people}#{i}"
-            pop.append({"judgement_id": jid, "judge_kind": "decision", "judge_category": judge, "allowed": list(hl.DECISION)})
+            pop.append({"judgement_id": jid, "judge_kind": "decision", "judge_category": judge, "allowed": list(DF_CATEGORIES)})
             labels.append({"judgement_id": jid, "category": people, "labeller": "ann"})
     return pd.DataFrame(pop), pd.DataFrame(labels)
 
@@ -97,14 +99,14 @@ def test_three_category_kappa_by_hand_unweighted_and_weighted():
     items weigh 1*2 + 2*1 + 4*3 = 16, the judge's share of them 12/16 = 0.75 (Kish's n
     16^2 / (4 + 1 + 1 + 4*9) = 256/42); its specificity: people's other items weigh 8*2 + 6*1 +
     1*3 = 25, the judge put 3 of that weight in Contradictory: 22/25 = 0.88."""
-    C, S, X = hl.CONSISTENCY[:3]
+    C, S, X = CONSISTENCY_CATEGORIES[:3]
     table3 = {(C, C): 6, (C, S): 2, (C, X): 1, (S, C): 1, (S, S): 5, (S, X): 2, (X, S): 1, (X, X): 4}
     rated = [(a, b, 1.0) for (a, b), k in table3.items() for _ in range(k)]
     assert cohen_kappa(rated) == pytest.approx((15 / 22, 12 / 23))
     pop, labels = census(table3)
-    pop["allowed"] = [list(hl.CONSISTENCY)] * len(pop)
+    pop["allowed"] = [list(CONSISTENCY_CATEGORIES)] * len(pop)
     extra = pd.DataFrame([{"judgement_id": f"unlabelled-{c}-{i}", "judge_kind": "comparison", "judge_category": c,
-                           "allowed": list(hl.CONSISTENCY)} for c, more in ((C, 9), (X, 10)) for i in range(more)])
+                           "allowed": list(CONSISTENCY_CATEGORIES)} for c, more in ((C, 9), (X, 10)) for i in range(more)])
     pop = pd.concat([pop, extra], ignore_index=True)  # 18, 8 and 15 judgements; 9, 8 and 5 labelled
     r = rows_by_key(hl.agreement_records(SEM, pop, labels, seed=1, metric_name="semantic_consistency"))
     assert r["agreement"]["rate"] == pytest.approx(29 / 41) and r["agreement"]["raw_score"] == pytest.approx(619 / 1111)
@@ -131,7 +133,7 @@ def test_no_corrected_rate_when_the_judge_is_no_better_than_chance():
     pop, labels = census({("flip", "flip"): 4, ("flip", "same_decision"): 16, ("same_decision", "flip"): 10,
                           ("same_decision", "same_decision"): 10})
     more = pd.DataFrame([{"judgement_id": f"u-{c}-{i}", "judge_kind": "decision", "judge_category": c,
-                          "allowed": list(hl.DECISION)} for c, k in (("flip", 20), ("same_decision", 140)) for i in range(k)])
+                          "allowed": list(DF_CATEGORIES)} for c, k in (("flip", 20), ("same_decision", 140)) for i in range(k)])
     c = rows_by_key(hl.agreement_records(FLIP, pd.concat([pop, more]), labels, 1, "decision_flip"))["corrected:flip"]
     assert c["rate"] is None and c["details"]["why"].startswith("Se + Sp - 1 = -0.195 <= 0")
     assert c["raw_score"] == 0.2  # the judge's own rate is still there
@@ -207,10 +209,10 @@ def test_population_leaves_out_null_pairs_and_judgements_without_a_verdict():
 
 
 def test_a_label_may_be_written_in_any_case_or_spacing():
-    assert hl.match_category(" Same decision ", hl.DECISION) == "same_decision"
-    assert hl.match_category("slightly-inconsistent", hl.CONSISTENCY) == "Slightly Inconsistent"
+    assert hl.match_category(" Same decision ", DF_CATEGORIES) == "same_decision"
+    assert hl.match_category("slightly-inconsistent", CONSISTENCY_CATEGORIES) == "Slightly Inconsistent"
     assert hl.match_category("EFFORT:HIGH", ["effort:low", "effort:high"]) == "effort:high"
-    assert hl.match_category("flipped", hl.DECISION) is None
+    assert hl.match_category("flipped", DF_CATEGORIES) is None
     assert hl._safe_cell("=HYPERLINK(\"x\")") == "'=HYPERLINK(\"x\")" and hl._safe_cell("- a list") == "'- a list"
     assert hl._safe_cell("Decision: YES") == "Decision: YES"
 
@@ -513,7 +515,7 @@ def test_every_judge_category_is_one_a_person_may_give():
     cases = {
         FLIP: [{"status": "ok", "label": lab} for lab in ("flip", "incidental_difference", "same_decision")]
         + [{"status": "no_decision", "label": "no_decision"}, {"status": "unjudgeable", "label": "not_judged"}],
-        SEM: [{"status": "ok", "label": lab} for lab in hl.CONSISTENCY[:3]] + [{"status": "unjudgeable", "label": "Unjudgeable"}],
+        SEM: [{"status": "ok", "label": lab} for lab in CONSISTENCY_CATEGORIES[:3]] + [{"status": "unjudgeable", "label": "Unjudgeable"}],
         "llm.group_interaction_bias": [{"status": "ok", "judge_kind": k, "score": x} for k in ("similarity", "tone", "effort")
                                        for x in (0.0, 0.5, 1.0)] + [{"status": "unjudgeable", "judge_kind": "tone"}],
         "llm.perturbation_robustness": [{"status": "ok", "judge_kind": k, "score": x} for k in ("correctness", "robustness")

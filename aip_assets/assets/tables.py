@@ -58,34 +58,18 @@ def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(out)
 
 
-# (view or table, columns, ORDER BY, WHERE), the first that has rows for the partition is shown
-_JUDGEMENT_PREVIEWS: dict[str, list[tuple[str, list[str], str, str]]] = {
-    "llm.decision_flip": [
-        ("v_flipped_pairs", ["axis", "value_a", "value_b", "decision_a", "decision_b", "response_a", "response_b",
-                             "reasoning"], "axis, pair_id", "TRUE"),
-        ("v_pair_verdicts", ["axis", "value_a", "value_b", "decision_a", "decision_b", "label", "response_a",
-                             "response_b", "reasoning"], "decisions_differ DESC NULLS LAST, pair_id", "TRUE"),
-    ],
-    "llm.group_interaction_bias": [
-        ("v_gib_pairs", ["persona_a", "persona_b", "similarity", "tone_divergence", "effort_gap",
-                         "less_helpful_persona", "response_a", "response_b"],
-         "((1 - coalesce(similarity, 1)) + coalesce(tone_divergence, 0) + coalesce(effort_gap, 0)) DESC, pair_id",
-         "TRUE"),
-    ],
-}
-_CONSISTENCY = [("v_consistency_comparisons", ["category", "label", "score", "base_response", "variant_response",
-                                                "reasoning"], "score ASC NULLS LAST, judgement_id", "TRUE")]
 _GENERIC = ("judgements", ["judgement_id", "judge_kind", "status", "label", "score", "reasoning", "error"],
             "score ASC NULLS LAST, judgement_id", "TRUE")
 
 
 def _preview_query(table: str, metric: str) -> list[tuple[str, list[str], str, str]]:
+    """(view or table, columns, ORDER BY, WHERE) to preview, the first that has rows for the
+    partition is shown: a metric's judgements as it declares (``Metric.judgement_previews``)."""
     if table == "judgements":
-        if metric in _JUDGEMENT_PREVIEWS:
-            return _JUDGEMENT_PREVIEWS[metric]
-        if "consistency" in metric:
-            return _CONSISTENCY
-        return [_GENERIC]
+        from ..metrics import get_metric
+
+        declared = get_metric(metric).judgement_previews
+        return [(view, list(cols), order, where) for view, cols, order, where in declared] or [_GENERIC]
     cols = [c for c, _ in wh.TABLES[table] if c not in ("run_id", "metric", "messages", "request")][:8]
     return [(table, cols, "1", "TRUE")]
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from dataclasses import dataclass, field
 from collections import Counter
-from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator, cast
+from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Iterator, Literal, Mapping, cast
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
@@ -25,6 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from ..dataset import DatasetRow
 from ..models.batch import BATCHING
+from ..models.builtin import BuiltinJudge, register_judge_source
 from ..models.client import CURRENT_ROW, ChatResult, ModelClient
 from ..models.journal import Journal
 from ..runspec import Connection, RunSpec
@@ -195,13 +196,20 @@ def spec_manifests() -> dict[str, Any]:
     return json.loads((Path(__file__).parent.parent / "specs" / "manifests.json").read_text())
 
 
+def manifest_of(plugin: "Metric") -> dict[str, Any]:
+    """A metric's parameter manifest: its own (``Metric.manifest``), else its entry in
+    ``specs/manifests.json`` (``spec_manifest`` or its name); empty when it has neither."""
+    if plugin.manifest is not None:
+        return plugin.manifest
+    return spec_manifests().get(plugin.spec_manifest or plugin.name) or {}
+
+
 def execution_timeout(metric: str) -> float | None:
     """The ``timeout_seconds`` of a metric's execution manifest (None when its spec has none)."""
     from . import REGISTRY
 
     plugin = REGISTRY.get(metric)
-    name = (plugin.spec_manifest or plugin.name) if plugin is not None else metric
-    execution = (spec_manifests().get(name) or {}).get("execution") or {}
+    execution = (manifest_of(plugin) if plugin is not None else spec_manifests().get(metric) or {}).get("execution") or {}
     t = execution.get("timeout_seconds")
     return float(t) if t else None
 
@@ -881,11 +889,47 @@ def judged_fields(o: JsonOutcome) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class KeyRate:
+    """The rate people's labels correct (human_labels.py): the share of ``category`` among the
+    judgements whose judge category is one of ``population`` (the run's own denominator for that rate)."""
+
+    category: str
+    population: tuple[str, ...]
+    what: str
+
+
+THIRDS = ("low", "mid", "high")  # a score's third, the category a scored verdict is labelled by
+THIRDS_TEXT = "low < 1/3 <= mid < 2/3 <= high"
+
+
+def thirds(kind: str) -> list[str]:
+    """The categories people may give a scored verdict of a judge kind: its third, or unjudgeable."""
+    return [f"{kind}:{t}" for t in THIRDS] + ["unjudgeable"]
+
+
 class Metric:
-    """Subclass per metric; register an instance in ``aip_assets.metrics.REGISTRY``.
+    """A metric plug-in: subclass it in the metric's package and register it (``metrics.BUILTIN_METRICS``
+    or ``metrics.register``).
 
     Each stage is a generator of ``{table: records}`` batches: the pipeline stages every batch
-    on disk as it comes and writes the partition, in one transaction, when the stage is done.
+    on disk as it comes and writes the partition, in one transaction, when the stage is done. The
+    pipeline, not the metric, applies the gate, the judge audit, a panel's agreement and people's
+    labels to what :meth:`aggregate` returns (``pipeline.finished_aggregate``).
+
+    Everything the rest of the project knows about a metric is an attribute here, so nothing
+    outside the metric's package is keyed by its name: the direction of its breakdowns
+    (:attr:`lower_is_better`), the report's words (:attr:`count_labels`, :attr:`rate_label`), the
+    previews of its judgements (:attr:`judgement_previews`), its SQL views (:meth:`views`), the
+    reasons it excludes units for (:attr:`exclusion_reasons`), the builtin judge's answers to its
+    prompts (:attr:`builtin_judges`) and its parameter manifest (:attr:`manifest`).
+
+    Verdict fields of its own: the ``judgements`` table has the columns every metric shares
+    (status, label, score, reasoning, raw output, ...) and does not grow per metric. A metric whose
+    judge returns other fields declares them as a pydantic model (its judge's verdict model),
+    writes ``model.model_dump_json()`` into the ``parsed`` JSON column, and reads them back through a
+    view of its own (:meth:`views`) that casts ``parsed ->> 'field'`` to a typed column. The toy
+    metric of the tests (``aip_assets_tests/toy_metric``) does exactly that.
     """
 
     name: ClassVar[str]
@@ -896,6 +940,44 @@ class Metric:
     compare_scope: ClassVar[str | None] = None
     calls_sut: ClassVar[bool] = True  # False for pure scorers of answers given in the dataset
     spec_manifest: ClassVar[str | None] = None  # its manifest in specs/manifests.json, when not its name
+    # its parameter manifest, when it is kept beside the metric instead of in specs/manifests.json
+    manifest: ClassVar[dict[str, Any] | None] = None
+    # breakdown scopes whose numbers are rates where lower is better (`aip-eval compare`'s direction)
+    lower_is_better: ClassVar[frozenset[str]] = frozenset()
+    # the report's words for its counts (units judged, events, excluded) and its rate (None: generic)
+    count_labels: ClassVar[tuple[str, str, str] | None] = None
+    rate_label: ClassVar[str | None] = None
+    # (view or table, columns, ORDER BY, WHERE) of the judgements' preview in Dagster, the first
+    # with rows for the partition shown; empty: the lowest-scored judgements
+    judgement_previews: ClassVar[tuple[tuple[str, tuple[str, ...], str, str], ...]] = ()
+    # reason -> what it means, for the reasons this metric excludes units for beyond the shared ones
+    exclusion_reasons: ClassVar[dict[str, str]] = {}
+    # prompt tag -> the builtin judge's answers to the prompts carrying it (models.builtin)
+    builtin_judges: ClassVar[Mapping[str, BuiltinJudge]] = {}
+
+    # people's labels (human_labels.py): the rate they correct, None when the metric has none; what
+    # the labelling file shows of a judgement: its persona pair, a row and its variant, or a
+    # perturbation group's baseline and variant
+    human_key_rate: ClassVar[KeyRate | None] = None
+    human_shown: ClassVar[Literal["pairs", "variants", "groups"]] = "groups"
+
+    def human_categories(self, judgement: dict[str, Any]) -> list[str] | None:
+        """The categories a person may give this judgement (those :meth:`audit_category` returns
+        for it); None: its verdicts have none to label."""
+        return None
+
+    def human_item(self, judgement: dict[str, Any]) -> str | None:
+        """The question a person answers about this judgement, in the labelling file."""
+        return None
+
+    def human_context(self, config: Any, row: DatasetRow, judgement: dict[str, Any]) -> str:
+        """What else the judge was given for this judgement (decision labels, a reference answer)."""
+        return ""
+
+    def views(self) -> dict[str, str]:
+        """This metric's own SQL views, name -> SELECT (each with ``run_id`` and ``metric``), in the
+        order they are created (a view may read an earlier one)."""
+        return {}
 
     def synthesize(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         raise NotImplementedError
@@ -909,7 +991,8 @@ class Metric:
     def aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
         """Row and run scores. The ``overall`` metric_scores record carries ``judged`` (units
         scored), ``excluded`` ({reason: units}) and optionally ``gate_failures`` (metric-specific
-        reasons to fail the gate); :meth:`run_aggregate` turns them into coverage and the gate."""
+        reasons to fail the gate); the pipeline turns them into coverage and the gate
+        (``pipeline.finished_aggregate``)."""
         raise NotImplementedError
 
     async def run_judge(self, ctx: StageContext) -> AsyncIterator[dict[str, list[dict]]]:
@@ -919,21 +1002,6 @@ class Metric:
             if "judgements" in tables:
                 rows, panel = split_panel(tables["judgements"])
                 tables = {**tables, "judgements": rows, "judge_panel": panel}
-            yield tables
-
-    def run_aggregate(self, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
-        """``aggregate`` with the gate applied to its run score (one engine for every metric)."""
-        from ..gate import finish_scores
-        from ..human_labels import human_scores
-        from ..judge_audit import audit_scores, position_scores
-        from ..judge_panel import panel_scores
-
-        for tables in self.aggregate(ctx):
-            if "metric_scores" in tables:
-                judges = (audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, self)
-                          + panel_scores(ctx, ctx.config))
-                judges += human_scores(ctx, self)  # people's labels (aip-eval label import), kept on re-aggregation
-                tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
             yield tables
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
@@ -987,3 +1055,16 @@ class Metric:
     def format_summary(self, summary: dict[str, Any]) -> list[str]:
         """The summary as indented text lines for the terminal and the Dagster UI."""
         raise NotImplementedError
+
+
+def builtin_judge_answers(tag: str) -> BuiltinJudge | None:
+    """The builtin judge's answers for a prompt tag, from the registered metric that owns the tag."""
+    from . import REGISTRY
+
+    for metric in REGISTRY.values():
+        if tag in metric.builtin_judges:
+            return metric.builtin_judges[tag]
+    return None
+
+
+register_judge_source(builtin_judge_answers)  # the builtin model finds each metric's answers here

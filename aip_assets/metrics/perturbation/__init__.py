@@ -36,15 +36,22 @@ import numpy as np
 import pandas as pd
 from pydantic import ConfigDict, Field
 
-from ..dataset import DatasetRow
-from ..models.client import CURRENT_ROW
-from ..perturbations import ALL_TYPES, RULE_BASED
-from ..records import RowScore
-from ..scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
-from ..stats import normalise, third
-from ..gate import exclusion_reason
-from .base import (JsonAnswer, Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, ask_panel,
+from ...dataset import DatasetRow
+from ...models.client import CURRENT_ROW
+from ...perturbations import ALL_TYPES, RULE_BASED
+from ...records import RowScore
+from ...scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
+from ...stats import normalise, third
+from ...gate import exclusion_reason
+from ..base import (JsonAnswer, Metric, ScoringFields, StageContext, Verdict, answer_problem, ask_json, ask_panel,
                    gather_all, given_response, judged_fields, run_bounded, sample_probes)
+from ..base import KeyRate, THIRDS, THIRDS_TEXT, thirds
+from .builtin_judge import BUILTIN_JUDGES
+
+HUMAN_ITEMS = {  # what a person labels, per judge kind (human_labels.py)
+    "correctness": "correctness of the answer (against the reference where given)",
+    "robustness": "robustness: does the answer to the reworded question keep the substance of the original's",
+}
 
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
@@ -130,7 +137,7 @@ async def ask_paraphrases(client, rows: list[DatasetRow], variants_per_type: int
         msgs = paraphrase_messages(row.last_user_text)
         r = await client.chat(msgs, temperature=temperature, sample_index=k, retries=retries, timeout=timeout,
                               template_version="perturbation/paraphrase/v2")
-        from .base import parse_json_answer
+        from ..base import parse_json_answer
 
         v, _ = parse_json_answer(r.text, Paraphrase) if r.ok else (None, r.error)
         return (row.input_id, k), (v.paraphrase.strip() if v else None)
@@ -268,6 +275,30 @@ EDGE_MESSAGES = {
 
 
 class PerturbationRobustnessExternal(Metric):
+    builtin_judges = BUILTIN_JUDGES  # the builtin judge's answers to this metric's prompts
+    human_key_rate = KeyRate("robustness:low", tuple(f"robustness:{t}" for t in THIRDS),
+                             "the share of judged variant pairs whose answers lost the substance (robustness below 1/3)")
+
+    def human_categories(self, judgement: dict[str, Any]) -> list[str]:
+        return thirds(judgement["judge_kind"])
+
+    def human_item(self, judgement: dict[str, Any]) -> str:
+        kind = str(judgement.get("judge_kind"))
+        return f"{HUMAN_ITEMS.get(kind, kind)} ({THIRDS_TEXT})"
+
+    def human_context(self, config: Any, row: DatasetRow, judgement: dict[str, Any]) -> str:
+        if judgement.get("judge_kind") != "correctness":
+            return ""
+        ref = row.metadata.get("reference_answer") or getattr(config, "reference_answer", None)
+        return f"reference answer: {ref}" if ref else ""
+    count_labels = ("groups scored", "rows with a correctness drop", "groups failed")
+    exclusion_reasons = {
+        "missing_original_query": "perturbation robustness (dataset): the row has no metadata.original_query",
+        "no_baseline": "perturbation robustness (dataset): no row of the group equals its original query",
+        "duplicate_baseline": "perturbation robustness (dataset): two or more rows of the group claim to be its "
+                              "baseline",
+        "baseline_only": "perturbation robustness (dataset): the group has only its baseline, no variant",
+    }
     formula = PERTURBATION_GROUP
     compare_scope = "perturbation_type"
     name = "llm.perturbation_robustness_external"

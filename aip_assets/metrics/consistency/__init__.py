@@ -27,15 +27,19 @@ import pandas as pd
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from ..catalog.templates import Template, catalogue
-from ..dataset import DatasetRow
-from ..records import RowScore
-from ..scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame
-from ..stats import normalise
-from .base import (Metric, ScoringFields, StageContext, Verdict, answers_problem, ask_panel, gather_all, given_response,
+from ...catalog.templates import Template, catalogue
+from ...dataset import DatasetRow
+from ...records import RowScore
+from ...scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame
+from ...stats import normalise
+from ..base import (Metric, ScoringFields, StageContext, Verdict, answers_problem, ask_panel, gather_all, given_response,
                    judged_fields, response_record, run_bounded)
+from ..base import KeyRate
+from .builtin_judge import BUILTIN_JUDGES
+from .views import VIEWS
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")
+HUMAN_CATEGORIES = (*LABELS, "Unjudgeable")  # the categories people label a comparison by (human_labels.py)
 
 
 def label_for(score: float) -> str:
@@ -195,6 +199,24 @@ def with_last_turn(row: DatasetRow, text: str) -> list[dict[str, str]]:
 
 class Consistency(Metric):
     """One plug-in per judged dimension; ``kind`` picks the templates and the judge prompt."""
+    builtin_judges = BUILTIN_JUDGES  # the builtin judge's answers to this metric's prompts
+    human_shown = "variants"
+    human_key_rate = KeyRate("Contradictory", LABELS, "the share of judged comparisons labelled Contradictory")
+
+    def human_categories(self, judgement: dict[str, Any]) -> list[str]:
+        return list(HUMAN_CATEGORIES)
+
+    def human_item(self, judgement: dict[str, Any]) -> str:
+        return (f"comparison ({judgement.get('category')}): is answer b, to the reworded question, consistent with "
+                "answer a, to the original? (Consistent; Slightly Inconsistent: minor differences; Contradictory)")
+    count_labels = ("rows scored", "contradictory rows", "rows errored")
+    judgement_previews = (  # the lowest-scored comparisons, both answers beside the reasoning
+        ("v_consistency_comparisons", ("category", "label", "score", "base_response", "variant_response",
+                                       "reasoning"), "score ASC NULLS LAST, judgement_id", "TRUE"),
+    )
+
+    def views(self) -> dict[str, str]:
+        return dict(VIEWS)
 
     kind: ClassVar[str]
     version = "2.0.0"
