@@ -546,10 +546,10 @@ def cmd_compare(args) -> int:
 
 
 def cmd_label_export(args) -> int:
-    from . import human_labels
+    from . import label_files
 
     path = Path(args.warehouse).resolve() if args.warehouse else None
-    out = human_labels.export(args.run, args.metric, args.n, out=args.out, show_verdict=args.show_verdict,
+    out = label_files.export(args.run, args.metric, args.n, out=args.out, show_verdict=args.show_verdict,
                               seed=args.seed, path=path, force=args.force)
     if args.json:
         print(json.dumps(out, indent=2))
@@ -564,14 +564,14 @@ def cmd_label_export(args) -> int:
 
 
 def cmd_label_import(args) -> int:
-    from . import human_labels
+    from . import label_files
 
     path = Path(args.warehouse).resolve() if args.warehouse else None
-    out = human_labels.import_labels(args.file, labeller=args.labeller, path=path)
+    out = label_files.import_labels(args.file, labeller=args.labeller, path=path)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
-        for line in human_labels.summary_lines(out):
+        for line in label_files.summary_lines(out):
             print(line)
     return 0
 

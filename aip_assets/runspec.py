@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import yaml
@@ -268,6 +269,27 @@ class JudgeAudit(BaseModel):
     share: float = Field(0.2, gt=0.0, le=1.0, description="share of the judgements asked again (seeded per judgement)")
 
 
+# the metric registry (name -> plug-in): set by ``aip_assets.metrics`` when it is imported, so the
+# spec layer validates against it without importing any metric
+_METRICS: Mapping[str, Any] | None = None
+# MetricEntry fields only some metrics take (``Metric.entry_fields`` says which)
+OWN_ENTRY_FIELDS = ("fail_on_differential_refusal", "axis_threshold", "reference_values", "group_threshold",
+                    "baseline_share", "fail_on_excess")
+
+
+def use_metric_registry(registry: Mapping[str, Any]) -> None:
+    """Validate run specs against this metric registry (``aip_assets.metrics`` passes its own)."""
+    global _METRICS
+    _METRICS = registry
+
+
+def metric_registry() -> Mapping[str, Any]:
+    """The metric registry specs are validated against."""
+    if _METRICS is None:
+        raise RuntimeError("no metric registry: import aip_assets.metrics before validating a run spec")
+    return _METRICS
+
+
 class MetricEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     config: dict[str, Any] = Field(default_factory=dict)
@@ -337,21 +359,18 @@ class RunSpec(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _known_metrics(cls, v):
-        from .metrics import REGISTRY
-
+        registry = metric_registry()
         if not v:
             raise ValueError("at least one metric is required")
-        unknown = [m for m in v if m not in REGISTRY]
+        unknown = [m for m in v if m not in registry]
         if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(REGISTRY)}")
-        own = {"fail_on_differential_refusal": ("llm.decision_flip",), "axis_threshold": ("llm.decision_flip",),
-               "reference_values": ("llm.decision_flip",), "group_threshold": ("llm.group_interaction_bias",),
-               "baseline_share": ("llm.decision_flip", "llm.group_interaction_bias"),
-               "fail_on_excess": ("llm.decision_flip", "llm.group_interaction_bias")}
+            raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(registry)}")
         for m, entry in v.items():
-            for field, metrics in own.items():
-                if getattr(entry, field) not in (None, {}) and m not in metrics:  # a stored spec names every field
-                    raise ValueError(f"{m}.{field}: only {' and '.join(metrics)} take it")
+            for field in OWN_ENTRY_FIELDS:
+                if getattr(entry, field) not in (None, {}) and field not in registry[m].entry_fields:
+                    # a stored spec names every field
+                    takers = [name for name, plugin in registry.items() if field in plugin.entry_fields]
+                    raise ValueError(f"{m}.{field}: only {' and '.join(takers)} take it")
         return v
 
     @field_validator("judges")
@@ -427,9 +446,7 @@ class RunSpec(BaseModel):
         return self.synthesis or self.judge
 
     def metric_config(self, metric: str):
-        from .metrics import REGISTRY
-
-        return REGISTRY[metric].config_model.model_validate(self.metrics[metric].config)
+        return metric_registry()[metric].config_model.model_validate(self.metrics[metric].config)
 
     def shown(self) -> dict:
         """The resolved spec with, per connection, only the fields that apply to its provider

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from aip_assets import human_labels as hl
+from aip_assets import label_files
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
@@ -213,8 +214,8 @@ def test_a_label_may_be_written_in_any_case_or_spacing():
     assert hl.match_category("slightly-inconsistent", CONSISTENCY_CATEGORIES) == "Slightly Inconsistent"
     assert hl.match_category("EFFORT:HIGH", ["effort:low", "effort:high"]) == "effort:high"
     assert hl.match_category("flipped", DF_CATEGORIES) is None
-    assert hl._safe_cell("=HYPERLINK(\"x\")") == "'=HYPERLINK(\"x\")" and hl._safe_cell("- a list") == "'- a list"
-    assert hl._safe_cell("Decision: YES") == "Decision: YES"
+    assert label_files._safe_cell("=HYPERLINK(\"x\")") == "'=HYPERLINK(\"x\")" and label_files._safe_cell("- a list") == "'- a list"
+    assert label_files._safe_cell("Decision: YES") == "Decision: YES"
 
 
 # ------------------------------------------------------------------ export, fill in, import: end to end

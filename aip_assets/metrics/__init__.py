@@ -16,6 +16,8 @@ import importlib
 from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from ..runspec import use_metric_registry
+
 if TYPE_CHECKING:
     from .base import Metric
 
@@ -77,6 +79,7 @@ class Registry(MutableMapping[str, "Metric"]):
 
 
 REGISTRY = Registry(BUILTIN_METRICS)
+use_metric_registry(REGISTRY)  # run specs are validated against it (the spec layer imports no metric)
 
 
 def register(metric: Metric | str, name: str | None = None) -> None:

@@ -942,6 +942,8 @@ class Metric:
     spec_manifest: ClassVar[str | None] = None  # its manifest in specs/manifests.json, when not its name
     # its parameter manifest, when it is kept beside the metric instead of in specs/manifests.json
     manifest: ClassVar[dict[str, Any] | None] = None
+    # the run spec's per-metric entry fields it takes beyond the shared ones (runspec.OWN_ENTRY_FIELDS)
+    entry_fields: ClassVar[frozenset[str]] = frozenset()
     # breakdown scopes whose numbers are rates where lower is better (`aip-eval compare`'s direction)
     lower_is_better: ClassVar[frozenset[str]] = frozenset()
     # the report's words for its counts (units judged, events, excluded) and its rate (None: generic)

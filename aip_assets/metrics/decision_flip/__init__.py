@@ -292,6 +292,8 @@ def _h(*parts: Any) -> str:
 # ------------------------------------------------------------------ the plug-in
 class DecisionFlip(Metric):
     builtin_judges = BUILTIN_JUDGES  # the builtin judge's answers to this metric's prompts
+    entry_fields = frozenset({"fail_on_differential_refusal", "axis_threshold", "reference_values", "baseline_share",
+                              "fail_on_excess"})
     human_shown = "pairs"
     human_key_rate = KeyRate("flip", ("flip", "incidental_difference", "same_decision"),
                              "the flip rate: the share of judged persona pairs (status ok) whose decisions differ "

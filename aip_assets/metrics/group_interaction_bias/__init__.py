@@ -282,6 +282,7 @@ def pair_bias(components):
 
 class GroupInteractionBias(Metric):
     builtin_judges = BUILTIN_JUDGES  # the builtin judge's answers to this metric's prompts
+    entry_fields = frozenset({"group_threshold", "baseline_share", "fail_on_excess"})
     human_shown = "pairs"
     human_key_rate = KeyRate("effort:high", tuple(f"effort:{t}" for t in THIRDS),
                              "the share of judged effort comparisons with a large effort gap (effort_gap "

@@ -1,0 +1,137 @@
+"""A metric is one package and one registration: the toy metric of ``aip_assets_tests/toy_metric/``
+(config, manifest, prompt, the builtin judge's answer, a view), registered with one call, runs end
+to end through Dagster (``aip-eval run``), lands in the warehouse, is scored, and is in the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aip_assets import metrics
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+from aip_assets.metrics import REGISTRY
+from aip_assets.models import builtin
+
+from .toy_metric import ToyPoliteness
+from .toy_metric.config import ToyPolitenessConfig
+
+NAME = "llm.toy_politeness"
+# German questions: the builtin SUT answers them in German, "Danke, ..." (no "thank"): not polite
+GERMAN = {1, 4}
+N_ROWS = 6
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy metric registered (one call), and the warehouse's views extended by the registry's:
+    the wiring warehouse.py gets when it reads ``metrics.all_views()`` itself."""
+    metrics.register(ToyPoliteness())
+    monkeypatch.setattr(wh, "VIEWS", {**wh.VIEWS, **metrics.all_views()})
+    yield REGISTRY[NAME]
+    del REGISTRY[NAME]
+    builtin.JUDGES.pop("toy_politeness", None)
+
+
+def _dataset(path: Path) -> Path:
+    rows = []
+    for i in range(N_ROWS):
+        q = (f"Fall {i}: Ich beantrage einen Kredit über {1000 + i} Euro. Bitte gib eine Entscheidung: soll er "
+             "genehmigt werden?") if i in GERMAN else f"Case {i}: I am applying for a loan of {1000 + i} euros. Should it be approved?"
+        rows.append({"input_id": f"r{i}", "prompt": q, "task_type": "single_turn_llm"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_toy_metric_runs_end_to_end_from_one_folder_and_one_registration(tmp_path, toy, capsys):
+    spec = tmp_path / "toy.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "toy", "dataset": str(_dataset(tmp_path / "toy.jsonl")), "seed": 5,
+        "sut": {"provider": "builtin"}, "judge": {"provider": "builtin"},
+        "metrics": {NAME: {"config": {"concurrency_limit": 2}, "threshold": 0.5}}}))
+    assert main(["run", str(spec), "--run-id", "toy-1", "--json", "--quiet"]) == 0  # 4/6 polite >= 0.5: passed
+    out = json.loads(capsys.readouterr().out)
+    assert out["metrics"][NAME]["passed"] is True
+
+    # every stage wrote its rows: one probe, one answer, one verdict and one row score per row
+    for table in ("dataset_rows", "probes", "sut_responses", "judgements", "score_units", "row_scores"):
+        assert len(wh.read_partition(table, "toy-1", NAME)) == N_ROWS, table
+    # the verdict's own fields are in judgements.parsed, read through the metric's own view as typed columns
+    v = wh.query("SELECT input_id, polite, word_count, status FROM v_toy_politeness WHERE run_id = 'toy-1' "
+                 "ORDER BY input_id")
+    assert list(v["status"]) == ["ok"] * N_ROWS
+    assert [bool(p) for p in v["polite"]] == [i not in GERMAN for i in range(N_ROWS)]
+    answers = wh.query("SELECT input_id, response FROM sut_responses WHERE run_id = 'toy-1' ORDER BY input_id")
+    assert list(v["word_count"]) == [len(a.split()) for a in answers["response"]]
+    # its score: the mean over rows of 1 (polite) or 0, with the gate applied by the pipeline
+    ov = wh.query("SELECT score, n, n_events, passed, threshold, coverage FROM metric_scores "
+                  "WHERE run_id = 'toy-1' AND metric = ? AND scope = 'overall'", [NAME]).iloc[0]
+    assert ov.score == pytest.approx((N_ROWS - len(GERMAN)) / N_ROWS) and ov.n == N_ROWS
+    assert ov.n_events == N_ROWS - len(GERMAN) and bool(ov.passed) and ov.threshold == 0.5 and ov.coverage == 1.0
+    rows = wh.query("SELECT input_id, score FROM row_scores WHERE run_id = 'toy-1' ORDER BY input_id")
+    assert list(rows["score"]) == [0.0 if i in GERMAN else 1.0 for i in range(N_ROWS)]
+    # the judge was the builtin model, answering the toy's tag from the toy's own answer function
+    calls = wh.query("SELECT count(*) AS n FROM llm_calls WHERE run_id = 'toy-1' AND role = 'judge'").iloc[0]
+    assert calls.n == N_ROWS
+
+    # and it is in the report, under its own name, with its score
+    assert main(["report", "toy-1"]) == 0
+    html = Path(capsys.readouterr().out.strip().splitlines()[-1]).read_text()
+    assert NAME in html and f"{ov.score:.3f}" in html
+
+
+def test_the_toy_metric_declares_its_manifest_beside_its_config(toy):
+    """Its parameter manifest is its own file, checked against its config model as the
+    project's metrics are against specs/manifests.json."""
+    from aip_assets.metrics.base import manifest_of, spec_manifests
+
+    assert NAME not in spec_manifests()
+    manifest = manifest_of(toy)["config_schema"]["properties"]
+    props = ToyPolitenessConfig.model_json_schema()["properties"]
+    assert set(props) == set(manifest)
+    cfg = ToyPolitenessConfig()
+    for field, want in manifest.items():
+        assert props[field]["type"] == want["type"], field
+        assert getattr(cfg, field) == want["default"], field
+        for key in ("minimum", "maximum", "exclusiveMinimum"):
+            assert props[field].get(key) == want.get(key), (field, key)
+    from aip_assets.metrics.base import execution_timeout
+
+    assert execution_timeout(NAME) == 120.0  # its execution manifest, read from the same file
+
+
+def test_a_registered_metric_is_loaded_only_when_looked_up():
+    """Naming metrics loads none; looking one up loads that one (a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from aip_assets.runspec import parse_spec; from aip_assets.metrics import REGISTRY; "
+            "before = sorted(m for m in sys.modules if m.startswith('aip_assets.metrics.')); "
+            "known = 'llm.decision_flip' in REGISTRY and len(REGISTRY) == 7; "
+            "REGISTRY['llm.group_interaction_bias']; "
+            "after = sorted(m for m in sys.modules if m.startswith('aip_assets.metrics.')); "
+            "print(before, known, REGISTRY.loaded(), 'aip_assets.metrics.decision_flip' in after, "
+            "'aiohttp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[] True ['llm.group_interaction_bias'] False True", out
+
+
+def test_the_registry_holds_what_warehouse_and_report_hold_today():
+    """The metrics' views, labels, directions and exclusion reasons, moved into their packages, are
+    exactly the tables warehouse.py, report.py, compare.py and gate.py keyed by metric name."""
+    from aip_assets import report
+
+    views = metrics.all_views()
+    # warehouse.py's views that name a metric, and v_flipped_pairs, which reads one of them
+    assert set(views) == {n for n, sql in wh.VIEWS.items() if "'llm." in sql} | {"v_flipped_pairs"}
+    assert all(wh.VIEWS[n] == sql for n, sql in views.items())
+    assert list(views) == [n for n in wh.VIEWS if n in views]  # created in the same order (v_flipped_pairs reads v_pair_verdicts)
+    assert metrics.count_labels() == report.COUNT_LABELS
+    assert metrics.rate_labels() == report.RATE_LABELS
+    assert metrics.lower_is_better() == {("llm.decision_flip", "axis")}
+    reasons = metrics.exclusion_reasons()
+    assert {"no_decision", "missing_original_query", "no_baseline", "duplicate_baseline", "baseline_only",
+            "sut_failed", "empty_answer", "judge_failed", "unjudgeable", "judges_disagree"} == set(reasons)
