@@ -135,3 +135,19 @@ def test_the_registry_holds_what_warehouse_and_report_hold_today():
     reasons = metrics.exclusion_reasons()
     assert {"no_decision", "missing_original_query", "no_baseline", "duplicate_baseline", "baseline_only",
             "sut_failed", "empty_answer", "judge_failed", "unjudgeable", "judges_disagree"} == set(reasons)
+
+
+def test_the_report_s_chart_tables_are_the_metrics_own():
+    """The report's charts of breakdown scopes, its fact scopes and their names, moved into the
+    metrics, equal report.py's tables (each metric's charts in the report's order)."""
+    from aip_assets import report
+
+    charts = metrics.chart_scopes()
+    assert charts == report.SCOPES
+    for name, plugin in REGISTRY.items():
+        own = list(plugin.chart_scopes)
+        assert own == [s for s in report.SCOPES if s in own], name
+    assert metrics.uncharted_scopes() == report.NOT_CHARTED - {"overall", "judge_audit", "judge_position",
+                                                                 "judge_panel"}
+    assert metrics.scope_labels() == {k: v for k, v in report.EXTRA_SCOPE_LABELS.items()
+                                      if not k.startswith("judge_")}

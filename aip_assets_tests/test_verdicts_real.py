@@ -24,9 +24,9 @@ from aip_assets import warehouse as wh
 from aip_assets.metrics.base import parse_json_answer
 from aip_assets.metrics.consistency import Comparison, judge_messages as consistency_messages
 from aip_assets.metrics.decision_flip import DecisionFlip, JudgeVerdict, judge_prompt, JUDGE_SYSTEM
-from aip_assets.metrics.group_interaction_bias import (EffortVerdict, GroupInteractionBiasConfig, SimilarityVerdict,
-                                                       SynthAnswer, ToneVerdict, judge_messages as gib_messages,
-                                                       synthesis_messages)
+from aip_assets.metrics.group_interaction_bias import GroupInteractionBiasConfig
+from aip_assets.metrics.group_interaction_bias.prompts import (EffortVerdict, SimilarityVerdict, SynthAnswer, ToneVerdict,
+                                                               judge_messages as gib_messages, synthesis_messages)
 from aip_assets.metrics.perturbation import (Correctness, Paraphrase, Robustness, correctness_messages,
                                              paraphrase_messages, robustness_messages)
 from aip_assets.models.builtin import judge_answer

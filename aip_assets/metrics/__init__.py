@@ -130,6 +130,25 @@ def rate_labels() -> dict[str, str]:
     return {name: m.rate_label for name, m in REGISTRY.items() if m.rate_label is not None}
 
 
+def chart_scopes() -> dict[str, dict[str, Any]]:
+    """How the report charts each metric's breakdown scopes (``Metric.chart_scopes``), every
+    metric's in its own order."""
+    out: dict[str, dict[str, Any]] = {}
+    for metric in REGISTRY.values():
+        out.update(metric.chart_scopes)
+    return out
+
+
+def uncharted_scopes() -> set[str]:
+    """The metrics' scopes the report shows as facts beside the headline, not as charts."""
+    return {scope for metric in REGISTRY.values() for scope in metric.uncharted_scopes}
+
+
+def scope_labels() -> dict[str, str]:
+    """What the report calls the metrics' fact scopes (``Metric.scope_labels``)."""
+    return {scope: label for metric in REGISTRY.values() for scope, label in metric.scope_labels.items()}
+
+
 def lower_is_better() -> set[tuple[str, str]]:
     """(metric, scope) pairs whose numbers are rates where lower is better (``aip-eval compare``)."""
     return {(name, scope) for name, m in REGISTRY.items() for scope in m.lower_is_better}

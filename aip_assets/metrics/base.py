@@ -949,6 +949,11 @@ class Metric:
     # the report's words for its counts (units judged, events, excluded) and its rate (None: generic)
     count_labels: ClassVar[tuple[str, str, str] | None] = None
     rate_label: ClassVar[str | None] = None
+    # the report: breakdown scope -> how to chart it (value, interval, kind, title), in chart order;
+    # scopes of its own shown as facts, not charts; names of scopes shown as a row of facts
+    chart_scopes: ClassVar[dict[str, dict[str, Any]]] = {}
+    uncharted_scopes: ClassVar[frozenset[str]] = frozenset()
+    scope_labels: ClassVar[dict[str, str]] = {}
     # (view or table, columns, ORDER BY, WHERE) of the judgements' preview in Dagster, the first
     # with rows for the partition shown; empty: the lowest-scored judgements
     judgement_previews: ClassVar[tuple[tuple[str, tuple[str, ...], str, str], ...]] = ()
