@@ -21,7 +21,9 @@ import math
 from collections import Counter
 from typing import Any
 
-from .metrics.base import StageContext, ask_json, judged_fields, run_bounded
+from .metrics.base import StageContext
+from .metrics.judging import ask_json, judged_fields
+from .metrics.running import run_bounded
 from .stats import cohen_kappa
 
 AUDITED = ("ok", "no_decision", "unjudgeable")

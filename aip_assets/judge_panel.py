@@ -1,7 +1,7 @@
 """A judge panel's agreement: how often do the run's judges read a verdict alike?
 
-With ``judges: [...]`` in the spec every verdict is asked of every judge (``metrics.base.ask_panel``)
-and ``judge_rule`` decides which verdict is used (``metrics.base.panel_decision``); each judge's
+With ``judges: [...]`` in the spec every verdict is asked of every judge (``metrics.judging.ask_panel``)
+and ``judge_rule`` decides which verdict is used (``metrics.judging.panel_decision``); each judge's
 verdict, as the category the metric reads it as (``verdict_category``), is a row of ``judge_panel``.
 At aggregation this module turns those rows into ``metric_scores`` rows of scope ``judge_panel``:
 
@@ -31,7 +31,7 @@ N_BOOT = 2000
 
 
 def _judges(spec) -> list[dict[str, Any]]:
-    from .metrics.base import panel_role
+    from .metrics.judging import panel_role
 
     return [{"judge": i + 1, "role": panel_role(i), "provider": c.provider, "model": c.model,
              "endpoint": c.endpoint_id() if c.provider != "builtin" else

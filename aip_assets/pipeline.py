@@ -23,7 +23,8 @@ from . import __version__, interrupts
 from .dataset import load_dataset
 from .errors import AipError, SpecError
 from .metrics import REGISTRY, get_metric
-from .metrics.base import Metric, OverlayReader, StageContext, panel_role
+from .metrics.base import Metric, OverlayReader, StageContext
+from .metrics.judging import panel_role
 from .models.client import check_endpoint
 from .models.journal import open_journal
 from .hashing import file_sha256, stable_json

@@ -79,7 +79,8 @@ def make_spec(dataset: Path, name: str = "t", sut: dict | None = None, judge: di
 
 def aggregate_tables(metric, cfg, tables: dict, spec=None, metric_name: str = "llm.decision_flip", batch_rows: int = 2,
                      threshold: float | None = None) -> dict[str, list]:
-    """A metric's ``run_aggregate`` (the gate applied) over in-memory tables: every table's records."""
+    """A metric's aggregation as the pipeline runs it (``pipeline.finished_aggregate``: the gate
+    applied) over in-memory tables: every table's records."""
     import pandas as pd
 
     from aip_assets.metrics.base import FrameReader, StageContext

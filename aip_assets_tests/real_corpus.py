@@ -148,7 +148,7 @@ def judge_scores(items: list[dict] | None = None) -> dict:
     """``parse_json_answer`` on the judge outputs: of the real verdicts, how many it parses into
     what the labeller read (``verdicts``); of the rest (malformed, no JSON, cut off), how many it rejects;
     how many copies of the prompt's example it lets through as verdicts (``copies_accepted``)."""
-    from aip_assets.metrics.base import parse_json_answer
+    from aip_assets.metrics.judging import parse_json_answer
 
     models = judge_models()
     out = {"outputs": 0, "verdicts": 0, "verdicts_parsed_as_read": 0, "unusable": 0, "unusable_rejected": 0,

@@ -242,7 +242,7 @@ def _round_trip(url: str) -> float:
 def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted):
     """Row r1's first call is answered, its second is cut at the deadline (it was sent: attempts
     1, an error that names the deadline), its third is never sent; row r2's clock is its own."""
-    from aip_assets.metrics.base import run_bounded
+    from aip_assets.metrics.running import run_bounded
 
     state = {"delay": 0.0}
     server = scripted(lambda body, n: Reply(text=f"answer {n}", delay_s=state["delay"]))
@@ -312,7 +312,7 @@ def test_a_call_waiting_for_the_rate_limiter_is_not_sent_once_its_row_ran_out(sc
     first is slow (3 units) and is cut at the row's deadline (1 unit); the second waits for the
     limiter (the row's clock runs meanwhile only because the first is in flight), and when its slot
     comes the row has no time left: it is not sent (attempts 0) and says why."""
-    from aip_assets.metrics.base import gather_all
+    from aip_assets.metrics.running import gather_all
     from aip_assets.models import client as client_mod
 
     state = {"delay": 0.0}

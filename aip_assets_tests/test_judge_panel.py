@@ -19,7 +19,7 @@ import pytest
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.errors import EndpointError, SpecError
-from aip_assets.metrics.base import panel_decision
+from aip_assets.metrics.judging import panel_decision
 from aip_assets.models.builtin import RESPONSE_BLOCK as _BLOCK, judge_answer, parse_labels
 from aip_assets.runspec import BuiltinProfile, parse_spec
 from aip_assets.stats import bootstrap_sums, cluster_sums, fleiss_from_sums, fleiss_kappa, fleiss_vectors

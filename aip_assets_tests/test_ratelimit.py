@@ -118,7 +118,7 @@ def test_tokens_per_minute_follows_what_the_endpoint_counted(scripted, tmp_path)
     """The schedule is settled with the answer's usage: 20 calls of a short prompt (estimated at
     1-2 tokens) whose answers count 10 + 200 tokens each move the token schedule by 20 × 210
     tokens' worth of time, not by the estimates."""
-    from aip_assets.metrics.base import gather_all
+    from aip_assets.metrics.running import gather_all
     from aip_assets.models.client import ModelClient
 
     server = scripted(lambda body, n: " ".join(["word"] * 200))

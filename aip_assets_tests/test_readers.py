@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aip_assets.metrics.base import ask_json, parse_json_answer
+from aip_assets.metrics.judging import ask_json, parse_json_answer
 from aip_assets.metrics.consistency import Comparison, judge_messages
 from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from aip_assets import warehouse as wh
-from aip_assets.metrics.base import parse_json_answer
+from aip_assets.metrics.judging import parse_json_answer
 from aip_assets.metrics.consistency import Comparison, judge_messages
 from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
 from aip_assets.readers import map_label, read_decision
@@ -176,7 +176,7 @@ def test_judge_outputs_parsed_over_http(scripted):
     pair: no single output can show it is a copy)."""
     import asyncio
 
-    from aip_assets.metrics.base import ask_json
+    from aip_assets.metrics.judging import ask_json
     from aip_assets.models.client import ModelClient
     from aip_assets.runspec import Connection
 

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from aip_assets import pipeline
 from aip_assets.cli import main
 from aip_assets.errors import EndpointError
-from aip_assets.metrics.base import _response_format_json, ask_json, response_format
+from aip_assets.metrics.judging import _response_format_json, ask_json, response_format
 from aip_assets.metrics.consistency import Comparison
 from aip_assets.metrics.decision_flip import JudgeVerdict
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict, SynthAnswer, ToneVerdict

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from aip_assets import warehouse as wh
-from aip_assets.metrics.base import parse_json_answer
+from aip_assets.metrics.judging import parse_json_answer
 from aip_assets.metrics.consistency import Comparison, judge_messages as consistency_messages
 from aip_assets.metrics.decision_flip import DecisionFlip, JudgeVerdict, judge_prompt, JUDGE_SYSTEM
 from aip_assets.metrics.group_interaction_bias import GroupInteractionBiasConfig

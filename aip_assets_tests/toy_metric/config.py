@@ -6,7 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from aip_assets.metrics.base import ScoringFields, Verdict
+from aip_assets.metrics.base import ScoringFields
+from aip_assets.metrics.judging import Verdict
 
 
 class ToyPolitenessConfig(ScoringFields):

@@ -30,8 +30,9 @@ from ...dataset import DatasetRow
 from ...records import RowScore
 from ...scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame
 from ...stats import normalise
-from ..base import (Metric, StageContext, answers_problem, ask_panel, gather_all, given_response, judged_fields,
-                    response_record, run_bounded)
+from ..base import Metric, StageContext, answers_problem, given_response, response_record
+from ..judging import ask_panel, judged_fields
+from ..running import gather_all, run_bounded
 from ..base import KeyRate
 from .builtin_judge import BUILTIN_JUDGES
 from .config import FactualConsistencyConfig, SafetyConsistencyConfig, SemanticConsistencyConfig

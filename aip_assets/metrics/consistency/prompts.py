@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from ..base import Verdict
+from ..judging import Verdict
 
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")

@@ -30,8 +30,10 @@ from ...records import RowScore, RunNote
 from ...scoring import ONE_MINUS_FLIP_RATE, Accumulator, Stat, record, row_raws, to_records, units_frame
 from ...gate import axis_threshold, failed_groups, gate_groups, gate_on
 from ...stats import favourable_effect, fisher_exact, fisher_greater, holm, newcombe, normalise, wilson
-from ..base import (answer_keys, baseline_share, is_null, judged_fields, Metric, null_twins, StageContext, ask_panel,
-                    pair_batch, run_bounded, sample_probes, sut_failure)
+from ..base import (answer_keys, baseline_share, is_null, Metric, null_twins, StageContext, pair_batch, sample_probes,
+                    sut_failure)
+from ..judging import judged_fields, ask_panel
+from ..running import run_bounded
 from ..base import KeyRate
 from .builtin_judge import BUILTIN_JUDGES
 from .config import DecisionFlipConfig

@@ -11,7 +11,7 @@ from pydantic import field_validator
 from ...catalog.attributes import PERSONA_INTRO
 from ...dataset import DatasetRow
 from ...readers import map_label
-from ..base import Verdict
+from ..judging import Verdict
 from .config import DecisionFlipConfig
 
 

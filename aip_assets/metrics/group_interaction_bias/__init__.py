@@ -33,8 +33,10 @@ from ...records import RowScore
 from ...scoring import EQUITABILITY, Accumulator, record, row_raws, to_records, units_frame
 from ...gate import exclusion_reason, failed_groups, gate_groups, gate_on, group_threshold
 from ...stats import excess_of_means, normalise, permutation_excess, third
-from ..base import (answer_keys, baseline_share, is_null, judged_fields, Metric, null_twins, StageContext, ask_json,
-                    ask_panel, gather_all, pair_batch, run_bounded, sample_probes, sut_failure)
+from ..base import (answer_keys, baseline_share, is_null, Metric, null_twins, StageContext, pair_batch, sample_probes,
+                    sut_failure)
+from ..judging import judged_fields, ask_json, ask_panel
+from ..running import gather_all, run_bounded
 from ..base import KeyRate, THIRDS, THIRDS_TEXT, thirds
 from .builtin_judge import BUILTIN_JUDGES
 from .config import GroupInteractionBiasConfig

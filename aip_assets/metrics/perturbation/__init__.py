@@ -43,8 +43,9 @@ from ...records import RowScore
 from ...scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
 from ...stats import normalise, third
 from ...gate import exclusion_reason
-from ..base import (JsonAnswer, Metric, StageContext, Verdict, answer_problem, ask_json, ask_panel, gather_all,
-                    given_response, judged_fields, run_bounded, sample_probes)
+from ..base import Metric, StageContext, answer_problem, given_response, sample_probes
+from ..judging import JsonAnswer, Verdict, ask_json, ask_panel, judged_fields
+from ..running import gather_all, run_bounded
 from ..base import KeyRate, THIRDS, THIRDS_TEXT, thirds
 from .builtin_judge import BUILTIN_JUDGES
 from .config import PerturbationRobustnessConfig, PerturbationRobustnessExternalConfig
@@ -116,7 +117,7 @@ async def ask_paraphrases(client, rows: list[DatasetRow], variants_per_type: int
         msgs = paraphrase_messages(row.last_user_text)
         r = await client.chat(msgs, temperature=temperature, sample_index=k, retries=retries, timeout=timeout,
                               template_version="perturbation/paraphrase/v2")
-        from ..base import parse_json_answer
+        from ..judging import parse_json_answer
 
         v, _ = parse_json_answer(r.text, Paraphrase) if r.ok else (None, r.error)
         return (row.input_id, k), (v.paraphrase.strip() if v else None)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from ..base import Verdict
+from ..judging import Verdict
 
 
 # ------------------------------------------------------------------ judges

@@ -1,0 +1,97 @@
+"""Running a stage's calls: at most ``limit`` work items in flight, each for its dataset row
+(:func:`run_bounded`), every awaitable run to its end before an error is raised
+(:func:`gather_all`), progress logged as it goes (:class:`Progress`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable, Iterable
+
+
+from ..models.batch import BATCHING
+from ..models.client import CURRENT_ROW
+
+logger = logging.getLogger("aip_assets")
+
+
+class Progress:
+    """done/total, calls in flight and failures, logged at most every few seconds."""
+
+    def __init__(self, what: str, total: int, log: Callable[[str], None] | None = None, every_s: float = 2.0):
+        self.what, self.total, self.done, self.failed = what, total, 0, 0
+        self.log = log or logger.info
+        self.every_s = every_s
+        self.t0 = time.monotonic()
+        self._last = 0.0
+        self.in_flight: Callable[[], int] = lambda: 0
+
+    def tick(self, ok: bool = True) -> None:
+        self.done += 1
+        self.failed += 0 if ok else 1
+        now = time.monotonic()
+        if now - self._last >= self.every_s or self.done == self.total:
+            self._last = now
+            rate = self.done / max(now - self.t0, 1e-9)
+            self.log(f"{self.what}: {self.done}/{self.total} done, {self.in_flight()} in flight, "
+                     f"{self.failed} failed, {rate:.1f}/s")
+
+
+async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
+    """Like asyncio.gather, but every awaitable runs to its end before the first error is raised,
+    so no call in flight is abandoned (its answer would be lost to the journal)."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return list(results)
+
+
+def row_of(item: Any) -> str | None:
+    """The dataset row a work item belongs to: a row id, a record with ``input_id``, a
+    :class:`DatasetRow`, or a tuple led by one of those (e.g. ``(row, sample)``). A work item
+    that calls for several rows sets :data:`CURRENT_ROW` per call itself (perturbation judging)."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict):
+        return item.get("input_id")
+    if isinstance(item, tuple) and item:
+        return row_of(item[0])
+    return getattr(item, "input_id", None)
+
+
+async def run_bounded(items: Iterable[Any], fn: Callable[[Any], Awaitable[Any]], limit: int,
+                      progress: Progress | None = None, ok: Callable[[Any], bool] = lambda r: True) -> list[Any]:
+    """Apply ``fn`` to every item with at most ``limit`` in flight; results in item order.
+
+    Each item's calls are made for its dataset row (:func:`row_of`, set as
+    :data:`~aip_assets.models.client.CURRENT_ROW`), which a client's row deadline counts by.
+    When one item fails (e.g. the run reached its call cap), no new item starts, the items in
+    flight finish (and are journaled), then the first error is raised."""
+    items = list(items)
+    results: list[Any] = [None] * len(items)
+    next_i = 0
+    error: BaseException | None = None
+    limit = max(limit, BATCHING.get())  # a batching client: every item's calls go to the batch at once
+
+    async def worker():
+        nonlocal next_i, error
+        while next_i < len(items) and error is None:
+            i = next_i
+            next_i += 1
+            token = CURRENT_ROW.set(row_of(items[i]))
+            try:
+                results[i] = await fn(items[i])
+            except Exception as e:  # noqa: BLE001 - re-raised below, after the others finish
+                error = error or e
+                return
+            finally:
+                CURRENT_ROW.reset(token)
+            if progress:
+                progress.tick(ok(results[i]))
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(limit, len(items))))))
+    if error is not None:
+        raise error
+    return results
