@@ -39,8 +39,11 @@ def toy(monkeypatch):
 def _dataset(path: Path) -> Path:
     rows = []
     for i in range(N_ROWS):
-        q = (f"Fall {i}: Ich beantrage einen Kredit über {1000 + i} Euro. Bitte gib eine Entscheidung: soll er "
-             "genehmigt werden?") if i in GERMAN else f"Case {i}: I am applying for a loan of {1000 + i} euros. Should it be approved?"
+        if i in GERMAN:
+            q = (f"Fall {i}: Ich beantrage einen Kredit über {1000 + i} Euro. Bitte gib eine Entscheidung: soll er "
+                 "genehmigt werden?")
+        else:
+            q = f"Case {i}: I am applying for a loan of {1000 + i} euros. Should it be approved?"
         rows.append({"input_id": f"r{i}", "prompt": q, "task_type": "single_turn_llm"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -113,10 +116,9 @@ def test_a_registered_metric_is_loaded_only_when_looked_up():
             "known = 'llm.decision_flip' in REGISTRY and len(REGISTRY) == 7; "
             "REGISTRY['llm.group_interaction_bias']; "
             "after = sorted(m for m in sys.modules if m.startswith('aip_assets.metrics.')); "
-            "print(before, known, REGISTRY.loaded(), 'aip_assets.metrics.decision_flip' in after, "
-            "'aiohttp' in sys.modules)")
+            "print(before, known, REGISTRY.loaded(), 'aip_assets.metrics.decision_flip' in after)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "[] True ['llm.group_interaction_bias'] False True", out
+    assert out == "[] True ['llm.group_interaction_bias'] False", out
 
 
 def test_the_registry_holds_what_warehouse_and_report_hold_today():
@@ -128,7 +130,8 @@ def test_the_registry_holds_what_warehouse_and_report_hold_today():
     # warehouse.py's views that name a metric, and v_flipped_pairs, which reads one of them
     assert set(views) == {n for n, sql in wh.VIEWS.items() if "'llm." in sql} | {"v_flipped_pairs"}
     assert all(wh.VIEWS[n] == sql for n, sql in views.items())
-    assert list(views) == [n for n in wh.VIEWS if n in views]  # created in the same order (v_flipped_pairs reads v_pair_verdicts)
+    # created in the same order (v_flipped_pairs reads v_pair_verdicts)
+    assert list(views) == [n for n in wh.VIEWS if n in views]
     assert metrics.count_labels() == report.COUNT_LABELS
     assert metrics.rate_labels() == report.RATE_LABELS
     assert metrics.lower_is_better() == {("llm.decision_flip", "axis")}

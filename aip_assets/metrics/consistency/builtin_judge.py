@@ -67,4 +67,5 @@ def _only(f1: set, f2: set) -> set:
     return {f for f in f1 if (f.kind, f.value) not in v2} | {f for f in f2 if (f.kind, f.value) not in v1}
 
 
-BUILTIN_JUDGES = {f"{kind}_consistency": BuiltinJudge(judge_consistency(kind)) for kind in ("semantic", "factual", "safety")}
+BUILTIN_JUDGES = {f"{kind}_consistency": BuiltinJudge(judge_consistency(kind))
+                  for kind in ("semantic", "factual", "safety")}
