@@ -22,7 +22,7 @@ from ..dataset import DatasetRow
 from ..models.builtin import BuiltinJudge, register_judge_source
 from ..models.client import ChatResult, ModelClient
 from ..models.journal import Journal
-from ..runspec import Connection, RunSpec
+from ..runspec import Connection, RunSpec, metric_registry  # the registry: metrics/__init__.py
 from ..scoring import Formula
 from .judging import JudgePanel, panel_role, split_panel
 from .running import Progress, run_bounded
@@ -121,10 +121,9 @@ def manifest_of(plugin: "Metric") -> dict[str, Any]:
 
 def execution_timeout(metric: str) -> float | None:
     """The ``timeout_seconds`` of a metric's execution manifest (None when its spec has none)."""
-    from . import REGISTRY
-
-    plugin = REGISTRY.get(metric)
-    execution = (manifest_of(plugin) if plugin is not None else spec_manifests().get(metric) or {}).get("execution") or {}
+    plugin = metric_registry().get(metric)
+    manifest = manifest_of(plugin) if plugin is not None else spec_manifests().get(metric) or {}
+    execution = manifest.get("execution") or {}
     t = execution.get("timeout_seconds")
     return float(t) if t else None
 
@@ -545,9 +544,7 @@ class Metric:
 
 def builtin_judge_answers(tag: str) -> BuiltinJudge | None:
     """The builtin judge's answers for a prompt tag, from the registered metric that owns the tag."""
-    from . import REGISTRY
-
-    for metric in REGISTRY.values():
+    for metric in metric_registry().values():
         if tag in metric.builtin_judges:
             return metric.builtin_judges[tag]
     return None
