@@ -493,7 +493,7 @@ def cmd_report(args) -> int:
     path = Path(args.warehouse).resolve() if args.warehouse else None
     if not args.run and not args.serve:
         raise AipError("report needs a RUN (see `aip-eval runs`), or --serve to serve the reports folder")
-    from .viewer import ROWS_PER_METRIC
+    from .report import ROWS_PER_METRIC
 
     rows = ROWS_PER_METRIC if args.rows_per_metric is None else args.rows_per_metric
     if rows < 1:

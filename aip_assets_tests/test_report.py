@@ -18,7 +18,7 @@ from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.errors import AipError
 from aip_assets.report import GROUP_CAP, TEXT_LIMIT, WEAKEST_ROWS, build_report, write_report
-from aip_assets.viewer import TEXT_LIMIT as VIEW_TEXT_LIMIT
+from aip_assets.report.viewer import TEXT_LIMIT as VIEW_TEXT_LIMIT
 from aip_assets.runspec import parse_spec
 
 from .conftest import make_spec, run_all, write_dataset
@@ -635,7 +635,7 @@ def test_viewer_detail_orders_and_places_verdicts_by_hand():
     """_detail on hand-made rows: group-bias pairs ordered by how telling their verdicts are (not by
     name); perturbation verdicts beside the variant they judged, the baseline's on its own; a
     consistency comparison beside the sampled answer it compared."""
-    from aip_assets.viewer import _detail
+    from aip_assets.report.viewer import _detail
 
     def probe(pid, role, sample=0, status="ok", **kw):
         return {"probe_id": pid, "role": role, "sample_index": sample, "response": f"answer {pid}/{sample}",
@@ -708,8 +708,9 @@ def test_viewer_pairs_an_external_perturbation_variant_with_its_baseline(tmp_pat
 
 
 def test_viewer_keeps_within_its_byte_budget_lowest_rows_first(warehouse):
-    from aip_assets.report import _records, _Reader
-    from aip_assets.viewer import read
+    from aip_assets.report.queries import _Reader
+    from aip_assets.report.values import _records
+    from aip_assets.report.viewer import read
 
     rd = _Reader(RUN, warehouse)
     full = read(lambda sql, params=None: _records(rd.q(sql, params)), list(METRICS), 500, RUN)

@@ -1,0 +1,107 @@
+"""The report for one run as one self-contained HTML document, written beside the warehouse (and
+kept in a lake's ``reports`` table)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from .. import lake
+from .. import warehouse as wh
+from ..errors import AipError
+from markupsafe import Markup
+from . import viewer
+from . import queries
+from .queries import _Reader, _warehouse_path
+from .sections import _cost_section, _header, _metric_section, _overview
+from .templating import render, static
+from .values import _json
+
+
+def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: int = viewer.ROWS_PER_METRIC) -> str:
+    """The report for ``run_id`` as one self-contained HTML document; the sample viewer embeds at most
+    ``rows_per_metric`` rows of each metric (the lowest scores first)."""
+    db = _warehouse_path(path)
+    if not wh.exists(db):
+        raise AipError(f"{db}: no warehouse yet; run `aip-eval run <spec>` first")
+    # one connection for the report's many queries, at the lean memory cap: its scans of a large
+    # run's tables otherwise filled DuckDB's cache to its 1 GB limit (1.2 GB peak at 100,000 rows,
+    # 590 MB at the lean cap, as fast)
+    def build(config: dict[str, Any] | None) -> str:
+        with wh.session(db, read_only=True, config=config):
+            return _build_report(run_id, db, rows_per_metric)
+
+    return wh.lean_first(build)
+
+
+def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
+    rd = _Reader(run_id, db)
+    run = queries.run_record(rd)
+    spec = _json(run.get("spec")) or {}
+    configured = list(_json(run.get("metrics")) or [])
+
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for r in queries.metric_scores(rd):
+        by_metric.setdefault(r["metric"], []).append(r)
+    metrics = [m for m in configured if m in by_metric] + sorted(m for m in by_metric if m not in configured)
+    metrics = [m for m in metrics if any(r["scope"] == "overall" for r in by_metric[m])]
+    overall = {m: next(r for r in by_metric[m] if r["scope"] == "overall") for m in metrics}
+
+    weakest_all = queries.weakest_rows(rd)
+    errored_all = queries.errored_rows(rd)
+    row_counts = queries.row_counts(rd)
+    evidence, pairs, verdicts = queries.evidence(rd, weakest_all)
+    notes = queries.run_notes(rd)
+    spec_metrics = spec.get("metrics") or {}
+    sections = [_metric_section(m, by_metric[m], spec_metrics.get(m) or {},
+                                [r for r in weakest_all if r["metric"] == m],
+                                [r for r in errored_all if r["metric"] == m], row_counts, evidence, pairs,
+                                verdicts, run_id) for m in metrics]
+    return render("report.html.j2", run_id=run_id, css=Markup(static("report.css")),
+                  viewer_css=Markup(static("viewer.css")), header=Markup(_header(run, db)), metrics=metrics,
+                  missing=[m for m in configured if m not in metrics],
+                  overview=Markup(_overview(metrics, overall)) if metrics else None,
+                  viewer=Markup(viewer.section(viewer.read(rd.records, metrics, rows_per_metric, run_id)))
+                  if metrics else None,
+                  sections=[Markup(s) for s in sections],
+                  cost=Markup(_cost_section(queries.calls_by_role(rd), queries.calls_by_metric(rd))),
+                  notes=notes, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                  version=__version__)
+
+
+def default_out(run_id: str, path: str | Path | None = None) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)
+    return _warehouse_path(path).parent / "reports" / f"{safe}.html"
+
+
+def write_report(run_id: str, out: str | Path | None = None, path: str | Path | None = None,
+                 rows_per_metric: int = viewer.ROWS_PER_METRIC) -> Path:
+    """Write the report (default ``<warehouse dir>/reports/<run_id>.html``) and return its path. In
+    a lake it is also kept in the lake's ``reports`` table under its file name (the report
+    server's URL), replacing the one before, so every host's report server has it."""
+    text = build_report(run_id, path, rows_per_metric)
+    target = Path(out) if out else default_out(run_id, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    if lake.enabled() and not out:
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+
+        def replace(con) -> None:
+            con.execute("DELETE FROM reports WHERE name = ?", [target.name])
+            con.execute("INSERT INTO reports VALUES (?, ?, ?, ?)", [run_id, target.name, text, now])
+
+        with wh.connect(path) as con:
+            wh.transaction(con, replace, f"the report of {run_id}")
+    return target.resolve()
+
+
+def stored_report(name: str) -> str | None:
+    """The report a lake keeps under the file name ``name`` (None: none, or not a lake)."""
+    if not lake.enabled():
+        return None
+    rows = wh.query("SELECT html FROM reports WHERE name = ? ORDER BY written_at DESC LIMIT 1", [name])
+    return str(rows.html[0]) if len(rows) else None
+

@@ -1,0 +1,145 @@
+"""The SQL the report runs, through one read-only session of short queries on the warehouse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import warehouse as wh
+from ..errors import AipError
+from .values import _records
+
+WEAKEST_ROWS = 5
+
+Records = list[dict[str, Any]]
+ByRow = dict[tuple[str, str], Any]  # (metric, input_id) -> what the report shows of that row
+
+
+class _Reader:
+    def __init__(self, run_id: str, path: Path):
+        self.run_id, self.path = run_id, path
+
+    def q(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        return wh.query(sql, [self.run_id, *(params or [])], path=self.path, read_only=True)
+
+    def records(self, sql: str, params: list | None = None) -> Records:
+        """The rows of ``sql`` as plain Python (the run's id is its first parameter)."""
+        return _records(self.q(sql, params))
+
+
+def _warehouse_path(path: str | Path | None) -> Path:
+    return Path(path).resolve() if path else wh.default_path()
+
+
+def run_record(rd: _Reader) -> dict[str, Any]:
+    """The run's ``eval_runs`` row; a run that is not registered is an AipError naming the latest."""
+    runs = rd.records("SELECT * FROM eval_runs WHERE run_id = ?")
+    if not runs:
+        known = wh.query("SELECT run_id FROM eval_runs ORDER BY created_at DESC LIMIT 5", path=rd.path, read_only=True)
+        hint = f" (latest: {', '.join(known['run_id'])})" if len(known) else ""
+        raise AipError(f"run {rd.run_id!r} is not registered in {rd.path}{hint}; `aip-eval runs` lists them")
+    return runs[0]
+
+
+def metric_scores(rd: _Reader) -> Records:
+    return rd.records("SELECT * FROM metric_scores WHERE run_id = ? ORDER BY metric, scope, group_key")
+
+
+def weakest_rows(rd: _Reader) -> Records:
+    """The WEAKEST_ROWS lowest-scored rows of each metric, lowest first."""
+    return rd.records(f"""
+        SELECT * FROM (
+            SELECT metric, input_id, score, raw_score, label, n_judged, n_failed, n_events, explanation,
+                   row_number() OVER (PARTITION BY metric ORDER BY score ASC, input_id) AS rank
+            FROM row_scores WHERE run_id = ? AND status = 'ok' AND score IS NOT NULL)
+        WHERE rank <= {WEAKEST_ROWS} ORDER BY metric, rank""")
+
+
+def errored_rows(rd: _Reader) -> Records:
+    return rd.records("""
+        SELECT metric, input_id, status, error, explanation FROM row_scores
+        WHERE run_id = ? AND NOT (status = 'ok' AND score IS NOT NULL) ORDER BY metric, input_id""")
+
+
+def row_counts(rd: _Reader) -> dict[str, dict[str, Any]]:
+    """Each metric's rows scored and errored."""
+    return {r["metric"]: r for r in rd.records("""
+        SELECT metric, count(*) FILTER (WHERE status = 'ok' AND score IS NOT NULL) AS scored,
+               count(*) FILTER (WHERE NOT (status = 'ok' AND score IS NOT NULL)) AS errored
+        FROM row_scores WHERE run_id = ? GROUP BY metric""")}
+
+
+def evidence(rd: _Reader, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
+    """What the report shows of ``rows`` (the weakest): their probes with the SUT's answers, their
+    persona pairs with the verdicts on them, and the other verdicts by what they judged."""
+    keys = [f"{r['metric']}\x1f{r['input_id']}" for r in rows]
+    probes: dict[tuple[str, str], Records] = {}
+    pairs: dict[tuple[str, str], Records] = {}
+    verdicts: dict[tuple[str, str], dict[str, Records]] = {}
+    if not keys:
+        return probes, pairs, verdicts
+    for e in rd.records("""
+            SELECT p.metric, p.input_id, p.probe_id, p.role, p.axis, p.category, p.attribute_value, p.persona,
+                   p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.query_text, r.sample_index, r.response,
+                   r.status AS sut_status, r.error AS sut_error
+            FROM probes p
+            LEFT JOIN (SELECT * FROM sut_responses WHERE run_id = $1
+                       AND metric || chr(31) || input_id IN (SELECT unnest($2::VARCHAR[]))) r
+                   ON r.metric = p.metric AND r.probe_id = p.probe_id
+            WHERE p.run_id = $1 AND p.metric || chr(31) || p.input_id IN (SELECT unnest($2::VARCHAR[]))
+            ORDER BY p.metric, p.input_id, p.probe_id, r.sample_index""", [keys]):
+        probes.setdefault((e["metric"], e["input_id"]), []).append(e)
+    for p in rd.records("""
+            SELECT pp.metric, pp.input_id, pp.pair_id, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b,
+                   bool_or(coalesce(j.flipped, false)) AS flipped,
+                   avg(CASE WHEN j.status = 'ok' THEN CASE WHEN j.judge_kind IN ('tone', 'effort') THEN j.score
+                            ELSE 1 - j.score END END) AS badness,
+                   string_agg(CASE WHEN j.status <> 'ok' THEN 'judge ' || j.status
+                                   WHEN j.decision_a IS NOT NULL OR j.decision_b IS NOT NULL
+                                   THEN j.label || ' (' || coalesce(j.decision_a, '?') || ' vs ' || coalesce(j.decision_b, '?') || ')'
+                                   ELSE coalesce(j.label, j.judge_kind) || ' ' || printf('%.3f', j.score) END, '; '
+                              ORDER BY j.judge_kind) AS verdict
+            FROM probe_pairs pp
+            LEFT JOIN (SELECT * FROM judgements WHERE run_id = $1
+                       AND metric || chr(31) || input_id IN (SELECT unnest($2::VARCHAR[]))) j
+                   ON j.metric = pp.metric AND j.pair_id = pp.pair_id
+            WHERE pp.run_id = $1 AND pp.metric || chr(31) || pp.input_id IN (SELECT unnest($2::VARCHAR[]))
+            GROUP BY ALL""", [keys]):
+        pairs.setdefault((p["metric"], p["input_id"]), []).append(p)
+    for j in rd.records("""
+            SELECT j.metric, j.input_id,
+                   coalesce(CAST(j.sample_index AS VARCHAR), CASE WHEN j.category = 'baseline' THEN 'base' END,
+                            j.variant_id, j.input_id) AS key,
+                   coalesce(j.label, j.judge_kind) AS label, j.score, j.status, j.error
+            FROM judgements j
+            WHERE j.run_id = ? AND j.metric || chr(31) || j.input_id IN (SELECT unnest(?::VARCHAR[]))
+              AND NOT EXISTS (SELECT 1 FROM probe_pairs pp WHERE pp.run_id = j.run_id AND pp.metric = j.metric
+                              AND pp.pair_id = j.pair_id)
+            ORDER BY j.metric, j.input_id, key, j.label""", [keys]):
+        verdicts.setdefault((j["metric"], j["input_id"]), {}).setdefault(str(j["key"]), []).append(j)
+    return probes, pairs, verdicts
+
+
+def calls_by_role(rd: _Reader) -> Records:
+    return rd.records("""
+        SELECT role, count(*) AS calls, count(*) FILTER (WHERE status <> 'ok') AS failed,
+               count(*) FILTER (WHERE source = 'reused') AS reused,
+               CAST(sum(prompt_tokens) AS BIGINT) AS prompt_tokens,
+               CAST(sum(completion_tokens) AS BIGINT) AS completion_tokens, median(latency_ms) AS p50_latency_ms
+        FROM llm_calls WHERE run_id = ? GROUP BY role ORDER BY role""")
+
+
+def calls_by_metric(rd: _Reader) -> Records:
+    return rd.records("""
+        SELECT role, metric, stage, count(*) AS calls, count(*) FILTER (WHERE status <> 'ok') AS failed,
+               count(*) FILTER (WHERE source = 'reused') AS reused,
+               CAST(sum(prompt_tokens) AS BIGINT) AS prompt_tokens,
+               CAST(sum(completion_tokens) AS BIGINT) AS completion_tokens, median(latency_ms) AS p50_latency_ms
+        FROM llm_calls WHERE run_id = ? GROUP BY ALL ORDER BY role, metric, stage""")
+
+
+def run_notes(rd: _Reader) -> Records:
+    return rd.records("SELECT metric, stage, level, code, message FROM run_notes WHERE run_id = ? "
+                      "ORDER BY level, metric, stage, code")

@@ -1,0 +1,193 @@
+"""The report server: `aip-eval report --serve` serves the reports folder over HTTP, read-only (a
+browser will not open a file:// link from a web page such as the Dagster UI); in a lake, a report
+the folder lacks is served from the lake."""
+
+from __future__ import annotations
+
+import os
+from html import escape
+from pathlib import Path
+
+from .. import lake
+from ..errors import AipError
+from .build import stored_report
+
+REPORT_PORT = 8112  # `aip-eval report --serve` listens here; AIP_REPORT_PORT chooses another
+
+
+def report_port() -> int:
+    import os
+
+    return int(os.environ.get("AIP_REPORT_PORT", REPORT_PORT))
+
+
+def report_url(report: Path, port: int | None = None) -> str:
+    """Where `aip-eval report --serve` serves ``report`` (a browser will not open a file:// link
+    from a web page such as the Dagster UI)."""
+    from urllib.parse import quote
+
+    return f"http://127.0.0.1:{port or report_port()}/{quote(report.name)}"
+
+
+class _NotServed(Exception):
+    """A request the report server answers with a 404: ``missing`` when nothing is there (a lake
+    may have it), else something that is there but is not served (a link, a FIFO, a device)."""
+
+    def __init__(self, missing: bool = False):
+        self.missing = missing
+
+
+def _request_parts(raw: str) -> tuple[list[str], bool]:
+    """The names below the reports folder a request's path asks for, and whether it asks for a
+    folder (a trailing slash). Only plain names: a path with an empty name (``//``), ``.``, ``..``,
+    a backslash or a NUL, once decoded, asks for nothing."""
+    from urllib.parse import unquote
+
+    path = raw.split("?", 1)[0].split("#", 1)[0]
+    if not path.startswith("/"):
+        raise _NotServed()
+    names = unquote(path[1:]).split("/")
+    folder = names[-1] == ""
+    if folder:
+        names.pop()
+    if any(n in ("", ".", "..") or "\\" in n or "\0" in n for n in names):
+        raise _NotServed()
+    return names, folder
+
+
+def _open_below(root: str, names: list[str]) -> tuple[int, os.stat_result]:
+    """A regular file or a folder below ``root``, opened one name at a time from the folder above
+    it, never following a symbolic link (O_NOFOLLOW) and never opening anything but a folder or a
+    regular file of one link (a FIFO would hang the server; a hard link may be a file from
+    elsewhere): (its descriptor, its stat). Raises _NotServed."""
+    import stat
+
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(root, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+    try:
+        for i, name in enumerate(names):
+            try:
+                seen = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise _NotServed(missing=True) from None
+            last = i == len(names) - 1
+            if not (stat.S_ISDIR(seen.st_mode) or (last and stat.S_ISREG(seen.st_mode) and seen.st_nlink == 1)):
+                raise _NotServed()
+            opened = os.open(name, flags | (0 if stat.S_ISREG(seen.st_mode) else os.O_DIRECTORY), dir_fd=fd)
+            os.close(fd)
+            fd = opened
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino, stat.S_IFMT(now.st_mode)) != (seen.st_dev, seen.st_ino,
+                                                                         stat.S_IFMT(seen.st_mode)):
+                raise _NotServed()  # replaced between the look and the open
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _listing(fd: int, shown_as: str) -> bytes:
+    """A folder's page: its folders and the regular files it would serve (no link, nothing else)."""
+    import stat
+    from urllib.parse import quote
+
+    names = []
+    with os.scandir(fd) as entries:
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                names.append(e.name + "/")
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                names.append(e.name)
+    items = "".join(f'<li><a href="{quote(n)}">{escape(n)}</a></li>\n' for n in sorted(names, key=str.lower))
+    title = escape(f"Reports: {shown_as}")
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
+            f"<body><h1>{title}</h1>\n<ul>\n{items}</ul></body></html>\n").encode("utf-8")
+
+
+def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None):
+    """An HTTP server for the reports folder (read-only: files and a listing, nothing else); in a
+    lake, a report the folder lacks is served from the lake (written by a worker elsewhere).
+    It serves only regular files and folders inside the folder: a request whose path names a
+    symbolic link at any step, a FIFO, a device or a socket, a file with another hard link, or
+    that spells ``..``, ``//`` or a backslash in any encoding, is a 404 that names nothing.
+    Returns the server; ``serve_forever()`` runs it, ``shutdown()`` stops it."""
+    import io
+    from http import HTTPStatus
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    root = os.path.realpath(folder)
+
+    class Reports(SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
+            pass
+
+        def _answer(self, body: bytes, ctype: str, modified: float | None = None) -> io.BytesIO:
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            if modified is not None:
+                self.send_header("Last-Modified", self.date_time_string(modified))
+            self.end_headers()
+            return io.BytesIO(body)
+
+        def _from_lake(self, name: str):
+            """The lake's copy of a report the folder lacks (a file object, or None: answered)."""
+            try:
+                html = stored_report(name)
+            except AipError:  # no lake made yet: no such report
+                html = None
+            except Exception as e:  # noqa: BLE001 - said to the browser, the server goes on
+                self.send_error(HTTPStatus.SERVICE_UNAVAILABLE, f"the lake cannot be read: {type(e).__name__}")
+                return None
+            if html is None:
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            return self._answer(html.encode("utf-8"), "text/html; charset=utf-8")
+
+        def send_head(self):  # what GET and HEAD answer (the stdlib's, without following links)
+            import stat
+
+            names: list[str] = []
+            want_folder = False
+            try:
+                names, want_folder = _request_parts(self.path)
+                fd, st = _open_below(root, names)
+            except _NotServed as e:
+                if (e.missing and lake.enabled() and len(names) == 1 and names[0].endswith(".html")
+                        and not want_folder):
+                    return self._from_lake(names[0])
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            except (OSError, ValueError):  # a name the system will not take, a link, a folder's file
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            if stat.S_ISREG(st.st_mode):
+                if want_folder:
+                    os.close(fd)
+                    self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                    return None
+                f = os.fdopen(fd, "rb")
+                self.send_response(HTTPStatus.OK)
+                self.send_header("Content-Type", self.guess_type(names[-1]))
+                self.send_header("Content-Length", str(st.st_size))
+                self.send_header("Last-Modified", self.date_time_string(st.st_mtime))
+                self.end_headers()
+                return f
+            try:  # a folder
+                if not want_folder:
+                    self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+                    self.send_header("Location", self.path.split("?", 1)[0].split("#", 1)[0] + "/")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
+                return self._answer(_listing(fd, "/" + "".join(n + "/" for n in names)), "text/html; charset=utf-8")
+            finally:
+                os.close(fd)
+
+    return ThreadingHTTPServer((host, report_port() if port is None else port), Reports)
+

@@ -1,0 +1,181 @@
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("aip-viewer-data").textContent);
+  var root = document.getElementById("viewer");
+  var metaBy = {}; data.metrics.forEach(function (m) { metaBy[m.metric] = m; });
+  var PAGE = 100, shown = PAGE;
+  function el(tag, attrs, text) {
+    var e = document.createElement(tag);
+    if (attrs) Object.keys(attrs).forEach(function (k) { if (attrs[k] !== null && attrs[k] !== undefined) e.setAttribute(k, attrs[k]); });
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function f3(x) { return x === null || x === undefined ? "n/a" : Number(x).toFixed(3); }
+  function raw(x) { return x === null || x === undefined ? "" : String(x); }
+  function uniq(a) { var s = new Set(); a.forEach(function (x) { if (x !== null && x !== undefined) s.add(String(x)); }); return Array.from(s).sort(); }
+  data.rows.forEach(function (r, i) {
+    r.i = i;
+    var parts = [r.id, r.label, r.expl, r.error];
+    r.probes.forEach(function (p) { parts.push(p.q, p.persona, p.who); Object.keys(p.ans).forEach(function (k) { parts.push(p.ans[k].t, p.ans[k].e); }); });
+    r.items.forEach(function (it) { it.v.forEach(function (v) { parts.push(v.r, v.l, v.e); }); });
+    r.single.forEach(function (v) { parts.push(v.r, v.l, v.e); });
+    r.blob = parts.filter(function (x) { return x; }).join("\n").toLowerCase();
+  });
+
+  var c = {};
+  function control(label, node) { var l = el("label", null, label + " "); l.appendChild(node); return l; }
+  var bar = el("div", {"class": "controls"});
+  c.metric = el("select", {"data-filter": "metric"});
+  c.metric.appendChild(el("option", {value: ""}, "all metrics"));
+  data.metrics.forEach(function (m) { c.metric.appendChild(el("option", {value: m.metric}, m.metric)); });
+  c.axis = el("select", {"data-filter": "axis"}); c.persona = el("select", {"data-filter": "persona"});
+  c.cat = el("select", {"data-filter": "category"}); c.label = el("select", {"data-filter": "label"});
+  c.flagged = el("input", {type: "checkbox", "data-filter": "flagged"});
+  c.failed = el("input", {type: "checkbox", "data-filter": "failed"});
+  c.excluded = el("input", {type: "checkbox", "data-filter": "excluded"});
+  c.search = el("input", {type: "search", placeholder: "search ids, prompts, answers, reasoning", "data-filter": "search"});
+  c.sort = el("select", {"data-filter": "sort"});
+  [["score-asc", "score, lowest first"], ["score-desc", "score, highest first"], ["id", "input id"], ["failed", "most excluded first"]]
+    .forEach(function (o) { c.sort.appendChild(el("option", {value: o[0]}, o[1])); });
+  bar.appendChild(control("metric", c.metric)); bar.appendChild(control("axis", c.axis));
+  bar.appendChild(control("persona", c.persona)); c.catLabel = control("category / perturbation type", c.cat);
+  bar.appendChild(c.catLabel); bar.appendChild(control("label", c.label));
+  bar.appendChild(control("flipped / flagged", c.flagged)); bar.appendChild(control("failed", c.failed));
+  bar.appendChild(control("excluded", c.excluded)); bar.appendChild(c.search); bar.appendChild(control("sort", c.sort));
+  root.appendChild(bar);
+  var count = el("p", {"class": "count", id: "viewer-count"}); root.appendChild(count);
+  var note = el("p", {"class": "muted", id: "viewer-cap"}); root.appendChild(note);
+  var table = el("table", {"class": "rows"}); root.appendChild(table);
+  var more = el("button", {type: "button", id: "viewer-more"}, "show more"); root.appendChild(more);
+
+  function fill(sel, values, all) {
+    var cur = sel.value; sel.textContent = "";
+    sel.appendChild(el("option", {value: ""}, all));
+    values.forEach(function (v) { sel.appendChild(el("option", {value: v}, v)); });
+    sel.value = values.indexOf(cur) >= 0 ? cur : "";
+    sel.disabled = values.length === 0;
+  }
+  function inMetric() { var m = c.metric.value; return data.rows.filter(function (r) { return !m || r.m === m; }); }
+  function refreshFacets() {
+    var rs = inMetric(), m = c.metric.value;
+    fill(c.axis, uniq([].concat.apply([], rs.map(function (r) { return r.axes; }))), "any axis");
+    fill(c.persona, uniq([].concat.apply([], rs.map(function (r) { return r.personas; }))), "any persona");
+    fill(c.cat, uniq([].concat.apply([], rs.map(function (r) { return r.cats; }))), "any");
+    fill(c.label, uniq(rs.map(function (r) { return r.label; })), "any label");
+    c.catLabel.firstChild.textContent = (m ? metaBy[m].facet : "category / perturbation type") + " ";
+    var caps = data.metrics.filter(function (x) { return (!m || x.metric === m) && x.shown < x.total; });
+    note.textContent = caps.length ? caps.map(function (x) {
+      return x.metric + ": the " + x.shown + " lowest-scored of " + x.total + " rows are in this file; all of them: " +
+        "SELECT * FROM v_weakest_rows WHERE run_id = '" + data.run_id + "' AND metric = '" + x.metric + "'"; }).join("; ") : "";
+  }
+  function matches(r) {
+    var q = c.search.value.trim().toLowerCase();
+    return (!c.metric.value || r.m === c.metric.value) && (!c.axis.value || r.axes.indexOf(c.axis.value) >= 0) &&
+      (!c.persona.value || r.personas.indexOf(c.persona.value) >= 0) && (!c.cat.value || r.cats.indexOf(c.cat.value) >= 0) &&
+      (!c.label.value || r.label === c.label.value) && (!c.flagged.checked || r.flagged) &&
+      (!c.failed.checked || r.failed) && (!c.excluded.checked || r.excluded) && (!q || r.blob.indexOf(q) >= 0);
+  }
+  function cmp(a, b) {
+    var s = c.sort.value, x, y;
+    if (s === "id") return a.m < b.m ? -1 : a.m > b.m ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+    if (s === "failed") { x = (b.nf || 0) - (a.nf || 0); if (x) return x; }
+    x = a.score === null ? -Infinity : a.score; y = b.score === null ? -Infinity : b.score;
+    if (x !== y) return s === "score-desc" ? y - x : x - y;
+    return a.i - b.i;
+  }
+  function render() {
+    var rs = data.rows.filter(matches).sort(cmp);
+    count.textContent = rs.length + " of " + data.rows.length + " rows match";
+    count.setAttribute("data-matching", rs.length);
+    table.textContent = "";
+    var head = el("tr");
+    ["metric", "input id", "score", "label", "judged", "excluded units", "events", "status"].forEach(function (h) { head.appendChild(el("th", null, h)); });
+    table.appendChild(head);
+    rs.slice(0, shown).forEach(function (r) {
+      var tr = el("tr", {"class": "row", "data-metric": r.m, "data-input-id": r.id});
+      tr.appendChild(el("td", null, r.m.replace(/^llm\./, "")));
+      tr.appendChild(el("td", null, r.id));
+      tr.appendChild(el("td", {"class": "num", "data-field": "score", "data-value": raw(r.score)}, f3(r.score)));
+      tr.appendChild(el("td", {"data-field": "label"}, r.label));
+      tr.appendChild(el("td", {"class": "num", "data-field": "n_judged", "data-value": raw(r.nj)}, raw(r.nj)));
+      tr.appendChild(el("td", {"class": "num", "data-field": "n_failed", "data-value": raw(r.nf)}, raw(r.nf)));
+      tr.appendChild(el("td", {"class": "num", "data-field": "n_events", "data-value": raw(r.ne)}, raw(r.ne)));
+      tr.appendChild(el("td", {"data-field": "status", "class": r.status === "ok" ? "" : "err"}, r.status));
+      tr.addEventListener("click", function () { toggle(tr, r); });
+      table.appendChild(tr);
+    });
+    more.style.display = rs.length > shown ? "" : "none";
+    more.textContent = "show " + Math.min(PAGE, rs.length - shown) + " more";
+  }
+  function answerBox(r, side) {
+    var d = el("div");
+    var p = side.p === null || side.p === undefined ? null : r.probes[side.p];
+    d.appendChild(el("div", {"class": "who"}, side.who || (p && p.who) || "—"));
+    if (!p) { d.appendChild(el("div", {"class": "muted"}, "(probe not recorded)")); return d; }
+    if (p.persona) d.appendChild(el("div", {"class": "muted"}, p.persona));
+    d.appendChild(el("div", {"class": "muted"}, "asked:"));
+    d.appendChild(el("div", {"class": "txt", "data-probe-id": p.id}, p.q));
+    var a = p.ans[side.s];
+    d.appendChild(el("div", {"class": "muted"}, "answered" + (side.s !== "0" ? " (sample " + side.s + ")" : "") + ":"));
+    if (!a) d.appendChild(el("div", {"class": "muted"}, "(no answer recorded)"));
+    else if (a.st !== "ok") d.appendChild(el("div", {"class": "txt err", "data-answer": p.id}, a.st + ": " + (a.e || "")));
+    else d.appendChild(el("div", {"class": "txt ans", "data-answer": p.id}, a.t));
+    return d;
+  }
+  function verdictBox(v) {
+    var d = el("div", {"class": "verdict-box", "data-verdict": v.k});
+    var head = (v.k || "judge") + (v.c && v.c !== "baseline" ? "" : v.c ? " (baseline)" : "") + ": ";
+    if (v.st !== "ok") { d.appendChild(el("span", {"class": "err"}, head + v.st + (v.e ? " — " + v.e : ""))); return d; }
+    var t = head + (v.l || "") + (v.s !== null && v.s !== undefined ? " score " + f3(v.s) : "");
+    if (v.da !== null || v.db !== null) t += " · decisions a: " + (v.da || "none") + ", b: " + (v.db || "none");
+    d.appendChild(el("span", null, t));
+    if (v.f) d.appendChild(el("span", {"class": "flag"}, " · flipped, due to the persona"));
+    else if (v.at === false && v.da !== v.db) d.appendChild(el("span", {"class": "muted"}, " · decisions differ, not due to the persona"));
+    if (v.sw !== null && v.sw !== undefined) d.appendChild(el("span", {"class": "muted"}, v.sw ? " · judge saw b first" : " · judge saw a first"));
+    if (v.r) d.appendChild(el("div", {"class": "txt", "data-reasoning": "1"}, v.r));
+    return d;
+  }
+  function toggle(tr, r) {
+    var next = tr.nextSibling;
+    if (next && next.classList && next.classList.contains("detail-row")) { next.remove(); tr.classList.remove("open"); return; }
+    tr.classList.add("open");
+    var dr = el("tr", {"class": "detail-row"}), td = el("td", {colspan: 8, "class": "detail", "data-input-id": r.id});
+    dr.appendChild(td);
+    var info = [(metaBy[r.m].name || r.m), "score " + f3(r.score)];
+    if (r.raw !== r.score) info.push("raw " + f3(r.raw));
+    td.appendChild(el("div", null, info.join(" · ")));
+    if (r.expl) td.appendChild(el("div", {"class": "muted"}, r.expl));
+    if (r.error) td.appendChild(el("div", {"class": "err"}, r.error));
+    r.items.forEach(function (it) {
+      var box = el("div", {"class": "pair"});
+      box.appendChild(el("div", {"class": "who"}, (it.axis ? it.axis + ": " : "") + it.title));
+      var side = el("div", {"class": "side"});
+      side.appendChild(answerBox(r, it.a)); side.appendChild(answerBox(r, it.b)); box.appendChild(side);
+      if (!it.v.length) box.appendChild(el("div", {"class": "muted"}, "not judged"));
+      it.v.forEach(function (v) { box.appendChild(verdictBox(v)); });
+      td.appendChild(box);
+    });
+    if (r.single.length) {
+      var sb = el("div", {"class": "pair"}); sb.appendChild(el("div", {"class": "who"}, "verdicts on one answer"));
+      r.single.forEach(function (v) { sb.appendChild(verdictBox(v)); }); td.appendChild(sb);
+    }
+    if (r.other.length) {
+      var ob = el("div", {"class": "pair"}); ob.appendChild(el("div", {"class": "who"}, "other probes"));
+      r.other.forEach(function (i) {
+        var p = r.probes[i];
+        Object.keys(p.ans).length ? Object.keys(p.ans).forEach(function (s) { ob.appendChild(answerBox(r, {p: i, s: s, who: p.meta || p.who})); })
+          : ob.appendChild(answerBox(r, {p: i, s: "0", who: p.meta || p.who}));
+      });
+      td.appendChild(ob);
+    }
+    tr.parentNode.insertBefore(dr, tr.nextSibling);
+  }
+  [c.metric].forEach(function (s) { s.addEventListener("change", function () { refreshFacets(); shown = PAGE; render(); }); });
+  [c.axis, c.persona, c.cat, c.label, c.flagged, c.failed, c.excluded, c.sort].forEach(function (s) {
+    s.addEventListener("change", function () { shown = PAGE; render(); }); });
+  var typing = null;  // search as you type, once the typing pauses
+  c.search.addEventListener("input", function () { clearTimeout(typing); typing = setTimeout(function () { shown = PAGE; render(); }, 150); });
+  more.addEventListener("click", function () { shown += PAGE; render(); });
+  refreshFacets(); render();
+  root.setAttribute("data-ready", "1");
+})();

@@ -1,0 +1,92 @@
+"""Warehouse values as plain Python, and their formatting as HTML: 3 decimals for scores and rates,
+integers for counts, the raw value in the element's ``data-value`` attribute."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from html import escape
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+TEXT_LIMIT = 600
+
+
+def _v(x: Any) -> Any:
+    """A warehouse value as plain Python: NULL/NaN -> None, numpy scalars -> int/float/bool."""
+    if x is None or x is pd.NA or x is pd.NaT:
+        return None
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, np.generic) and not isinstance(x, np.datetime64):
+        x = x.item()
+        if isinstance(x, float) and math.isnan(x):
+            return None
+    return x
+
+
+def _raw(x: Any) -> str:
+    """The exact value for a data-value attribute (floats round-trip through repr)."""
+    x = _v(x)
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        return repr(x)
+    return str(x)
+
+
+def _f3(x: Any) -> str:
+    x = _v(x)
+    return "n/a" if x is None else f"{float(x):.3f}"
+
+
+def _int(x: Any) -> str:
+    x = _v(x)
+    return "n/a" if x is None else f"{round(float(x)):,}"
+
+
+def _e(s: Any) -> str:
+    return escape("" if s is None else str(s), quote=True)
+
+
+def _attrs(**kw: Any) -> str:
+    return "".join(f' {k.replace("_", "-")}="{_e(v)}"' for k, v in kw.items() if v is not None)
+
+
+def _num(x: Any, fmt: str = "f3", tag: str = "span", cls: str = "num", **attrs: Any) -> str:
+    """A number element: formatted text, raw value in data-value."""
+    text = _f3(x) if fmt == "f3" else _int(x)
+    x = _v(x)
+    if fmt == "int" and isinstance(x, float) and x.is_integer():
+        x = int(x)  # a count column with NULLs elsewhere comes back as float
+    return f'<{tag} class="{cls}"{_attrs(**attrs)} data-value="{_e(_raw(x))}">{text}</{tag}>'
+
+
+def _clip(s: Any, limit: int = TEXT_LIMIT) -> str:
+    s = "" if _v(s) is None else str(s)
+    return s if len(s) <= limit else s[:limit].rstrip() + "…"
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", s).strip("-")
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: _v(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def _json(s: Any) -> Any:
+    s = _v(s)
+    if s is None:
+        return None
+    if isinstance(s, (dict, list)):
+        return s
+    try:
+        return json.loads(s)
+    except (TypeError, ValueError):
+        return None
