@@ -725,3 +725,137 @@ def test_viewer_keeps_within_its_byte_budget_lowest_rows_first(warehouse):
         assert kept_size <= budget // len(METRICS) or len(kept) == 1
         [info] = [x for x in small["metrics"] if x["metric"] == m]
         assert (info["shown"], info["total"]) == (len(kept), len(every))
+
+
+# --------------------------------------------------------------------------- markup from a model, the static script
+
+PAYLOAD = '</script><script>window.aipPwned = 1</script><img src=x onerror="window.aipPwned = 2"> & <marquee>moving</marquee>'
+
+
+def _console_errors(page) -> list[str]:
+    """The page's uncaught exceptions and console errors, collected as they come."""
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    return errors
+
+
+def test_a_model_answer_with_markup_stays_text_in_the_report_and_the_viewer(scripted, tmp_path):
+    """A SUT that answers with a script, an image whose onerror runs code and markup: the report's
+    evidence shows the answer as text, the viewer's data holds it with no "<" or ">", and in
+    Chromium the opened row shows it as text and none of it runs."""
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    answer = f"{PAYLOAD}\nDecision: YES"
+    sut = scripted(lambda body, n: answer)
+    run_all(make_spec(write_dataset(tmp_path / "d.jsonl", 2), sut=sut.conn()), "mk")
+    out = write_report("mk")
+    text = out.read_text(encoding="utf-8")
+    doc = Doc(text)
+    answers = [e["text"] for e in doc.elements if e["tag"] == "td" and e["attrs"].get("class") == "answer"]
+    assert answers and all(a == answer for a in answers)
+    assert not doc.find("img") and not doc.find("marquee") and len(doc.find("script")) == 2
+    assert "&lt;/script&gt;&lt;script&gt;window.aipPwned = 1&lt;/script&gt;" in text
+    data = viewer_data(text)  # no "<" or ">" in the embedded data
+    said = [a["t"] for r in data["rows"] for p in r["probes"] for a in p["ans"].values()]
+    assert said and all(t == answer for t in said)
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = _console_errors(page)
+            page.goto(f"file://{out}")
+            page.wait_for_selector("#viewer[data-ready='1']")
+            page.click("#viewer tr.row >> nth=0")
+            shown = page.locator("#viewer td.detail [data-answer]").all_inner_texts()
+            assert shown and all(PAYLOAD in s for s in shown)
+            assert page.evaluate("window.aipPwned === undefined && document.querySelectorAll('img, marquee').length === 0")
+        finally:
+            browser.close()
+    assert errors == []
+
+
+def test_the_viewer_script_pages_caps_and_sorts_hand_made_rows(tmp_path):
+    """static/viewer.js on data made by hand, in a page of its own: it loads with no console error,
+    shows 100 rows at a time with a button for the rest, says how many rows the file leaves out,
+    sorts an unscored row first, and the facet filters offer each row's values."""
+    from aip_assets.report.templating import static
+    from aip_assets.report.viewer import _detail, section
+
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    rows = []
+    for i in range(150):
+        probes = [{"probe_id": f"p{i}{s}", "role": "persona", "persona_id": s, "attribute_value": s, "axis": "gender",
+                   "sample_index": 0, "response": f"answer {i}{s}", "sut_status": "ok", "sut_error": None,
+                   "query_text": f"ask {i}{s}"} for s in "ab"]
+        pairs = [{"pair_id": f"q{i}", "value_a": "a", "value_b": "b", "probe_a": f"p{i}a", "probe_b": f"p{i}b",
+                  "axis": "gender", "kind": None}]
+        judged = [{"pair_id": f"q{i}", "judge_kind": "decision", "score": None if i == 7 else 1 - i / 200,
+                   "status": "ok", "label": "same", "flipped": i % 3 == 0, "reasoning": f"why {i}"}]
+        detail = _detail(probes, pairs, judged)
+        detail.pop("any_failed")
+        rows.append({"m": "llm.toy", "id": f"row{i:03d}", "score": judged[0]["score"], "raw": judged[0]["score"],
+                     "label": "flip" if i % 3 == 0 else "same", "status": "ok", "error": None, "expl": None,
+                     "nj": 1, "nf": 0, "ne": int(i % 3 == 0), "flagged": i % 3 == 0, "excluded": i == 7,
+                     "failed": False, **detail})
+    data = {"run_id": "hand", "metrics": [{"metric": "llm.toy", "name": "toy", "facet": "category", "shown": 150,
+                                           "total": 400}], "rows_per_metric": 150, "rows": rows}
+    page_file = tmp_path / "viewer.html"
+    page_file.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><style>{static("viewer.css")}</style>'
+                         f"</head><body>{section(data)}</body></html>", encoding="utf-8")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = _console_errors(page)
+            page.goto(f"file://{page_file}")
+            page.wait_for_selector("#viewer[data-ready='1']")
+            shown = lambda: page.locator("#viewer tr.row").count()  # noqa: E731
+            assert page.inner_text("#viewer-count") == "150 of 150 rows match" and shown() == 100
+            assert page.inner_text("#viewer-more") == "show 50 more"
+            assert "llm.toy: the 150 lowest-scored of 400 rows are in this file" in page.inner_text("#viewer-cap")
+            assert page.get_attribute("#viewer tr.row >> nth=0", "data-input-id") == "row007"  # unscored first
+            page.click("#viewer-more")
+            assert shown() == 150 and not page.is_visible("#viewer-more")
+            assert page.eval_on_selector_all("select[data-filter=persona] option", "os => os.map(o => o.value)") == [
+                "", "a", "b"]
+            page.check("input[data-filter=flagged]")
+            assert page.get_attribute("#viewer-count", "data-matching") == "50"
+            page.click("#viewer tr.row[data-input-id='row003']")
+            assert page.locator("#viewer td.detail [data-answer]").all_inner_texts() == ["answer 3a", "answer 3b"]
+        finally:
+            browser.close()
+    assert errors == []
+
+
+def test_templates_escape_what_they_print():
+    """Autoescaping: a value a template prints is escaped (as the Python-built fragments are), HTML the
+    package built itself (Markup) is not, and None prints as nothing."""
+    from markupsafe import Markup
+
+    from aip_assets.report.templating import environment
+
+    t = environment().from_string("{{ a }}|{{ b }}|{{ c }}")
+    assert t.render(a='<script>"x" & \'y\'</script>', b=Markup("<b>ok</b>"), c=None) == (
+        "&lt;script&gt;&quot;x&quot; &amp; &#x27;y&#x27;&lt;/script&gt;|<b>ok</b>|")
+
+
+def test_every_template_and_static_file_is_package_data():
+    """A wheel carries the report's templates and static files: each matches a package-data pattern."""
+    import fnmatch
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["aip_assets"]
+    files = [p.relative_to(repo / "aip_assets").as_posix() for d in ("templates", "static")
+             for p in (repo / "aip_assets" / "report" / d).iterdir()]
+    assert {"report/templates/report.html.j2", "report/templates/viewer.html.j2", "report/static/viewer.js"} <= set(files)
+    assert all(any(fnmatch.fnmatch(f, pat) for pat in patterns) for f in files), files
