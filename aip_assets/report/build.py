@@ -8,13 +8,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from .. import lake
+from markupsafe import Markup
+
+from .. import __version__, lake
 from .. import warehouse as wh
 from ..errors import AipError
-from markupsafe import Markup
-from . import viewer
-from . import queries
+from . import queries, viewer
 from .queries import _Reader, _warehouse_path
 from .sections import _cost_section, _header, _metric_section, _overview
 from .templating import render, static

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pandas as pd
 
 from .. import warehouse as wh
 from ..errors import AipError
+from ..warehouse import PERSONA_ORDER_REASONING
 from .values import _records
 
 WEAKEST_ROWS = 5
@@ -143,3 +145,84 @@ def calls_by_metric(rd: _Reader) -> Records:
 def run_notes(rd: _Reader) -> Records:
     return rd.records("SELECT metric, stage, level, code, message FROM run_notes WHERE run_id = ? "
                       "ORDER BY level, metric, stage, code")
+
+
+Query = Callable[..., Records]  # (sql, params) -> records; the run's id is the first parameter
+
+
+def viewer_metrics(q: Query) -> dict[str, dict[str, Any]]:
+    """Each metric's name and whether it has perturbation types (the viewer's facet)."""
+    return {r["metric"]: r for r in q("""
+        SELECT metric, any_value(metric_name) FILTER (WHERE scope = 'overall') AS metric_name,
+               bool_or(scope = 'perturbation_type') AS has_types
+        FROM metric_scores WHERE run_id = ? GROUP BY metric""")}
+
+
+def viewer_rows(q: Query, rows_per_metric: int) -> Records:
+    """At most ``rows_per_metric`` rows of each metric, the lowest scores first (unscored before them)."""
+    return q("""
+        SELECT * FROM (
+            SELECT metric, input_id, score, raw_score, label, status, error, explanation, n_judged, n_failed, n_events,
+                   row_number() OVER (PARTITION BY metric ORDER BY score ASC NULLS FIRST, input_id) AS rank,
+                   count(*) OVER (PARTITION BY metric) AS total
+            FROM row_scores WHERE run_id = ?)
+        WHERE rank <= ? ORDER BY metric, rank""", [rows_per_metric])
+
+
+def viewer_evidence(q: Query, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
+    """What the viewer shows of ``rows``: their probes with every answer (and, for a variant that is
+    its own row, its group's baseline), their pairs, and every verdict on them."""
+    keys = [f"{r['metric']}\x1f{r['input_id']}" for r in rows]
+    in_keys = "{a}.metric || chr(31) || {a}.input_id IN (SELECT unnest(?::VARCHAR[]))"
+    # the joined side filtered by the same keys first: a join's hash table of the run's every answer
+    # took a gigabyte at 100,000 rows (numbered parameters: $1 the run, $2 the keys)
+    in_keys2 = in_keys.replace("?", "$2")
+    probes: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    verdicts: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    if not keys:
+        return probes, pairs, verdicts
+    for p in q(f"""
+            SELECT p.metric, p.input_id, p.probe_id, p.role, p.axis, p.category, p.attribute_value, p.persona,
+                   p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.exclusion, p.query_text, p.group_id,
+                   r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
+            FROM probes p
+            LEFT JOIN (SELECT * FROM sut_responses r WHERE r.run_id = $1 AND {in_keys2.format(a='r')}) r
+                   ON r.metric = p.metric AND r.probe_id = p.probe_id
+            WHERE p.run_id = $1 AND {in_keys2.format(a='p')}
+            ORDER BY p.metric, p.input_id, p.role, p.probe_id, r.sample_index""", [keys]):
+        probes.setdefault((p["metric"], p["input_id"]), []).append(p)
+    # a perturbation variant that is its own row (the external metric) has its group's baseline in
+    # another row: bring it in, so the row opens to the baseline and the variant side by side
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for key, entries in probes.items():
+        if not any(e.get("role") in ("base", "baseline") for e in entries):
+            for g in {e["group_id"] for e in entries if e.get("group_id")}:
+                groups.setdefault(f"{key[0]}\x1f{g}", []).append(key)
+    if groups:
+        for p in q("""
+                SELECT p.metric, p.input_id, p.probe_id, p.role, p.category, p.variant_id, p.query_text, p.group_id,
+                       r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
+                FROM probes p
+                LEFT JOIN sut_responses r ON r.run_id = p.run_id AND r.metric = p.metric AND r.probe_id = p.probe_id
+                WHERE p.run_id = ? AND p.role = 'baseline'
+                  AND p.metric || chr(31) || p.group_id IN (SELECT unnest(?::VARCHAR[]))
+                ORDER BY p.probe_id, r.sample_index""", [list(groups)]):
+            for key in groups.get(f"{p['metric']}\x1f{p['group_id']}", []):
+                probes[key].append(p)
+    for p in q(f"""
+            SELECT pp.metric, pp.input_id, pp.pair_id, pp.axis, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b,
+                   pp.kind, pp.twin_of, pp.sample_b
+            FROM probe_pairs pp WHERE pp.run_id = ? AND {in_keys.format(a='pp')}
+            ORDER BY pp.metric, pp.input_id, pp.pair_id""", [keys]):
+        pairs.setdefault((p["metric"], p["input_id"]), []).append(p)
+    # the reasoning in persona order where the judge saw a pair in a randomised order; as written elsewhere
+    for j in q(f"""
+            SELECT j.metric, j.input_id, j.judgement_id, j.pair_id, j.judge_kind, j.category, j.sample_index,
+                   j.variant_id, j.status, j.error, j.label, j.score, j.decision_a, j.decision_b, j.flipped,
+                   j.attributable, j.order_swapped,
+                   CASE WHEN j.order_swapped IS NULL THEN j.reasoning ELSE {PERSONA_ORDER_REASONING} END AS reasoning
+            FROM judgements j WHERE j.run_id = ? AND {in_keys.format(a='j')}
+            ORDER BY j.metric, j.input_id, j.pair_id, j.judge_kind, j.judgement_id""", [keys]):
+        verdicts.setdefault((j["metric"], j["input_id"]), []).append(j)
+    return probes, pairs, verdicts

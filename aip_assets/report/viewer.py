@@ -2,11 +2,12 @@
 search and sort; a row opens to its probes, the SUT's answers side by side (persona a | persona b,
 original | variant, baseline | perturbed) and each judge's verdict and reasoning.
 
-The data is read here from the warehouse (through the report's read-only query function) and
-embedded in the page as JSON in a ``<script type="application/json">`` block; a small inline script
-renders it. No external resource, so the file works offline. Every ``<`` inside the JSON is written
-as ``\\u003c``, so no text from a dataset or a model can close the block, and the script only ever
-sets text (``textContent``), never markup.
+The data is read from the warehouse (``queries``, through the report's read-only query function)
+and embedded in the page as JSON in a ``<script type="application/json">`` block; the script
+``static/viewer.js``, inlined after it (``templates/viewer.html.j2``), renders it. No external
+resource, so the file works offline. Every ``<`` inside the JSON is written as ``\\u003c``, so no
+text from a dataset or a model can close the block, and the script only ever sets text
+(``textContent``), never markup.
 
 Large runs: at most ``rows_per_metric`` rows of each metric are embedded, the lowest scores first
 (unscored rows before them), and no more than the metric's share of ``MAX_BYTES``; the viewer says
@@ -16,20 +17,17 @@ how many were left out and gives the SQL for all.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from markupsafe import Markup
 
-from ..warehouse import PERSONA_ORDER_REASONING
+from . import queries
+from .queries import Query
 from .templating import render, static
 
 ROWS_PER_METRIC = 500
 MAX_BYTES = 24_000_000  # the embedded data, shared evenly by the metrics (a decision-flip row with long answers is ~60 KB)
 TEXT_LIMIT = 4000  # per text (prompt, answer, reasoning) in the embedded data
-
-Query = Callable[..., list[dict[str, Any]]]  # (sql, params) -> records; run_id is the first parameter
-
 
 def _clip(s: Any) -> str | None:
     if s is None:
@@ -54,70 +52,9 @@ def _bad(v: dict[str, Any]) -> float:
 def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, run_id: str = "",
          max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """Everything the viewer shows for the run, as plain JSON-ready data."""
-    meta = {r["metric"]: r for r in q("""
-        SELECT metric, any_value(metric_name) FILTER (WHERE scope = 'overall') AS metric_name,
-               bool_or(scope = 'perturbation_type') AS has_types
-        FROM metric_scores WHERE run_id = ? GROUP BY metric""")}
-    rows = q("""
-        SELECT * FROM (
-            SELECT metric, input_id, score, raw_score, label, status, error, explanation, n_judged, n_failed, n_events,
-                   row_number() OVER (PARTITION BY metric ORDER BY score ASC NULLS FIRST, input_id) AS rank,
-                   count(*) OVER (PARTITION BY metric) AS total
-            FROM row_scores WHERE run_id = ?)
-        WHERE rank <= ? ORDER BY metric, rank""", [rows_per_metric])
-    rows = [r for r in rows if r["metric"] in metrics]
-    keys = [f"{r['metric']}\x1f{r['input_id']}" for r in rows]
-    in_keys = "{a}.metric || chr(31) || {a}.input_id IN (SELECT unnest(?::VARCHAR[]))"
-    # the joined side filtered by the same keys first: a join's hash table of the run's every answer
-    # took a gigabyte at 100,000 rows (numbered parameters: $1 the run, $2 the keys)
-    in_keys2 = in_keys.replace("?", "$2")
-    probes: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    verdicts: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    if keys:
-        for p in q(f"""
-                SELECT p.metric, p.input_id, p.probe_id, p.role, p.axis, p.category, p.attribute_value, p.persona,
-                       p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.exclusion, p.query_text, p.group_id,
-                       r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
-                FROM probes p
-                LEFT JOIN (SELECT * FROM sut_responses r WHERE r.run_id = $1 AND {in_keys2.format(a='r')}) r
-                       ON r.metric = p.metric AND r.probe_id = p.probe_id
-                WHERE p.run_id = $1 AND {in_keys2.format(a='p')}
-                ORDER BY p.metric, p.input_id, p.role, p.probe_id, r.sample_index""", [keys]):
-            probes.setdefault((p["metric"], p["input_id"]), []).append(p)
-        # a perturbation variant that is its own row (the external metric) has its group's baseline in
-        # another row: bring it in, so the row opens to the baseline and the variant side by side
-        groups: dict[str, list[tuple[str, str]]] = {}
-        for key, entries in probes.items():
-            if not any(e.get("role") in ("base", "baseline") for e in entries):
-                for g in {e["group_id"] for e in entries if e.get("group_id")}:
-                    groups.setdefault(f"{key[0]}\x1f{g}", []).append(key)
-        if groups:
-            for p in q("""
-                    SELECT p.metric, p.input_id, p.probe_id, p.role, p.category, p.variant_id, p.query_text, p.group_id,
-                           r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
-                    FROM probes p
-                    LEFT JOIN sut_responses r ON r.run_id = p.run_id AND r.metric = p.metric AND r.probe_id = p.probe_id
-                    WHERE p.run_id = ? AND p.role = 'baseline'
-                      AND p.metric || chr(31) || p.group_id IN (SELECT unnest(?::VARCHAR[]))
-                    ORDER BY p.probe_id, r.sample_index""", [list(groups)]):
-                for key in groups.get(f"{p['metric']}\x1f{p['group_id']}", []):
-                    probes[key].append(p)
-        for p in q(f"""
-                SELECT pp.metric, pp.input_id, pp.pair_id, pp.axis, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b,
-                       pp.kind, pp.twin_of, pp.sample_b
-                FROM probe_pairs pp WHERE pp.run_id = ? AND {in_keys.format(a='pp')}
-                ORDER BY pp.metric, pp.input_id, pp.pair_id""", [keys]):
-            pairs.setdefault((p["metric"], p["input_id"]), []).append(p)
-        # the reasoning in persona order where the judge saw a pair in a randomised order; as written elsewhere
-        for j in q(f"""
-                SELECT j.metric, j.input_id, j.judgement_id, j.pair_id, j.judge_kind, j.category, j.sample_index,
-                       j.variant_id, j.status, j.error, j.label, j.score, j.decision_a, j.decision_b, j.flipped,
-                       j.attributable, j.order_swapped,
-                       CASE WHEN j.order_swapped IS NULL THEN j.reasoning ELSE {PERSONA_ORDER_REASONING} END AS reasoning
-                FROM judgements j WHERE j.run_id = ? AND {in_keys.format(a='j')}
-                ORDER BY j.metric, j.input_id, j.pair_id, j.judge_kind, j.judgement_id""", [keys]):
-            verdicts.setdefault((j["metric"], j["input_id"]), []).append(j)
+    meta = queries.viewer_metrics(q)
+    rows = [r for r in queries.viewer_rows(q, rows_per_metric) if r["metric"] in metrics]
+    probes, pairs, verdicts = queries.viewer_evidence(q, rows)
 
     out_rows = []
     for r in rows:
