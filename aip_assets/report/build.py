@@ -15,7 +15,7 @@ from .. import warehouse as wh
 from ..errors import AipError
 from . import queries, viewer
 from .queries import _Reader, _warehouse_path
-from .sections import _cost_section, _header, _metric_section, _overview
+from .sections import _header, cost, _metric_section, _overview
 from .templating import render, static
 from .values import _json
 
@@ -66,7 +66,7 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
                   viewer=Markup(viewer.section(viewer.read(rd.records, metrics, rows_per_metric, run_id)))
                   if metrics else None,
                   sections=[Markup(s) for s in sections],
-                  cost=Markup(_cost_section(queries.calls_by_role(rd), queries.calls_by_metric(rd))),
+                  cost=cost(queries.calls_by_role(rd), queries.calls_by_metric(rd)),
                   notes=notes, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
                   version=__version__)
 

@@ -423,52 +423,19 @@ def _metric_section(metric: str, scores: list[dict[str, Any]], spec_metric: dict
     return "".join(out)
 
 
-def _cost_section(by_role: list[dict[str, Any]], by_metric: list[dict[str, Any]]) -> str:
-    out = ['<h2 id="cost">Model calls and token use</h2>']
-    if not by_role:
-        return out[0] + '<p class="muted">No model calls recorded for this run.</p>'
+COST_COLUMNS = [("calls", "calls", "int"), ("failed", "failed", "int"),
+                ("reused", "answered from an earlier run", "int"), ("prompt_tokens", "prompt tokens", "int"),
+                ("completion_tokens", "completion tokens", "int"), ("p50_latency_ms", "median latency (ms)", "f3")]
+
+
+def cost(by_role: list[dict[str, Any]], by_metric: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``templates/cost.html.j2`` shows: the calls of each role in ROLES order (a role without
+    calls marked ``absent``), the totals of the counts, and the calls per metric and stage."""
     present = {r["role"] for r in by_role}
     rows = list(by_role) + [{"role": r, "calls": 0, "failed": 0, "reused": 0, "prompt_tokens": 0,
                              "completion_tokens": 0, "p50_latency_ms": None, "absent": True}
                             for r in ROLES if r not in present]
     rank = {r: i for i, r in enumerate(ROLES)}
     rows.sort(key=lambda r: (rank.get(r["role"], len(rank)), str(r["role"])))
-    cols = [("calls", "calls", "int"), ("failed", "failed", "int"), ("reused", "answered from an earlier run", "int"),
-            ("prompt_tokens", "prompt tokens", "int"), ("completion_tokens", "completion tokens", "int"),
-            ("p50_latency_ms", "median latency (ms)", "f3")]
-    out.append('<table class="cost" data-table="cost_by_role"><tr><th>role</th>'
-               + "".join(f'<th class="num">{lab}</th>' for _, lab, _ in cols) + "</tr>")
-    for r in rows:
-        cells = "".join(_num(r.get(c), fmt, tag="td", cls="num", data_table="cost_by_role", data_role=r["role"],
-                             data_field=c) if not r.get("absent") else '<td class="num muted">—</td>'
-                        for c, _, fmt in cols)
-        out.append(f'<tr><td>{_e(r["role"])}</td>{cells}</tr>')
-    tot = {c: sum(r.get(c) or 0 for r in by_role) for c, _, f in cols if f == "int"}
-    cells = "".join(_num(tot[c], "int", tag="td", cls="num", data_table="cost_by_role", data_role="all", data_field=c)
-                    if c in tot else '<td class="num"></td>' for c, _, _ in cols)
-    out.append(f'<tr><th>all roles</th>{cells}</tr></table>')
-    out.append('<p class="muted">Calls as recorded in <code>llm_calls</code> (each distinct request once; identical '
-               'requests within a run are answered from the journal). Token counts are as the endpoint reported them.</p>')
-    out.append('<details><summary>per metric and stage</summary><table class="cost" data-table="cost_by_metric">'
-               '<tr><th>role</th><th>metric</th><th>stage</th>'
-               + "".join(f'<th class="num">{lab}</th>' for _, lab, _ in cols) + "</tr>")
-    for r in by_metric:
-        cells = "".join(_num(r.get(c), fmt, tag="td", cls="num", data_table="cost_by_metric", data_role=r["role"],
-                             data_metric=r["metric"], data_stage=r["stage"], data_field=c) for c, _, fmt in cols)
-        out.append(f'<tr><td>{_e(r["role"])}</td><td><code>{_e(r["metric"])}</code></td><td>{_e(r["stage"])}</td>{cells}</tr>')
-    out.append("</table></details>")
-    return "".join(out)
-
-
-def _notes_section(notes: list[dict[str, Any]]) -> str:
-    if not notes:
-        return ""
-    out = ['<h2 id="notes">Run notes</h2><table class="notes"><tr><th>level</th><th>metric</th><th>stage</th>'
-           '<th>code</th><th>message</th></tr>']
-    for n in notes[:200]:
-        out.append(f'<tr><td>{_e(n.get("level"))}</td><td><code>{_e(n.get("metric"))}</code></td><td>{_e(n.get("stage"))}</td>'
-                   f'<td>{_e(n.get("code"))}</td><td>{_e(_clip(n.get("message"), 400))}</td></tr>')
-    out.append("</table>")
-    return "".join(out)
-
-
+    tot = {c: sum(r.get(c) or 0 for r in by_role) for c, _, f in COST_COLUMNS if f == "int"}
+    return {"any": bool(by_role), "roles": rows, "totals": tot, "by_metric": by_metric, "columns": COST_COLUMNS}

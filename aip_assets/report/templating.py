@@ -16,7 +16,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from .values import _clip, _slug
+from .values import _clip, _num, _slug
 
 
 def _finalize(value: Any) -> Markup:
@@ -32,6 +32,7 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("aip_assets.report", "templates"), autoescape=True, finalize=_finalize,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(slug=_slug, clip=_clip)
+    env.globals.update(num=lambda *a, **kw: Markup(_num(*a, **kw)))
     return env
 
 
