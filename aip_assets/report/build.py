@@ -15,7 +15,7 @@ from .. import warehouse as wh
 from ..errors import AipError
 from . import queries, viewer
 from .queries import _Reader, _warehouse_path
-from .sections import _header, cost, _metric_section, _overview
+from .sections import _header, _metric_section, _overview, cost
 from .templating import render, static
 from .values import _json
 

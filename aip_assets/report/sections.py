@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .charts import _bar_chart, _scope_chart
-from .queries import WEAKEST_ROWS
 from .labels import COUNT_LABELS, HUMAN_SCOPE, NOT_CHARTED, RATE_LABELS, SCOPES, _scope_label
+from .queries import WEAKEST_ROWS
 from .values import _attrs, _clip, _e, _f3, _int, _json, _num, _raw, _slug, _v
 
 EVIDENCE_PER_ROW = 4
