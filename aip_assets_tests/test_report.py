@@ -17,7 +17,8 @@ from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.errors import AipError
-from aip_assets.report import GROUP_CAP, TEXT_LIMIT, WEAKEST_ROWS, build_report, write_report
+from aip_assets.metrics.group_interaction_bias import GROUP_CAP
+from aip_assets.report import TEXT_LIMIT, WEAKEST_ROWS, build_report, write_report
 from aip_assets.report.viewer import TEXT_LIMIT as VIEW_TEXT_LIMIT
 from aip_assets.runspec import parse_spec
 

@@ -84,6 +84,8 @@ def test_the_toy_metric_runs_end_to_end_from_one_folder_and_one_registration(tmp
     assert main(["report", "toy-1"]) == 0
     html = Path(capsys.readouterr().out.strip().splitlines()[-1]).read_text()
     assert NAME in html and f"{ov.score:.3f}" in html
+    # with its own words for its counts (the metric's count_labels), not the generic ones
+    assert "polite answers" in html and "rows excluded" in html
 
 
 def test_the_toy_metric_declares_its_manifest_beside_its_config(toy):
@@ -122,35 +124,54 @@ def test_a_registered_metric_is_loaded_only_when_looked_up():
 
 
 def test_the_registry_holds_what_warehouse_and_report_hold_today():
-    """The metrics' views, labels, directions and exclusion reasons, moved into their packages, are
-    exactly the tables warehouse.py, report.py, compare.py and gate.py keyed by metric name."""
-    from aip_assets import report
-
+    """The metrics' views, directions and exclusion reasons, moved into their packages, are
+    exactly the tables warehouse.py, compare.py and gate.py keyed by metric name."""
     views = metrics.all_views()
     # warehouse.py's views that name a metric, and v_flipped_pairs, which reads one of them
     assert set(views) == {n for n, sql in wh.VIEWS.items() if "'llm." in sql} | {"v_flipped_pairs"}
     assert all(wh.VIEWS[n] == sql for n, sql in views.items())
     # created in the same order (v_flipped_pairs reads v_pair_verdicts)
     assert list(views) == [n for n in wh.VIEWS if n in views]
-    assert metrics.count_labels() == report.COUNT_LABELS
-    assert metrics.rate_labels() == report.RATE_LABELS
     assert metrics.lower_is_better() == {("llm.decision_flip", "axis")}
     reasons = metrics.exclusion_reasons()
     assert {"no_decision", "missing_original_query", "no_baseline", "duplicate_baseline", "baseline_only",
             "sut_failed", "empty_answer", "judge_failed", "unjudgeable", "judges_disagree"} == set(reasons)
 
 
-def test_the_report_s_chart_tables_are_the_metrics_own():
-    """The report's charts of breakdown scopes, its fact scopes and their names, moved into the
-    metrics, equal report.py's tables (each metric's charts in the report's order)."""
-    from aip_assets import report
+# the tables report.py keyed by metric name before they moved into the metrics (its words, its charts' order)
+REPORT_COUNT_LABELS = {
+    "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
+    "llm.group_interaction_bias": ("pairs judged", "pairs with bias ≥ 0.1", "pairs excluded"),
+    "llm.semantic_consistency": ("rows scored", "contradictory rows", "rows errored"),
+    "llm.factual_consistency": ("rows scored", "contradictory rows", "rows errored"),
+    "llm.safety_consistency": ("rows scored", "contradictory rows", "rows errored"),
+    "llm.perturbation_robustness": ("groups scored", "rows with a correctness drop", "groups failed"),
+    "llm.perturbation_robustness_external": ("groups scored", "rows with a correctness drop", "groups failed"),
+}
+REPORT_SCOPE_ORDER = ["axis", "attribute", "persona", "pair", "judge", "category", "wrapping", "label",
+                      "perturbation_type", "refusal", "favourable", "baseline"]
+REPORT_NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel", "effect", "bias_baseline"}
+REPORT_SCOPE_LABELS = {"axis_mean": "mean axis flip rate", "judge_audit": "judge agreement with the audit judge",
+                       "judge_position": "judge position bias (difference between orders)"}
 
-    charts = metrics.chart_scopes()
-    assert charts == report.SCOPES
-    for name, plugin in REGISTRY.items():
-        own = list(plugin.chart_scopes)
-        assert own == [s for s in report.SCOPES if s in own], name
-    assert metrics.uncharted_scopes() == report.NOT_CHARTED - {"overall", "judge_audit", "judge_position",
-                                                                 "judge_panel"}
-    assert metrics.scope_labels() == {k: v for k, v in report.EXTRA_SCOPE_LABELS.items()
-                                      if not k.startswith("judge_")}
+
+def test_the_report_reads_each_metric_s_own_words_and_charts():
+    """The report's words and chart order come from the metric, and are the ones report.py held."""
+    from aip_assets.report import labels
+
+    for name in metrics.BUILTIN_METRICS:
+        assert labels.count_labels(name) == REPORT_COUNT_LABELS[name], name
+        assert labels.rate_label(name) == ("flip rate" if name == "llm.decision_flip" else "rate"), name
+        order = labels.chart_order(name)
+        own = list(REGISTRY[name].chart_scopes)
+        # its own charts first, in the order the report always drew them, then any other metric's
+        assert order[:len(own)] == [s for s in REPORT_SCOPE_ORDER if s in own], name
+        assert sorted(order) == sorted(REPORT_SCOPE_ORDER), name
+    assert set(metrics.chart_scopes()) == set(REPORT_SCOPE_ORDER)
+    assert labels.not_charted() == REPORT_NOT_CHARTED
+    for scope, words in REPORT_SCOPE_LABELS.items():
+        assert labels._scope_label({"scope": scope, "group_key": "x"}) == words
+    # a metric the warehouse holds but the registry no longer knows: the generic words
+    assert labels.count_labels("llm.retired") == ("n", "events", "failed")
+    assert labels.rate_label("llm.retired") == "rate"
+    assert labels.chart_config("llm.retired", "axis") == REGISTRY["llm.decision_flip"].chart_scopes["axis"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .labels import SCOPES
+from .labels import chart_config
 from .values import _attrs, _e, _f3, _int, _json, _raw
 
 
@@ -93,7 +93,7 @@ def _bar_chart(metric: str, scope: str, bars: list[dict[str, Any]], kind: str, f
 
 
 def _scope_chart(metric: str, scope: str, rows: list[dict[str, Any]], threshold: float | None) -> str:
-    cfg = SCOPES.get(scope)
+    cfg = chart_config(metric, scope)
     if cfg is None:  # a breakdown this module does not know yet: score (or rate) with its interval if any
         field = "score" if any(r.get("score") is not None for r in rows) else "rate"
         lo, hi = ("ci_low", "ci_high") if field == "score" else ("rate_ci_low", "rate_ci_high")

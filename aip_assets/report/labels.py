@@ -1,62 +1,64 @@
-"""The report's label tables: how each breakdown scope is charted, and the words for each metric's
-counts, rates and single-number scopes."""
+"""The report's words and chart settings: how each breakdown scope is charted, and what each metric's
+counts, rate and single-number scopes are called, read from the metric."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-GROUP_CAP = 15  # persona / attribute / pair charts show the lowest this many
+from ..metrics import REGISTRY, chart_scopes, scope_labels, uncharted_scopes
 
+if TYPE_CHECKING:
+    from ..metrics.base import Metric
 
-# breakdown scope -> how to chart it. value: the bar; lo/hi: the 95% interval whisker (when present)
-SCOPES: dict[str, dict[str, Any]] = {
-    "axis": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
-             "title": "Flip rate by axis (bar: attributable flips / judged pairs; whisker: Wilson 95% interval)"},
-    "attribute": {"value": "score", "lo": "ci_low", "hi": "ci_high", "kind": "score", "cap": GROUP_CAP,
-                  "title": "Equitability by attribute value (whisker: bootstrap 95% interval)"},
-    "persona": {"value": "score", "lo": "ci_low", "hi": "ci_high", "kind": "score", "cap": GROUP_CAP,
-                "title": "Equitability by persona (whisker: bootstrap 95% interval)"},
-    "pair": {"value": "score", "kind": "score", "cap": GROUP_CAP, "title": "Equitability by persona pair"},
-    "judge": {"value": "raw_score", "kind": "plain", "order": ["similarity", "tone", "effort"],
-              "title": "Judge means (similarity: higher is better; tone divergence and effort gap: lower is better)"},
-    "category": {"value": "score", "lo": "ci_low", "hi": "ci_high", "kind": "score",
-                 "title": "Score by template category (whisker: bootstrap 95% interval)"},
-    "wrapping": {"value": "score", "lo": "ci_low", "hi": "ci_high", "kind": "score",
-                 "title": "Plain versus jailbreak-wrapped variants (whisker: bootstrap 95% interval)"},
-    "label": {"value": "n", "kind": "count", "order": ["Consistent", "Slightly Inconsistent", "Contradictory"],
-              "title": "Rows per label"},
-    "perturbation_type": {"value": "score", "kind": "score", "title": "Score by perturbation type"},
-    "refusal": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
-                "title": "Answers without a decision by axis value (refusals, no configured label, empty; whisker: "
-                         "Wilson 95% interval)"},
-    "favourable": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
-                   "title": "Favourable decisions by axis value (bar: favourable / answers with a decision; whisker: "
-                            "Wilson 95% interval)"},
-    "baseline": {"value": "rate", "lo": "rate_ci_low", "hi": "rate_ci_high", "kind": "rate", "sort": "desc",
-                 "title": "No-effect baseline by axis (bar: flips among null pairs, one persona asked twice; whisker: "
-                          "Wilson 95% interval)"},
-}
-# the headline; single numbers beside it; effects (odds ratios) are a table (_effects_table)
-NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel", "effect", "bias_baseline"}
+# Each metric declares how its breakdown scopes are charted and what its counts, rate and fact scopes
+# are called (``Metric.chart_scopes``, ``count_labels``, ``rate_label``, ``uncharted_scopes``,
+# ``scope_labels``); these read them for a metric name found in the warehouse, which may be one no
+# longer registered (then the generic words). The scopes below are the pipeline's own, every metric's.
+
+# the headline, and the checks of the judge the pipeline adds to any metric: facts beside the headline
+PIPELINE_FACT_SCOPES = {"overall", "judge_audit", "judge_position", "judge_panel"}
 HUMAN_SCOPE = "human_agreement"  # the judge checked against people (human_labels.py): a table of its own
+PIPELINE_SCOPE_LABELS = {"judge_audit": "judge agreement with the audit judge",
+                         "judge_position": "judge position bias (difference between orders)"}
+DEFAULT_COUNT_LABELS = ("n", "events", "failed")
 
-COUNT_LABELS = {
-    "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
-    "llm.group_interaction_bias": ("pairs judged", "pairs with bias ≥ 0.1", "pairs excluded"),
-    "llm.semantic_consistency": ("rows scored", "contradictory rows", "rows errored"),
-    "llm.factual_consistency": ("rows scored", "contradictory rows", "rows errored"),
-    "llm.safety_consistency": ("rows scored", "contradictory rows", "rows errored"),
-    "llm.perturbation_robustness": ("groups scored", "rows with a correctness drop", "groups failed"),
-    "llm.perturbation_robustness_external": ("groups scored", "rows with a correctness drop", "groups failed"),
-}
 
-RATE_LABELS = {"llm.decision_flip": "flip rate"}
-EXTRA_SCOPE_LABELS = {"axis_mean": "mean axis flip rate",  # the same words as the overall row's detail
-                      "judge_audit": "judge agreement with the audit judge",
-                      "judge_position": "judge position bias (difference between orders)"}
+def _plugin(metric: str) -> Metric | None:
+    return REGISTRY[metric] if metric in REGISTRY else None
+
+
+def count_labels(metric: str) -> tuple[str, str, str]:
+    """What the metric's counts are called: (units judged, events, excluded)."""
+    plugin = _plugin(metric)
+    return (plugin.count_labels if plugin is not None else None) or DEFAULT_COUNT_LABELS
+
+
+def rate_label(metric: str) -> str:
+    """What the metric's rate is called."""
+    plugin = _plugin(metric)
+    return (plugin.rate_label if plugin is not None else None) or "rate"
+
+
+def not_charted() -> set[str]:
+    """Scopes shown as facts beside the headline, not as charts (the pipeline's and every metric's)."""
+    return PIPELINE_FACT_SCOPES | uncharted_scopes()
+
+
+def chart_order(metric: str) -> list[str]:
+    """The order the metric's breakdown charts come in: its own, then any other metric's."""
+    plugin = _plugin(metric)
+    own = list(plugin.chart_scopes) if plugin is not None else []
+    return own + [s for s in chart_scopes() if s not in own]
+
+
+def chart_config(metric: str, scope: str) -> dict[str, Any] | None:
+    """How to chart a breakdown scope: the metric's own way, else any metric's way, else None."""
+    plugin = _plugin(metric)
+    own = plugin.chart_scopes if plugin is not None else {}
+    return own.get(scope) or chart_scopes().get(scope)
 
 
 def _scope_label(r: dict[str, Any]) -> str:
     if r["scope"] == "judge_panel":
         return "judge panel agreement" if r["group_key"] == "panel" else f"agreement {r['group_key']}"
-    return EXTRA_SCOPE_LABELS.get(r["scope"], f'{r["scope"]} ({r["group_key"]})')
+    return {**PIPELINE_SCOPE_LABELS, **scope_labels()}.get(r["scope"], f'{r["scope"]} ({r["group_key"]})')

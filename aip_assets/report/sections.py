@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .charts import _bar_chart, _scope_chart
-from .labels import COUNT_LABELS, HUMAN_SCOPE, NOT_CHARTED, RATE_LABELS, SCOPES, _scope_label
+from .labels import HUMAN_SCOPE, _scope_label, chart_order, count_labels, not_charted, rate_label
 from .queries import WEAKEST_ROWS
 from .values import _attrs, _clip, _e, _f3, _int, _json, _num, _raw, _slug, _v
 
@@ -310,7 +310,7 @@ def _overview(metrics: list[str], overall: dict[str, dict[str, Any]]) -> str:
 
 def _facts(metric: str, o: dict[str, Any], extra_scopes: list[dict[str, Any]]) -> str:
     """The overall row's counts, rate and details, each once (a detail repeating a count is skipped)."""
-    labels = COUNT_LABELS.get(metric, ("n", "events", "failed"))
+    labels = count_labels(metric)
     a = dict(data_metric=metric, data_scope="overall")
     items: list[str] = []
     shown: set[str] = set()
@@ -324,7 +324,7 @@ def _facts(metric: str, o: dict[str, Any], extra_scopes: list[dict[str, Any]]) -
         if o.get(field) is not None:
             add(lab, _num(o.get(field), "int", **a, data_field=field))
     if o.get("rate") is not None:
-        add(RATE_LABELS.get(metric, "rate"),
+        add(rate_label(metric),
             f'{_num(o["rate"], **a, data_field="rate")} 95% CI [{_num(o.get("rate_ci_low"), **a, data_field="rate_ci_low")}, '
             f'{_num(o.get("rate_ci_high"), **a, data_field="rate_ci_high")}]')
     for r in extra_scopes:  # e.g. decision flip's mean of per-axis flip rates
@@ -372,15 +372,16 @@ def _metric_section(metric: str, scores: list[dict[str, Any]], spec_metric: dict
            f' &nbsp;coverage {_num(o.get("coverage"), **a, data_field="coverage")}'
            f'{"" if o.get("raw_score") == o.get("score") else " &nbsp;raw " + _num(o.get("raw_score"), **a, data_field="raw_score")}</p>',
            _gate(metric, o)]
-    out.append(_facts(metric, o, [r for r in scores if r["scope"] in NOT_CHARTED - {"overall"}]))
+    out.append(_facts(metric, o, [r for r in scores if r["scope"] in not_charted() - {"overall"}]))
     out.append(_human_table(metric, [r for r in scores if r["scope"] == HUMAN_SCOPE]))
     if spec_metric.get("dataset"):
         out.append(f'<p class="muted">dataset <code>{_e(spec_metric["dataset"])}</code></p>')
     scopes: dict[str, list[dict[str, Any]]] = {}
+    uncharted = not_charted() | {HUMAN_SCOPE}
     for r in scores:
-        if r["scope"] not in NOT_CHARTED | {HUMAN_SCOPE}:
+        if r["scope"] not in uncharted:
             scopes.setdefault(r["scope"], []).append(r)
-    order = list(SCOPES)
+    order = chart_order(metric)
     for scope in sorted(scopes, key=lambda s: (order.index(s) if s in order else len(order), s)):
         out.append(_scope_chart(metric, scope, scopes[scope], th))
     out.append(_effects_table(metric, [r for r in scores if r["scope"] in ("effect", "baseline", "bias_baseline")]))
