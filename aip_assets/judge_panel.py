@@ -32,10 +32,10 @@ N_BOOT = 2000
 
 def _judges(spec) -> list[dict[str, Any]]:
     from .metrics.judging import panel_role
+    from .models.provider import provider_for
 
     return [{"judge": i + 1, "role": panel_role(i), "provider": c.provider, "model": c.model,
-             "endpoint": c.endpoint_id() if c.provider != "builtin" else
-             f"builtin {json.dumps(c.profile.model_dump(exclude_defaults=True), sort_keys=True)}"}
+             "endpoint": provider_for(c).describe()}
             for i, c in enumerate(spec.judges)]
 
 

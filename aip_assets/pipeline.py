@@ -27,6 +27,7 @@ from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
 from .models.client import check_endpoint
 from .models.journal import open_journal
+from .models.provider import capabilities
 from .hashing import file_sha256, stable_json
 from .runspec import RunSpec, parse_spec
 from . import warehouse as wh
@@ -78,7 +79,7 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
         probed: set[str] = set()
         for role, conn in roles:
             key = conn.endpoint_id() + conn.model
-            judging = (role == "audit" or role.startswith("judge")) and conn.provider != "builtin"  # judge-2... too
+            judging = (role == "audit" or role.startswith("judge")) and capabilities(conn).pinned_form is None  # judge-2... too
             if key in checked and not (judging and key not in probed):
                 continue
             # a judge on the SUT's own endpoint and model is not checked twice, but is probed for its form
@@ -141,7 +142,7 @@ async def _structured_check(conn, role: str, recorded: list[dict[str, Any]], for
     from .models.structured import configured_form
 
     setting = conn.structured_output
-    pinned = configured_form(setting, conn.provider)
+    pinned = configured_form(setting, capabilities(conn))
     if pinned == "prompt":
         return f"structured output: prompt (structured_output: {setting})"
     if pinned is not None:
@@ -556,7 +557,7 @@ BUILTIN_JUDGE_NOTE = ("the judge is the builtin model, a heuristic reader meant 
 
 def builtin_judge_note(spec: RunSpec, plugin) -> str | None:
     """Say which judge spoke: the builtin judge on a SUT that is not the builtin model."""
-    if spec.judge.provider == "builtin" and spec.sut.provider != "builtin" and plugin.calls_sut:
+    if capabilities(spec.judge).offline and not capabilities(spec.sut).offline and plugin.calls_sut:
         return BUILTIN_JUDGE_NOTE.format(sut=f"{spec.sut.base_url} ({spec.sut.model})")
     return None
 
@@ -607,12 +608,12 @@ def structured_summary(spec: RunSpec, run_id: str, path: Path | None = None) -> 
     out: list[dict[str, Any]] = []
     seen = set()
     for role, conn in conns:
-        if conn is None or conn.provider == "builtin" or (conn.endpoint_id(), conn.model) in seen:
+        if conn is None or capabilities(conn).pinned_form is not None or (conn.endpoint_id(), conn.model) in seen:
             continue
         seen.add((conn.endpoint_id(), conn.model))
         row: dict[str, Any] = {"role": role, "endpoint": conn.endpoint_id(), "model": conn.model,
                                "structured_output": conn.structured_output}
-        pinned = configured_form(conn.structured_output, conn.provider)
+        pinned = configured_form(conn.structured_output, capabilities(conn))
         if pinned is not None:
             out.append({**row, "form": pinned, "history": []})
             continue

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from aip_assets.models.client import ModelClient, _retry_after, build_body, call_key
+from aip_assets.models.client import ModelClient
+from aip_assets.models.request import build_body, call_key
+from aip_assets.models.retry import retry_after_s as _retry_after
 from aip_assets.runspec import Connection
 
 from .scripted import Reply
@@ -180,6 +182,8 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
     import types
 
     from aip_assets.models import client as client_mod
+    from aip_assets.models import deadline as deadline_mod
+    from aip_assets.models import retry as retry_mod
 
     slept: list[float] = []
     real_sleep = asyncio.sleep
@@ -190,8 +194,9 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
         clock["now"] += d
         await real_sleep(0)
     monkeypatch.setattr(client_mod.asyncio, "sleep", record)
-    monkeypatch.setattr(client_mod, "time", types.SimpleNamespace(monotonic=lambda: clock["now"],
-                                                                   perf_counter=lambda: clock["now"]))
+    fake = types.SimpleNamespace(monotonic=lambda: clock["now"], perf_counter=lambda: clock["now"])
+    for mod in (client_mod, retry_mod, deadline_mod):  # every module of the client that reads the clock
+        monkeypatch.setattr(mod, "time", fake)
     server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"}))
     r, _ = _chat(server.url, retries=0, max_rate_limit_wait_seconds=1.0)
     assert slept == [0.25] * 4 and r.rate_limit_waits == 4 and r.attempts == 5 and "rate limited" in r.error
@@ -218,13 +223,13 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
 # ------------------------------------------------------------------ the row deadline (issue 11)
 async def chat_as_row(cl: ModelClient, row: str, **kw):
     """One call made for dataset row ``row`` (as run_bounded marks a work item's calls)."""
-    from aip_assets.models import client as client_mod
+    from aip_assets.models import deadline as deadline_mod
 
-    token = client_mod.CURRENT_ROW.set(row)
+    token = deadline_mod.CURRENT_ROW.set(row)
     try:
         return await cl.chat([{"role": "user", "content": "q"}], temperature=0, **kw)
     finally:
-        client_mod.CURRENT_ROW.reset(token)
+        deadline_mod.CURRENT_ROW.reset(token)
 
 
 def _round_trip(url: str) -> float:
@@ -251,7 +256,7 @@ def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted
     sent_before = len(server.bodies())
     notes: list[dict] = []
 
-    from aip_assets.models.client import Budget
+    from aip_assets.models.budget import Budget
 
     budget = Budget("r", None, max_calls=3, max_tokens=None)  # exactly the calls really sent
 
@@ -313,7 +318,7 @@ def test_a_call_waiting_for_the_rate_limiter_is_not_sent_once_its_row_ran_out(sc
     limiter (the row's clock runs meanwhile only because the first is in flight), and when its slot
     comes the row has no time left: it is not sent (attempts 0) and says why."""
     from aip_assets.metrics.running import gather_all
-    from aip_assets.models import client as client_mod
+    from aip_assets.models import deadline as deadline_mod
 
     state = {"delay": 0.0}
     server = scripted(lambda body, n: Reply(text="ok", delay_s=state["delay"]))
@@ -326,12 +331,12 @@ def test_a_call_waiting_for_the_rate_limiter_is_not_sent_once_its_row_ran_out(sc
         c = Connection(provider="openai", base_url=server.url, model="m", requests_per_minute=rpm)
         async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
                                concurrency=2, row_timeout_s=unit) as cl:
-            token = client_mod.CURRENT_ROW.set("r1")
+            token = deadline_mod.CURRENT_ROW.set("r1")
             try:
                 return await gather_all(*(cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=0,
                                                   timeout=30) for i in range(2)))
             finally:
-                client_mod.CURRENT_ROW.reset(token)
+                deadline_mod.CURRENT_ROW.reset(token)
     first, second = sorted(asyncio.run(go()), key=lambda r: -r.attempts)
     assert first.attempts == 1 and "while this call waited" in first.error
     assert second.attempts == 0 and "before this call was sent" in second.error
@@ -385,6 +390,8 @@ def test_each_call_waits_at_most_its_own_rate_limit_budget(scripted, monkeypatch
     import types
 
     from aip_assets.models import client as client_mod
+    from aip_assets.models import deadline as deadline_mod
+    from aip_assets.models import retry as retry_mod
 
     clock = {"now": 1000.0}
     real_sleep = asyncio.sleep
@@ -393,8 +400,9 @@ def test_each_call_waits_at_most_its_own_rate_limit_budget(scripted, monkeypatch
         clock["now"] += d
         await real_sleep(0.05)  # real time for the other call's answers to arrive in between
     monkeypatch.setattr(client_mod.asyncio, "sleep", record)
-    monkeypatch.setattr(client_mod, "time", types.SimpleNamespace(monotonic=lambda: clock["now"],
-                                                                   perf_counter=lambda: clock["now"]))
+    fake = types.SimpleNamespace(monotonic=lambda: clock["now"], perf_counter=lambda: clock["now"])
+    for mod in (client_mod, retry_mod, deadline_mod):  # every module of the client that reads the clock
+        monkeypatch.setattr(mod, "time", fake)
     server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"})
                       if body["messages"][-1]["content"] == "limited" else "fine")
 
@@ -428,7 +436,7 @@ def test_call_keys_are_the_hash_of_stable_json_of_the_whole_call():
     import hashlib
     import random
 
-    from aip_assets.models.client import call_key
+    from aip_assets.models.request import call_key
     from aip_assets.hashing import stable_json
 
     rng = random.Random(3)

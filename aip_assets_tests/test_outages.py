@@ -219,7 +219,7 @@ def test_calls_wait_for_the_first_call_that_finds_out_whether_the_endpoint_is_ba
     too: the calls meanwhile wait for it instead of failing at once, so an outage of a few seconds
     costs them nothing. Back: every waiting call is sent and answered. Still down (confirmed): one
     waiting call finds out next, the others fail at once, not sent."""
-    from aip_assets.models.client import ChatResult
+    from aip_assets.models.result import ChatResult
 
     async def go():
         conn = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model="m")

@@ -315,7 +315,7 @@ def test_a_change_of_slots_never_undoes_a_rate_limit_cut():
     """The calls in flight stay under the adaptive limit and the slots held, separately: a 429
     halves what was allowed; slots going down then up again leave the cut in place; it grows
     back only by successes."""
-    from aip_assets.models.client import AdaptiveLimit
+    from aip_assets.models.concurrency import AdaptiveLimit
 
     async def go():
         lim = AdaptiveLimit(8)
@@ -453,7 +453,7 @@ def test_the_shared_state_survives_a_lost_connection_and_a_deleted_row(postgres,
     import psycopg
 
     from aip_assets.errors import AipError
-    from aip_assets.models.client import PgBudget
+    from aip_assets.models.budget import PgBudget
     from aip_assets.models.ratelimit import PgRate
     from aip_assets.models.shared_state import SharedDb
 
@@ -548,7 +548,8 @@ def test_a_worker_with_a_skewed_clock_waits_the_schedules_time_on_its_own(postgr
 
 BUDGET_WORKER = textwrap.dedent("""
     import asyncio, json, os, sys, time
-    from aip_assets.models.client import Budget, BudgetExhausted, ModelClient
+    from aip_assets.models.budget import Budget, BudgetExhausted
+    from aip_assets.models.client import ModelClient
     from aip_assets.runspec import Connection
 
     url, run_id, max_calls, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]

@@ -192,7 +192,7 @@ class StageContext:
         """The role's client. With a judge panel (``judges``), the judge is a :class:`JudgePanel`:
         one client per judge (roles ``judge``, ``judge-2``, ...: each its own calls, keys and cache),
         one budget for them all; it stands in for a client (what it does not do, the primary does)."""
-        from ..models.client import Budget
+        from ..models.budget import Budget
 
         audit = self.spec.judge_audit.judge if self.spec.judge_audit else None
         conn: Connection = ({"sut": self.spec.sut, "judge": self.spec.judge, "audit": audit}.get(role)

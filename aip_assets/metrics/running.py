@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 
 from ..models.batch import BATCHING
-from ..models.client import CURRENT_ROW
+from ..models.deadline import CURRENT_ROW
 
 logger = logging.getLogger("aip_assets")
 

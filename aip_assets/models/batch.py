@@ -34,16 +34,24 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
 from .. import interrupts
+from ..connections import Connection
 from ..errors import EndpointError
+from ..hashing import stable_json
+from .deadline import CURRENT_ROW
+from .journal import key_mark
+from .openai_compatible import OpenAICompatibleProvider, resolve_headers, scrub_secrets
+from .provider import Capabilities, parse_completion
+from .result import ChatResult
+from .structured import refusal
 
 if TYPE_CHECKING:
-    from .client import ChatResult, ModelClient
+    from .client import ModelClient
 
 logger = logging.getLogger("aip_assets")
 QUIET_S = 0.2  # a stage's calls come at once: this long without a new one, the collection is complete
@@ -80,6 +88,43 @@ class _Call:
     future: asyncio.Future = field(repr=False)
 
 
+class BatchProvider(OpenAICompatibleProvider):
+    """An OpenAI-compatible endpoint with its Batch API: live requests as its parent sends them (the
+    endpoint check, a batch's request sent again live), and the Batch API's files and batches
+    (:meth:`api`), which a client's :class:`BatchRunner` drives."""
+
+    capabilities: ClassVar[Capabilities] = replace(OpenAICompatibleProvider.capabilities, batch=True)
+
+    def __init__(self, conn: Connection):
+        super().__init__(conn)
+        self._http: httpx.AsyncClient | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            headers = {k: v for k, v in resolve_headers(self.conn).items() if k.lower() != "content-type"}
+            self._http = httpx.AsyncClient(base_url=(self.conn.base_url or "").rstrip("/") + "/",
+                                           headers=headers, timeout=120.0)
+        return self._http
+
+    async def api(self, where: str, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One request of the Batch API (``path`` under the base URL); raises :class:`BatchApiError`
+        for no answer or an HTTP error, the endpoint's words without the connection's secrets."""
+        try:
+            r = await self._client().request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise BatchApiError(f"{where}: the Batch API cannot be reached to {what}: {type(e).__name__}: "
+                                f"{scrub_secrets(str(e), self.conn)}", None) from None
+        if r.status_code >= 400:
+            raise BatchApiError(f"{where}: the Batch API refused to {what}: HTTP {r.status_code}: "
+                                f"{scrub_secrets(r.text, self.conn)[:300]}", r.status_code)
+        return r
+
+    async def close_api(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+
 class BatchRunner:
     def __init__(self, client: "ModelClient"):
         self.client = client
@@ -93,14 +138,14 @@ class BatchRunner:
         self._answered: dict[str, tuple] = {}  # call key -> outcome, of every batch read back by this runner
         self._asked: dict[str, tuple[dict, str, int]] = {}  # call key -> (body, its JSON, sample index)
         self._mine: set[str] = set()  # the journal ids of the uploads and batches this runner made
-        self._http: httpx.AsyncClient | None = None
+        provider = client.provider
+        assert isinstance(provider, BatchProvider), "a batch runner needs its connection's BatchProvider"
+        self.provider: BatchProvider = provider
         self.stats: Counter = Counter()
 
     # ------------------------------------------------------------------ collecting
     async def call(self, key: str, body: dict[str, Any], body_json: str, sample_index: int, retries: int,
                    timeout: float) -> "ChatResult":
-        from .client import CURRENT_ROW
-
         future = asyncio.get_running_loop().create_future()
         self._asked[key] = (body, body_json, sample_index)
         self.pending.append(_Call(key, body, body_json, sample_index, retries, timeout, CURRENT_ROW.get(), future))
@@ -128,8 +173,7 @@ class BatchRunner:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._http is not None:
-            await self._http.aclose()
+        await self.provider.close_api()
 
     # ------------------------------------------------------------------ one collection's calls
     async def _run(self, calls: list[_Call]) -> None:
@@ -219,8 +263,6 @@ class BatchRunner:
         await self._read_back(batch_id, await self._poll(batch_id), None, keys)
 
     async def _settle(self, waiting: list[_Call]) -> None:
-        from .client import CURRENT_ROW, ChatResult
-
         c, cl = waiting[0], self.client
         kind, what, status = self._answered.get(c.key) or ("failed", "the batch ended without an answer for this "
                                                            "request", None)
@@ -237,8 +279,6 @@ class BatchRunner:
                 finally:
                     CURRENT_ROW.reset(token)
             else:
-                from .structured import refusal
-
                 # the batch's answer may be the endpoint refusing the response_format (ask_json moves on)
                 refused = refusal(status, str(what)) if "response_format" in c.body else None
                 result = ChatResult(None, "error", f"batch: {what}", None, None, None, None, None, 1, c.key,
@@ -258,29 +298,9 @@ class BatchRunner:
                 w.future.set_result(result)
 
     # ------------------------------------------------------------------ the provider's API
-    def _client(self) -> httpx.AsyncClient:
-        if self._http is None:
-            from .openai_compatible import resolve_headers
-
-            headers = {k: v for k, v in resolve_headers(self.client.conn).items() if k.lower() != "content-type"}
-            self._http = httpx.AsyncClient(base_url=(self.client.conn.base_url or "").rstrip("/") + "/",
-                                           headers=headers, timeout=120.0)
-        return self._http
-
     async def _api(self, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
-        from .openai_compatible import scrub_secrets
-
-        cl = self.client
-        where = f"{cl.role} endpoint {cl.conn.base_url}"
-        try:
-            r = await self._client().request(method, path, **kw)
-        except httpx.HTTPError as e:
-            raise BatchApiError(f"{where}: the Batch API cannot be reached to {what}: {type(e).__name__}: "
-                                f"{scrub_secrets(str(e), cl.conn)}", None) from None
-        if r.status_code >= 400:
-            raise BatchApiError(f"{where}: the Batch API refused to {what}: HTTP {r.status_code}: "
-                                f"{scrub_secrets(r.text, cl.conn)[:300]}", r.status_code)
-        return r
+        return await self.provider.api(f"{self.client.role} endpoint {self.client.conn.base_url}", what, method, path,
+                                       **kw)
 
     async def _tried(self, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
         """An upload or a creation, tried again after a transient failure."""
@@ -432,8 +452,6 @@ class BatchRunner:
         or for an earlier batch, the requests it was made from (its input file)."""
         if calls is not None:
             return {k: (c.body, c.body_json, c.sample_index) for k, c in calls.items()}
-        from ..hashing import stable_json
-
         text = (await self._api(f"read the input of batch {batch_id}", "GET",
                                 f"files/{b['input_file_id']}/content")).text
         out = {}
@@ -447,13 +465,10 @@ class BatchRunner:
 
     def _journal(self, key: str, request: tuple[dict, str, int], kind: str, what: Any, status: int | None) -> tuple:
         """Record one request's outcome in the journal; (kind, the ChatResult or why, status)."""
-        from .client import ChatResult, _parse_completion
-        from .journal import key_mark
-
         cl = self.client
         body, body_json, sample_index = request
         if kind == "ok":
-            parsed = _parse_completion(what if isinstance(what, dict) else None)
+            parsed = parse_completion(what if isinstance(what, dict) else None)
             if isinstance(parsed, str):
                 kind, what = "failed", parsed
             else:

@@ -20,12 +20,13 @@ import re
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from .. import __version__
+from ..connections import BuiltinProfile, Connection
 from ..catalog.attributes import LANGUAGES, PERSONA_INTRO, persona_attributes, phrase_index
 from ..hashing import stable_json
-from ..runspec import BuiltinProfile
+from .provider import Capabilities, TransportResponse
 
 JUDGE_TAG = re.compile(r"\(aip-judge ([a-z_]+) (v\d+)\)")
 LABELS_LINE = re.compile(r"(?:exactly one of|genau eines der folgenden ist): (.+?)\.?\s*$", re.M)
@@ -439,3 +440,38 @@ def start_app_in_thread(app, host: str = "127.0.0.1", port: int = 0) -> tuple[st
         thread.join(10)
 
     return f"http://{host}:{box['port']}/v1", stop
+
+
+class BuiltinProvider:
+    """The builtin model in process: the same handler the HTTP server runs, no network."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        offline=True, structured_forms=("prompt",), writes=False, shares_connections=False, may_be_down=False,
+        sends_text=False)
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def open(self) -> None:
+        return None
+
+    async def send(self, body: dict[str, Any], timeout: float, text: str | None = None) -> TransportResponse:
+        await asyncio.sleep(0)  # let other calls interleave, as over a network
+        out = handle_chat(body, self.conn.profile)
+        return TransportResponse(200, out, "")
+
+    def classify(self, e: BaseException, timeout: float) -> tuple[str, bool]:
+        from .openai_compatible import describe_failure
+
+        return describe_failure(e, timeout)
+
+    def transient(self, status: int) -> bool:
+        from .openai_compatible import TRANSIENT_STATUS
+
+        return status in TRANSIENT_STATUS or status >= 500
+
+    def describe(self) -> str:
+        return f"builtin {json.dumps(self.conn.profile.model_dump(exclude_defaults=True), sort_keys=True)}"
+
+    async def aclose(self) -> None:
+        return None

@@ -1,4 +1,4 @@
-"""Transports: any OpenAI-compatible ``/chat/completions`` endpoint over httpx, or the builtin model.
+"""The OpenAI-compatible provider: any ``/chat/completions`` endpoint over httpx.
 
 httpx is the API; an aiohttp transport carries it (``AiohttpBodyTransport``), because on this
 kind of machine httpx's default transport spends its CPU in connection-pool bookkeeping at high
@@ -10,40 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Any
+import re
+from typing import Any, ClassVar
 
 import aiohttp
 import httpx
 import yarl
+from aiohttp import http_exceptions
 
+from ..connections import Connection
 from ..errors import EndpointError
 from ..hashing import stable_json
-from ..runspec import Connection
-from . import builtin
+from . import structured
+from .provider import Capabilities, TransportResponse
 
-
-@dataclass
-class TransportResponse:
-    status_code: int
-    body: dict[str, Any] | None
-    text: str
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class BuiltinTransport:
-    """The builtin model in-process: the same handler the HTTP server runs, no network."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-
-    async def post_chat(self, body: dict[str, Any], timeout: float, text: str | None = None) -> TransportResponse:
-        await asyncio.sleep(0)  # let other calls interleave, as over a network
-        out = builtin.handle_chat(body, self.conn.profile)
-        return TransportResponse(200, out, "")
-
-    async def aclose(self) -> None:
-        return None
+TRANSIENT_STATUS = {408, 409, 425, 429}
 
 
 def scrub_secrets(text: str, conn: Connection) -> str:
@@ -150,21 +131,29 @@ class AiohttpBodyTransport(httpx.AsyncBaseTransport):
             await session.close()
 
 
-class HttpTransport:
+class OpenAICompatibleProvider:
     """POST /chat/completions: an httpx request, carried by ``AiohttpBodyTransport``.
 
     The request goes straight to the transport: an ``httpx.AsyncClient`` would add URL merging,
     cookie extraction and redirect handling on every call, which an API endpoint does not need
     and which cost about 0.2 ms of CPU per call (benchmarks/bench_sampling.py)."""
 
+    capabilities: ClassVar[Capabilities] = Capabilities(offline=False, structured_forms=structured.FORMS)
+
     def __init__(self, conn: Connection):
         self.conn = conn
+        self.transport: AiohttpBodyTransport | None = None  # made by open
+
+    def open(self) -> None:
+        conn = self.conn
         self.transport = AiohttpBodyTransport(conn.max_connections)
         self.url = httpx.URL(conn.endpoint_id() + "/chat/completions")
         self.headers = httpx.Headers(resolve_headers(conn))  # normalised once, copied per request
 
-    async def post_chat(self, body: dict[str, Any], timeout: float, text: str | None = None) -> TransportResponse:
+    async def send(self, body: dict[str, Any], timeout: float, text: str | None = None) -> TransportResponse:
         """``text``: the body as JSON when the caller has it already (``stable_json``)."""
+        transport = self.transport
+        assert transport is not None, "send before open"
         # connect and read timeouts inside the transport, so a failure says which it was; the outer
         # bound (a little later) only catches an answer trickled in so slowly that no read times out
         limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
@@ -174,9 +163,9 @@ class HttpTransport:
         bound = timeout * 1.05 + 0.05
         if hasattr(asyncio, "timeout"):  # 3.11+: no task per call, as wait_for makes (visible at 1,024 in flight)
             async with asyncio.timeout(bound):
-                resp = await self.transport.handle_async_request(request)
+                resp = await transport.handle_async_request(request)
         else:
-            resp = await asyncio.wait_for(self.transport.handle_async_request(request), bound)
+            resp = await asyncio.wait_for(transport.handle_async_request(request), bound)
         try:
             parsed = json.loads(resp.content)
         except ValueError:
@@ -186,9 +175,67 @@ class HttpTransport:
         return TransportResponse(resp.status_code, parsed if isinstance(parsed, dict) else None, resp.text,
                                  dict(resp.headers))
 
+    def classify(self, e: BaseException, timeout: float) -> tuple[str, bool]:
+        return describe_failure(e, timeout)
+
+    def transient(self, status: int) -> bool:
+        return status in TRANSIENT_STATUS or status >= 500
+
+    def describe(self) -> str:
+        return self.conn.endpoint_id()
+
     async def aclose(self) -> None:
-        await self.transport.aclose()
+        if self.transport is not None:
+            await self.transport.aclose()
 
 
-def make_transport(conn: Connection):
-    return BuiltinTransport(conn) if conn.provider == "builtin" else HttpTransport(conn)
+def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
+    """(what happened, whether to retry) for a request that got no HTTP answer. The transport
+    raises httpx's error for aiohttp's (``AiohttpBodyTransport``); the aiohttp error it wraps (its
+    ``__cause__``) and the OS error under that say what really happened."""
+    import ssl
+
+    chain: list[BaseException] = []
+    x: BaseException | None = e
+    while x is not None and x not in chain:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+        if isinstance(x, aiohttp.ClientConnectorError) and x.os_error is not None:
+            chain.append(x)
+            x = x.os_error
+
+    def has(*types) -> BaseException | None:
+        return next((c for c in chain if isinstance(c, types)), None)
+
+    text = " ".join(str(c) for c in chain)
+    if has(aiohttp.ClientConnectorDNSError) or re.search(r"name or service not known|nodename nor servname|"
+                                                           r"temporary failure in name resolution|getaddrinfo", text, re.I):
+        return f"DNS failure: the host name cannot be resolved ({_first_line(chain[-1])})", True
+    if has(aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError):
+        return f"TLS failure: {_first_line(has(aiohttp.ClientSSLError, ssl.SSLError) or chain[-1])}", False
+    if has(ConnectionRefusedError):
+        return "connection refused: nothing listens at that address and port", True
+    cut = has(http_exceptions.ContentLengthError, http_exceptions.TransferEncodingError)
+    if cut is None and has(aiohttp.ServerDisconnectedError, ConnectionResetError, httpx.RemoteProtocolError):
+        return f"connection {'reset' if has(ConnectionResetError) else 'closed'} by the server without an answer", True
+    if cut is not None:  # headers came, then the connection ended mid-body (aiohttp's code 400 is no HTTP status)
+        how = "reset" if re.search(r"connection reset", text, re.I) else "closed"
+        got = re.search(r"received (\d+) of (\d+) bytes", text)
+        part = (f": {got[1]} of the {got[2]} bytes its Content-Length announced came" if got else
+                ": the chunked body stopped before its last chunk"
+                if isinstance(cut, http_exceptions.TransferEncodingError) else "")
+        return f"the connection was {how} before the answer was complete{part} (aiohttp {type(cut).__name__})", True
+    if has(aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout) and not has(aiohttp.ClientConnectorError):
+        if has(aiohttp.ConnectionTimeoutError) or isinstance(e, httpx.ConnectTimeout) and "onnect" in text:
+            return f"connect timeout: no connection within {timeout:g}s", True
+    if has(aiohttp.SocketTimeoutError, httpx.ReadTimeout):
+        return f"read timeout: connected, but no answer within {timeout:g}s", True
+    if has(asyncio.TimeoutError, httpx.TimeoutException):
+        return f"timeout: no complete answer within {timeout:g}s", True
+    return f"connection error: {type(chain[-1]).__name__}: {_first_line(chain[-1])}", True
+
+
+def _first_line(x: BaseException) -> str:
+    if isinstance(x, http_exceptions.HttpProcessingError) and x.message:
+        return x.message.strip().splitlines()[0][:200]  # its str() starts with a code that is no HTTP status
+    return (str(x).strip().splitlines() or [type(x).__name__])[0][:200]

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from .provider import Capabilities
 
 FORMS = ("json_schema", "json_object_schema", "json_object", "prompt")
 PINNED = {"on": "json_schema", "off": "prompt", **{f: f for f in FORMS}}  # structured_output -> its one form
@@ -43,11 +46,12 @@ PROBE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"ok": {"type": 
                                 "additionalProperties": False}
 
 
-def configured_form(structured_output: str, provider: str) -> str | None:
+def configured_form(structured_output: str, caps: Capabilities | None) -> str | None:
     """The one form a connection's ``structured_output`` allows, or None for ``auto`` (found per
-    endpoint). The builtin model never gets a ``response_format``."""
-    if provider == "builtin":
-        return "prompt"
+    endpoint). A provider that takes one form only (the builtin model: ``prompt``, never a
+    ``response_format``) is asked in that form whatever the setting."""
+    if caps is not None and caps.pinned_form is not None:
+        return caps.pinned_form
     return PINNED.get(structured_output)
 
 

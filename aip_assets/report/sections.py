@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..models.provider import stored_capabilities
 from .charts import _bar_chart, _scope_chart
 from .labels import HUMAN_SCOPE, _scope_label, chart_order, count_labels, not_charted, rate_label
 from .queries import WEAKEST_ROWS
@@ -235,7 +236,8 @@ def _header(run: dict[str, Any], path: Path) -> str:
             return "—"
         s = f"{c.get('provider')} · {c.get('model')}"
         prof = c.get("profile") or {}
-        if c.get("provider") == "builtin" and prof.get("name"):
+        caps = stored_capabilities(c)
+        if caps is not None and caps.offline and prof.get("name"):
             s += f" (profile {prof['name']})"
         elif c.get("base_url"):
             s += f" at {c['base_url']}"

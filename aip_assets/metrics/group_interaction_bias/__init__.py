@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from ...catalog.personas import catalogue_personas
+from ...models.provider import capabilities
 from ...records import RowScore
 from ...scoring import EQUITABILITY, Accumulator, record, row_raws, to_records, units_frame
 from ...gate import exclusion_reason, failed_groups, gate_groups, gate_on, group_threshold
@@ -115,7 +116,7 @@ class GroupInteractionBias(Metric):
 
     def estimate(self, ctx: StageContext) -> dict[str, int]:
         out = super().estimate(ctx)
-        out["synthesis_calls"] = int(ctx.spec.synthesis_connection().provider != "builtin" and not ctx.config.persona_pairs)
+        out["synthesis_calls"] = int(capabilities(ctx.spec.synthesis_connection()).writes and not ctx.config.persona_pairs)
         return out
 
     # ---- synthesis
@@ -140,7 +141,7 @@ class GroupInteractionBias(Metric):
         n = cfg.persona_pool_size
         conn = ctx.spec.synthesis_connection()
         personas = []
-        if conn.provider != "builtin":
+        if capabilities(conn).writes:
             personas, why = asyncio.run(self._synthesise(ctx, cfg, n))
             if why:
                 notes.append({"level": "warning", "code": "synthesis_fallback", "message": why})

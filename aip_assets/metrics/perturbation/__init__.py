@@ -37,7 +37,8 @@ import pandas as pd
 from pydantic import Field
 
 from ...dataset import DatasetRow
-from ...models.client import CURRENT_ROW
+from ...models.deadline import CURRENT_ROW
+from ...models.provider import capabilities
 from ...perturbations import ALL_TYPES, RULE_BASED
 from ...records import RowScore
 from ...scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
@@ -509,7 +510,7 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
         is configured (the dry run synthesises without a model, so these are added here)."""
         out = super().estimate(ctx)
         cfg = ctx.config
-        if ctx.spec.synthesis_connection().provider != "builtin" and "paraphrase" in self.types(ctx):
+        if capabilities(ctx.spec.synthesis_connection()).writes and "paraphrase" in self.types(ctx):
             n = len(ctx.input_ids()) * cfg.variants_per_type
             out.update(synthesis_calls=n, sut_calls=out["sut_calls"] + n, judge_calls=out["judge_calls"] + 2 * n)
         return out
@@ -518,7 +519,7 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
         cfg = ctx.config
         if cfg.perturbation_types:
             return list(cfg.perturbation_types)
-        llm = ctx.spec.synthesis_connection().provider != "builtin"
+        llm = capabilities(ctx.spec.synthesis_connection()).writes
         return [t for t in ALL_TYPES if t != "paraphrase" or llm]
 
     def synthesize(self, ctx: StageContext):
