@@ -29,7 +29,7 @@ from .batch import BATCHING, UNBOUNDED, BatchRunner
 from .budget import Budget
 from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
 from .concurrency import AdaptiveLimit
-from .deadline import RowDeadlines
+from .deadline import RowClock, RowDeadlines
 from .journal import Journal, Marks, key_mark
 from .provider import Provider, capabilities, provider_for
 from .ratelimit import SharedRate
@@ -316,7 +316,7 @@ class ModelClient:
             if clock is not None:
                 clock.start()
             try:
-                result = await retry.send(self, body, key, retries, timeout, clock, text, counted)
+                result = await self._call(body, key, retries, timeout, clock, text, counted)
             except BaseException:
                 if probe:  # the calls waiting for it go on (one of them finds out next)
                     self._probing = False
@@ -342,6 +342,11 @@ class ModelClient:
         if result.ok:
             self._known_ok.add(key_mark(key))
         return result
+
+    async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float,
+                    clock: RowClock | None = None, text: str | None = None, counted: bool = False) -> ChatResult:
+        """One call sent by the provider, tried again as ``retry.send`` says."""
+        return await retry.send(self, body, key, retries, timeout, clock, text, counted)
 
     def _health(self, r: ChatResult) -> None:
         """Follow the endpoint's health from a call sent: any answer (a success, a 4xx, a 500) says it

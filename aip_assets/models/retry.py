@@ -39,6 +39,7 @@ MAX_BACKOFF_S = 60.0
 
 
 def retry_after_s(headers: dict[str, str]) -> float | None:
+    """The seconds an answer's ``Retry-After`` asks for (a number, or an HTTP date), None without one."""
     val = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
     if val is None:
         return None
