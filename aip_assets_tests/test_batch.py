@@ -312,7 +312,7 @@ def test_polling_waits_out_transient_failures_and_ends_a_batch_that_is_gone():
 
     async def main():
         async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None) as cl:
-            cl.batcher._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
+            cl.provider._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
             done = await cl.batcher._poll("b1")
             lost = await cl.batcher._poll("b2")
             with pytest.raises(BatchApiError) as e:
@@ -373,7 +373,7 @@ def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
 
     async def main():
         async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None) as cl:
-            cl.batcher._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
+            cl.provider._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
             with pytest.raises(bm.BatchApiError, match="window closed an hour ago: given up") as e:
                 await asyncio.wait_for(cl.batcher._poll("b1"), 30)
             return e.value
