@@ -177,3 +177,60 @@ def test_what_the_provider_calls_final_is_not_retried(tmp_path):
     p = ScriptedProvider(OPENAI, [503, 503])  # 503 is the HTTP provider's transient status, not this one's
     [r], _ = _drive(p, tmp_path / "b", retries=3)
     assert not r.ok and r.attempts == 1 and r.http_status == 503 and r.error == "HTTP 503: scripted 503"
+
+
+class Recording:
+    """A provider wrapping another (the HTTP one here): every request it sends, then the inner's answer."""
+
+    capabilities: ClassVar[Capabilities] = OpenAICompatibleProvider.capabilities
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.inner = OpenAICompatibleProvider(conn)
+        self.statuses: list[int] = []
+
+    def open(self) -> None:
+        self.inner.open()
+
+    async def send(self, body: dict[str, Any], timeout: float, text: str | None = None) -> TransportResponse:
+        r = await self.inner.send(body, timeout, text)
+        self.statuses.append(r.status_code)
+        return r
+
+    def classify(self, e: BaseException, timeout: float) -> tuple[str, bool]:
+        return self.inner.classify(e, timeout)
+
+    def transient(self, status: int) -> bool:
+        return self.inner.transient(status)
+
+    def describe(self) -> str:
+        return "recording " + self.inner.describe()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_a_provider_plugged_in_over_http_gets_the_clients_retries_and_journal(scripted, tmp_path):
+    """Over a real HTTP path: a 429 with Retry-After is waited out (no retry used), a 500 retried,
+    the answer journaled once with its three attempts, and a second ask answered from the journal."""
+    from aip_assets.models.journal import Journal
+
+    answers = iter([Reply(429, headers={"Retry-After": "0"}), Reply(500, text="oops"), "fine"])
+    server = scripted(lambda body, n: next(answers))
+    conn = Connection(provider="openai", base_url=server.url, model="m")
+    p = Recording(conn)
+    journal = Journal(tmp_path / "j.sqlite")
+
+    async def go():
+        async with ModelClient(conn, role="judge", run_id="r", metric="m", stage="s", journal=journal,
+                               backoff_s=0.001, provider=p) as cl:
+            return [await cl.chat([{"role": "user", "content": "q"}], temperature=0.0, retries=1, timeout=5)
+                    for _ in range(2)]
+    first, again = asyncio.run(go())
+    journal.flush()
+    [frame] = journal.frames("r", "m", "s")
+    journal.close()
+    assert p.statuses == [429, 500, 200] and len(server.bodies()) == 3
+    assert first.ok and first.text == "fine" and first.attempts == 3 and first.rate_limit_waits == 1
+    assert first.retries_used == 1 and again.cached and again.text == "fine"
+    assert len(frame) == 1 and frame.attempts[0] == 3 and frame.role[0] == "judge"
