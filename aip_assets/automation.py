@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,11 +35,9 @@ ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatu
 
 
 def runs_dir() -> Path:
-    if os.environ.get("AIP_RUNS_DIR"):
-        return Path(os.environ["AIP_RUNS_DIR"])
-    from .dagster_home import data_dir
+    from .settings import current, data_dir
 
-    return data_dir() / "runs"
+    return current().runs_dir or data_dir() / "runs"
 
 
 LAUNCH_JOB = "aip_launch"
@@ -62,7 +59,6 @@ def launch_request(spec: RunSpec, spec_path: Path, run_id: str, trigger: str) ->
 def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> None:
     cfg = context.op_config
     path, run_id = Path(cfg["spec_path"]), cfg["run_id"]
-    warehouse.use()
     try:
         resume = run_exists(run_id)  # this launch re-executed (a metric failed, or it crashed): resume the run
         if resume:

@@ -26,6 +26,7 @@ from .errors import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_LIMIT
                      OperationalError, save_traceback)
 
 from .logs import setup_logging
+from .settings import current, data_dir, override
 
 log = logging.getLogger("aip_assets")
 
@@ -141,6 +142,11 @@ def _batch_lines(spec, sent: dict[str, dict]) -> list[str]:
     return out
 
 
+def _chosen_warehouse(args):
+    """``--warehouse`` as this process's warehouse for the command (``settings.override``)."""
+    return override(warehouse=Path(args.warehouse).resolve()) if args.warehouse else override()
+
+
 def cmd_run(args) -> int:
     """A Ctrl-C or SIGTERM stops the run (interrupts.py): no stage or metric starts after it, the
     calls answered are journaled, and it exits 130 saying how to resume."""
@@ -149,7 +155,8 @@ def cmd_run(args) -> int:
     resumable: dict[str, str] = {}
     with interrupts.handled():
         try:
-            code = _run(args, resumable)
+            with _chosen_warehouse(args):
+                code = _run(args, resumable)
             if not interrupts.requested():
                 return code
         except (KeyboardInterrupt, interrupts.Interrupted):
@@ -205,8 +212,6 @@ def _run(args, resumable: dict[str, str]) -> int:
 
     # validation order: the spec, every dataset, the endpoints, then the warehouse; bad input of
     # any kind stops before a file is written
-    if args.warehouse:
-        os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
     spec = load_spec(args.spec)
     use_project_of(args.spec)  # the warehouse and Dagster storage of the spec's project, wherever we stand
     path = wh.default_path()
@@ -299,8 +304,10 @@ def _run(args, resumable: dict[str, str]) -> int:
         if outcomes is None:
             return 0
     else:
+        # --warehouse reaches the stages as the warehouse resource's path (--parallel: in other processes)
+        chosen = {"resources": {"warehouse": {"config": {"path": str(path)}}}} if args.warehouse else {}
         outcomes = evaluate_run(instance, run_id, spec.metrics, metrics, {"aip/spec": spec.name},
-                                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **chosen},
                                 on_start=lambda m: log.info(f"materialising {run_id} × {m}"), parallel=args.parallel,
                                 quiet=args.quiet)
     failed: dict[str, str] = {}  # metric -> what stopped it (jobs.Outcome.kind)
@@ -315,12 +322,13 @@ def _run(args, resumable: dict[str, str]) -> int:
                     "input": "stopped on bad input"}.get(failed[out.metric], "stage failed (a bug in aip-eval)")
             log.error(f"{out.metric}: {head} (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
             if failed[out.metric] == "bug":
-                where = save_traceback("\n\n".join(out.tracebacks) or "\n".join(out.errors), f"{run_id}-{out.metric}")
+                where = save_traceback("\n\n".join(out.tracebacks) or "\n".join(out.errors), f"{run_id}-{out.metric}",
+                                       data_dir() / "errors")
                 log.error(f"{out.metric}: the traceback is saved in {where}; please report it with that file")
     if interrupts.requested():
         raise interrupts.Interrupted()
     summary = pipeline.run_summary(run_id, path, metrics)  # the metrics this command ran, and no other
-    from . import lake
+    from .warehouse import lake
 
     summary["warehouse"] = lake.where() if lake.enabled() else str(path)
     summary["failed_metrics"] = list(failed)
@@ -350,7 +358,7 @@ def _submit(instance, run_id: str, spec, metrics, path, args):
     each metric's Outcome as its run ends (the report is written here after the last)."""
     from . import run_queue
     from .jobs import _write_report
-    from .lake import enabled as lake_enabled
+    from .warehouse.lake import enabled as lake_enabled
     from .partitions import register_partitions
 
     register_partitions(instance, run_id, spec.metrics)
@@ -383,12 +391,12 @@ def _submit(instance, run_id: str, spec, metrics, path, args):
 def _dagster(what: str, extra: list[str]) -> int:
     """Run a Dagster command on this project's instance (``prepare_home``: Postgres in shared mode,
     with the storage URL in the environment it inherits) and this code location, in this process."""
-    from .dagster_home import STORAGE_URL_ENV, prepare_home, shared
+    from .dagster_home import configured_storage_url, prepare_home, shared
     from .models.shared_state import describe
     from .run_queue import MODULE, location_name
 
     home = prepare_home()
-    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    url = configured_storage_url()
     where = f"Postgres {describe(url)}" if shared() and url else f"{home}"
     log.info(f"{what}: Dagster instance {home} (storage: {where}), code location {location_name()}")
     # this module, under the name queued runs give it (beside the temp files: DAGSTER_HOME may be read-only)
@@ -423,8 +431,7 @@ def cmd_ui(args) -> int:
 def cmd_sql(args) -> int:
     from . import warehouse as wh
 
-    if args.warehouse:
-        os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
+    path = Path(args.warehouse).resolve() if args.warehouse else None
     import pandas as pd
 
     import duckdb
@@ -433,7 +440,7 @@ def cmd_sql(args) -> int:
         raise AipError(f"--timeout must be 0 (no limit) or a number of seconds, got {args.timeout:g}")
     keep = args.max_rows if args.format == "table" and args.max_rows > 0 else None
     try:
-        with wh.sandboxed() as con:  # closed, and the warehouse's lock let go, before anything is printed
+        with wh.sandboxed(path) as con:  # closed, and the warehouse's lock let go, before anything is printed
             df, total = wh.run_bounded(con, args.query, args.timeout, keep)
     except wh.QueryStopped as e:
         print(f"error: stopped after {e.seconds:g} s (--timeout); narrow the query or raise --timeout", file=sys.stderr)
@@ -475,7 +482,7 @@ def cmd_runs(args) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from . import lake
+    from .warehouse import lake
     from . import warehouse as wh
 
     copied = wh.migrate_into_lake(args.source or wh.default_path())
@@ -523,17 +530,16 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from . import compare
 
-    if args.warehouse:
-        os.environ["AIP_WAREHOUSE"] = str(Path(args.warehouse).resolve())
+    path = Path(args.warehouse).resolve() if args.warehouse else None
     if args.latest and args.runs:
         raise AipError("give either RUN_A RUN_B or --latest SPEC_NAME, not both")
     if args.latest:
-        run_a, run_b = compare.latest_pair(args.latest)
+        run_a, run_b = compare.latest_pair(args.latest, path)
     elif len(args.runs) == 2:
         run_a, run_b = args.runs
     else:
         raise AipError("compare needs two run ids (RUN_A RUN_B) or --latest SPEC_NAME")
-    df, warnings = compare.compare_runs(run_a, run_b, alpha=args.alpha)
+    df, warnings = compare.compare_runs(run_a, run_b, path, alpha=args.alpha)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     drops = [r for r in df.to_dict("records") if compare.is_drop(r)]
@@ -826,9 +832,9 @@ def main(argv: list[str] | None = None) -> int:
         if outage is not None:  # Dagster's storage in Postgres went away (another command than run)
             print(f"error: {outage}", file=sys.stderr)
             return EXIT_OPERATIONAL
-        if os.environ.get("AIP_DEBUG"):
+        if current().debug:
             traceback.print_exc()
-        where = save_traceback(traceback.format_exc(), args.cmd)
+        where = save_traceback(traceback.format_exc(), args.cmd, data_dir() / "errors")
         print(f"internal error: {type(e).__name__}: {e}\nThis is a bug in aip-eval, not a problem with your "
               f"input. The traceback is saved in {where}; please report it with that file (AIP_DEBUG=1 prints it "
               "too).", file=sys.stderr)

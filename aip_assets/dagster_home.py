@@ -1,13 +1,7 @@
-"""Where the project keeps its data, and the Dagster instance the CLI shares with `dagster dev`.
+"""The Dagster instance the CLI shares with `dagster dev`, in the project's data folder.
 
-The data folder holds the warehouse, its call journal, reports and Dagster's storage
-(``dagster_home``). It is, first found:
-1. ``$AIP_DATA_DIR``;
-2. ``data/`` in the project root: the nearest folder, from the spec's folder (``aip-eval run
-   SPEC``) or else the working directory upwards, that holds ``workspace.yaml`` or
-   ``dagster.yaml`` (this repository, or a user's own Dagster project);
-3. a user-level default, ``$XDG_DATA_HOME/aip-assets`` (``~/.local/share/aip-assets``).
-So the CLI never creates a stray ``data/`` folder in whatever directory it is started from.
+The data folder (``settings.data_dir``: ``$AIP_DATA_DIR``, else the project's ``data/``, else the
+user's) holds the warehouse, its call journal, reports and Dagster's storage (``dagster_home``).
 
 ``$AIP_WAREHOUSE`` (or ``--warehouse``) still picks the warehouse file, and ``$DAGSTER_HOME``
 Dagster's storage; a DAGSTER_HOME set by the user wins for the CLI and `dagster dev` alike.
@@ -30,7 +24,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-MARKERS = ("workspace.yaml", "dagster.yaml")
+from .settings import current, data_dir
+
 # The specs' execution manifests allow 8 executions of one metric at once. Every evaluation run
 # covers one (run, metric) partition, so at most 8 queued runs at once keeps that bound for every
 # metric (stricter: 8 in all). A per-metric run-queue limit would need a run tag that carries the
@@ -39,33 +34,16 @@ MAX_CONCURRENCY = 8
 STORAGE_URL_ENV = "AIP_DAGSTER_STORAGE_URL"
 
 
-def project_root(start: str | Path | None = None) -> Path | None:
-    """The nearest folder from ``start`` (or the working directory) upwards with a project marker."""
-    here = Path(start or Path.cwd()).resolve()
-    if here.is_file():
-        here = here.parent
-    for d in (here, *here.parents):
-        if any((d / m).is_file() for m in MARKERS):
-            return d
-    return None
-
-
-def user_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "aip-assets"
-
-
-def data_dir(start: str | Path | None = None) -> Path:
-    """The data folder (see the module's docstring); nothing is created here."""
-    if os.environ.get("AIP_DATA_DIR"):
-        return Path(os.environ["AIP_DATA_DIR"]).resolve()
-    root = project_root(start)
-    return root / "data" if root is not None else user_data_dir()
+def configured_storage_url() -> str:
+    """``$AIP_DAGSTER_STORAGE_URL`` as libpq reads it (the psycopg2 driver's name taken out); "" unset."""
+    return (current().secret("dagster_storage_url") or "").replace("postgresql+psycopg2://", "postgresql://", 1)
 
 
 def use_project_of(spec_path: str | Path) -> Path:
     """Fix the data folder for this process from the spec's project (``AIP_DATA_DIR``), so every
-    stage, check and report of the run finds the same warehouse and Dagster storage."""
+    stage, check and report of the run finds the same warehouse and Dagster storage. Written to the
+    environment (with the marker ``AIP_DATA_DIR_SET``: ours, not the user's), so the worker
+    processes a run starts (``--parallel``) find it too."""
     if os.environ.get("AIP_DATA_DIR") and os.environ["AIP_DATA_DIR"] == os.environ.get("AIP_DATA_DIR_SET"):
         del os.environ["AIP_DATA_DIR"]  # set by an earlier run in this process, not by the user: find it again
     d = data_dir(Path(spec_path).resolve().parent)
@@ -77,10 +55,8 @@ def shared() -> bool:
     """Dagster's storage is shared (Postgres) when the warehouse is: a lake (``AIP_LAKE_DATA_PATH``)
     with its catalog in the shared-state database. With ``AIP_SHARED_STATE_URL`` alone each
     machine's warehouse is its own, and so is its Dagster history."""
-    from . import lake
-    from .models.shared_state import shared_state_url
-
-    return lake.enabled() and bool(shared_state_url())
+    settings = current()
+    return bool(settings.lake_data_path) and settings.shared_state_url is not None
 
 
 def storage_url() -> str:
@@ -90,8 +66,9 @@ def storage_url() -> str:
     from .errors import AipError
     from .models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
 
-    if os.environ.get(STORAGE_URL_ENV) and os.environ[STORAGE_URL_ENV] != os.environ.get(STORAGE_URL_ENV + "_SET"):
-        return os.environ[STORAGE_URL_ENV]  # the user's
+    users = current().secret("dagster_storage_url")
+    if users and users != os.environ.get(STORAGE_URL_ENV + "_SET"):
+        return users  # the user's
     url = shared_state_url() or ""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres"):
@@ -104,7 +81,9 @@ def storage_url() -> str:
     except ImportError:
         raise AipError(f"shared mode ({SHARED_STATE_ENV}) keeps Dagster's runs in Postgres, which needs "
                        "dagster-postgres: pip install 'aip-assets[shared]'") from None
-    # derived here (remembered as such: the shared-state URL may change within one process, e.g. between tests)
+    # derived here (remembered as such: the shared-state URL may change within one process, e.g. between
+    # tests), and written for Dagster: its settings name the URL by this variable, read by this process's
+    # instance and by the processes it starts (the daemon, the UI, their run workers)
     os.environ[STORAGE_URL_ENV] = os.environ[STORAGE_URL_ENV + "_SET"] = "postgresql+psycopg2://" + rest
     return os.environ[STORAGE_URL_ENV]
 
@@ -116,7 +95,7 @@ class _ScrubPassword:
     def filter(self, record) -> bool:
         from .models.shared_state import _scrub
 
-        url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+        url = configured_storage_url()
         if url:
             try:
                 text = record.getMessage()
@@ -223,7 +202,7 @@ def pooled(instance) -> None:
         return
     instance.optimize_for_webserver(statement_timeout=STATEMENT_TIMEOUT_MS, pool_recycle=3600,
                                     max_overflow=POOL_OVERFLOW)
-    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    url = configured_storage_url()
     for name in ("run_storage", "event_log_storage", "schedule_storage"):
         engine = getattr(getattr(instance, name, None), "_engine", None)
         if engine is not None and url:
@@ -292,7 +271,7 @@ def storage_outage(e: BaseException):
     from .errors import OperationalError
     from .models.shared_state import _first_line, describe, lost
 
-    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    url = configured_storage_url()
     seen: set[int] = set()
     todo: list[BaseException | None] = [e]
     while todo:
@@ -326,7 +305,7 @@ def get_instance():
     from .models.shared_state import _first_line, describe
 
     home = prepare_home()
-    url = os.environ.get(STORAGE_URL_ENV, "").replace("postgresql+psycopg2://", "postgresql://", 1)
+    url = configured_storage_url()
     ours = os.environ.get("AIP_DAGSTER_HOME_SET") == str(home)
     try:
         instance = DagsterInstance.get()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class AipError(Exception):
     """Base class for errors reported to the user without a traceback."""
@@ -9,6 +11,10 @@ class AipError(Exception):
 
 class SpecError(AipError):
     """The run spec is invalid."""
+
+
+class SettingsError(AipError):
+    """An ``AIP_*`` environment variable has a value that cannot be used (settings.py): names it."""
 
 
 class DatasetError(AipError):
@@ -47,24 +53,21 @@ EXIT_OPERATIONAL = 5     # a failure outside the project (a lock, a database, an
 EXIT_INTERRUPTED = 130   # Ctrl-C or SIGTERM: resumable
 
 
-def save_traceback(text: str, what: str) -> str:
-    """Keep a bug's traceback in the data folder's ``errors/`` (else the temporary folder), for the
-    report the message asks for; returns where (or why it could not be kept). ``what``: a word for
-    the file's name (the command, a run and metric)."""
+def save_traceback(text: str, what: str, folder: Path) -> str:
+    """Keep a bug's traceback in ``folder`` (the data folder's ``errors/``; else the temporary
+    folder), for the report the message asks for; returns where (or why it could not be kept).
+    ``what``: a word for the file's name (the command, a run and metric)."""
     import os
     import re
     import tempfile
     import time
-    from pathlib import Path
-
-    from .dagster_home import data_dir
 
     name = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', what)[:80]}.txt"
-    for folder in (data_dir() / "errors", Path(tempfile.gettempdir()) / "aip-eval-errors"):
+    for place in (folder, Path(tempfile.gettempdir()) / "aip-eval-errors"):
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text)
-            return str(folder / name)
+            place.mkdir(parents=True, exist_ok=True)
+            (place / name).write_text(text)
+            return str(place / name)
         except OSError:
             continue
     return "(not saved: neither the data folder nor the temporary folder could be written)"

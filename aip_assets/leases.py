@@ -69,16 +69,10 @@ _PG_TABLES = ("""CREATE TABLE IF NOT EXISTS aip_partition_lease (
 
 
 def lease_seconds() -> float:
-    raw = os.environ.get(LEASE_ENV, "30")
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 1:
-        from .errors import AipError
+    """``AIP_LEASE_SECONDS`` (settings.py: at least 1, 30 unless set)."""
+    from .settings import current
 
-        raise AipError(f"{LEASE_ENV} must be a number of seconds of at least 1, got {raw!r}")
-    return value
+    return current().lease_seconds
 
 
 def program() -> str:
@@ -330,7 +324,7 @@ class PgLease(Lease):
 def held(run_id: str, metric: str, stage: str, path: Path, log: Log) -> Iterator[Lease]:
     """The partition's lease for ``stage``, waited for and held for the block (see the module's
     docstring). ``path``: the warehouse file (local mode keeps its leases beside it)."""
-    from . import lake
+    from .warehouse import lake
 
     lease: FileLease | PgLease
     if lake.enabled():

@@ -59,7 +59,7 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
     unless the run ``run_id`` (resumed) has one recorded; with a form pinned, check the endpoint
     takes it (a refusal stops the run: it would fail every judgement).
     Returns what to log, a line per check, and the forms chosen (``Preflight.forms``)."""
-    from . import lake
+    from .warehouse import lake
     from .models.shared_state import check_shared_state
 
     shared = [line for line in (check_shared_state(), lake.check()) if line]  # the database first: the lake's catalog
@@ -172,7 +172,7 @@ def _recorded_forms(run_id: str, path: Path | None) -> list[dict[str, Any]]:
     """The structured-output events recorded for a run ([] with no journal yet: none is made)."""
     from .models.journal import journal_path
     from .models.shared_state import shared_state_url
-    from . import lake
+    from .warehouse import lake
 
     path = Path(path) if path else wh.default_path()
     if not (shared_state_url() and lake.enabled()) and not journal_path(path).exists():
@@ -235,7 +235,7 @@ def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
         con.execute(f"INSERT INTO eval_runs ({', '.join(df.columns)}) SELECT * FROM _incoming")
         con.unregister("_incoming")
 
-    from . import lake
+    from .warehouse import lake
 
     with wh.connect(path, create=True) as con, lake.registration_lock():
         wh.transaction(con, insert, f"run {run_id}")
@@ -640,7 +640,7 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
 
     from .runspec import Connection
 
-    from . import lake
+    from .warehouse import lake
 
     with tempfile.TemporaryDirectory(prefix="aip-dry-run-") as tmp, lake.set_aside():  # a local file, even in shared mode
         path = Path(tmp) / "estimate.duckdb"

@@ -18,21 +18,30 @@ the run's config, its stored spec, a log or metadata.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import Field
 
 from .runspec import RunSpec, parse_spec
+from .settings import override
 
 
 class Warehouse(ConfigurableResource):
-    """The DuckDB warehouse the stages read and write."""
+    """The DuckDB warehouse the stages read and write.
 
-    path: str = ""  # DuckDB file; empty: $AIP_WAREHOUSE, else data/warehouse.duckdb in the project
+    While a run's step uses it, its ``path`` is this process's warehouse (``settings.override``),
+    so every read and write of the step finds that file; restored when the step ends.
+    """
 
-    def use(self) -> None:
-        """Point this process's stages at the configured file (nothing to do when empty)."""
-        if self.path:
-            os.environ["AIP_WAREHOUSE"] = os.path.abspath(self.path)
+    path: str = Field(default="", description="DuckDB file; empty: $AIP_WAREHOUSE, else data/warehouse.duckdb in the project")
+
+    @contextmanager
+    def yield_for_execution(self, context: InitResourceContext) -> Iterator[Warehouse]:
+        with override(**({"warehouse": Path(os.path.abspath(self.path))} if self.path else {})):
+            yield self
 
 
 class SutConnection(ConfigurableResource):

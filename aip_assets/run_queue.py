@@ -39,7 +39,9 @@ DAEMON_SILENT_SECONDS = 60.0  # no heartbeat of the queue's daemon for this long
 
 
 def location_name() -> str:
-    return os.environ.get(LOCATION_ENV) or MODULE
+    from .settings import current
+
+    return current().code_location or MODULE
 
 
 def _statuses():

@@ -123,7 +123,7 @@ def test_exit_5_a_warehouse_lock_not_released_in_time(tmp_path, capsys, monkeypa
     wh.release()
     holder = hold(LOCK_HOLDER)
     try:
-        monkeypatch.setattr(wh, "LOCK_TIMEOUT_S", 0.5)
+        monkeypatch.setenv("AIP_WAREHOUSE_LOCK_TIMEOUT", "0.5")
         assert main(["runs"]) == errors.EXIT_OPERATIONAL
     finally:
         holder.kill()

@@ -23,6 +23,8 @@ from aip_assets.cli import main
 from aip_assets.errors import SpecError
 from aip_assets.models.client import ModelClient
 from aip_assets.runspec import Connection
+from aip_assets.warehouse import connection as whc
+from aip_assets.warehouse import sandbox as wh_sandbox
 
 from .conftest import make_spec, run_all, write_dataset
 
@@ -132,7 +134,7 @@ def test_sql_settings_are_locked(any_warehouse, capsys):
     got = {r["name"]: r["value"] for r in json.loads(capsys.readouterr().out)}
     import duckdb
 
-    with duckdb.connect(config={"memory_limit": wh.DUCKDB_MEMORY}) as con:  # AIP_DUCKDB_MEMORY, as DuckDB shows it
+    with duckdb.connect(config={"memory_limit": whc.duckdb_memory()}) as con:  # AIP_DUCKDB_MEMORY, as DuckDB shows it
         cap = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     assert got == {"autoinstall_known_extensions": "false", "enable_external_access": "false", "lock_configuration": "true",
                    "memory_limit": cap}  # in a lake too
@@ -162,7 +164,7 @@ def test_a_lock_wait_says_who_it_waits_for(warehouse, capsys, monkeypatch):
 
     from aip_assets import warehouse as wh
 
-    monkeypatch.setattr(wh, "LOCK_NOTICE_S", 0.2)
+    monkeypatch.setattr(whc, "LOCK_NOTICE_S", 0.2)
     held, release = threading.Event(), threading.Event()
 
     def hold():
@@ -249,8 +251,8 @@ def test_a_write_waits_for_a_query_at_its_timeout_then_goes_on(warehouse, monkey
 
     timeout = max(2, math.ceil(4 * startup()))  # time for the registration to start waiting
     wait = patience(timeout)
-    monkeypatch.setattr(wh, "LOCK_TIMEOUT_S", wait)
-    monkeypatch.setattr(wh, "LOCK_NOTICE_S", 0.2)
+    monkeypatch.setenv("AIP_WAREHOUSE_LOCK_TIMEOUT", str(wait))
+    monkeypatch.setattr(whc, "LOCK_NOTICE_S", 0.2)
     spec = make_spec(write_dataset(warehouse / "d2.jsonl", 2), name="behind")
     proc = sql_process(ENDLESS["recursive CTE"][0], "--timeout", str(timeout))
     lock_file = Path(str(wh.default_path()) + ".lock")
@@ -291,7 +293,7 @@ def test_an_interrupt_that_comes_before_the_statement_is_repeated(warehouse, mon
     def check_then_wait(con, sql):
         check(con, sql)
         assert con.interrupts.wait(60), "the timeout never interrupted"  # the first one: before the query starts
-    monkeypatch.setattr(wh, "check_query", check_then_wait)
+    monkeypatch.setattr(wh_sandbox, "check_query", check_then_wait)
     result: list = []
     wait = patience(0.05)  # measured before this process takes the warehouse's lock
     with wh.sandboxed() as con:

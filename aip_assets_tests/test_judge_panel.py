@@ -24,6 +24,7 @@ from aip_assets.models.builtin import RESPONSE_BLOCK as _BLOCK, judge_answer, pa
 from aip_assets.runspec import BuiltinProfile, parse_spec
 from aip_assets.stats import bootstrap_sums, cluster_sums, fleiss_from_sums, fleiss_kappa, fleiss_vectors
 from aip_assets.stats import cohen_kappa as weighted_kappa
+from aip_assets.warehouse import connection as whc
 
 
 def cohen_kappa(a, b):
@@ -481,7 +482,7 @@ def test_an_older_warehouse_gets_the_panel_table(tmp_path):
     con.execute("DROP VIEW v_judge_panel")
     con.execute("DROP TABLE judge_panel")
     con.close()
-    wh._ENSURED.clear()
+    whc._ENSURED.clear()
     run_all(_spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]), "old",
             stages=("synthesis", "sampling", "judging"))
     assert len(table("judge_panel", "old", "judgement_id")) == 2 * len(table("judgements", "old", "judgement_id")) > 0

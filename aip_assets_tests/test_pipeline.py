@@ -14,6 +14,7 @@ from aip_assets.resources import Warehouse
 from aip_assets.cli import main
 from aip_assets.dagster_home import get_instance
 from aip_assets.partitions import evaluations, partition_key, register_partitions
+from aip_assets.warehouse import connection as whc
 
 from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
 
@@ -563,12 +564,12 @@ def test_a_partition_write_short_of_its_lean_cap_is_retried_at_the_full_one(tmp_
                                                              "query_text": "x" * 200} for i in range(n)],
                                                  run_id="r", metric="m"), schema=wh.arrow_schema("probes"),
                                         preserve_index=False), f)
-    monkeypatch.setattr(wh, "WRITE_MEMORY", "2MB")
+    monkeypatch.setenv("AIP_DUCKDB_WRITE_MEMORY", "2MB")
     with caplog.at_level("INFO", logger="aip_assets"):
         wh.write_partition_files("r", "m", {"probes": [f]}, path=db)
     assert "needed more than 2MB: written again at" in caplog.text
     assert wh.query("SELECT count(*) AS n FROM probes", path=db).n[0] == n
-    monkeypatch.setattr(wh, "DUCKDB_MEMORY", "3MB")
+    monkeypatch.setenv("AIP_DUCKDB_MEMORY", "3MB")
     with pytest.raises(AipError, match="ran out of memory"):
         wh.write_partition_files("r", "m2", {"probes": [f]}, path=db)
     assert wh.query("SELECT count(*) AS n FROM probes WHERE metric = 'm2'", path=db).n[0] == 0
@@ -577,18 +578,18 @@ def test_a_partition_write_short_of_its_lean_cap_is_retried_at_the_full_one(tmp_
 def test_the_write_caps_follow_the_general_one(monkeypatch):
     """Lean first, then the general cap; an empty AIP_DUCKDB_MEMORY (no cap) is tried last as no
     cap; a general cap at or below the lean one is the only one tried."""
-    monkeypatch.setattr(wh, "WRITE_MEMORY", "256MB")
+    monkeypatch.setenv("AIP_DUCKDB_WRITE_MEMORY", "256MB")
     for full, caps in [("1GB", ["256MB", "1GB"]), ("", ["256MB", None]), ("128MB", ["128MB"]),
                        ("256MB", ["256MB"]), ("0.2GiB", ["0.2GiB"]), ("4GiB", ["256MB", "4GiB"])]:
-        monkeypatch.setattr(wh, "DUCKDB_MEMORY", full)
+        monkeypatch.setenv("AIP_DUCKDB_MEMORY", full)
         assert wh.write_caps() == caps, full
 
 
 def test_a_whole_partition_read_runs_lean_then_at_the_full_cap(monkeypatch):
     import duckdb
 
-    monkeypatch.setattr(wh, "WRITE_MEMORY", "256MB")
-    monkeypatch.setattr(wh, "DUCKDB_MEMORY", "1GB")
+    monkeypatch.setenv("AIP_DUCKDB_WRITE_MEMORY", "256MB")
+    monkeypatch.setenv("AIP_DUCKDB_MEMORY", "1GB")
     seen = []
 
     def needs_more(config):
@@ -606,12 +607,12 @@ def test_a_whole_partition_read_runs_lean_then_at_the_full_cap(monkeypatch):
 def _opens(monkeypatch) -> list[str]:
     """Count the times the warehouse file is opened (warehouse._open)."""
     seen: list[str] = []
-    real = wh._open
+    real = whc._open
 
     def spy(path, read_only, settings):
         seen.append(str(path))
         return real(path, read_only, settings)
-    monkeypatch.setattr(wh, "_open", spy)
+    monkeypatch.setattr(whc, "_open", spy)
     return seen
 
 
@@ -639,13 +640,13 @@ def test_a_burst_of_uses_opens_the_warehouse_once(tmp_path, monkeypatch):
         with wh.connect(db, read_only=True, config=config or None) as con:
             limit, n = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
             assert con.execute("SELECT x FROM t").fetchone() == (1,)
-        assert limit == _shown(cap or wh.DUCKDB_MEMORY) != _shown(wh.TRIM_MEMORY)
-        assert n == (1 if threads else int(wh._LINGER.defaults["threads"]))
+        assert limit == _shown(cap or whc.duckdb_memory()) != _shown(whc.TRIM_MEMORY)
+        assert n == (1 if threads else int(whc._LINGER.defaults["threads"]))
     assert opens == [str(db)]  # one opening for four uses
     deadline = time.monotonic() + 10
-    while wh._LINGER.base is not None and time.monotonic() < deadline:
+    while whc._LINGER.base is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert wh._LINGER.base is None  # closed once idle: the file lock is free
+    assert whc._LINGER.base is None  # closed once idle: the file lock is free
     code = (f"from aip_assets import warehouse as wh\nwith wh.connect({str(db)!r}) as c:\n"
             f"    c.execute('INSERT INTO t VALUES (2)')\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
@@ -674,12 +675,12 @@ def test_the_open_warehouse_follows_its_file(tmp_path, monkeypatch):
     assert wh.query("SELECT x FROM t", path=a, read_only=True).x[0] == 1  # opened read-only
     with wh.connect(a) as con:  # a write: reopened writable
         con.execute("INSERT INTO t VALUES (7)")
-    assert len(opens) == 5 and not wh._LINGER.read_only
+    assert len(opens) == 5 and not whc._LINGER.read_only
     with wh.sandboxed(a) as con:  # its own configuration: the lingering database is closed first
         assert con.execute("SELECT sum(x) FROM t").fetchone() == (8,)
     with wh.connect(a) as con:  # and the sandbox's locked configuration stayed with the sandbox
         con.execute("SET threads = 1")
-    monkeypatch.setattr(wh, "LINGER_MAX_S", 0.3)
+    monkeypatch.setattr(whc, "LINGER_MAX_S", 0.3)
     before = len(opens)
     # uninterrupted use reopens it once LINGER_MAX_S has passed since it was opened: the second and
     # third reopenings come 0.3 s after the one before (the first may come at once); the patience
@@ -733,7 +734,7 @@ def test_a_write_is_durable_at_once_and_in_the_file_once_the_database_closes(tmp
     wal = db.with_name(db.name + ".wal")
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT range AS x FROM range(1000)")
-    assert wh._LINGER.base is not None and wal.stat().st_size > 0  # still open, the write in the log
+    assert whc._LINGER.base is not None and wal.stat().st_size > 0  # still open, the write in the log
     code = f"from aip_assets import warehouse as wh\nprint(wh.query('SELECT count(*) AS n FROM t', path={str(db)!r}).n[0])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "1000", out.stderr
@@ -743,10 +744,10 @@ def test_a_write_is_durable_at_once_and_in_the_file_once_the_database_closes(tmp
     assert not wal.exists() or wal.stat().st_size == 0
     shutil.copy(db, tmp_path / "copy.duckdb")
     assert wh.query("SELECT count(*) AS n FROM t", path=tmp_path / "copy.duckdb").n[0] == 1500
-    monkeypatch.setattr(wh, "CHECKPOINT_WAL_BYTES", 1)  # every log counts as large
+    monkeypatch.setattr(whc, "CHECKPOINT_WAL_BYTES", 1)  # every log counts as large
     with wh.connect(db) as con:
         con.execute("INSERT INTO t SELECT range FROM range(250)")
-    assert wh._LINGER.base is not None and (not wal.exists() or wal.stat().st_size == 0)
+    assert whc._LINGER.base is not None and (not wal.exists() or wal.stat().st_size == 0)
     shutil.copy(db, tmp_path / "copy2.duckdb")
     assert wh.query("SELECT count(*) AS n FROM t", path=tmp_path / "copy2.duckdb").n[0] == 1750
 
@@ -830,12 +831,12 @@ def test_a_process_does_not_step_back_for_its_own_wait(tmp_path, monkeypatch):
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT 1 AS x")
     wh.release()
-    wh._say_waiting(db)  # as this process did while waiting
+    whc._say_waiting(db)  # as this process did while waiting
     opens = _opens(monkeypatch)
     for _ in range(3):
         wh.query("SELECT x FROM t", path=db)
-    assert len(opens) == 1 and wh._LINGER.base is not None
+    assert len(opens) == 1 and whc._LINGER.base is not None
     time.sleep(0.01)
-    wh._say_waiting(db)  # now another process waits: the next use ends by closing
+    whc._say_waiting(db)  # now another process waits: the next use ends by closing
     wh.query("SELECT x FROM t", path=db)
-    assert wh._LINGER.base is None
+    assert whc._LINGER.base is None

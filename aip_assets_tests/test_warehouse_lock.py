@@ -25,7 +25,8 @@ LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     sys.argv = ["aip-eval", "sql"]  # what the lock file says of its holder
     from aip_assets import warehouse as wh
-    with wh._file_lock(wh.default_path()):
+    from aip_assets.warehouse import connection as whc
+    with whc._file_lock(wh.default_path()):
         print("held", flush=True)
         time.sleep(600)
 """)
@@ -67,7 +68,7 @@ def test_a_lock_held_by_another_process_stops_a_stage_with_exit_5(tmp_path, scri
         "name": "lock", "dataset": str(ds), "seed": 3, "retry_backoff_seconds": 0.01, "sut": server.conn(),
         "judge": {"provider": "builtin"},
         "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}}}))
-    monkeypatch.setattr(wh, "LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setenv("AIP_WAREHOUSE_LOCK_TIMEOUT", "0.5")
     try:
         code = main(["run", str(spec), "--run-id", "locked"])
     finally:
@@ -94,7 +95,7 @@ def test_a_warehouse_file_held_open_outside_aip_eval_is_exit_5(tmp_path, monkeyp
         pass
     wh.release()
     holder = hold(FILE_HOLDER, str(wh.default_path()))
-    monkeypatch.setattr(wh, "LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setenv("AIP_WAREHOUSE_LOCK_TIMEOUT", "0.5")
     try:
         assert main(["runs"]) == 5
     finally:

@@ -139,7 +139,6 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
         from ..dagster_home import pooled
 
         pooled(context.instance)  # shared mode: Dagster's Postgres storage keeps its connections in this run
-        warehouse.use()
         result = _materialise(stage, context, asset_key=AssetKey(name))
         yield result
         run_id, metric = split_key(context.partition_key)

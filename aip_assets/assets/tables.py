@@ -19,7 +19,7 @@ from typing import Any
 
 from dagster import AssetKey, MetadataValue, TableColumn, TableSchema
 
-from .. import lake
+from ..warehouse import lake
 from .. import warehouse as wh
 
 STAGE_TABLES: dict[str, list[str]] = {

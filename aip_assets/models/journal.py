@@ -634,7 +634,7 @@ def open_journal(warehouse_path: str | Path) -> Journal:
     read. In a lake (shared mode: ``AIP_LAKE_DATA_PATH``), in the shared-state database; else the
     SQLite file beside the warehouse file (also when only ``AIP_SHARED_STATE_URL`` is set: each
     machine's warehouse and its runs are its own)."""
-    from .. import lake
+    from ..warehouse import lake
     from .shared_state import shared_state_url
 
     url = shared_state_url()

@@ -57,9 +57,11 @@ WARN_WAIT_S = 30.0  # a longer wait for the rate is logged (at most once a minut
 
 
 def limits_dir() -> Path:
-    d = os.environ.get("AIP_LIMITS_DIR")
-    if d:
-        return Path(d)
+    from ..settings import current
+
+    d = current().limits_dir
+    if d is not None:
+        return d
     run = os.environ.get("XDG_RUNTIME_DIR")
     if run and os.path.isdir(run):
         return Path(run) / "aip-limits"

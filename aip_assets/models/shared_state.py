@@ -38,6 +38,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import quote, urlsplit
 
+from .. import settings as aip_settings
 from ..errors import AipError, OperationalError
 
 logger = logging.getLogger("aip_assets")
@@ -46,7 +47,6 @@ LOCK_TIMEOUT_S = 30  # the longest a statement waits for a row another worker ho
 STATEMENT_TIMEOUT_S = 60  # the longest a statement may take
 CONNECT_TIMEOUT_S = 10
 RETRY_ENV = "AIP_SHARED_RETRY_SECONDS"
-RETRY_DEFAULT_S = 60.0  # how long a lost connection to a shared-mode database is tried again
 RETRY_NOTICE_S = 10.0  # a wait for the database says so this often
 T = TypeVar("T")
 
@@ -65,7 +65,7 @@ _PG_TABLES = ("""CREATE TABLE IF NOT EXISTS aip_rate_schedule (
 def shared_state_url() -> str | None:
     """The shared-state database's URL from ``AIP_SHARED_STATE_URL``; None: shared mode is off.
     Read from the environment only, never stored or logged (see ``describe``)."""
-    return os.environ.get(SHARED_STATE_ENV) or None
+    return aip_settings.current().secret("shared_state_url")
 
 
 def _parts(url: str) -> dict[str, str] | None:
@@ -153,17 +153,9 @@ def lost(e: BaseException) -> bool:
 
 def retry_seconds() -> float:
     """``AIP_SHARED_RETRY_SECONDS``: how long a lost connection to a shared-mode database is tried
-    again before the run stops (exit 5); read when needed, so a change in the environment holds."""
-    raw = os.environ.get(RETRY_ENV)
-    if raw is None or raw.strip() == "":
-        return RETRY_DEFAULT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise AipError(f"{RETRY_ENV} must be a number of seconds (0 or more), got {raw!r}")
-    return value
+    again before the run stops (exit 5); read when needed, so a change in the environment holds
+    (a bad value: ``settings.current`` says so, naming the variable)."""
+    return aip_settings.current().shared_retry_seconds
 
 
 _REACHED: set[str] = set()  # the databases (``describe``) this process has reached

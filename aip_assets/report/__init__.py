@@ -19,9 +19,9 @@ CSS and the viewer's script, inlined in the page), ``build`` (the report written
 
 from .build import build_report, default_out, stored_report, write_report
 from .queries import WEAKEST_ROWS
-from .server import REPORT_PORT, report_port, report_url, serve_reports
+from .server import report_port, report_url, serve_reports
 from .values import TEXT_LIMIT
 from .viewer import ROWS_PER_METRIC
 
-__all__ = ["REPORT_PORT", "ROWS_PER_METRIC", "TEXT_LIMIT", "WEAKEST_ROWS", "build_report", "default_out",
+__all__ = ["ROWS_PER_METRIC", "TEXT_LIMIT", "WEAKEST_ROWS", "build_report", "default_out",
            "report_port", "report_url", "serve_reports", "stored_report", "write_report"]

@@ -10,7 +10,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from .. import __version__, lake
+from .. import __version__
+from ..warehouse import lake
 from .. import warehouse as wh
 from ..errors import AipError
 from . import queries, viewer

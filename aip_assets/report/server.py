@@ -8,17 +8,15 @@ import os
 from html import escape
 from pathlib import Path
 
-from .. import lake
+from ..warehouse import lake
 from ..errors import AipError
 from .build import stored_report
 
-REPORT_PORT = 8112  # `aip-eval report --serve` listens here; AIP_REPORT_PORT chooses another
-
-
 def report_port() -> int:
-    import os
+    """The port `aip-eval report --serve` listens on: ``AIP_REPORT_PORT`` (settings.py: 8112 unless set)."""
+    from ..settings import current
 
-    return int(os.environ.get("AIP_REPORT_PORT", REPORT_PORT))
+    return current().report_port
 
 
 def report_url(report: Path, port: int | None = None) -> str:

@@ -1,4 +1,4 @@
-"""The warehouse as a DuckLake, for workers on several machines (issue 14's shared mode).
+"""The warehouse as a DuckLake, for workers on several machines (shared mode).
 
 ``AIP_LAKE_DATA_PATH=/shared/aip-lake`` (a folder every worker mounts; from the environment only),
 or ``s3://bucket/prefix`` (S3 or S3-compatible storage: the ``httpfs`` extension, credentials from
@@ -8,7 +8,7 @@ DuckLake: its catalog in the shared-state Postgres database (``AIP_SHARED_STATE_
 same tables and views, so ``aip-eval sql``, the report and any DuckDB with the ``ducklake`` and
 ``postgres`` extensions read it. No file lock: DuckLake commits optimistically, and a write that
 meets another worker's (a conflict is per table: two partitions replaced at once in one table
-conflict) is rolled back and run again (``warehouse.write_retrying``).
+conflict) is rolled back and run again (``warehouse.transaction``).
 
 The extensions come from PyPI (``duckdb-extension-ducklake``, ``duckdb-extension-postgres-scanner``,
 for duckdb 1.5.5, which is pinned for them) and are loaded from their files, never downloaded:
@@ -31,13 +31,15 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 
-from .errors import AipError
+from .. import settings as aip_settings
+from ..errors import AipError
 
 logger = logging.getLogger("aip_assets")
 LAKE_ENV = "AIP_LAKE_DATA_PATH"
@@ -54,20 +56,16 @@ T = TypeVar("T")
 def data_path() -> str | None:
     """The lake's data folder from ``AIP_LAKE_DATA_PATH`` (None: the warehouse is a local file):
     an absolute path ending in ``/``, or an ``s3://bucket/prefix/`` URL."""
-    p = os.environ.get(LAKE_ENV)
+    p = aip_settings.current().lake_data_path  # a URL other than s3://bucket/... is refused there
     if not p:
         return None
-    scheme, sep, rest = p.partition("://")
-    if sep:  # a URL: only s3://bucket/..., never taken for a local folder
-        if scheme != "s3" or not rest.split("/")[0]:
-            raise AipError(f"{LAKE_ENV} must be a folder or s3://bucket/prefix (S3 or S3-compatible storage), "
-                           f"got a {scheme}:// URL" + ("" if scheme != "s3" else " without a bucket"))
+    if "://" in p:
         return p.rstrip("/") + "/"
     return str(Path(p).resolve()) + "/"
 
 
 def on_s3() -> bool:
-    return (os.environ.get(LAKE_ENV) or "").startswith(S3_SCHEME)
+    return (aip_settings.current().lake_data_path or "").startswith(S3_SCHEME)
 
 
 def _keys_given() -> bool:
@@ -94,13 +92,12 @@ def _s3_settings() -> dict[str, str]:
             out["SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
     else:
         out = {"PROVIDER": "credential_chain", "REGION": region}
-        if os.environ.get(S3_CHAIN_ENV):
-            out["CHAIN"] = os.environ[S3_CHAIN_ENV]
-    endpoint = os.environ.get(S3_ENDPOINT_ENV)
+        settings = aip_settings.current()
+        if settings.s3_credential_chain:
+            out["CHAIN"] = settings.s3_credential_chain
+    endpoint = aip_settings.current().s3_endpoint  # its form is checked there (http://host:port, https://host)
     if endpoint:
-        scheme, sep, rest = endpoint.partition("://")
-        if not sep or scheme not in ("http", "https") or not rest.strip("/") or "/" in rest.strip("/"):
-            raise AipError(f"{S3_ENDPOINT_ENV} must be http://host:port or https://host, got {endpoint!r}")
+        scheme, _, rest = endpoint.partition("://")
         out.update(ENDPOINT=rest.strip("/"), URL_STYLE="path", USE_SSL="true" if scheme == "https" else "false")
     return out
 
@@ -130,23 +127,19 @@ def _hide(text: str, settings: dict[str, str]) -> str:
 
 
 def enabled() -> bool:
-    return bool(os.environ.get(LAKE_ENV))
+    return bool(aip_settings.current().lake_data_path)
 
 
 @contextmanager
 def set_aside() -> Iterator[None]:
     """The lake not used within (this process): a dry run's throwaway warehouse is a local file in
     a temporary folder, never rows in the shared lake."""
-    saved = os.environ.pop(LAKE_ENV, None)
-    try:
+    with aip_settings.override(lake_data_path=None):
         yield
-    finally:
-        if saved is not None:
-            os.environ[LAKE_ENV] = saved
 
 
 def _catalog_url() -> str:
-    from .models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
+    from ..models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
 
     url = shared_state_url()
     if not url:
@@ -177,7 +170,7 @@ def _quote(s: str) -> str:
 
 def where() -> str:
     """The lake for a message: its catalog (no password) and its folder."""
-    from .models.shared_state import describe
+    from ..models.shared_state import describe
 
     return f"DuckLake at {data_path()} (catalog {describe(_catalog_url())}, schema {METADATA_SCHEMA})"
 
@@ -283,7 +276,7 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
         return con
     except duckdb.Error as e:
         con.close()
-        from .models.shared_state import Unreachable, _first_line
+        from ..models.shared_state import Unreachable, _first_line
 
         message = f"{LAKE_ENV}: cannot open the {where()}: {_first_line(e, url)}"
         if catalog_lost(e):  # the database away: waited for by a caller that reached it before (patiently)
@@ -304,7 +297,7 @@ _LOST = ("unable to connect to postgres", "server closed the connection", "termi
 def catalog_lost(e: BaseException) -> bool:
     """A DuckDB error that is the catalog's database going away (a restart, a dropped or refused
     connection), not a refusal (authentication, a missing database) or a failure of the statement."""
-    from .models.shared_state import lost
+    from ..models.shared_state import lost
 
     return isinstance(e, duckdb.Error) and any(m in str(e).lower() for m in _LOST) and lost(e)
 
@@ -312,8 +305,8 @@ def catalog_lost(e: BaseException) -> bool:
 def patiently(what: str, fn: Callable[[], T]) -> T:
     """``fn()``, tried again while the catalog's database is away (``catalog_lost``), as
     ``shared_state.patiently`` waits; then an ``OperationalError`` naming the lake's catalog."""
-    from .models.shared_state import Unreachable
-    from .models.shared_state import patiently as wait
+    from ..models.shared_state import Unreachable
+    from ..models.shared_state import patiently as wait
 
     url = _catalog_url()
 
@@ -331,7 +324,7 @@ def patiently(what: str, fn: Callable[[], T]) -> T:
 def _catalog_reason(e: BaseException, url: str) -> str:
     """The libpq line of a DuckDB error from the catalog (the last 'connection to server' line, or
     its first line), scrubbed of the URL and password."""
-    from .models.shared_state import _scrub
+    from ..models.shared_state import _scrub
 
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     libpq = [ln[ln.lower().index("connection to server"):] for ln in lines if "connection to server" in ln.lower()]
@@ -342,7 +335,7 @@ def _catalog_reason(e: BaseException, url: str) -> str:
 def outage(e: BaseException, what: str) -> AipError:
     """The OperationalError for a read that met the catalog's database away (no retry: the caller's
     statements ran half-way)."""
-    from .errors import OperationalError
+    from ..errors import OperationalError
 
     return OperationalError(f"{where()}: {what} failed, the catalog's database went away: "
                             f"{_catalog_reason(e, _catalog_url())}")
@@ -356,7 +349,7 @@ def is_conflict(e: BaseException) -> bool:
 
 def exists() -> bool:
     """Whether the lake has been made (its catalog's tables are in the shared-state database)."""
-    from .models.shared_state import SharedDb
+    from ..models.shared_state import SharedDb
 
     row = SharedDb.get(_catalog_url()).run("the check for the lake's catalog", lambda c: c.execute(
         "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'ducklake_metadata'",
@@ -385,7 +378,7 @@ def check() -> str | None:
             con.execute(f"SELECT count(*) FROM glob({_quote(data + '*')})").fetchall()
         except duckdb.Error as e:
             raise AipError(f"{LAKE_ENV}: the lake's data path {data} cannot be read "
-                           f"({os.environ.get(S3_ENDPOINT_ENV) or 'AWS S3'}): "
+                           f"({aip_settings.current().s3_endpoint or 'AWS S3'}): "
                            f"{_hide(' '.join(str(e).split())[:300], _s3_settings())}") from None
         finally:
             con.close()
@@ -412,7 +405,7 @@ def registration_lock() -> Iterator[None]:
     if not enabled():
         yield
         return
-    from .models.shared_state import SharedDb
+    from ..models.shared_state import SharedDb
 
     db = SharedDb.get(_catalog_url())
     t0 = notice = time.monotonic()

@@ -1,0 +1,51 @@
+"""The DuckDB warehouse: explicit table schemas, replace-a-partition writes, views.
+
+Every access goes through :func:`connect` (``connection``: a file lock beside the database, the
+database kept open a moment between uses) or, in shared mode, the DuckLake every worker writes
+(``lake``). The parts:
+
+- ``schema``: the tables, their columns and types, the views; making them (``ensure_schema``).
+- ``connection``: ``connect``, ``session``, the inter-process lock and the lingering database.
+- ``transactions``: one transaction, run again where a lake's commit lost to another worker's.
+- ``sandbox``: a user's query (``aip-eval sql``), read-only, checked and bounded in time.
+- ``writes``: a partition's rows replaced in one transaction, partition reads, memory caps.
+- ``migrations``: a local warehouse's runs copied into the lake.
+- ``lake``: the warehouse as a DuckLake (catalog in Postgres, Parquet files in a folder or on S3).
+
+What callers use is named here (``warehouse.connect``, ``warehouse.TABLES``...); where the
+warehouse is, and how it is tuned, comes from :mod:`aip_assets.settings`.
+"""
+
+from __future__ import annotations
+
+from . import lake
+from .connection import connect, default_path, exists, release, session
+from .migrations import migrate_into_lake
+from .sandbox import QueryStopped, check_query, run_bounded, sandboxed
+from .schema import (
+                     LAKE_TABLES,
+                     PERSONA_ORDER_REASONING,
+                     SCHEMA_LEVEL,
+                     STAGE_SCOPED,
+                     TABLES,
+                     VIEWS,
+                     arrow_schema,
+                     ensure_schema,
+                     frame,
+)
+from .transactions import LAKE_STATS, transaction
+from .writes import (
+                     lean_first,
+                     query,
+                     read_partition,
+                     release_memory,
+                     status_counts,
+                     write_caps,
+                     write_partition_files,
+)
+
+__all__ = ["LAKE_STATS", "LAKE_TABLES", "PERSONA_ORDER_REASONING", "SCHEMA_LEVEL", "STAGE_SCOPED", "TABLES", "VIEWS",
+           "QueryStopped", "arrow_schema", "check_query", "connect", "default_path", "ensure_schema", "exists",
+           "frame", "lake", "lean_first", "migrate_into_lake", "query", "read_partition", "release",
+           "release_memory", "run_bounded", "sandboxed", "session", "status_counts", "transaction", "write_caps",
+           "write_partition_files"]

@@ -1,0 +1,471 @@
+"""The warehouse's schema: every table's columns and types, the views, and making them.
+
+Every table but ``eval_runs`` carries ``run_id`` and ``metric``; columns are named and typed
+here, and :func:`frame` builds a DataFrame with exactly a table's columns. :func:`ensure_schema`
+creates what is missing and adds the columns a newer version introduced (the warehouse's
+migration, run once per process and file); ``SCHEMA_LEVEL`` orders the schemas of a lake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from . import lake
+from .transactions import transaction
+
+logger = logging.getLogger("aip_assets")
+
+# table -> ordered (column, type). Every table but eval_runs carries run_id and metric.
+TABLES: dict[str, list[tuple[str, str]]] = {
+    "eval_runs": [
+        ("run_id", "VARCHAR PRIMARY KEY"), ("spec_name", "VARCHAR"), ("spec", "JSON"), ("metrics", "JSON"),
+        ("metric_versions", "JSON"), ("dataset_path", "VARCHAR"), ("dataset_sha256", "VARCHAR"), ("datasets", "JSON"),
+        ("n_dataset_rows", "INTEGER"), ("package_version", "VARCHAR"), ("seed", "BIGINT"),
+        ("created_at", "TIMESTAMP"),
+    ],
+    "dataset_rows": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("row_index", "INTEGER"), ("input_id", "VARCHAR"),
+        ("prompt", "VARCHAR"), ("prompt_is_turns", "BOOLEAN"), ("sut_response", "VARCHAR"), ("task_type", "VARCHAR"),
+        ("context", "JSON"), ("metadata", "JSON"),
+    ],
+    "persona_pool": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("axis", "VARCHAR"), ("pool_index", "INTEGER"),
+        ("value_a", "VARCHAR"), ("value_b", "VARCHAR"), ("persona_a", "VARCHAR"), ("persona_b", "VARCHAR"),
+        ("source", "VARCHAR"),
+    ],
+    "personas": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("persona_id", "VARCHAR"), ("pool_index", "INTEGER"),
+        ("description", "VARCHAR"), ("attributes", "JSON"), ("source", "VARCHAR"), ("language", "VARCHAR"),
+    ],
+    "probes": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("probe_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("axis", "VARCHAR"), ("category", "VARCHAR"), ("attribute_value", "VARCHAR"), ("persona", "VARCHAR"),
+        ("query_text", "VARCHAR"), ("messages", "JSON"), ("template_version", "VARCHAR"),
+        ("template_id", "VARCHAR"), ("wrapper_id", "VARCHAR"),
+        # what the probe is: persona (decision flip, group bias), variant / base (consistency),
+        # baseline / variant / excluded (perturbation); axis and attribute_value are decision flip's
+        ("role", "VARCHAR"), ("persona_id", "VARCHAR"), ("group_id", "VARCHAR"), ("variant_id", "VARCHAR"),
+        ("base_source", "VARCHAR"), ("exclusion", "VARCHAR"),
+    ],
+    "probe_pairs": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("pair_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("axis", "VARCHAR"), ("pool_index", "INTEGER"), ("value_a", "VARCHAR"), ("value_b", "VARCHAR"),
+        ("probe_a", "VARCHAR"), ("probe_b", "VARCHAR"),
+        # persona (a real pair) or null (the no-effect baseline: one persona's first answer against
+        # its fresh sample sample_b, shown to the judge as the pair twin_of is)
+        ("kind", "VARCHAR"), ("twin_of", "VARCHAR"), ("sample_b", "INTEGER"),
+    ],
+    "sut_responses": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("probe_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("sample_index", "INTEGER"), ("response", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"), ("latency_ms", "DOUBLE"),
+        ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"), ("model", "VARCHAR"),
+        ("fingerprint", "VARCHAR"), ("call_key", "VARCHAR"), ("cached", "BOOLEAN"),
+    ],
+    "judgements": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("pair_id", "VARCHAR"),
+        ("input_id", "VARCHAR"), ("axis", "VARCHAR"), ("order_swapped", "BOOLEAN"), ("status", "VARCHAR"),
+        ("error", "VARCHAR"), ("raw_output", "VARCHAR"), ("parsed", "JSON"), ("decision_a", "VARCHAR"),
+        ("decision_b", "VARCHAR"), ("decisions_differ", "BOOLEAN"), ("attributable", "BOOLEAN"),
+        ("flipped", "BOOLEAN"), ("label", "VARCHAR"), ("score", "DOUBLE"), ("reasoning", "VARCHAR"),
+        ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"), ("reasks", "INTEGER"),
+        ("network_retries", "INTEGER"), ("rate_limit_waits", "INTEGER"),
+        # which judge (decision, similarity / tone / effort, comparison, correctness / robustness), of what
+        ("judge_kind", "VARCHAR"), ("category", "VARCHAR"), ("sample_index", "INTEGER"), ("group_id", "VARCHAR"),
+        ("variant_id", "VARCHAR"),
+    ],
+    "judge_audits": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("pair_id", "VARCHAR"),
+        ("input_id", "VARCHAR"), ("axis", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"),
+        ("primary_label", "VARCHAR"), ("audit_label", "VARCHAR"), ("agree", "BOOLEAN"), ("raw_output", "VARCHAR"),
+        ("attempts", "INTEGER"), ("model", "VARCHAR"), ("call_key", "VARCHAR"),
+    ],
+    # a judge panel (spec judges: [...]): every judge's verdict of every judgement, its category (the
+    # metric's reading, what the panel's rule compares) and its call; chosen: the verdict used
+    "judge_panel": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("pair_id", "VARCHAR"),
+        ("input_id", "VARCHAR"), ("judge_kind", "VARCHAR"), ("judge", "INTEGER"), ("role", "VARCHAR"),
+        ("endpoint", "VARCHAR"), ("model", "VARCHAR"), ("response_model", "VARCHAR"), ("status", "VARCHAR"),
+        ("error", "VARCHAR"), ("category", "VARCHAR"), ("chosen", "BOOLEAN"), ("parsed", "JSON"),
+        ("raw_output", "VARCHAR"), ("attempts", "INTEGER"), ("call_key", "VARCHAR"),
+    ],
+    # the units every score is computed from (scoring.py): a judged pair, comparison or variant pair
+    "score_units": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("unit_id", "VARCHAR"), ("input_id", "VARCHAR"),
+        ("score_row", "VARCHAR"), ("cluster", "VARCHAR"), ("groups", "JSON"), ("flip", "DOUBLE"), ("bias", "DOUBLE"),
+        ("score", "DOUBLE"), ("robustness", "DOUBLE"), ("correctness_drop", "DOUBLE"),
+    ],
+    "row_scores": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("input_id", "VARCHAR"), ("raw_score", "DOUBLE"),
+        ("score", "DOUBLE"), ("label", "VARCHAR"), ("n_judged", "INTEGER"), ("n_failed", "INTEGER"),
+        ("n_events", "INTEGER"), ("status", "VARCHAR"), ("error", "VARCHAR"), ("explanation", "VARCHAR"),
+    ],
+    "metric_scores": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("metric_name", "VARCHAR"), ("scope", "VARCHAR"),
+        ("group_key", "VARCHAR"), ("raw_score", "DOUBLE"), ("score", "DOUBLE"), ("ci_low", "DOUBLE"),
+        ("ci_high", "DOUBLE"), ("rate", "DOUBLE"), ("rate_ci_low", "DOUBLE"), ("rate_ci_high", "DOUBLE"),
+        ("n", "INTEGER"), ("n_events", "INTEGER"), ("n_failed", "INTEGER"), ("weight", "DOUBLE"),
+        ("threshold", "DOUBLE"), ("passed", "BOOLEAN"), ("details", "JSON"), ("n_planned", "INTEGER"),
+        ("n_excluded", "INTEGER"), ("excluded", "JSON"), ("coverage", "DOUBLE"), ("gate_reason", "VARCHAR"),
+    ],
+    "llm_calls": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("stage", "VARCHAR"), ("role", "VARCHAR"),
+        ("call_key", "VARCHAR"), ("sample_index", "INTEGER"), ("endpoint", "VARCHAR"), ("model", "VARCHAR"),
+        ("request", "JSON"), ("response_text", "VARCHAR"), ("status", "VARCHAR"), ("error", "VARCHAR"),
+        ("http_status", "INTEGER"), ("latency_ms", "DOUBLE"), ("prompt_tokens", "INTEGER"),
+        ("completion_tokens", "INTEGER"), ("attempts", "INTEGER"), ("response_model", "VARCHAR"),
+        ("fingerprint", "VARCHAR"), ("source", "VARCHAR"), ("created_at", "TIMESTAMP"),
+    ],
+    "run_notes": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("stage", "VARCHAR"), ("level", "VARCHAR"),
+        ("code", "VARCHAR"), ("message", "VARCHAR"),
+    ],
+    # a person's category for a judgement (`aip-eval label import`, human_labels.py): one row per
+    # judgement and labeller, replaced when the same labeller's label is imported again; the judge's
+    # category at import time beside it (the judge's side of the comparison, on the same scale)
+    "human_labels": [
+        ("run_id", "VARCHAR"), ("metric", "VARCHAR"), ("judgement_id", "VARCHAR"), ("category", "VARCHAR"),
+        ("labeller", "VARCHAR"), ("note", "VARCHAR"), ("judge_category", "VARCHAR"), ("imported_at", "TIMESTAMP"),
+        ("source_file", "VARCHAR"), ("source_row", "INTEGER"),
+    ],
+    # run B against run A (compare.py): run_id = run_b; a re-comparison of a pair replaces its rows
+    "run_comparisons": [
+        ("run_a", "VARCHAR"), ("run_b", "VARCHAR"), ("run_id", "VARCHAR"), ("metric", "VARCHAR"),
+        ("scope", "VARCHAR"), ("group_key", "VARCHAR"), ("score_a", "DOUBLE"), ("score_b", "DOUBLE"),
+        ("diff", "DOUBLE"), ("ci_low", "DOUBLE"), ("ci_high", "DOUBLE"), ("p_value", "DOUBLE"),
+        ("p_adjusted", "DOUBLE"), ("significant", "BOOLEAN"), ("n_a", "INTEGER"), ("n_b", "INTEGER"),
+        ("method", "VARCHAR"), ("warnings", "JSON"), ("created_at", "TIMESTAMP"),
+    ],
+}
+
+# tables whose rows are owned per (run, metric, stage) rather than per (run, metric)
+STAGE_SCOPED = {"llm_calls", "run_notes"}
+
+# The judge's reasoning speaks of "Response 1 / 2" in the order it was shown them; a pair's columns
+# are in persona order (a, b). Rewritten for the views: 1 and 2 (and "the first / second response")
+# become a and b as the judge saw them (order_swapped), so the reasoning reads beside its columns.
+PERSONA_ORDER_REASONING = r"""replace(replace(
+    regexp_replace(regexp_replace(regexp_replace(regexp_replace(j.reasoning,
+        '\b(responses?|requests?|decision|answer)[ _]?1\b', '\1 §1§', 'gi'),
+        '\b(responses?|requests?|decision|answer)[ _]?2\b', '\1 §2§', 'gi'),
+        '\b(the) first (response|request|answer)\b', '\1 \2 §1§', 'gi'),
+        '\b(the) second (response|request|answer)\b', '\1 \2 §2§', 'gi'),
+    '§1§', CASE WHEN j.order_swapped THEN 'b' ELSE 'a' END), '§2§', CASE WHEN j.order_swapped THEN 'a' ELSE 'b' END)"""
+
+# decision flip's pairs with both probes and both SUT answers side by side (a null pair's second
+# answer is its fresh sample, sample_b)
+PAIR_VERDICTS = f"""
+        SELECT pp.run_id, pp.metric, pp.input_id, pp.axis, pp.pair_id, coalesce(pp.kind, 'persona') AS kind, pp.twin_of,
+               pp.value_a, pp.value_b, pa.query_text AS query_a, pb.query_text AS query_b,
+               ra.response AS response_a, rb.response AS response_b,
+               ra.status AS sut_status_a, rb.status AS sut_status_b,
+               j.decision_a, j.decision_b, j.label, j.decisions_differ, j.attributable, j.flipped,
+               j.status AS judge_status, j.error AS judge_error, j.order_swapped,
+               {PERSONA_ORDER_REASONING} AS reasoning, j.reasoning AS reasoning_as_judged
+        FROM probe_pairs pp
+        JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
+        JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
+        LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
+        LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b
+             AND rb.sample_index = coalesce(pp.sample_b, 0)
+        LEFT JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
+        WHERE pp.metric = 'llm.decision_flip'
+"""
+
+GIB_PAIRS = """
+        WITH j AS (
+            SELECT run_id, metric, pair_id,
+                   max(score) FILTER (WHERE judge_kind = 'similarity') AS similarity,
+                   max(score) FILTER (WHERE judge_kind = 'tone') AS tone_divergence,
+                   max(score) FILTER (WHERE judge_kind = 'effort') AS effort_gap,
+                   max(parsed ->> 'less_helpful_persona') FILTER (WHERE judge_kind = 'effort') AS less_helpful_persona,
+                   count(*) FILTER (WHERE status <> 'ok') AS judges_failed
+            FROM judgements WHERE metric = 'llm.group_interaction_bias' GROUP BY run_id, metric, pair_id)
+        SELECT pp.run_id, pp.metric, pp.input_id, pp.pair_id, coalesce(pp.kind, 'persona') AS kind, pp.twin_of, pp.value_a AS persona_a, pp.value_b AS persona_b,
+               pa.persona AS description_a, pb.persona AS description_b,
+               ra.response AS response_a, rb.response AS response_b,
+               j.similarity, j.tone_divergence, j.effort_gap, j.less_helpful_persona,
+               coalesce(j.judges_failed, 0) AS judges_failed
+        FROM probe_pairs pp
+        JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
+        JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
+        LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
+        LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b
+             AND rb.sample_index = coalesce(pp.sample_b, 0)
+        LEFT JOIN j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
+        WHERE pp.metric = 'llm.group_interaction_bias'
+"""
+
+VIEWS: dict[str, str] = {
+    # every judged persona pair with both probes and both SUT answers side by side
+    "v_pair_verdicts": PAIR_VERDICTS + " AND coalesce(pp.kind, 'persona') <> 'null'",
+    # the no-effect baseline's null pairs: one persona's first answer and its fresh sample, judged
+    # as the pair twin_of was shown (its personas)
+    "v_baseline_pairs": PAIR_VERDICTS + " AND pp.kind = 'null'",
+    "v_flipped_pairs": "SELECT * FROM v_pair_verdicts WHERE flipped",
+    # the no-effect baseline per axis: the null pairs' flip rate and the axis's excess over it
+    "v_flip_excess_by_axis": """
+        SELECT run_id, metric, group_key AS axis, CAST(details ->> 'axis_rate' AS DOUBLE) AS flip_rate,
+               rate AS null_rate, rate_ci_low AS null_ci_low, rate_ci_high AS null_ci_high, n AS null_pairs,
+               n_events AS null_flips, CAST(details ->> 'excess' AS DOUBLE) AS excess,
+               CAST(details -> 'excess_ci95' ->> 0 AS DOUBLE) AS excess_ci_low,
+               CAST(details -> 'excess_ci95' ->> 1 AS DOUBLE) AS excess_ci_high,
+               CAST(details ->> 'p_value' AS DOUBLE) AS p_value, CAST(details ->> 'p_adjusted' AS DOUBLE) AS p_adjusted,
+               CAST(details ->> 'significant' AS BOOLEAN) AS beyond_noise
+        FROM metric_scores WHERE metric = 'llm.decision_flip' AND scope = 'baseline'
+    """,
+    # who is favoured: each attribute value's favourable-decision rate, and its effect against the
+    # axis's reference value (odds ratio and difference in favourable rate, 95% intervals)
+    "v_favourable_rates": """
+        SELECT f.run_id, f.metric, f.details ->> 'axis' AS axis, f.details ->> 'value' AS value,
+               f.rate AS favourable_rate, f.rate_ci_low, f.rate_ci_high, f.n AS decided_answers,
+               f.n_events AS favourable, f.details ->> 'reference' AS reference,
+               CAST(e.details ->> 'fitted' AS BOOLEAN) AS effect_fitted,
+               CAST(e.details ->> 'odds_ratio' AS DOUBLE) AS odds_ratio,
+               CAST(e.details -> 'odds_ratio_ci' ->> 0 AS DOUBLE) AS odds_ratio_ci_low,
+               CAST(e.details -> 'odds_ratio_ci' ->> 1 AS DOUBLE) AS odds_ratio_ci_high,
+               CAST(e.details ->> 'rate_difference' AS DOUBLE) AS rate_difference,
+               CAST(e.details -> 'rate_difference_ci' ->> 0 AS DOUBLE) AS rate_difference_ci_low,
+               CAST(e.details -> 'rate_difference_ci' ->> 1 AS DOUBLE) AS rate_difference_ci_high,
+               CAST(e.details ->> 'p_value' AS DOUBLE) AS p_value, e.details ->> 'why' AS not_fitted_because
+        FROM metric_scores f
+        LEFT JOIN metric_scores e ON e.run_id = f.run_id AND e.metric = f.metric AND e.scope = 'effect'
+             AND e.group_key = f.group_key
+        WHERE f.metric = 'llm.decision_flip' AND f.scope = 'favourable'
+    """,
+    "v_flip_rate_by_axis": """
+        SELECT run_id, metric, group_key AS axis, rate AS flip_rate, rate_ci_low, rate_ci_high,
+               n AS pairs_judged, n_events AS flips, n_failed AS pairs_excluded, coverage, excluded, score
+        FROM metric_scores WHERE scope = 'axis'
+    """,
+    "v_group_equitability": """
+        SELECT run_id, metric, scope, group_key, score AS equitability, raw_score, n AS pairs,
+               CAST(details ->> 'mean_bias' AS DOUBLE) AS mean_bias,
+               CAST(details ->> 'less_helpful_share' AS DOUBLE) AS less_helpful_share, details
+        FROM metric_scores WHERE metric = 'llm.group_interaction_bias' AND scope IN ('persona', 'attribute', 'pair')
+    """,
+    # the judges' numbers are gathered per pair first (no text in the grouping: at 100,000 rows a
+    # GROUP BY over the answers' text ran DuckDB out of its memory cap), then the texts joined
+    # group interaction bias's persona pairs, each judge's number beside both answers
+    "v_gib_pairs": GIB_PAIRS + " AND coalesce(pp.kind, 'persona') <> 'null'",
+    # its null pairs (the no-effect baseline): one persona's first answer and its fresh sample
+    "v_gib_baseline_pairs": GIB_PAIRS + " AND pp.kind = 'null'",
+    "v_consistency_rows": """
+        SELECT rs.run_id, rs.metric, rs.input_id, rs.score, rs.label, rs.n_judged, rs.n_failed, rs.status, rs.error,
+               v.category, v.template_id, v.wrapper_id, v.query_text AS variant_query, b.query_text AS original_query
+        FROM row_scores rs
+        JOIN probes v ON v.run_id = rs.run_id AND v.metric = rs.metric AND v.input_id = rs.input_id AND v.role = 'variant'
+        JOIN probes b ON b.run_id = rs.run_id AND b.metric = rs.metric AND b.input_id = rs.input_id AND b.role = 'base'
+        WHERE rs.metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
+    """,
+    "v_consistency_comparisons": """
+        SELECT j.run_id, j.metric, j.input_id, j.judgement_id, j.category, j.sample_index, j.status, j.label, j.score,
+               j.reasoning, j.error, b.response AS base_response, a.response AS variant_response
+        FROM judgements j
+        JOIN probes pb ON pb.run_id = j.run_id AND pb.metric = j.metric AND pb.input_id = j.input_id AND pb.role = 'base'
+        JOIN probes pv ON pv.run_id = j.run_id AND pv.metric = j.metric AND pv.input_id = j.input_id AND pv.role = 'variant'
+        LEFT JOIN sut_responses b ON b.run_id = j.run_id AND b.metric = j.metric AND b.probe_id = pb.probe_id AND b.sample_index = 0
+        LEFT JOIN sut_responses a ON a.run_id = j.run_id AND a.metric = j.metric AND a.probe_id = pv.probe_id
+             AND a.sample_index = j.sample_index
+        WHERE j.metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
+    """,
+    # v1's blended figure, a convenience for users who relied on it, not a v2 metric
+    "v_consistency_v1_blend": """
+        WITH s AS (
+            SELECT run_id,
+                   max(score) FILTER (WHERE metric = 'llm.semantic_consistency') AS semantic,
+                   max(score) FILTER (WHERE metric = 'llm.factual_consistency') AS factual,
+                   max(score) FILTER (WHERE metric = 'llm.safety_consistency') AS safety
+            FROM metric_scores WHERE scope = 'overall' GROUP BY run_id),
+        r AS (
+            SELECT run_id, avg(CASE WHEN label = 'Contradictory' THEN 1.0 ELSE 0.0 END) AS low_consistency_ratio
+            FROM row_scores WHERE status = 'ok'
+              AND metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
+            GROUP BY run_id)
+        SELECT s.run_id, s.semantic, s.factual, s.safety,
+               0.4 * s.semantic + 0.3 * s.factual + 0.3 * s.safety AS overall_consistency_v1,
+               r.low_consistency_ratio
+        FROM s JOIN r USING (run_id)
+        WHERE s.semantic IS NOT NULL AND s.factual IS NOT NULL AND s.safety IS NOT NULL
+    """,
+    # each person's label beside the judge's verdict on the same judgement (human_labels.py)
+    "v_human_vs_judge": """
+        SELECT h.run_id, h.metric, h.judgement_id, h.labeller, h.category AS human_category,
+               h.judge_category, h.category = h.judge_category AS agree, h.note, j.input_id, j.pair_id, j.axis,
+               j.judge_kind, j.category AS item_category, j.status AS judge_status, j.label AS judge_label,
+               j.score AS judge_score, j.reasoning AS judge_reasoning, h.source_file, h.source_row, h.imported_at
+        FROM human_labels h
+        LEFT JOIN judgements j ON j.run_id = h.run_id AND j.metric = h.metric AND j.judgement_id = h.judgement_id
+    """,
+    # the judge against people per run and metric: agreement and kappa, each category's sensitivity
+    # and specificity, the key rate corrected for them (or why not)
+    "v_human_agreement": """
+        WITH h AS (SELECT *, regexp_extract(group_key, '^[a-z]+') AS what FROM metric_scores
+                   WHERE scope = 'human_agreement')
+        SELECT run_id, metric, what,
+               CASE WHEN strpos(group_key, ':') > 0 THEN substr(group_key, strpos(group_key, ':') + 1) END AS category,
+               rate, rate_ci_low, rate_ci_high, n, n_events,
+               CASE WHEN what = 'agreement' THEN raw_score END AS kappa,
+               CASE WHEN what = 'agreement' THEN ci_low END AS kappa_ci_low,
+               CASE WHEN what = 'agreement' THEN ci_high END AS kappa_ci_high,
+               CASE WHEN what = 'category' THEN CAST(details ->> 'specificity' AS DOUBLE) END AS specificity,
+               CASE WHEN what = 'category' THEN CAST(details -> 'specificity_ci95' ->> 0 AS DOUBLE) END AS specificity_ci_low,
+               CASE WHEN what = 'category' THEN CAST(details -> 'specificity_ci95' ->> 1 AS DOUBLE) END AS specificity_ci_high,
+               CASE WHEN what = 'corrected' THEN raw_score END AS judge_rate,
+               details ->> 'why' AS no_corrected_rate_because, details
+        FROM h
+    """,
+    # a judge panel: each judge's verdict of each judgement beside the judgement's outcome (the
+    # verdict used, or judges_disagree / judge_failed) and whether this judge agreed with it
+    "v_judge_panel": """
+        SELECT p.run_id, p.metric, p.judgement_id, p.pair_id, p.input_id, p.judge_kind, p.judge, p.role, p.model,
+               p.status AS judge_status, p.category, p.chosen, j.status AS judgement_status,
+               j.label AS judgement_label, c.category AS used_category,
+               p.category IS NOT DISTINCT FROM c.category AND c.category IS NOT NULL AS agrees_with_used,
+               p.parsed ->> 'reasoning' AS reasoning, p.error, p.raw_output, p.attempts, p.call_key
+        FROM judge_panel p
+        LEFT JOIN judgements j ON j.run_id = p.run_id AND j.metric = p.metric AND j.judgement_id = p.judgement_id
+        LEFT JOIN judge_panel c ON c.run_id = p.run_id AND c.metric = p.metric AND c.judgement_id = p.judgement_id
+             AND c.chosen
+    """,
+    "v_position_bias": """
+        SELECT run_id, metric, order_swapped, count(*) AS judged,
+               avg(CASE WHEN decisions_differ THEN 1.0 ELSE 0.0 END) AS differ_rate,
+               avg(CASE WHEN flipped THEN 1.0 ELSE 0.0 END) AS flip_rate,
+               avg(CASE WHEN decision_a < decision_b THEN 1.0 ELSE 0.0 END)
+                   FILTER (WHERE decision_a IS NOT NULL AND decision_b IS NOT NULL) AS a_sorts_first_rate
+        FROM judgements WHERE status = 'ok' GROUP BY ALL
+    """,
+    "v_weakest_rows": """
+        SELECT rs.run_id, rs.metric, rs.input_id, rs.score, rs.raw_score, rs.label, rs.n_judged, rs.n_failed,
+               rs.n_events, rs.status, rs.error, rs.explanation, d.prompt, d.task_type
+        FROM row_scores rs
+        LEFT JOIN dataset_rows d ON d.run_id = rs.run_id AND d.metric = rs.metric AND d.input_id = rs.input_id
+        ORDER BY rs.run_id, rs.metric, rs.score ASC NULLS FIRST, rs.input_id
+    """,
+    "v_run_summary": """
+        SELECT m.run_id, r.spec_name, r.created_at, m.metric, m.metric_name, m.score, m.ci_low, m.ci_high,
+               m.n, m.n_events, m.n_failed, m.coverage, m.n_excluded, m.excluded, m.threshold, m.passed, m.gate_reason
+        FROM metric_scores m LEFT JOIN eval_runs r USING (run_id)
+        WHERE m.scope = 'overall'
+    """,
+    "v_call_stats": """
+        SELECT run_id, metric, stage, role, count(*) AS calls,
+               count(*) FILTER (WHERE status <> 'ok') AS failed,
+               sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
+               median(latency_ms) AS p50_latency_ms, quantile_cont(latency_ms, 0.95) AS p95_latency_ms
+        FROM llm_calls GROUP BY ALL
+    """,
+    # each run's overall scores beside the previous run's of the same spec: the plain difference,
+    # no test (aip-eval compare tests it); a changed metric version is flagged
+    "v_run_over_run": """
+        WITH o AS (
+            SELECT m.run_id, r.spec_name, r.created_at, m.metric, m.score, m.n,
+                   r.metric_versions ->> m.metric AS metric_version
+            FROM metric_scores m JOIN eval_runs r USING (run_id) WHERE m.scope = 'overall'),
+        l AS (
+            SELECT *, lag(run_id) OVER w AS prev_run_id, lag(created_at) OVER w AS prev_created_at,
+                   lag(score) OVER w AS prev_score, lag(n) OVER w AS prev_n,
+                   lag(metric_version) OVER w AS prev_metric_version
+            FROM o WINDOW w AS (PARTITION BY spec_name, metric ORDER BY created_at, run_id))
+        SELECT spec_name, metric, prev_run_id, run_id, prev_created_at, created_at, prev_score, score,
+               score - prev_score AS diff, prev_n, n, prev_metric_version, metric_version,
+               prev_metric_version IS DISTINCT FROM metric_version AS version_changed
+        FROM l WHERE prev_run_id IS NOT NULL
+    """,
+}
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None:
+    """Create missing tables, add columns a newer version introduced, refresh the views. In a lake
+    (which has no PRIMARY KEY: ``register_run`` checks a run id is new) all of it is one
+    transaction, run again if another worker's made the same at the same moment."""
+    def make(c: duckdb.DuckDBPyConnection) -> None:
+        for table, cols in {**TABLES, **(LAKE_TABLES if in_lake else {})}.items():
+            cols = [(col, t.replace(" PRIMARY KEY", "") if in_lake else t) for col, t in cols]
+            c.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{col} {t}' for col, t in cols)})")
+            for col, t in cols:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {t.replace(' PRIMARY KEY', '')}")
+        for name, sql in VIEWS.items():
+            c.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    if not in_lake:
+        make(con)
+        return
+    # in a lake every DDL statement is a snapshot in the catalog: made only when this version's
+    # tables and views are not there yet (their hash, in aip_schema)
+    import hashlib
+    import json
+
+    version = hashlib.sha256(json.dumps([TABLES, VIEWS, LAKE_TABLES], sort_keys=True).encode()).hexdigest()[:16]
+
+    def current(c: duckdb.DuckDBPyConnection) -> bool:
+        """Whether the lake's schema is this one, or a later one (an older worker in a rolling
+        deploy must not put its views back)."""
+        if not c.execute("SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
+                         "AND table_name = 'aip_schema'").fetchone():
+            return False
+        row = c.execute("SELECT level, version FROM aip_schema").fetchone()
+        if row is None:
+            return False
+        if int(row[0]) > SCHEMA_LEVEL:
+            logger.warning(f"{lake.where()}: its tables are of a later aip_assets (schema level {row[0]}; this "
+                           f"one's is {SCHEMA_LEVEL}): left as they are")
+            return True
+        return int(row[0]) == SCHEMA_LEVEL and row[1] == version
+
+    if current(con):
+        return
+
+    def make_marked(c: duckdb.DuckDBPyConnection) -> None:
+        if current(c):  # another worker made them meanwhile
+            return
+        make(c)
+        c.execute("CREATE TABLE IF NOT EXISTS aip_schema (level INTEGER, version VARCHAR)")
+        c.execute("DELETE FROM aip_schema")
+        c.execute("INSERT INTO aip_schema VALUES (?, ?)", [SCHEMA_LEVEL, version])
+
+    transaction(con, make_marked, "the warehouse's tables")
+
+
+# Raised with every change to TABLES, VIEWS or LAKE_TABLES: a lake made by a later level is never
+# remade by an earlier one (workers of two versions during a rolling deploy)
+SCHEMA_LEVEL = 5  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel
+# A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`
+# serves what any worker wrote, from the object store the lake's files are in
+LAKE_TABLES: dict[str, list[tuple[str, str]]] = {
+    "reports": [("run_id", "VARCHAR"), ("name", "VARCHAR"), ("html", "VARCHAR"), ("written_at", "TIMESTAMP")],
+}
+
+
+def frame(table: str, records: Iterable[dict[str, Any]] | pd.DataFrame, **const: Any) -> pd.DataFrame:
+    """Build a DataFrame with exactly ``table``'s columns, in order, from records (+ constants)."""
+    cols = [c for c, _ in TABLES[table]]
+    df = records.copy() if isinstance(records, pd.DataFrame) else pd.DataFrame.from_records(list(records))
+    for k, v in const.items():
+        df[k] = v
+    extra = set(df.columns) - set(cols)
+    if extra:
+        raise ValueError(f"{table}: unknown columns {sorted(extra)}")
+    for c in cols:
+        if c not in df.columns:
+            df[c] = None
+    return df[cols]
+
+
+_ARROW = {"VARCHAR": "string", "JSON": "string", "DOUBLE": "float64", "INTEGER": "int64", "BIGINT": "int64",
+          "BOOLEAN": "bool", "TIMESTAMP": "timestamp"}
+
+
+def arrow_schema(table: str):
+    import pyarrow as pa
+
+    def typ(t: str):
+        name = _ARROW[t.split()[0]]
+        return pa.timestamp("ns") if name == "timestamp" else pa.type_for_alias(name)
+
+    return pa.schema([(c, typ(t)) for c, t in TABLES[table]])
+
