@@ -7,8 +7,9 @@ writes the environment: a choice made in this process (``aip-eval run --warehous
 ``warehouse`` resource's ``path``) is an override, and a process started from this one gets it
 explicitly (a Dagster run's config), not through the environment.
 
-A bad value is an :class:`errors.SettingsError` (exit 2) naming the variable and the value, at
-the first use of the settings.
+A value of the wrong type or out of bounds is an :class:`errors.SettingsError` (exit 2) naming
+the variable and the value, at the first use of the settings. The lake's folder and S3 endpoint
+are checked where the lake is used (``warehouse.lake``), so a bad one stops only what needs it.
 
 The data folder (``AIP_DATA_DIR``, else the project's ``data/``, else the user's) is found here
 too: :func:`data_dir`.
@@ -126,25 +127,6 @@ class Settings(BaseSettings):
     def _any_value(cls, v: Any) -> Any:
         return bool(v) if isinstance(v, str) else v
 
-    @field_validator("lake_data_path")
-    @classmethod
-    def _lake_path(cls, v: str | None) -> str | None:
-        if v is not None:
-            scheme, sep, rest = v.partition("://")
-            if sep and (scheme != "s3" or not rest.split("/")[0]):  # a URL: only s3://bucket/..., never a folder
-                raise ValueError(f"AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or S3-compatible "
-                                 f"storage), got a {scheme}:// URL" + ("" if scheme != "s3" else " without a bucket"))
-        return v
-
-    @field_validator("s3_endpoint")
-    @classmethod
-    def _endpoint(cls, v: str | None) -> str | None:
-        if v is not None:
-            scheme, sep, rest = v.partition("://")
-            if not sep or scheme not in ("http", "https") or not rest.strip("/") or "/" in rest.strip("/"):
-                raise ValueError(f"AIP_S3_ENDPOINT must be http://host:port or https://host, got {v!r}")
-        return v
-
     def secret(self, name: str) -> str | None:
         """A secret field's value (``shared_state_url``, ``dagster_storage_url``) as text; None when unset."""
         value = getattr(self, name)
@@ -152,6 +134,10 @@ class Settings(BaseSettings):
 
 
 VARIABLES: dict[str, str] = {str(f.validation_alias): name for name, f in Settings.model_fields.items()}
+# os.environ's own mapping, looked up without decoding or a KeyError per unset name: the snapshot
+# that says whether the settings changed costs a microsecond, not one per variable (POSIX)
+_RAW = getattr(os.environ, "_data", None)
+_RAW_NAMES = tuple(os.environ.encodekey(n) for n in VARIABLES) if _RAW is not None else ()
 _lock = threading.Lock()
 _overrides: list[tuple[object, dict[str, Any]]] = []  # (token, values), in the order they were made
 _cache: tuple[tuple[Any, ...], Settings] | None = None
@@ -163,9 +149,6 @@ def _errors(e: ValidationError, env: dict[str, str]) -> SettingsError:
     for err in e.errors():
         field = str(err["loc"][0]) if err.get("loc") else ""
         name = field if field in VARIABLES else next((k for k, v in VARIABLES.items() if v == field), field)
-        if err.get("type") == "value_error":
-            lines.append(str(err["ctx"]["error"]))
-            continue
         extra = Settings.model_fields[VARIABLES[name]].json_schema_extra if name in VARIABLES else None
         must = extra.get("must") if isinstance(extra, dict) else "valid"
         raw = env.get(name, err.get("input"))
@@ -177,7 +160,7 @@ def current() -> Settings:
     """The settings now: the environment's ``AIP_*`` variables, with this process's overrides over
     them. Cached while neither changes; raises SettingsError for a bad value."""
     global _cache
-    env = tuple(os.environ.get(name) for name in VARIABLES)
+    env = tuple(map(_RAW.get, _RAW_NAMES)) if _RAW is not None else tuple(map(os.environ.get, VARIABLES))
     with _lock:
         over = [values for _, values in _overrides]
     key = (env, tuple(tuple(sorted(v.items())) for v in over))

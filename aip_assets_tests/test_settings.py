@@ -81,12 +81,6 @@ def test_every_aip_variable_the_code_names_is_a_setting_or_a_marker():
     ("AIP_DUCKDB_LINGER", "-0.1", "AIP_DUCKDB_LINGER must be a number of seconds (0 or more), got '-0.1'"),
     ("AIP_REPORT_PORT", "http", "AIP_REPORT_PORT must be a TCP port (0-65535), got 'http'"),
     ("AIP_REPORT_PORT", "70000", "AIP_REPORT_PORT must be a TCP port (0-65535), got '70000'"),
-    ("AIP_LAKE_DATA_PATH", "gs://bucket/lake", ("AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
-                                                "S3-compatible storage), got a gs:// URL")),
-    ("AIP_LAKE_DATA_PATH", "s3:///lake", ("AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
-                                          "S3-compatible storage), got a s3:// URL without a bucket")),
-    ("AIP_S3_ENDPOINT", "127.0.0.1:9000", ("AIP_S3_ENDPOINT must be http://host:port or https://host, "
-                                           "got '127.0.0.1:9000'")),
 ])
 def test_a_bad_value_is_an_error_naming_the_variable(monkeypatch, capsys, name, value, message):
     monkeypatch.setenv(name, value)
@@ -95,6 +89,26 @@ def test_a_bad_value_is_an_error_naming_the_variable(monkeypatch, capsys, name, 
     assert str(e.value) == message and isinstance(e.value, AipError)
     assert main(["runs"]) == 2  # bad configuration: said as such by the CLI, nothing written
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("AIP_LAKE_DATA_PATH", "gs://bucket/lake", ("AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
+                                                "S3-compatible storage), got a gs:// URL")),
+    ("AIP_LAKE_DATA_PATH", "s3:///lake", ("AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
+                                          "S3-compatible storage), got a s3:// URL without a bucket")),
+    ("AIP_S3_ENDPOINT", "127.0.0.1:9000", ("AIP_S3_ENDPOINT must be http://host:port or https://host, "
+                                           "got '127.0.0.1:9000'")),
+])
+def test_a_bad_lake_location_is_said_where_the_lake_is_used(monkeypatch, name, value, message):
+    """The lake's folder and S3 endpoint are checked by the lake, as it uses them: everything else
+    (a local run, the lake's catalog) still works with them set wrong."""
+    monkeypatch.setenv("AIP_LAKE_DATA_PATH", "s3://bucket/lake")
+    monkeypatch.setenv(name, value)
+    assert getattr(current(), settings.VARIABLES[name]) == value
+    with pytest.raises(AipError) as e:
+        wh.lake.data_path()
+        wh.lake._s3_settings()
+    assert str(e.value) == message
 
 
 def test_two_bad_values_are_both_said(monkeypatch):

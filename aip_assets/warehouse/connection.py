@@ -292,6 +292,7 @@ class _Linger:
         self.busy = False
         self.owner: int | None = None  # the thread of the use in progress
         self.opened = self.last = self.step_back = self.locked_at = 0.0
+        self.idle = 0.0  # linger_idle_s() as the last use read it (the reaper reads no settings)
         self.reaper: threading.Thread | None = None
 
     def mine(self) -> str | None:
@@ -301,7 +302,7 @@ class _Linger:
 
     @contextmanager
     def use(self, path: Path, read_only: bool, create: bool, config: dict[str, Any]) -> Iterator[duckdb.DuckDBPyConnection]:
-        t0, timeout = time.monotonic(), lock_timeout_s()
+        t0, timeout, idle = time.monotonic(), lock_timeout_s(), linger_idle_s()
         with self.cv:
             while self.busy:  # another thread's use: wait as for the file lock, saying so
                 if time.monotonic() - t0 > timeout:
@@ -309,7 +310,7 @@ class _Linger:
                                               f"(pid {os.getpid()})")
                 if not self.cv.wait(LOCK_NOTICE_S):
                     logger.warning(f"waiting {time.monotonic() - t0:.0f}s for another thread's use of {path}")
-            self.busy, self.owner = True, threading.get_ident()
+            self.busy, self.owner, self.idle = True, threading.get_ident(), idle
         try:
             base = self._base(path, read_only, create)
             con = base.cursor()
@@ -401,7 +402,7 @@ class _Linger:
                     self.cv.wait()
                     continue
                 now = time.monotonic()
-                due = min(max(self.last, self.opened) + linger_idle_s(), self.opened + LINGER_MAX_S)
+                due = min(max(self.last, self.opened) + self.idle, self.opened + LINGER_MAX_S)
                 if not self.busy and now >= due:
                     self._close_locked()
                 else:

@@ -56,10 +56,14 @@ T = TypeVar("T")
 def data_path() -> str | None:
     """The lake's data folder from ``AIP_LAKE_DATA_PATH`` (None: the warehouse is a local file):
     an absolute path ending in ``/``, or an ``s3://bucket/prefix/`` URL."""
-    p = aip_settings.current().lake_data_path  # a URL other than s3://bucket/... is refused there
+    p = aip_settings.current().lake_data_path
     if not p:
         return None
-    if "://" in p:
+    scheme, sep, rest = p.partition("://")
+    if sep:  # a URL: only s3://bucket/..., never taken for a local folder
+        if scheme != "s3" or not rest.split("/")[0]:
+            raise AipError(f"{LAKE_ENV} must be a folder or s3://bucket/prefix (S3 or S3-compatible storage), "
+                           f"got a {scheme}:// URL" + ("" if scheme != "s3" else " without a bucket"))
         return p.rstrip("/") + "/"
     return str(Path(p).resolve()) + "/"
 
@@ -95,9 +99,11 @@ def _s3_settings() -> dict[str, str]:
         settings = aip_settings.current()
         if settings.s3_credential_chain:
             out["CHAIN"] = settings.s3_credential_chain
-    endpoint = aip_settings.current().s3_endpoint  # its form is checked there (http://host:port, https://host)
+    endpoint = aip_settings.current().s3_endpoint
     if endpoint:
-        scheme, _, rest = endpoint.partition("://")
+        scheme, sep, rest = endpoint.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.strip("/") or "/" in rest.strip("/"):
+            raise AipError(f"{S3_ENDPOINT_ENV} must be http://host:port or https://host, got {endpoint!r}")
         out.update(ENDPOINT=rest.strip("/"), URL_STYLE="path", USE_SSL="true" if scheme == "https" else "false")
     return out
 
