@@ -47,9 +47,10 @@ class Warehouse(ConfigurableResource):
 class SutConnection(ConfigurableResource):
     """An OpenAI-compatible SUT endpoint to evaluate instead of the spec's own (empty: the spec's)."""
 
-    base_url: str = ""  # e.g. http://localhost:8000/v1; empty keeps the spec's sut
-    model: str = ""  # the model name the endpoint serves
-    api_key_env: str = ""  # name of the environment variable holding its API key (never the key)
+    base_url: str = Field(default="", description="e.g. http://localhost:8000/v1; empty keeps the spec's sut")
+    model: str = Field(default="", description="the model name the endpoint serves")
+    api_key_env: str = Field(default="", description="name of the environment variable holding its API key "
+                                                     "(never the key)")
 
     def apply(self, spec: RunSpec) -> RunSpec:
         """``spec`` with this SUT (validated like a spec's connection), or unchanged when empty."""
