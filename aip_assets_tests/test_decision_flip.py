@@ -398,7 +398,7 @@ def test_pair_verdicts_reasoning_reads_in_persona_order(tmp_path):
     words stay in reasoning_as_judged."""
     import duckdb
 
-    from aip_assets.warehouse import PERSONA_ORDER_REASONING
+    from aip_assets.metrics.judging import PERSONA_ORDER_REASONING
 
     con = duckdb.connect()
     cases = [("Response 1 approves while Response 2 denies; decision_1 differs from decision_2.", True,

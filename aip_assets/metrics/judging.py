@@ -19,6 +19,17 @@ from pydantic_core import PydanticCustomError
 from ..models.client import ChatResult, ModelClient
 from .running import gather_all
 
+# SQL: a judgement's reasoning with "response 1/2" ("the first / second response") turned into the
+# personas' order "a/b": the judge saw the pair in a seeded random order (``judgements.order_swapped``),
+# a pair's columns are in persona order. For any metric that swaps its pairs' order; the report's too.
+PERSONA_ORDER_REASONING = r"""replace(replace(
+    regexp_replace(regexp_replace(regexp_replace(regexp_replace(j.reasoning,
+        '\b(responses?|requests?|decision|answer)[ _]?1\b', '\1 §1§', 'gi'),
+        '\b(responses?|requests?|decision|answer)[ _]?2\b', '\1 §2§', 'gi'),
+        '\b(the) first (response|request|answer)\b', '\1 \2 §1§', 'gi'),
+        '\b(the) second (response|request|answer)\b', '\1 \2 §2§', 'gi'),
+    '§1§', CASE WHEN j.order_swapped THEN 'b' ELSE 'a' END), '§2§', CASE WHEN j.order_swapped THEN 'a' ELSE 'b' END)"""
+
 
 # words a prompt's answer format is written in: a string field holding one of them (alone, or in
 # angle brackets anywhere) copies the format instead of answering it

@@ -10,7 +10,7 @@ import pandas as pd
 
 from .. import warehouse as wh
 from ..errors import AipError
-from ..warehouse import PERSONA_ORDER_REASONING
+from ..metrics.judging import PERSONA_ORDER_REASONING
 from .values import _records
 
 WEAKEST_ROWS = 5

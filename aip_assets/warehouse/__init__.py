@@ -24,14 +24,14 @@ from .migrations import migrate_into_lake
 from .sandbox import QueryStopped, check_query, run_bounded, sandboxed
 from .schema import (
                      LAKE_TABLES,
-                     PERSONA_ORDER_REASONING,
                      SCHEMA_LEVEL,
                      STAGE_SCOPED,
                      TABLES,
-                     VIEWS,
+                     CORE_VIEWS,
                      arrow_schema,
                      ensure_schema,
                      frame,
+                     views,
 )
 from .transactions import LAKE_STATS, transaction
 from .writes import (
@@ -44,8 +44,8 @@ from .writes import (
                      write_partition_files,
 )
 
-__all__ = ["LAKE_STATS", "LAKE_TABLES", "PERSONA_ORDER_REASONING", "SCHEMA_LEVEL", "STAGE_SCOPED", "TABLES", "VIEWS",
+__all__ = ["LAKE_STATS", "LAKE_TABLES", "SCHEMA_LEVEL", "STAGE_SCOPED", "TABLES", "CORE_VIEWS",
            "QueryStopped", "arrow_schema", "check_query", "connect", "default_path", "ensure_schema", "exists",
            "frame", "lake", "lean_first", "migrate_into_lake", "query", "read_partition", "release",
-           "release_memory", "run_bounded", "sandboxed", "session", "status_counts", "transaction", "write_caps",
+           "release_memory", "run_bounded", "sandboxed", "session", "status_counts", "transaction", "views", "write_caps",
            "write_partition_files"]

@@ -145,152 +145,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 # tables whose rows are owned per (run, metric, stage) rather than per (run, metric)
 STAGE_SCOPED = {"llm_calls", "run_notes"}
 
-# The judge's reasoning speaks of "Response 1 / 2" in the order it was shown them; a pair's columns
-# are in persona order (a, b). Rewritten for the views: 1 and 2 (and "the first / second response")
-# become a and b as the judge saw them (order_swapped), so the reasoning reads beside its columns.
-PERSONA_ORDER_REASONING = r"""replace(replace(
-    regexp_replace(regexp_replace(regexp_replace(regexp_replace(j.reasoning,
-        '\b(responses?|requests?|decision|answer)[ _]?1\b', '\1 §1§', 'gi'),
-        '\b(responses?|requests?|decision|answer)[ _]?2\b', '\1 §2§', 'gi'),
-        '\b(the) first (response|request|answer)\b', '\1 \2 §1§', 'gi'),
-        '\b(the) second (response|request|answer)\b', '\1 \2 §2§', 'gi'),
-    '§1§', CASE WHEN j.order_swapped THEN 'b' ELSE 'a' END), '§2§', CASE WHEN j.order_swapped THEN 'a' ELSE 'b' END)"""
-
-# decision flip's pairs with both probes and both SUT answers side by side (a null pair's second
-# answer is its fresh sample, sample_b)
-PAIR_VERDICTS = f"""
-        SELECT pp.run_id, pp.metric, pp.input_id, pp.axis, pp.pair_id, coalesce(pp.kind, 'persona') AS kind, pp.twin_of,
-               pp.value_a, pp.value_b, pa.query_text AS query_a, pb.query_text AS query_b,
-               ra.response AS response_a, rb.response AS response_b,
-               ra.status AS sut_status_a, rb.status AS sut_status_b,
-               j.decision_a, j.decision_b, j.label, j.decisions_differ, j.attributable, j.flipped,
-               j.status AS judge_status, j.error AS judge_error, j.order_swapped,
-               {PERSONA_ORDER_REASONING} AS reasoning, j.reasoning AS reasoning_as_judged
-        FROM probe_pairs pp
-        JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
-        JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
-        LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
-        LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b
-             AND rb.sample_index = coalesce(pp.sample_b, 0)
-        LEFT JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
-        WHERE pp.metric = 'llm.decision_flip'
-"""
-
-GIB_PAIRS = """
-        WITH j AS (
-            SELECT run_id, metric, pair_id,
-                   max(score) FILTER (WHERE judge_kind = 'similarity') AS similarity,
-                   max(score) FILTER (WHERE judge_kind = 'tone') AS tone_divergence,
-                   max(score) FILTER (WHERE judge_kind = 'effort') AS effort_gap,
-                   max(parsed ->> 'less_helpful_persona') FILTER (WHERE judge_kind = 'effort') AS less_helpful_persona,
-                   count(*) FILTER (WHERE status <> 'ok') AS judges_failed
-            FROM judgements WHERE metric = 'llm.group_interaction_bias' GROUP BY run_id, metric, pair_id)
-        SELECT pp.run_id, pp.metric, pp.input_id, pp.pair_id, coalesce(pp.kind, 'persona') AS kind, pp.twin_of, pp.value_a AS persona_a, pp.value_b AS persona_b,
-               pa.persona AS description_a, pb.persona AS description_b,
-               ra.response AS response_a, rb.response AS response_b,
-               j.similarity, j.tone_divergence, j.effort_gap, j.less_helpful_persona,
-               coalesce(j.judges_failed, 0) AS judges_failed
-        FROM probe_pairs pp
-        JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
-        JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
-        LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a AND ra.sample_index = 0
-        LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b
-             AND rb.sample_index = coalesce(pp.sample_b, 0)
-        LEFT JOIN j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
-        WHERE pp.metric = 'llm.group_interaction_bias'
-"""
-
-VIEWS: dict[str, str] = {
-    # every judged persona pair with both probes and both SUT answers side by side
-    "v_pair_verdicts": PAIR_VERDICTS + " AND coalesce(pp.kind, 'persona') <> 'null'",
-    # the no-effect baseline's null pairs: one persona's first answer and its fresh sample, judged
-    # as the pair twin_of was shown (its personas)
-    "v_baseline_pairs": PAIR_VERDICTS + " AND pp.kind = 'null'",
-    "v_flipped_pairs": "SELECT * FROM v_pair_verdicts WHERE flipped",
-    # the no-effect baseline per axis: the null pairs' flip rate and the axis's excess over it
-    "v_flip_excess_by_axis": """
-        SELECT run_id, metric, group_key AS axis, CAST(details ->> 'axis_rate' AS DOUBLE) AS flip_rate,
-               rate AS null_rate, rate_ci_low AS null_ci_low, rate_ci_high AS null_ci_high, n AS null_pairs,
-               n_events AS null_flips, CAST(details ->> 'excess' AS DOUBLE) AS excess,
-               CAST(details -> 'excess_ci95' ->> 0 AS DOUBLE) AS excess_ci_low,
-               CAST(details -> 'excess_ci95' ->> 1 AS DOUBLE) AS excess_ci_high,
-               CAST(details ->> 'p_value' AS DOUBLE) AS p_value, CAST(details ->> 'p_adjusted' AS DOUBLE) AS p_adjusted,
-               CAST(details ->> 'significant' AS BOOLEAN) AS beyond_noise
-        FROM metric_scores WHERE metric = 'llm.decision_flip' AND scope = 'baseline'
-    """,
-    # who is favoured: each attribute value's favourable-decision rate, and its effect against the
-    # axis's reference value (odds ratio and difference in favourable rate, 95% intervals)
-    "v_favourable_rates": """
-        SELECT f.run_id, f.metric, f.details ->> 'axis' AS axis, f.details ->> 'value' AS value,
-               f.rate AS favourable_rate, f.rate_ci_low, f.rate_ci_high, f.n AS decided_answers,
-               f.n_events AS favourable, f.details ->> 'reference' AS reference,
-               CAST(e.details ->> 'fitted' AS BOOLEAN) AS effect_fitted,
-               CAST(e.details ->> 'odds_ratio' AS DOUBLE) AS odds_ratio,
-               CAST(e.details -> 'odds_ratio_ci' ->> 0 AS DOUBLE) AS odds_ratio_ci_low,
-               CAST(e.details -> 'odds_ratio_ci' ->> 1 AS DOUBLE) AS odds_ratio_ci_high,
-               CAST(e.details ->> 'rate_difference' AS DOUBLE) AS rate_difference,
-               CAST(e.details -> 'rate_difference_ci' ->> 0 AS DOUBLE) AS rate_difference_ci_low,
-               CAST(e.details -> 'rate_difference_ci' ->> 1 AS DOUBLE) AS rate_difference_ci_high,
-               CAST(e.details ->> 'p_value' AS DOUBLE) AS p_value, e.details ->> 'why' AS not_fitted_because
-        FROM metric_scores f
-        LEFT JOIN metric_scores e ON e.run_id = f.run_id AND e.metric = f.metric AND e.scope = 'effect'
-             AND e.group_key = f.group_key
-        WHERE f.metric = 'llm.decision_flip' AND f.scope = 'favourable'
-    """,
+# The views over the shared tables that are no one metric's: people's labels, the judge's checks,
+# the weakest rows, a run's summary, its calls, run over run. Each metric's own views are its own
+# (``Metric.views()``, in its package); :func:`views` gives them all, the metrics' first.
+CORE_VIEWS: dict[str, str] = {
     "v_flip_rate_by_axis": """
         SELECT run_id, metric, group_key AS axis, rate AS flip_rate, rate_ci_low, rate_ci_high,
                n AS pairs_judged, n_events AS flips, n_failed AS pairs_excluded, coverage, excluded, score
         FROM metric_scores WHERE scope = 'axis'
-    """,
-    "v_group_equitability": """
-        SELECT run_id, metric, scope, group_key, score AS equitability, raw_score, n AS pairs,
-               CAST(details ->> 'mean_bias' AS DOUBLE) AS mean_bias,
-               CAST(details ->> 'less_helpful_share' AS DOUBLE) AS less_helpful_share, details
-        FROM metric_scores WHERE metric = 'llm.group_interaction_bias' AND scope IN ('persona', 'attribute', 'pair')
-    """,
-    # the judges' numbers are gathered per pair first (no text in the grouping: at 100,000 rows a
-    # GROUP BY over the answers' text ran DuckDB out of its memory cap), then the texts joined
-    # group interaction bias's persona pairs, each judge's number beside both answers
-    "v_gib_pairs": GIB_PAIRS + " AND coalesce(pp.kind, 'persona') <> 'null'",
-    # its null pairs (the no-effect baseline): one persona's first answer and its fresh sample
-    "v_gib_baseline_pairs": GIB_PAIRS + " AND pp.kind = 'null'",
-    "v_consistency_rows": """
-        SELECT rs.run_id, rs.metric, rs.input_id, rs.score, rs.label, rs.n_judged, rs.n_failed, rs.status, rs.error,
-               v.category, v.template_id, v.wrapper_id, v.query_text AS variant_query, b.query_text AS original_query
-        FROM row_scores rs
-        JOIN probes v ON v.run_id = rs.run_id AND v.metric = rs.metric AND v.input_id = rs.input_id AND v.role = 'variant'
-        JOIN probes b ON b.run_id = rs.run_id AND b.metric = rs.metric AND b.input_id = rs.input_id AND b.role = 'base'
-        WHERE rs.metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
-    """,
-    "v_consistency_comparisons": """
-        SELECT j.run_id, j.metric, j.input_id, j.judgement_id, j.category, j.sample_index, j.status, j.label, j.score,
-               j.reasoning, j.error, b.response AS base_response, a.response AS variant_response
-        FROM judgements j
-        JOIN probes pb ON pb.run_id = j.run_id AND pb.metric = j.metric AND pb.input_id = j.input_id AND pb.role = 'base'
-        JOIN probes pv ON pv.run_id = j.run_id AND pv.metric = j.metric AND pv.input_id = j.input_id AND pv.role = 'variant'
-        LEFT JOIN sut_responses b ON b.run_id = j.run_id AND b.metric = j.metric AND b.probe_id = pb.probe_id AND b.sample_index = 0
-        LEFT JOIN sut_responses a ON a.run_id = j.run_id AND a.metric = j.metric AND a.probe_id = pv.probe_id
-             AND a.sample_index = j.sample_index
-        WHERE j.metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
-    """,
-    # v1's blended figure, a convenience for users who relied on it, not a v2 metric
-    "v_consistency_v1_blend": """
-        WITH s AS (
-            SELECT run_id,
-                   max(score) FILTER (WHERE metric = 'llm.semantic_consistency') AS semantic,
-                   max(score) FILTER (WHERE metric = 'llm.factual_consistency') AS factual,
-                   max(score) FILTER (WHERE metric = 'llm.safety_consistency') AS safety
-            FROM metric_scores WHERE scope = 'overall' GROUP BY run_id),
-        r AS (
-            SELECT run_id, avg(CASE WHEN label = 'Contradictory' THEN 1.0 ELSE 0.0 END) AS low_consistency_ratio
-            FROM row_scores WHERE status = 'ok'
-              AND metric IN ('llm.semantic_consistency', 'llm.factual_consistency', 'llm.safety_consistency')
-            GROUP BY run_id)
-        SELECT s.run_id, s.semantic, s.factual, s.safety,
-               0.4 * s.semantic + 0.3 * s.factual + 0.3 * s.safety AS overall_consistency_v1,
-               r.low_consistency_ratio
-        FROM s JOIN r USING (run_id)
-        WHERE s.semantic IS NOT NULL AND s.factual IS NOT NULL AND s.safety IS NOT NULL
     """,
     # each person's label beside the judge's verdict on the same judgement (human_labels.py)
     "v_human_vs_judge": """
@@ -380,17 +242,27 @@ VIEWS: dict[str, str] = {
 }
 
 
+def views() -> dict[str, str]:
+    """Every view, name -> SELECT, in the order they are made: each registered metric's own
+    (``metrics.all_views()``: the metrics a view reads are loaded), then the core ones."""
+    from ..metrics import all_views
+
+    return {**all_views(), **CORE_VIEWS}
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None:
     """Create missing tables, add columns a newer version introduced, refresh the views. In a lake
     (which has no PRIMARY KEY: ``register_run`` checks a run id is new) all of it is one
     transaction, run again if another worker's made the same at the same moment."""
+    every_view = views()
+
     def make(c: duckdb.DuckDBPyConnection) -> None:
         for table, cols in {**TABLES, **(LAKE_TABLES if in_lake else {})}.items():
             cols = [(col, t.replace(" PRIMARY KEY", "") if in_lake else t) for col, t in cols]
             c.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{col} {t}' for col, t in cols)})")
             for col, t in cols:
                 c.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {t.replace(' PRIMARY KEY', '')}")
-        for name, sql in VIEWS.items():
+        for name, sql in every_view.items():
             c.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
     if not in_lake:
         make(con)
@@ -400,7 +272,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
     import hashlib
     import json
 
-    version = hashlib.sha256(json.dumps([TABLES, VIEWS, LAKE_TABLES], sort_keys=True).encode()).hexdigest()[:16]
+    version = hashlib.sha256(json.dumps([TABLES, every_view, LAKE_TABLES], sort_keys=True).encode()).hexdigest()[:16]
 
     def current(c: duckdb.DuckDBPyConnection) -> bool:
         """Whether the lake's schema is this one, or a later one (an older worker in a rolling
@@ -431,7 +303,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
     transaction(con, make_marked, "the warehouse's tables")
 
 
-# Raised with every change to TABLES, VIEWS or LAKE_TABLES: a lake made by a later level is never
+# Raised with every change to TABLES, the views or LAKE_TABLES: a lake made by a later level is never
 # remade by an earlier one (workers of two versions during a rolling deploy)
 SCHEMA_LEVEL = 5  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel
 # A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`

@@ -1,15 +1,7 @@
 """Decision flip's SQL views: every judged persona pair side by side, its null pairs, the flipped
 pairs, the no-effect baseline per axis, and who is favoured."""
 
-# the judge's reasoning with "response 1/2" turned into the personas' order "a/b" (the judge saw
-# the pair in a seeded random order, ``order_swapped``)
-PERSONA_ORDER_REASONING = r"""replace(replace(
-    regexp_replace(regexp_replace(regexp_replace(regexp_replace(j.reasoning,
-        '\b(responses?|requests?|decision|answer)[ _]?1\b', '\1 §1§', 'gi'),
-        '\b(responses?|requests?|decision|answer)[ _]?2\b', '\1 §2§', 'gi'),
-        '\b(the) first (response|request|answer)\b', '\1 \2 §1§', 'gi'),
-        '\b(the) second (response|request|answer)\b', '\1 \2 §2§', 'gi'),
-    '§1§', CASE WHEN j.order_swapped THEN 'b' ELSE 'a' END), '§2§', CASE WHEN j.order_swapped THEN 'a' ELSE 'b' END)"""
+from ..judging import PERSONA_ORDER_REASONING
 
 # decision flip's pairs with both probes and both SUT answers side by side (a null pair's second
 # answer is its fresh sample, sample_b)
