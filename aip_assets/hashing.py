@@ -20,3 +20,9 @@ def file_sha256(path: str | Path) -> str:
 def stable_json(obj: Any) -> str:
     """One spelling of a JSON value whatever its keys' order: what request keys and hashes are made of."""
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def u01(*parts: Any) -> float:
+    """A uniform number in [0, 1) from the hash of the parts: the builtin model's only randomness."""
+    h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64

@@ -32,7 +32,7 @@ N_BOOT = 2000
 
 def _judges(spec) -> list[dict[str, Any]]:
     from .metrics.judging import panel_role
-    from .models.provider import provider_for
+    from .models.providers import provider_for
 
     return [{"judge": i + 1, "role": panel_role(i), "provider": c.provider, "model": c.model,
              "endpoint": provider_for(c).describe()}

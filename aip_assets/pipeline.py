@@ -27,7 +27,7 @@ from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
 from .models.client import check_endpoint
 from .models.journal import open_journal
-from .models.provider import capabilities
+from .models.providers import capabilities
 from .hashing import file_sha256, stable_json
 from .runspec import RunSpec, parse_spec
 from . import warehouse as wh

@@ -15,8 +15,8 @@ from aip_assets.models.batch import BatchProvider
 from aip_assets.models.builtin import BuiltinProvider
 from aip_assets.models.client import ModelClient
 from aip_assets.models.openai_compatible import OpenAICompatibleProvider
-from aip_assets.models.provider import (Capabilities, Provider, TransportResponse, capabilities, provider_for,
-                                        stored_capabilities)
+from aip_assets.models.provider import Capabilities, Provider, TransportResponse
+from aip_assets.models.providers import capabilities, provider_for, stored_capabilities
 from aip_assets.models.structured import FORMS, configured_form
 from aip_assets.runspec import BuiltinProfile, Connection
 

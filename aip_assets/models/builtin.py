@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar
 from .. import __version__
 from ..connections import BuiltinProfile, Connection
 from ..catalog.attributes import LANGUAGES, PERSONA_INTRO, persona_attributes, phrase_index
-from ..hashing import stable_json
+from ..hashing import stable_json, u01
 from .provider import Capabilities, TransportResponse
 
 JUDGE_TAG = re.compile(r"\(aip-judge ([a-z_]+) (v\d+)\)")
@@ -33,12 +33,6 @@ LABELS_LINE = re.compile(r"(?:exactly one of|genau eines der folgenden ist): (.+
 DEFAULT_LABELS = ("YES", "NO")
 NO_DECISION = "none"  # the judge prompt's word for an answer that states no decision
 _PHRASES = {lang: phrase_index(lang) for lang in LANGUAGES}
-
-
-def u01(*parts: Any) -> float:
-    """A uniform number in [0, 1) from the hash of the parts: the builtin's only randomness."""
-    h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(h[:8], "big") / 2**64
 
 
 def split_persona(text: str) -> tuple[tuple[str, str] | None, str]:

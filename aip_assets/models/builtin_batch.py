@@ -50,7 +50,7 @@ def _id(prefix: str) -> str:
 class BatchService:
     def __init__(self, answer: Answer, seconds: float = 2.0, expire_rate: float = 0.0, expire_first: int = 0,
                  clock: Callable[[], float] = time.time, pick: Callable[..., float] | None = None):
-        from .builtin import u01
+        from ..hashing import u01
 
         self.answer = answer  # a request body -> (HTTP status, JSON body), as the live endpoint answers it
         self.seconds = seconds

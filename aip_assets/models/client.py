@@ -31,7 +31,8 @@ from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
 from .concurrency import AdaptiveLimit
 from .deadline import RowClock, RowDeadlines
 from .journal import Journal, Marks, key_mark
-from .provider import Provider, capabilities, provider_for
+from .provider import Provider
+from .providers import capabilities, provider_for
 from .ratelimit import SharedRate
 from .request import build_body, call_key
 from .result import ChatResult

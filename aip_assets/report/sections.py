@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..models.provider import stored_capabilities
+from ..models.providers import stored_capabilities
 from .charts import _bar_chart, _scope_chart
 from .labels import HUMAN_SCOPE, _scope_label, chart_order, count_labels, not_charted, rate_label
 from .queries import WEAKEST_ROWS

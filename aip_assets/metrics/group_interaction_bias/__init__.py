@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from ...catalog.personas import catalogue_personas
-from ...models.provider import capabilities
+from ...models.providers import capabilities
 from ...records import RowScore
 from ...scoring import EQUITABILITY, Accumulator, record, row_raws, to_records, units_frame
 from ...gate import exclusion_reason, failed_groups, gate_groups, gate_on, group_threshold

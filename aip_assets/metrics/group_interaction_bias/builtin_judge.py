@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 from ...catalog.attributes import LANGUAGES
-from ...models.builtin import RESPONSE_BLOCK, BuiltinJudge, u01
+from ...hashing import u01
+from ...models.builtin import RESPONSE_BLOCK, BuiltinJudge
 
 
 _WORD = re.compile(r"[\w']+", re.U)

@@ -38,7 +38,7 @@ from pydantic import Field
 
 from ...dataset import DatasetRow
 from ...models.deadline import CURRENT_ROW
-from ...models.provider import capabilities
+from ...models.providers import capabilities
 from ...perturbations import ALL_TYPES, RULE_BASED
 from ...records import RowScore
 from ...scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
