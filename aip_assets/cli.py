@@ -239,7 +239,7 @@ def _run(args, resumable: dict[str, str]) -> int:
         resumable["hint"] = _resume_hint(args, run_id)
         interrupts.set_hint(resumable["hint"])
         only_configured(f"run {run_id}", "; a resumed run keeps the metrics of its stored spec")
-    from .models.shared_state import shared_state_url
+    from .shared_state import shared_state_url
 
     if args.parallel > 1 and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens) \
             and not shared_state_url():
@@ -392,7 +392,7 @@ def _dagster(what: str, extra: list[str]) -> int:
     """Run a Dagster command on this project's instance (``prepare_home``: Postgres in shared mode,
     with the storage URL in the environment it inherits) and this code location, in this process."""
     from .dagster_home import configured_storage_url, prepare_home, shared
-    from .models.shared_state import describe
+    from .shared_state import describe
     from .run_queue import MODULE, location_name
 
     home = prepare_home()

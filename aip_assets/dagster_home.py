@@ -64,7 +64,7 @@ def storage_url() -> str:
     else ``$AIP_SHARED_STATE_URL`` with the psycopg2 driver named), put in the environment for the
     processes this one starts. Never logged."""
     from .errors import AipError
-    from .models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
+    from .shared_state import SHARED_STATE_ENV, check_url, shared_state_url
 
     users = current().secret("dagster_storage_url")
     if users and users != os.environ.get(STORAGE_URL_ENV + "_SET"):
@@ -93,7 +93,7 @@ class _ScrubPassword:
     message, which may quote the connection's parameters."""
 
     def filter(self, record) -> bool:
-        from .models.shared_state import _scrub
+        from .shared_state import _scrub
 
         url = configured_storage_url()
         if url:
@@ -231,7 +231,7 @@ def _ride_out(engine, url: str) -> None:
     ``storage_outage``)."""
     from sqlalchemy import event, exc
 
-    from .models.shared_state import Unreachable, _first_line, describe, lost, patiently, reached
+    from .shared_state import Unreachable, _first_line, describe, lost, patiently, reached
 
     reached(url)  # get_instance reached it (or a run of it is under way)
 
@@ -269,7 +269,7 @@ def storage_outage(e: BaseException):
     import re
 
     from .errors import OperationalError
-    from .models.shared_state import _first_line, describe, lost
+    from .shared_state import _first_line, describe, lost
 
     url = configured_storage_url()
     seen: set[int] = set()
@@ -302,7 +302,7 @@ def get_instance():
     from dagster import DagsterInstance
 
     from .errors import AipError
-    from .models.shared_state import _first_line, describe
+    from .shared_state import _first_line, describe
 
     home = prepare_home()
     url = configured_storage_url()

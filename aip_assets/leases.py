@@ -324,13 +324,11 @@ class PgLease(Lease):
 def held(run_id: str, metric: str, stage: str, path: Path, log: Log) -> Iterator[Lease]:
     """The partition's lease for ``stage``, waited for and held for the block (see the module's
     docstring). ``path``: the warehouse file (local mode keeps its leases beside it)."""
-    from .warehouse import lake
+    from .shared_state import SharedDb, lake_catalog_url, lake_enabled
 
     lease: FileLease | PgLease
-    if lake.enabled():
-        from .models.shared_state import SharedDb
-
-        url = lake._catalog_url()  # the shared-state database (a clear error if it is not set)
+    if lake_enabled():
+        url = lake_catalog_url()  # the shared-state database (a clear error if it is not set)
         lease = PgLease(run_id, metric, stage, SharedDb.get(url), lease_seconds())
     else:
         lease = FileLease(run_id, metric, stage, Path(path).parent / "leases")

@@ -60,7 +60,7 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
     takes it (a refusal stops the run: it would fail every judgement).
     Returns what to log, a line per check, and the forms chosen (``Preflight.forms``)."""
     from .warehouse import lake
-    from .models.shared_state import check_shared_state
+    from .shared_state import check_shared_state
 
     shared = [line for line in (check_shared_state(), lake.check()) if line]  # the database first: the lake's catalog
     forms: list[dict[str, Any]] = []
@@ -171,7 +171,7 @@ async def _structured_check(conn, role: str, recorded: list[dict[str, Any]], for
 def _recorded_forms(run_id: str, path: Path | None) -> list[dict[str, Any]]:
     """The structured-output events recorded for a run ([] with no journal yet: none is made)."""
     from .models.journal import journal_path
-    from .models.shared_state import shared_state_url
+    from .shared_state import shared_state_url
     from .warehouse import lake
 
     path = Path(path) if path else wh.default_path()

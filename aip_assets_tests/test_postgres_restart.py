@@ -168,6 +168,6 @@ def test_postgres_down_past_the_wait_stops_the_run_with_exit_5_and_how_to_resume
     assert "bug" not in err and "report it" not in err and "internal error" not in err, err[-3000:]
     assert not (tmp_path / "data" / "errors").exists()  # no traceback saved: not a bug
 
-    from aip_assets.models.shared_state import SharedDb
+    from aip_assets.shared_state import SharedDb
 
     assert SharedDb.get(url).run("a statement after the outage", lambda c: c.execute("SELECT 1").fetchone()) == (1,)

@@ -423,7 +423,7 @@ def test_shared_state_messages_never_show_the_password(postgres):
     the password in every spelling: percent-encoded with an @, in the query string, keyword form,
     a URL libpq cannot read (whose parse error would quote it), a closed port."""
     from aip_assets.errors import AipError
-    from aip_assets.models.shared_state import SharedDb, _scrub, describe
+    from aip_assets.shared_state import SharedDb, _scrub, describe
 
     assert describe("postgresql://aip:p%40ss:w0rd@db.example:5433/evals") == "postgresql://aip@db.example:5433/evals"
     assert describe("postgresql://aip@h/db?password=topsecret&sslmode=require") == "postgresql://aip@h/db"
@@ -455,7 +455,7 @@ def test_the_shared_state_survives_a_lost_connection_and_a_deleted_row(postgres,
     from aip_assets.errors import AipError
     from aip_assets.models.budget import PgBudget
     from aip_assets.models.ratelimit import PgRate
-    from aip_assets.models.shared_state import SharedDb
+    from aip_assets.shared_state import SharedDb
 
     role = f"w{os.getpid()}"
     with psycopg.connect(postgres.url, autocommit=True) as admin:
@@ -499,7 +499,7 @@ def test_waiting_on_the_shared_schedule_leaves_the_event_loop_running(postgres, 
     import psycopg
 
     from aip_assets.errors import AipError
-    from aip_assets.models import shared_state
+    from aip_assets import shared_state
     from aip_assets.models.ratelimit import PgRate
 
     monkeypatch.setattr(shared_state, "LOCK_TIMEOUT_S", 1)

@@ -46,7 +46,7 @@ def test_every_variable_has_its_default(bare, tmp_path, monkeypatch):
         assert field.description and isinstance(field.json_schema_extra, dict) and field.json_schema_extra["must"]
     # and what reads them gets the same
     from aip_assets.leases import lease_seconds
-    from aip_assets.models.shared_state import retry_seconds, shared_state_url
+    from aip_assets.shared_state import retry_seconds, shared_state_url
     from aip_assets.report import report_port
     from aip_assets.run_queue import location_name
     from aip_assets.warehouse import connection

@@ -246,7 +246,7 @@ def test_a_lease_taken_over_while_its_holder_could_not_renew_it_is_never_written
     """A holder that could not renew its lease in time (the database away longer than the lease)
     finds another worker took it over: its check before the commit raises OperationalError (exit 5),
     so its write never lands over the other's; the other holds the lease."""
-    from aip_assets.models.shared_state import SharedDb
+    from aip_assets.shared_state import SharedDb
 
     db = SharedDb.get(lake)
     first = leases.PgLease("r", "m", "sampling", db, seconds=1)

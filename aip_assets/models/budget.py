@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import LimitReached
-from .shared_state import SharedDb, shared_state_url
+from ..shared_state import SharedDb, shared_state_url
 
 if TYPE_CHECKING:
     from .journal import Journal

@@ -508,7 +508,7 @@ class PgJournal(Journal):
     SCHEMA = "aip_journal"
 
     def _open(self, url: str | Path) -> Any:
-        from .shared_state import connect, describe
+        from ..shared_state import connect, describe
 
         url = str(url)
         self._url = url
@@ -555,7 +555,7 @@ class PgJournal(Journal):
         ``OperationalError`` when it stays away, or the AipError of a refused connection."""
         import psycopg
 
-        from .shared_state import lost, patiently
+        from ..shared_state import lost, patiently
 
         if not isinstance(e, psycopg.OperationalError):
             return False
@@ -634,11 +634,10 @@ def open_journal(warehouse_path: str | Path) -> Journal:
     read. In a lake (shared mode: ``AIP_LAKE_DATA_PATH``), in the shared-state database; else the
     SQLite file beside the warehouse file (also when only ``AIP_SHARED_STATE_URL`` is set: each
     machine's warehouse and its runs are its own)."""
-    from ..warehouse import lake
-    from .shared_state import shared_state_url
+    from ..shared_state import lake_enabled, shared_state_url
 
     url = shared_state_url()
-    return PgJournal(url) if url and lake.enabled() else Journal(journal_path(warehouse_path))
+    return PgJournal(url) if url and lake_enabled() else Journal(journal_path(warehouse_path))
 
 
 def copy_runs(source: str | Path, target: "PgJournal", runs: list[str]) -> int:

@@ -48,7 +48,7 @@ from typing import Any
 
 from .. import interrupts
 from ..errors import AipError
-from .shared_state import SharedDb, shared_state_url
+from ..shared_state import SharedDb, shared_state_url
 
 logger = logging.getLogger("aip_assets")
 _STATE = struct.Struct("<dd")  # next request start, tokens paid off (Unix time, seconds)

@@ -133,7 +133,9 @@ def _hide(text: str, settings: dict[str, str]) -> str:
 
 
 def enabled() -> bool:
-    return bool(aip_settings.current().lake_data_path)
+    from ..shared_state import lake_enabled
+
+    return lake_enabled()
 
 
 @contextmanager
@@ -145,14 +147,9 @@ def set_aside() -> Iterator[None]:
 
 
 def _catalog_url() -> str:
-    from ..models.shared_state import SHARED_STATE_ENV, check_url, shared_state_url
+    from ..shared_state import lake_catalog_url
 
-    url = shared_state_url()
-    if not url:
-        raise AipError(f"{LAKE_ENV} is set, but {SHARED_STATE_ENV} is not: the lake's catalog lives in the "
-                       f"shared-state Postgres database; set {SHARED_STATE_ENV}=postgresql://user:password@host:5432/db")
-    check_url(url, SHARED_STATE_ENV)
-    return url
+    return lake_catalog_url()
 
 
 def extension_file(name: str) -> Path:
@@ -176,7 +173,7 @@ def _quote(s: str) -> str:
 
 def where() -> str:
     """The lake for a message: its catalog (no password) and its folder."""
-    from ..models.shared_state import describe
+    from ..shared_state import describe
 
     return f"DuckLake at {data_path()} (catalog {describe(_catalog_url())}, schema {METADATA_SCHEMA})"
 
@@ -282,7 +279,7 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
         return con
     except duckdb.Error as e:
         con.close()
-        from ..models.shared_state import Unreachable, _first_line
+        from ..shared_state import Unreachable, _first_line
 
         message = f"{LAKE_ENV}: cannot open the {where()}: {_first_line(e, url)}"
         if catalog_lost(e):  # the database away: waited for by a caller that reached it before (patiently)
@@ -303,7 +300,7 @@ _LOST = ("unable to connect to postgres", "server closed the connection", "termi
 def catalog_lost(e: BaseException) -> bool:
     """A DuckDB error that is the catalog's database going away (a restart, a dropped or refused
     connection), not a refusal (authentication, a missing database) or a failure of the statement."""
-    from ..models.shared_state import lost
+    from ..shared_state import lost
 
     return isinstance(e, duckdb.Error) and any(m in str(e).lower() for m in _LOST) and lost(e)
 
@@ -311,8 +308,8 @@ def catalog_lost(e: BaseException) -> bool:
 def patiently(what: str, fn: Callable[[], T]) -> T:
     """``fn()``, tried again while the catalog's database is away (``catalog_lost``), as
     ``shared_state.patiently`` waits; then an ``OperationalError`` naming the lake's catalog."""
-    from ..models.shared_state import Unreachable
-    from ..models.shared_state import patiently as wait
+    from ..shared_state import Unreachable
+    from ..shared_state import patiently as wait
 
     url = _catalog_url()
 
@@ -330,7 +327,7 @@ def patiently(what: str, fn: Callable[[], T]) -> T:
 def _catalog_reason(e: BaseException, url: str) -> str:
     """The libpq line of a DuckDB error from the catalog (the last 'connection to server' line, or
     its first line), scrubbed of the URL and password."""
-    from ..models.shared_state import _scrub
+    from ..shared_state import _scrub
 
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     libpq = [ln[ln.lower().index("connection to server"):] for ln in lines if "connection to server" in ln.lower()]
@@ -355,7 +352,7 @@ def is_conflict(e: BaseException) -> bool:
 
 def exists() -> bool:
     """Whether the lake has been made (its catalog's tables are in the shared-state database)."""
-    from ..models.shared_state import SharedDb
+    from ..shared_state import SharedDb
 
     row = SharedDb.get(_catalog_url()).run("the check for the lake's catalog", lambda c: c.execute(
         "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'ducklake_metadata'",
@@ -411,7 +408,7 @@ def registration_lock() -> Iterator[None]:
     if not enabled():
         yield
         return
-    from ..models.shared_state import SharedDb
+    from ..shared_state import SharedDb
 
     db = SharedDb.get(_catalog_url())
     t0 = notice = time.monotonic()

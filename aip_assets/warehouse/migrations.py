@@ -23,7 +23,7 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     warehouse's lock, never changed."""
     from ..errors import AipError
     from ..models.journal import PgJournal, copy_runs, journal_path
-    from ..models.shared_state import shared_state_url
+    from ..shared_state import shared_state_url
 
     if not lake.enabled():
         raise AipError(f"aip-eval migrate copies a local warehouse into the lake: set {lake.LAKE_ENV} "

@@ -38,8 +38,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import quote, urlsplit
 
-from .. import settings as aip_settings
-from ..errors import AipError, OperationalError
+from . import settings as aip_settings
+from .errors import AipError, OperationalError
 
 logger = logging.getLogger("aip_assets")
 SHARED_STATE_ENV = "AIP_SHARED_STATE_URL"
@@ -347,3 +347,22 @@ def check_shared_state() -> str | None:
     retry_seconds()  # a bad value is said now, not at the first lost connection
     SharedDb.get(url).run("the check before the run", lambda c: c.execute("SELECT 1"))
     return f"shared state (rate schedules, run budgets) in Postgres at {describe(url)} ({SHARED_STATE_ENV})"
+
+
+LAKE_ENV = "AIP_LAKE_DATA_PATH"
+
+
+def lake_enabled() -> bool:
+    """Whether this process works in shared mode: a lake (``AIP_LAKE_DATA_PATH``) is set."""
+    return bool(aip_settings.current().lake_data_path)
+
+
+def lake_catalog_url() -> str:
+    """The shared-state database the lake's catalog (and shared mode's leases) live in; a clear
+    error when the lake is set without it."""
+    url = shared_state_url()
+    if not url:
+        raise AipError(f"{LAKE_ENV} is set, but {SHARED_STATE_ENV} is not: the lake's catalog lives in the "
+                       f"shared-state Postgres database; set {SHARED_STATE_ENV}=postgresql://user:password@host:5432/db")
+    check_url(url, SHARED_STATE_ENV)
+    return url
