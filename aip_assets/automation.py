@@ -18,16 +18,30 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from dagster import (DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, Failure, RunRequest, RunsFilter,
-                     ScheduleDefinition, SensorResult, SkipReason, in_process_executor, job, op, schedule, sensor)
+from dagster import (
+    DagsterRunStatus,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    Failure,
+    RunRequest,
+    RunsFilter,
+    ScheduleDefinition,
+    SensorResult,
+    SkipReason,
+    in_process_executor,
+    job,
+    op,
+    schedule,
+    sensor,
+)
 
 from .errors import AipError
+from .hashing import file_sha256
 from .pipeline import load_run, new_run_id, preflight, record_forms, register_run, run_exists
 from .resources import SutConnection, Warehouse
-from .hashing import file_sha256
 from .runspec import RunSpec, load_spec
 
 log = logging.getLogger("aip_assets")
@@ -47,15 +61,23 @@ def launch_request(spec: RunSpec, spec_path: Path, run_id: str, trigger: str) ->
     """What a tick returns: a run of the launcher job, which registers ``run_id`` and evaluates
     every configured metric. Evaluating a tick (a real one, or a preview in the UI) changes
     nothing; only the launched run registers."""
-    return RunRequest(run_key=run_id, job_name=LAUNCH_JOB,
-                      run_config={"ops": {"register_and_evaluate": {"config": {
-                          "spec_path": str(spec_path), "run_id": run_id, "trigger": trigger}}}},
-                      tags={"aip/run_id": run_id, "aip/spec": spec.name, "aip/trigger": trigger})
+    return RunRequest(
+        run_key=run_id,
+        job_name=LAUNCH_JOB,
+        run_config={
+            "ops": {
+                "register_and_evaluate": {"config": {"spec_path": str(spec_path), "run_id": run_id, "trigger": trigger}}
+            }
+        },
+        tags={"aip/run_id": run_id, "aip/spec": spec.name, "aip/trigger": trigger},
+    )
 
 
-@op(config_schema={"spec_path": str, "run_id": str, "trigger": str},
+@op(
+    config_schema={"spec_path": str, "run_id": str, "trigger": str},
     description="register the run (eval_runs and its partitions), check the endpoints, then evaluate each "
-                "configured metric as a run of the evaluate job")
+    "configured metric as a run of the evaluate job",
+)
 def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> None:
     cfg = context.op_config
     path, run_id = Path(cfg["spec_path"]), cfg["run_id"]
@@ -85,22 +107,34 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
         register_partitions(context.instance, run_id, spec.metrics)
         origin, code = context.dagster_run.remote_job_origin, context.dagster_run.job_code_origin
         try:
-            queued = submit(context.instance, run_id, spec.metrics, tags,
-                            location=origin.location_name if origin is not None else location_name(),
-                            like=code.repository_origin if code is not None else None)
+            queued = submit(
+                context.instance,
+                run_id,
+                spec.metrics,
+                tags,
+                location=origin.location_name if origin is not None else location_name(),
+                like=code.repository_origin if code is not None else None,
+            )
         except AipError as e:
             raise Failure(description=f"run {run_id}: nothing queued: {e}") from None
         for metric, dagster_run, new in queued:
-            context.log.info(f"{run_id} × {metric}: {'queued as' if new else 'already queued or running as'} "
-                             f"Dagster run {dagster_run}")
+            context.log.info(
+                f"{run_id} × {metric}: {'queued as' if new else 'already queued or running as'} "
+                f"Dagster run {dagster_run}"
+            )
         return
     context.log.info(f"{path}: run {run_id}, evaluating {', '.join(spec.metrics)}")
     from .jobs import evaluate_run
 
     failed, below = [], []
     for out in evaluate_run(
-            context.instance, run_id, spec.metrics, spec.metrics, tags,
-            run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}}):  # this launch's warehouse
+        context.instance,
+        run_id,
+        spec.metrics,
+        spec.metrics,
+        tags,
+        run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}},
+    ):  # this launch's warehouse
         how = "done" if out.success else "gate failed" if out.gate_failed else "FAILED"
         context.log.info(f"{run_id} × {out.metric}: {how} (Dagster run {out.dagster_run_id})")
         if out.gate_failed:  # every stage ran; the metric's gate failed (aip-eval run's exit 1)
@@ -108,14 +142,19 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
         elif not out.success:
             failed.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
     if failed:
-        raise Failure(description=f"run {run_id}: stage failed for {', '.join(failed)}"
-                                  + (f"; gate failed for {', '.join(below)}" if below else ""))
+        raise Failure(
+            description=f"run {run_id}: stage failed for {', '.join(failed)}"
+            + (f"; gate failed for {', '.join(below)}" if below else "")
+        )
     if below:  # evaluated, not passed: this launch is no green run either
         raise Failure(description=f"run {run_id}: evaluated; gate failed for {', '.join(below)}", allow_retries=False)
 
 
-@job(name=LAUNCH_JOB, executor_def=in_process_executor,
-     description="what schedules and the new-spec sensor launch: registers a run, then evaluates it")
+@job(
+    name=LAUNCH_JOB,
+    executor_def=in_process_executor,
+    description="what schedules and the new-spec sensor launch: registers a run, then evaluates it",
+)
 def launch_job():
     register_and_evaluate()
 
@@ -129,9 +168,14 @@ def make_schedule(spec_path: Path, spec: RunSpec, job) -> ScheduleDefinition:
     name = "aip_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.name) + "_schedule"
     assert spec.schedule is not None
 
-    @schedule(name=name, cron_schedule=spec.schedule, job=job, execution_timezone="UTC",
-              default_status=DefaultScheduleStatus.STOPPED,
-              description=f"evaluates {spec_path} ({', '.join(spec.metrics)}) on '{spec.schedule}' (UTC)")
+    @schedule(
+        name=name,
+        cron_schedule=spec.schedule,
+        job=job,
+        execution_timezone="UTC",
+        default_status=DefaultScheduleStatus.STOPPED,
+        description=f"evaluates {spec_path} ({', '.join(spec.metrics)}) on '{spec.schedule}' (UTC)",
+    )
     def _tick(context):
         try:
             current = load_spec(spec_path)  # the YAML as it is now
@@ -140,8 +184,8 @@ def make_schedule(spec_path: Path, spec: RunSpec, job) -> ScheduleDefinition:
         busy = still_going(context.instance, current.name)
         if busy:
             return SkipReason(f"the previous run of {current.name} ({busy[0]}) is still going")
-        tick = context.scheduled_execution_time or datetime.now(timezone.utc)
-        run_id = f"{current.name}-{tick.astimezone(timezone.utc):%Y%m%dT%H%MZ}"
+        tick = context.scheduled_execution_time or datetime.now(UTC)
+        run_id = f"{current.name}-{tick.astimezone(UTC):%Y%m%dT%H%MZ}"
         if run_exists(run_id):
             return SkipReason(f"run {run_id} is already registered")
         return launch_request(current, spec_path, run_id, "schedule")
@@ -160,23 +204,31 @@ def build_schedules(job) -> list[ScheduleDefinition]:
         if spec.schedule:
             sched = make_schedule(path, spec, job)
             if sched.name in out:  # two specs of one name (a copied file): the first keeps it
-                log.warning(f"{path}: no schedule: {sched.name} already comes from another spec named {spec.name!r}; "
-                            "give this spec another name")
+                log.warning(
+                    f"{path}: no schedule: {sched.name} already comes from another spec named {spec.name!r}; "
+                    "give this spec another name"
+                )
                 continue
             out[sched.name] = sched
     return list(out.values())
 
 
 def build_sensor(job):
-    @sensor(name="aip_new_spec_sensor", job=job, minimum_interval_seconds=30,
-            default_status=DefaultSensorStatus.STOPPED,
-            description="registers and launches a run for every new or changed spec file in data/runs/")
+    @sensor(
+        name="aip_new_spec_sensor",
+        job=job,
+        minimum_interval_seconds=30,
+        default_status=DefaultSensorStatus.STOPPED,
+        description="registers and launches a run for every new or changed spec file in data/runs/",
+    )
     def new_spec_sensor(context):
         specs = sorted(runs_dir().glob("*.y*ml"))
         if context.cursor is None:  # its first tick: what is there now was there before it; launch none
             context.update_cursor(json.dumps({str(p): file_sha256(p) for p in specs}, sort_keys=True))
-            return SkipReason(f"first tick: {len(specs)} spec file(s) already in {runs_dir()} recorded as seen; "
-                              "a new or changed one launches")
+            return SkipReason(
+                f"first tick: {len(specs)} spec file(s) already in {runs_dir()} recorded as seen; "
+                "a new or changed one launches"
+            )
         cursor = json.loads(context.cursor)
         requests, notes, taken = [], [], set()
         for path in specs:

@@ -28,17 +28,31 @@ from . import warehouse as wh
 CHECKS = {
     "ingest": [("dataset_quality", "unique input_id, required columns present, no empty prompts")],
     "sampling": [("sut_completeness", "share of failed or empty SUT answers at most the spec's max_failed_share")],
-    "judging": [("judge_completeness", "share of judge verdicts never given in form at most the spec's max_failed_share")],
+    "judging": [
+        ("judge_completeness", "share of judge verdicts never given in form at most the spec's max_failed_share")
+    ],
     "aggregation": [
-        ("gate", "the run's gate: passed in metric_scores, the gate_reason as its description; a failed gate fails "
-                 "the run after the stage's tables are written (blocking, ERROR)"),
+        (
+            "gate",
+            "the run's gate: passed in metric_scores, the gate_reason as its description; a failed gate fails "
+            "the run after the stage's tables are written (blocking, ERROR)",
+        ),
         ("threshold", "the metric's score is at least the spec's threshold; no score fails (ERROR)"),
-        ("coverage", "the share of planned units judged is at least min_coverage, and the answers state the "
-                     "configured decision labels (ERROR)"),
-        ("differential_refusal", "decision flip: no two values of one axis differ significantly in their "
-                                 "refusal / no-decision rate (ERROR; fail_on_differential_refusal: false turns it off)"),
-        ("judge_position_bias", "the judge's order-sensitive verdicts do not differ by more than max_position_bias "
-                                "between the two orders it was shown, significantly (WARN)"),
+        (
+            "coverage",
+            "the share of planned units judged is at least min_coverage, and the answers state the "
+            "configured decision labels (ERROR)",
+        ),
+        (
+            "differential_refusal",
+            "decision flip: no two values of one axis differ significantly in their "
+            "refusal / no-decision rate (ERROR; fail_on_differential_refusal: false turns it off)",
+        ),
+        (
+            "judge_position_bias",
+            "the judge's order-sensitive verdicts do not differ by more than max_position_bias "
+            "between the two orders it was shown, significantly (WARN)",
+        ),
     ],
 }
 GATE = "gate"
@@ -63,9 +77,12 @@ def gate_failure(run_id: str, metric: str, results) -> GateFailed | None:
     failed = next((r for r in results or [] if r.check_name == GATE and not r.passed), None)
     if failed is None:
         return None
-    return GateFailed(description=f"{metric} (run {run_id}): gate failed: {failed.description}. The stage's tables "
-                                  "are written; this run fails so that the Runs list shows it (aip-eval run exits 1)",
-                      metadata=dict(failed.metadata or {}), allow_retries=False)
+    return GateFailed(
+        description=f"{metric} (run {run_id}): gate failed: {failed.description}. The stage's tables "
+        "are written; this run fails so that the Runs list shows it (aip-eval run exits 1)",
+        metadata=dict(failed.metadata or {}),
+        allow_retries=False,
+    )
 
 
 def spec_for(stage: str, asset_key, partitions_def=None) -> list[AssetCheckSpec]:
@@ -76,8 +93,12 @@ def spec_for(stage: str, asset_key, partitions_def=None) -> list[AssetCheckSpec]
     with warnings.catch_warnings():  # partitioned checks are a "preview" in Dagster 1.13
         warnings.filterwarnings("ignore", message=".*partitions_def.*AssetCheckSpec.*")
         warnings.filterwarnings("ignore", category=Warning, module="dagster")
-        return [AssetCheckSpec(name=name, asset=asset_key, description=d, partitions_def=partitions_def,
-                               blocking=name in BLOCKING) for name, d in CHECKS[stage]]
+        return [
+            AssetCheckSpec(
+                name=name, asset=asset_key, description=d, partitions_def=partitions_def, blocking=name in BLOCKING
+            )
+            for name, d in CHECKS[stage]
+        ]
 
 
 class _Counts:
@@ -96,88 +117,197 @@ def _f(x) -> MetadataValue:
 
 def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = None) -> list[AssetCheckResult]:
     with wh.connect(path) as con:
+
         def q(sql: str) -> Any:
             return con.execute(sql, [run_id, metric]).fetchone()  # a row, or None
+
         if stage == "ingest":
             n, dup, empty, bad_type = q(
                 "SELECT count(*), count(*) - count(DISTINCT input_id), "
                 "count(*) FILTER (WHERE prompt IS NULL OR trim(prompt) = '' OR prompt = '[]'), "
-                "count(*) FILTER (WHERE task_type IS NULL) FROM dataset_rows WHERE run_id = ? AND metric = ?")
+                "count(*) FILTER (WHERE task_type IS NULL) FROM dataset_rows WHERE run_id = ? AND metric = ?"
+            )
             ok = n > 0 and dup == 0 and empty == 0 and bad_type == 0
-            return [AssetCheckResult(check_name="dataset_quality", passed=bool(ok), severity=AssetCheckSeverity.ERROR,
-                                     metadata={"rows": n, "duplicate_input_ids": dup, "empty_prompts": empty,
-                                               "missing_task_type": bad_type})]
+            return [
+                AssetCheckResult(
+                    check_name="dataset_quality",
+                    passed=bool(ok),
+                    severity=AssetCheckSeverity.ERROR,
+                    metadata={
+                        "rows": n,
+                        "duplicate_input_ids": dup,
+                        "empty_prompts": empty,
+                        "missing_task_type": bad_type,
+                    },
+                )
+            ]
         if stage in ("sampling", "judging"):
             role = "sut" if stage == "sampling" else "judge"
             c = gate.completeness(_Counts(con, run_id, metric))[role]
             bound = spec.max_failed_share
-            meta = {"total": c["total"], "failed": c["failed"], "failed_share": MetadataValue.float(c["failed_share"]),
-                    "max_failed_share": MetadataValue.float(bound)}
+            meta = {
+                "total": c["total"],
+                "failed": c["failed"],
+                "failed_share": MetadataValue.float(c["failed_share"]),
+                "max_failed_share": MetadataValue.float(bound),
+            }
             if role == "sut":
                 meta["empty"] = c["empty"]
-            return [AssetCheckResult(check_name=CHECKS[stage][0][0], passed=bool(c["failed_share"] <= bound),
-                                     severity=AssetCheckSeverity.ERROR, metadata=meta)]
-        row = q("SELECT score, threshold, coverage, n_planned, excluded, details, passed, gate_reason FROM metric_scores "
-                "WHERE run_id = ? AND metric = ? AND scope = 'overall'")
-        position = q("SELECT passed, rate, n, details FROM metric_scores WHERE run_id = ? AND metric = ? "
-                     "AND scope = 'judge_position'")
+            return [
+                AssetCheckResult(
+                    check_name=CHECKS[stage][0][0],
+                    passed=bool(c["failed_share"] <= bound),
+                    severity=AssetCheckSeverity.ERROR,
+                    metadata=meta,
+                )
+            ]
+        row = q(
+            "SELECT score, threshold, coverage, n_planned, excluded, details, passed, gate_reason FROM metric_scores "
+            "WHERE run_id = ? AND metric = ? AND scope = 'overall'"
+        )
+        position = q(
+            "SELECT passed, rate, n, details FROM metric_scores WHERE run_id = ? AND metric = ? "
+            "AND scope = 'judge_position'"
+        )
     score, threshold, cov, planned, excluded, details, gate_passed, reason = row or (None,) * 8
     d = json.loads(details or "{}")
     min_cov = spec.min_coverage_for(metric)
     reason = reason or ("no overall score was written" if row is None else "no gate reason recorded")
-    out = [AssetCheckResult(  # the gate as the run decided it (gate.decide): what fails the run
-        check_name=GATE, passed=bool(gate_passed), severity=AssetCheckSeverity.ERROR, description=reason,
-        metadata={"metric": MetadataValue.text(metric), "run_id": MetadataValue.text(run_id),
-                  "passed": MetadataValue.bool(bool(gate_passed)), "gate_reason": MetadataValue.text(reason),
-                  "score": _f(score), "threshold": _f(threshold), "coverage": _f(cov)})]
+    out = [
+        AssetCheckResult(  # the gate as the run decided it (gate.decide): what fails the run
+            check_name=GATE,
+            passed=bool(gate_passed),
+            severity=AssetCheckSeverity.ERROR,
+            description=reason,
+            metadata={
+                "metric": MetadataValue.text(metric),
+                "run_id": MetadataValue.text(run_id),
+                "passed": MetadataValue.bool(bool(gate_passed)),
+                "gate_reason": MetadataValue.text(reason),
+                "score": _f(score),
+                "threshold": _f(threshold),
+                "coverage": _f(cov),
+            },
+        )
+    ]
     shown = "no score" if score is None else f"scored {score:.4f}"
     if threshold is None:
-        out.append(AssetCheckResult(check_name="threshold", passed=score is not None, severity=AssetCheckSeverity.ERROR,
-                                    metadata={"metric": MetadataValue.text(metric), "score": _f(score),
-                                              "threshold": MetadataValue.text("none set")},
-                                    description=f"{metric} (run {run_id}) {shown}; no threshold set"))
+        out.append(
+            AssetCheckResult(
+                check_name="threshold",
+                passed=score is not None,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={
+                    "metric": MetadataValue.text(metric),
+                    "score": _f(score),
+                    "threshold": MetadataValue.text("none set"),
+                },
+                description=f"{metric} (run {run_id}) {shown}; no threshold set",
+            )
+        )
     else:
         passed = score is not None and score >= threshold
-        out.append(AssetCheckResult(
-            check_name="threshold", passed=bool(passed), severity=AssetCheckSeverity.ERROR,
-            metadata={"metric": MetadataValue.text(metric), "score": _f(score),
-                      "threshold": MetadataValue.float(float(threshold))},
-            description=f"{metric} (run {run_id}) {shown}, {'at least' if passed else 'below'} its threshold "
-                        f"{threshold:g}" if score is not None else f"{metric} (run {run_id}) has no score"))
+        out.append(
+            AssetCheckResult(
+                check_name="threshold",
+                passed=bool(passed),
+                severity=AssetCheckSeverity.ERROR,
+                metadata={
+                    "metric": MetadataValue.text(metric),
+                    "score": _f(score),
+                    "threshold": MetadataValue.float(float(threshold)),
+                },
+                description=f"{metric} (run {run_id}) {shown}, {'at least' if passed else 'below'} its threshold "
+                f"{threshold:g}"
+                if score is not None
+                else f"{metric} (run {run_id}) has no score",
+            )
+        )
     mismatch = d.get("label_mismatch")
     if mismatch and not mismatch.get("fails_gate", True):  # answers that decide nothing: a run note, no failure
         mismatch = None
     cov_ok = cov is not None and cov >= min_cov and not mismatch
-    out.append(AssetCheckResult(
-        check_name="coverage", passed=bool(cov_ok), severity=AssetCheckSeverity.ERROR,
-        metadata={"coverage": _f(cov), "min_coverage": MetadataValue.float(min_cov), "planned": planned or 0,
-                  "excluded": MetadataValue.json(json.loads(excluded or "{}")),
-                  "label_mismatch": MetadataValue.text(mismatch["message"] if mismatch else "none")},
-        description=None if cov_ok else (mismatch["message"] if mismatch else
-                                         f"coverage {cov if cov is None else round(cov, 4)} below min_coverage {min_cov}")))
+    out.append(
+        AssetCheckResult(
+            check_name="coverage",
+            passed=bool(cov_ok),
+            severity=AssetCheckSeverity.ERROR,
+            metadata={
+                "coverage": _f(cov),
+                "min_coverage": MetadataValue.float(min_cov),
+                "planned": planned or 0,
+                "excluded": MetadataValue.json(json.loads(excluded or "{}")),
+                "label_mismatch": MetadataValue.text(mismatch["message"] if mismatch else "none"),
+            },
+            description=None
+            if cov_ok
+            else (
+                mismatch["message"]
+                if mismatch
+                else f"coverage {cov if cov is None else round(cov, 4)} below min_coverage {min_cov}"
+            ),
+        )
+    )
     diff = d.get("differential_refusal")
     if diff is None:
-        out.append(AssetCheckResult(check_name="differential_refusal", passed=True,
-                                    metadata={"applies": MetadataValue.text("no: this metric reads no decisions")}))
+        out.append(
+            AssetCheckResult(
+                check_name="differential_refusal",
+                passed=True,
+                metadata={"applies": MetadataValue.text("no: this metric reads no decisions")},
+            )
+        )
     else:
         sig = diff.get("significant") or []
-        out.append(AssetCheckResult(
-            check_name="differential_refusal", passed=not diff.get("failed"), severity=AssetCheckSeverity.ERROR,
-            metadata={"tests": diff.get("tests", 0), "significant": len(sig), "enabled": bool(diff.get("enabled")),
-                      "min_p_adjusted": _f(diff.get("min_p_adjusted")), "significant_pairs": MetadataValue.json(sig)},
-            description=None if not diff.get("failed") else
-            f"{len(sig)} pair(s) of values differ in refusals, e.g. {sig[0]['axis']}: {sig[0]['value_a']} "
-            f"{sig[0]['rate_a']:.3f} vs {sig[0]['value_b']} {sig[0]['rate_b']:.3f}"))
+        out.append(
+            AssetCheckResult(
+                check_name="differential_refusal",
+                passed=not diff.get("failed"),
+                severity=AssetCheckSeverity.ERROR,
+                metadata={
+                    "tests": diff.get("tests", 0),
+                    "significant": len(sig),
+                    "enabled": bool(diff.get("enabled")),
+                    "min_p_adjusted": _f(diff.get("min_p_adjusted")),
+                    "significant_pairs": MetadataValue.json(sig),
+                },
+                description=None
+                if not diff.get("failed")
+                else f"{len(sig)} pair(s) of values differ in refusals, e.g. {sig[0]['axis']}: {sig[0]['value_a']} "
+                f"{sig[0]['rate_a']:.3f} vs {sig[0]['value_b']} {sig[0]['rate_b']:.3f}",
+            )
+        )
     if position is None:
-        out.append(AssetCheckResult(check_name="judge_position_bias", passed=True, metadata={
-            "applies": MetadataValue.text("no: this metric shows its answers in a fixed order, or nothing was judged")}))
+        out.append(
+            AssetCheckResult(
+                check_name="judge_position_bias",
+                passed=True,
+                metadata={
+                    "applies": MetadataValue.text(
+                        "no: this metric shows its answers in a fixed order, or nothing was judged"
+                    )
+                },
+            )
+        )
     else:
         ok, diff, n, pd_ = bool(position[0]), position[1], position[2], json.loads(position[3] or "{}")
-        out.append(AssetCheckResult(
-            check_name="judge_position_bias", passed=ok, severity=AssetCheckSeverity.WARN,
-            metadata={"difference": _f(diff), "judged": n, "max_position_bias": _f(pd_.get("max_position_bias")),
-                      "p_value": _f(pd_.get("p_value")), "rate_shown_swapped": _f(pd_.get("rate_shown_swapped")),
-                      "rate_shown_in_order": _f(pd_.get("rate_shown_in_order"))},
-            description=None if ok else f"the judge's verdicts depend on the order it saw the answers in: "
-                                        f"{pd_.get('rate_shown_in_order'):.3f} vs {pd_.get('rate_shown_swapped'):.3f}"))
+        out.append(
+            AssetCheckResult(
+                check_name="judge_position_bias",
+                passed=ok,
+                severity=AssetCheckSeverity.WARN,
+                metadata={
+                    "difference": _f(diff),
+                    "judged": n,
+                    "max_position_bias": _f(pd_.get("max_position_bias")),
+                    "p_value": _f(pd_.get("p_value")),
+                    "rate_shown_swapped": _f(pd_.get("rate_shown_swapped")),
+                    "rate_shown_in_order": _f(pd_.get("rate_shown_in_order")),
+                },
+                description=None
+                if ok
+                else f"the judge's verdicts depend on the order it saw the answers in: "
+                f"{pd_.get('rate_shown_in_order'):.3f} vs {pd_.get('rate_shown_swapped'):.3f}",
+            )
+        )
     return out

@@ -22,9 +22,16 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OPERATIONAL, AipError,
-                     OperationalError, save_traceback)
-
+from .errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_LIMIT,
+    EXIT_OPERATIONAL,
+    AipError,
+    OperationalError,
+    save_traceback,
+)
 from .logs import setup_logging
 from .settings import current, data_dir, override
 
@@ -50,13 +57,18 @@ def print_summary(summary: dict, out=None) -> None:
             p(f"\n{metric}: {s.get('status')}  {verdict}: {s.get('gate_reason')}")
             continue
         th = "" if s.get("threshold") is None else f"  threshold {s['threshold']:.3f}"
-        p(f"\n{metric} ({s.get('metric_name')})  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
-          f"{_fmt(s['ci95'][1])}]  coverage {_fmt(s.get('coverage'))}{th}  {verdict}")
+        p(
+            f"\n{metric} ({s.get('metric_name')})  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
+            f"{_fmt(s['ci95'][1])}]  coverage {_fmt(s.get('coverage'))}{th}  {verdict}"
+        )
         if not s.get("passed"):
             p(f"  gate: {s.get('gate_reason')}")
         if s.get("excluded"):
-            p("  excluded: " + ", ".join(f"{k} {v}" for k, v in sorted(s["excluded"].items(), key=lambda kv: -kv[1]))
-              + f" (of {s.get('n_planned')} planned)")
+            p(
+                "  excluded: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(s["excluded"].items(), key=lambda kv: -kv[1]))
+                + f" (of {s.get('n_planned')} planned)"
+            )
         if s.get("judge_panel"):
             from .judge_panel import format_panel
 
@@ -66,8 +78,11 @@ def print_summary(summary: dict, out=None) -> None:
             p(line)
 
 
-_HOW = {"preflight": "chosen before the run", "lazily": "chosen when the run first asked it (no choice was recorded)",
-        "fallback": "moved to during the run"}
+_HOW = {
+    "preflight": "chosen before the run",
+    "lazily": "chosen when the run first asked it (no choice was recorded)",
+    "fallback": "moved to during the run",
+}
 
 
 def structured_lines(forms: list[dict]) -> list[str]:
@@ -76,8 +91,14 @@ def structured_lines(forms: list[dict]) -> list[str]:
     for f in forms:
         head = f"Structured output: {f['role']} {f['endpoint']} (model {f['model']}): "
         if not f["history"]:
-            out.append(head + (f"{f['form']} (structured_output: {f['structured_output']})" if f["form"] else
-                               "none chosen yet (no request for JSON reached it)"))
+            out.append(
+                head
+                + (
+                    f"{f['form']} (structured_output: {f['structured_output']})"
+                    if f["form"]
+                    else "none chosen yet (no request for JSON reached it)"
+                )
+            )
             continue
         steps = [f"{_HOW.get(e['how'], e['how'])}: {e['reason'][:240]}" for e in f["history"]]
         out.append(head + f"{f['form']} ({'; then '.join(steps)})")
@@ -98,10 +119,14 @@ def _dry_run(spec, as_json: bool) -> int:
             tokens = sum(v for k, v in e.items() if k.endswith("_tokens"))
             print(f"  {m:<40}{e['sut_calls']:>11,}{e['judge_calls']:>13,}{e['synthesis_calls']:>13,}{tokens:>14,}")
         t = est["total"]
-        print(f"  {'total':<40}{t['sut_calls']:>11,}{t['judge_calls']:>13,}{t['synthesis_calls']:>13,}{t['tokens']:>14,}")
+        print(
+            f"  {'total':<40}{t['sut_calls']:>11,}{t['judge_calls']:>13,}{t['synthesis_calls']:>13,}{t['tokens']:>14,}"
+        )
         a = est["assumptions"]
-        print(f"  (tokens: 4 characters a token; SUT answers {a['sut_answer_tokens']} tokens; judge prompts "
-              f"{a['judge_prompt_tokens']} + both answers; judge answers {a['judge_answer_tokens']})")
+        print(
+            f"  (tokens: 4 characters a token; SUT answers {a['sut_answer_tokens']} tokens; judge prompts "
+            f"{a['judge_prompt_tokens']} + both answers; judge answers {a['judge_answer_tokens']})"
+        )
         if not est["within_limits"]:
             print(f"  over the spec's limits {est['limits']}: the run would stop at the cap (resumable)")
         for line in _batch_lines(spec, est["sent"]):
@@ -120,8 +145,10 @@ def _how_sent(spec, total: dict) -> dict[str, dict]:
         row: dict = {"calls": calls, "batch": conn.batch.enabled}
         if conn.prices is not None:
             p = conn.prices
-            live = (total[f"{role}_prompt_tokens"] * p.input_per_million_tokens
-                    + total[f"{role}_completion_tokens"] * p.output_per_million_tokens) / 1e6
+            live = (
+                total[f"{role}_prompt_tokens"] * p.input_per_million_tokens
+                + total[f"{role}_completion_tokens"] * p.output_per_million_tokens
+            ) / 1e6
             row.update(live_cost=round(live, 4), batch_cost=round(live * (1 - p.batch_discount), 4))
             row["cost"] = row["batch_cost"] if conn.batch.enabled else row["live_cost"]
         out[role] = row
@@ -132,12 +159,18 @@ def _batch_lines(spec, sent: dict[str, dict]) -> list[str]:
     out = []
     for role, r in sent.items():
         conn = getattr(spec, role)
-        how = (f"Batch API (batches of up to {conn.batch.max_requests:,}, polled every {conn.batch.poll_seconds:g}s)"
-               if r["batch"] else "live")
+        how = (
+            f"Batch API (batches of up to {conn.batch.max_requests:,}, polled every {conn.batch.poll_seconds:g}s)"
+            if r["batch"]
+            else "live"
+        )
         line = f"  {role}: {r['calls']:,} calls {how}"
         if "cost" in r:
-            line += (f"; about {r['cost']:,.2f} (live: {r['live_cost']:,.2f}, saving {r['live_cost'] - r['cost']:,.2f})"
-                     if r["batch"] else f"; about {r['cost']:,.2f} (with batch.enabled: {r['batch_cost']:,.2f})")
+            line += (
+                f"; about {r['cost']:,.2f} (live: {r['live_cost']:,.2f}, saving {r['live_cost'] - r['cost']:,.2f})"
+                if r["batch"]
+                else f"; about {r['cost']:,.2f} (with batch.enabled: {r['batch_cost']:,.2f})"
+            )
         out.append(line)
     return out
 
@@ -178,8 +211,11 @@ def cmd_run(args) -> int:
 def _with_hint(e: Exception, resumable: dict[str, str]) -> str:
     """An operational failure's message with what to do: resume the registered run, else (stopped
     before anything was registered) run the command again once what failed is back."""
-    return f"{e}; {resumable['hint']}" if resumable.get("hint") else \
-        f"{e}; nothing was registered or written: run the same command again once it is back"
+    return (
+        f"{e}; {resumable['hint']}"
+        if resumable.get("hint")
+        else f"{e}; nothing was registered or written: run the same command again once it is back"
+    )
 
 
 def _outage(e: BaseException) -> OperationalError | None:
@@ -215,11 +251,13 @@ def _run(args, resumable: dict[str, str]) -> int:
     spec = load_spec(args.spec)
     use_project_of(args.spec)  # the warehouse and Dagster storage of the spec's project, wherever we stand
     path = wh.default_path()
+
     def only_configured(where: str, why: str = "") -> None:
         unknown = [m for m in args.metric or [] if m not in spec.metrics]
         if unknown:
-            raise AipError(f"metric {', '.join(unknown)} is not configured in {where} "
-                           f"(configured: {', '.join(spec.metrics)}){why}")
+            raise AipError(
+                f"metric {', '.join(unknown)} is not configured in {where} (configured: {', '.join(spec.metrics)}){why}"
+            )
 
     only_configured(f"spec {spec.name}")
     if args.parallel < 1:
@@ -227,8 +265,10 @@ def _run(args, resumable: dict[str, str]) -> int:
     if args.detach and not args.submit:
         raise AipError("--detach goes with --submit (it returns once the runs are queued)")
     if args.submit and args.parallel > 1:
-        raise AipError("--parallel is for evaluating here; with --submit the daemon runs the metrics at once, "
-                       "within the queue's limits")
+        raise AipError(
+            "--parallel is for evaluating here; with --submit the daemon runs the metrics at once, "
+            "within the queue's limits"
+        )
     if args.dry_run:
         return _dry_run(spec, args.json)
     run_id = args.run_id
@@ -241,12 +281,18 @@ def _run(args, resumable: dict[str, str]) -> int:
         only_configured(f"run {run_id}", "; a resumed run keeps the metrics of its stored spec")
     from .shared_state import shared_state_url
 
-    if args.parallel > 1 and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens) \
-            and not shared_state_url():
-        raise AipError("--parallel: the run's call and token caps (limits.max_calls / max_tokens, --max-calls, "
-                       "--max-tokens) are counted per process; run a capped run with --parallel 1, or share them "
-                       "through Postgres (AIP_SHARED_STATE_URL)")
-    from .jobs import evaluate as evaluate_job, evaluate_run
+    if (
+        args.parallel > 1
+        and (args.max_calls or args.max_tokens or spec.limits.max_calls or spec.limits.max_tokens)
+        and not shared_state_url()
+    ):
+        raise AipError(
+            "--parallel: the run's call and token caps (limits.max_calls / max_tokens, --max-calls, "
+            "--max-tokens) are counted per process; run a capped run with --parallel 1, or share them "
+            "through Postgres (AIP_SHARED_STATE_URL)"
+        )
+    from .jobs import evaluate as evaluate_job
+    from .jobs import evaluate_run
 
     evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
     n_rows = pipeline.validate_datasets(spec)
@@ -266,8 +312,13 @@ def _run(args, resumable: dict[str, str]) -> int:
         log.info(f"run {run_id}: limits raised to max_calls={args.max_calls}, max_tokens={args.max_tokens}")
     if not resume:
         if args.max_calls or args.max_tokens:
-            spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={
-                k: v for k, v in (("max_calls", args.max_calls), ("max_tokens", args.max_tokens)) if v})})
+            spec = spec.model_copy(
+                update={
+                    "limits": spec.limits.model_copy(
+                        update={k: v for k, v in (("max_calls", args.max_calls), ("max_tokens", args.max_tokens)) if v}
+                    )
+                }
+            )
         base = run_id = run_id or pipeline.new_run_id(spec)
         n = 1
         while not args.run_id and pipeline.run_exists(run_id, path):  # two runs of one spec within a second
@@ -286,18 +337,24 @@ def _run(args, resumable: dict[str, str]) -> int:
             # another worker given the same new --run-id registered it first: this one joins it
             differ = pipeline.spec_differences(spec, run_id, path)
             if differ:
-                raise AipError(f"run {run_id} was registered by another worker with a different spec, so this one "
-                               f"cannot join it: " + "; ".join(differ) + ". Give this spec its own --run-id, or "
-                               "run the registered spec") from None
+                raise AipError(
+                    f"run {run_id} was registered by another worker with a different spec, so this one "
+                    f"cannot join it: " + "; ".join(differ) + ". Give this spec its own --run-id, or "
+                    "run the registered spec"
+                ) from None
             spec, _ = pipeline.load_run(run_id, path)
-            log.info(f"run {run_id} was registered a moment ago by another worker, with this same spec: joining it "
-                     "(each stage is done by one worker; the other goes on from its result)")
+            log.info(
+                f"run {run_id} was registered a moment ago by another worker, with this same spec: joining it "
+                "(each stage is done by one worker; the other goes on from its result)"
+            )
             break
         resumable["hint"] = _resume_hint(args, run_id)
         interrupts.set_hint(resumable["hint"])
-    elif (differ := pipeline.spec_differences(load_spec(args.spec), run_id, path, ignore=("limits",))):
-        log.warning(f"{args.spec} differs from run {run_id}'s stored spec (" + "; ".join(differ) + "); the resumed "
-                    "run keeps its stored spec")
+    elif differ := pipeline.spec_differences(load_spec(args.spec), run_id, path, ignore=("limits",)):
+        log.warning(
+            f"{args.spec} differs from run {run_id}'s stored spec (" + "; ".join(differ) + "); the resumed "
+            "run keeps its stored spec"
+        )
     metrics = args.metric or list(spec.metrics)
     if args.submit:
         outcomes = _submit(instance, run_id, spec, metrics, path, args)
@@ -306,10 +363,17 @@ def _run(args, resumable: dict[str, str]) -> int:
     else:
         # --warehouse reaches the stages as the warehouse resource's path (--parallel: in other processes)
         chosen = {"resources": {"warehouse": {"config": {"path": str(path)}}}} if args.warehouse else {}
-        outcomes = evaluate_run(instance, run_id, spec.metrics, metrics, {"aip/spec": spec.name},
-                                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **chosen},
-                                on_start=lambda m: log.info(f"materialising {run_id} × {m}"), parallel=args.parallel,
-                                quiet=args.quiet)
+        outcomes = evaluate_run(
+            instance,
+            run_id,
+            spec.metrics,
+            metrics,
+            {"aip/spec": spec.name},
+            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **chosen},
+            on_start=lambda m: log.info(f"materialising {run_id} × {m}"),
+            parallel=args.parallel,
+            quiet=args.quiet,
+        )
     failed: dict[str, str] = {}  # metric -> what stopped it (jobs.Outcome.kind)
     for out in outcomes:
         if out.interrupted:  # the run stops here (cmd_run says how to resume)
@@ -318,12 +382,18 @@ def _run(args, resumable: dict[str, str]) -> int:
             log.info(f"{out.metric}: gate failed (Dagster run {out.dagster_run_id} is marked failed)")
         elif not out.success:
             failed[out.metric] = out.kind or "bug"
-            head = {"operational": "stopped by a failure outside aip-eval", "limit": "stopped at the run's limits",
-                    "input": "stopped on bad input"}.get(failed[out.metric], "stage failed (a bug in aip-eval)")
+            head = {
+                "operational": "stopped by a failure outside aip-eval",
+                "limit": "stopped at the run's limits",
+                "input": "stopped on bad input",
+            }.get(failed[out.metric], "stage failed (a bug in aip-eval)")
             log.error(f"{out.metric}: {head} (Dagster run {out.dagster_run_id}): " + " | ".join(out.errors))
             if failed[out.metric] == "bug":
-                where = save_traceback("\n\n".join(out.tracebacks) or "\n".join(out.errors), f"{run_id}-{out.metric}",
-                                       data_dir() / "errors")
+                where = save_traceback(
+                    "\n\n".join(out.tracebacks) or "\n".join(out.errors),
+                    f"{run_id}-{out.metric}",
+                    data_dir() / "errors",
+                )
                 log.error(f"{out.metric}: the traceback is saved in {where}; please report it with that file")
     if interrupts.requested():
         raise interrupts.Interrupted()
@@ -337,11 +407,21 @@ def _run(args, resumable: dict[str, str]) -> int:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary)
-        print(f"\nWarehouse: {summary['warehouse']}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
+        print(
+            f"\nWarehouse: {summary['warehouse']}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\""
+        )
     if failed:
         kinds = set(failed.values())  # the worst decides: a bug, then an outage, then a limit, then bad input
-        code = next(c for k, c in (("bug", EXIT_INTERNAL), ("operational", EXIT_OPERATIONAL), ("limit", EXIT_LIMIT),
-                                   ("input", EXIT_BAD_INPUT)) if k in kinds)
+        code = next(
+            c
+            for k, c in (
+                ("bug", EXIT_INTERNAL),
+                ("operational", EXIT_OPERATIONAL),
+                ("limit", EXIT_LIMIT),
+                ("input", EXIT_BAD_INPUT),
+            )
+            if k in kinds
+        )
         if code in (EXIT_OPERATIONAL, EXIT_LIMIT):
             log.error(f"run {run_id}: {resumable.get('hint') or 'resume it with --run-id'}")
         return code
@@ -358,8 +438,8 @@ def _submit(instance, run_id: str, spec, metrics, path, args):
     each metric's Outcome as its run ends (the report is written here after the last)."""
     from . import run_queue
     from .jobs import _write_report
-    from .warehouse.lake import enabled as lake_enabled
     from .partitions import register_partitions
+    from .warehouse.lake import enabled as lake_enabled
 
     register_partitions(instance, run_id, spec.metrics)
     # local mode: the daemon's runs write this warehouse file, wherever the daemon was started;
@@ -367,24 +447,35 @@ def _submit(instance, run_id: str, spec, metrics, path, args):
     run_config = {} if lake_enabled() else {"resources": {"warehouse": {"config": {"path": str(path)}}}}
     queued = run_queue.submit(instance, run_id, metrics, {"aip/spec": spec.name, "aip/trigger": "submit"}, run_config)
     for metric, dagster_run, new in queued:
-        log.info(f"{run_id} × {metric}: " + ("queued as" if new else "already queued or running as")
-                 + f" Dagster run {dagster_run}")
+        log.info(
+            f"{run_id} × {metric}: "
+            + ("queued as" if new else "already queued or running as")
+            + f" Dagster run {dagster_run}"
+        )
     if not run_queue.daemon_alive(instance):
-        log.warning("no Dagster daemon has reported in the last minute: the runs wait in the queue until one runs "
-                    "on this instance (`aip-eval daemon` or `aip-eval ui`, with the same data folder or lake)")
+        log.warning(
+            "no Dagster daemon has reported in the last minute: the runs wait in the queue until one runs "
+            "on this instance (`aip-eval daemon` or `aip-eval ui`, with the same data folder or lake)"
+        )
     if args.detach:
-        print(f"queued {sum(new for _, _, new in queued)} run(s) of {run_id}; follow them in the Dagster UI "
-              f"(`aip-eval ui`), then: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\"")
+        print(
+            f"queued {sum(new for _, _, new in queued)} run(s) of {run_id}; follow them in the Dagster UI "
+            f"(`aip-eval ui`), then: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\""
+        )
         return None
 
     def outcomes():
         try:
-            yield from run_queue.wait(instance, {m: r for m, r, _ in queued},
-                                      on_status=lambda m, r, st: log.info(f"{run_id} × {m}: {st.lower()} (Dagster run {r})"))
+            yield from run_queue.wait(
+                instance,
+                {m: r for m, r, _ in queued},
+                on_status=lambda m, r, st: log.info(f"{run_id} × {m}: {st.lower()} (Dagster run {r})"),
+            )
         except KeyboardInterrupt:
             log.warning(f"stopped waiting: the queued runs of {run_id} go on (the Dagster UI shows them)")
             raise
         _write_report(run_id)  # here too: the runs wrote theirs where they ran
+
     return outcomes()
 
 
@@ -392,8 +483,8 @@ def _dagster(what: str, extra: list[str]) -> int:
     """Run a Dagster command on this project's instance (``prepare_home``: Postgres in shared mode,
     with the storage URL in the environment it inherits) and this code location, in this process."""
     from .dagster_home import configured_storage_url, prepare_home, shared
-    from .shared_state import describe
     from .run_queue import MODULE, location_name
+    from .shared_state import describe
 
     home = prepare_home()
     url = configured_storage_url()
@@ -403,15 +494,18 @@ def _dagster(what: str, extra: list[str]) -> int:
     import hashlib
     import tempfile
 
-    text = (f"load_from:\n  - python_module:\n      module_name: {MODULE}\n"
-            f"      location_name: {json.dumps(location_name())}\n")
+    text = (
+        f"load_from:\n  - python_module:\n      module_name: {MODULE}\n"
+        f"      location_name: {json.dumps(location_name())}\n"
+    )
     workspace = Path(tempfile.gettempdir()) / f"aip-workspace-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
     if not workspace.exists() or workspace.read_text() != text:
         tmp = workspace.with_name(f".{workspace.name}.{os.getpid()}")
         tmp.write_text(text)
         os.replace(tmp, workspace)
-    cmd = {"daemon": [sys.executable, "-m", "dagster._daemon", "run"],
-           "ui": [sys.executable, "-m", "dagster", "dev"]}[what] + ["-w", str(workspace)]
+    cmd = {"daemon": [sys.executable, "-m", "dagster._daemon", "run"], "ui": [sys.executable, "-m", "dagster", "dev"]}[
+        what
+    ] + ["-w", str(workspace)]
     sys.stdout.flush()
     sys.stderr.flush()
     # this process becomes Dagster's: a service manager's SIGTERM or a Ctrl-C reaches it, and no
@@ -432,9 +526,8 @@ def cmd_sql(args) -> int:
     from . import warehouse as wh
 
     path = Path(args.warehouse).resolve() if args.warehouse else None
-    import pandas as pd
-
     import duckdb
+    import pandas as pd
 
     if not args.timeout >= 0:  # also NaN
         raise AipError(f"--timeout must be 0 (no limit) or a number of seconds, got {args.timeout:g}")
@@ -448,8 +541,11 @@ def cmd_sql(args) -> int:
     except (duckdb.PermissionException, duckdb.InvalidInputException) as e:
         msg = str(e)
         if isinstance(e, duckdb.PermissionException) or "configuration has been locked" in msg or "read-only" in msg:
-            print(f"error: refused: `aip-eval sql` reads the warehouse and nothing else (no other file, no network, "
-                  f"no extension, no settings, no writes): {msg.splitlines()[0]}", file=sys.stderr)
+            print(
+                f"error: refused: `aip-eval sql` reads the warehouse and nothing else (no other file, no network, "
+                f"no extension, no settings, no writes): {msg.splitlines()[0]}",
+                file=sys.stderr,
+            )
         else:
             print(f"error: {msg}", file=sys.stderr)
         return 2
@@ -468,8 +564,10 @@ def cmd_sql(args) -> int:
         with pd.option_context("display.max_columns", None, "display.width", 200):
             print(df.to_string(index=False, max_colwidth=width))
         if len(df) < total:  # only the rows shown were kept
-            print(f"... {total - len(df)} more row(s) not shown ({total} in all; --max-rows 0 shows every row, "
-                  f"--format csv or json prints them all)")
+            print(
+                f"... {total - len(df)} more row(s) not shown ({total} in all; --max-rows 0 shows every row, "
+                f"--format csv or json prints them all)"
+            )
     return 0
 
 
@@ -482,15 +580,17 @@ def cmd_runs(args) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from .warehouse import lake
     from . import warehouse as wh
+    from .warehouse import lake
 
     copied = wh.migrate_into_lake(args.source or wh.default_path())
     runs = copied.pop("runs")
     calls = copied.pop("journaled calls")
-    print(f"{runs} run(s) copied into the {lake.where()}" + (": " + ", ".join(f"{t} {n}" for t, n in copied.items() if n)
-                                                             if runs else " (every run was there already)")
-          + (f"; {calls} journaled call(s) into its journal" if calls else ""))
+    print(
+        f"{runs} run(s) copied into the {lake.where()}"
+        + (": " + ", ".join(f"{t} {n}" for t, n in copied.items() if n) if runs else " (every run was there already)")
+        + (f"; {calls} journaled call(s) into its journal" if calls else "")
+    )
     return 0
 
 
@@ -516,8 +616,11 @@ def cmd_report(args) -> int:
         written = None
     server = serve_reports(folder, args.host, args.port)
     port = server.server_address[1]
-    print(f"serving {folder} at http://{args.host}:{port}/ (Ctrl-C stops)"
-          + (f"\n{report_url(written, port)}" if written is not None else ""), flush=True)
+    print(
+        f"serving {folder} at http://{args.host}:{port}/ (Ctrl-C stops)"
+        + (f"\n{report_url(written, port)}" if written is not None else ""),
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -544,8 +647,19 @@ def cmd_compare(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     drops = [r for r in df.to_dict("records") if compare.is_drop(r)]
     if args.json:
-        print(json.dumps({"run_a": run_a, "run_b": run_b, "alpha": args.alpha, "warnings": warnings,
-                          "significant_drops": len(drops), "rows": json.loads(df.to_json(orient="records"))}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run_a": run_a,
+                    "run_b": run_b,
+                    "alpha": args.alpha,
+                    "warnings": warnings,
+                    "significant_drops": len(drops),
+                    "rows": json.loads(df.to_json(orient="records")),
+                },
+                indent=2,
+            )
+        )
     else:
         print(compare.format_table(df, run_a, run_b, args.alpha))
     return 1 if args.fail_on_drop and drops else 0
@@ -555,17 +669,29 @@ def cmd_label_export(args) -> int:
     from . import label_files
 
     path = Path(args.warehouse).resolve() if args.warehouse else None
-    out = label_files.export(args.run, args.metric, args.n, out=args.out, show_verdict=args.show_verdict,
-                              seed=args.seed, path=path, force=args.force)
+    out = label_files.export(
+        args.run,
+        args.metric,
+        args.n,
+        out=args.out,
+        show_verdict=args.show_verdict,
+        seed=args.seed,
+        path=path,
+        force=args.force,
+    )
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"wrote {out['rows']} judgement(s) of {out['run_id']} × {out['metric']} to {out['file']} (seed {out['seed']}; "
-          f"the judge's verdict {'shown' if out['verdict_shown'] else 'hidden'})")
+    print(
+        f"wrote {out['rows']} judgement(s) of {out['run_id']} × {out['metric']} to {out['file']} (seed {out['seed']}; "
+        f"the judge's verdict {'shown' if out['verdict_shown'] else 'hidden'})"
+    )
     print(f"  {'judge category':<26}{'judged':>8}{'sampled':>9}   (equal allocation, capped at each category's size)")
     for c, s in out["strata"].items():
         print(f"  {c:<26}{s['judged']:>8}{s['sampled']:>9}")
-    print(f"Fill in human_label (one of the row's `allowed`), labeller and note, then: aip-eval label import {out['file']}")
+    print(
+        f"Fill in human_label (one of the row's `allowed`), labeller and note, then: aip-eval label import {out['file']}"
+    )
     return 0
 
 
@@ -588,8 +714,12 @@ def cmd_validate(args) -> int:
 
     spec = load_spec(args.spec)
     rows = pipeline.validate_datasets(spec)
-    print(json.dumps({"spec": spec.name, "dataset_rows": rows[spec.dataset], "datasets": rows,
-                      "resolved": spec.shown()}, indent=2))
+    print(
+        json.dumps(
+            {"spec": spec.name, "dataset_rows": rows[spec.dataset], "datasets": rows, "resolved": spec.shown()},
+            indent=2,
+        )
+    )
     return 0
 
 
@@ -615,8 +745,12 @@ def cmd_perturb(args) -> int:
 
     conn = None
     if args.paraphrase_base_url:
-        conn = Connection(provider="openai", base_url=args.paraphrase_base_url, model=args.paraphrase_model,
-                          api_key_env=args.paraphrase_api_key_env)
+        conn = Connection(
+            provider="openai",
+            base_url=args.paraphrase_base_url,
+            model=args.paraphrase_model,
+            api_key_env=args.paraphrase_api_key_env,
+        )
     types = args.types.split(",") if args.types else None
     try:
         out = perturb_file(args.seed_dataset, args.out, types, args.seed, args.variants_per_type, conn)
@@ -660,10 +794,18 @@ def cmd_serve(args) -> int:
 
     profile = _profile(args.profile)
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    server = BuiltinServer(profile, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
-                           fail_substring=args.fail_substring, api_key=api_key, batch_seconds=args.batch_seconds,
-                           batch_expire_rate=args.batch_expire_rate)
-    print(f"builtin model ({profile.name}) serving OpenAI-compatible API at http://{args.host}:{args.port}/v1", flush=True)
+    server = BuiltinServer(
+        profile,
+        latency_ms=args.latency_ms,
+        fail_rate=args.fail_rate,
+        fail_substring=args.fail_substring,
+        api_key=api_key,
+        batch_seconds=args.batch_seconds,
+        batch_expire_rate=args.batch_expire_rate,
+    )
+    print(
+        f"builtin model ({profile.name}) serving OpenAI-compatible API at http://{args.host}:{args.port}/v1", flush=True
+    )
     server.serve_forever(args.host, args.port)
     return 0
 
@@ -677,45 +819,75 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", help="resume this run (or start a new run with this id)")
     r.add_argument("--metric", action="append", help="only this metric (repeatable)")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
-    r.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)")
+    r.add_argument(
+        "--warehouse",
+        help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)",
+    )
     r.add_argument("--quiet", action="store_true", help="no progress lines")
-    r.add_argument("--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing")
+    r.add_argument(
+        "--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing"
+    )
     r.add_argument("--max-calls", type=int, help="cap the run's model calls (raises a resumed run's cap)")
     r.add_argument("--max-tokens", type=int, help="cap the run's tokens (raises a resumed run's cap)")
-    r.add_argument("--submit", action="store_true",
-                   help="queue one Dagster run per metric for the instance's daemon (`aip-eval daemon`, `aip-eval ui`) "
-                        "instead of evaluating here; waits for them and prints the summary")
+    r.add_argument(
+        "--submit",
+        action="store_true",
+        help="queue one Dagster run per metric for the instance's daemon (`aip-eval daemon`, `aip-eval ui`) "
+        "instead of evaluating here; waits for them and prints the summary",
+    )
     r.add_argument("--detach", action="store_true", help="with --submit: return once the runs are queued")
-    r.add_argument("--parallel", type=int, default=1,
-                   help="evaluate this many metrics at once, each in a worker process; every endpoint's "
-                        "max_connections is shared between them (default 1; not with call or token caps)")
+    r.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="evaluate this many metrics at once, each in a worker process; every endpoint's "
+        "max_connections is shared between them (default 1; not with call or token caps)",
+    )
     r.set_defaults(fn=cmd_run)
 
     q = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")
     q.add_argument("query")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    q.add_argument("--max-rows", type=int, default=200, help="table format: rows printed (0: all; csv and json "
-                                                                  "print every row)")
-    q.add_argument("--max-colwidth", type=int, default=80, help="table format: characters per cell, longer cells "
-                                                                "end in '...' (0: no limit)")
-    q.add_argument("--timeout", type=float, default=60.0,
-                   help="stop the query after this many seconds (default %(default)g; 0: no limit); a stopped "
-                        "query prints no result and exits 2")
+    q.add_argument(
+        "--max-rows", type=int, default=200, help="table format: rows printed (0: all; csv and json print every row)"
+    )
+    q.add_argument(
+        "--max-colwidth",
+        type=int,
+        default=80,
+        help="table format: characters per cell, longer cells end in '...' (0: no limit)",
+    )
+    q.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="stop the query after this many seconds (default %(default)g; 0: no limit); a stopped "
+        "query prints no result and exits 2",
+    )
     q.add_argument("--warehouse")
     q.set_defaults(fn=cmd_sql)
 
     sub.add_parser("runs", help="list registered runs").set_defaults(fn=cmd_runs)
-    sub.add_parser("daemon", help="run Dagster's daemon on the project's instance (one per instance): it "
-                   "launches queued runs (`run --submit`, schedules, the sensor)").set_defaults(fn=cmd_daemon)
+    sub.add_parser(
+        "daemon",
+        help="run Dagster's daemon on the project's instance (one per instance): it "
+        "launches queued runs (`run --submit`, schedules, the sensor)",
+    ).set_defaults(fn=cmd_daemon)
     ui = sub.add_parser("ui", help="run the Dagster UI and daemon (`dagster dev`) on the project's instance")
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(fn=cmd_ui)
 
-    mg = sub.add_parser("migrate", help="copy a local warehouse's runs into the lake (shared mode: "
-                                        "AIP_LAKE_DATA_PATH and AIP_SHARED_STATE_URL set)")
-    mg.add_argument("--from", dest="source", help="the local DuckDB file (default $AIP_WAREHOUSE, else "
-                                                  "warehouse.duckdb in the data folder)")
+    mg = sub.add_parser(
+        "migrate",
+        help="copy a local warehouse's runs into the lake (shared mode: "
+        "AIP_LAKE_DATA_PATH and AIP_SHARED_STATE_URL set)",
+    )
+    mg.add_argument(
+        "--from",
+        dest="source",
+        help="the local DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder)",
+    )
     mg.set_defaults(fn=cmd_migrate)
 
     c = sub.add_parser("compare", help="compare run B against run A: each metric's change, tested")
@@ -729,38 +901,61 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="write a self-contained HTML report of RUN and print its path")
     rp.add_argument("run", nargs="?", help="run id (see `aip-eval runs`); optional with --serve")
-    rp.add_argument("--serve", action="store_true", help="then serve the reports folder over HTTP (loopback) so "
-                                                         "the links in the Dagster UI open; Ctrl-C stops")
+    rp.add_argument(
+        "--serve",
+        action="store_true",
+        help="then serve the reports folder over HTTP (loopback) so the links in the Dagster UI open; Ctrl-C stops",
+    )
     rp.add_argument("--host", default="127.0.0.1", help="--serve: address to listen on (default loopback only)")
     rp.add_argument("--port", type=int, default=None, help="--serve: port (default $AIP_REPORT_PORT, else 8112)")
     rp.add_argument("--out", help="output file (default <warehouse dir>/reports/<run>.html)")
-    rp.add_argument("--rows-per-metric", type=int, default=None,
-                    help="the sample viewer embeds at most this many rows of each metric, lowest scores first "
-                         "(default 500; the page says how many were left out)")
-    rp.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)")
+    rp.add_argument(
+        "--rows-per-metric",
+        type=int,
+        default=None,
+        help="the sample viewer embeds at most this many rows of each metric, lowest scores first "
+        "(default 500; the page says how many were left out)",
+    )
+    rp.add_argument(
+        "--warehouse",
+        help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)",
+    )
     rp.set_defaults(fn=cmd_report)
 
     lb = sub.add_parser("label", help="check the judge against people: export judgements to label, import the labels")
     lsub = lb.add_subparsers(dest="label_cmd", required=True)
-    le = lsub.add_parser("export", help="write a seeded sample of RUN's judgements of a metric, stratified by the "
-                                        "judge's category, to a CSV (or .jsonl) a person fills in")
+    le = lsub.add_parser(
+        "export",
+        help="write a seeded sample of RUN's judgements of a metric, stratified by the "
+        "judge's category, to a CSV (or .jsonl) a person fills in",
+    )
     le.add_argument("run", help="run id (see `aip-eval runs`)")
     le.add_argument("--metric", required=True, help="the metric whose judgements to label, e.g. llm.decision_flip")
     le.add_argument("--n", type=int, default=100, help="judgements in the sample (default 100)")
     le.add_argument("--out", help="the file: .csv or .jsonl (default <warehouse dir>/labels/<run>--<metric>.csv)")
-    le.add_argument("--show-verdict", action="store_true", help="include the judge's category and reasoning "
-                                                                "(default: hidden, so the person is not led by it)")
+    le.add_argument(
+        "--show-verdict",
+        action="store_true",
+        help="include the judge's category and reasoning (default: hidden, so the person is not led by it)",
+    )
     le.add_argument("--seed", type=int, help="the sample's seed (default the run's seed)")
     le.add_argument("--force", action="store_true", help="replace --out if it exists")
     le.add_argument("--json", action="store_true", help="print what was written as JSON")
-    le.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder)")
+    le.add_argument(
+        "--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder)"
+    )
     le.set_defaults(fn=cmd_label_export)
-    li = lsub.add_parser("import", help="check and store a filled-in file's labels (table human_labels), then the "
-                                        "judge's agreement with people, kappa and the corrected rate (metric_scores)")
+    li = lsub.add_parser(
+        "import",
+        help="check and store a filled-in file's labels (table human_labels), then the "
+        "judge's agreement with people, kappa and the corrected rate (metric_scores)",
+    )
     li.add_argument("file", help="the filled-in .csv or .jsonl")
     li.add_argument("--labeller", help="who labelled the rows whose labeller cell is empty")
     li.add_argument("--json", action="store_true", help="print the figures as JSON")
-    li.add_argument("--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder)")
+    li.add_argument(
+        "--warehouse", help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder)"
+    )
     li.set_defaults(fn=cmd_label_import)
 
     v = sub.add_parser("validate", help="validate a spec and its dataset without running anything")
@@ -772,7 +967,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--spec", help="include the extra templates of this run spec")
     t.set_defaults(fn=cmd_templates)
 
-    pt = sub.add_parser("perturb", help="generate perturbed variants of a dataset (gdi_text_v1, with metadata.original_query)")
+    pt = sub.add_parser(
+        "perturb", help="generate perturbed variants of a dataset (gdi_text_v1, with metadata.original_query)"
+    )
     pt.add_argument("seed_dataset")
     pt.add_argument("out", help="output file: .jsonl, .csv or .parquet")
     pt.add_argument("--types", help="comma-separated: typos,casing,punctuation,word_order,filler,synonyms,paraphrase")
@@ -786,7 +983,9 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("answer", help="fill sut_response with the builtin model's answers (outside the pipeline)")
     an.add_argument("dataset")
     an.add_argument("out")
-    an.add_argument("--profile", help='builtin SUT profile as JSON, e.g. \'{"name": "fragile", "fragile_to": "typos"}\'')
+    an.add_argument(
+        "--profile", help='builtin SUT profile as JSON, e.g. \'{"name": "fragile", "fragile_to": "typos"}\''
+    )
     an.set_defaults(fn=cmd_answer)
 
     s = sub.add_parser("serve-builtin", help="serve the builtin model as an OpenAI-compatible endpoint")
@@ -797,10 +996,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fail-rate", type=float, default=0.0, help="share of request bodies answered with HTTP 500")
     s.add_argument("--fail-substring", help="requests whose body contains this get HTTP 500")
     s.add_argument("--api-key-env", help="require 'Authorization: Bearer $VAR'")
-    s.add_argument("--batch-seconds", type=float, default=2.0,
-                   help="Batch API (/v1/files, /v1/batches): a batch is done this long after it is created")
-    s.add_argument("--batch-expire-rate", type=float, default=0.0,
-                   help="Batch API: share of requests (picked by body) that miss the completion window")
+    s.add_argument(
+        "--batch-seconds",
+        type=float,
+        default=2.0,
+        help="Batch API (/v1/files, /v1/batches): a batch is done this long after it is created",
+    )
+    s.add_argument(
+        "--batch-expire-rate",
+        type=float,
+        default=0.0,
+        help="Batch API: share of requests (picked by body) that miss the completion window",
+    )
     s.set_defaults(fn=cmd_serve)
     return p
 
@@ -835,9 +1042,12 @@ def main(argv: list[str] | None = None) -> int:
         if current().debug:
             traceback.print_exc()
         where = save_traceback(traceback.format_exc(), args.cmd, data_dir() / "errors")
-        print(f"internal error: {type(e).__name__}: {e}\nThis is a bug in aip-eval, not a problem with your "
-              f"input. The traceback is saved in {where}; please report it with that file (AIP_DEBUG=1 prints it "
-              "too).", file=sys.stderr)
+        print(
+            f"internal error: {type(e).__name__}: {e}\nThis is a bug in aip-eval, not a problem with your "
+            f"input. The traceback is saved in {where}; please report it with that file (AIP_DEBUG=1 prints it "
+            "too).",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
     finally:
         restore_logging()

@@ -38,7 +38,7 @@ import json
 import math
 import zlib
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -46,13 +46,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import scoring
 from . import warehouse as wh
 from .errors import AipError
-from . import scoring
 from .stats import holm, normalise_array, wilson  # noqa: F401 - holm is part of this module's API
 
-COLUMNS = ["metric", "scope", "group_key", "score_a", "score_b", "diff", "ci_low", "ci_high", "p_value",
-           "p_adjusted", "significant", "n_a", "n_b", "method"]
+COLUMNS = [
+    "metric",
+    "scope",
+    "group_key",
+    "score_a",
+    "score_b",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+    "significant",
+    "n_a",
+    "n_b",
+    "method",
+]
 
 
 def lower_is_better(metric: str, scope: str) -> bool:
@@ -133,8 +147,9 @@ def _normaliser(cfg: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
 Units = dict[str, np.ndarray]  # unit (input id or perturbation group) -> sufficient sums
 
 
-def bootstrap_se(units_a: Units, units_b: Units, stat, norm_a, norm_b, paired: bool, seed: int,
-                 n_boot: int = N_BOOT) -> float:
+def bootstrap_se(
+    units_a: Units, units_b: Units, stat, norm_a, norm_b, paired: bool, seed: int, n_boot: int = N_BOOT
+) -> float:
     """Standard deviation of norm_b(stat(B*)) - norm_a(stat(A*)) over bootstrap resamples of the units.
 
     Paired: one multinomial draw over the union of units serves both runs (a unit a run did not
@@ -240,13 +255,21 @@ def _diffs(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def _bootstrap_row(ctx: dict[str, Any], scope: str, key: str, ova, ovb, ua: Units, ub: Units, stat,
-                   unit_desc: str) -> dict[str, Any]:
+def _bootstrap_row(
+    ctx: dict[str, Any], scope: str, key: str, ova, ovb, ua: Units, ub: Units, stat, unit_desc: str
+) -> dict[str, Any]:
     """One compared score tested by the bootstrap: the stored scores, and a p-value and deferred
     interval when the units reproduce both stored scores."""
     m, paired, n_boot = ctx["metric"], ctx["paired"], ctx["n_boot"]
-    row = {"metric": m, "scope": scope, "group_key": key, "score_a": _num(ova["score"]),
-           "score_b": _num(ovb["score"]), "n_a": _int(ova["n"]), "n_b": _int(ovb["n"])}
+    row = {
+        "metric": m,
+        "scope": scope,
+        "group_key": key,
+        "score_a": _num(ova["score"]),
+        "score_b": _num(ovb["score"]),
+        "n_a": _int(ova["n"]),
+        "n_b": _int(ovb["n"]),
+    }
     _finish_diff(row)
     if row["diff"] is None:
         row["method"] = "no test: a score is missing"
@@ -258,11 +281,16 @@ def _bootstrap_row(ctx: dict[str, Any], scope: str, key: str, ova, ovb, ua: Unit
         raw = float(stat(np.sum(np.array(list(units.values())), axis=0)))
         stored_raw = _num(ov["raw_score"])
         stored = _num(ov["score"])
-        if (stored_raw is not None and abs(raw - stored_raw) > TOL) or stored is None or abs(float(norm(np.array(raw))) - stored) > TOL:
+        if (
+            (stored_raw is not None and abs(raw - stored_raw) > TOL)
+            or stored is None
+            or abs(float(norm(np.array(raw))) - stored) > TOL
+        ):
             row["method"] = "no test: the stored rows do not reproduce the score"
             return row
-    se = bootstrap_se(ua, ub, stat, ctx["norm_a"], ctx["norm_b"], paired, _seed(ctx["run_a"], ctx["run_b"], m, scope, key),
-                      n_boot)
+    se = bootstrap_se(
+        ua, ub, stat, ctx["norm_a"], ctx["norm_b"], paired, _seed(ctx["run_a"], ctx["run_b"], m, scope, key), n_boot
+    )
     if math.isnan(se):
         row["method"] = "no test: bootstrap failed"
         return row
@@ -272,16 +300,26 @@ def _bootstrap_row(ctx: dict[str, Any], scope: str, key: str, ova, ovb, ua: Unit
     df_t = n_units - 1
     d = row["diff"]
     row["p_value"] = (1.0 if d == 0 else 0.0) if se == 0 else t_two_sided_p(d / se, df_t)
-    row["_ci"] = lambda q: (max(-1.0, d - t_quantile(q, df_t) * se),  # scores lie in [0, 1]
-                            min(1.0, d + t_quantile(q, df_t) * se))
+    row["_ci"] = lambda q: (
+        max(-1.0, d - t_quantile(q, df_t) * se),  # scores lie in [0, 1]
+        min(1.0, d + t_quantile(q, df_t) * se),
+    )
     shown = n_units if paired else f"{len(ua)}/{len(ub)}"
-    row["method"] = (f"{'paired' if paired else 'unpaired'} bootstrap over {shown} {unit_desc} (B={n_boot}): "
-                     f"bootstrap SE, Student t on {df_t} df")
+    row["method"] = (
+        f"{'paired' if paired else 'unpaired'} bootstrap over {shown} {unit_desc} (B={n_boot}): "
+        f"bootstrap SE, Student t on {df_t} df"
+    )
     return row
 
 
-def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: float = 0.05,
-                 persist: bool = True, n_boot: int = N_BOOT) -> tuple[pd.DataFrame, list[str]]:
+def compare_runs(
+    run_a: str,
+    run_b: str,
+    path: str | Path | None = None,
+    alpha: float = 0.05,
+    persist: bool = True,
+    n_boot: int = N_BOOT,
+) -> tuple[pd.DataFrame, list[str]]:
     """Compare run B against run A: one row per compared score (``diff = b - a``) and warnings.
 
     The result is also written to ``run_comparisons`` (replacing an earlier comparison of the
@@ -308,11 +346,15 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
         warnings.insert(0, f"runs of different specs (A: {ra['spec_name']}, B: {rb['spec_name']}): compared anyway")
     (ja, rule_a), (jb, rule_b) = ((r["spec"].get("judges"), r["spec"].get("judge_rule")) for r in (ra, rb))
     if (ja or jb) and (ja, rule_a) != (jb, rule_b):
-        warnings.append(f"the judge panel differs (A: {len(ja or [])} judge(s), {rule_a if ja else 'no panel'}; B: "
-                        f"{len(jb or [])}, {rule_b if jb else 'no panel'}): verdicts come from different panels")
+        warnings.append(
+            f"the judge panel differs (A: {len(ja or [])} judge(s), {rule_a if ja else 'no panel'}; B: "
+            f"{len(jb or [])}, {rule_b if jb else 'no panel'}): verdicts come from different panels"
+        )
     if ra["spec"].get("judge") != rb["spec"].get("judge"):
-        warnings.append(f"the judge differs ({', '.join(_diffs(ra['spec'].get('judge'), rb['spec'].get('judge')))}): "
-                        "scores come from different judges")
+        warnings.append(
+            f"the judge differs ({', '.join(_diffs(ra['spec'].get('judge'), rb['spec'].get('judge')))}): "
+            "scores come from different judges"
+        )
 
     results: list[dict[str, Any]] = []  # rows, with a deferred interval for tested ones
     from .metrics import REGISTRY
@@ -323,8 +365,9 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
         formula = plugin.formula
         va, vb = ra["metric_versions"].get(m), rb["metric_versions"].get(m)
         if va != vb:
-            warnings.append(f"{m}: metric version {va} in run A vs {vb} in run B: not the same measurement; "
-                            "compared anyway")
+            warnings.append(
+                f"{m}: metric version {va} in run A vs {vb} in run B: not the same measurement; compared anyway"
+            )
         cfg_a, cfg_b = _config(ra, m), _config(rb, m)
         changed = _diffs(cfg_a, cfg_b)
         if changed:
@@ -340,8 +383,15 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
             missing = [x for x, s in (("A", sa), ("B", sb)) if not (s["scope"] == "overall").any()]
             warnings.append(f"{m}: not aggregated in run {' and '.join(missing)}, not compared")
             continue
-        ctx = {"run_a": run_a, "run_b": run_b, "metric": m, "norm_a": _normaliser(cfg_a), "norm_b": _normaliser(cfg_b),
-               "paired": paired, "n_boot": n_boot}
+        ctx = {
+            "run_a": run_a,
+            "run_b": run_b,
+            "metric": m,
+            "norm_a": _normaliser(cfg_a),
+            "norm_b": _normaliser(cfg_b),
+            "paired": paired,
+            "n_boot": n_boot,
+        }
 
         # overall: the bootstrap of the score's own statistic over its clusters (scoring.py)
         ova, ovb = sa[sa["scope"] == "overall"].iloc[0], sb[sb["scope"] == "overall"].iloc[0]
@@ -365,28 +415,51 @@ def compare_runs(run_a: str, run_b: str, path: str | Path | None = None, alpha: 
                 side = "A" if key in ga.index else "B"
                 g = ga.loc[key] if side == "A" else gb.loc[key]
                 val = _num(g["rate"] if rate else g["score"])
-                results.append({"metric": m, "scope": scope, "group_key": key,
-                                "score_a": val if side == "A" else None, "score_b": val if side == "B" else None,
-                                "n_a": _int(g["n"]) if side == "A" else None, "n_b": _int(g["n"]) if side == "B" else None,
-                                "diff": None, "method": f"no test: only in run {side}"})
+                results.append(
+                    {
+                        "metric": m,
+                        "scope": scope,
+                        "group_key": key,
+                        "score_a": val if side == "A" else None,
+                        "score_b": val if side == "B" else None,
+                        "n_a": _int(g["n"]) if side == "A" else None,
+                        "n_b": _int(g["n"]) if side == "B" else None,
+                        "diff": None,
+                        "method": f"no test: only in run {side}",
+                    }
+                )
                 continue
             a, b = ga.loc[key], gb.loc[key]
             if rate:  # a rate of events (flips): two proportions
-                na, nb, ka, kb = _int(a["n"]) or 0, _int(b["n"]) or 0, _int(a["n_events"]) or 0, _int(b["n_events"]) or 0
-                row = {"metric": m, "scope": scope, "group_key": key, "score_a": ka / na if na else None,
-                       "score_b": kb / nb if nb else None, "n_a": na, "n_b": nb}
+                na, nb, ka, kb = (
+                    _int(a["n"]) or 0,
+                    _int(b["n"]) or 0,
+                    _int(a["n_events"]) or 0,
+                    _int(b["n_events"]) or 0,
+                )
+                row = {
+                    "metric": m,
+                    "scope": scope,
+                    "group_key": key,
+                    "score_a": ka / na if na else None,
+                    "score_b": kb / nb if nb else None,
+                    "n_a": na,
+                    "n_b": nb,
+                }
                 _finish_diff(row)
                 if not na or not nb:
                     row["method"] = "no test: no judged pair in a run"
                 else:
                     row["p_value"] = two_proportion_p(ka, na, kb, nb)
                     row["_ci"] = lambda q, ka=ka, na=na, kb=kb, nb=nb: newcombe(ka, na, kb, nb, NormalDist().inv_cdf(q))
-                    row["method"] = ("two-proportion z-test (pooled), Newcombe hybrid Wilson interval; "
-                                     "flip rate, lower is better")
+                    row["method"] = (
+                        "two-proportion z-test (pooled), Newcombe hybrid Wilson interval; flip rate, lower is better"
+                    )
                 results.append(row)
             else:
-                results.append(_bootstrap_row(ctx, scope, key, a, b, units_a.get(key, {}), units_b.get(key, {}), stat,
-                                             unit_desc))
+                results.append(
+                    _bootstrap_row(ctx, scope, key, a, b, units_a.get(key, {}), units_b.get(key, {}), stat, unit_desc)
+                )
 
     tested = [r for r in results if r.get("p_value") is not None]
     m_tests = len(tested)
@@ -421,14 +494,16 @@ def is_drop(row: dict | pd.Series) -> bool:
     return row["diff"] > 0 if lower_is_better(row["metric"], row["scope"]) else row["diff"] < 0
 
 
-def save_comparison(run_a: str, run_b: str, df: pd.DataFrame, warnings: list[str],
-                    path: str | Path | None = None) -> int:
+def save_comparison(
+    run_a: str, run_b: str, df: pd.DataFrame, warnings: list[str], path: str | Path | None = None
+) -> int:
     """Replace the stored comparison of (run_a, run_b) in ``run_comparisons``, in one transaction."""
     out = df.copy()
     out["run_a"], out["run_b"], out["run_id"] = run_a, run_b, run_b
     out["warnings"] = json.dumps(warnings, ensure_ascii=False)
-    out["created_at"] = datetime.now(timezone.utc).replace(tzinfo=None)
+    out["created_at"] = datetime.now(UTC).replace(tzinfo=None)
     out = wh.frame("run_comparisons", out)
+
     def replace(con) -> None:
         con.execute("DELETE FROM run_comparisons WHERE run_a = ? AND run_b = ?", [run_a, run_b])
         if len(out):
@@ -449,11 +524,14 @@ def latest_pair(spec_name: str, path: str | Path | None = None) -> tuple[str, st
         rows = con.execute(
             "SELECT r.run_id FROM eval_runs r WHERE r.spec_name = ? AND EXISTS (SELECT 1 FROM metric_scores m "
             "WHERE m.run_id = r.run_id AND m.scope = 'overall') ORDER BY r.created_at DESC, r.run_id DESC LIMIT 2",
-            [spec_name]).fetchall()
+            [spec_name],
+        ).fetchall()
         n_all = (con.execute("SELECT count(*) FROM eval_runs WHERE spec_name = ?", [spec_name]).fetchone() or (0,))[0]
     if len(rows) < 2:
-        raise AipError(f"spec {spec_name!r} has {len(rows)} scored run{'s' if len(rows) != 1 else ''} "
-                       f"({n_all} registered); a comparison needs two")
+        raise AipError(
+            f"spec {spec_name!r} has {len(rows)} scored run{'s' if len(rows) != 1 else ''} "
+            f"({n_all} registered); a comparison needs two"
+        )
     return rows[1][0], rows[0][0]
 
 
@@ -465,22 +543,49 @@ def format_table(df: pd.DataFrame, run_a: str, run_b: str, alpha: float = 0.05) 
     rows = []
     for r in df.to_dict("records"):
         mark = ("* drop" if is_drop(r) else "* gain") if r["significant"] and r["diff"] else ""
-        test = ("none" if str(r["method"]).startswith("no test") else
-                "2-prop" if str(r["method"]).startswith("two-proportion") else "bootstrap")
+        test = (
+            "none"
+            if str(r["method"]).startswith("no test")
+            else "2-prop"
+            if str(r["method"]).startswith("two-proportion")
+            else "bootstrap"
+        )
         lower = " (rate, lower better)" if lower_is_better(r["metric"], r["scope"]) else ""
-        rows.append({"": mark, "metric": r["metric"], "scope": r["scope"] + lower, "group": r["group_key"],
-                     "A": f(r["score_a"]), "B": f(r["score_b"]), "diff": fd(r["diff"]),
-                     "interval": "" if r["ci_low"] is None or pd.isna(r["ci_low"]) else f"[{fd(r['ci_low'])}, {fd(r['ci_high'])}]",
-                     "p": fp(r["p_value"]), "p adj.": fp(r["p_adjusted"]), "n A": "" if pd.isna(r["n_a"]) else int(r["n_a"]),
-                     "n B": "" if pd.isna(r["n_b"]) else int(r["n_b"]), "test": test})
+        rows.append(
+            {
+                "": mark,
+                "metric": r["metric"],
+                "scope": r["scope"] + lower,
+                "group": r["group_key"],
+                "A": f(r["score_a"]),
+                "B": f(r["score_b"]),
+                "diff": fd(r["diff"]),
+                "interval": ""
+                if r["ci_low"] is None or pd.isna(r["ci_low"])
+                else f"[{fd(r['ci_low'])}, {fd(r['ci_high'])}]",
+                "p": fp(r["p_value"]),
+                "p adj.": fp(r["p_adjusted"]),
+                "n A": "" if pd.isna(r["n_a"]) else int(r["n_a"]),
+                "n B": "" if pd.isna(r["n_b"]) else int(r["n_b"]),
+                "test": test,
+            }
+        )
     m = int(df["p_value"].notna().sum())
     head = f"Run B {run_b} vs run A {run_a} (diff = B - A)"
     if not rows:
         return head + "\n(nothing to compare)"
-    lines = [head, pd.DataFrame(rows).to_string(index=False), "",
-             (f"* significant at alpha {alpha} after Holm over {m} tests; intervals at the Bonferroni level "
-              f"{1 - alpha / max(m, 1):.4g}; a drop is a lower score or a higher flip rate.")]
+    lines = [
+        head,
+        pd.DataFrame(rows).to_string(index=False),
+        "",
+        (
+            f"* significant at alpha {alpha} after Holm over {m} tests; intervals at the Bonferroni level "
+            f"{1 - alpha / max(m, 1):.4g}; a drop is a lower score or a higher flip rate."
+        ),
+    ]
     untested = df[df["p_value"].isna()]
     for reason, g in untested.groupby("method", sort=False):
-        lines.append(f"{reason}: " + ", ".join(f"{a} {b} {c}" for a, b, c in zip(g["metric"], g["scope"], g["group_key"])))
+        lines.append(
+            f"{reason}: " + ", ".join(f"{a} {b} {c}" for a, b, c in zip(g["metric"], g["scope"], g["group_key"]))
+        )
     return "\n".join(lines)

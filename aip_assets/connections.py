@@ -11,20 +11,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # a header name is a secret's when one of its words (split at - _ . and spaces) is one of these
-_SECRET_WORD = re.compile(r"auth\w*|\w*token|\w*secret|cookie|set-cookie|passw(?:or)?d|credentials?|signature|"
-                          r"session\w*|key|apikey|api-?key|accesskey|privatekey", re.I)
+_SECRET_WORD = re.compile(
+    r"auth\w*|\w*token|\w*secret|cookie|set-cookie|passw(?:or)?d|credentials?|signature|"
+    r"session\w*|key|apikey|api-?key|accesskey|privatekey",
+    re.I,
+)
 # a value is one when it has an auth scheme, or a provider's token shape (their prefixes are case-sensitive
 # and followed by a long random part, so "asia-southeast1" or "sk-learn-team" is no key)
-_TOKEN_PREFIX = re.compile(r"^(?i:(?:bearer|basic|token|apikey)\s+\S{6,})|^(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{16,}|"
-                           r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
-                           r"(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[\w-]{10,}\.|glpat-[\w-]{20,}|hf_[A-Za-z0-9]{30,}|"
-                           r"AIza[\w-]{35}|ya29\.[\w-]{20,})")
+_TOKEN_PREFIX = re.compile(
+    r"^(?i:(?:bearer|basic|token|apikey)\s+\S{6,})|^(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{16,}|"
+    r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[\w-]{10,}\.|glpat-[\w-]{20,}|hf_[A-Za-z0-9]{30,}|"
+    r"AIza[\w-]{35}|ya29\.[\w-]{20,})"
+)
 
 
 def secret_header_name(name: str) -> bool:
     """``Authorization``, ``X-Api-Key``, ``X-Auth-Token``, ``Cookie`` …, not ``X-Monkey-Team``."""
-    return any(_SECRET_WORD.fullmatch(w) for w in re.split(r"[-_.\s]+", name) if w) or \
-        bool(re.fullmatch(r"(?i)x?-?api-?key", name))
+    return any(_SECRET_WORD.fullmatch(w) for w in re.split(r"[-_.\s]+", name) if w) or bool(
+        re.fullmatch(r"(?i)x?-?api-?key", name)
+    )
 
 
 def looks_like_credential(value: str) -> bool:
@@ -80,32 +86,62 @@ class BuiltinProfile(BaseModel):
     value: str | None = None
     axis: str | None = None
     p: float = Field(0.0, ge=0.0, le=1.0)
-    directional: bool = Field(False, description="flip only the favourable decision (the first label) to an "
-                              "unfavourable one, at rate p, instead of swapping any decision")
-    noise_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers (per persona and sample) whose "
-                              "decision is drawn at random and whose advice is drawn afresh")
+    directional: bool = Field(
+        False,
+        description="flip only the favourable decision (the first label) to an "
+        "unfavourable one, at rate p, instead of swapping any decision",
+    )
+    noise_rate: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of answers (per persona and sample) whose "
+        "decision is drawn at random and whose advice is drawn afresh",
+    )
     terse_value: str | None = None
     terse_axis: str | None = None
     contradiction_rate: float = Field(0.0, ge=0.0, le=1.0, description="q: share of fresh samples that contradict")
     jailbreak_yield_rate: float = Field(0.0, ge=0.0, le=1.0, description="r: share of jailbreak-wrapped prompts obeyed")
     fragile_to: Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms"] | None = None
-    refusal_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)")
-    refusal_value: str | None = Field(None, description="refuse only personas with this attribute value (at "
-                                      "refusal_rate): a differential refusal, for calibration")
+    refusal_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)"
+    )
+    refusal_value: str | None = Field(
+        None,
+        description="refuse only personas with this attribute value (at "
+        "refusal_rate): a differential refusal, for calibration",
+    )
     judge_garbage_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that are not valid JSON")
-    judge_position_bias: float = Field(0.0, ge=0.0, le=1.0, description="share of judge answers that favour the "
-                                       "response shown first (decision flip: misreads the second decision; group bias: "
-                                       "calls the second answer less helpful)")
+    judge_position_bias: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of judge answers that favour the "
+        "response shown first (decision flip: misreads the second decision; group bias: "
+        "calls the second answer less helpful)",
+    )
     seed: int = 0
 
     @model_validator(mode="after")
     def _check_effects(self):
-        effects = {"flip": bool(self.value or self.p), "terse": bool(self.terse_value),
-                   "inconsistent": bool(self.contradiction_rate), "unsafe": bool(self.jailbreak_yield_rate),
-                   "fragile": bool(self.fragile_to), "noisy": bool(self.noise_rate)}
-        wanted = {"fair": set(), "flip": {"flip"}, "terse": {"terse"}, "biased": {"flip", "terse"},
-                  "inconsistent": {"inconsistent"}, "unsafe": {"unsafe"}, "fragile": {"fragile"},
-                  "noisy": {"noisy"}}.get(self.name)
+        effects = {
+            "flip": bool(self.value or self.p),
+            "terse": bool(self.terse_value),
+            "inconsistent": bool(self.contradiction_rate),
+            "unsafe": bool(self.jailbreak_yield_rate),
+            "fragile": bool(self.fragile_to),
+            "noisy": bool(self.noise_rate),
+        }
+        wanted = {
+            "fair": set(),
+            "flip": {"flip"},
+            "terse": {"terse"},
+            "biased": {"flip", "terse"},
+            "inconsistent": {"inconsistent"},
+            "unsafe": {"unsafe"},
+            "fragile": {"fragile"},
+            "noisy": {"noisy"},
+        }.get(self.name)
         if self.name == "noisy" and not self.noise_rate:
             raise ValueError("profile 'noisy' needs 'noise_rate' (the share of answers decided at random)")
         if self.directional and not self.value:
@@ -119,8 +155,10 @@ class BuiltinProfile(BaseModel):
         if wanted is not None:
             extra = {k for k, on in effects.items() if on} - wanted
             if extra:
-                raise ValueError(f"profile '{self.name}' does not have the effect(s) {sorted(extra)}; "
-                                 "use the matching profile name or 'custom'")
+                raise ValueError(
+                    f"profile '{self.name}' does not have the effect(s) {sorted(extra)}; "
+                    "use the matching profile name or 'custom'"
+                )
         return self
 
 
@@ -135,8 +173,10 @@ class BatchSettings(BaseModel):
     poll_seconds: float = Field(30.0, gt=0, le=3600, description="seconds between looks at a batch in progress")
     completion_window: Literal["24h"] = Field("24h", description="the provider's window (OpenAI offers 24h)")
     on_failure: Literal["live", "fail"] = Field(
-        "live", description="a request the batch failed or let expire: sent again as a live call (live), or "
-                            "recorded as failed with the reason (fail)")
+        "live",
+        description="a request the batch failed or let expire: sent again as a live call (live), or "
+        "recorded as failed with the reason (fail)",
+    )
 
 
 class Prices(BaseModel):
@@ -145,8 +185,9 @@ class Prices(BaseModel):
     model_config = ConfigDict(extra="forbid")
     input_per_million_tokens: float = Field(ge=0.0)
     output_per_million_tokens: float = Field(ge=0.0)
-    batch_discount: float = Field(0.5, ge=0.0, le=1.0, description="the Batch API's discount (OpenAI and "
-                                  "Anthropic: half the price of live calls)")
+    batch_discount: float = Field(
+        0.5, ge=0.0, le=1.0, description="the Batch API's discount (OpenAI and Anthropic: half the price of live calls)"
+    )
 
 
 class Connection(BaseModel):
@@ -159,32 +200,58 @@ class Connection(BaseModel):
     api_key_env: str | None = Field(None, description="name of the environment variable holding the API key")
     system_prompt: str | None = None
     headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers (non-secret)")
-    header_env: dict[str, str] = Field(default_factory=dict, description="header name -> env var holding its (secret) value")
+    header_env: dict[str, str] = Field(
+        default_factory=dict, description="header name -> env var holding its (secret) value"
+    )
     max_tokens: int | None = Field(None, ge=1)
-    params: dict[str, Any] = Field(default_factory=dict, description="other request parameters (top_p, seed, stop, ...)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="other request parameters (top_p, seed, stop, ...)"
+    )
     profile: BuiltinProfile = Field(default_factory=BuiltinProfile)
-    max_connections: int = Field(64, ge=1, le=1024, description="calls in flight at this endpoint, shared by "
-                                 "every role, metric and process on this machine")
-    requests_per_minute: int | None = Field(None, ge=1, description="request starts per minute at this endpoint, "
-                                            "shared by every role, metric and process on this machine")
-    tokens_per_minute: int | None = Field(None, ge=1, description="prompt + completion tokens per minute at this "
-                                          "endpoint, shared like requests_per_minute (charged before each attempt as "
-                                          "characters / 4 + max_tokens or max_completion_tokens, settled with "
-                                          "the answer's usage; a 429 at 0, another failure at its prompt)")
+    max_connections: int = Field(
+        64,
+        ge=1,
+        le=1024,
+        description="calls in flight at this endpoint, shared by every role, metric and process on this machine",
+    )
+    requests_per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="request starts per minute at this endpoint, "
+        "shared by every role, metric and process on this machine",
+    )
+    tokens_per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="prompt + completion tokens per minute at this "
+        "endpoint, shared like requests_per_minute (charged before each attempt as "
+        "characters / 4 + max_tokens or max_completion_tokens, settled with "
+        "the answer's usage; a 429 at 0, another failure at its prompt)",
+    )
     max_rate_limit_wait_seconds: float = Field(
-        600.0, ge=0.0, description="a 429/503 with Retry-After is waited out without using the call's retries, "
-                                   "up to this many seconds in total per call; then it counts as a failure")
+        600.0,
+        ge=0.0,
+        description="a 429/503 with Retry-After is waited out without using the call's retries, "
+        "up to this many seconds in total per call; then it counts as a failure",
+    )
     adaptive_concurrency: bool = Field(
-        True, description="on rate-limit answers (429, or 503 with Retry-After) halve the calls in flight, then add "
-                          "one back after as many successes in a row; never above the configured concurrency")
-    structured_output: Literal["auto", "on", "off", "json_schema", "json_object_schema", "json_object", "prompt"] = Field(
-        "auto", description="how judges are asked for their JSON verdict (response_format): auto tries, before the "
-                            "run, json_schema (OpenAI), json_object_schema (json_object with the schema: llama.cpp), "
-                            "json_object, then prompt (no response_format) and keeps the first the endpoint takes "
-                            "and answers in, moving on to the next form when the endpoint refuses one during the "
-                            "run; on = json_schema and off = prompt, never falling back; or name one form to pin it")
-    batch: BatchSettings = Field(default_factory=BatchSettings,
-                                 description="send this connection's calls through the provider's Batch API")
+        True,
+        description="on rate-limit answers (429, or 503 with Retry-After) halve the calls in flight, then add "
+        "one back after as many successes in a row; never above the configured concurrency",
+    )
+    structured_output: Literal["auto", "on", "off", "json_schema", "json_object_schema", "json_object", "prompt"] = (
+        Field(
+            "auto",
+            description="how judges are asked for their JSON verdict (response_format): auto tries, before the "
+            "run, json_schema (OpenAI), json_object_schema (json_object with the schema: llama.cpp), "
+            "json_object, then prompt (no response_format) and keeps the first the endpoint takes "
+            "and answers in, moving on to the next form when the endpoint refuses one during the "
+            "run; on = json_schema and off = prompt, never falling back; or name one form to pin it",
+        )
+    )
+    batch: BatchSettings = Field(
+        default_factory=BatchSettings, description="send this connection's calls through the provider's Batch API"
+    )
     prices: Prices | None = Field(None, description="the endpoint's prices, for --dry-run's cost estimate")
 
     @model_validator(mode="after")
@@ -192,39 +259,58 @@ class Connection(BaseModel):
         if self.provider == "openai" and not self.base_url:
             raise ValueError("provider 'openai' needs base_url (e.g. http://localhost:8000/v1)")
         if self.batch.enabled and self.provider != "openai":
-            raise ValueError("batch.enabled needs an openai endpoint (a Batch API: /v1/files and /v1/batches); the "
-                             "builtin model answers in process (serve it with `aip-eval serve-builtin` to batch it)")
+            raise ValueError(
+                "batch.enabled needs an openai endpoint (a Batch API: /v1/files and /v1/batches); the "
+                "builtin model answers in process (serve it with `aip-eval serve-builtin` to batch it)"
+            )
         secret = [h for h in self.headers if secret_header_name(h)]
         if secret:
-            raise ValueError(f"headers {secret} look secret: name an environment variable for them in header_env instead")
+            raise ValueError(
+                f"headers {secret} look secret: name an environment variable for them in header_env instead"
+            )
         secret = [h for h, v in self.headers.items() if looks_like_credential(v)]
         if secret:  # the value is never echoed
-            raise ValueError(f"headers {secret}: the value looks like a credential (a token prefix, or long and "
-                             "random); put it in an environment variable and name it in header_env instead, "
-                             f"e.g. header_env: {{{secret[0]}: MY_{re.sub(r'[^A-Z0-9]', '_', secret[0].upper())}}}")
+            raise ValueError(
+                f"headers {secret}: the value looks like a credential (a token prefix, or long and "
+                "random); put it in an environment variable and name it in header_env instead, "
+                f"e.g. header_env: {{{secret[0]}: MY_{re.sub(r'[^A-Z0-9]', '_', secret[0].upper())}}}"
+            )
         if self.base_url:  # a URL is stored and printed: it may carry no credential
             from urllib.parse import parse_qsl, urlsplit
 
             u = urlsplit(self.base_url)
             if u.username or u.password:
-                raise ValueError("base_url carries a user name or password (user:pass@host): put the credential in "
-                                 "an environment variable (api_key_env, or header_env for a header) instead")
+                raise ValueError(
+                    "base_url carries a user name or password (user:pass@host): put the credential in "
+                    "an environment variable (api_key_env, or header_env for a header) instead"
+                )
             bad = [k for k, v in parse_qsl(u.query) if secret_header_name(k) or looks_like_credential(v)]
             if bad:
-                raise ValueError(f"base_url's query parameter(s) {bad} look like a credential: send it as a header "
-                                 "from an environment variable (header_env) instead")
-        secret = [k for k, v in self.params.items()
-                  if secret_header_name(k) or (isinstance(v, str) and looks_like_credential(v))]
+                raise ValueError(
+                    f"base_url's query parameter(s) {bad} look like a credential: send it as a header "
+                    "from an environment variable (header_env) instead"
+                )
+        secret = [
+            k
+            for k, v in self.params.items()
+            if secret_header_name(k) or (isinstance(v, str) and looks_like_credential(v))
+        ]
         if secret:  # params go into every stored request body
-            raise ValueError(f"params {secret} look like a credential: params are stored with every request; "
-                             "send it as a header from an environment variable (header_env) instead")
+            raise ValueError(
+                f"params {secret} look like a credential: params are stored with every request; "
+                "send it as a header from an environment variable (header_env) instead"
+            )
         reserved = {"model", "messages", "temperature", "n", "stream"} & set(self.params)
         if reserved:
             raise ValueError(f"params may not set {sorted(reserved)}: the metric controls them")
         return self
 
     def endpoint_id(self) -> str:
-        return f"builtin:{self.profile.model_dump_json()}" if self.provider == "builtin" else (self.base_url or "").rstrip("/")
+        return (
+            f"builtin:{self.profile.model_dump_json()}"
+            if self.provider == "builtin"
+            else (self.base_url or "").rstrip("/")
+        )
 
     def foreign_fields(self) -> set[str]:
         """The fields that do not apply to this connection's provider (a shown spec leaves them out)."""
@@ -233,10 +319,26 @@ class Connection(BaseModel):
     def call_identity(self) -> tuple:
         """What a call's key takes from this connection (models/client.call_key: the endpoint and
         the request body): two connections alike in it share every call."""
-        return (self.endpoint_id(), self.model, self.system_prompt, self.max_tokens,
-                json.dumps(self.params, sort_keys=True, default=str))
+        return (
+            self.endpoint_id(),
+            self.model,
+            self.system_prompt,
+            self.max_tokens,
+            json.dumps(self.params, sort_keys=True, default=str),
+        )
 
 
 BUILTIN_ONLY = {"profile"}
-OPENAI_ONLY = {"base_url", "api_key_env", "system_prompt", "headers", "header_env", "max_tokens", "max_connections",
-               "max_rate_limit_wait_seconds", "structured_output", "batch", "prices"}
+OPENAI_ONLY = {
+    "base_url",
+    "api_key_env",
+    "system_prompt",
+    "headers",
+    "header_env",
+    "max_tokens",
+    "max_connections",
+    "max_rate_limit_wait_seconds",
+    "structured_output",
+    "batch",
+    "prices",
+}

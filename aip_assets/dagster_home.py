@@ -72,15 +72,19 @@ def storage_url() -> str:
     url = shared_state_url() or ""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres"):
-        raise AipError(f"{SHARED_STATE_ENV} is not a postgresql:// URL, which Dagster's storage needs "
-                       f"(postgresql://user:password@host:port/database); or set {STORAGE_URL_ENV} to "
-                       "Dagster's own database as postgresql+psycopg2://...")
+        raise AipError(
+            f"{SHARED_STATE_ENV} is not a postgresql:// URL, which Dagster's storage needs "
+            f"(postgresql://user:password@host:port/database); or set {STORAGE_URL_ENV} to "
+            "Dagster's own database as postgresql+psycopg2://..."
+        )
     check_url(url, SHARED_STATE_ENV)
     try:
         import dagster_postgres  # noqa: F401
     except ImportError:
-        raise AipError(f"shared mode ({SHARED_STATE_ENV}) keeps Dagster's runs in Postgres, which needs "
-                       "dagster-postgres: pip install 'aip-assets[shared]'") from None
+        raise AipError(
+            f"shared mode ({SHARED_STATE_ENV}) keeps Dagster's runs in Postgres, which needs "
+            "dagster-postgres: pip install 'aip-assets[shared]'"
+        ) from None
     # derived here (remembered as such: the shared-state URL may change within one process, e.g. between
     # tests), and written for Dagster: its settings name the URL by this variable, read by this process's
     # instance and by the processes it starts (the daemon, the UI, their run workers)
@@ -123,32 +127,47 @@ def instance_settings(home: Path, shared: bool = False, max_runs: int = MAX_CONC
     st = h / "storage"
     # one run of a partition at a time: two runs evaluating one partition at once would write the
     # same rows and, in a lake, conflict
-    one_per_partition = ("    tag_concurrency_limits:\n      - key: dagster/partition\n"
-                         "        value:\n          applyLimitPerUniqueValue: true\n        limit: 1\n")
+    one_per_partition = (
+        "    tag_concurrency_limits:\n      - key: dagster/partition\n"
+        "        value:\n          applyLimitPerUniqueValue: true\n        limit: 1\n"
+    )
     if shared:
         storage = f"storage:\n  postgres:\n    postgres_url:\n      env: {STORAGE_URL_ENV}\n"
     elif FAST or FAST_RUNS:
-        runs = ("module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteRunStorage" if FAST_RUNS
-                else "module: dagster._core.storage.runs\n  class: SqliteRunStorage")
-        events = ("module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteEventLogStorage" if FAST
-                  else "module: dagster._core.storage.event_log\n  class: SqliteEventLogStorage")
-        storage = (f"run_storage:\n  {runs}\n  config:\n    base_dir: {st / 'history'}\n"
-                   f"event_log_storage:\n  {events}\n  config:\n    base_dir: {st / 'history' / 'runs'}\n"
-                   f"schedule_storage:\n  module: dagster._core.storage.schedules\n  class: SqliteScheduleStorage\n"
-                   f"  config:\n    base_dir: {st / 'schedules'}\n")
+        runs = (
+            "module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteRunStorage"
+            if FAST_RUNS
+            else "module: dagster._core.storage.runs\n  class: SqliteRunStorage"
+        )
+        events = (
+            "module: aip_assets.dagster_storage\n  class: EngineKeepingSqliteEventLogStorage"
+            if FAST
+            else "module: dagster._core.storage.event_log\n  class: SqliteEventLogStorage"
+        )
+        storage = (
+            f"run_storage:\n  {runs}\n  config:\n    base_dir: {st / 'history'}\n"
+            f"event_log_storage:\n  {events}\n  config:\n    base_dir: {st / 'history' / 'runs'}\n"
+            f"schedule_storage:\n  module: dagster._core.storage.schedules\n  class: SqliteScheduleStorage\n"
+            f"  config:\n    base_dir: {st / 'schedules'}\n"
+        )
     else:
         storage = f"storage:\n  sqlite:\n    base_dir: {st}\n"
-    header = ("Dagster's storage in the shared Postgres database (shared mode)" if shared
-              else "the same storage as the project's dagster.yaml")
-    return (f"# written by aip-assets for the CLI: {header}\n"
-            f"{storage}"
-            f"local_artifact_storage:\n  module: dagster._core.storage.root\n  class: LocalArtifactStorage\n"
-            f"  config:\n    base_dir: {h}\n"
-            f"compute_logs:\n  module: dagster._core.storage.local_compute_log_manager\n"
-            f"  class: LocalComputeLogManager\n  config:\n    base_dir: {h / 'compute_logs'}\n"
-            f"telemetry:\n  enabled: false\n"
-            f"run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n"
-            f"concurrency:\n  runs:\n    max_concurrent_runs: {max_runs}\n{one_per_partition}")
+    header = (
+        "Dagster's storage in the shared Postgres database (shared mode)"
+        if shared
+        else "the same storage as the project's dagster.yaml"
+    )
+    return (
+        f"# written by aip-assets for the CLI: {header}\n"
+        f"{storage}"
+        f"local_artifact_storage:\n  module: dagster._core.storage.root\n  class: LocalArtifactStorage\n"
+        f"  config:\n    base_dir: {h}\n"
+        f"compute_logs:\n  module: dagster._core.storage.local_compute_log_manager\n"
+        f"  class: LocalComputeLogManager\n  config:\n    base_dir: {h / 'compute_logs'}\n"
+        f"telemetry:\n  enabled: false\n"
+        f"run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n"
+        f"concurrency:\n  runs:\n    max_concurrent_runs: {max_runs}\n{one_per_partition}"
+    )
 
 
 def prepare_home() -> Path:
@@ -159,7 +178,9 @@ def prepare_home() -> Path:
 
     from .errors import AipError
 
-    users = bool(os.environ.get("DAGSTER_HOME")) and os.environ.get("AIP_DAGSTER_HOME_SET") != os.environ["DAGSTER_HOME"]
+    users = (
+        bool(os.environ.get("DAGSTER_HOME")) and os.environ.get("AIP_DAGSTER_HOME_SET") != os.environ["DAGSTER_HOME"]
+    )
     is_shared = shared()
     if is_shared:
         try:
@@ -192,7 +213,7 @@ def prepare_home() -> Path:
 # while busy), with Postgres's statement timeout at STATEMENT_TIMEOUT_MS.
 POOL_OVERFLOW = 4
 STATEMENT_TIMEOUT_MS = 60_000
-_POOLED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_POOLED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def pooled(instance) -> None:
@@ -200,8 +221,9 @@ def pooled(instance) -> None:
     instance; nothing for SQLite), riding out a restart of the database (``_ride_out``)."""
     if instance in _POOLED or not shared():
         return
-    instance.optimize_for_webserver(statement_timeout=STATEMENT_TIMEOUT_MS, pool_recycle=3600,
-                                    max_overflow=POOL_OVERFLOW)
+    instance.optimize_for_webserver(
+        statement_timeout=STATEMENT_TIMEOUT_MS, pool_recycle=3600, max_overflow=POOL_OVERFLOW
+    )
     url = configured_storage_url()
     for name in ("run_storage", "event_log_storage", "schedule_storage"):
         engine = getattr(getattr(instance, name, None), "_engine", None)
@@ -281,17 +303,21 @@ def storage_outage(e: BaseException):
         seen.add(id(err))
         orig = getattr(err, "orig", None)  # SQLAlchemy's DBAPIError: the driver's error
         name = type(err).__name__
-        outage = (getattr(err, "connection_invalidated", False)
-                  or (orig is not None and type(orig).__name__ == "OperationalError" and lost(orig))
-                  or (name == "OperationalError" and type(err).__module__.startswith("psycopg2") and lost(err))
-                  or (name == "DagsterPostgresException" and "retries for DB connection" in str(err)))
+        outage = (
+            getattr(err, "connection_invalidated", False)
+            or (orig is not None and type(orig).__name__ == "OperationalError" and lost(orig))
+            or (name == "OperationalError" and type(err).__module__.startswith("psycopg2") and lost(err))
+            or (name == "DagsterPostgresException" and "retries for DB connection" in str(err))
+        )
         if outage:
             statement = getattr(err, "statement", None) or ""
             table = re.search(r"\b(?:INTO|UPDATE|FROM)\s+([a-z_]+)", statement)
             what = f"a statement on table {table.group(1)}" if table else "a statement"
             cause = orig if orig is not None else (err.__cause__ or err)
-            return OperationalError(f"{STORAGE_LABEL} ({describe(url)}, {STORAGE_URL_ENV}): {what} failed, the "
-                                    f"database went away: {_first_line(cause, url)}")
+            return OperationalError(
+                f"{STORAGE_LABEL} ({describe(url)}, {STORAGE_URL_ENV}): {what} failed, the "
+                f"database went away: {_first_line(cause, url)}"
+            )
         todo += [err.__cause__, None if err.__suppress_context__ else err.__context__]
     return None
 
@@ -314,6 +340,11 @@ def get_instance():
         return instance
     except Exception as e:  # noqa: BLE001 - Dagster's or the driver's error, said with the database and without the password
         cause = e.__cause__ or e
-        what = (f"Dagster's storage in Postgres ({describe(url)}, {STORAGE_URL_ENV})" if ours and shared() and url
-                else f"the Dagster instance in {home} ($DAGSTER_HOME)")
-        raise AipError(f"{what} cannot be used: {_first_line(cause, url) if url else str(cause).splitlines()[0]}") from None
+        what = (
+            f"Dagster's storage in Postgres ({describe(url)}, {STORAGE_URL_ENV})"
+            if ours and shared() and url
+            else f"the Dagster instance in {home} ($DAGSTER_HOME)"
+        )
+        raise AipError(
+            f"{what} cannot be used: {_first_line(cause, url) if url else str(cause).splitlines()[0]}"
+        ) from None

@@ -41,8 +41,9 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 KEEP = 16  # engines kept per storage, and anchors per process: the index database and the latest runs'
 SYNCHRONOUS = "NORMAL"  # the connections' PRAGMA synchronous (WAL mode: safe against a process crash)
@@ -62,13 +63,17 @@ try:
 
     def _audited() -> bool:
         connect = getattr(SqliteEventLogStorage, "_connect", None)
-        if connect is None or not all(callable(getattr(SqliteEventLogStorage, name, None))
-                                      for name in ("_initdb", "conn_string_for_shard", "from_config_value")):
+        if connect is None or not all(
+            callable(getattr(SqliteEventLogStorage, name, None))
+            for name in ("_initdb", "conn_string_for_shard", "from_config_value")
+        ):
             return False
-        return (_source_hash(connect) == AUDITED_CONNECT
-                and callable(getattr(_dagster_sqlite, "create_engine", None))
-                and hasattr(_dagster_sqlite, "SQLITE_BUSY_TIMEOUT_SECONDS")
-                and list(inspect.signature(SqliteEventLogStorage.__init__).parameters)[:2] == ["self", "base_dir"])
+        return (
+            _source_hash(connect) == AUDITED_CONNECT
+            and callable(getattr(_dagster_sqlite, "create_engine", None))
+            and hasattr(_dagster_sqlite, "SQLITE_BUSY_TIMEOUT_SECONDS")
+            and list(inspect.signature(SqliteEventLogStorage.__init__).parameters)[:2] == ["self", "base_dir"]
+        )
 
     FAST = _audited()
     INDEX_SHARD = getattr(_dagster_sqlite, "INDEX_SHARD_NAME", "index")
@@ -83,10 +88,13 @@ try:
 
     def _audited_runs() -> bool:
         connect = getattr(SqliteRunStorage, "connect", None)
-        return (connect is not None and callable(getattr(SqliteRunStorage, "from_local", None))
-                and _source_hash(connect) == AUDITED_RUNS_CONNECT
-                and callable(getattr(_dagster_runs, "create_engine", None))
-                and list(inspect.signature(SqliteRunStorage.__init__).parameters)[:2] == ["self", "conn_string"])
+        return (
+            connect is not None
+            and callable(getattr(SqliteRunStorage, "from_local", None))
+            and _source_hash(connect) == AUDITED_RUNS_CONNECT
+            and callable(getattr(_dagster_runs, "create_engine", None))
+            and list(inspect.signature(SqliteRunStorage.__init__).parameters)[:2] == ["self", "conn_string"]
+        )
 
     FAST_RUNS = _audited_runs()
 except (ImportError, OSError, TypeError):
@@ -192,6 +200,7 @@ def _changes(conn: Any) -> int:
 
 
 if SqliteEventLogStorage is not None:
+
     class EngineKeepingSqliteEventLogStorage(SqliteEventLogStorage):
         """Dagster's SQLite event log, keeping one engine per database (see the module's docstring).
         Defined whatever ``FAST`` says, so a ``dagster.yaml`` naming it always loads; without
@@ -215,8 +224,11 @@ if SqliteEventLogStorage is not None:
             with self._db_lock:
                 engine = self._engines.pop(shard, None)
                 if engine is None:  # made as Dagster makes it, through Dagster's own name for it
-                    engine = _engine(_dagster_sqlite.create_engine, self.conn_string_for_shard(shard),
-                                     connect_args={"timeout": _dagster_sqlite.SQLITE_BUSY_TIMEOUT_SECONDS})
+                    engine = _engine(
+                        _dagster_sqlite.create_engine,
+                        self.conn_string_for_shard(shard),
+                        connect_args={"timeout": _dagster_sqlite.SQLITE_BUSY_TIMEOUT_SECONDS},
+                    )
                 self._engines[shard] = engine  # the most recent last
                 while len(self._engines) > KEEP:
                     self._engines.popitem(last=False)[1].dispose()
@@ -248,6 +260,7 @@ if SqliteEventLogStorage is not None:
 
 
 if SqliteRunStorage is not None:
+
     class EngineKeepingSqliteRunStorage(SqliteRunStorage):
         """Dagster's SQLite run storage with its engine kept, an anchor and ``synchronous=NORMAL``
         (the module's docstring). Without ``FAST_RUNS`` it is Dagster's class unchanged."""

@@ -63,7 +63,7 @@ class DatasetRow:
         }
 
     @classmethod
-    def from_record(cls, r: dict[str, Any]) -> "DatasetRow":
+    def from_record(cls, r: dict[str, Any]) -> DatasetRow:
         return cls(
             input_id=r["input_id"],
             prompt=json.loads(r["prompt"]) if r["prompt_is_turns"] else r["prompt"],
@@ -181,7 +181,9 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
                     try:
                         obj = json.loads(line)
                     except json.JSONDecodeError as e:
-                        raise DatasetError(f"{path}: row {len(records) + 1} (line {i}): not valid JSON: {e.msg}") from None
+                        raise DatasetError(
+                            f"{path}: row {len(records) + 1} (line {i}): not valid JSON: {e.msg}"
+                        ) from None
                     if not isinstance(obj, dict):
                         raise DatasetError(f"{path}: row {len(records) + 1} (line {i}): must be a JSON object")
                     records.append(obj)
@@ -200,8 +202,10 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     except Exception as e:  # unreadable file: say which and why
         raise DatasetError(f"{path}: cannot read as {suffix.lstrip('.')}: {e}") from None
     if not suffix:
-        raise DatasetError(f"{path}: the file name has no suffix, so its type is unknown; name the file for its "
-                           "format: .csv, .jsonl (or .ndjson) or .parquet (or .pq)")
+        raise DatasetError(
+            f"{path}: the file name has no suffix, so its type is unknown; name the file for its "
+            "format: .csv, .jsonl (or .ndjson) or .parquet (or .pq)"
+        )
     raise DatasetError(f"{path}: unsupported file type {suffix!r}; use .csv, .jsonl (or .ndjson) or .parquet (or .pq)")
 
 
@@ -216,10 +220,15 @@ def _not_a_folder(path: Path) -> None:
         inside = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() in DATASET_SUFFIXES)
     except OSError:
         inside = []
-    held = (f" (it holds {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''})" if inside
-            else " (it holds no .csv, .jsonl, .ndjson or .parquet file)")
-    raise DatasetError(f"{path}: is a folder, not a dataset file{held}; give the path of one dataset file: "
-                       ".csv, .jsonl (or .ndjson) or .parquet (or .pq)")
+    held = (
+        f" (it holds {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''})"
+        if inside
+        else " (it holds no .csv, .jsonl, .ndjson or .parquet file)"
+    )
+    raise DatasetError(
+        f"{path}: is a folder, not a dataset file{held}; give the path of one dataset file: "
+        ".csv, .jsonl (or .ndjson) or .parquet (or .pq)"
+    )
 
 
 def load_dataset(path: str | Path) -> list[DatasetRow]:
@@ -244,7 +253,9 @@ def load_dataset(path: str | Path) -> list[DatasetRow]:
     rows: list[DatasetRow] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(records, 1):
-        where = f"{path}: row {i}" + (f" (input_id {raw.get('input_id')!r})" if not _is_missing(raw.get("input_id")) else "")
+        where = f"{path}: row {i}" + (
+            f" (input_id {raw.get('input_id')!r})" if not _is_missing(raw.get("input_id")) else ""
+        )
         row = _validate_row(raw, where, errors)
         if row is None:
             continue

@@ -44,13 +44,13 @@ class LimitReached(AipError):
 
 
 # The exit codes of `aip-eval` (DESIGN.md, "Exit codes"; the README's table): each means one thing.
-EXIT_PASSED = 0          # every metric passed its gate
-EXIT_GATE_FAILED = 1     # a metric's gate failed (its tables are written)
-EXIT_BAD_INPUT = 2       # bad input or configuration: nothing written
-EXIT_INTERNAL = 3        # a bug of aip-eval: the traceback is saved
-EXIT_LIMIT = 4           # stopped at a limit (calls, tokens): resumable
-EXIT_OPERATIONAL = 5     # a failure outside the project (a lock, a database, an endpoint) after retries: resumable
-EXIT_INTERRUPTED = 130   # Ctrl-C or SIGTERM: resumable
+EXIT_PASSED = 0  # every metric passed its gate
+EXIT_GATE_FAILED = 1  # a metric's gate failed (its tables are written)
+EXIT_BAD_INPUT = 2  # bad input or configuration: nothing written
+EXIT_INTERNAL = 3  # a bug of aip-eval: the traceback is saved
+EXIT_LIMIT = 4  # stopped at a limit (calls, tokens): resumable
+EXIT_OPERATIONAL = 5  # a failure outside the project (a lock, a database, an endpoint) after retries: resumable
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: resumable
 
 
 def save_traceback(text: str, what: str, folder: Path) -> str:
@@ -83,6 +83,10 @@ def format_validation_error(exc, prefix: str = "") -> str:
         if err.get("type") == "extra_forbidden":
             msg = "unknown field"
         inp = err.get("input")
-        shown = "" if err.get("type") in ("missing", "extra_forbidden") or isinstance(inp, (dict, list)) else f" (got {inp!r})"
+        shown = (
+            ""
+            if err.get("type") in ("missing", "extra_forbidden") or isinstance(inp, (dict, list))
+            else f" (got {inp!r})"
+        )
         lines.append(f"{loc or '<root>'}: {msg}{shown}")
     return "\n".join(lines)

@@ -19,15 +19,15 @@ from typing import Any
 REASONS: dict[str, str] = {
     "sut_failed": "a SUT call failed (HTTP error, timeout, refused connection, malformed response) after its retries",
     "empty_answer": "the SUT answered with nothing visible: empty text, whitespace by Unicode (NBSP, U+3000…) or "
-                    "zero-width characters (U+200B-U+200D, U+2060, U+FEFF) only, or only a <think> block "
-                    "(sut_responses.status = 'empty'); "
-                    "no judge is asked",
+    "zero-width characters (U+200B-U+200D, U+2060, U+FEFF) only, or only a <think> block "
+    "(sut_responses.status = 'empty'); "
+    "no judge is asked",
     "judge_failed": "the judge never answered in the required JSON form within its retry budget, or its call failed",
     "unjudgeable": "the judge answered in form but declared that the item cannot be judged on its dimension "
-                   "(e.g. neither answer takes a stance, neither states a figure)",
+    "(e.g. neither answer takes a stance, neither states a figure)",
     "judges_disagree": "a judge panel (judges: [...]) reached no verdict under its judge_rule: no strict majority of "
-                       "the judges' verdicts (majority), or not all alike (unanimous); every judge's verdict is in "
-                       "judge_panel",
+    "the judges' verdicts (majority), or not all alike (unanimous); every judge's verdict is in "
+    "judge_panel",
 }
 # judgement statuses for which a judge was asked (the denominator of judge completeness)
 JUDGE_ASKED = ("ok", "judge_failed", "no_decision", "unjudgeable", "judges_disagree")
@@ -36,8 +36,9 @@ JUDGE_ASKED = ("ok", "judge_failed", "no_decision", "unjudgeable", "judges_disag
 def exclusion_reason(statuses) -> str:
     """The one reason a unit judged by several judgements (a pair's three judges, a variant's
     correctness and robustness) is excluded: its SUT answers first, then the judges."""
-    return next((r for r in ("sut_failed", "empty_answer", "unjudgeable", "judges_disagree") if r in statuses),
-                "judge_failed")
+    return next(
+        (r for r in ("sut_failed", "empty_answer", "unjudgeable", "judges_disagree") if r in statuses), "judge_failed"
+    )
 
 
 def completeness(ctx) -> dict[str, dict[str, Any]]:
@@ -50,9 +51,15 @@ def completeness(ctx) -> dict[str, dict[str, Any]]:
     s_failed = s_total - sut.get("ok", 0)
     j_total = sum(n for k, n in jud.items() if k in JUDGE_ASKED)
     j_failed = jud.get("judge_failed", 0)
-    return {"sut": {"total": s_total, "failed": s_failed, "empty": sut.get("empty", 0),
-                    "failed_share": s_failed / s_total if s_total else 0.0},
-            "judge": {"total": j_total, "failed": j_failed, "failed_share": j_failed / j_total if j_total else 0.0}}
+    return {
+        "sut": {
+            "total": s_total,
+            "failed": s_failed,
+            "empty": sut.get("empty", 0),
+            "failed_share": s_failed / s_total if s_total else 0.0,
+        },
+        "judge": {"total": j_total, "failed": j_failed, "failed_share": j_failed / j_total if j_total else 0.0},
+    }
 
 
 def coverage(judged: int, excluded: dict[str, int]) -> float | None:
@@ -82,7 +89,9 @@ def gated_value(score: float | None, ci_low: float | None, on: str) -> float | N
     return score if on == "point" else ci_low
 
 
-def gate_groups(records: list, scope: str, threshold: float | None, on: str, rate_label: str | None = None) -> list[str]:
+def gate_groups(
+    records: list, scope: str, threshold: float | None, on: str, rate_label: str | None = None
+) -> list[str]:
     """Hold every breakdown record of ``scope`` (an axis, an attribute value) to ``threshold``:
     each gets ``threshold``, ``passed`` and ``gate_reason``; the failures are returned, each
     naming the group, its figure with its interval and the threshold ("gender: flip rate 0.133
@@ -119,14 +128,24 @@ def failed_groups(scores, scope: str) -> dict[str, str]:
     import pandas as pd
 
     rows = scores[scores["scope"] == scope]
-    return {str(r["group_key"]): str(r["gate_reason"]) for _, r in rows.iterrows()
-            if r.get("passed") is not None and not pd.isna(r.get("passed")) and not bool(r["passed"])}
+    return {
+        str(r["group_key"]): str(r["gate_reason"])
+        for _, r in rows.iterrows()
+        if r.get("passed") is not None and not pd.isna(r.get("passed")) and not bool(r["passed"])
+    }
 
 
-def decide(score: float | None, threshold: float | None, cov: float | None, min_coverage: float,
-           complete: dict[str, dict[str, Any]], max_failed_share: float,
-           failures: list[str] | tuple[str, ...] = (), on: str = "point", ci_low: float | None = None
-           ) -> tuple[bool, str]:
+def decide(
+    score: float | None,
+    threshold: float | None,
+    cov: float | None,
+    min_coverage: float,
+    complete: dict[str, dict[str, Any]],
+    max_failed_share: float,
+    failures: list[str] | tuple[str, ...] = (),
+    on: str = "point",
+    ci_low: float | None = None,
+) -> tuple[bool, str]:
     """(passed, reason): every condition that fails is named; a pass says what it rests on. With
     ``on="interval"`` the score's 95% lower end (``ci_low``) must clear the threshold."""
     f3 = lambda x: f"{x:.3f}"  # noqa: E731
@@ -137,8 +156,11 @@ def decide(score: float | None, threshold: float | None, cov: float | None, min_
     elif threshold is not None and gated is None:
         problems.append("no interval: gate_on interval needs one")
     elif threshold is not None and gated is not None and gated < threshold:
-        problems.append(f"score {f3(score)} below threshold {f3(threshold)}" if on == "point" else
-                        f"score {f3(score)}: its 95% lower end {f3(gated)} below threshold {f3(threshold)}")
+        problems.append(
+            f"score {f3(score)} below threshold {f3(threshold)}"
+            if on == "point"
+            else f"score {f3(score)}: its 95% lower end {f3(gated)} below threshold {f3(threshold)}"
+        )
     if cov is None:
         problems.append("coverage n/a: nothing was planned")
     elif cov < min_coverage:
@@ -146,17 +168,25 @@ def decide(score: float | None, threshold: float | None, cov: float | None, min_
     for role, what in (("sut", "SUT answers"), ("judge", "judge verdicts")):
         c = complete[role]
         if c["failed_share"] > max_failed_share:
-            problems.append(f"{c['failed']} of {c['total']} {what} failed ({f3(c['failed_share'])}, above "
-                            f"max_failed_share {f3(max_failed_share)})")
+            problems.append(
+                f"{c['failed']} of {c['total']} {what} failed ({f3(c['failed_share'])}, above "
+                f"max_failed_share {f3(max_failed_share)})"
+            )
     problems += list(failures)
     if problems:
         return False, "; ".join(problems)
     assert score is not None and cov is not None
-    held = [(f"score {f3(score)} at least threshold {f3(threshold)}" if on == "point" else
-             f"score {f3(score)}, its 95% lower end {f3(gated)} at least threshold {f3(threshold)}")
-            if threshold is not None and gated is not None
-            else f"score {f3(score)} (no threshold)", f"coverage {f3(cov)} at least {f3(min_coverage)}",
-            f"failed shares within {f3(max_failed_share)}"]
+    held = [
+        (
+            f"score {f3(score)} at least threshold {f3(threshold)}"
+            if on == "point"
+            else f"score {f3(score)}, its 95% lower end {f3(gated)} at least threshold {f3(threshold)}"
+        )
+        if threshold is not None and gated is not None
+        else f"score {f3(score)} (no threshold)",
+        f"coverage {f3(cov)} at least {f3(min_coverage)}",
+        f"failed shares within {f3(max_failed_share)}",
+    ]
     return True, "; ".join(held)
 
 
@@ -181,8 +211,17 @@ def finish_scores(ctx, records: list[dict]) -> list[dict]:
             min_cov = spec.min_coverage_for(ctx.metric) if spec is not None and entry is not None else 0.9
             max_failed = spec.max_failed_share if spec is not None else 0.1
             complete = completeness(ctx)
-            passed, why = decide(r.get("score"), r.get("threshold"), r.get("coverage"), min_cov, complete,
-                                 max_failed, failures, gate_on(entry), r.get("ci_low"))
+            passed, why = decide(
+                r.get("score"),
+                r.get("threshold"),
+                r.get("coverage"),
+                min_cov,
+                complete,
+                max_failed,
+                failures,
+                gate_on(entry),
+                r.get("ci_low"),
+            )
             r["passed"], r["gate_reason"] = passed, why
             details = json.loads(r.get("details") or "{}")
             details.update(min_coverage=min_cov, completeness=complete)

@@ -50,7 +50,8 @@ import hashlib
 import json
 import re
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -64,7 +65,6 @@ SCOPE = "human_agreement"
 MIN_PER_SIDE = 10  # labels each side (people's c and not c) the corrected rate needs
 KAPPA_BOOT = 2000
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting so as a formula
-
 
 
 def allowed(metric: str, judgement: dict[str, Any]) -> list[str]:
@@ -96,8 +96,21 @@ def match_category(text: str, categories: Iterable[str]) -> str | None:
 
 
 # ------------------------------------------------------------------ the population and the sample
-JUDGEMENT_COLUMNS = ["judgement_id", "pair_id", "input_id", "axis", "judge_kind", "category", "status", "label", "score",
-                     "reasoning", "sample_index", "group_id", "variant_id"]
+JUDGEMENT_COLUMNS = [
+    "judgement_id",
+    "pair_id",
+    "input_id",
+    "axis",
+    "judge_kind",
+    "category",
+    "status",
+    "label",
+    "score",
+    "reasoning",
+    "sample_index",
+    "group_id",
+    "variant_id",
+]
 
 
 def population(metric: str, plugin, judgements: pd.DataFrame, pairs: pd.DataFrame | None) -> pd.DataFrame:
@@ -173,8 +186,12 @@ def consensus(labels: pd.DataFrame) -> tuple[dict[str, str], dict[str, Any]]:
             ties += 1
             continue
         out[str(jid)] = str(counts[0][0])
-    return out, {"labellers": sorted(set(labels["labeller"])), "items_with_several_labellers": several,
-                 "of_them_unanimous": unanimous, "ties_left_out": ties}
+    return out, {
+        "labellers": sorted(set(labels["labeller"])),
+        "items_with_several_labellers": several,
+        "of_them_unanimous": unanimous,
+        "ties_left_out": ties,
+    }
 
 
 def _share(items: list[tuple[float, bool]]) -> tuple[float | None, float]:
@@ -212,26 +229,47 @@ def _kappa_interval(items: list[tuple[str, str, float]], seed: int, n_boot: int 
     return [float(lo), float(hi)]
 
 
-def _agreement_row(items: list[tuple[str, str, float]], group_key: str, seed: int, base: dict[str, Any],
-                   extra: dict[str, Any]) -> dict[str, Any]:
+def _agreement_row(
+    items: list[tuple[str, str, float]], group_key: str, seed: int, base: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
     """Agreement (Wilson at Kish's n) and Cohen's kappa (stratified bootstrap) of weighted items."""
     po, kappa = cohen_kappa(items)
     agree_share, n_eff = _share([(w, a == b) for a, b, w in items])
     lo, hi = wilson_share(agree_share, n_eff)
     k_lo, k_hi = _kappa_interval(items, seed)
     confusion = Counter(f"{a} / {b}" for a, b, _ in items)
-    return {**base, "group_key": group_key, "rate": po, "rate_ci_low": lo, "rate_ci_high": hi, "raw_score": kappa,
-            "ci_low": k_lo, "ci_high": k_hi, "n": len(items), "n_events": sum(a == b for a, b, _ in items),
-            "details": json.dumps({
-                "agreement": po, "agreement_ci95": [lo, hi], "kappa": kappa, "kappa_ci95": [k_lo, k_hi],
+    return {
+        **base,
+        "group_key": group_key,
+        "rate": po,
+        "rate_ci_low": lo,
+        "rate_ci_high": hi,
+        "raw_score": kappa,
+        "ci_low": k_lo,
+        "ci_high": k_hi,
+        "n": len(items),
+        "n_events": sum(a == b for a, b, _ in items),
+        "details": json.dumps(
+            {
+                "agreement": po,
+                "agreement_ci95": [lo, hi],
+                "kappa": kappa,
+                "kappa_ci95": [k_lo, k_hi],
                 "kappa_interval": f"percentile, {KAPPA_BOOT} bootstrap resamples of the labelled items within each "
-                                  f"judge category, seed {seed}",
-                "items_compared": len(items), "effective_n": n_eff, **extra,
-                "confusion (judge / people)": dict(sorted(confusion.items()))}, ensure_ascii=False)}
+                f"judge category, seed {seed}",
+                "items_compared": len(items),
+                "effective_n": n_eff,
+                **extra,
+                "confusion (judge / people)": dict(sorted(confusion.items())),
+            },
+            ensure_ascii=False,
+        ),
+    }
 
 
-def agreement_records(metric: str, pop: pd.DataFrame, labels: pd.DataFrame, seed: int, metric_name: str,
-                      weight: float = 1.0) -> list[dict[str, Any]]:
+def agreement_records(
+    metric: str, pop: pd.DataFrame, labels: pd.DataFrame, seed: int, metric_name: str, weight: float = 1.0
+) -> list[dict[str, Any]]:
     """The ``human_agreement`` metric_scores records of one run × metric from its people's labels
     (``labels``: judgement_id, category, labeller) and the judgements they label (``pop``, from
     :func:`population`). See the module's docstring for what each says. A metric with several
@@ -252,12 +290,23 @@ def agreement_records(metric: str, pop: pd.DataFrame, labels: pd.DataFrame, seed
     kinds = [str(kind_of.get(jid, "")) for jid, _, _ in compared]
     uncovered = {c: sizes[c] for c in sizes if not labelled.get(c)}
     base = {"metric_name": metric_name, "scope": SCOPE, "weight": weight}
-    overall = _agreement_row(items, "agreement", seed, base, {
-        "labels": int(len(labels)), **people, "labels_of_judgements_without_a_verdict": len(not_in_population),
-        "weighting": ("each labelled item weighs N_h / n_h: the run's judgements in its judge category over those "
-                      "labelled there, so the figures speak of the run's judgements"),
-        "strata": {c: {"judged": sizes[c], "labelled": labelled.get(c, 0)} for c in sorted(sizes)},
-        "judge_categories_without_labels": uncovered})
+    overall = _agreement_row(
+        items,
+        "agreement",
+        seed,
+        base,
+        {
+            "labels": int(len(labels)),
+            **people,
+            "labels_of_judgements_without_a_verdict": len(not_in_population),
+            "weighting": (
+                "each labelled item weighs N_h / n_h: the run's judgements in its judge category over those "
+                "labelled there, so the figures speak of the run's judgements"
+            ),
+            "strata": {c: {"judged": sizes[c], "labelled": labelled.get(c, 0)} for c in sorted(sizes)},
+            "judge_categories_without_labels": uncovered,
+        },
+    )
     out = [{**overall, "n_failed": people["ties_left_out"] + len(not_in_population)}]
     if len(set(kinds)) > 1:
         for kind in sorted(set(kinds)):
@@ -271,21 +320,46 @@ def agreement_records(metric: str, pop: pd.DataFrame, labels: pd.DataFrame, seed
         sp, sp_n = _share([(w, a != c) for a, b, w in scope if b != c])
         se_ci, sp_ci = wilson_share(se, se_n), wilson_share(sp, sp_n)
         pos = [(a, b) for a, b, _ in scope if b == c]
-        out.append({**base, "group_key": f"category:{c}", "rate": se, "rate_ci_low": se_ci[0], "rate_ci_high": se_ci[1],
-                    "n": len(pos), "n_events": sum(a == c for a, _ in pos), "details": json.dumps({
-                        "sensitivity": se, "sensitivity_ci95": list(se_ci), "specificity": sp,
-                        "specificity_ci95": list(sp_ci), "people_said": len(pos),
-                        "people_said_other": len(scope) - len(pos), "judge_said": sum(a == c for a, _, _ in scope),
+        out.append(
+            {
+                **base,
+                "group_key": f"category:{c}",
+                "rate": se,
+                "rate_ci_low": se_ci[0],
+                "rate_ci_high": se_ci[1],
+                "n": len(pos),
+                "n_events": sum(a == c for a, _ in pos),
+                "details": json.dumps(
+                    {
+                        "sensitivity": se,
+                        "sensitivity_ci95": list(se_ci),
+                        "specificity": sp,
+                        "specificity_ci95": list(sp_ci),
+                        "people_said": len(pos),
+                        "people_said_other": len(scope) - len(pos),
+                        "judge_said": sum(a == c for a, _, _ in scope),
                         "of_items": f"judge {of_kind}" if of_kind else "all",
-                        "effective_n_sensitivity": se_n, "effective_n_specificity": sp_n}, ensure_ascii=False)})
+                        "effective_n_sensitivity": se_n,
+                        "effective_n_specificity": sp_n,
+                    },
+                    ensure_ascii=False,
+                ),
+            }
+        )
     key = key_rate(metric)
     if key is not None:
         out.append(corrected_record(key, pop, items, uncovered, seed, base))
     return out
 
 
-def corrected_record(key: KeyRate, pop: pd.DataFrame, items: list[tuple[str, str, float]],
-                     uncovered: dict[str, int], seed: int, base: dict[str, Any]) -> dict[str, Any]:
+def corrected_record(
+    key: KeyRate,
+    pop: pd.DataFrame,
+    items: list[tuple[str, str, float]],
+    uncovered: dict[str, int],
+    seed: int,
+    base: dict[str, Any],
+) -> dict[str, Any]:
     """The key rate corrected for the judge's sensitivity and specificity (Rogan–Gladen,
     ``stats.rogan_gladen_stratified``), or why not."""
     cats = pop["judge_category"]
@@ -294,38 +368,70 @@ def corrected_record(key: KeyRate, pop: pd.DataFrame, items: list[tuple[str, str
     mine = [(a, b == key.category) for a, b, _ in items if a in key.population]
     labelled = {c: (sum(a == c for a, _ in mine), sum(a == c and h for a, h in mine)) for c in judged}
     n_pos, n_neg = sum(h for _, h in mine), sum(not h for _, h in mine)
-    d: dict[str, Any] = {"what": key.what, "judge_rate": k_obs / n_obs if n_obs else None, "judged": n_obs,
-                         "judge_said": k_obs, "people_said": n_pos, "people_said_other": n_neg,
-                         "strata (judged, labelled, of them people's key)": {
-                             c: [judged[c], *labelled[c]] for c in judged},
-                         "population": list(key.population), "why": None}
-    rec = {**base, "group_key": f"corrected:{key.category}", "raw_score": d["judge_rate"], "n": n_obs,
-           "n_events": k_obs, "rate": None, "rate_ci_low": None, "rate_ci_high": None}
+    d: dict[str, Any] = {
+        "what": key.what,
+        "judge_rate": k_obs / n_obs if n_obs else None,
+        "judged": n_obs,
+        "judge_said": k_obs,
+        "people_said": n_pos,
+        "people_said_other": n_neg,
+        "strata (judged, labelled, of them people's key)": {c: [judged[c], *labelled[c]] for c in judged},
+        "population": list(key.population),
+        "why": None,
+    }
+    rec = {
+        **base,
+        "group_key": f"corrected:{key.category}",
+        "raw_score": d["judge_rate"],
+        "n": n_obs,
+        "n_events": k_obs,
+        "rate": None,
+        "rate_ci_low": None,
+        "rate_ci_high": None,
+    }
     missing = {c: n for c, n in uncovered.items() if c in key.population}
     if not n_obs:
         d["why"] = f"no judgement of the run is in the rate's population ({', '.join(key.population)})"
     elif missing:
-        d["why"] = ("no person labelled the judge's " + ", ".join(f"{c} ({n} judgements)" for c, n in missing.items())
-                    + ": the judge's sensitivity and specificity cannot be weighted over the run")
+        d["why"] = (
+            "no person labelled the judge's "
+            + ", ".join(f"{c} ({n} judgements)" for c, n in missing.items())
+            + ": the judge's sensitivity and specificity cannot be weighted over the run"
+        )
     elif n_pos < MIN_PER_SIDE or n_neg < MIN_PER_SIDE:
-        d["why"] = (f"too few labels: people put {n_pos} labelled item(s) in {key.category} and {n_neg} elsewhere; "
-                    f"the correction needs at least {MIN_PER_SIDE} on each side")
+        d["why"] = (
+            f"too few labels: people put {n_pos} labelled item(s) in {key.category} and {n_neg} elsewhere; "
+            f"the correction needs at least {MIN_PER_SIDE} on each side"
+        )
     if d["why"] is not None:
         return {**rec, "details": json.dumps(d, ensure_ascii=False)}
     rg = rogan_gladen_stratified(judged, labelled, key.category, seed=seed)
     se, sp = rg["sensitivity"], rg["specificity"]
     d.update(sensitivity=se, specificity=sp)
     if rg["corrected"] is None:
-        d["why"] = (f"Se + Sp - 1 = {se + sp - 1:.3f} <= 0 (sensitivity {se:.3f}, specificity {sp:.3f}): the judge's "
-                    f"{key.category} is no better than chance against people, so it says nothing about the rate")
+        d["why"] = (
+            f"Se + Sp - 1 = {se + sp - 1:.3f} <= 0 (sensitivity {se:.3f}, specificity {sp:.3f}): the judge's "
+            f"{key.category} is no better than chance against people, so it says nothing about the rate"
+        )
         return {**rec, "details": json.dumps(d, ensure_ascii=False)}
-    d.update(corrected_rate=rg["corrected"], corrected_ci95=rg["ci95"], draws_without_a_rate=rg["undefined_share"],
-             method=("Rogan–Gladen: (p_obs + Sp - 1) / (Se + Sp - 1), clipped to [0, 1], Se and Sp weighted to the "
-                     "run's judge categories; 95% interval: parametric bootstrap of the run's category shares "
-                     "(Dirichlet) and each category's labels (Beta, Jeffreys), Se, Sp and p_obs from the same draw, "
-                     f"{RG_DRAWS} draws, seed {seed}"))
-    return {**rec, "rate": rg["corrected"], "rate_ci_low": rg["ci95"][0], "rate_ci_high": rg["ci95"][1],
-            "details": json.dumps(d, ensure_ascii=False)}
+    d.update(
+        corrected_rate=rg["corrected"],
+        corrected_ci95=rg["ci95"],
+        draws_without_a_rate=rg["undefined_share"],
+        method=(
+            "Rogan–Gladen: (p_obs + Sp - 1) / (Se + Sp - 1), clipped to [0, 1], Se and Sp weighted to the "
+            "run's judge categories; 95% interval: parametric bootstrap of the run's category shares "
+            "(Dirichlet) and each category's labels (Beta, Jeffreys), Se, Sp and p_obs from the same draw, "
+            f"{RG_DRAWS} draws, seed {seed}"
+        ),
+    )
+    return {
+        **rec,
+        "rate": rg["corrected"],
+        "rate_ci_low": rg["ci95"][0],
+        "rate_ci_high": rg["ci95"][1],
+        "details": json.dumps(d, ensure_ascii=False),
+    }
 
 
 def human_scores(ctx, plugin) -> list[dict[str, Any]]:
@@ -333,6 +439,10 @@ def human_scores(ctx, plugin) -> list[dict[str, Any]]:
     labels = ctx.read("human_labels", None, ["judgement_id", "category", "labeller"])
     if not len(labels):
         return []
-    pop = population(ctx.metric, plugin, ctx.read("judgements", None, JUDGEMENT_COLUMNS),
-                     ctx.read("probe_pairs", None, ["pair_id", "kind"]))
+    pop = population(
+        ctx.metric,
+        plugin,
+        ctx.read("judgements", None, JUDGEMENT_COLUMNS),
+        ctx.read("probe_pairs", None, ["pair_id", "kind"]),
+    )
     return agreement_records(ctx.metric, pop, labels, ctx.seed, ctx.config.metric_name, ctx.config.weight)

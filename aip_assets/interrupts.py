@@ -127,8 +127,10 @@ def _say(text: str) -> None:
 def _first_notice(event: asyncio.Event | None, name: str) -> None:
     if event is not None:
         event.set()
-    logger.warning(f"interrupted ({name}): no new model call, stage or metric starts; the calls in flight are "
-                   "answered and journaled, then the run stops (Ctrl-C again abandons them)")
+    logger.warning(
+        f"interrupted ({name}): no new model call, stage or metric starts; the calls in flight are "
+        "answered and journaled, then the run stops (Ctrl-C again abandons them)"
+    )
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -151,12 +153,16 @@ def _on_signal(signum: int, frame: Any) -> None:
     except RuntimeError:
         loop = None
     if loop is None:
-        if _s.modes and _s.modes[-1]:  # plain code (the warehouse, aggregation): stop here, as Python's own handler does
+        if (
+            _s.modes and _s.modes[-1]
+        ):  # plain code (the warehouse, aggregation): stop here, as Python's own handler does
             raise KeyboardInterrupt
         return  # noted: whoever waits here (a --parallel parent, an idle worker) looks at requested()
     if n >= 2:
-        _say("interrupted again: abandoning the calls in flight (a resume makes them again); "
-             "Ctrl-C once more exits at once")
+        _say(
+            "interrupted again: abandoning the calls in flight (a resume makes them again); "
+            "Ctrl-C once more exits at once"
+        )
         raise KeyboardInterrupt
     # in an event loop: the next call or wait stops (check, sleep); the calls in flight finish
     loop.call_soon_threadsafe(_first_notice, _s.events.get(loop), signal.Signals(signum).name)

@@ -25,17 +25,21 @@ from .resources import SutConnection, Warehouse
 
 # in-process: the stages of a partition run one after another in the run's process (the default
 # multiprocess executor starts a Python process per step, which cost minutes per UI launch)
-evaluate_job = define_asset_job("evaluate", selection=STAGE_ASSETS,  # partitioned like its assets
-                                description="All five stages for one <run>|<metric> partition.",
-                                executor_def=in_process_executor)
+evaluate_job = define_asset_job(
+    "evaluate",
+    selection=STAGE_ASSETS,  # partitioned like its assets
+    description="All five stages for one <run>|<metric> partition.",
+    executor_def=in_process_executor,
+)
 RESOURCES = {"warehouse": Warehouse(), "sut": SutConnection()}
 
 
 @functools.cache
 def evaluate():
     """The resolved evaluate job (its resources bound), as `dagster dev` has it."""
-    return Definitions(assets=STAGE_ASSETS, jobs=[evaluate_job], resources=RESOURCES,
-                       executor=in_process_executor).resolve_job_def("evaluate")
+    return Definitions(
+        assets=STAGE_ASSETS, jobs=[evaluate_job], resources=RESOURCES, executor=in_process_executor
+    ).resolve_job_def("evaluate")
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Outcome:
     ``success`` is the Dagster run's; ``gate_failed``: it failed only because the metric's gate
     failed (its stages all ran and wrote their tables: exit 1, not a failed stage); ``interrupted``:
     a Ctrl-C or SIGTERM stopped it (exit 130; its Dagster run is marked canceled)."""
+
     metric: str
     success: bool
     dagster_run_id: str
@@ -108,33 +113,47 @@ def _outcome(metric: str, result) -> Outcome:
     from dagster._core.execution.plan.objects import ErrorSource
 
     kind = failure_kind(failures) if not result.success else ""
-    return Outcome(metric, result.success, result.run_id, [_root_message(err) for err in errs],
-                   gate_failed=not result.success and gate_only(failures),
-                   interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures),
-                   kind=kind, tracebacks=[err.to_string() for err in errs if _kind(err) == "bug"])
+    return Outcome(
+        metric,
+        result.success,
+        result.run_id,
+        [_root_message(err) for err in errs],
+        gate_failed=not result.success and gate_only(failures),
+        interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures),
+        kind=kind,
+        tracebacks=[err.to_string() for err in errs if _kind(err) == "bug"],
+    )
 
 
 def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:
-    result = evaluate().execute_in_process(partition_key=partition_key(run_id, metric), instance=instance,
-                                           run_config=run_config or {}, raise_on_error=False,
-                                           tags={"aip/run_id": run_id, "aip/metric": metric, **tags})
+    result = evaluate().execute_in_process(
+        partition_key=partition_key(run_id, metric),
+        instance=instance,
+        run_config=run_config or {},
+        raise_on_error=False,
+        tags={"aip/run_id": run_id, "aip/metric": metric, **tags},
+    )
     out = _outcome(metric, result)
     if interrupts.requested():  # also a signal Dagster's own handler took between two steps
         out.interrupted = True
     if out.interrupted and not out.success:  # the UI's Runs list says canceled, not failed
         run = instance.get_run_by_id(result.run_id)
         if run is not None:
-            instance.report_run_canceled(run, message="interrupted (Ctrl-C or SIGTERM): the calls answered are "
-                                                      "journaled; `aip-eval run SPEC --run-id RUN` resumes it")
+            instance.report_run_canceled(
+                run,
+                message="interrupted (Ctrl-C or SIGTERM): the calls answered are "
+                "journaled; `aip-eval run SPEC --run-id RUN` resumes it",
+            )
     return out
 
 
-def _execute_in_child(run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None,
-                      quiet: bool, report_later: bool) -> Outcome:
+def _execute_in_child(
+    run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None, quiet: bool, report_later: bool
+) -> Outcome:
     """One metric in a worker process (spawned: it inherits the parent's environment, so the same
     warehouse and Dagster storage; the endpoints' connections are shared through models/slots.py)."""
-    from .logs import setup_logging
     from .dagster_home import get_instance
+    from .logs import setup_logging
 
     if interrupts.requested():  # the parent passed a Ctrl-C on: no metric starts after it
         return Outcome(metric, False, "", ["interrupted before it started"], interrupted=True)
@@ -162,9 +181,17 @@ def _children() -> list[int]:
     return [p.pid for p in multiprocessing.active_children() if p.pid is not None]
 
 
-def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str],
-                 run_config: dict[str, Any] | None = None, on_start: Callable[[str], None] | None = None,
-                 parallel: int = 1, quiet: bool = False) -> Iterator[Outcome]:
+def evaluate_run(
+    instance,
+    run_id: str,
+    configured,
+    metrics,
+    tags: dict[str, str],
+    run_config: dict[str, Any] | None = None,
+    on_start: Callable[[str], None] | None = None,
+    parallel: int = 1,
+    quiet: bool = False,
+) -> Iterator[Outcome]:
     """Evaluate ``metrics`` of the registered run ``run_id``, one run of the evaluate job each,
     yielding each one's Outcome as it ends; a failed metric does not stop the others. First the
     run's partitions are added: one per ``configured`` metric, the run's real work.
@@ -178,8 +205,9 @@ def evaluate_run(instance, run_id: str, configured, metrics, tags: dict[str, str
 
     unknown = [m for m in metrics if m not in configured]
     if unknown:
-        raise AipError(f"metric {', '.join(unknown)} is not configured in run {run_id} "
-                       f"(configured: {', '.join(configured)})")
+        raise AipError(
+            f"metric {', '.join(unknown)} is not configured in run {run_id} (configured: {', '.join(configured)})"
+        )
     register_partitions(instance, run_id, configured)
     later = len(metrics) > 1  # the report once, after the last metric, not rebuilt at each (0.5 s each for the demo)
     if later:
@@ -201,12 +229,23 @@ def _write_report(run_id: str) -> None:
     try:
         write_report(run_id)
     except Exception as e:  # noqa: BLE001 - the run's outcomes stand; `aip-eval report` writes it again
-        logging.getLogger("aip_assets").warning(f"run {run_id}: the report could not be written "
-                                                f"({type(e).__name__}: {e}); `aip-eval report {run_id}` writes it")
+        logging.getLogger("aip_assets").warning(
+            f"run {run_id}: the report could not be written "
+            f"({type(e).__name__}: {e}); `aip-eval report {run_id}` writes it"
+        )
 
 
-def _evaluate(instance, run_id: str, metrics, tags: dict[str, str], run_config: dict[str, Any] | None,
-              on_start: Callable[[str], None] | None, parallel: int, quiet: bool, later: bool) -> Iterator[Outcome]:
+def _evaluate(
+    instance,
+    run_id: str,
+    metrics,
+    tags: dict[str, str],
+    run_config: dict[str, Any] | None,
+    on_start: Callable[[str], None] | None,
+    parallel: int,
+    quiet: bool,
+    later: bool,
+) -> Iterator[Outcome]:
     """Each metric's Outcome; after a Ctrl-C or SIGTERM (interrupts.py) no metric starts, and the
     metrics running end as their stages do."""
     workers = min(parallel, len(metrics))
@@ -222,8 +261,11 @@ def _evaluate(instance, run_id: str, metrics, tags: dict[str, str], run_config: 
                 return
         return
     # the parent waits on its workers: a signal is counted and passed on to them, and they stop
-    with interrupts.handled(stop=False), interrupts.forwarding(_children), \
-            ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
+    with (
+        interrupts.handled(stop=False),
+        interrupts.forwarding(_children),
+        ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool,
+    ):
         futures = {}
         for metric in metrics:
             if on_start:

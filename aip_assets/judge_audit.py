@@ -39,18 +39,38 @@ def original_prompt(request_json: str) -> list[dict[str, str]]:
     """The first ask of a judgement (system and user message), whatever re-asks followed."""
     msgs = json.loads(request_json)["messages"]
     u = next(i for i, m in enumerate(msgs) if m["role"] == "user")
-    return msgs[max(0, u - 1):u + 1] if u and msgs[u - 1]["role"] == "system" else msgs[u:u + 1]
+    return msgs[max(0, u - 1) : u + 1] if u and msgs[u - 1]["role"] == "system" else msgs[u : u + 1]
 
 
 async def audit(ctx: StageContext, plugin) -> list[dict[str, Any]]:
     """Ask the auditing judge again for a sample of this partition's judgements."""
     a = ctx.spec.judge_audit
     assert a is not None
-    cols = ["judgement_id", "pair_id", "input_id", "axis", "judge_kind", "category", "label", "status", "score",
-            "parsed", "decision_a", "decision_b", "order_swapped", "call_key"]
+    cols = [
+        "judgement_id",
+        "pair_id",
+        "input_id",
+        "axis",
+        "judge_kind",
+        "category",
+        "label",
+        "status",
+        "score",
+        "parsed",
+        "decision_a",
+        "decision_b",
+        "order_swapped",
+        "call_key",
+    ]
     j = ctx.read("judgements", None, cols)
-    rows = [r for r in j.to_dict("records") if r["status"] in AUDITED and r["call_key"]
-            and plugin.audit_model(r) is not None and sampled(ctx.spec.seed, r["judgement_id"], a.share)]
+    rows = [
+        r
+        for r in j.to_dict("records")
+        if r["status"] in AUDITED
+        and r["call_key"]
+        and plugin.audit_model(r) is not None
+        and sampled(ctx.spec.seed, r["judgement_id"], a.share)
+    ]
     if not rows or ctx.journal is None:
         return []
     cfg = ctx.config
@@ -61,16 +81,30 @@ async def audit(ctx: StageContext, plugin) -> list[dict[str, Any]]:
 
         async def one(r):
             rec = ctx.journal.lookup(r["call_key"], [ctx.run_id])
-            base = {"judgement_id": r["judgement_id"], "pair_id": r["pair_id"], "input_id": r["input_id"],
-                    "axis": r["axis"], "primary_label": plugin.audit_category(ctx, r, None)}
+            base = {
+                "judgement_id": r["judgement_id"],
+                "pair_id": r["pair_id"],
+                "input_id": r["input_id"],
+                "axis": r["axis"],
+                "primary_label": plugin.audit_category(ctx, r, None),
+            }
             if rec is None:
                 return {**base, "status": "judge_failed", "error": "the judged prompt is not in the journal"}
-            o = await ask_json(client, original_prompt(rec["request"]), plugin.audit_model(r),
-                               retries=ctx.spec.judge_retries, timeout=getattr(cfg, "timeout_seconds", 60.0),
-                               temperature=ctx.spec.judge_temperature, template_version="judge_audit/v1",
-                               context=plugin.audit_context(ctx, r), enums=plugin.audit_enums(ctx, r))
-            out = {**base, **{k: v for k, v in judged_fields(o).items() if k in ("attempts", "raw_output", "model",
-                                                                                  "call_key")}}
+            o = await ask_json(
+                client,
+                original_prompt(rec["request"]),
+                plugin.audit_model(r),
+                retries=ctx.spec.judge_retries,
+                timeout=getattr(cfg, "timeout_seconds", 60.0),
+                temperature=ctx.spec.judge_temperature,
+                template_version="judge_audit/v1",
+                context=plugin.audit_context(ctx, r),
+                enums=plugin.audit_enums(ctx, r),
+            )
+            out = {
+                **base,
+                **{k: v for k, v in judged_fields(o).items() if k in ("attempts", "raw_output", "model", "call_key")},
+            }
             if o.value is None:
                 return {**out, "status": "judge_failed", "error": f"audit judge {o.error}"}
             label = plugin.audit_category(ctx, r, o.value)
@@ -91,23 +125,44 @@ def audit_scores(ctx: StageContext, cfg) -> list[dict[str, Any]]:
     ok = a[a["status"] == "ok"]
     po, k = kappa(list(zip(ok["primary_label"], ok["audit_label"])))
     confusion = Counter(f"{p} / {q}" for p, q in zip(ok["primary_label"], ok["audit_label"]))
-    return [{"metric_name": cfg.metric_name, "scope": "judge_audit", "group_key": "second_judge", "rate": po, "raw_score": k,
-             "n": len(ok), "n_events": int(sum(ok["primary_label"] == ok["audit_label"])),
-             "n_failed": int(len(a) - len(ok)), "weight": cfg.weight,
-             "details": json.dumps({"agreement": po, "kappa": k, "audit_failed": int(len(a) - len(ok)),
-                                    "confusion (run judge / audit judge)": dict(confusion)}, ensure_ascii=False)}]
+    return [
+        {
+            "metric_name": cfg.metric_name,
+            "scope": "judge_audit",
+            "group_key": "second_judge",
+            "rate": po,
+            "raw_score": k,
+            "n": len(ok),
+            "n_events": int(sum(ok["primary_label"] == ok["audit_label"])),
+            "n_failed": int(len(a) - len(ok)),
+            "weight": cfg.weight,
+            "details": json.dumps(
+                {
+                    "agreement": po,
+                    "kappa": k,
+                    "audit_failed": int(len(a) - len(ok)),
+                    "confusion (run judge / audit judge)": dict(confusion),
+                },
+                ensure_ascii=False,
+            ),
+        }
+    ]
 
 
 def position_scores(ctx: StageContext, cfg, plugin) -> list[dict[str, Any]]:
     counts = {True: [0, 0], False: [0, 0]}  # swapped -> [judgements, outcome true]
     for ids in ctx.batches():  # a batch at a time: read whole, a 100,000-row partition's judgements peaked at 2.6 GB
-        j = ctx.read("judgements", ids, ["pair_id", "judge_kind", "status", "parsed", "decision_a", "decision_b",
-                                         "order_swapped"])
+        j = ctx.read(
+            "judgements",
+            ids,
+            ["pair_id", "judge_kind", "status", "parsed", "decision_a", "decision_b", "order_swapped"],
+        )
         j = j[(j["status"] == "ok") & j["order_swapped"].notna()] if len(j) else j
         if not len(j):
             continue
-        pairs = {p["pair_id"]: p for p in ctx.read("probe_pairs", ids, ["pair_id", "value_a", "value_b"]
-                                                   ).to_dict("records")}
+        pairs = {
+            p["pair_id"]: p for p in ctx.read("probe_pairs", ids, ["pair_id", "value_a", "value_b"]).to_dict("records")
+        }
         for r in j.to_dict("records"):
             out = plugin.position_outcome(r, pairs.get(r["pair_id"], {}))
             if out is None:
@@ -125,8 +180,26 @@ def position_scores(ctx: StageContext, cfg, plugin) -> list[dict[str, Any]]:
     if se == 0 and rs != ru:
         p = 0.0
     limit = ctx.spec.max_position_bias if ctx.spec is not None else 0.1
-    return [{"metric_name": cfg.metric_name, "scope": "judge_position", "group_key": "by_order", "rate": abs(rs - ru),
-             "n": ns + nu, "weight": cfg.weight, "passed": not (abs(rs - ru) > limit and p < ALPHA),
-             "details": json.dumps({"rate_shown_swapped": rs, "rate_shown_in_order": ru, "n_swapped": ns,
-                                    "n_in_order": nu, "difference": abs(rs - ru), "p_value": p,
-                                    "max_position_bias": limit, "alpha": ALPHA})}]
+    return [
+        {
+            "metric_name": cfg.metric_name,
+            "scope": "judge_position",
+            "group_key": "by_order",
+            "rate": abs(rs - ru),
+            "n": ns + nu,
+            "weight": cfg.weight,
+            "passed": not (abs(rs - ru) > limit and p < ALPHA),
+            "details": json.dumps(
+                {
+                    "rate_shown_swapped": rs,
+                    "rate_shown_in_order": ru,
+                    "n_swapped": ns,
+                    "n_in_order": nu,
+                    "difference": abs(rs - ru),
+                    "p_value": p,
+                    "max_position_bias": limit,
+                    "alpha": ALPHA,
+                }
+            ),
+        }
+    ]

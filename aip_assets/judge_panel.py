@@ -24,8 +24,7 @@ from collections import Counter
 from itertools import combinations
 from typing import Any
 
-from .stats import (bootstrap_sums, cluster_sums, cohen_from_sums, cohen_vectors, fleiss_from_sums,
-                    fleiss_vectors)
+from .stats import bootstrap_sums, cluster_sums, cohen_from_sums, cohen_vectors, fleiss_from_sums, fleiss_vectors
 
 N_BOOT = 2000
 
@@ -34,9 +33,16 @@ def _judges(spec) -> list[dict[str, Any]]:
     from .metrics.judging import panel_role
     from .models.providers import provider_for
 
-    return [{"judge": i + 1, "role": panel_role(i), "provider": c.provider, "model": c.model,
-             "endpoint": provider_for(c).describe()}
-            for i, c in enumerate(spec.judges)]
+    return [
+        {
+            "judge": i + 1,
+            "role": panel_role(i),
+            "provider": c.provider,
+            "model": c.model,
+            "endpoint": provider_for(c).describe(),
+        }
+        for i, c in enumerate(spec.judges)
+    ]
 
 
 def _interval(ci: tuple[float | None, float | None]) -> list[float | None]:
@@ -54,8 +60,13 @@ def panel_scores(ctx, cfg) -> list[dict[str, Any]]:
     failed: Counter = Counter()
     for ids in ctx.batches():
         p = ctx.read("judge_panel", ids, ["judgement_id", "input_id", "judge", "status", "category"])
-        for jid, iid, j, st, cat in zip(p.get("judgement_id", []), p.get("input_id", []), p.get("judge", []),
-                                        p.get("status", []), p.get("category", [])):
+        for jid, iid, j, st, cat in zip(
+            p.get("judgement_id", []),
+            p.get("input_id", []),
+            p.get("judge", []),
+            p.get("status", []),
+            p.get("category", []),
+        ):
             v = votes.setdefault(jid, [None] * n)
             v[int(j) - 1] = cat if st == "ok" and cat is not None else None
             row_of[jid] = iid
@@ -77,21 +88,43 @@ def panel_scores(ctx, cfg) -> list[dict[str, Any]]:
         vec = fleiss_vectors(counts)
         po, k = fleiss_from_sums(vec.sum(axis=0))
         agreement, kappa = float(po), float(k)
-        agreement_ci, kappa_ci = bootstrap_sums(cluster_sums(vec, [row_of[j] for j, _ in full]), fleiss_from_sums,
-                                                seed=seed, n_boot=N_BOOT)
+        agreement_ci, kappa_ci = bootstrap_sums(
+            cluster_sums(vec, [row_of[j] for j, _ in full]), fleiss_from_sums, seed=seed, n_boot=N_BOOT
+        )
     unanimous = sum(len(set(v)) == 1 for _, v in full)
-    out = [{**base, "group_key": "panel", "rate": agreement, "rate_ci_low": agreement_ci[0],
-            "rate_ci_high": agreement_ci[1], "raw_score": kappa, "ci_low": kappa_ci[0], "ci_high": kappa_ci[1],
-            "n": len(full), "n_events": unanimous, "n_failed": disagree,
-            "details": json.dumps({
-                "judges": judges, "rule": spec.judge_rule, "agreement": agreement,
-                "agreement_ci95": _interval(agreement_ci), "fleiss_kappa": kappa,
-                "fleiss_kappa_ci95": _interval(kappa_ci), "judgements": len(votes), "rated_by_every_judge": len(full),
-                "unanimous": unanimous, "judges_disagree": disagree,
-                "judge_failed": {f"judge {j}": int(failed[j]) for j in range(1, n + 1)},
-                "categories": dict(Counter(c for _, v in full for c in v)),
-                "interval": f"percentile bootstrap over input rows, {N_BOOT} resamples, seed {seed}"},
-                ensure_ascii=False)}]
+    out = [
+        {
+            **base,
+            "group_key": "panel",
+            "rate": agreement,
+            "rate_ci_low": agreement_ci[0],
+            "rate_ci_high": agreement_ci[1],
+            "raw_score": kappa,
+            "ci_low": kappa_ci[0],
+            "ci_high": kappa_ci[1],
+            "n": len(full),
+            "n_events": unanimous,
+            "n_failed": disagree,
+            "details": json.dumps(
+                {
+                    "judges": judges,
+                    "rule": spec.judge_rule,
+                    "agreement": agreement,
+                    "agreement_ci95": _interval(agreement_ci),
+                    "fleiss_kappa": kappa,
+                    "fleiss_kappa_ci95": _interval(kappa_ci),
+                    "judgements": len(votes),
+                    "rated_by_every_judge": len(full),
+                    "unanimous": unanimous,
+                    "judges_disagree": disagree,
+                    "judge_failed": {f"judge {j}": int(failed[j]) for j in range(1, n + 1)},
+                    "categories": dict(Counter(c for _, v in full for c in v)),
+                    "interval": f"percentile bootstrap over input rows, {N_BOOT} resamples, seed {seed}",
+                },
+                ensure_ascii=False,
+            ),
+        }
+    ]
 
     # each pair of judges: percent agreement and Cohen's kappa over the judgements both rated
     for a, b in combinations(range(n), 2):
@@ -103,18 +136,37 @@ def panel_scores(ctx, cfg) -> list[dict[str, Any]]:
             vec = cohen_vectors([x for _, x, _ in both], [y for _, _, y in both], categories)
             p0, k0 = cohen_from_sums(vec.sum(axis=0))
             po, k = float(p0), float(k0)
-            po_ci, k_ci = bootstrap_sums(cluster_sums(vec, [row_of[j] for j, _, _ in both]), cohen_from_sums,
-                                         seed=seed, n_boot=N_BOOT)
+            po_ci, k_ci = bootstrap_sums(
+                cluster_sums(vec, [row_of[j] for j, _, _ in both]), cohen_from_sums, seed=seed, n_boot=N_BOOT
+            )
         agree = sum(x == y for _, x, y in both)
-        out.append({**base, "group_key": f"judge {a + 1} / judge {b + 1}", "rate": po, "rate_ci_low": po_ci[0],
-                    "rate_ci_high": po_ci[1], "raw_score": k, "ci_low": k_ci[0], "ci_high": k_ci[1], "n": len(both),
-                    "n_events": agree, "n_failed": len(votes) - len(both),
-                    "details": json.dumps({"judge_a": judges[a], "judge_b": judges[b], "agreement": po,
-                                           "agreement_ci95": _interval(po_ci), "cohen_kappa": k,
-                                           "cohen_kappa_ci95": _interval(k_ci),
-                                           f"confusion (judge {a + 1} / judge {b + 1})":
-                                               dict(Counter(f"{x} / {y}" for _, x, y in both))},
-                                          ensure_ascii=False)})
+        out.append(
+            {
+                **base,
+                "group_key": f"judge {a + 1} / judge {b + 1}",
+                "rate": po,
+                "rate_ci_low": po_ci[0],
+                "rate_ci_high": po_ci[1],
+                "raw_score": k,
+                "ci_low": k_ci[0],
+                "ci_high": k_ci[1],
+                "n": len(both),
+                "n_events": agree,
+                "n_failed": len(votes) - len(both),
+                "details": json.dumps(
+                    {
+                        "judge_a": judges[a],
+                        "judge_b": judges[b],
+                        "agreement": po,
+                        "agreement_ci95": _interval(po_ci),
+                        "cohen_kappa": k,
+                        "cohen_kappa_ci95": _interval(k_ci),
+                        f"confusion (judge {a + 1} / judge {b + 1})": dict(Counter(f"{x} / {y}" for _, x, y in both)),
+                    },
+                    ensure_ascii=False,
+                ),
+            }
+        )
     return out
 
 
@@ -131,13 +183,28 @@ def panel_summary(scores) -> dict[str, Any] | None:
     pairs = []
     for _, r in rows[rows["group_key"] != "panel"].iterrows():
         pd_ = json.loads(r["details"] or "{}")
-        pairs.append({"judges": r["group_key"], "agreement": pd_.get("agreement"),
-                      "agreement_ci95": pd_.get("agreement_ci95"), "cohen_kappa": pd_.get("cohen_kappa"),
-                      "cohen_kappa_ci95": pd_.get("cohen_kappa_ci95"), "judgements": int(r["n"])})
-    return {"judges": d.get("judges"), "rule": d.get("rule"), "agreement": d.get("agreement"),
-            "agreement_ci95": d.get("agreement_ci95"), "fleiss_kappa": d.get("fleiss_kappa"),
-            "fleiss_kappa_ci95": d.get("fleiss_kappa_ci95"), "rated_by_every_judge": d.get("rated_by_every_judge"),
-            "judges_disagree": d.get("judges_disagree"), "judge_failed": d.get("judge_failed"), "pairs": pairs}
+        pairs.append(
+            {
+                "judges": r["group_key"],
+                "agreement": pd_.get("agreement"),
+                "agreement_ci95": pd_.get("agreement_ci95"),
+                "cohen_kappa": pd_.get("cohen_kappa"),
+                "cohen_kappa_ci95": pd_.get("cohen_kappa_ci95"),
+                "judgements": int(r["n"]),
+            }
+        )
+    return {
+        "judges": d.get("judges"),
+        "rule": d.get("rule"),
+        "agreement": d.get("agreement"),
+        "agreement_ci95": d.get("agreement_ci95"),
+        "fleiss_kappa": d.get("fleiss_kappa"),
+        "fleiss_kappa_ci95": d.get("fleiss_kappa_ci95"),
+        "rated_by_every_judge": d.get("rated_by_every_judge"),
+        "judges_disagree": d.get("judges_disagree"),
+        "judge_failed": d.get("judge_failed"),
+        "pairs": pairs,
+    }
 
 
 def format_panel(p: dict[str, Any]) -> list[str]:
@@ -145,11 +212,15 @@ def format_panel(p: dict[str, Any]) -> list[str]:
     0.80]; 4 judgements excluded: judges disagree", then a line per pair of judges."""
     f = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
     ci = p.get("fleiss_kappa_ci95") or [None, None]
-    lines = [f"  judges: {len(p.get('judges') or [])} ({p.get('rule')}); agreement {f(p.get('agreement'))}, "
-             f"Fleiss kappa {f(p.get('fleiss_kappa'))} [{f(ci[0])}, {f(ci[1])}]; {p.get('judges_disagree') or 0} "
-             "judgements excluded: judges disagree"]
+    lines = [
+        f"  judges: {len(p.get('judges') or [])} ({p.get('rule')}); agreement {f(p.get('agreement'))}, "
+        f"Fleiss kappa {f(p.get('fleiss_kappa'))} [{f(ci[0])}, {f(ci[1])}]; {p.get('judges_disagree') or 0} "
+        "judgements excluded: judges disagree"
+    ]
     for q in p.get("pairs") or []:
         c = q.get("cohen_kappa_ci95") or [None, None]
-        lines.append(f"    {q['judges']}: agreement {f(q.get('agreement'))}, Cohen's kappa {f(q.get('cohen_kappa'))} "
-                     f"[{f(c[0])}, {f(c[1])}] over {q.get('judgements')} judgements")
+        lines.append(
+            f"    {q['judges']}: agreement {f(q.get('agreement'))}, Cohen's kappa {f(q.get('cohen_kappa'))} "
+            f"[{f(c[0])}, {f(c[1])}] over {q.get('judgements')} judgements"
+        )
     return lines

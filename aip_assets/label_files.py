@@ -10,15 +10,23 @@ import io
 import json
 import os
 from collections import Counter
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
 from .errors import AipError
-from .human_labels import (FORMULA_PREFIXES, JUDGEMENT_COLUMNS, SCOPE, agreement_records, draw, match_category,
-                           population)
+from .human_labels import (
+    FORMULA_PREFIXES,
+    JUDGEMENT_COLUMNS,
+    SCOPE,
+    agreement_records,
+    draw,
+    match_category,
+    population,
+)
 from .metrics.base import THIRDS_TEXT
 
 
@@ -31,13 +39,13 @@ def _item(metric: str, r: dict[str, Any]) -> str:
 def _contents(run_id: str, metric: str, ids: list[str], path: Path) -> dict[str, dict[str, Any]]:
     """What the judge compared for each judgement: personas (or variants), questions, answers."""
     from . import warehouse as wh
-
     from .metrics import get_metric
 
     p = [run_id, metric, ids]
     shown = get_metric(metric).human_shown  # what the judge compared: persona pairs, or a row and its variant
     if shown == "pairs":
-        df = wh.query("""
+        df = wh.query(
+            """
             SELECT j.judgement_id, pa.persona AS persona_a, pb.persona AS persona_b, pp.value_a, pp.value_b,
                    pa.query_text AS question_a, pb.query_text AS question_b, ra.response AS answer_a, rb.response AS answer_b
             FROM judgements j
@@ -48,13 +56,17 @@ def _contents(run_id: str, metric: str, ids: list[str], path: Path) -> dict[str,
                  AND ra.sample_index = 0
             LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b
                  AND rb.sample_index = coalesce(pp.sample_b, 0)
-            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""", p, path)
+            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
+            p,
+            path,
+        )
         recs = df.to_dict("records")
         for r in recs:
             r["persona_a"] = f"{r.pop('value_a')}: {r['persona_a']}"
             r["persona_b"] = f"{r.pop('value_b')}: {r['persona_b']}"
     elif shown == "variants":
-        df = wh.query("""
+        df = wh.query(
+            """
             SELECT j.judgement_id, 'original question' AS persona_a, 'reworded question (' || coalesce(pv.category, '?')
                    || coalesce(', template ' || pv.template_id, '') || coalesce(', wrapped: ' || pv.wrapper_id, '')
                    || '), answer ' || j.sample_index AS persona_b,
@@ -66,10 +78,14 @@ def _contents(run_id: str, metric: str, ids: list[str], path: Path) -> dict[str,
                  AND b.sample_index = 0
             LEFT JOIN sut_responses a ON a.run_id = j.run_id AND a.metric = j.metric AND a.probe_id = pv.probe_id
                  AND a.sample_index = j.sample_index
-            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""", p, path)
+            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
+            p,
+            path,
+        )
         recs = df.to_dict("records")
     else:  # perturbation groups: a correctness judgement reads one answer; a robustness one, baseline and variant
-        df = wh.query("""
+        df = wh.query(
+            """
             SELECT j.judgement_id, j.judge_kind, j.variant_id, j.category, bp.query_text AS base_q, br.response AS base_a,
                    vp.query_text AS var_q, vr.response AS var_a
             FROM judgements j
@@ -81,14 +97,28 @@ def _contents(run_id: str, metric: str, ids: list[str], path: Path) -> dict[str,
                  AND vp.role = 'variant' AND coalesce(vp.variant_id, vp.input_id) = j.variant_id
             LEFT JOIN sut_responses vr ON vr.run_id = vp.run_id AND vr.metric = vp.metric AND vr.probe_id = vp.probe_id
                  AND vr.sample_index = 0
-            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""", p, path)
+            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
+            p,
+            path,
+        )
         recs = []
         for r in df.to_dict("records"):
-            variant = {"persona_a": f"reworded question ({r['category']})", "question_a": r["var_q"], "answer_a": r["var_a"]}
+            variant = {
+                "persona_a": f"reworded question ({r['category']})",
+                "question_a": r["var_q"],
+                "answer_a": r["var_a"],
+            }
             base = {"persona_a": "original question", "question_a": r["base_q"], "answer_a": r["base_a"]}
             if r["judge_kind"] == "robustness":
-                recs.append({"judgement_id": r["judgement_id"], **base, "persona_b": variant["persona_a"],
-                             "question_b": r["var_q"], "answer_b": r["var_a"]})
+                recs.append(
+                    {
+                        "judgement_id": r["judgement_id"],
+                        **base,
+                        "persona_b": variant["persona_a"],
+                        "question_b": r["var_q"],
+                        "answer_b": r["var_a"],
+                    }
+                )
             else:
                 recs.append({"judgement_id": r["judgement_id"], **(variant if pd.notna(r["variant_id"]) else base)})
     return {str(r["judgement_id"]): {k: (None if pd.isna(v) else v) for k, v in r.items()} for r in recs}
@@ -104,8 +134,22 @@ def _context(metric: str, spec, rows: dict[str, Any], r: dict[str, Any]) -> str:
     return get_metric(metric).human_context(spec.metric_config(metric), row, r)
 
 
-EXPORT_COLUMNS = ["judgement_id", "run_id", "metric", "input_id", "item", "persona_a", "question_a", "answer_a",
-                  "persona_b", "question_b", "answer_b", "context", "allowed", "shown_hash"]
+EXPORT_COLUMNS = [
+    "judgement_id",
+    "run_id",
+    "metric",
+    "input_id",
+    "item",
+    "persona_a",
+    "question_a",
+    "answer_a",
+    "persona_b",
+    "question_b",
+    "answer_b",
+    "context",
+    "allowed",
+    "shown_hash",
+]
 SHOWN = ("question_a", "answer_a", "question_b", "answer_b")
 
 
@@ -115,6 +159,8 @@ def shown_hash(content: dict[str, Any]) -> str:
     (answers sampled again, another run's)."""
     text = "\x1f".join(str(content.get(k) or "") for k in SHOWN)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 VERDICT_COLUMNS = ["judge_category", "judge_reasoning"]
 PERSON_COLUMNS = ["human_label", "labeller", "note"]
 
@@ -137,16 +183,26 @@ def _load(run_id: str, metric: str, path: Path, where: Callable[[str], str] = la
         raise AipError(f"{where('run_id')}run {run_id!r} is not registered in {path} (see `aip-eval runs`)")
     spec, rec = pipeline.load_run(run_id, path)
     if metric not in spec.metrics:
-        raise AipError(f"{where('metric')}metric {metric!r} is not configured for run {run_id} (configured: "
-                       f"{', '.join(spec.metrics)})")
+        raise AipError(
+            f"{where('metric')}metric {metric!r} is not configured for run {run_id} (configured: "
+            f"{', '.join(spec.metrics)})"
+        )
     plugin = get_metric(metric)
     reader = pipeline.WarehouseReader(run_id, metric, path)
     j = reader.read("judgements", None, JUDGEMENT_COLUMNS)
     return spec, rec, plugin, j, population(metric, plugin, j, reader.read("probe_pairs", None, ["pair_id", "kind"]))
 
 
-def export(run_id: str, metric: str, n: int, out: str | Path | None = None, show_verdict: bool = False,
-           seed: int | None = None, path: str | Path | None = None, force: bool = False) -> dict[str, Any]:
+def export(
+    run_id: str,
+    metric: str,
+    n: int,
+    out: str | Path | None = None,
+    show_verdict: bool = False,
+    seed: int | None = None,
+    path: str | Path | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
     """Write the sample people label (see the module's docstring); returns what was written."""
     from . import warehouse as wh
     from .dataset import DatasetRow
@@ -162,11 +218,15 @@ def export(run_id: str, metric: str, n: int, out: str | Path | None = None, show
         raise AipError(f"{out} exists (it may hold labels already): pick another --out, or --force to replace it")
     spec, rec, _plugin, j, pop = _load(run_id, metric, path)
     if not len(j):
-        raise AipError(f"run {run_id} × {metric} has no judgements yet (its judging stage has not run): nothing to label")
+        raise AipError(
+            f"run {run_id} × {metric} has no judgements yet (its judging stage has not run): nothing to label"
+        )
     if not len(pop):
-        raise AipError(f"run {run_id} × {metric}: none of its {len(j)} judgements has a verdict of the judge "
-                       f"(statuses: {', '.join(f'{k} {v}' for k, v in Counter(j['status']).most_common())}): nothing "
-                       "to label")
+        raise AipError(
+            f"run {run_id} × {metric}: none of its {len(j)} judgements has a verdict of the judge "
+            f"(statuses: {', '.join(f'{k} {v}' for k, v in Counter(j['status']).most_common())}): nothing "
+            "to label"
+        )
     seed = int(rec["seed"] or 0) if seed is None else seed
     chosen, strata = draw(pop, n, seed)
     ids = list(chosen["judgement_id"])
@@ -176,10 +236,17 @@ def export(run_id: str, metric: str, n: int, out: str | Path | None = None, show
     records = []
     for r in chosen.to_dict("records"):
         c = contents.get(r["judgement_id"], {})
-        rec_out = {"judgement_id": r["judgement_id"], "run_id": run_id, "metric": metric, "input_id": r["input_id"],
-                   "item": _item(metric, r), **{k: c.get(k) or "" for k in EXPORT_COLUMNS[5:11]},
-                   "context": _context(metric, spec, rows, r), "allowed": " | ".join(r["allowed"]),
-                   "shown_hash": shown_hash(c)}
+        rec_out = {
+            "judgement_id": r["judgement_id"],
+            "run_id": run_id,
+            "metric": metric,
+            "input_id": r["input_id"],
+            "item": _item(metric, r),
+            **{k: c.get(k) or "" for k in EXPORT_COLUMNS[5:11]},
+            "context": _context(metric, spec, rows, r),
+            "allowed": " | ".join(r["allowed"]),
+            "shown_hash": shown_hash(c),
+        }
         if show_verdict:
             rec_out.update(judge_category=r["judge_category"], judge_reasoning=r.get("reasoning") or "")
         rec_out.update({k: "" for k in PERSON_COLUMNS})
@@ -198,9 +265,17 @@ def export(run_id: str, metric: str, n: int, out: str | Path | None = None, show
             for r in records:
                 fh.write(json.dumps({k: r[k] for k in cols}, ensure_ascii=False) + "\n")
     os.replace(tmp, out)
-    return {"file": str(out), "run_id": run_id, "metric": metric, "rows": len(records), "seed": seed,
-            "verdict_shown": show_verdict, "judgements_with_a_verdict": int(len(pop)), "strata": strata,
-            "allocation": "equal per judge category, capped at its size (water-filling)"}
+    return {
+        "file": str(out),
+        "run_id": run_id,
+        "metric": metric,
+        "rows": len(records),
+        "seed": seed,
+        "verdict_shown": show_verdict,
+        "judgements_with_a_verdict": int(len(pop)),
+        "strata": strata,
+        "allocation": "equal per judge category, capped at its size (water-filling)",
+    }
 
 
 # ------------------------------------------------------------------ reading a filled-in file
@@ -226,7 +301,9 @@ def read_filled(file: str | Path) -> list[tuple[int, dict[str, str]]]:
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in REQUIRED if c not in header]
         if missing:
-            raise AipError(f"{p}: row 1 (the header): no column {', '.join(missing)} (columns: {', '.join(header) or 'none'})")
+            raise AipError(
+                f"{p}: row 1 (the header): no column {', '.join(missing)} (columns: {', '.join(header) or 'none'})"
+            )
         reader.fieldnames = header
         for i, r in enumerate(reader, start=2):
             if None in r:
@@ -269,8 +346,10 @@ def import_labels(file: str | Path, labeller: str | None = None, path: str | Pat
     for rownum, r in rows:
         for field, want in (("run_id", run_id), ("metric", metric)):
             if r[field].strip() != want:
-                raise AipError(f"{_where(p, rownum, field)}: {r[field].strip()!r}, but the file's first row is of "
-                               f"{run_id} × {metric}: a file holds one run × metric (as exported)")
+                raise AipError(
+                    f"{_where(p, rownum, field)}: {r[field].strip()!r}, but the file's first row is of "
+                    f"{run_id} × {metric}: a file holds one run × metric (as exported)"
+                )
     if not run_id:
         raise AipError(f"{_where(p, first_row, 'run_id')}: empty")
     spec, rec, plugin, j, pop = _load(run_id, metric, path, lambda field: f"{_where(p, first_row, field)}: ")
@@ -284,28 +363,45 @@ def import_labels(file: str | Path, labeller: str | None = None, path: str | Pat
         if not jid:
             raise AipError(f"{_where(p, rownum, 'judgement_id')}: empty")
         if jid not in status:
-            raise AipError(f"{_where(p, rownum, 'judgement_id')}: unknown judgement {jid!r} (run {run_id} × {metric} "
-                           "has none of that id)")
+            raise AipError(
+                f"{_where(p, rownum, 'judgement_id')}: unknown judgement {jid!r} (run {run_id} × {metric} "
+                "has none of that id)"
+            )
         text = r["human_label"].strip()
         if not text:
             blank += 1
             continue
         if jid not in items:
-            raise AipError(f"{_where(p, rownum, 'judgement_id')}: judgement {jid!r} has no verdict of the judge (status "
-                           f"{status[jid]}): there is nothing to compare a person's label with")
+            raise AipError(
+                f"{_where(p, rownum, 'judgement_id')}: judgement {jid!r} has no verdict of the judge (status "
+                f"{status[jid]}): there is nothing to compare a person's label with"
+            )
         cat = match_category(text, items[jid]["allowed"])
         if cat is None:
-            raise AipError(f"{_where(p, rownum, 'human_label')}: {text!r} is not one of the allowed categories: "
-                           + " | ".join(items[jid]["allowed"]))
+            raise AipError(
+                f"{_where(p, rownum, 'human_label')}: {text!r} is not one of the allowed categories: "
+                + " | ".join(items[jid]["allowed"])
+            )
         who = (r.get("labeller") or "").strip() or (labeller or "").strip()
         if not who:
             raise AipError(f"{_where(p, rownum, 'labeller')}: empty, and no --labeller given")
         if (jid, who) in seen:
-            raise AipError(f"{_where(p, rownum, 'judgement_id')}: duplicate: judgement {jid!r} labelled by {who!r} "
-                           f"already in row {seen[(jid, who)]}")
+            raise AipError(
+                f"{_where(p, rownum, 'judgement_id')}: duplicate: judgement {jid!r} labelled by {who!r} "
+                f"already in row {seen[(jid, who)]}"
+            )
         seen[(jid, who)] = rownum
-        new.append({"judgement_id": jid, "category": cat, "labeller": who, "note": (r.get("note") or "").strip() or None,
-                    "judge_category": items[jid]["judge_category"], "source_file": p.name, "source_row": rownum})
+        new.append(
+            {
+                "judgement_id": jid,
+                "category": cat,
+                "labeller": who,
+                "note": (r.get("note") or "").strip() or None,
+                "judge_category": items[jid]["judge_category"],
+                "source_file": p.name,
+                "source_row": rownum,
+            }
+        )
     if not new:
         raise AipError(f"{p}: no row has a human_label ({blank} blank): nothing to import")
     shown = {rownum: r.get("shown_hash", "").strip() for rownum, r in rows}
@@ -314,10 +410,12 @@ def import_labels(file: str | Path, labeller: str | None = None, path: str | Pat
         for x in new:
             want = shown[x["source_row"]]
             if want and want != shown_hash(now_shown.get(x["judgement_id"], {})):
-                raise AipError(f"{_where(p, x['source_row'], 'shown_hash')}: the questions and answers this row "
-                               f"showed are not those of judgement {x['judgement_id']!r} in run {run_id} now (its "
-                               "answers were sampled again, or the row is another run's): export it again")
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+                raise AipError(
+                    f"{_where(p, x['source_row'], 'shown_hash')}: the questions and answers this row "
+                    f"showed are not those of judgement {x['judgement_id']!r} in run {run_id} now (its "
+                    "answers were sampled again, or the row is another run's): export it again"
+                )
+    now = datetime.now(UTC).replace(tzinfo=None)
     incoming = wh.frame("human_labels", new, run_id=run_id, metric=metric, imported_at=now)
     before = wh.read_partition("human_labels", run_id, metric, path, columns=["judgement_id", "category", "labeller"])
     keys = set(zip(incoming["judgement_id"], incoming["labeller"]))
@@ -325,13 +423,20 @@ def import_labels(file: str | Path, labeller: str | None = None, path: str | Pat
     labels = pd.concat([kept, incoming[["judgement_id", "category", "labeller"]]], ignore_index=True)
     cfg = spec.metric_config(metric)
     seed = int(rec["seed"] or 0)
-    scores = wh.frame("metric_scores", agreement_records(metric, pop, labels, seed, cfg.metric_name, cfg.weight),
-                      run_id=run_id, metric=metric)
+    scores = wh.frame(
+        "metric_scores",
+        agreement_records(metric, pop, labels, seed, cfg.metric_name, cfg.weight),
+        run_id=run_id,
+        metric=metric,
+    )
 
     def write(con) -> None:
         con.register("_labels", incoming)
-        con.execute("DELETE FROM human_labels h WHERE h.run_id = ? AND h.metric = ? AND EXISTS (SELECT 1 FROM _labels l "
-                    "WHERE l.judgement_id = h.judgement_id AND l.labeller = h.labeller)", [run_id, metric])
+        con.execute(
+            "DELETE FROM human_labels h WHERE h.run_id = ? AND h.metric = ? AND EXISTS (SELECT 1 FROM _labels l "
+            "WHERE l.judgement_id = h.judgement_id AND l.labeller = h.labeller)",
+            [run_id, metric],
+        )
         cols = ", ".join(incoming.columns)
         con.execute(f"INSERT INTO human_labels ({cols}) SELECT {cols} FROM _labels")
         con.unregister("_labels")
@@ -344,27 +449,40 @@ def import_labels(file: str | Path, labeller: str | None = None, path: str | Pat
 
     with wh.connect(path) as con:
         wh.transaction(con, write, f"the human labels of {run_id} × {metric}")
-    return {"file": str(p), "run_id": run_id, "metric": metric, "imported": len(new), "blank": blank,
-            "replaced": int(len(before) - len(kept)) if len(before) else 0, "labels_stored": int(len(labels)),
-            "scores": [{k: (None if (isinstance(v, float) and v != v) else v) for k, v in r.items()}
-                       for r in scores.drop(columns=["run_id", "metric"]).to_dict("records")]}
+    return {
+        "file": str(p),
+        "run_id": run_id,
+        "metric": metric,
+        "imported": len(new),
+        "blank": blank,
+        "replaced": int(len(before) - len(kept)) if len(before) else 0,
+        "labels_stored": int(len(labels)),
+        "scores": [
+            {k: (None if (isinstance(v, float) and v != v) else v) for k, v in r.items()}
+            for r in scores.drop(columns=["run_id", "metric"]).to_dict("records")
+        ],
+    }
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:
     """The import's figures as text lines (the CLI's summary)."""
     f: Callable[[Any], str] = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
-    out = [f"imported {result['imported']} label(s) of {result['run_id']} × {result['metric']} from {result['file']}"
-           f" ({result['blank']} row(s) left blank, {result['replaced']} earlier label(s) replaced; "
-           f"{result['labels_stored']} stored)"]
+    out = [
+        f"imported {result['imported']} label(s) of {result['run_id']} × {result['metric']} from {result['file']}"
+        f" ({result['blank']} row(s) left blank, {result['replaced']} earlier label(s) replaced; "
+        f"{result['labels_stored']} stored)"
+    ]
     header = False
     for s in result["scores"]:
         d = json.loads(s["details"]) if s.get("details") else {}
         key = s["group_key"]
         if key == "agreement" or key.startswith("agreement:"):
             who = "judge vs people" if key == "agreement" else f"  its {key.split(':', 1)[1]} judge"
-            out.append(f"  {who}: agreement {f(s['rate'])} 95% CI [{f(s['rate_ci_low'])}, "
-                       f"{f(s['rate_ci_high'])}], Cohen's kappa {f(s['raw_score'])} [{f(s['ci_low'])}, {f(s['ci_high'])}]"
-                       f" on {s['n']} item(s)" + (", weighted to the run's judge categories" if key == "agreement" else ""))
+            out.append(
+                f"  {who}: agreement {f(s['rate'])} 95% CI [{f(s['rate_ci_low'])}, "
+                f"{f(s['rate_ci_high'])}], Cohen's kappa {f(s['raw_score'])} [{f(s['ci_low'])}, {f(s['ci_high'])}]"
+                f" on {s['n']} item(s)" + (", weighted to the run's judge categories" if key == "agreement" else "")
+            )
         elif key.startswith("category:"):
             if not header:
                 header = True
@@ -376,7 +494,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             if s.get("rate") is None:
                 out.append(f"  corrected {key.split(':', 1)[1]} rate: none: {d.get('why')}")
             else:
-                out.append(f"  corrected {key.split(':', 1)[1]} rate {f(s['rate'])} 95% CI [{f(s['rate_ci_low'])}, "
-                           f"{f(s['rate_ci_high'])}] (the judge's {f(s['raw_score'])}; Rogan–Gladen with Se "
-                           f"{f(d.get('sensitivity'))}, Sp {f(d.get('specificity'))})")
+                out.append(
+                    f"  corrected {key.split(':', 1)[1]} rate {f(s['rate'])} 95% CI [{f(s['rate_ci_low'])}, "
+                    f"{f(s['rate_ci_high'])}] (the judge's {f(s['raw_score'])}; Rogan–Gladen with Se "
+                    f"{f(d.get('sensitivity'))}, Sp {f(d.get('specificity'))})"
+                )
     return out

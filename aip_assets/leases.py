@@ -48,7 +48,8 @@ POLL_S = 0.25  # and tries the lease this often (jittered)
 Log = Callable[[str], None]
 _MADE: set[str] = set()  # the shared-state databases whose lease tables this process has made
 
-_PG_TABLES = ("""CREATE TABLE IF NOT EXISTS aip_partition_lease (
+_PG_TABLES = (
+    """CREATE TABLE IF NOT EXISTS aip_partition_lease (
     run_id text NOT NULL,
     metric text NOT NULL,
     holder text NOT NULL,         -- this holding's id (a uuid)
@@ -58,14 +59,16 @@ _PG_TABLES = ("""CREATE TABLE IF NOT EXISTS aip_partition_lease (
     renewed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at timestamptz NOT NULL,   -- the database's clock
     PRIMARY KEY (run_id, metric)
-)""", """CREATE TABLE IF NOT EXISTS aip_stage_done (
+)""",
+    """CREATE TABLE IF NOT EXISTS aip_stage_done (
     run_id text NOT NULL,
     metric text NOT NULL,
     stage text NOT NULL,
     done_at double precision NOT NULL,  -- when its write committed (epoch seconds, the writer's clock)
     info text NOT NULL,                 -- who wrote it
     PRIMARY KEY (run_id, metric, stage)
-)""")
+)""",
+)
 
 
 def lease_seconds() -> float:
@@ -120,8 +123,10 @@ class Lease:
 
 
 def _waiting(lease: Lease, t0: float, holder: str, log: Log, extra: str = "") -> None:
-    log(f"{lease.where}: waiting {time.monotonic() - t0:.0f}s for another worker, {holder}, which holds this "
-        f"partition{extra}; this one goes on once that worker's write commits or its lease ends")
+    log(
+        f"{lease.where}: waiting {time.monotonic() - t0:.0f}s for another worker, {holder}, which holds this "
+        f"partition{extra}; this one goes on once that worker's write commits or its lease ends"
+    )
 
 
 def _pause() -> None:
@@ -212,12 +217,14 @@ class PgLease(Lease):
                     c.execute(statement)
                 except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable):
                     pass
+
         self.db.run("making the partition leases' tables", make)
         _MADE.add(self.db.url)
 
     def _try(self) -> tuple[bool, tuple | None]:
         """Take the lease if it is free or expired: (taken, the row found before, if any: info, seconds
         since renewed, seconds until it expires)."""
+
         def go(c):
             t0 = time.time()
             now = float(c.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
@@ -225,7 +232,9 @@ class PgLease(Lease):
             before = c.execute(
                 "SELECT info, extract(epoch FROM clock_timestamp() - renewed_at), "
                 "extract(epoch FROM expires_at - clock_timestamp()) FROM aip_partition_lease "
-                "WHERE run_id = %s AND metric = %s AND holder <> %s", [self.run_id, self.metric, self.holder]).fetchone()
+                "WHERE run_id = %s AND metric = %s AND holder <> %s",
+                [self.run_id, self.metric, self.holder],
+            ).fetchone()
             got = c.execute(
                 "INSERT INTO aip_partition_lease (run_id, metric, holder, info, stage, expires_at) "
                 "VALUES (%s, %s, %s, %s, %s, clock_timestamp() + make_interval(secs => %s)) "
@@ -233,9 +242,11 @@ class PgLease(Lease):
                 "stage = EXCLUDED.stage, taken_at = clock_timestamp(), renewed_at = clock_timestamp(), "
                 "expires_at = EXCLUDED.expires_at WHERE aip_partition_lease.expires_at < clock_timestamp() "
                 "OR aip_partition_lease.holder = EXCLUDED.holder "  # its own, taken by a try whose answer was lost
-                "RETURNING holder", [self.run_id, self.metric, self.holder, self.info, self.stage, self.seconds]
+                "RETURNING holder",
+                [self.run_id, self.metric, self.holder, self.info, self.stage, self.seconds],
             ).fetchone()
             return got is not None, before
+
         return self.db.run(f"the lease of {self.where}", go)
 
     def acquire(self, log: Log) -> None:
@@ -248,22 +259,34 @@ class PgLease(Lease):
                 break
             if time.monotonic() >= notice and before is not None:
                 notice = time.monotonic() + NOTICE_S
-                _waiting(self, t0, str(before[0]), log, f" (renewed {float(before[1]):.0f}s ago; it expires in "
-                                                        f"{max(0.0, float(before[2])):.0f}s unless renewed)")
+                _waiting(
+                    self,
+                    t0,
+                    str(before[0]),
+                    log,
+                    f" (renewed {float(before[1]):.0f}s ago; it expires in "
+                    f"{max(0.0, float(before[2])):.0f}s unless renewed)",
+                )
             _pause()
         if before is not None:  # a row was there, expired: its holder stopped renewing it
-            log(f"{self.where}: took over the lease of {before[0]}, which stopped renewing it {float(before[1]):.0f}s "
+            log(
+                f"{self.where}: took over the lease of {before[0]}, which stopped renewing it {float(before[1]):.0f}s "
                 f"ago (its worker ended without releasing it: killed, or its connection lost); the stage is done "
-                "again here, from the call journal")
+                "again here, from the call journal"
+            )
         self._beat = threading.Thread(target=self._heartbeat, name=f"aip-lease-{self.stage}", daemon=True)
         self._beat.start()
 
     def _renew(self) -> bool:
-        rows = self.db.run(f"renewing the lease of {self.where}", lambda c: c.execute(
-            "UPDATE aip_partition_lease SET renewed_at = clock_timestamp(), "
-            "expires_at = clock_timestamp() + make_interval(secs => %s) "
-            "WHERE run_id = %s AND metric = %s AND holder = %s RETURNING 1",
-            [self.seconds, self.run_id, self.metric, self.holder]).fetchall())
+        rows = self.db.run(
+            f"renewing the lease of {self.where}",
+            lambda c: c.execute(
+                "UPDATE aip_partition_lease SET renewed_at = clock_timestamp(), "
+                "expires_at = clock_timestamp() + make_interval(secs => %s) "
+                "WHERE run_id = %s AND metric = %s AND holder = %s RETURNING 1",
+                [self.seconds, self.run_id, self.metric, self.holder],
+            ).fetchall(),
+        )
         return bool(rows)
 
     def _heartbeat(self) -> None:
@@ -272,8 +295,10 @@ class PgLease(Lease):
             try:
                 if not self._renew():
                     self.lost = True
-                    logger.warning(f"{self.where}: this worker's lease was taken over by another worker; its write "
-                                   "will not be committed")
+                    logger.warning(
+                        f"{self.where}: this worker's lease was taken over by another worker; its write "
+                        "will not be committed"
+                    )
                     return
                 wait = self.seconds / 3
             except Exception as e:  # noqa: BLE001 - the database away a moment: try again soon
@@ -284,40 +309,56 @@ class PgLease(Lease):
         try:
             held = not self.lost and self._renew()
         except Exception as e:  # noqa: BLE001 - not known to be held: not committed
-            raise OperationalError(f"{self.where}: the partition's lease could not be renewed before the write "
-                                   f"({e}); nothing of the stage is written") from None
+            raise OperationalError(
+                f"{self.where}: the partition's lease could not be renewed before the write "
+                f"({e}); nothing of the stage is written"
+            ) from None
         if not held:
             self.lost = True
-            raise OperationalError(f"{self.where}: another worker took over this partition's lease while this one "
-                                   f"could not renew it for {self.seconds:.0f}s ({LEASE_ENV}); nothing of the stage "
-                                   "is written here, and the other worker does it")
+            raise OperationalError(
+                f"{self.where}: another worker took over this partition's lease while this one "
+                f"could not renew it for {self.seconds:.0f}s ({LEASE_ENV}); nothing of the stage "
+                "is written here, and the other worker does it"
+            )
 
     def release(self) -> None:
         self._stop.set()
         if self._beat is not None:
             self._beat.join(timeout=5)
         try:
-            self.db.run(f"releasing the lease of {self.where}", lambda c: c.execute(
-                "DELETE FROM aip_partition_lease WHERE run_id = %s AND metric = %s AND holder = %s",
-                [self.run_id, self.metric, self.holder]))
+            self.db.run(
+                f"releasing the lease of {self.where}",
+                lambda c: c.execute(
+                    "DELETE FROM aip_partition_lease WHERE run_id = %s AND metric = %s AND holder = %s",
+                    [self.run_id, self.metric, self.holder],
+                ),
+            )
         except Exception as e:  # noqa: BLE001 - it expires on its own
             logger.warning(f"{self.where}: the lease could not be released ({e}); it expires in {self.seconds:.0f}s")
 
     def _stamp(self, stage: str) -> dict[str, Any] | None:
-        row = self.db.run(f"the stamp of {self.where}", lambda c: c.execute(
-            "SELECT done_at, info FROM aip_stage_done WHERE run_id = %s AND metric = %s AND stage = %s",
-            [self.run_id, self.metric, stage]).fetchone())
+        row = self.db.run(
+            f"the stamp of {self.where}",
+            lambda c: c.execute(
+                "SELECT done_at, info FROM aip_stage_done WHERE run_id = %s AND metric = %s AND stage = %s",
+                [self.run_id, self.metric, stage],
+            ).fetchone(),
+        )
         return {"at": float(row[0]), "by": row[1]} if row else None
 
     def offset(self) -> float:
         return self._offset
 
     def mark_done(self) -> None:  # the database's clock: one clock for the stamps of every worker's host
-        self.db.run(f"the stamp of {self.where}", lambda c: c.execute(
-            "INSERT INTO aip_stage_done (run_id, metric, stage, done_at, info) "
-            "VALUES (%s, %s, %s, extract(epoch FROM clock_timestamp()), %s) "
-            "ON CONFLICT (run_id, metric, stage) DO UPDATE SET done_at = EXCLUDED.done_at, info = EXCLUDED.info",
-            [self.run_id, self.metric, self.stage, self.info]))
+        self.db.run(
+            f"the stamp of {self.where}",
+            lambda c: c.execute(
+                "INSERT INTO aip_stage_done (run_id, metric, stage, done_at, info) "
+                "VALUES (%s, %s, %s, extract(epoch FROM clock_timestamp()), %s) "
+                "ON CONFLICT (run_id, metric, stage) DO UPDATE SET done_at = EXCLUDED.done_at, info = EXCLUDED.info",
+                [self.run_id, self.metric, self.stage, self.info],
+            ),
+        )
 
 
 @contextmanager

@@ -36,4 +36,5 @@ def setup_logging(quiet: bool, prefix: str = "[aip]"):
         log.handlers[:] = saved[0]
         log.setLevel(saved[1])
         log.propagate = saved[2]
+
     return restore

@@ -27,15 +27,20 @@ def split_key(key: str) -> tuple[str, str]:
 
     run_id, sep, metric = key.rpartition(SEP)
     if not sep or not run_id or metric not in REGISTRY:
-        raise AipError(f"partition {key!r} is not <run_id>{SEP}<metric> with a known metric ({', '.join(sorted(REGISTRY))}); "
-                       "partitions are added when a run is registered (`aip-eval run`, or a schedule or the sensor), "
-                       "not by hand")
+        raise AipError(
+            f"partition {key!r} is not <run_id>{SEP}<metric> with a known metric ({', '.join(sorted(REGISTRY))}); "
+            "partitions are added when a run is registered (`aip-eval run`, or a schedule or the sensor), "
+            "not by hand"
+        )
     return run_id, metric
 
 
 def register_partitions(instance, run_id: str, metrics) -> None:
     """Add the run's keys (one per configured metric) that the instance does not have yet."""
-    new = [k for k in (partition_key(run_id, m) for m in metrics)
-           if not instance.has_dynamic_partition(evaluations.name, k)]
+    new = [
+        k
+        for k in (partition_key(run_id, m) for m in metrics)
+        if not instance.has_dynamic_partition(evaluations.name, k)
+    ]
     if new:
         instance.add_dynamic_partitions(evaluations.name, new)

@@ -42,10 +42,10 @@ class Typos(Perturbation):
             w = m.group()
             i = rng.randrange(1, len(w) - 2)
             if rng.random() < 0.5 and w[i] != w[i + 1]:
-                typo = w[:i] + w[i + 1] + w[i] + w[i + 2:]
+                typo = w[:i] + w[i + 1] + w[i] + w[i + 2 :]
             else:
                 typo = w[:i] + w[i] + w[i:]
-            text = text[:m.start()] + typo + text[m.end():]
+            text = text[: m.start()] + typo + text[m.end() :]
         return text
 
 
@@ -108,12 +108,40 @@ class Filler(Perturbation):
 
 
 SYNONYMS = {
-    "buy": "purchase", "big": "large", "help": "assist", "job": "position", "money": "funds", "doctor": "physician",
-    "start": "begin", "need": "require", "get": "obtain", "quick": "fast", "enough": "sufficient",
-    "pay": "cover", "car": "vehicle", "home": "residence", "ask": "request", "show": "demonstrate", "try": "attempt",
-    "late": "overdue", "rent": "lease", "kids": "children", "boss": "manager", "work": "employment", "small": "modest",
-    "cheap": "inexpensive", "fix": "repair", "answer": "reply", "problem": "issue", "maybe": "perhaps",
-    "sick": "ill", "choose": "select", "keep": "retain", "end": "finish", "mistake": "error", "often": "frequently",
+    "buy": "purchase",
+    "big": "large",
+    "help": "assist",
+    "job": "position",
+    "money": "funds",
+    "doctor": "physician",
+    "start": "begin",
+    "need": "require",
+    "get": "obtain",
+    "quick": "fast",
+    "enough": "sufficient",
+    "pay": "cover",
+    "car": "vehicle",
+    "home": "residence",
+    "ask": "request",
+    "show": "demonstrate",
+    "try": "attempt",
+    "late": "overdue",
+    "rent": "lease",
+    "kids": "children",
+    "boss": "manager",
+    "work": "employment",
+    "small": "modest",
+    "cheap": "inexpensive",
+    "fix": "repair",
+    "answer": "reply",
+    "problem": "issue",
+    "maybe": "perhaps",
+    "sick": "ill",
+    "choose": "select",
+    "keep": "retain",
+    "end": "finish",
+    "mistake": "error",
+    "often": "frequently",
 }
 CANONICAL = {**{v: k for k, v in SYNONYMS.items()}, **{k: k for k in SYNONYMS}}
 
@@ -130,12 +158,13 @@ class Synonyms(Perturbation):
             w = m.group()
             syn = SYNONYMS[w.lower()]
             syn = syn.capitalize() if w[0].isupper() else syn
-            text = text[:m.start()] + syn + text[m.end():]
+            text = text[: m.start()] + syn + text[m.end() :]
         return text
 
 
-RULE_BASED: dict[str, Perturbation] = {p.name: p for p in (Typos(), Casing(), Punctuation(), WordOrder(), Filler(),
-                                                           Synonyms())}
+RULE_BASED: dict[str, Perturbation] = {
+    p.name: p for p in (Typos(), Casing(), Punctuation(), WordOrder(), Filler(), Synonyms())
+}
 ALL_TYPES = (*RULE_BASED, "paraphrase")
 
 

@@ -12,25 +12,26 @@ import asyncio
 import json
 import logging
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pandas as pd
 
 from . import __version__, interrupts
+from . import warehouse as wh
 from .dataset import load_dataset
 from .errors import AipError, SpecError
+from .hashing import file_sha256, stable_json
 from .metrics import REGISTRY, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
 from .models.client import check_endpoint
 from .models.journal import open_journal
 from .models.providers import capabilities
-from .hashing import file_sha256, stable_json
 from .runspec import RunSpec, parse_spec
-from . import warehouse as wh
 
 logger = logging.getLogger("aip_assets")
 STAGES = ("ingest", "synthesis", "sampling", "judging", "aggregation")
@@ -38,7 +39,7 @@ Log = Callable[[str], None]
 
 
 def new_run_id(spec: RunSpec, now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{spec.name}-{now.strftime('%Y%m%dT%H%M%SZ')}"
 
 
@@ -59,8 +60,8 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
     unless the run ``run_id`` (resumed) has one recorded; with a form pinned, check the endpoint
     takes it (a refusal stops the run: it would fail every judgement).
     Returns what to log, a line per check, and the forms chosen (``Preflight.forms``)."""
-    from .warehouse import lake
     from .shared_state import check_shared_state
+    from .warehouse import lake
 
     shared = [line for line in (check_shared_state(), lake.check()) if line]  # the database first: the lake's catalog
     forms: list[dict[str, Any]] = []
@@ -79,18 +80,24 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
         probed: set[str] = set()
         for role, conn in roles:
             key = conn.endpoint_id() + conn.model
-            judging = (role == "audit" or role.startswith("judge")) and capabilities(conn).pinned_form is None  # judge-2... too
+            judging = (role == "audit" or role.startswith("judge")) and capabilities(
+                conn
+            ).pinned_form is None  # judge-2... too
             if key in checked and not (judging and key not in probed):
                 continue
             # a judge on the SUT's own endpoint and model is not checked twice, but is probed for its form
-            line = (f"endpoint ok: {await check_endpoint(conn, role, **check_policy(spec, role))}" if key not in checked
-                    else f"endpoint ok: {role}: the {checked[key]}'s endpoint and model")
+            line = (
+                f"endpoint ok: {await check_endpoint(conn, role, **check_policy(spec, role))}"
+                if key not in checked
+                else f"endpoint ok: {role}: the {checked[key]}'s endpoint and model"
+            )
             checked.setdefault(key, role)
             if judging:
                 probed.add(key)
                 line += "; " + await _structured_check(conn, role, recorded, forms)
             out.append(line)
         return out
+
     return Preflight(asyncio.run(go()) + shared, forms)
 
 
@@ -103,8 +110,9 @@ def check_policy(spec: RunSpec, role: str, metrics: list[str] | None = None) -> 
     the backoff is the spec's ``retry_backoff_seconds``."""
     from .models.client import CHECK_MIN_RETRIES
 
-    names = [m for m in (metrics if metrics is not None else spec.metrics)
-             if role != "sut" or get_metric(m).calls_sut] or list(spec.metrics)
+    names = [
+        m for m in (metrics if metrics is not None else spec.metrics) if role != "sut" or get_metric(m).calls_sut
+    ] or list(spec.metrics)
     cfgs = [spec.metric_config(m) for m in names]
     if role == "sut":
         retries = [getattr(c, "n_sut_retries", 0) for c in cfgs]
@@ -113,8 +121,11 @@ def check_policy(spec: RunSpec, role: str, metrics: list[str] | None = None) -> 
     else:  # synthesis
         retries = [spec.judge_retries]
     timeouts = [t for c in cfgs if (t := getattr(c, "timeout_seconds", None))]
-    return {"retries": max(CHECK_MIN_RETRIES, *retries), "timeout": max(timeouts, default=60.0),
-            "backoff_s": spec.retry_backoff_seconds}
+    return {
+        "retries": max(CHECK_MIN_RETRIES, *retries),
+        "timeout": max(timeouts, default=60.0),
+        "backoff_s": spec.retry_backoff_seconds,
+    }
 
 
 def stage_endpoint_check(ctx: StageContext, stage: str, conn, role: str) -> None:
@@ -129,8 +140,10 @@ def stage_endpoint_check(ctx: StageContext, stage: str, conn, role: str) -> None
     try:
         asyncio.run(check_endpoint(conn, role, log=ctx.log, **check_policy(ctx.spec, role, [ctx.metric])))
     except EndpointDown as e:
-        msg = (f"{stage} [{ctx.run_id} × {ctx.metric}]: {e}. The endpoint is down: the stage goes on, and its "
-               f"{role} calls that fail (each tried within its retries) are recorded as failed on their rows")
+        msg = (
+            f"{stage} [{ctx.run_id} × {ctx.metric}]: {e}. The endpoint is down: the stage goes on, and its "
+            f"{role} calls that fail (each tried within its retries) are recorded as failed on their rows"
+        )
         logger.warning(msg)
         ctx.notes.append({"level": "warning", "code": "endpoint_down", "message": msg})
 
@@ -151,10 +164,12 @@ async def _structured_check(conn, role: str, recorded: list[dict[str, Any]], for
             return f"structured output: {pinned} answers (structured_output: {setting})"
         why = n.tried[0][1]
         if why.startswith("refused "):
-            raise EndpointError(f"{role} endpoint {conn.base_url} (model {conn.model}) refuses structured-output "
-                                f"form {pinned} {why[len('refused '):]}; structured_output: {setting} never moves to "
-                                "another form: set structured_output: auto to find one it takes, or name a form it "
-                                "takes (json_schema, json_object_schema, json_object, prompt)")
+            raise EndpointError(
+                f"{role} endpoint {conn.base_url} (model {conn.model}) refuses structured-output "
+                f"form {pinned} {why[len('refused ') :]}; structured_output: {setting} never moves to "
+                "another form: set structured_output: auto to find one it takes, or name a form it "
+                "takes (json_schema, json_object_schema, json_object, prompt)"
+            )
         return f"structured output: {pinned} (structured_output: {setting}), but the probe {why}"
     mine = [e for e in recorded if e["endpoint"] == conn.endpoint_id() and e["model"] == conn.model]
     if mine:
@@ -163,8 +178,17 @@ async def _structured_check(conn, role: str, recorded: list[dict[str, Any]], for
         form = max(reversed(mine), key=lambda e: FORMS.index(e["form"]))["form"]
         return f"structured output: {form} (recorded for this run)"
     n = await negotiate(conn, role)
-    forms.append({"endpoint": conn.endpoint_id(), "model": conn.model, "role": role, "form": n.form, "previous": None,
-                  "how": "preflight", "reason": n.describe()})
+    forms.append(
+        {
+            "endpoint": conn.endpoint_id(),
+            "model": conn.model,
+            "role": role,
+            "form": n.form,
+            "previous": None,
+            "how": "preflight",
+            "reason": n.describe(),
+        }
+    )
     return f"structured output: {n.form} ({n.describe()})"
 
 
@@ -206,25 +230,38 @@ def validate_datasets(spec: RunSpec) -> dict[str, int]:
     return {ds: len(load_dataset(ds)) for ds in datasets}
 
 
-def register_run(spec: RunSpec, run_id: str, path: Path | None = None,
-                 n_rows: dict[str, int] | None = None, forms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def register_run(
+    spec: RunSpec,
+    run_id: str,
+    path: Path | None = None,
+    n_rows: dict[str, int] | None = None,
+    forms: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Store the resolved spec (no secrets), metric versions, dataset hash and package version;
     the one step that creates the warehouse. ``n_rows``: the datasets already validated;
     ``forms``: the structured-output forms the endpoint check chose (``preflight(...).forms``),
     recorded for the run in its journal."""
     if not run_id or "|" in run_id or run_id != run_id.strip():
-        raise SpecError(f"run id {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
-                        "Dagster's partition keys) and without leading or trailing spaces")
+        raise SpecError(
+            f"run id {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
+            "Dagster's partition keys) and without leading or trailing spaces"
+        )
     n_rows = n_rows or validate_datasets(spec)  # validates: bad input stops here
     datasets = list(n_rows)
     shas = {ds: file_sha256(ds) for ds in datasets}
     rec = {
-        "run_id": run_id, "spec_name": spec.name, "spec": stable_json(spec.resolved()),
+        "run_id": run_id,
+        "spec_name": spec.name,
+        "spec": stable_json(spec.resolved()),
         "metrics": json.dumps(list(spec.metrics)),
         "metric_versions": stable_json({m: REGISTRY[m].version for m in spec.metrics}),
-        "dataset_path": spec.dataset, "dataset_sha256": shas[spec.dataset], "n_dataset_rows": n_rows[spec.dataset],
+        "dataset_path": spec.dataset,
+        "dataset_sha256": shas[spec.dataset],
+        "n_dataset_rows": n_rows[spec.dataset],
         "datasets": stable_json(shas),
-        "package_version": __version__, "seed": spec.seed, "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
+        "package_version": __version__,
+        "seed": spec.seed,
+        "created_at": datetime.now(UTC).replace(tzinfo=None),
     }
     df = wh.frame("eval_runs", [rec])
 
@@ -247,8 +284,9 @@ class AlreadyRegistered(SpecError):
     """``register_run`` of a run id another worker (or an earlier run) registered."""
 
 
-def spec_differences(spec: RunSpec, run_id: str, path: Path | None = None, limit: int = 5,
-                     ignore: tuple[str, ...] = ()) -> list[str]:
+def spec_differences(
+    spec: RunSpec, run_id: str, path: Path | None = None, limit: int = 5, ignore: tuple[str, ...] = ()
+) -> list[str]:
     """Where ``spec`` (resolved) and its datasets differ from the registered run's: one line per
     field (``metrics.llm.decision_flip.config.dimensions: [...] here, [...] registered``), at most
     ``limit`` (then how many more); [] when they are the same. ``ignore``: top-level fields left out."""
@@ -260,7 +298,9 @@ def spec_differences(spec: RunSpec, run_id: str, path: Path | None = None, limit
             for k in sorted(set(a) | set(b), key=str):
                 walk(a.get(k), b.get(k), f"{where}.{k}" if where else str(k))
         elif a != b:
-            out.append(f"{where}: {json.dumps(a, default=str)[:120]} here, {json.dumps(b, default=str)[:120]} registered")
+            out.append(
+                f"{where}: {json.dumps(a, default=str)[:120]} here, {json.dumps(b, default=str)[:120]} registered"
+            )
 
     mine, theirs = (json.loads(stable_json(s.resolved())) for s in (spec, stored))
     for k in ignore:
@@ -296,8 +336,9 @@ def load_run(run_id: str, path: Path | None = None) -> tuple[RunSpec, dict[str, 
 
 
 def list_runs(path: Path | None = None) -> pd.DataFrame:
-    return wh.query("SELECT run_id, spec_name, created_at, metrics FROM eval_runs ORDER BY created_at", path=path,
-                    read_only=True)
+    return wh.query(
+        "SELECT run_id, spec_name, created_at, metrics FROM eval_runs ORDER BY created_at", path=path, read_only=True
+    )
 
 
 class WarehouseReader:
@@ -311,8 +352,9 @@ class WarehouseReader:
 
     def count(self, table: str) -> int:
         with wh.connect(self.path) as con:
-            row = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ? AND metric = ?",
-                              [self.run_id, self.metric]).fetchone()
+            row = con.execute(
+                f"SELECT count(*) FROM {table} WHERE run_id = ? AND metric = ?", [self.run_id, self.metric]
+            ).fetchone()
         return int(row[0]) if row else 0
 
     def status_counts(self, table: str) -> dict[str, int]:
@@ -320,8 +362,9 @@ class WarehouseReader:
             return wh.status_counts(con, table, self.run_id, self.metric)
 
     def input_ids(self) -> list[str]:
-        df = wh.read_partition("dataset_rows", self.run_id, self.metric, self.path, order_by="row_index",
-                               columns=["input_id"])
+        df = wh.read_partition(
+            "dataset_rows", self.run_id, self.metric, self.path, order_by="row_index", columns=["input_id"]
+        )
         return list(df["input_id"])
 
 
@@ -377,8 +420,14 @@ class StagedTables:
         meta: dict[str, Any] = {f"rows.{t}": n for t, n in self.rows.items()}
         meta.update({f"failed.{t}": n for t, n in self.failed.items()})
         if "llm_calls" in self.rows:
-            meta.update({"calls.network": self.calls["network"], "calls.failed": self.calls["failed"],
-                         "tokens.prompt": self.calls["prompt_tokens"], "tokens.completion": self.calls["completion_tokens"]})
+            meta.update(
+                {
+                    "calls.network": self.calls["network"],
+                    "calls.failed": self.calls["failed"],
+                    "tokens.prompt": self.calls["prompt_tokens"],
+                    "tokens.completion": self.calls["completion_tokens"],
+                }
+            )
         return meta
 
 
@@ -387,11 +436,19 @@ def _drain_async(agen, staged: StagedTables) -> None:
         async for tables in agen:
             staged.add(tables)
             interrupts.check()  # a metric that booked the stopped calls as failures: no further batch
+
     asyncio.run(go())
 
 
-def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path: Path | None = None,
-              observe: Callable[[dict[str, Any]], None] | None = None, since: float | None = None) -> dict[str, Any]:
+def run_stage(
+    stage: str,
+    run_id: str,
+    metric: str,
+    log: Log | None = None,
+    path: Path | None = None,
+    observe: Callable[[dict[str, Any]], None] | None = None,
+    since: float | None = None,
+) -> dict[str, Any]:
     """Materialise one stage of one (run, metric) partition. Returns metadata for Dagster/CLI.
     ``observe``: progress while the stage runs, as metadata (a provider batch's status and counts
     each time they change; Dagster records it as an asset observation).
@@ -414,7 +471,9 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
     with interrupts.handled():
         try:
             interrupts.check()  # a signal before it began (between two stages): it does not start
-            _check_partition(stage, run_id, metric, path)  # before the lease: a partition that is not one leaves nothing
+            _check_partition(
+                stage, run_id, metric, path
+            )  # before the lease: a partition that is not one leaves nothing
             with leases.held(run_id, metric, stage, path, log) as lease:
                 before = STAGES[STAGES.index(stage) - 1] if stage != STAGES[0] else None
                 done = lease.done_since(since, before) if since is not None else None
@@ -422,28 +481,34 @@ def run_stage(stage: str, run_id: str, metric: str, log: Log | None = None, path
                     return _done_elsewhere(stage, run_id, metric, path, log, done)
                 return _run_stage(stage, run_id, metric, log, path, observe, lease)
         except interrupts.Interrupted as e:
-            raise interrupts.StageInterrupted(f"{stage} [{run_id} × {metric}]: {e}; its calls answered so far are "
-                                              "journaled, nothing of the stage is written") from None
+            raise interrupts.StageInterrupted(
+                f"{stage} [{run_id} × {metric}]: {e}; its calls answered so far are "
+                "journaled, nothing of the stage is written"
+            ) from None
 
 
 def _check_partition(stage: str, run_id: str, metric: str, path: Path) -> None:
     """The run is registered with the metric configured, and the stage is one (else the error to show)."""
     spec, _ = load_run(run_id, path)
     if metric not in spec.metrics:
-        raise AipError(f"metric {metric} is not configured for run {run_id} (configured: {', '.join(spec.metrics)}); "
-                       "nothing to materialise for this partition")
+        raise AipError(
+            f"metric {metric} is not configured for run {run_id} (configured: {', '.join(spec.metrics)}); "
+            "nothing to materialise for this partition"
+        )
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
 
 
 def _done_elsewhere(stage: str, run_id: str, metric: str, path: Path, log: Log, done: dict[str, Any]) -> dict[str, Any]:
     """The metadata of a stage another worker committed since this one began: its result, read back."""
-    when = datetime.fromtimestamp(done["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.fromtimestamp(done["at"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     meta: dict[str, Any] = {"done_by": f"another worker, {done['by']}, at {when}"}
     if stage == "aggregation":
         meta.update(_aggregation_meta(run_id, metric, get_metric(metric), path))
-    log(f"{stage} [{run_id} × {metric}]: done by another worker ({done['by']}) since this one began; going on "
-        "from its result")
+    log(
+        f"{stage} [{run_id} × {metric}]: done by another worker ({done['by']}) since this one began; going on "
+        "from its result"
+    )
     return meta
 
 
@@ -451,33 +516,59 @@ def _aggregation_meta(run_id: str, metric: str, plugin, path: Path) -> dict[str,
     """An aggregation's summary and gate, as written."""
     scores = wh.read_partition("metric_scores", run_id, metric, path)
     ov = scores[scores["scope"] == "overall"].iloc[0]
-    return {"summary": with_panel(plugin.summary(scores), scores),
-            "gate": {"passed": ov["passed"], "gate_reason": ov["gate_reason"], "coverage": ov["coverage"],
-                     "excluded": json.loads(ov["excluded"] or "{}"), "score": _num(ov["score"]),
-                     "ci_low": _num(ov["ci_low"]), "ci_high": _num(ov["ci_high"]), "threshold": _num(ov["threshold"])}}
+    return {
+        "summary": with_panel(plugin.summary(scores), scores),
+        "gate": {
+            "passed": ov["passed"],
+            "gate_reason": ov["gate_reason"],
+            "coverage": ov["coverage"],
+            "excluded": json.loads(ov["excluded"] or "{}"),
+            "score": _num(ov["score"]),
+            "ci_low": _num(ov["ci_low"]),
+            "ci_high": _num(ov["ci_high"]),
+            "threshold": _num(ov["threshold"]),
+        },
+    }
 
 
-def _run_stage(stage: str, run_id: str, metric: str, log: Log, path: Path,
-               observe: Callable[[dict[str, Any]], None] | None, lease) -> dict[str, Any]:
+def _run_stage(
+    stage: str, run_id: str, metric: str, log: Log, path: Path, observe: Callable[[dict[str, Any]], None] | None, lease
+) -> dict[str, Any]:
     spec, rec = load_run(run_id, path)  # read again under the lease: the last holder may have changed it
     plugin = get_metric(metric)
     journal = open_journal(path)
     staged = StagedTables(path.parent, run_id, metric, stage)
     try:
-        ctx = StageContext(run_id=run_id, metric=metric, spec=spec, config=spec.metric_config(metric),
-                           journal=journal, reader=WarehouseReader(run_id, metric, path), log=log,
-                           threshold=spec.metrics[metric].threshold, batch_rows=spec.batch_rows, observe=observe)
+        ctx = StageContext(
+            run_id=run_id,
+            metric=metric,
+            spec=spec,
+            config=spec.metric_config(metric),
+            journal=journal,
+            reader=WarehouseReader(run_id, metric, path),
+            log=log,
+            threshold=spec.metrics[metric].threshold,
+            batch_rows=spec.batch_rows,
+            observe=observe,
+        )
         if stage == "ingest":
             path_ds = spec.dataset_for(metric)
             registered = json.loads(rec["datasets"] or "{}").get(path_ds) or rec["dataset_sha256"]
             sha = file_sha256(path_ds)
             if sha != registered:
-                raise AipError(f"{path_ds}: the dataset changed since run {run_id} was registered "
-                               f"(sha256 {registered[:12]}… → {sha[:12]}…); start a new run")
+                raise AipError(
+                    f"{path_ds}: the dataset changed since run {run_id} was registered "
+                    f"(sha256 {registered[:12]}… → {sha[:12]}…); start a new run"
+                )
             rows = load_dataset(path_ds)
             for i in range(0, len(rows), spec.batch_rows):
-                staged.add({"dataset_rows": [{"row_index": i + k, **r.to_record()}
-                                             for k, r in enumerate(rows[i:i + spec.batch_rows])]})
+                staged.add(
+                    {
+                        "dataset_rows": [
+                            {"row_index": i + k, **r.to_record()} for k, r in enumerate(rows[i : i + spec.batch_rows])
+                        ]
+                    }
+                )
         elif stage == "synthesis":
             for tables in plugin.synthesize(ctx):
                 staged.add(tables)
@@ -529,8 +620,9 @@ def finished_aggregate(plugin: Metric, ctx: StageContext) -> Iterator[dict[str, 
 
     for tables in plugin.aggregate(ctx):
         if "metric_scores" in tables:
-            judges = (audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, plugin)
-                      + panel_scores(ctx, ctx.config))
+            judges = (
+                audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, plugin) + panel_scores(ctx, ctx.config)
+            )
             judges += human_scores(ctx, plugin)  # people's labels (aip-eval label import), kept on re-aggregation
             tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
         yield tables
@@ -549,10 +641,12 @@ def _num(x: Any) -> float | None:
     return None if x is None or pd.isna(x) else float(x)
 
 
-BUILTIN_JUDGE_NOTE = ("the judge is the builtin model, a heuristic reader meant for the offline calibration rig, "
-                      "while the SUT is {sut}: its verdicts rest on patterns (decision lines, yes/no stances, "
-                      "figures) and exclude what they cannot read; point `judge:` at an LLM for a real evaluation "
-                      "(README, \"Judges\")")
+BUILTIN_JUDGE_NOTE = (
+    "the judge is the builtin model, a heuristic reader meant for the offline calibration rig, "
+    "while the SUT is {sut}: its verdicts rest on patterns (decision lines, yes/no stances, "
+    "figures) and exclude what they cannot read; point `judge:` at an LLM for a real evaluation "
+    '(README, "Judges")'
+)
 
 
 def builtin_judge_note(spec: RunSpec, plugin) -> str | None:
@@ -578,8 +672,12 @@ def run_summary(run_id: str, path: Path | None = None, metrics: list[str] | None
     for metric in shown:
         scores = wh.read_partition("metric_scores", run_id, metric, path)
         if scores.empty:
-            out["metrics"][metric] = {"status": "not aggregated", "score": None, "passed": False,
-                                      "gate_reason": "not aggregated: a stage failed or has not run"}
+            out["metrics"][metric] = {
+                "status": "not aggregated",
+                "score": None,
+                "passed": False,
+                "gate_reason": "not aggregated: a stage failed or has not run",
+            }
             continue
         s = with_panel(get_metric(metric).summary(scores), scores)
         ov = scores[scores["scope"] == "overall"].iloc[0]
@@ -602,8 +700,11 @@ def structured_summary(spec: RunSpec, run_id: str, path: Path | None = None) -> 
     journal's events, oldest first: chosen before the run, lazily, or moved to after a refusal)."""
     from .models.structured import FORMS, configured_form
 
-    conns = [*((panel_role(i), c) for i, c in enumerate(spec.panel())),  # a panel's every judge
-             ("audit", spec.judge_audit.judge if spec.judge_audit else None), ("synthesis", spec.synthesis)]
+    conns = [
+        *((panel_role(i), c) for i, c in enumerate(spec.panel())),  # a panel's every judge
+        ("audit", spec.judge_audit.judge if spec.judge_audit else None),
+        ("synthesis", spec.synthesis),
+    ]
     events: list[dict[str, Any]] | None = None
     out: list[dict[str, Any]] = []
     seen = set()
@@ -611,8 +712,12 @@ def structured_summary(spec: RunSpec, run_id: str, path: Path | None = None) -> 
         if conn is None or capabilities(conn).pinned_form is not None or (conn.endpoint_id(), conn.model) in seen:
             continue
         seen.add((conn.endpoint_id(), conn.model))
-        row: dict[str, Any] = {"role": role, "endpoint": conn.endpoint_id(), "model": conn.model,
-                               "structured_output": conn.structured_output}
+        row: dict[str, Any] = {
+            "role": role,
+            "endpoint": conn.endpoint_id(),
+            "model": conn.model,
+            "structured_output": conn.structured_output,
+        }
         pinned = configured_form(conn.structured_output, capabilities(conn))
         if pinned is not None:
             out.append({**row, "form": pinned, "history": []})
@@ -621,14 +726,21 @@ def structured_summary(spec: RunSpec, run_id: str, path: Path | None = None) -> 
             events = _recorded_forms(run_id, path)
         mine = [e for e in events if e["endpoint"] == conn.endpoint_id() and e["model"] == conn.model]
         form = max(reversed(mine), key=lambda e: FORMS.index(e["form"]))["form"] if mine else None
-        out.append({**row, "form": form, "history": [
-            {"how": e["how"], "form": e["form"], "previous": e["previous"], "reason": e["reason"]} for e in mine]})
+        out.append(
+            {
+                **row,
+                "form": form,
+                "history": [
+                    {"how": e["how"], "form": e["form"], "previous": e["previous"], "reason": e["reason"]} for e in mine
+                ],
+            }
+        )
     return out
 
 
 # ------------------------------------------------------------------ estimates and limits
 ASSUMED_ANSWER_TOKENS = 300  # when the SUT connection sets no max_tokens
-JUDGE_PROMPT_TOKENS = 450    # a judge prompt's own text, before the answers it quotes
+JUDGE_PROMPT_TOKENS = 450  # a judge prompt's own text, before the answers it quotes
 JUDGE_ANSWER_TOKENS = 80
 
 
@@ -639,24 +751,39 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
     import tempfile
 
     from .runspec import Connection
-
     from .warehouse import lake
 
-    with tempfile.TemporaryDirectory(prefix="aip-dry-run-") as tmp, lake.set_aside():  # a local file, even in shared mode
+    with (
+        tempfile.TemporaryDirectory(prefix="aip-dry-run-") as tmp,
+        lake.set_aside(),
+    ):  # a local file, even in shared mode
         path = Path(tmp) / "estimate.duckdb"
         offline = spec.model_copy(update={"synthesis": Connection()})
         register_run(offline, "dry-run", path)
         sut_answer = spec.sut.max_tokens or ASSUMED_ANSWER_TOKENS
-        out: dict[str, Any] = {"metrics": {}, "assumptions": {
-            "chars_per_token": 4, "sut_answer_tokens": sut_answer, "judge_prompt_tokens": JUDGE_PROMPT_TOKENS,
-            "judge_answer_tokens": JUDGE_ANSWER_TOKENS}}
+        out: dict[str, Any] = {
+            "metrics": {},
+            "assumptions": {
+                "chars_per_token": 4,
+                "sut_answer_tokens": sut_answer,
+                "judge_prompt_tokens": JUDGE_PROMPT_TOKENS,
+                "judge_answer_tokens": JUDGE_ANSWER_TOKENS,
+            },
+        }
         for metric in spec.metrics:
             for stage in ("ingest", "synthesis"):
                 run_stage(stage, "dry-run", metric, log=lambda m: None, path=path)
             plugin = get_metric(metric)
             # the metric counts from the probes synthesised offline, with the run's real connections
-            ctx = StageContext(run_id="dry-run", metric=metric, spec=spec, config=spec.metric_config(metric),
-                               journal=None, reader=WarehouseReader("dry-run", metric, path), batch_rows=spec.batch_rows)
+            ctx = StageContext(
+                run_id="dry-run",
+                metric=metric,
+                spec=spec,
+                config=spec.metric_config(metric),
+                journal=None,
+                reader=WarehouseReader("dry-run", metric, path),
+                batch_rows=spec.batch_rows,
+            )
             e = plugin.estimate(ctx)
             asked = e["judge_calls"]
             e["judge_calls"] *= len(spec.panel())  # a panel: every judge asked every verdict
@@ -674,7 +801,8 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
     lim = spec.limits
     out["limits"] = lim.model_dump()
     out["within_limits"] = (lim.max_calls is None or tot["calls"] <= lim.max_calls) and (
-        lim.max_tokens is None or tot["tokens"] <= lim.max_tokens)
+        lim.max_tokens is None or tot["tokens"] <= lim.max_tokens
+    )
     return out
 
 
@@ -689,5 +817,8 @@ def update_limits(run_id: str, max_calls: int | None, max_tokens: int | None, pa
         data["limits"]["max_tokens"] = max_tokens
     parse_spec(data, where=f"eval_runs[{run_id}].spec")
     with wh.connect(path) as con:
-        wh.transaction(con, lambda c: c.execute("UPDATE eval_runs SET spec = ? WHERE run_id = ?",
-                                                [stable_json(data), run_id]), f"run {run_id}'s limits")
+        wh.transaction(
+            con,
+            lambda c: c.execute("UPDATE eval_runs SET spec = ? WHERE run_id = ?", [stable_json(data), run_id]),
+            f"run {run_id}'s limits",
+        )

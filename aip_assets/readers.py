@@ -43,14 +43,17 @@ _MARKER = re.compile(
     r"(?<![\w])(?:my\s+(?:final\s+)?decision\s+is|meine\s+entscheidung\s+(?:ist|lautet)|ma\s+décision\s+est)\b|"
     # "my decision based on the information above is no": a few words between, within the sentence
     r"(?<![\w])my\s+(?:final\s+)?decision\b(?:\s+[\w'’-]+){1,8}?\s+is\b(?=\s+[\w*\"'“])",
-    re.I)
+    re.I,
+)
 # a final answer in the words of a quiz ("The answer is: YES", "Answer: YES", "Final answer: DENY",
 # "Choose your answer: Yes", "My choice: approve"): a statement only when a label follows
 _ANSWER_MARKER = re.compile(
     r"(?<![\w])(?:(?:the\s+|my\s+)?(?:final\s+)?answer\s+(?:is|would\s+be|will\s+be)|(?:final\s+)?answer|"
     r"(?:my|your|the)\s+(?:final\s+)?choice\s+is|(?:my|your|final)\s+choice|antwort|réponse)"
     r"(?:[\s*_`]*[:：]|\s+[-–—]\s|[\s*_`]+(?=[*_`])|(?<=is)\b|(?<=be)\b)|"
-    r"^[\s*_`>]*A[\s*_`]*[:：]", re.I | re.M)  # the answer of a Q/A pair: "A: Yes" opening its line
+    r"^[\s*_`>]*A[\s*_`]*[:：]",
+    re.I | re.M,
+)  # the answer of a Q/A pair: "A: Yes" opening its line
 # a marker quoted from the instruction: 'a final line of the form "Decision: …"', 'in the form: Decision: …'
 _QUOTED_FORM = re.compile(r"\b(?:form|format|formatted\s+as|like)\s*[:\"“'‘`*]+\s*$", re.I)
 # what an instruction puts where a label goes ("Decision: <label>", "[label]", "{decision}")
@@ -65,7 +68,7 @@ def _norm(s: str) -> str:
 
 
 def _at_line_start(text: str, pos: int) -> bool:
-    return not text[text.rfind("\n", 0, pos) + 1:pos].strip(_STRIP_LEAD + " ")
+    return not text[text.rfind("\n", 0, pos) + 1 : pos].strip(_STRIP_LEAD + " ")
 
 
 # what may follow a stated label: nothing, punctuation, a dash or a bracket, then an explanation
@@ -86,11 +89,15 @@ def label_at_start(text: str | None, labels: list[str]) -> str | None:
     up = s.upper()
     for lab in sorted(labels, key=lambda x: -len(x)):
         n = _norm(lab)
-        if up.startswith(n) and not s[len(n):len(n) + 1].isalnum():
+        if up.startswith(n) and not s[len(n) : len(n) + 1].isalnum():
             k = len(n)
             while k < len(s) and s[k] in "\"'”’»":  # a closing quote
                 k += 1
-            if _AFTER_LABEL.match(s, k) and not s[k:].lstrip().startswith(("?", "/")) and not _lists_labels(s[k:], labels):
+            if (
+                _AFTER_LABEL.match(s, k)
+                and not s[k:].lstrip().startswith(("?", "/"))
+                and not _lists_labels(s[k:], labels)
+            ):
                 return lab
     return None
 
@@ -101,8 +108,8 @@ def _copies_options(text: str, labels: list[str]) -> bool:
     up = s.upper()
     for lab in sorted(labels, key=lambda x: -len(x)):
         n = _norm(lab)
-        if up.startswith(n) and not s[len(n):len(n) + 1].isalnum():
-            return _lists_labels(s[len(n):], labels)
+        if up.startswith(n) and not s[len(n) : len(n) + 1].isalnum():
+            return _lists_labels(s[len(n) :], labels)
     return False
 
 
@@ -112,8 +119,8 @@ def _lists_labels(rest: str, labels: list[str]) -> bool:
     m = re.match(r"\s*(?:[,/|;]|\bor\b|\band\b|\boder\b|\bou\b)\s*", rest, re.I)
     if not m:
         return False
-    nxt = rest[m.end():].strip(_STRIP_LEAD + " ").replace("*", "").upper()
-    return any(nxt.startswith(_norm(x)) and not nxt[len(_norm(x)):len(_norm(x)) + 1].isalnum() for x in labels)
+    nxt = rest[m.end() :].strip(_STRIP_LEAD + " ").replace("*", "").upper()
+    return any(nxt.startswith(_norm(x)) and not nxt[len(_norm(x)) : len(_norm(x)) + 1].isalnum() for x in labels)
 
 
 def map_label(value: object, labels: list[str]) -> str | None:
@@ -126,9 +133,9 @@ def map_label(value: object, labels: list[str]) -> str | None:
 
 @dataclass(frozen=True)
 class DecisionReading:
-    label: str | None         # the configured label the answer states, or None
-    stated: str | None        # the word the answer puts where a label should be, when it is no label
-    marker: bool              # whether the answer makes a decision statement at all
+    label: str | None  # the configured label the answer states, or None
+    stated: str | None  # the word the answer puts where a label should be, when it is no label
+    marker: bool  # whether the answer makes a decision statement at all
 
 
 def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
@@ -152,7 +159,7 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
         if _QUOTED_FORM.search(body, max(0, m.start() - 24), m.start()):
             continue  # the instruction quoted: 'of the form "Decision: No"'
         line_end = body.find("\n", m.end())
-        after = body[m.end(): len(body) if line_end < 0 else line_end]
+        after = body[m.end() : len(body) if line_end < 0 else line_end]
         lab = label_at_start(after, labels)
         if lab is None and _PLACEHOLDER.match(after):  # the instruction echoed: 'of the form "Decision: <label>"'
             continue
@@ -173,7 +180,7 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
     tail = lines[-3][0] if len(lines) >= 3 else 0
     for m in _ANSWER_MARKER.finditer(body, tail):
         line_end = body.find("\n", m.end())
-        lab = label_at_start(body[m.end(): len(body) if line_end < 0 else line_end], labels)
+        lab = label_at_start(body[m.end() : len(body) if line_end < 0 else line_end], labels)
         if lab is not None:  # "Answer: it depends" states nothing
             statements.append((m.start(), lab, None))
     # a bare label alone on one of the last three lines ("**APPROVE**"), not an item of a list
@@ -212,19 +219,31 @@ def stated_words(texts: list[str], labels: list[str], k: int = 3) -> list[tuple[
 
 # ------------------------------------------------------------------ stances (yes / no)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_EXPLICIT = re.compile(r"(?:my|the\s+short)\s+answer\s+is:?\s*\**(yes|no)\b|"
-                       r"(?:meine|die\s+kurze)\s+antwort\s+(?:lautet|ist):?\s*\**(ja|nein)\b|"
-                       r"lautet\s+meine\s+antwort:?\s*\**(ja|nein)\b|ma\s+réponse\s+est:?\s*\**(oui|non)\b", re.I)
+_EXPLICIT = re.compile(
+    r"(?:my|the\s+short)\s+answer\s+is:?\s*\**(yes|no)\b|"
+    r"(?:meine|die\s+kurze)\s+antwort\s+(?:lautet|ist):?\s*\**(ja|nein)\b|"
+    r"lautet\s+meine\s+antwort:?\s*\**(ja|nein)\b|ma\s+réponse\s+est:?\s*\**(oui|non)\b",
+    re.I,
+)
 _YES_WORDS = {"yes", "ja", "oui"}
-_START = re.compile(r"^[\W_]*(?:(?P<no2>(?:absolutely|definitely|certainly)\s+not)\b|(?P<w>yes|yeah|yep|absolutely|definitely|"
-                    r"no|nope|ja|jawohl|nein|oui|non)\b(?!\s+(?:problem|worries|need|rush|matter|one|doubt|idea|"
-                    r"way\s+to\s+tell|and\s+no|seulement|plus)))", re.I)
+_START = re.compile(
+    r"^[\W_]*(?:(?P<no2>(?:absolutely|definitely|certainly)\s+not)\b|(?P<w>yes|yeah|yep|absolutely|definitely|"
+    r"no|nope|ja|jawohl|nein|oui|non)\b(?!\s+(?:problem|worries|need|rush|matter|one|doubt|idea|"
+    r"way\s+to\s+tell|and\s+no|seulement|plus)))",
+    re.I,
+)
 # the whole answer hedges: no stance to read
-_HEDGE = re.compile(r"\b(?:it|that)\s+(?:really\s+)?depends\b|\byes\s+and\s+no\b|\b(?:es\s+)?kommt\s+(?:ganz\s+)?dr?a(?:uf|rauf)\s+an\b|"
-                    r"\b(?:ça|cela)\s+dépend\b", re.I)
+_HEDGE = re.compile(
+    r"\b(?:it|that)\s+(?:really\s+)?depends\b|\byes\s+and\s+no\b|\b(?:es\s+)?kommt\s+(?:ganz\s+)?dr?a(?:uf|rauf)\s+an\b|"
+    r"\b(?:ça|cela)\s+dépend\b",
+    re.I,
+)
 # a sentence that declines to recommend anything is no stance ("I can't recommend specific products")
-_NO_ADVICE = re.compile(r"\b(?:can[’']?t|cannot|can\s+not|unable\s+to)\s+(?:\w+\s+)?(?:recommend|advise)\s+"
-                        r"(?:a\s+|any\s+|specific|particular|anything|one\s+option)", re.I)
+_NO_ADVICE = re.compile(
+    r"\b(?:can[’']?t|cannot|can\s+not|unable\s+to)\s+(?:\w+\s+)?(?:recommend|advise)\s+"
+    r"(?:a\s+|any\s+|specific|particular|anything|one\s+option)",
+    re.I,
+)
 # first-person cues, strongest after an explicit answer or a leading yes/no
 _NEGATIVE = re.compile(
     r"\b(?:i|we)\s*(?:would\s+not|wouldn[’']t|do\s+not|don[’']t|can[’']?t|cannot|can\s+not)\s+(?:\w+\s+)?recommend|"
@@ -237,22 +256,32 @@ _NEGATIVE = re.compile(
     r"\b(?:rate|rät|raten)\s+(?:ich\s+)?(?:ihnen\s+|dir\s+|euch\s+)?(?:eher\s+|klar\s+|dringend\s+)?davon\s+ab\b|"
     r"\babraten\b|\bstimme\b[^.!?]*\bnicht\s+zu\b|"
     r"\bne\s+(?:vous\s+|te\s+|l[’']|le\s+|la\s+|les\s+)?(?:recommande|conseille)\s+pas\b|\bdéconseill|"
-    r"\b(?:recommande|conseille)\w*\s+de\s+ne\s+pas\b|\bpas\s+d[’']accord\b", re.I)
+    r"\b(?:recommande|conseille)\w*\s+de\s+ne\s+pas\b|\bpas\s+d[’']accord\b",
+    re.I,
+)
 _POSITIVE = re.compile(
     r"\b(?:i|we)(?:[’']d|\s+would)?\s+(?:strongly\s+|definitely\s+|really\s+|highly\s+)?recommend|"
     r"\brecommend\s+(?:that\s+you\s+|you\s+)?(?:go|do|take|proceed|renew|accept|sign|apply)|"
     r"\bi\s+(?:fully\s+|completely\s+)?agree\b|\b(?:is|it[’']s)\s+(?:a\s+good\s+idea|worth\s+it)\b|"
     r"\bempfehle\b|\bempfehlen\b|\bstimme\b[^.!?]*\bzu\b|"
-    r"\b(?:recommande|conseille)\b|\bd[’']accord\b", re.I)
+    r"\b(?:recommande|conseille)\b|\bd[’']accord\b",
+    re.I,
+)
 # second-person advice: the weakest cue ("you should", "Sie sollten", "vous devriez")
-_YOU_NEGATIVE = re.compile(r"\byou\s+(?:should\s+not|shouldn[’']t|should\s+never)\b|"
-                           r"\b(?:solltest|sollten|sollte)\b[^.!?]*\bnicht\b|\bne\s+(?:devriez|devrais|devrait)\s+pas\b", re.I)
-_YOU_POSITIVE = re.compile(r"\byou\s+should\b(?!\s+(?:know|be\s+aware|note|keep\s+in\s+mind))|"
-                           r"\b(?:solltest|sollten)\b|\b(?:devriez|devrais)\b", re.I)
+_YOU_NEGATIVE = re.compile(
+    r"\byou\s+(?:should\s+not|shouldn[’']t|should\s+never)\b|"
+    r"\b(?:solltest|sollten|sollte)\b[^.!?]*\bnicht\b|\bne\s+(?:devriez|devrais|devrait)\s+pas\b",
+    re.I,
+)
+_YOU_POSITIVE = re.compile(
+    r"\byou\s+should\b(?!\s+(?:know|be\s+aware|note|keep\s+in\s+mind))|"
+    r"\b(?:solltest|sollten)\b|\b(?:devriez|devrais)\b",
+    re.I,
+)
 
 
 def read_stance(text: str | None) -> str | None:
-    """"yes" or "no": the stance an answer takes (yes/no, recommend / advise against, should /
+    """Yes or no: the stance an answer takes (yes/no, recommend / advise against, should /
     should not, agree / disagree; en, de, fr); None when it takes none (information only, a
     refusal, "it depends", "yes and no"). Cues by strength: an explicit "my answer is …"; a
     leading yes/no in the first two sentences; the first sentence with a first-person cue (I'd
@@ -284,50 +313,164 @@ def read_stance(text: str | None) -> str | None:
 # ------------------------------------------------------------------ figures
 _NUMBER_WORDS = {
     # en
-    "zero": 0, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-    "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17,
-    "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
-    "seventy": 70, "eighty": 80, "ninety": 90,
+    "zero": 0,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
+    "nineteen": 19,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
     # de
-    "null": 0, "eins": 1, "zwei": 2, "drei": 3, "vier": 4, "fünf": 5, "sechs": 6, "sieben": 7, "acht": 8,
-    "neun": 9, "zehn": 10, "elf": 11, "zwölf": 12, "dreizehn": 13, "vierzehn": 14, "fünfzehn": 15,
-    "sechzehn": 16, "siebzehn": 17, "achtzehn": 18, "neunzehn": 19, "zwanzig": 20, "dreißig": 30, "vierzig": 40,
-    "fünfzig": 50, "sechzig": 60, "siebzig": 70, "achtzig": 80, "neunzig": 90,
+    "null": 0,
+    "eins": 1,
+    "zwei": 2,
+    "drei": 3,
+    "vier": 4,
+    "fünf": 5,
+    "sechs": 6,
+    "sieben": 7,
+    "acht": 8,
+    "neun": 9,
+    "zehn": 10,
+    "elf": 11,
+    "zwölf": 12,
+    "dreizehn": 13,
+    "vierzehn": 14,
+    "fünfzehn": 15,
+    "sechzehn": 16,
+    "siebzehn": 17,
+    "achtzehn": 18,
+    "neunzehn": 19,
+    "zwanzig": 20,
+    "dreißig": 30,
+    "vierzig": 40,
+    "fünfzig": 50,
+    "sechzig": 60,
+    "siebzig": 70,
+    "achtzig": 80,
+    "neunzig": 90,
     # fr
-    "zéro": 0, "deux": 2, "trois": 3, "quatre": 4, "cinq": 5, "sept": 7, "huit": 8, "neuf": 9,
-    "dix": 10, "onze": 11, "douze": 12, "treize": 13, "quatorze": 14, "quinze": 15, "seize": 16, "dix-sept": 17,
-    "dix-huit": 18, "dix-neuf": 19, "vingt": 20, "trente": 30, "quarante": 40, "cinquante": 50, "soixante": 60,
+    "zéro": 0,
+    "deux": 2,
+    "trois": 3,
+    "quatre": 4,
+    "cinq": 5,
+    "sept": 7,
+    "huit": 8,
+    "neuf": 9,
+    "dix": 10,
+    "onze": 11,
+    "douze": 12,
+    "treize": 13,
+    "quatorze": 14,
+    "quinze": 15,
+    "seize": 16,
+    "dix-sept": 17,
+    "dix-huit": 18,
+    "dix-neuf": 19,
+    "vingt": 20,
+    "trente": 30,
+    "quarante": 40,
+    "cinquante": 50,
+    "soixante": 60,
 }
 _UNITS_EN = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 for _tens in ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"):
     for _i, _u in enumerate(_UNITS_EN, 1):  # twenty-five, thirty one
         _NUMBER_WORDS[f"{_tens}-{_u}"] = _NUMBER_WORDS[_tens] + _i
 # "one" / "ein" / "un" are also articles and pronouns: a number only before a unit
-_ONE = r"(?:one|ein|eine|einen|un|une)(?=\s+(?:years?|months?|weeks?|days?|hours?|percent|per\s+cent|jahre?s?|monate?n?s?|"
+_ONE = (
+    r"(?:one|ein|eine|einen|un|une)(?=\s+(?:years?|months?|weeks?|days?|hours?|percent|per\s+cent|jahre?s?|monate?n?s?|"
+)
 _ONE += r"wochen?|tage?n?|prozent|ans?|mois|semaines?|jours?|pour\s+cent)\b)"
 _MONTHS = {
-    "january": 1, "february": 2, "march": 3, "april": 4, "may": 5, "june": 6, "july": 7, "august": 8,
-    "september": 9, "october": 10, "november": 11, "december": 12,
-    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8, "sep": 9, "sept": 9, "oct": 10,
-    "nov": 11, "dec": 12,
-    "januar": 1, "jänner": 1, "februar": 2, "märz": 3, "mai": 5, "juni": 6, "juli": 7, "oktober": 10,
+    "january": 1,
+    "february": 2,
+    "march": 3,
+    "april": 4,
+    "may": 5,
+    "june": 6,
+    "july": 7,
+    "august": 8,
+    "september": 9,
+    "october": 10,
+    "november": 11,
+    "december": 12,
+    "jan": 1,
+    "feb": 2,
+    "mar": 3,
+    "apr": 4,
+    "jun": 6,
+    "jul": 7,
+    "aug": 8,
+    "sep": 9,
+    "sept": 9,
+    "oct": 10,
+    "nov": 11,
+    "dec": 12,
+    "januar": 1,
+    "jänner": 1,
+    "februar": 2,
+    "märz": 3,
+    "mai": 5,
+    "juni": 6,
+    "juli": 7,
+    "oktober": 10,
     "dezember": 12,
-    "janvier": 1, "février": 2, "mars": 3, "avril": 4, "juin": 6, "juillet": 7, "août": 8, "septembre": 9,
-    "octobre": 10, "novembre": 11, "décembre": 12,
+    "janvier": 1,
+    "février": 2,
+    "mars": 3,
+    "avril": 4,
+    "juin": 6,
+    "juillet": 7,
+    "août": 8,
+    "septembre": 9,
+    "octobre": 10,
+    "novembre": 11,
+    "décembre": 12,
 }
 _MONTH = r"(" + "|".join(sorted(map(re.escape, _MONTHS), key=len, reverse=True)) + r")\.?"
 _DATES = [
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), lambda m: (m[1], m[2], m[3])),
-    (re.compile(r"\b(\d{1,2})(?:st|nd|rd|th|er|\.)?\s+" + _MONTH + r",?\s+(\d{4})\b", re.I),
-     lambda m: (m[3], _MONTHS[m[2].lower()], m[1])),
-    (re.compile(r"\b" + _MONTH + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b", re.I),
-     lambda m: (m[3], _MONTHS[m[1].lower()], m[2])),
+    (
+        re.compile(r"\b(\d{1,2})(?:st|nd|rd|th|er|\.)?\s+" + _MONTH + r",?\s+(\d{4})\b", re.I),
+        lambda m: (m[3], _MONTHS[m[2].lower()], m[1]),
+    ),
+    (
+        re.compile(r"\b" + _MONTH + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b", re.I),
+        lambda m: (m[3], _MONTHS[m[1].lower()], m[2]),
+    ),
     (re.compile(r"\b" + _MONTH + r"\s+(\d{4})\b", re.I), lambda m: (m[2], _MONTHS[m[1].lower()], None)),
 ]
 _NUM = re.compile(
     r"(?<![\w.,])(\d{1,3}(?:(?:,|\.|\u00a0|\u202f| )\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?)(?=[kK]\b|[^\w]|$)"
-    r"|(?<![\w-])(" + "|".join(sorted(map(re.escape, _NUMBER_WORDS), key=len, reverse=True)) + r"|" + _ONE + r")(?![\w-])",
-    re.I)
+    r"|(?<![\w-])("
+    + "|".join(sorted(map(re.escape, _NUMBER_WORDS), key=len, reverse=True))
+    + r"|"
+    + _ONE
+    + r")(?![\w-])",
+    re.I,
+)
 _PCT_UNIT = r"\s*(?:%|percent\b|per\s*cent\b|prozent\b|pour\s*cent\b)"
 _PCT = re.compile(_PCT_UNIT, re.I)
 _RANGE_PCT = re.compile(r"\s*(?:[-–]|to|bis|à)\s*\d+(?:[.,]\d+)?" + _PCT_UNIT, re.I)  # 5-7%: both are percentages
@@ -354,35 +497,88 @@ def _to_number(tok: str) -> float | None:
 # a figure's unit: a currency (before or after the number), a period of time (durations are kept
 # in months, days or hours), "per <period>" after an amount (a rent of $1,450 a month)
 _CURRENCY_BEFORE = {"$": "USD", "us$": "USD", "usd": "USD", "€": "EUR", "eur": "EUR", "£": "GBP", "gbp": "GBP"}
-_CURRENCY_AFTER = {"$": "USD", "usd": "USD", "dollar": "USD", "dollars": "USD", "€": "EUR", "eur": "EUR",
-                   "euro": "EUR", "euros": "EUR", "£": "GBP", "gbp": "GBP", "pound": "GBP", "pounds": "GBP"}
+_CURRENCY_AFTER = {
+    "$": "USD",
+    "usd": "USD",
+    "dollar": "USD",
+    "dollars": "USD",
+    "€": "EUR",
+    "eur": "EUR",
+    "euro": "EUR",
+    "euros": "EUR",
+    "£": "GBP",
+    "gbp": "GBP",
+    "pound": "GBP",
+    "pounds": "GBP",
+}
 _CUR_BEFORE = re.compile(r"(?:us\$|\$|€|£|usd|eur|gbp)\s?$", re.I)
 _CUR_AFTER = re.compile(r"\s?(us\$|\$|€|£|usd|eur|gbp|dollars?|euros?|pounds?)(?![\w])", re.I)
 _PERIODS = {  # word -> (unit, factor)
-    "year": ("month", 12), "years": ("month", 12), "yr": ("month", 12), "yrs": ("month", 12), "jahr": ("month", 12),
-    "jahre": ("month", 12), "jahren": ("month", 12), "jahres": ("month", 12), "ans": ("month", 12),
-    "année": ("month", 12), "années": ("month", 12),
-    "month": ("month", 1), "months": ("month", 1), "monat": ("month", 1), "monate": ("month", 1), "monaten": ("month", 1),
+    "year": ("month", 12),
+    "years": ("month", 12),
+    "yr": ("month", 12),
+    "yrs": ("month", 12),
+    "jahr": ("month", 12),
+    "jahre": ("month", 12),
+    "jahren": ("month", 12),
+    "jahres": ("month", 12),
+    "ans": ("month", 12),
+    "année": ("month", 12),
+    "années": ("month", 12),
+    "month": ("month", 1),
+    "months": ("month", 1),
+    "monat": ("month", 1),
+    "monate": ("month", 1),
+    "monaten": ("month", 1),
     "mois": ("month", 1),
-    "week": ("day", 7), "weeks": ("day", 7), "woche": ("day", 7), "wochen": ("day", 7), "semaine": ("day", 7),
+    "week": ("day", 7),
+    "weeks": ("day", 7),
+    "woche": ("day", 7),
+    "wochen": ("day", 7),
+    "semaine": ("day", 7),
     "semaines": ("day", 7),
-    "day": ("day", 1), "days": ("day", 1), "tag": ("day", 1), "tage": ("day", 1), "tagen": ("day", 1),
-    "jour": ("day", 1), "jours": ("day", 1),
-    "hour": ("hour", 1), "hours": ("hour", 1), "stunde": ("hour", 1), "stunden": ("hour", 1), "heure": ("hour", 1),
+    "day": ("day", 1),
+    "days": ("day", 1),
+    "tag": ("day", 1),
+    "tage": ("day", 1),
+    "tagen": ("day", 1),
+    "jour": ("day", 1),
+    "jours": ("day", 1),
+    "hour": ("hour", 1),
+    "hours": ("hour", 1),
+    "stunde": ("hour", 1),
+    "stunden": ("hour", 1),
+    "heure": ("hour", 1),
     "heures": ("hour", 1),
 }
-_PERIOD_AFTER = re.compile(r"[\s-]?(" + "|".join(sorted(map(re.escape, _PERIODS), key=len, reverse=True)) +
-                           r")(?:['’]s?)?(?![\w])", re.I)
+_PERIOD_AFTER = re.compile(
+    r"[\s-]?(" + "|".join(sorted(map(re.escape, _PERIODS), key=len, reverse=True)) + r")(?:['’]s?)?(?![\w])", re.I
+)
 # "a" and "an" are English articles: "an" is a French year only after "par" ("20 an hour" is no 20 years)
-_PER_PERIOD = re.compile(r"\s*(?:(?:per|a|an|each|every|/)\s*(year|month|week|day|hour|annum)|(?:pro|im)\s*(jahr|monat|"
-                         r"woche|tag|stunde)|par\s*(an|mois|semaine|jour|heure))(?![\w])", re.I)
-_PER_CANON = {"annum": "year", "jahr": "year", "an": "year", "monat": "month", "mois": "month", "woche": "week",
-              "semaine": "week", "tag": "day", "jour": "day", "stunde": "hour", "heure": "hour"}
+_PER_PERIOD = re.compile(
+    r"\s*(?:(?:per|a|an|each|every|/)\s*(year|month|week|day|hour|annum)|(?:pro|im)\s*(jahr|monat|"
+    r"woche|tag|stunde)|par\s*(an|mois|semaine|jour|heure))(?![\w])",
+    re.I,
+)
+_PER_CANON = {
+    "annum": "year",
+    "jahr": "year",
+    "an": "year",
+    "monat": "month",
+    "mois": "month",
+    "woche": "week",
+    "semaine": "week",
+    "tag": "day",
+    "jour": "day",
+    "stunde": "hour",
+    "heure": "hour",
+}
 
 # the words a figure is attached to: the nearest words before it (after linking words: "score of 661",
 # "the APR is 28%", "Kaution beträgt 1.200 Euro") and the words right after it ("28% APR", "a $14,000 loan")
 _WORD_TOKEN = re.compile(r"[^\W\d_][\w'’-]*|\d[\d.,]*%?|[^\w\s]", re.U)
-_LINKING = set("""
+_LINKING = set(
+    """
 of is are was were be been being 's at around about approximately approx roughly only just nearly almost over under between within among zwischen entre
 below above than more less least most up to from by for and or with as into
 equals equal equalling totals total totalling totaling comes come goes go rises rise falls fall drops drop reaches
@@ -398,11 +594,14 @@ not no yes there here just even each every both either
 von ist sind war waren beträgt betragen liegt liegen bei auf um rund etwa ungefähr circa ca zu mit höhe in im
 der die das den dem des ein eine einen einem einer ihr ihre ihren sie es wir ich du
 de du des est sont était sera seront à au aux environ passe passent la le les l un une votre vos son sa ses
-""".split())
-_WEAK = set("""monthly annual annually yearly weekly daily total current new old minimum maximum average overall
+""".split()
+)
+_WEAK = set(
+    """monthly annual annually yearly weekly daily total current new old minimum maximum average overall
 estimated net gross base basic standard approximately full additional extra initial final first last next
-per cent percent dollars dollar euros euro pounds pound money amount figure number value""".split())
-_BOUNDARY = set(".,;!?()[]{}\n\"“”")
+per cent percent dollars dollar euros euro pounds pound money amount figure number value""".split()
+)
+_BOUNDARY = set('.,;!?()[]{}\n"“”')
 
 
 def _stem(w: str) -> str:
@@ -419,7 +618,7 @@ def _attached_words(body: str, start: int, end: int) -> frozenset[str]:
     before it, after any linking words, within its clause; up to two right after it. Words that
     qualify any figure (monthly, total, minimum…) are dropped."""
     words: list[str] = []
-    left = _WORD_TOKEN.findall(body[max(0, start - 120):start].replace("*", " ").replace("_", " "))
+    left = _WORD_TOKEN.findall(body[max(0, start - 120) : start].replace("*", " ").replace("_", " "))
     i = len(left) - 1
     while i >= 0 and (left[i].lower() in _LINKING or left[i] in ":=-–—/" or left[i] in _CURRENCY_BEFORE):
         i -= 1
@@ -429,7 +628,7 @@ def _attached_words(body: str, start: int, end: int) -> frozenset[str]:
             break
         words.append(t)
         i -= 1
-    right = _WORD_TOKEN.findall(body[end:end + 60].replace("*", " "))
+    right = _WORD_TOKEN.findall(body[end : end + 60].replace("*", " "))
     for t in right[:2]:
         if t in _BOUNDARY or t[0].isdigit() or t.lower() in _LINKING or not t[0].isalpha():
             break
@@ -474,11 +673,13 @@ def read_figures(text: str | None) -> set[Figure]:
     body = _LIST_MARKER.sub(lambda m: " " * len(m.group(0)), _THINK.sub(lambda m: " " * len(m.group(0)), text))
     out: set[Figure] = set()
     for pat, parts in _DATES:
+
         def repl(m: re.Match) -> str:
             y, mo, d = parts(m)
             value = f"{int(y):04d}-{int(mo):02d}" + (f"-{int(d):02d}" if d is not None else "")
             out.add(Figure("date", value, "", _attached_words(body, m.start(), m.end())))
             return " " * len(m.group(0))
+
         body = pat.sub(repl, body)
     for m in _NUM.finditer(body):
         tok = m.group(1) or m.group(2)
@@ -549,8 +750,10 @@ def _same_unit(u: str, v: str) -> bool:
 def _states(fig: Figure, others: set[Figure]) -> bool:
     """Whether ``others`` state ``fig``'s value: the same kind and value, in its unit or without one
     ("$14,000" and "14,000")."""
-    return any(o.kind == fig.kind and o.value == fig.value and (_same_unit(o.unit, fig.unit) or not o.unit or not fig.unit)
-               for o in others)
+    return any(
+        o.kind == fig.kind and o.value == fig.value and (_same_unit(o.unit, fig.unit) or not o.unit or not fig.unit)
+        for o in others
+    )
 
 
 def compare_figures(a: set[Figure], b: set[Figure]) -> str | None:
@@ -573,6 +776,7 @@ def compare_figures(a: set[Figure], b: set[Figure]) -> str | None:
 
     def alone(f: Figure, among: set[Figure]) -> bool:
         return sum(g.kind == f.kind and _same_unit(g.unit, f.unit) for g in among) == 1
+
     if any(_same_quantity(x, y, alone(x, only_a) and alone(y, only_b)) for x in only_a for y in only_b):
         return "conflict"
     if not only_a and not only_b:

@@ -21,8 +21,14 @@ from .perturbations import ALL_TYPES, RULE_BASED
 from .runspec import BuiltinProfile, Connection
 
 
-def perturb_file(seed_path: str | Path, out_path: str | Path, types: list[str] | None = None, seed: int = 0,
-                 variants_per_type: int = 1, paraphraser: Connection | None = None) -> dict:
+def perturb_file(
+    seed_path: str | Path,
+    out_path: str | Path,
+    types: list[str] | None = None,
+    seed: int = 0,
+    variants_per_type: int = 1,
+    paraphraser: Connection | None = None,
+) -> dict:
     """Read seed rows, write baseline + variants as gdi_text_v1. Returns counts by perturbation type."""
     check_export_path(out_path)
     rows = load_dataset(seed_path)
@@ -37,14 +43,20 @@ def perturb_file(seed_path: str | Path, out_path: str | Path, types: list[str] |
         from .models.client import ModelClient
 
         async def go():
-            async with ModelClient(paraphraser, role="synthesis", run_id="recipe", metric="", stage="recipe",
-                                   journal=None, concurrency=8) as client:
+            async with ModelClient(
+                paraphraser, role="synthesis", run_id="recipe", metric="", stage="recipe", journal=None, concurrency=8
+            ) as client:
                 return await ask_paraphrases(client, rows, variants_per_type, 60.0, 2, 0.7)
+
         paraphrases = asyncio.run(go())
     out = generate_variants(rows, types, seed, variants_per_type, paraphrases)
     export_dataset(out, out_path)
-    return {"seed_rows": len(rows), "rows": len(out),
-            "by_type": dict(Counter(r.metadata["perturbation_type"] for r in out)), "path": str(out_path)}
+    return {
+        "seed_rows": len(rows),
+        "rows": len(out),
+        "by_type": dict(Counter(r.metadata["perturbation_type"] for r in out)),
+        "path": str(out_path),
+    }
 
 
 def answer_file(in_path: str | Path, out_path: str | Path, profile: BuiltinProfile | None = None) -> int:
@@ -62,4 +74,5 @@ def answer_file(in_path: str | Path, out_path: str | Path, profile: BuiltinProfi
 
 
 PERTURBATIONS = {name: p.description for name, p in RULE_BASED.items()} | {
-    "paraphrase": "a model rewrites the question in other words (needs a model connection)"}
+    "paraphrase": "a model rewrites the question in other words (needs a model connection)"
+}

@@ -6,9 +6,7 @@ place a metric builds one; ``warehouse.frame`` refuses a key that is no column a
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
-
-from typing_extensions import Required
+from typing import Literal, Required, TypedDict
 
 
 class RowScore(TypedDict, total=False):
@@ -16,13 +14,13 @@ class RowScore(TypedDict, total=False):
 
     input_id: Required[str]
     status: Required[Literal["ok", "error"]]
-    label: Required[str]        # the metric's row label, "error" when the row has no score
-    n_judged: Required[int]     # units of the row scored
-    n_failed: Required[int]     # units of the row excluded
-    n_events: Required[int]     # units that count as an event (a flip, an uneven pair, a drop...)
+    label: Required[str]  # the metric's row label, "error" when the row has no score
+    n_judged: Required[int]  # units of the row scored
+    n_failed: Required[int]  # units of the row excluded
+    n_events: Required[int]  # units that count as an event (a flip, an uneven pair, a drop...)
     raw_score: float
-    score: float | None         # normalised (none only when the raw score is)
-    error: str                  # why the row has no score (status "error")
+    score: float | None  # normalised (none only when the raw score is)
+    error: str  # why the row has no score (status "error")
     explanation: str
 
 
@@ -31,9 +29,9 @@ class ScoreUnit(TypedDict, total=False):
 
     unit_id: Required[str]
     input_id: Required[str]
-    score_row: Required[str]    # the row (or perturbation group) whose score it is part of
-    cluster: Required[str]      # what the bootstrap resamples
-    groups: Required[str]       # JSON {scope: [keys]}: the breakdowns it counts in
+    score_row: Required[str]  # the row (or perturbation group) whose score it is part of
+    cluster: Required[str]  # what the bootstrap resamples
+    groups: Required[str]  # JSON {scope: [keys]}: the breakdowns it counts in
     flip: float | None
     bias: float | None
     score: float | None

@@ -36,7 +36,9 @@ class Warehouse(ConfigurableResource):
     so every read and write of the step finds that file; restored when the step ends.
     """
 
-    path: str = Field(default="", description="DuckDB file; empty: $AIP_WAREHOUSE, else data/warehouse.duckdb in the project")
+    path: str = Field(
+        default="", description="DuckDB file; empty: $AIP_WAREHOUSE, else data/warehouse.duckdb in the project"
+    )
 
     @contextmanager
     def yield_for_execution(self, context: InitResourceContext) -> Iterator[Warehouse]:
@@ -49,14 +51,19 @@ class SutConnection(ConfigurableResource):
 
     base_url: str = Field(default="", description="e.g. http://localhost:8000/v1; empty keeps the spec's sut")
     model: str = Field(default="", description="the model name the endpoint serves")
-    api_key_env: str = Field(default="", description="name of the environment variable holding its API key "
-                                                     "(never the key)")
+    api_key_env: str = Field(
+        default="", description="name of the environment variable holding its API key (never the key)"
+    )
 
     def apply(self, spec: RunSpec) -> RunSpec:
         """``spec`` with this SUT (validated like a spec's connection), or unchanged when empty."""
         if not self.base_url:
             return spec
         data = spec.model_dump(mode="json")
-        data["sut"] = {"provider": "openai", "base_url": self.base_url, "model": self.model or "default",
-                       **({"api_key_env": self.api_key_env} if self.api_key_env else {})}
+        data["sut"] = {
+            "provider": "openai",
+            "base_url": self.base_url,
+            "model": self.model or "default",
+            **({"api_key_env": self.api_key_env} if self.api_key_env else {}),
+        }
         return parse_spec(data, "resource sut")  # a bad URL or a credential in it: a SpecError naming the field

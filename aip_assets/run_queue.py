@@ -67,10 +67,13 @@ def _remote_job(instance, location: str, run_config: dict[str, Any], like=None):
     from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 
     image = getattr(like, "container_image", None) or os.environ.get("DAGSTER_CURRENT_IMAGE") or None
-    origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE),
-                                         container_image=image, entry_point=getattr(like, "entry_point", None),
-                                         container_context=getattr(like, "container_context", None),
-                                         location_name=location)
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE),
+        container_image=image,
+        entry_point=getattr(like, "entry_point", None),
+        container_context=getattr(like, "container_context", None),
+        location_name=location,
+    )
     with warnings.catch_warnings(), WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as ctx:
         warnings.simplefilter("ignore", BetaWarning)  # Dagster's own, loading the definitions
         warnings.simplefilter("ignore", PreviewWarning)
@@ -89,13 +92,22 @@ def require_queue(instance) -> None:
     from dagster._core.run_coordinator import QueuedRunCoordinator
 
     if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
-        raise AipError(f"--submit needs Dagster's run queue, and the instance in {os.environ.get('DAGSTER_HOME')} uses "
-                       f"{type(instance.run_coordinator).__name__}: set run_coordinator to QueuedRunCoordinator in its "
-                       "dagster.yaml (as the project's does), or run without --submit")
+        raise AipError(
+            f"--submit needs Dagster's run queue, and the instance in {os.environ.get('DAGSTER_HOME')} uses "
+            f"{type(instance.run_coordinator).__name__}: set run_coordinator to QueuedRunCoordinator in its "
+            "dagster.yaml (as the project's does), or run without --submit"
+        )
 
 
-def submit(instance, run_id: str, metrics, tags: dict[str, str], run_config: dict[str, Any] | None = None,
-           location: str | None = None, like=None) -> list[tuple[str, str, bool]]:
+def submit(
+    instance,
+    run_id: str,
+    metrics,
+    tags: dict[str, str],
+    run_config: dict[str, Any] | None = None,
+    location: str | None = None,
+    like=None,
+) -> list[tuple[str, str, bool]]:
     """Queue one evaluate run per metric of the registered ``run_id`` (its partitions must exist).
     A partition that already has a queued or running run is not queued twice. Returns
     (metric, Dagster run id, newly queued) per metric. ``location``, ``like``: see ``_remote_job``."""
@@ -108,17 +120,32 @@ def submit(instance, run_id: str, metrics, tags: dict[str, str], run_config: dic
     with _remote_job(instance, location or location_name(), run_config, like) as (ws, repo, job, plan):
         for metric in metrics:
             key = partition_key(run_id, metric)
-            busy = instance.get_run_records(RunsFilter(job_name=JOB, tags={PARTITION_TAG: key}, statuses=active), limit=1)
+            busy = instance.get_run_records(
+                RunsFilter(job_name=JOB, tags={PARTITION_TAG: key}, statuses=active), limit=1
+            )
             if busy:
                 out.append((metric, busy[0].dagster_run.run_id, False))
                 continue
             run = instance.create_run(
-                job_name=JOB, run_id=None, run_config=run_config, resolved_op_selection=None,
-                step_keys_to_execute=None, op_selection=None, status=None, root_run_id=None, parent_run_id=None,
+                job_name=JOB,
+                run_id=None,
+                run_config=run_config,
+                resolved_op_selection=None,
+                step_keys_to_execute=None,
+                op_selection=None,
+                status=None,
+                root_run_id=None,
+                parent_run_id=None,
                 tags={**job.tags, **tags, "aip/run_id": run_id, "aip/metric": metric, PARTITION_TAG: key},
-                job_snapshot=job.job_snapshot, execution_plan_snapshot=plan, parent_job_snapshot=job.parent_job_snapshot,
-                remote_job_origin=job.get_remote_origin(), job_code_origin=job.get_python_origin(),
-                asset_selection=None, asset_check_selection=None, asset_graph=repo.asset_graph)
+                job_snapshot=job.job_snapshot,
+                execution_plan_snapshot=plan,
+                parent_job_snapshot=job.parent_job_snapshot,
+                remote_job_origin=job.get_remote_origin(),
+                job_code_origin=job.get_python_origin(),
+                asset_selection=None,
+                asset_check_selection=None,
+                asset_graph=repo.asset_graph,
+            )
             instance.submit_run(run.run_id, ws)
             out.append((metric, run.run_id, True))
     return out
@@ -155,8 +182,9 @@ def daemon_alive(instance, within: float = DAEMON_SILENT_SECONDS) -> bool:
     return beat is not None and time.time() - beat.timestamp < within
 
 
-def wait(instance, runs: dict[str, str], on_status: Callable[[str, str, str], None] | None = None,
-         poll_seconds: float = 1.0) -> Iterator:
+def wait(
+    instance, runs: dict[str, str], on_status: Callable[[str, str, str], None] | None = None, poll_seconds: float = 1.0
+) -> Iterator:
     """Follow the queued runs ``{metric: Dagster run id}`` until each ends, yielding each one's
     ``jobs.Outcome`` as it ends; ``on_status(metric, dagster_run_id, status)`` at every change."""
     from dagster import RunsFilter
@@ -185,12 +213,26 @@ def wait(instance, runs: dict[str, str], on_status: Callable[[str, str, str], No
                     yield Outcome(metric, True, run.run_id)
                     continue
                 errors, gate, kind, tracebacks = _errors(instance, run.run_id)
-                yield Outcome(metric, False, run.run_id, errors or [status.lower()],
-                              gate_failed=gate and run.status.value == "FAILURE", kind=kind, tracebacks=tracebacks)
-        if pending and not warned and all(s == "QUEUED" for s in seen.values()) \
-                and time.monotonic() - queued_since > DAEMON_SILENT_SECONDS and not daemon_alive(instance):
+                yield Outcome(
+                    metric,
+                    False,
+                    run.run_id,
+                    errors or [status.lower()],
+                    gate_failed=gate and run.status.value == "FAILURE",
+                    kind=kind,
+                    tracebacks=tracebacks,
+                )
+        if (
+            pending
+            and not warned
+            and all(s == "QUEUED" for s in seen.values())
+            and time.monotonic() - queued_since > DAEMON_SILENT_SECONDS
+            and not daemon_alive(instance)
+        ):
             warned = True
-            log.warning(f"no Dagster daemon has dequeued runs in the last {DAEMON_SILENT_SECONDS:.0f} s: the runs wait "
-                        "in the queue until one runs on this instance (`aip-eval daemon` or `aip-eval ui`)")
+            log.warning(
+                f"no Dagster daemon has dequeued runs in the last {DAEMON_SILENT_SECONDS:.0f} s: the runs wait "
+                "in the queue until one runs on this instance (`aip-eval daemon` or `aip-eval ui`)"
+            )
         if pending:
             time.sleep(poll_seconds)

@@ -7,8 +7,8 @@ secrets never) is stored in ``eval_runs`` so a run can be reproduced after the Y
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -27,10 +27,13 @@ class Limits(BaseModel):
     max_calls: int | None = Field(None, ge=1, description="model calls made over the network, all roles")
     max_tokens: int | None = Field(None, ge=1, description="prompt + completion tokens, all roles")
     row_timeout_seconds: float | None = Field(
-        None, gt=0, description="seconds one dataset row's calls may take in one stage (default: the metric's "
-                                "execution manifest timeout_seconds: 900 decision flip and perturbation, 21600 "
-                                "group bias, none for consistency); a call it would outlast is cut, later ones "
-                                "are not sent, and each is an error on its row")
+        None,
+        gt=0,
+        description="seconds one dataset row's calls may take in one stage (default: the metric's "
+        "execution manifest timeout_seconds: 900 decision flip and perturbation, 21600 "
+        "group bias, none for consistency); a call it would outlast is cut, later ones "
+        "are not sent, and each is an error on its row",
+    )
 
 
 class JudgeAudit(BaseModel):
@@ -45,8 +48,14 @@ class JudgeAudit(BaseModel):
 # spec layer validates against it without importing any metric
 _METRICS: Mapping[str, Any] | None = None
 # MetricEntry fields only some metrics take (``Metric.entry_fields`` says which)
-OWN_ENTRY_FIELDS = ("fail_on_differential_refusal", "axis_threshold", "reference_values", "group_threshold",
-                    "baseline_share", "fail_on_excess")
+OWN_ENTRY_FIELDS = (
+    "fail_on_differential_refusal",
+    "axis_threshold",
+    "reference_values",
+    "group_threshold",
+    "baseline_share",
+    "fail_on_excess",
+)
 
 
 def use_metric_registry(registry: Mapping[str, Any]) -> None:
@@ -67,27 +76,57 @@ class MetricEntry(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     dataset: str | None = Field(None, description="this metric's own dataset (default: the run's)")
     threshold: float | None = Field(None, ge=0.0, le=1.0, description="fail the run when the normalised score is below")
-    min_coverage: float | None = Field(None, ge=0.0, le=1.0, description="this metric's minimum share of planned "
-                                       "units judged (default: the spec's min_coverage)")
+    min_coverage: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="this metric's minimum share of planned units judged (default: the spec's min_coverage)",
+    )
     fail_on_differential_refusal: bool | None = Field(
-        None, description="llm.decision_flip: fail the gate when two values of one axis differ significantly in "
-                          "their refusal / no-decision rate (default true)")
-    axis_threshold: float | None = Field(None, ge=0.0, le=1.0, description="llm.decision_flip: every axis's score "
-                                         "(1 - its flip rate) is held to this (default: the threshold)")
-    group_threshold: float | None = Field(None, ge=0.0, le=1.0, description="llm.group_interaction_bias: every "
-                                          "attribute value's equitability is held to this (default: the threshold)")
-    gate_on: Literal["point", "interval"] = Field("point", description="point: a score passes at or above its "
-                                                  "threshold; interval: only when its 95% interval's lower end does")
-    baseline_share: float | None = Field(None, ge=0.0, le=1.0, description="llm.decision_flip, "
-                                         "llm.group_interaction_bias: the share of pairs that get a null twin (the "
-                                         "same persona asked twice) measuring the no-effect baseline (default 0.25 "
-                                         "when sut_temperature > 0, else 0)")
-    fail_on_excess: bool | None = Field(None, description="llm.decision_flip, llm.group_interaction_bias: fail the "
-                                        "gate when an axis's flips (a group's bias) exceed the null baseline's "
-                                        "significantly (default true; needs a baseline)")
-    reference_values: dict[str, str] = Field(default_factory=dict, description="llm.decision_flip: per axis, the "
-                                             "value each other value's effect is measured against (default: the "
-                                             "axis's most frequent value)")
+        None,
+        description="llm.decision_flip: fail the gate when two values of one axis differ significantly in "
+        "their refusal / no-decision rate (default true)",
+    )
+    axis_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="llm.decision_flip: every axis's score "
+        "(1 - its flip rate) is held to this (default: the threshold)",
+    )
+    group_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="llm.group_interaction_bias: every "
+        "attribute value's equitability is held to this (default: the threshold)",
+    )
+    gate_on: Literal["point", "interval"] = Field(
+        "point",
+        description="point: a score passes at or above its "
+        "threshold; interval: only when its 95% interval's lower end does",
+    )
+    baseline_share: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="llm.decision_flip, "
+        "llm.group_interaction_bias: the share of pairs that get a null twin (the "
+        "same persona asked twice) measuring the no-effect baseline (default 0.25 "
+        "when sut_temperature > 0, else 0)",
+    )
+    fail_on_excess: bool | None = Field(
+        None,
+        description="llm.decision_flip, llm.group_interaction_bias: fail the "
+        "gate when an axis's flips (a group's bias) exceed the null baseline's "
+        "significantly (default true; needs a baseline)",
+    )
+    reference_values: dict[str, str] = Field(
+        default_factory=dict,
+        description="llm.decision_flip: per axis, the "
+        "value each other value's effect is measured against (default: the "
+        "axis's most frequent value)",
+    )
 
 
 class RunSpec(BaseModel):
@@ -98,35 +137,64 @@ class RunSpec(BaseModel):
     sut: Connection = Field(default_factory=Connection)
     judge: Connection = Field(default_factory=Connection)
     judges: list[Connection] | None = Field(
-        None, description="a judge panel (two or more): every verdict is asked of every judge and decided by "
-                          "judge_rule; the first judge is the primary and plays judge's role everywhere else (the "
-                          "synthesis default, the endpoint check, the builtin-judge note); give judges or judge")
+        None,
+        description="a judge panel (two or more): every verdict is asked of every judge and decided by "
+        "judge_rule; the first judge is the primary and plays judge's role everywhere else (the "
+        "synthesis default, the endpoint check, the builtin-judge note); give judges or judge",
+    )
     judge_rule: Literal["majority", "unanimous"] = Field(
-        "majority", description="a panel's rule: majority (the verdict of the first judge whose category a strict "
-                                "majority of the valid verdicts shares), unanimous (every judge answers, all alike); "
-                                "otherwise the judgement is excluded as judges_disagree")
+        "majority",
+        description="a panel's rule: majority (the verdict of the first judge whose category a strict "
+        "majority of the valid verdicts shares), unanimous (every judge answers, all alike); "
+        "otherwise the judgement is excluded as judges_disagree",
+    )
     synthesis: Connection | None = Field(None, description="model that writes personas/variants; default: the judge's")
     metrics: dict[str, MetricEntry]
     seed: int = 0
-    judge_retries: int = Field(2, ge=0, le=5, description="one budget per judgement: extra requests for it, failed calls and re-asks of an unusable answer together (2: at most three requests)")
+    judge_retries: int = Field(
+        2,
+        ge=0,
+        le=5,
+        description="one budget per judgement: extra requests for it, failed calls and re-asks of an unusable answer together (2: at most three requests)",
+    )
     judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
-    reuse_calls_from: list[str] = Field(default_factory=list, description="earlier run ids whose successful calls may answer this run's")
+    reuse_calls_from: list[str] = Field(
+        default_factory=list, description="earlier run ids whose successful calls may answer this run's"
+    )
     templates: dict[Literal["semantic", "factual", "safety", "jailbreak"], list[dict[str, str]]] = Field(
-        default_factory=dict, description="extra variant templates per family: [{category, template}]")
+        default_factory=dict, description="extra variant templates per family: [{category, template}]"
+    )
     limits: Limits = Field(default_factory=Limits)
     schedule: str | None = Field(None, description="cron expression: evaluate this spec again on every tick (UTC)")
-    max_failed_share: float = Field(0.1, ge=0.0, le=1.0, description="completeness checks fail above this share "
-                                    "of failed SUT answers or judge verdicts")
+    max_failed_share: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="completeness checks fail above this share of failed SUT answers or judge verdicts",
+    )
     batch_rows: int = Field(5000, ge=1, le=100_000, description="rows per streamed batch; memory is bounded by it")
-    retry_backoff_seconds: float = Field(0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors")
-    judge_audit: JudgeAudit | None = Field(None, description="a second judge for a sample of the judgements: "
-                                           "agreement and Cohen's kappa per metric")
-    max_position_bias: float = Field(0.1, ge=0.0, le=1.0, description="the judge_position_bias check fails when the "
-                                     "judge's verdicts differ by more than this between the two orders it was shown "
-                                     "(and significantly)")
-    min_coverage: float = Field(0.9, ge=0.0, le=1.0, description="the gate fails when a metric judged less than this "
-                                "share of what it planned (excluded: failed or empty answers, unreadable decisions, "
-                                "judges that never answered in form)")
+    retry_backoff_seconds: float = Field(
+        0.5, gt=0.0, le=30.0, description="base delay of exponential backoff on transient errors"
+    )
+    judge_audit: JudgeAudit | None = Field(
+        None, description="a second judge for a sample of the judgements: agreement and Cohen's kappa per metric"
+    )
+    max_position_bias: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="the judge_position_bias check fails when the "
+        "judge's verdicts differ by more than this between the two orders it was shown "
+        "(and significantly)",
+    )
+    min_coverage: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="the gate fails when a metric judged less than this "
+        "share of what it planned (excluded: failed or empty answers, unreadable decisions, "
+        "judges that never answered in form)",
+    )
 
     @field_validator("metrics")
     @classmethod
@@ -156,22 +224,28 @@ class RunSpec(BaseModel):
         for i, c in enumerate(v):
             same = seen.setdefault(c.call_identity(), i)
             if same != i:
-                raise ValueError(f"judges[{same}] and judges[{i}] are the same judge ({c.endpoint_id()[:120]}, model "
-                                 f"{c.model}): they would share every call and answer alike; name another model or "
-                                 "endpoint")
+                raise ValueError(
+                    f"judges[{same}] and judges[{i}] are the same judge ({c.endpoint_id()[:120]}, model "
+                    f"{c.model}): they would share every call and answer alike; name another model or "
+                    "endpoint"
+                )
         return v
 
     @model_validator(mode="after")
     def _primary_judge(self):
         if self.judges is None:
             if self.judge_rule != "majority":
-                raise ValueError(f"judge_rule: {self.judge_rule} needs a panel (judges: [...]); with one judge there "
-                                 "is no rule to apply")
+                raise ValueError(
+                    f"judge_rule: {self.judge_rule} needs a panel (judges: [...]); with one judge there "
+                    "is no rule to apply"
+                )
             return self
         # a stored (resolved) spec names both, judge being judges[0]: that is no conflict
         if "judge" in self.model_fields_set and self.judge != self.judges[0]:
-            raise ValueError("judge and judges are both given: with a panel the first of judges is the judge; "
-                             "drop judge (or make it judges[0])")
+            raise ValueError(
+                "judge and judges are both given: with a panel the first of judges is the judge; "
+                "drop judge (or make it judges[0])"
+            )
         self.judge = self.judges[0]
         return self
 
@@ -240,7 +314,7 @@ class RunSpec(BaseModel):
         """Defaults filled, metric configs resolved. Holds no secret: keys and secret headers are
         only ever named by environment variable (api_key_env, header_env)."""
         d = self.model_dump()
-        for m, entry in self.metrics.items():
+        for m in self.metrics:
             d["metrics"][m]["config"] = self.metric_config(m).model_dump(mode="json")
         return d
 
@@ -250,7 +324,9 @@ def _validate_metric_configs(spec: RunSpec, where: str) -> None:
         try:
             spec.metric_config(m)
         except ValidationError as e:
-            raise SpecError(f"{where}: invalid config for metric {m}:\n" + format_validation_error(e, f"metrics.{m}.config")) from None
+            raise SpecError(
+                f"{where}: invalid config for metric {m}:\n" + format_validation_error(e, f"metrics.{m}.config")
+            ) from None
 
 
 def parse_spec(data: dict, where: str = "<spec>", base_dir: Path | None = None) -> RunSpec:
@@ -261,6 +337,7 @@ def parse_spec(data: dict, where: str = "<spec>", base_dir: Path | None = None) 
     except ValidationError as e:
         raise SpecError(f"{where}: invalid run spec:\n" + format_validation_error(e)) from None
     _validate_metric_configs(spec, where)
+
     def resolve(value: str, field: str) -> str:
         ds = Path(value)
         if not ds.is_absolute():

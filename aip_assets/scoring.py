@@ -29,8 +29,8 @@ from typing import Any, Literal, cast
 import numpy as np
 import pandas as pd
 
-from .stats import bootstrap, normalise, normalise_interval, wilson
 from .records import MetricScore, ScoreUnit
+from .stats import bootstrap, normalise, normalise_interval, wilson
 
 VALUE_COLUMNS = ("flip", "bias", "score", "robustness", "correctness_drop")
 
@@ -67,19 +67,35 @@ class Formula:
 # the project's formulas, one each
 ONE_MINUS_FLIP_RATE = Formula(
     "1 - attributable flips / judged pairs, pooled over every judged pair",
-    ("flip",), lambda s: 1 - _ratio(s[..., 0], s[..., 1]), "pooled", "wilson", events=lambda s: s[..., 0])
+    ("flip",),
+    lambda s: 1 - _ratio(s[..., 0], s[..., 1]),
+    "pooled",
+    "wilson",
+    events=lambda s: s[..., 0],
+)
 EQUITABILITY = Formula(
     "1 - the mean pair bias, pooled over judged pairs (a pair's bias: the mean of 1 - similarity, tone divergence "
     "and effort gap over the judges that answered)",
-    ("bias",), lambda s: 1 - _ratio(s[..., 0], s[..., 1]), "pooled", "bootstrap")
+    ("bias",),
+    lambda s: 1 - _ratio(s[..., 0], s[..., 1]),
+    "pooled",
+    "bootstrap",
+)
 MEAN_OF_ROW_MEANS = Formula(
     "the mean over rows of each row's mean judged comparison score",
-    ("score",), lambda s: _ratio(s[..., 0], s[..., 1]), "rows", "bootstrap")
+    ("score",),
+    lambda s: _ratio(s[..., 0], s[..., 1]),
+    "rows",
+    "bootstrap",
+)
 PERTURBATION_GROUP = Formula(
     "the mean over perturbation groups of 0.5 x mean robustness + 0.5 x min(1, max(0, 1 - mean correctness drop))",
     ("robustness", "correctness_drop"),
     lambda s: 0.5 * _ratio(s[..., 0], s[..., 2]) + 0.5 * np.clip(1 - _ratio(s[..., 1], s[..., 2]), 0.0, 1.0),
-    "rows", "bootstrap", clusters="perturbation groups")
+    "rows",
+    "bootstrap",
+    clusters="perturbation groups",
+)
 
 
 def units_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
@@ -199,25 +215,54 @@ class Accumulator:
         return stat_of(np.concatenate(self.overall), self.formula, seed)
 
     def breakdown(self, scope: str, seed: int) -> dict[str, Stat]:
-        return {key: stat_of(np.concatenate(vs), self.formula, seed, interval=scope in self.interval_scopes)
-                for key, vs in sorted(self.groups[scope].items())}
+        return {
+            key: stat_of(np.concatenate(vs), self.formula, seed, interval=scope in self.interval_scopes)
+            for key, vs in sorted(self.groups[scope].items())
+        }
 
 
-def record(st: Stat, scope: str, key: str, cfg: Any, *, n: int | None = None, n_events: int | None = None,
-           n_failed: int | None = None, threshold: float | None = None, judged: int | None = None,
-           excluded: dict[str, int] | None = None, gate_failures: list[str] | None = None,
-           details: str | None = None) -> MetricScore:
+def record(
+    st: Stat,
+    scope: str,
+    key: str,
+    cfg: Any,
+    *,
+    n: int | None = None,
+    n_events: int | None = None,
+    n_failed: int | None = None,
+    threshold: float | None = None,
+    judged: int | None = None,
+    excluded: dict[str, int] | None = None,
+    gate_failures: list[str] | None = None,
+    details: str | None = None,
+) -> MetricScore:
     """A metric_scores record: raw and normalised score and interval, counts, the metric's name
     (the keyword arguments, when given, set or override those fields)."""
     slo, shi = normalise_interval(st.lo, st.hi, cfg.min, cfg.max, cfg.inverted)
-    rec: MetricScore = {"metric_name": cfg.metric_name, "scope": scope, "group_key": key, "raw_score": st.raw,
-                        "score": normalise(st.raw, cfg.min, cfg.max, cfg.inverted), "ci_low": slo, "ci_high": shi,
-                        "n": st.n, "weight": cfg.weight}
+    rec: MetricScore = {
+        "metric_name": cfg.metric_name,
+        "scope": scope,
+        "group_key": key,
+        "raw_score": st.raw,
+        "score": normalise(st.raw, cfg.min, cfg.max, cfg.inverted),
+        "ci_low": slo,
+        "ci_high": shi,
+        "n": st.n,
+        "weight": cfg.weight,
+    }
     if st.rate is not None:  # a Wilson formula with units (its interval exists exactly then)
         rec["rate"], rec["rate_ci_low"], rec["rate_ci_high"] = st.rate, st.rate_lo, st.rate_hi
         rec["n_events"] = st.events
-    given = {"n": n, "n_events": n_events, "n_failed": n_failed, "threshold": threshold, "judged": judged,
-             "excluded": excluded, "gate_failures": gate_failures, "details": details}
+    given = {
+        "n": n,
+        "n_events": n_events,
+        "n_failed": n_failed,
+        "threshold": threshold,
+        "judged": judged,
+        "excluded": excluded,
+        "gate_failures": gate_failures,
+        "details": details,
+    }
     rec.update(cast(MetricScore, {k: v for k, v in given.items() if v is not None}))
     return rec
 

@@ -46,73 +46,179 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True, frozen=True)
 
     # where things are
-    warehouse: Path | None = Field(None, **_env(
-        "AIP_WAREHOUSE", "a file path",
-        "The DuckDB warehouse file; empty: warehouse.duckdb in the data folder (`--warehouse` and the `warehouse` "
-        "resource choose another for one command or run)."))
-    data_dir: Path | None = Field(None, **_env(
-        "AIP_DATA_DIR", "a folder",
-        "The data folder (warehouse, journal, reports, Dagster's storage); empty: data/ in the project root "
-        "(the nearest folder with workspace.yaml or dagster.yaml), else $XDG_DATA_HOME/aip-assets."))
-    runs_dir: Path | None = Field(None, **_env(
-        "AIP_RUNS_DIR", "a folder",
-        "The folder of run specs the new-spec sensor watches; empty: runs/ in the data folder."))
-    limits_dir: Path | None = Field(None, **_env(
-        "AIP_LIMITS_DIR", "a folder",
-        "The endpoints' rate-schedule files; empty: $XDG_RUNTIME_DIR/aip-limits, else <temp dir>/aip-limits-<uid>."))
+    warehouse: Path | None = Field(
+        None,
+        **_env(
+            "AIP_WAREHOUSE",
+            "a file path",
+            "The DuckDB warehouse file; empty: warehouse.duckdb in the data folder (`--warehouse` and the `warehouse` "
+            "resource choose another for one command or run).",
+        ),
+    )
+    data_dir: Path | None = Field(
+        None,
+        **_env(
+            "AIP_DATA_DIR",
+            "a folder",
+            "The data folder (warehouse, journal, reports, Dagster's storage); empty: data/ in the project root "
+            "(the nearest folder with workspace.yaml or dagster.yaml), else $XDG_DATA_HOME/aip-assets.",
+        ),
+    )
+    runs_dir: Path | None = Field(
+        None,
+        **_env(
+            "AIP_RUNS_DIR",
+            "a folder",
+            "The folder of run specs the new-spec sensor watches; empty: runs/ in the data folder.",
+        ),
+    )
+    limits_dir: Path | None = Field(
+        None,
+        **_env(
+            "AIP_LIMITS_DIR",
+            "a folder",
+            "The endpoints' rate-schedule files; empty: $XDG_RUNTIME_DIR/aip-limits, else <temp dir>/aip-limits-<uid>.",
+        ),
+    )
     # DuckDB
-    duckdb_memory: str = Field("1GB", **_env(
-        "AIP_DUCKDB_MEMORY", "a DuckDB memory size such as 1GB",
-        "DuckDB's memory cap for the warehouse (a DuckDB size: 1GB, 4GiB); empty: no cap (80% of RAM). Past it "
-        "DuckDB spills to disk."))
-    duckdb_write_memory: str = Field("256MB", **_env(
-        "AIP_DUCKDB_WRITE_MEMORY", "a DuckDB memory size such as 256MB",
-        "The lean memory cap a partition write and a batch read try first, before AIP_DUCKDB_MEMORY."))
-    duckdb_linger: float = Field(0.25, ge=0, allow_inf_nan=False, **_env(
-        "AIP_DUCKDB_LINGER", "a number of seconds (0 or more)",
-        "How long the warehouse stays open after its last use, so a burst of uses opens it once; 0: closed at once."))
-    warehouse_lock_timeout: float = Field(600.0, ge=0, **_env(
-        "AIP_WAREHOUSE_LOCK_TIMEOUT", "a number of seconds (0 or more)",
-        "How long a use of the warehouse waits for its lock (held by another process) before it stops (exit 5)."))
+    duckdb_memory: str = Field(
+        "1GB",
+        **_env(
+            "AIP_DUCKDB_MEMORY",
+            "a DuckDB memory size such as 1GB",
+            "DuckDB's memory cap for the warehouse (a DuckDB size: 1GB, 4GiB); empty: no cap (80% of RAM). Past it "
+            "DuckDB spills to disk.",
+        ),
+    )
+    duckdb_write_memory: str = Field(
+        "256MB",
+        **_env(
+            "AIP_DUCKDB_WRITE_MEMORY",
+            "a DuckDB memory size such as 256MB",
+            "The lean memory cap a partition write and a batch read try first, before AIP_DUCKDB_MEMORY.",
+        ),
+    )
+    duckdb_linger: float = Field(
+        0.25,
+        ge=0,
+        allow_inf_nan=False,
+        **_env(
+            "AIP_DUCKDB_LINGER",
+            "a number of seconds (0 or more)",
+            "How long the warehouse stays open after its last use, so a burst of uses opens it once; 0: closed at once.",
+        ),
+    )
+    warehouse_lock_timeout: float = Field(
+        600.0,
+        ge=0,
+        **_env(
+            "AIP_WAREHOUSE_LOCK_TIMEOUT",
+            "a number of seconds (0 or more)",
+            "How long a use of the warehouse waits for its lock (held by another process) before it stops (exit 5).",
+        ),
+    )
     # shared mode
-    shared_state_url: SecretStr | None = Field(None, **_env(
-        "AIP_SHARED_STATE_URL", "a postgresql:// URL",
-        "Shared mode: the Postgres database of rate schedules, run budgets, the call journal, partition leases "
-        "and the lake's catalog (postgresql://user:password@host:5432/db). Never logged."))
-    shared_retry_seconds: float = Field(60.0, ge=0, allow_inf_nan=False, **_env(
-        "AIP_SHARED_RETRY_SECONDS", "a number of seconds (0 or more)",
-        "How long a lost connection to a shared-mode database is tried again before the run stops (exit 5); "
-        "empty: 60."))
-    lease_seconds: float = Field(30.0, ge=1, **_env(
-        "AIP_LEASE_SECONDS", "a number of seconds of at least 1",
-        "Shared mode: how long a worker's lease on a partition lasts without renewal (another worker takes over "
-        "after it)."))
-    lake_data_path: str | None = Field(None, **_env(
-        "AIP_LAKE_DATA_PATH", "a folder or s3://bucket/prefix (S3 or S3-compatible storage)",
-        "Shared mode: the warehouse as a DuckLake whose Parquet files live in this folder (every worker mounts "
-        "it) or s3://bucket/prefix; its catalog is in AIP_SHARED_STATE_URL. Empty: a local DuckDB file."))
-    s3_endpoint: str | None = Field(None, **_env(
-        "AIP_S3_ENDPOINT", "http://host:port or https://host",
-        "A lake on S3-compatible storage other than AWS: its server (http://host:port or https://host)."))
-    s3_credential_chain: str | None = Field(None, **_env(
-        "AIP_S3_CREDENTIAL_CHAIN", "a list of AWS credential providers",
-        "A lake on S3 without keys: the AWS credential chain's providers, e.g. sts;instance for a pod's role."))
-    dagster_storage_url: SecretStr | None = Field(None, **_env(
-        "AIP_DAGSTER_STORAGE_URL", "a postgresql+psycopg2:// URL",
-        "Shared mode: Dagster's run, event and schedule storage (SQLAlchemy's URL); empty: AIP_SHARED_STATE_URL "
-        "with the psycopg2 driver named. Never logged."))
+    shared_state_url: SecretStr | None = Field(
+        None,
+        **_env(
+            "AIP_SHARED_STATE_URL",
+            "a postgresql:// URL",
+            "Shared mode: the Postgres database of rate schedules, run budgets, the call journal, partition leases "
+            "and the lake's catalog (postgresql://user:password@host:5432/db). Never logged.",
+        ),
+    )
+    shared_retry_seconds: float = Field(
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
+        **_env(
+            "AIP_SHARED_RETRY_SECONDS",
+            "a number of seconds (0 or more)",
+            "How long a lost connection to a shared-mode database is tried again before the run stops (exit 5); "
+            "empty: 60.",
+        ),
+    )
+    lease_seconds: float = Field(
+        30.0,
+        ge=1,
+        **_env(
+            "AIP_LEASE_SECONDS",
+            "a number of seconds of at least 1",
+            "Shared mode: how long a worker's lease on a partition lasts without renewal (another worker takes over "
+            "after it).",
+        ),
+    )
+    lake_data_path: str | None = Field(
+        None,
+        **_env(
+            "AIP_LAKE_DATA_PATH",
+            "a folder or s3://bucket/prefix (S3 or S3-compatible storage)",
+            "Shared mode: the warehouse as a DuckLake whose Parquet files live in this folder (every worker mounts "
+            "it) or s3://bucket/prefix; its catalog is in AIP_SHARED_STATE_URL. Empty: a local DuckDB file.",
+        ),
+    )
+    s3_endpoint: str | None = Field(
+        None,
+        **_env(
+            "AIP_S3_ENDPOINT",
+            "http://host:port or https://host",
+            "A lake on S3-compatible storage other than AWS: its server (http://host:port or https://host).",
+        ),
+    )
+    s3_credential_chain: str | None = Field(
+        None,
+        **_env(
+            "AIP_S3_CREDENTIAL_CHAIN",
+            "a list of AWS credential providers",
+            "A lake on S3 without keys: the AWS credential chain's providers, e.g. sts;instance for a pod's role.",
+        ),
+    )
+    dagster_storage_url: SecretStr | None = Field(
+        None,
+        **_env(
+            "AIP_DAGSTER_STORAGE_URL",
+            "a postgresql+psycopg2:// URL",
+            "Shared mode: Dagster's run, event and schedule storage (SQLAlchemy's URL); empty: AIP_SHARED_STATE_URL "
+            "with the psycopg2 driver named. Never logged.",
+        ),
+    )
     # the CLI, Dagster and the report
-    code_location: str | None = Field(None, **_env(
-        "AIP_CODE_LOCATION", "a Dagster code location's name",
-        "The Dagster code location queued runs name; empty: aip_assets.definitions (the module's name)."))
-    report_port: int = Field(8112, ge=0, le=65535, **_env(
-        "AIP_REPORT_PORT", "a TCP port (0-65535)", "The port `aip-eval report --serve` listens on."))
-    debug: bool = Field(False, **_env(
-        "AIP_DEBUG", "any value",
-        "Any non-empty value: the CLI prints an internal error's traceback as well as saving it."))
+    code_location: str | None = Field(
+        None,
+        **_env(
+            "AIP_CODE_LOCATION",
+            "a Dagster code location's name",
+            "The Dagster code location queued runs name; empty: aip_assets.definitions (the module's name).",
+        ),
+    )
+    report_port: int = Field(
+        8112,
+        ge=0,
+        le=65535,
+        **_env("AIP_REPORT_PORT", "a TCP port (0-65535)", "The port `aip-eval report --serve` listens on."),
+    )
+    debug: bool = Field(
+        False,
+        **_env(
+            "AIP_DEBUG",
+            "any value",
+            "Any non-empty value: the CLI prints an internal error's traceback as well as saving it.",
+        ),
+    )
 
-    @field_validator("warehouse", "data_dir", "runs_dir", "limits_dir", "shared_state_url", "lake_data_path",
-                     "s3_endpoint", "s3_credential_chain", "dagster_storage_url", "code_location", mode="before")
+    @field_validator(
+        "warehouse",
+        "data_dir",
+        "runs_dir",
+        "limits_dir",
+        "shared_state_url",
+        "lake_data_path",
+        "s3_endpoint",
+        "s3_credential_chain",
+        "dagster_storage_url",
+        "code_location",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, v: Any) -> Any:
         return None if v == "" else v

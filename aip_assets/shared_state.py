@@ -34,8 +34,9 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from . import settings as aip_settings
@@ -51,15 +52,18 @@ RETRY_NOTICE_S = 10.0  # a wait for the database says so this often
 T = TypeVar("T")
 
 # every table of the shared state, made at the first connection (and so by the check before a run)
-_PG_TABLES = ("""CREATE TABLE IF NOT EXISTS aip_rate_schedule (
+_PG_TABLES = (
+    """CREATE TABLE IF NOT EXISTS aip_rate_schedule (
     endpoint text PRIMARY KEY,   -- the sha256 of the endpoint's id, as the files are named
     req_next double precision NOT NULL DEFAULT 0,  -- the next free request start (the database's clock)
     tok_next double precision NOT NULL DEFAULT 0   -- when the tokens spent so far are paid off
-)""", """CREATE TABLE IF NOT EXISTS aip_run_budget (
+)""",
+    """CREATE TABLE IF NOT EXISTS aip_run_budget (
     run_id text PRIMARY KEY,
     calls bigint NOT NULL,   -- network calls the run's workers have sent (reserved before sending)
     tokens bigint NOT NULL   -- tokens they have spent (as the answers counted them)
-)""")
+)""",
+)
 
 
 def shared_state_url() -> str | None:
@@ -75,8 +79,12 @@ def _parts(url: str) -> dict[str, str] | None:
     except ImportError:  # said elsewhere; read a URL's plain parts for the message
         try:
             u = urlsplit(url)
-            out = {"user": u.username or "", "host": u.hostname or "", "dbname": u.path.lstrip("/"),
-                   "password": u.password or ""}
+            out = {
+                "user": u.username or "",
+                "host": u.hostname or "",
+                "dbname": u.path.lstrip("/"),
+                "password": u.password or "",
+            }
             if u.port:
                 out["port"] = str(u.port)
             return out if u.scheme.startswith("postgres") else None
@@ -134,9 +142,19 @@ class Unreachable(AipError):
 
 
 # a refusal, not an outage: these are not waited for
-_REFUSALS = ("authentication", "password", "not permitted to log in", "does not exist", "pg_hba.conf",
-             "permission denied", "invalid connection option", "invalid dsn", "invalid integer value",
-             "invalid port", "could not parse")
+_REFUSALS = (
+    "authentication",
+    "password",
+    "not permitted to log in",
+    "does not exist",
+    "pg_hba.conf",
+    "permission denied",
+    "invalid connection option",
+    "invalid dsn",
+    "invalid integer value",
+    "invalid port",
+    "could not parse",
+)
 
 
 def lost(e: BaseException) -> bool:
@@ -194,20 +212,28 @@ def patiently(url: str, what: str, fn: Callable[[], T], label: str = SHARED_STAT
                 continue  # a kept connection the database dropped (a restart, an idle timeout): made again at once
             if key in _GAVE_UP or waited >= bound:
                 _GAVE_UP[key] = now
-                how = (f"it has not answered for {waited:.0f}s" if waited >= bound else
-                       f"it still does not answer (this process waited {bound:g}s for it already)")
-                raise OperationalError(f"{label} ({key}): {what} failed: {how}: {e.reason}. {RETRY_ENV} "
-                                       f"(now {bound:g}) sets how long a run waits for the database") from None
+                how = (
+                    f"it has not answered for {waited:.0f}s"
+                    if waited >= bound
+                    else f"it still does not answer (this process waited {bound:g}s for it already)"
+                )
+                raise OperationalError(
+                    f"{label} ({key}): {what} failed: {how}: {e.reason}. {RETRY_ENV} "
+                    f"(now {bound:g}) sets how long a run waits for the database"
+                ) from None
             if not told or now - told >= RETRY_NOTICE_S:
-                logger.warning(f"{label} ({key}): {what}: the database does not answer ({e.reason}); "
-                               f"waited {waited:.0f}s, trying again for up to {bound:g}s ({RETRY_ENV})")
+                logger.warning(
+                    f"{label} ({key}): {what}: the database does not answer ({e.reason}); "
+                    f"waited {waited:.0f}s, trying again for up to {bound:g}s ({RETRY_ENV})"
+                )
                 told = now
             time.sleep(max(0.0, min(delay * random.uniform(0.75, 1.25), t0 + bound - now)))
             delay = min(delay * 2, 2.0)
             continue
         if told:
-            logger.warning(f"{label} ({key}): the database answers again after {time.monotonic() - t0:.1f}s; "
-                           f"{what} goes on")
+            logger.warning(
+                f"{label} ({key}): the database answers again after {time.monotonic() - t0:.1f}s; {what} goes on"
+            )
         _GAVE_UP.pop(key, None)
         return out
     raise AssertionError("unreachable")
@@ -221,14 +247,24 @@ def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
     try:
         import psycopg
     except ImportError:
-        raise AipError(f"{SHARED_STATE_ENV} is set, but psycopg is not installed: pip install 'aip-assets[shared]'") \
-            from None
+        raise AipError(
+            f"{SHARED_STATE_ENV} is set, but psycopg is not installed: pip install 'aip-assets[shared]'"
+        ) from None
     if _parts(url) is None:
-        raise AipError(f"{SHARED_STATE_ENV} is not a PostgreSQL URL libpq can read: expected "
-                       "postgresql://user:password@host:5432/db")
+        raise AipError(
+            f"{SHARED_STATE_ENV} is not a PostgreSQL URL libpq can read: expected "
+            "postgresql://user:password@host:5432/db"
+        )
     try:
-        conn = psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True, keepalives=1,
-                               keepalives_idle=30, keepalives_interval=10, keepalives_count=3)
+        conn = psycopg.connect(
+            url,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            autocommit=True,
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
+        )
     except psycopg.Error as e:
         raise _failed(url, "cannot connect to the shared-state database", e) from None
     try:
@@ -257,7 +293,7 @@ def _failed(url: str, what: str, e: BaseException) -> AipError:
 class SharedDb:
     """The process's connection to one shared-state database (see the module's docstring)."""
 
-    _open: dict[tuple[int, str], "SharedDb"] = {}
+    _open: dict[tuple[int, str], SharedDb] = {}
     _open_lock = threading.Lock()
 
     def __init__(self, url: str):
@@ -271,7 +307,7 @@ class SharedDb:
         self._inside.yes = True
 
     @classmethod
-    def get(cls, url: str) -> "SharedDb":
+    def get(cls, url: str) -> SharedDb:
         """This process's instance for ``url`` (a forked child makes its own: a connection and a
         thread do not survive a fork)."""
         key = (os.getpid(), url)
@@ -362,7 +398,9 @@ def lake_catalog_url() -> str:
     error when the lake is set without it."""
     url = shared_state_url()
     if not url:
-        raise AipError(f"{LAKE_ENV} is set, but {SHARED_STATE_ENV} is not: the lake's catalog lives in the "
-                       f"shared-state Postgres database; set {SHARED_STATE_ENV}=postgresql://user:password@host:5432/db")
+        raise AipError(
+            f"{LAKE_ENV} is set, but {SHARED_STATE_ENV} is not: the lake's catalog lives in the "
+            f"shared-state Postgres database; set {SHARED_STATE_ENV}=postgresql://user:password@host:5432/db"
+        )
     check_url(url, SHARED_STATE_ENV)
     return url

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 Z95 = 1.959963984540054
 BOOT_CELLS = 5_000_000  # cluster draws held in memory at once by the bootstrap (a chunk of resamples)
@@ -49,7 +49,7 @@ def bootstrap_distribution(vectors, stat, seed: int = 0, n_boot: int = 2000):
     for start in range(0, n_boot, chunk):
         k = min(chunk, n_boot - start)
         idx = rng.integers(0, g, size=(k, g))
-        out[start:start + k] = stat(vectors[idx].sum(axis=1))
+        out[start : start + k] = stat(vectors[idx].sum(axis=1))
     return np.sort(out[~np.isnan(out)])
 
 
@@ -76,8 +76,13 @@ def excess_of_means(vectors, seed: int = 0, n_boot: int = 2000) -> dict:
     assert dist is not None
     d = float(stat(tot))
     g = len(v)
-    out = {"excess": d, "ci95": [None, None], "between": float(tot[0] / tot[1]), "within": float(tot[2] / tot[3]),
-           "rows": g}
+    out = {
+        "excess": d,
+        "ci95": [None, None],
+        "between": float(tot[0] / tot[1]),
+        "within": float(tot[2] / tot[3]),
+        "rows": g,
+    }
     if len(dist) < 2 or g < 2:
         return out
     # the bootstrap's standard error widened by g / (g - 1) (the bootstrap's variance of a mean of g
@@ -99,8 +104,9 @@ def excess_of_means(vectors, seed: int = 0, n_boot: int = 2000) -> dict:
     return out
 
 
-def cluster_bootstrap_mean(values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000,
-                           seed: int = 0) -> tuple[float | None, float | None]:
+def cluster_bootstrap_mean(
+    values: Sequence[float], clusters: Sequence[str], n_boot: int = 2000, seed: int = 0
+) -> tuple[float | None, float | None]:
     """95% percentile interval of the pooled mean of ``values``, resampling whole clusters (input
     rows): :func:`bootstrap` of each cluster's (sum, count)."""
     if not values:
@@ -161,8 +167,9 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     base = lchoose(n, k)
     logp = lambda x: lchoose(n1, x) + lchoose(n2, k - x) - base  # noqa: E731
     observed = logp(k1)
-    total = sum(math.exp(lp) for lp in (logp(x) for x in range(max(0, k - n2), min(k, n1) + 1))
-                if lp <= observed + 1e-9)
+    total = sum(
+        math.exp(lp) for lp in (logp(x) for x in range(max(0, k - n2), min(k, n1) + 1)) if lp <= observed + 1e-9
+    )
     return min(1.0, total)
 
 
@@ -222,16 +229,24 @@ def favourable_effect(y, x, groups) -> dict:
     groups = np.asarray(groups)
     n1, n0 = int(x.sum()), int((1 - x).sum())
     k1, k0 = int(y[x == 1].sum()), int(y[x == 0].sum())
-    out: dict = {"n_value": n1, "n_reference": n0, "favourable_value": k1, "favourable_reference": k0,
-                 "rate_value": k1 / n1 if n1 else None, "rate_reference": k0 / n0 if n0 else None,
-                 "fitted": False, "why": None}
+    out: dict = {
+        "n_value": n1,
+        "n_reference": n0,
+        "favourable_value": k1,
+        "favourable_reference": k0,
+        "rate_value": k1 / n1 if n1 else None,
+        "rate_reference": k0 / n0 if n0 else None,
+        "fitted": False,
+        "why": None,
+    }
     if min(n1, n0) < MIN_EFFECT_ANSWERS:
-        out["why"] = (f"too few answers with a decision ({n1} for the value, {n0} for the reference; the model "
-                      f"needs {MIN_EFFECT_ANSWERS} each)")
+        out["why"] = (
+            f"too few answers with a decision ({n1} for the value, {n0} for the reference; the model "
+            f"needs {MIN_EFFECT_ANSWERS} each)"
+        )
         return out
     if k1 in (0, n1) or k0 in (0, n0):
-        out["why"] = ("separation: the favourable rate is 0 or 1 on one side, so the odds ratio has no finite "
-                      "estimate")
+        out["why"] = "separation: the favourable rate is 0 or 1 on one side, so the odds ratio has no finite estimate"
         return out
     if len(set(groups.tolist())) < 2:
         out["why"] = "one question only: nothing to cluster by"
@@ -251,8 +266,9 @@ def favourable_effect(y, x, groups) -> dict:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            gee = sm.GEE(y, exog, groups=groups, family=sm.families.Binomial(),
-                         cov_struct=sm.cov_struct.Exchangeable()).fit(maxiter=100)
+            gee = sm.GEE(
+                y, exog, groups=groups, family=sm.families.Binomial(), cov_struct=sm.cov_struct.Exchangeable()
+            ).fit(maxiter=100)
             ols = sm.OLS(y_w, x_w[:, None]).fit(cov_type="cluster", cov_kwds={"groups": inv})
     except Exception as e:  # noqa: BLE001 - a numerical failure is reported, never a crash
         out["why"] = f"the model could not be fitted ({type(e).__name__}: {e})"[:300]
@@ -262,11 +278,18 @@ def favourable_effect(y, x, groups) -> dict:
     if not all(math.isfinite(v) for v in (b, se, d, dse)) or se <= 0 or abs(b) > 20:
         out["why"] = "the model did not converge to a finite estimate"
         return out
-    out.update(fitted=True, method="GEE logit (exchangeable, by question); difference: OLS within questions (question fixed "
-                      "effects), SE clustered by question",
-               log_odds_ratio=b, odds_ratio=math.exp(b), odds_ratio_ci=[math.exp(b - Z95 * se), math.exp(b + Z95 * se)],
-               p_value=float(gee.pvalues[1]), rate_difference=d,
-               rate_difference_ci=[d - Z95 * dse, d + Z95 * dse], questions=int(len(set(groups.tolist()))))
+    out.update(
+        fitted=True,
+        method="GEE logit (exchangeable, by question); difference: OLS within questions (question fixed "
+        "effects), SE clustered by question",
+        log_odds_ratio=b,
+        odds_ratio=math.exp(b),
+        odds_ratio_ci=[math.exp(b - Z95 * se), math.exp(b + Z95 * se)],
+        p_value=float(gee.pvalues[1]),
+        rate_difference=d,
+        rate_difference_ci=[d - Z95 * dse, d + Z95 * dse],
+        questions=int(len(set(groups.tolist()))),
+    )
     return out
 
 
@@ -348,8 +371,9 @@ def rogan_gladen(p_obs: float, se: float, sp: float) -> float | None:
 RG_DRAWS = 10_000
 
 
-def rogan_gladen_stratified(judged: dict[str, int], labelled: dict[str, tuple[int, int]], key: str, seed: int = 0,
-                            draws: int = RG_DRAWS) -> dict:
+def rogan_gladen_stratified(
+    judged: dict[str, int], labelled: dict[str, tuple[int, int]], key: str, seed: int = 0, draws: int = RG_DRAWS
+) -> dict:
     """The Rogan–Gladen rate of ``key`` when people labelled a sample stratified by the judge's category.
 
     ``judged``: the run's items per judge category (the rate's population); ``labelled``: per judge
@@ -387,8 +411,14 @@ def rogan_gladen_stratified(judged: dict[str, int], labelled: dict[str, tuple[in
             sp = (neg * ~is_key).sum(axis=-1) / neg.sum(axis=-1)
         return (shares * is_key).sum(axis=-1), se, sp
 
-    out: dict = {"p_obs": None, "sensitivity": None, "specificity": None, "corrected": None, "ci95": [None, None],
-                 "undefined_share": None}
+    out: dict = {
+        "p_obs": None,
+        "sensitivity": None,
+        "specificity": None,
+        "corrected": None,
+        "ci95": [None, None],
+        "undefined_share": None,
+    }
     if not len(cats) or big_n.sum() <= 0:
         return out
     p_obs, se, sp = (float(x) for x in estimate(big_n / big_n.sum(), k_lab / n_lab))
@@ -485,7 +515,7 @@ def cohen_from_sums(sums):
     k = (s.shape[-1] - 2) // 2
     with np.errstate(divide="ignore", invalid="ignore"):
         po = s[..., 0] / n
-        pe = (s[..., 2:2 + k] * s[..., 2 + k:]).sum(axis=-1) / (n * n)
+        pe = (s[..., 2 : 2 + k] * s[..., 2 + k :]).sum(axis=-1) / (n * n)
     return po, _kappa(po, pe)
 
 

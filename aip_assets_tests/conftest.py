@@ -25,9 +25,20 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     monkeypatch.delenv("AIP_DAGSTER_HOME_SET", raising=False)
     monkeypatch.delenv("AIP_DATA_DIR_SET", raising=False)
-    for name in ("AIP_DAGSTER_STORAGE_URL", "AIP_DAGSTER_STORAGE_URL_SET", "AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH",
-                 "AIP_S3_ENDPOINT", "AIP_S3_CREDENTIAL_CHAIN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+    for name in (
+        "AIP_DAGSTER_STORAGE_URL",
+        "AIP_DAGSTER_STORAGE_URL_SET",
+        "AIP_SHARED_STATE_URL",
+        "AIP_LAKE_DATA_PATH",
+        "AIP_S3_ENDPOINT",
+        "AIP_S3_CREDENTIAL_CHAIN",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     # the AWS credential chain (a lake on S3 without keys) finds nothing of the machine's, and never
     # asks the network for an instance role
@@ -54,12 +65,16 @@ def no_default_baseline(request, monkeypatch):
 def write_dataset(path: Path, n: int, multi_turn_every: int = 0) -> Path:
     rows = []
     for i in range(n):
-        q = (f"Case {i}: I am applying for a {DOMAINS[i % len(DOMAINS)]} of {1000 + 37 * i} euros and have "
-             f"{i % 9 + 1} years of history with no missed payments. Should it be approved?")
+        q = (
+            f"Case {i}: I am applying for a {DOMAINS[i % len(DOMAINS)]} of {1000 + 37 * i} euros and have "
+            f"{i % 9 + 1} years of history with no missed payments. Should it be approved?"
+        )
         if multi_turn_every and i % multi_turn_every == 0:
-            prompt = [{"role": "user", "content": "I need help with an application."},
-                      {"role": "assistant", "content": "Sure, tell me the details."},
-                      {"role": "user", "content": q}]
+            prompt = [
+                {"role": "user", "content": "I need help with an application."},
+                {"role": "assistant", "content": "Sure, tell me the details."},
+                {"role": "user", "content": q},
+            ]
             rows.append({"input_id": f"r{i:04d}", "prompt": prompt, "task_type": "multi_turn_llm"})
         else:
             rows.append({"input_id": f"r{i:04d}", "prompt": q, "task_type": "single_turn_llm"})
@@ -68,25 +83,56 @@ def write_dataset(path: Path, n: int, multi_turn_every: int = 0) -> Path:
     return path
 
 
-def make_spec(dataset: Path, name: str = "t", sut: dict | None = None, judge: dict | None = None,
-              config: dict | None = None, threshold: float | None = None, **extra):
-    data = {"name": name, "dataset": str(dataset), "seed": 3,
-            "sut": sut or {"provider": "builtin"}, "judge": judge or {"provider": "builtin"},
-            "metrics": {"llm.decision_flip": {"config": config or {}, **({"threshold": threshold} if threshold is not None else {})}},
-            "retry_backoff_seconds": 0.01, "batch_rows": 4, **extra}
+def make_spec(
+    dataset: Path,
+    name: str = "t",
+    sut: dict | None = None,
+    judge: dict | None = None,
+    config: dict | None = None,
+    threshold: float | None = None,
+    **extra,
+):
+    data = {
+        "name": name,
+        "dataset": str(dataset),
+        "seed": 3,
+        "sut": sut or {"provider": "builtin"},
+        "judge": judge or {"provider": "builtin"},
+        "metrics": {
+            "llm.decision_flip": {"config": config or {}, **({"threshold": threshold} if threshold is not None else {})}
+        },
+        "retry_backoff_seconds": 0.01,
+        "batch_rows": 4,
+        **extra,
+    }
     return parse_spec(data)
 
 
-def aggregate_tables(metric, cfg, tables: dict, spec=None, metric_name: str = "llm.decision_flip", batch_rows: int = 2,
-                     threshold: float | None = None) -> dict[str, list]:
+def aggregate_tables(
+    metric,
+    cfg,
+    tables: dict,
+    spec=None,
+    metric_name: str = "llm.decision_flip",
+    batch_rows: int = 2,
+    threshold: float | None = None,
+) -> dict[str, list]:
     """A metric's aggregation as the pipeline runs it (``pipeline.finished_aggregate``: the gate
     applied) over in-memory tables: every table's records."""
     import pandas as pd
 
     from aip_assets.metrics.base import FrameReader, StageContext
 
-    ctx = StageContext(run_id="r", metric=metric_name, spec=spec, config=cfg, journal=None, threshold=threshold,
-                       reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}), batch_rows=batch_rows)
+    ctx = StageContext(
+        run_id="r",
+        metric=metric_name,
+        spec=spec,
+        config=cfg,
+        journal=None,
+        threshold=threshold,
+        reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}),
+        batch_rows=batch_rows,
+    )
     out: dict[str, list] = {}
     for t in pipeline.finished_aggregate(metric, ctx):
         for k, v in t.items():
@@ -96,8 +142,19 @@ def aggregate_tables(metric, cfg, tables: dict, spec=None, metric_name: str = "l
 
 def rows_table(n: int) -> list[dict]:
     """``dataset_rows`` records of n single-turn rows r0, r1, ..."""
-    return [{"row_index": i, "input_id": f"r{i}", "prompt": "q", "prompt_is_turns": False, "sut_response": None,
-             "task_type": "single_turn_llm", "context": None, "metadata": "{}"} for i in range(n)]
+    return [
+        {
+            "row_index": i,
+            "input_id": f"r{i}",
+            "prompt": "q",
+            "prompt_is_turns": False,
+            "sut_response": None,
+            "task_type": "single_turn_llm",
+            "context": None,
+            "metadata": "{}",
+        }
+        for i in range(n)
+    ]
 
 
 def persona_pairs(frame):
@@ -136,7 +193,7 @@ def crash_sampling_after(monkeypatch, run_id: str, n: int, metric: str = "llm.de
         monkeypatch.setattr(ModelClient, "_record", real_record)
 
 
-def table(name: str, run_id: str, order: str) -> "pd.DataFrame":  # noqa: F821
+def table(name: str, run_id: str, order: str) -> pd.DataFrame:  # noqa: F821
     return wh.query(f"SELECT * FROM {name} WHERE run_id = ? ORDER BY {order}", [run_id], read_only=False)
 
 
@@ -163,7 +220,7 @@ def scripted():
 
     servers = []
 
-    def start(handler, **opts) -> "ScriptedServer":
+    def start(handler, **opts) -> ScriptedServer:
         s = ScriptedServer(handler, **opts)
         s.start()
         servers.append(s)
@@ -236,7 +293,11 @@ def s3_server():
     server.stop()
 
 
-S3_KEYS = {"AWS_ACCESS_KEY_ID": "aip-test-key", "AWS_SECRET_ACCESS_KEY": "aip-test-s3cret-value", "AWS_REGION": "us-east-1"}
+S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "aip-test-key",
+    "AWS_SECRET_ACCESS_KEY": "aip-test-s3cret-value",
+    "AWS_REGION": "us-east-1",
+}
 
 
 @pytest.fixture
@@ -249,11 +310,20 @@ def lake_s3(postgres, s3_server, monkeypatch):
     import boto3
 
     bucket = f"aip-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=s3_server, aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
-                 aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1").create_bucket(Bucket=bucket)
+    boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
     url = new_database(postgres)
-    for k, v in {**S3_KEYS, "AIP_S3_ENDPOINT": s3_server, "AIP_SHARED_STATE_URL": url,
-                 "AIP_LAKE_DATA_PATH": f"s3://{bucket}/lake"}.items():
+    for k, v in {
+        **S3_KEYS,
+        "AIP_S3_ENDPOINT": s3_server,
+        "AIP_SHARED_STATE_URL": url,
+        "AIP_LAKE_DATA_PATH": f"s3://{bucket}/lake",
+    }.items():
         monkeypatch.setenv(k, v)
     yield url, bucket
     wh.release()
@@ -263,7 +333,15 @@ def s3_keys(s3_server: str, bucket: str, prefix: str = "") -> list[str]:
     """The object keys under ``prefix`` in ``bucket`` of the local S3 server."""
     import boto3
 
-    client = boto3.client("s3", endpoint_url=s3_server, aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
-    return [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-            for o in page.get("Contents", [])]
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+    return [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]

@@ -63,15 +63,26 @@ class Postgres:
             log = (self.dir / "log").read_text() if (self.dir / "log").exists() else ""
             raise RuntimeError(f"{' '.join(args[:2])}: exit {p.returncode}\n{p.stdout}\n{p.stderr}\n{log[-2000:]}")
 
-    def start(self) -> "Postgres":
+    def start(self) -> Postgres:
         self._run(_tool("initdb") or "initdb", "-D", str(self.dir / "data"), "-U", "aip", "--auth=trust", "-E", "UTF8")
         self.up()
         return self
 
     def up(self) -> None:
         """Start the server on its data folder (made by ``start``) and wait until it accepts connections."""
-        self._run(_tool("pg_ctl") or "pg_ctl", "-D", str(self.dir / "data"), "-l", str(self.dir / "log"), "-w", "-t",
-                  "60", "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        self._run(
+            _tool("pg_ctl") or "pg_ctl",
+            "-D",
+            str(self.dir / "data"),
+            "-l",
+            str(self.dir / "log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )
 
     def down(self) -> None:
         """Stop the server as an operator's restart does (``-m fast``: every session is ended), and

@@ -49,14 +49,20 @@ class PodLikeRunLauncher(RunLauncher, ConfigurableClass):
         folder = self._folder(run.run_id)
         (folder / "data").mkdir(parents=True)
         (folder / "limits").mkdir(mode=0o700)  # rate schedules on local disk: this "machine's" own
-        args = ExecuteRunArgs(job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=None,
-                              set_exit_code_on_failure=True).get_command_args()
+        args = ExecuteRunArgs(
+            job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=None, set_exit_code_on_failure=True
+        ).get_command_args()
         env = {**os.environ, "AIP_DATA_DIR": str(folder / "data"), "AIP_LIMITS_DIR": str(folder / "limits")}
         env.pop("AIP_WAREHOUSE", None)
         env.pop("AIP_DATA_DIR_SET", None)
         with open(folder / "out.log", "wb") as out:
-            p = subprocess.Popen([sys.executable, "-m", *args] if args[0] == "dagster" else list(args),
-                                 cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
+            p = subprocess.Popen(
+                [sys.executable, "-m", *args] if args[0] == "dagster" else list(args),
+                cwd=folder,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         (folder / "worker.json").write_text(json.dumps({"pid": p.pid, "cwd": str(folder)}))
         self._procs[run.run_id] = p
 
@@ -90,8 +96,9 @@ class PodLikeRunLauncher(RunLauncher, ConfigurableClass):
             code = p.poll()
             if code is None:
                 return CheckRunHealthResult(WorkerStatus.RUNNING)
-            return CheckRunHealthResult(WorkerStatus.SUCCESS if code == 0 else WorkerStatus.FAILED,
-                                        f"run worker exited with {code}")
+            return CheckRunHealthResult(
+                WorkerStatus.SUCCESS if code == 0 else WorkerStatus.FAILED, f"run worker exited with {code}"
+            )
         pid = self._pid(run.run_id)
         if pid is None:
             return CheckRunHealthResult(WorkerStatus.NOT_FOUND, "no run worker was started")

@@ -74,9 +74,14 @@ class Score:
         return self.right / self.readable if self.readable else None
 
     def as_dict(self) -> dict:
-        return {"read": self.read, "right": self.right, "readable": self.readable,
-                "precision": None if self.precision is None else round(self.precision, 4),
-                "recall": None if self.recall is None else round(self.recall, 4), "wrong": self.wrong}
+        return {
+            "read": self.read,
+            "right": self.right,
+            "readable": self.readable,
+            "precision": None if self.precision is None else round(self.precision, 4),
+            "recall": None if self.recall is None else round(self.recall, 4),
+            "wrong": self.wrong,
+        }
 
 
 def decision_scores(items: list[dict] | None = None) -> dict[str, Score]:
@@ -132,9 +137,13 @@ def figure_scores(items: list[dict] | None = None) -> dict:
                 conflict.wrong.append(e["id"])
         elif e["label"] == "conflict":
             conflict.wrong.append(e["id"])
-    return {"pairs": len(items), "accuracy": round(sum(right) / len(items), 4) if items else None,
-            "wrong": [e["id"] for e, ok in zip(items, right) if not ok], "conflict": conflict.as_dict(),
-            "by_label": {lab: sum(e["label"] == lab for e in items) for lab in FIGURE_LABELS}}
+    return {
+        "pairs": len(items),
+        "accuracy": round(sum(right) / len(items), 4) if items else None,
+        "wrong": [e["id"] for e, ok in zip(items, right) if not ok],
+        "conflict": conflict.as_dict(),
+        "by_label": {lab: sum(e["label"] == lab for e in items) for lab in FIGURE_LABELS},
+    }
 
 
 def judge_models() -> dict:
@@ -151,8 +160,16 @@ def judge_scores(items: list[dict] | None = None) -> dict:
     from aip_assets.metrics.judging import parse_json_answer
 
     models = judge_models()
-    out = {"outputs": 0, "verdicts": 0, "verdicts_parsed_as_read": 0, "unusable": 0, "unusable_rejected": 0,
-           "copies": 0, "copies_accepted": 0, "wrong": []}
+    out = {
+        "outputs": 0,
+        "verdicts": 0,
+        "verdicts_parsed_as_read": 0,
+        "unusable": 0,
+        "unusable_rejected": 0,
+        "copies": 0,
+        "copies_accepted": 0,
+        "wrong": [],
+    }
     for e in items if items is not None else load("judge_outputs"):
         out["outputs"] += 1
         value, _ = parse_json_answer(e["raw"], models[e["schema"]], judge_context(e))
@@ -204,8 +221,13 @@ def summary() -> dict:
     """Everything the benchmark reports about the corpus and the readers on it."""
     d = decision_scores()
     dec = load("decisions")
-    return {"decisions": {"answers": len(dec), "by_model": {m: sum(e["model"] == m for e in dec) for m in
-                                                            sorted({e["model"] for e in dec})},
-                          "by_form": {f: sum(e["form"] == f for e in dec) for f in DECISION_FORMS},
-                          **{k: v.as_dict() for k, v in d.items()}},
-            "figures": figure_scores(), "judge_outputs": judge_scores()}
+    return {
+        "decisions": {
+            "answers": len(dec),
+            "by_model": {m: sum(e["model"] == m for e in dec) for m in sorted({e["model"] for e in dec})},
+            "by_form": {f: sum(e["form"] == f for e in dec) for f in DECISION_FORMS},
+            **{k: v.as_dict() for k, v in d.items()},
+        },
+        "figures": figure_scores(),
+        "judge_outputs": judge_scores(),
+    }

@@ -18,22 +18,24 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from aip_assets.models.builtin import ENDPOINT_CHECK as PREFLIGHT, STRUCTURED_PROBE, start_app_in_thread
+from aip_assets.models.builtin import ENDPOINT_CHECK as PREFLIGHT
+from aip_assets.models.builtin import STRUCTURED_PROBE, start_app_in_thread
 
 
 @dataclass
 class Reply:
     status: int = 200
-    text: str | None = None              # the assistant's content (status 200)
-    body: dict[str, Any] | None = None    # a raw JSON body instead
+    text: str | None = None  # the assistant's content (status 200)
+    body: dict[str, Any] | None = None  # a raw JSON body instead
     headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0                  # answer this much later (the server stays responsive)
-    hold: threading.Event | None = None   # answer once the test sets this (a call kept in flight)
-    gzip: bool = False                    # the answer compressed (Content-Encoding: gzip)
-    drop: bool = False                    # no answer: the connection is closed (an outage, a crash)
+    delay_s: float = 0.0  # answer this much later (the server stays responsive)
+    hold: threading.Event | None = None  # answer once the test sets this (a call kept in flight)
+    gzip: bool = False  # the answer compressed (Content-Encoding: gzip)
+    drop: bool = False  # no answer: the connection is closed (an outage, a crash)
 
 
 def last_user(body: dict[str, Any]) -> str:
@@ -49,8 +51,12 @@ def is_probe(body: dict[str, Any]) -> bool:
 
 
 class ScriptedServer:
-    def __init__(self, handler: Callable[[dict[str, Any], int], "str | Reply"], answer_preflight: bool = True,
-                 answer_probe: bool = True):
+    def __init__(
+        self,
+        handler: Callable[[dict[str, Any], int], str | Reply],
+        answer_preflight: bool = True,
+        answer_probe: bool = True,
+    ):
         self.handler = handler
         self.answer_preflight = answer_preflight
         self.answer_probe = answer_probe
@@ -93,13 +99,19 @@ class ScriptedServer:
             while r.hold is not None and not r.hold.is_set():
                 await asyncio.sleep(0.01)
             if r.status != 200:
-                resp = web.json_response(r.body or {"error": {"message": f"scripted {r.status}"}}, status=r.status,
-                                         headers=r.headers)
+                resp = web.json_response(
+                    r.body or {"error": {"message": f"scripted {r.status}"}}, status=r.status, headers=r.headers
+                )
             else:
-                payload = r.body or {"id": f"scripted-{n}", "object": "chat.completion", "model": body.get("model"),
-                                     "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
-                                                  "finish_reason": "stop"}],
-                                     "usage": {"prompt_tokens": 10, "completion_tokens": len((r.text or "").split())}}
+                payload = r.body or {
+                    "id": f"scripted-{n}",
+                    "object": "chat.completion",
+                    "model": body.get("model"),
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": r.text}, "finish_reason": "stop"}
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": len((r.text or "").split())},
+                }
                 resp = web.json_response(payload, headers=r.headers)
             if r.gzip:
                 resp.enable_compression(web.ContentCoding.gzip)

@@ -13,23 +13,23 @@ from aip_assets.models.batch import BatchRunner
 from .conftest import make_spec, run_all, table, write_dataset
 from .test_pipeline import FLIP, _assert_same, _stable
 
-
 # one streamed chunk of rows per stage: its calls are one batch (chunks go one after another,
 # each its own batch; make_spec's default of 4 rows a chunk would make several)
 ROWS = 100
 
 
 def sut(url: str, **batch) -> dict:
-    return {"provider": "openai", "base_url": url, "model": "m",
-            "batch": {"enabled": True, "poll_seconds": 0.05, **batch}} if batch.get("enabled", True) else \
-        {"provider": "openai", "base_url": url, "model": "m"}
+    return (
+        {"provider": "openai", "base_url": url, "model": "m", "batch": {"enabled": True, "poll_seconds": 0.05, **batch}}
+        if batch.get("enabled", True)
+        else {"provider": "openai", "base_url": url, "model": "m"}
+    )
 
 
 def sources(run_id: str) -> dict[str, int]:
     calls = table("llm_calls", run_id, "created_at")
     calls = calls[calls.role == "sut"]
     return calls.groupby("source").size().to_dict()
-
 
 
 def stop_sampling_while_polling(monkeypatch, run_id: str) -> None:
@@ -44,6 +44,7 @@ def stop_sampling_while_polling(monkeypatch, run_id: str) -> None:
     with pytest.raises(RuntimeError, match="stopped while polling"):
         pipeline.run_stage("sampling", run_id, "llm.decision_flip")
     monkeypatch.setattr(BatchRunner, "_poll", real_poll)
+
 
 def test_a_batch_run_gives_exactly_the_scores_of_a_live_run(tmp_path, builtin_http):
     """The SUT's calls as one batch: every stable table (probes, answers, verdicts, scores) equals
@@ -60,8 +61,10 @@ def test_a_batch_run_gives_exactly_the_scores_of_a_live_run(tmp_path, builtin_ht
     assert server.stats["requests"] == live_requests + 1  # the endpoint check only
     assert sources("batched") == {"batch": n_sut} and sources("live") == {"network": n_sut}
     notes = table("run_notes", "batched", "code")
-    assert (f"sut calls through the Batch API: 1 batch(es) sent ({n_sut} requests), 0 resumed; {n_sut} answered, "
-            "0 sent live") in " ".join(notes[notes.code == "batch"].message)
+    assert (
+        f"sut calls through the Batch API: 1 batch(es) sent ({n_sut} requests), 0 resumed; {n_sut} answered, "
+        "0 sent live"
+    ) in " ".join(notes[notes.code == "batch"].message)
 
 
 @pytest.mark.parametrize("max_requests", [50_000, 7])
@@ -102,12 +105,14 @@ def test_a_stop_between_the_upload_and_the_batch_pays_nothing_twice(tmp_path, bu
 
         async def crash(self, *a, **k):
             raise RuntimeError("stopped")
+
         monkeypatch.setattr(BatchRunner, "_create", crash)
     else:
         real = Journal.created_batch
 
         def crash(self, *a, **k):
             raise RuntimeError("stopped")
+
         monkeypatch.setattr(Journal, "created_batch", crash)
     with pytest.raises(RuntimeError, match="stopped"):
         pipeline.run_stage("sampling", "b", "llm.decision_flip")
@@ -123,8 +128,8 @@ def test_live_fallbacks_are_not_counted_twice_against_the_cap(tmp_path, builtin_
     """limits.max_calls set to exactly the SUT calls the sampling stage makes: the batch run, whose
     failing requests go live again, stays within it (a request sent in the batch and again live is
     one call) and answers as the live run; the journal's totals count the batched calls."""
-    from aip_assets.models.journal import open_journal
     from aip_assets import warehouse as wh
+    from aip_assets.models.journal import open_journal
 
     ds = write_dataset(tmp_path / "d.jsonl", 5)
     url, server = builtin_http(FLIP, batch_seconds=0.2, fail_rate=0.3)
@@ -151,10 +156,12 @@ def test_lines_of_another_shape_are_unanswered_requests_never_a_crash():
     for bad in ("", "{truncated", json.dumps({"response": ok}), json.dumps(["a"]), json.dumps({"custom_id": 3})):
         assert _outcome(bad) is None, bad
     assert _outcome(json.dumps({"custom_id": "b", "response": None, "error": "oops"})) == ("b", "failed", "oops", None)
-    assert _outcome(json.dumps({"custom_id": "c", "response": None, "error": {"code": "batch_expired", "message": "m"}})) \
-        == ("c", "failed", "batch_expired: m", None)
-    assert _outcome(json.dumps({"custom_id": "d", "response": {"status_code": 400, "body": {"error": "no"}},
-                                "error": None})) == ("d", "failed", 'HTTP 400: {"error": "no"}', 400)
+    assert _outcome(
+        json.dumps({"custom_id": "c", "response": None, "error": {"code": "batch_expired", "message": "m"}})
+    ) == ("c", "failed", "batch_expired: m", None)
+    assert _outcome(
+        json.dumps({"custom_id": "d", "response": {"status_code": 400, "body": {"error": "no"}}, "error": None})
+    ) == ("d", "failed", 'HTTP 400: {"error": "no"}', 400)
     assert _outcome(json.dumps({"custom_id": "e", "response": {"status_code": 200}, "error": None}))[1] == "failed"
 
 
@@ -165,8 +172,10 @@ def test_an_error_page_that_echoes_the_key_is_kept_without_it(monkeypatch):
     monkeypatch.setenv("K", "sk-very-secret-123")
     monkeypatch.setenv("H", "tok-abc-999")
     conn = Connection(provider="openai", base_url="http://x/v1", api_key_env="K", header_env={"X-Token": "H"})
-    assert scrub_secrets("bad header Authorization: Bearer sk-very-secret-123, X-Token: tok-abc-999", conn) == \
-        "bad header Authorization: Bearer ***, X-Token: ***"
+    assert (
+        scrub_secrets("bad header Authorization: Bearer sk-very-secret-123, X-Token: tok-abc-999", conn)
+        == "bad header Authorization: Bearer ***, X-Token: ***"
+    )
 
 
 @pytest.mark.parametrize("on_failure", ["live", "fail"])
@@ -237,27 +246,61 @@ def test_dry_run_shows_batch_and_live_calls_and_what_they_cost(tmp_path, capsys)
     from aip_assets.cli import main
 
     spec = tmp_path / "s.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "b", "dataset": str(write_dataset(tmp_path / "d.jsonl", 5)),
-        "sut": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "x", "batch": {"enabled": True},
-                "prices": {"input_per_million_tokens": 2.5, "output_per_million_tokens": 10.0}},
-        "judge": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "y",
-                  "prices": {"input_per_million_tokens": 0.2, "output_per_million_tokens": 0.8, "batch_discount": 0.4}},
-        "metrics": {"llm.decision_flip": {}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "b",
+                "dataset": str(write_dataset(tmp_path / "d.jsonl", 5)),
+                "sut": {
+                    "provider": "openai",
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "model": "x",
+                    "batch": {"enabled": True},
+                    "prices": {"input_per_million_tokens": 2.5, "output_per_million_tokens": 10.0},
+                },
+                "judge": {
+                    "provider": "openai",
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "model": "y",
+                    "prices": {
+                        "input_per_million_tokens": 0.2,
+                        "output_per_million_tokens": 0.8,
+                        "batch_discount": 0.4,
+                    },
+                },
+                "metrics": {"llm.decision_flip": {}},
+            }
+        )
+    )
     assert main(["run", str(spec), "--dry-run", "--json"]) == 0
     est = json.loads(capsys.readouterr().out)
     t, sent = est["total"], est["sent"]
     sut_live = (t["sut_prompt_tokens"] * 2.5 + t["sut_completion_tokens"] * 10.0) / 1e6
     judge_live = (t["judge_prompt_tokens"] * 0.2 + t["judge_completion_tokens"] * 0.8) / 1e6
-    assert sent["sut"] == {"calls": t["sut_calls"], "batch": True, "live_cost": round(sut_live, 4),
-                           "batch_cost": round(sut_live * 0.5, 4), "cost": round(sut_live * 0.5, 4)}
-    assert sent["judge"] == {"calls": t["judge_calls"], "batch": False, "live_cost": round(judge_live, 4),
-                             "batch_cost": round(judge_live * 0.6, 4), "cost": round(judge_live, 4)}
+    assert sent["sut"] == {
+        "calls": t["sut_calls"],
+        "batch": True,
+        "live_cost": round(sut_live, 4),
+        "batch_cost": round(sut_live * 0.5, 4),
+        "cost": round(sut_live * 0.5, 4),
+    }
+    assert sent["judge"] == {
+        "calls": t["judge_calls"],
+        "batch": False,
+        "live_cost": round(judge_live, 4),
+        "batch_cost": round(judge_live * 0.6, 4),
+        "cost": round(judge_live, 4),
+    }
     assert main(["run", str(spec), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert f"sut: {t['sut_calls']:,} calls Batch API (batches of up to 50,000, polled every 30s); about " \
-           f"{sut_live * 0.5:,.2f} (live: {sut_live:,.2f}" in out
-    assert f"judge: {t['judge_calls']:,} calls live; about {judge_live:,.2f} (with batch.enabled: {judge_live * 0.6:,.2f})" in out
+    assert (
+        f"sut: {t['sut_calls']:,} calls Batch API (batches of up to 50,000, polled every 30s); about "
+        f"{sut_live * 0.5:,.2f} (live: {sut_live:,.2f}" in out
+    )
+    assert (
+        f"judge: {t['judge_calls']:,} calls live; about {judge_live:,.2f} (with batch.enabled: {judge_live * 0.6:,.2f})"
+        in out
+    )
 
 
 def test_a_batch_is_journaled_in_postgres_in_shared_mode(tmp_path, lake):
@@ -268,9 +311,19 @@ def test_a_batch_is_journaled_in_postgres_in_shared_mode(tmp_path, lake):
     writer, reader = open_journal(tmp_path / "w.duckdb"), open_journal(tmp_path / "other.duckdb")
     try:
         assert isinstance(writer, PgJournal) and isinstance(reader, PgJournal)
-        rec = {"batch_id": "batch_1", "run_id": "r", "metric": "m", "stage": "sampling", "role": "sut",
-               "endpoint": "http://x/v1", "input_file_id": "file-1", "call_keys": json.dumps(["k1", "k2"]),
-               "status": "pending", "created_at": 1.0, "ended_at": None}
+        rec = {
+            "batch_id": "batch_1",
+            "run_id": "r",
+            "metric": "m",
+            "stage": "sampling",
+            "role": "sut",
+            "endpoint": "http://x/v1",
+            "input_file_id": "file-1",
+            "call_keys": json.dumps(["k1", "k2"]),
+            "status": "pending",
+            "created_at": 1.0,
+            "ended_at": None,
+        }
         writer.save_batch(rec)
         assert reader.open_batches("r", "m", "sampling", "sut", "http://x/v1") == [rec]
         assert reader.open_batches("r", "m", "judging", "sut", "http://x/v1") == []
@@ -307,12 +360,15 @@ def test_polling_waits_out_transient_failures_and_ends_a_batch_that_is_gone():
             return httpx.Response(200, json={"id": batch, "status": "completed", "request_counts": {}})
         return httpx.Response(step, json={"error": {"message": f"status {step}"}})
 
-    conn = Connection(provider="openai", base_url="http://batch.test/v1", model="m",
-                      batch={"enabled": True, "poll_seconds": 0.01})
+    conn = Connection(
+        provider="openai", base_url="http://batch.test/v1", model="m", batch={"enabled": True, "poll_seconds": 0.01}
+    )
 
     async def main():
         async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None) as cl:
-            cl.provider._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
+            cl.provider._http = httpx.AsyncClient(
+                transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/"
+            )
             done = await cl.batcher._poll("b1")
             lost = await cl.batcher._poll("b2")
             with pytest.raises(BatchApiError) as e:
@@ -345,8 +401,14 @@ def test_dagster_shows_the_batch_status_while_it_is_polled(tmp_path, builtin_htt
     n = len(table("sut_responses", "dg", "probe_id"))
     assert {r.asset_observation.partition for r in recs} == {"dg|llm.decision_flip"}
     assert seen[0]["batch_status"] in ("validating", "in_progress") and len(seen) >= 3
-    assert seen[-1] == {"batch_id": seen[0]["batch_id"], "batch_role": "sut", "batch_status": "completed",
-                        "batch_total": n, "batch_completed": n, "batch_failed": 0}
+    assert seen[-1] == {
+        "batch_id": seen[0]["batch_id"],
+        "batch_role": "sut",
+        "batch_status": "completed",
+        "batch_total": n,
+        "batch_completed": n,
+        "batch_failed": 0,
+    }
 
 
 def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
@@ -368,12 +430,15 @@ def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
         polls.append(request.url.path)
         return httpx.Response(503, json={"error": {"message": "down"}})
 
-    conn = Connection(provider="openai", base_url="http://batch.test/v1", model="m",
-                      batch={"enabled": True, "poll_seconds": 0.01})
+    conn = Connection(
+        provider="openai", base_url="http://batch.test/v1", model="m", batch={"enabled": True, "poll_seconds": 0.01}
+    )
 
     async def main():
         async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None) as cl:
-            cl.provider._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/")
+            cl.provider._http = httpx.AsyncClient(
+                transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/"
+            )
             with pytest.raises(bm.BatchApiError, match="window closed an hour ago: given up") as e:
                 await asyncio.wait_for(cl.batcher._poll("b1"), 30)
             return e.value
@@ -383,8 +448,9 @@ def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
 
 
 @pytest.mark.parametrize("on_failure", ["live", "fail"])
-def test_requests_an_earlier_batch_has_no_line_for_are_never_batched_again(tmp_path, builtin_http, monkeypatch,
-                                                                            on_failure):
+def test_requests_an_earlier_batch_has_no_line_for_are_never_batched_again(
+    tmp_path, builtin_http, monkeypatch, on_failure
+):
     """The sampling stage stops while its batch is polled; when it ends, its output and error files
     hold no line for about a third of its requests. The resumed stage reads that batch back and
     sends no second batch: each request without a line is unanswered, sent live (`on_failure:

@@ -25,9 +25,17 @@ class Clock:
 
 
 def body(i: int) -> dict:
-    return {"model": "m", "temperature": 0, "messages": [
-        {"role": "user", "content": f"Case {i}: a loan of {1000 + 37 * i} euros, {i % 7 + 1} years of history. "
-                                    "Should it be approved? Answer with exactly one of: YES, NO."}]}
+    return {
+        "model": "m",
+        "temperature": 0,
+        "messages": [
+            {
+                "role": "user",
+                "content": f"Case {i}: a loan of {1000 + 37 * i} euros, {i % 7 + 1} years of history. "
+                "Should it be approved? Answer with exactly one of: YES, NO.",
+            }
+        ],
+    }
 
 
 def jsonl(lines) -> bytes:
@@ -35,8 +43,10 @@ def jsonl(lines) -> bytes:
 
 
 def requests_file(n: int, start: int = 0) -> bytes:
-    return jsonl({"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions", "body": body(i)}
-                 for i in range(start, start + n))
+    return jsonl(
+        {"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions", "body": body(i)}
+        for i in range(start, start + n)
+    )
 
 
 @pytest.fixture
@@ -75,8 +85,15 @@ def test_a_batch_answers_each_request_as_the_live_endpoint_does(serve):
     server, c, clock = serve(fail_rate=0.25, batch_seconds=100)
     f = upload(c, requests_file(12)).json()
     assert f["purpose"] == "batch" and f["bytes"] == len(requests_file(12)) and f["id"].startswith("file-")
-    b = c.post("/batches", json={"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
-                                 "completion_window": "24h", "metadata": {"run": "r1"}}).json()
+    b = c.post(
+        "/batches",
+        json={
+            "input_file_id": f["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+            "metadata": {"run": "r1"},
+        },
+    ).json()
     assert b["status"] == "validating" and b["request_counts"]["total"] == 12 and b["output_file_id"] is None
     assert b["metadata"] == {"run": "r1"}
     seen = []
@@ -108,8 +125,9 @@ def test_requests_that_miss_the_window_expire_and_say_so(serve):
     next one completes."""
     server, c, clock = serve(batch_expire_rate=0.4, batch_seconds=10)
     f = upload(c, requests_file(10)).json()
-    b = c.post("/batches", json={"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
-                                 "completion_window": "24h"}).json()
+    b = c.post(
+        "/batches", json={"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    ).json()
     clock.t += 11
     b = c.get(f"/batches/{b['id']}").json()
     out, err = read_file(c, b["output_file_id"]), read_file(c, b["error_file_id"])
@@ -118,20 +136,35 @@ def test_requests_that_miss_the_window_expire_and_say_so(serve):
     assert all(e["error"]["code"] == "batch_expired" and e["response"] is None for e in err.values())
     assert b["request_counts"] == {"total": 10, "completed": len(out), "failed": len(err)}
     expired = sorted(int(k[1:]) for k in err)
-    again = jsonl({"custom_id": f"x{i}", "method": "POST", "url": "/v1/chat/completions", "body": body(i)}
-                  for i in expired)
-    b2 = c.post("/batches", json={"input_file_id": upload(c, again).json()["id"], "endpoint": "/v1/chat/completions",
-                                  "completion_window": "24h"}).json()
+    again = jsonl(
+        {"custom_id": f"x{i}", "method": "POST", "url": "/v1/chat/completions", "body": body(i)} for i in expired
+    )
+    b2 = c.post(
+        "/batches",
+        json={
+            "input_file_id": upload(c, again).json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    ).json()
     clock.t += 11
     b2 = c.get(f"/batches/{b2['id']}").json()
-    assert b2["status"] == "expired" and b2["output_file_id"] is None and len(read_file(c, b2["error_file_id"])) == len(expired)
+    assert (
+        b2["status"] == "expired"
+        and b2["output_file_id"] is None
+        and len(read_file(c, b2["error_file_id"])) == len(expired)
+    )
 
     server, c, clock = serve(batch_expire_first=1, batch_seconds=10)
     ids = []
     for _ in range(2):
         f = upload(c, requests_file(4)).json()
-        ids.append(c.post("/batches", json={"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
-                                            "completion_window": "24h"}).json()["id"])
+        ids.append(
+            c.post(
+                "/batches",
+                json={"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+            ).json()["id"]
+        )
     clock.t += 11
     first, second = (c.get(f"/batches/{i}").json() for i in ids)
     assert first["status"] == "expired" and first["request_counts"] == {"total": 4, "completed": 0, "failed": 4}
@@ -143,25 +176,51 @@ def test_a_bad_input_file_fails_the_batch_naming_each_line(serve):
     requests the service cannot take are refused with 400 or 404 naming the parameter."""
     server, c, clock = serve(batch_seconds=10)
     good = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body(1)}
-    content = (json.dumps(good) + "\n" + "{not json\n" + json.dumps(good) + "\n"
-               + json.dumps({**good, "custom_id": "b", "url": "/v1/embeddings"}) + "\n"
-               + json.dumps({**good, "custom_id": "c", "method": "GET"}) + "\n"
-               + json.dumps({"method": "POST"}) + "\n").encode()
-    b = c.post("/batches", json={"input_file_id": upload(c, content).json()["id"], "endpoint": "/v1/chat/completions",
-                                 "completion_window": "24h"}).json()
+    content = (
+        json.dumps(good)
+        + "\n"
+        + "{not json\n"
+        + json.dumps(good)
+        + "\n"
+        + json.dumps({**good, "custom_id": "b", "url": "/v1/embeddings"})
+        + "\n"
+        + json.dumps({**good, "custom_id": "c", "method": "GET"})
+        + "\n"
+        + json.dumps({"method": "POST"})
+        + "\n"
+    ).encode()
+    b = c.post(
+        "/batches",
+        json={
+            "input_file_id": upload(c, content).json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    ).json()
     assert b["status"] == "failed" and b["failed_at"] is not None
     assert [(e["line"], e["code"]) for e in b["errors"]["data"]] == [
-        (2, "invalid_json_line"), (3, "duplicate_custom_id"), (4, "invalid_url"), (5, "invalid_method"),
-        (6, "missing_required_parameter")]
+        (2, "invalid_json_line"),
+        (3, "duplicate_custom_id"),
+        (4, "invalid_url"),
+        (5, "invalid_method"),
+        (6, "missing_required_parameter"),
+    ]
     clock.t += 100
     assert c.get(f"/batches/{b['id']}").json()["status"] == "failed"  # and stays so
     fid = upload(c, requests_file(2)).json()["id"]
     for payload, status, param in [
-            ({"input_file_id": fid, "endpoint": "/v1/embeddings", "completion_window": "24h"}, 400, "endpoint"),
-            ({"input_file_id": fid, "endpoint": "/v1/chat/completions", "completion_window": "1h"}, 400,
-             "completion_window"),
-            ({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"}, 404,
-             "input_file_id")]:
+        ({"input_file_id": fid, "endpoint": "/v1/embeddings", "completion_window": "24h"}, 400, "endpoint"),
+        (
+            {"input_file_id": fid, "endpoint": "/v1/chat/completions", "completion_window": "1h"},
+            400,
+            "completion_window",
+        ),
+        (
+            {"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+            404,
+            "input_file_id",
+        ),
+    ]:
         r = c.post("/batches", json=payload)
         assert r.status_code == status and r.json()["error"]["param"] == param, payload
     assert upload(c, requests_file(1), purpose="fine-tune").status_code == 400
@@ -172,16 +231,28 @@ def test_a_cancelled_batch_keeps_what_it_had_answered(serve):
     """Cancelled half-way: `cancelled`, its output file holding the requests answered by then, and
     it stays as it was; a batch already ended cannot be cancelled."""
     server, c, clock = serve(batch_seconds=100)
-    b = c.post("/batches", json={"input_file_id": upload(c, requests_file(10)).json()["id"],
-                                 "endpoint": "/v1/chat/completions", "completion_window": "24h"}).json()
+    b = c.post(
+        "/batches",
+        json={
+            "input_file_id": upload(c, requests_file(10)).json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    ).json()
     clock.t += 50  # half of the in-progress time: 5 of the 10 answered
     cancelled = c.post(f"/batches/{b['id']}/cancel").json()
     assert cancelled["status"] == "cancelled" and cancelled["request_counts"]["completed"] == 5
     assert len(read_file(c, cancelled["output_file_id"])) == 5
     clock.t += 100
     assert c.get(f"/batches/{b['id']}").json()["status"] == "cancelled"
-    done = c.post("/batches", json={"input_file_id": upload(c, requests_file(2)).json()["id"],
-                                    "endpoint": "/v1/chat/completions", "completion_window": "24h"}).json()
+    done = c.post(
+        "/batches",
+        json={
+            "input_file_id": upload(c, requests_file(2)).json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    ).json()
     clock.t += 101
     assert c.post(f"/batches/{done['id']}/cancel").json()["status"] == "completed"
 

@@ -23,6 +23,7 @@ def _chat(url: str, retries: int, **conn):
             t0 = time.monotonic()
             r = await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=retries, timeout=5)
             return r, time.monotonic() - t0
+
     return asyncio.run(go())
 
 
@@ -36,18 +37,21 @@ def record_sleeps(monkeypatch) -> list[float]:
     async def record(d, *a, **k):
         slept.append(d)
         await real_sleep(0)
+
     monkeypatch.setattr(client_mod.asyncio, "sleep", record)
     return slept
 
 
 def _sequence(statuses: list[int], headers: dict | None = None):
     """A handler answering the given statuses in turn, then 200 'fine'."""
+
     def handler(body, n):
         i = handler.calls
         handler.calls += 1
         if i < len(statuses):
             return Reply(statuses[i], headers=headers or {})
         return "fine"
+
     handler.calls = 0
     return handler
 
@@ -92,11 +96,15 @@ def test_compressed_answers_and_the_request_as_sent_and_journaled(scripted, tmp_
     sent as the JSON the journal keeps and the call key hashes (one serialisation)."""
     import json
 
-    from aip_assets.models.journal import Journal
     from aip_assets.hashing import stable_json
+    from aip_assets.models.journal import Journal
 
-    answers = iter([Reply(429, headers={"Retry-After": "0.1"}, gzip=True, body={"error": {"message": "slow down ✋"}}),
-                    Reply(text="Décision : APPROUVÉ ✓ " * 40, gzip=True)])
+    answers = iter(
+        [
+            Reply(429, headers={"Retry-After": "0.1"}, gzip=True, body={"error": {"message": "slow down ✋"}}),
+            Reply(text="Décision : APPROUVÉ ✓ " * 40, gzip=True),
+        ]
+    )
     server = scripted(lambda body, n: next(answers))
     journal = Journal(tmp_path / "j.sqlite")
 
@@ -130,8 +138,18 @@ def test_call_identity():
     k = call_key("e", b0, 0, "t")
     assert len(k) == 32 and int(k, 16) >= 0  # 128 bits of a SHA-256, hex
     assert k == call_key("e", dict(reversed(list(b0.items()))), 0, "t")  # key order does not matter
-    assert len({k, call_key("e", b1, 1, "t"), call_key("e", b0, 0, "t2"), call_key("e", b0, 0, "t", attempt=1),
-                call_key("f", b0, 0, "t")}) == 5
+    assert (
+        len(
+            {
+                k,
+                call_key("e", b1, 1, "t"),
+                call_key("e", b0, 0, "t2"),
+                call_key("e", b0, 0, "t", attempt=1),
+                call_key("f", b0, 0, "t"),
+            }
+        )
+        == 5
+    )
 
 
 def test_backoff_is_exponential_with_jitter(scripted, monkeypatch):
@@ -147,9 +165,10 @@ def test_backoff_is_exponential_with_jitter(scripted, monkeypatch):
         async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.2) as cl:
             cl._rng = random.Random(7)
             return await cl.chat([{"role": "user", "content": "q"}], temperature=0, retries=3, timeout=5)
+
     r = asyncio.run(go())
     u = random.Random(7)
-    want = [0.2 * 2 ** k * (0.5 + u.random()) for k in range(3)]
+    want = [0.2 * 2**k * (0.5 + u.random()) for k in range(3)]
     assert r.ok and slept == pytest.approx(want)
 
 
@@ -166,6 +185,7 @@ def test_latency_is_measured_in_milliseconds(scripted):
     def slow(body, n):
         _t.sleep(0.2)
         return "fine"
+
     server = scripted(slow)
     r, took = _chat(server.url, retries=0)
     assert r.ok and 200 <= r.latency_ms <= took * 1000 + 1
@@ -193,6 +213,7 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
         slept.append(d)
         clock["now"] += d
         await real_sleep(0)
+
     monkeypatch.setattr(client_mod.asyncio, "sleep", record)
     fake = types.SimpleNamespace(monotonic=lambda: clock["now"], perf_counter=lambda: clock["now"])
     for mod in (client_mod, retry_mod, deadline_mod):  # every module of the client that reads the clock
@@ -215,6 +236,7 @@ def test_rate_limit_waits_are_bounded_per_call_and_by_silence(scripted, monkeypa
             first = await cl.chat([{"role": "user", "content": "q1"}], temperature=0, retries=0, timeout=5)
             second = await cl.chat([{"role": "user", "content": "q2"}], temperature=0, retries=0, timeout=5)
             return first, second
+
     first, second = asyncio.run(two_calls())
     assert first.rate_limit_waits == 4 and second.rate_limit_waits == 0 and second.attempts == 1
     assert "answered nothing for 1s" in second.error and slept == [0.25] * 4
@@ -234,6 +256,7 @@ async def chat_as_row(cl: ModelClient, row: str, **kw):
 
 def _round_trip(url: str) -> float:
     """Seconds one answered request takes on this machine now (the tests' patience is scaled by it)."""
+
     async def go():
         c = Connection(provider="openai", base_url=url, model="m")
         async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None) as cl:
@@ -241,6 +264,7 @@ def _round_trip(url: str) -> float:
             for _ in range(3):
                 await cl.chat([{"role": "user", "content": "warm"}], temperature=0, timeout=30)
             return (time.monotonic() - t0) / 3
+
     return asyncio.run(go())
 
 
@@ -262,14 +286,27 @@ def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted
 
     async def go():
         c = Connection(provider="openai", base_url=server.url, model="m")
-        async with ModelClient(c, role="sut", run_id="r", metric="llm.decision_flip", stage="sampling",
-                               journal=None, concurrency=1, on_note=notes.append, row_timeout_s=1.5 * unit,
-                               budget=budget) as cl:
+        async with ModelClient(
+            c,
+            role="sut",
+            run_id="r",
+            metric="llm.decision_flip",
+            stage="sampling",
+            journal=None,
+            concurrency=1,
+            on_note=notes.append,
+            row_timeout_s=1.5 * unit,
+            budget=budget,
+        ) as cl:
+
             async def one(item):
-                return await cl.chat([{"role": "user", "content": f"{item[0]} {item[1]}"}], temperature=0,
-                                     retries=3, timeout=30)
+                return await cl.chat(
+                    [{"role": "user", "content": f"{item[0]} {item[1]}"}], temperature=0, retries=3, timeout=30
+                )
+
             out = await run_bounded([("r1", 0), ("r1", 1), ("r1", 2), ("r2", 0)], one, 1)
             return out, dict(cl.stats)
+
     (a, b, c, d), stats = asyncio.run(go())
     assert a.ok and d.ok
     assert not b.ok and b.attempts == 1 and "row deadline" in b.error and "r1" in b.error and "waited" in b.error
@@ -285,18 +322,26 @@ def test_a_rows_calls_end_at_its_deadline_and_other_rows_keep_their_own(scripted
 def test_no_retry_starts_after_the_row_deadline(scripted, monkeypatch):
     """A failure whose backoff would end past the deadline is returned as it is (with the reason),
     not retried; without a deadline the same failure is retried."""
-
     server = scripted(_sequence([500, 500, 500, 500, 500, 500]))
     stats: dict = {}
 
     async def go(row_timeout, url=None):
         c = Connection(provider="openai", base_url=url or server.url, model="m")
-        async with ModelClient(c, role="judge", run_id="r", metric="m", stage="judging", journal=None,
-                               backoff_s=60.0, row_timeout_s=row_timeout) as cl:
+        async with ModelClient(
+            c,
+            role="judge",
+            run_id="r",
+            metric="m",
+            stage="judging",
+            journal=None,
+            backoff_s=60.0,
+            row_timeout_s=row_timeout,
+        ) as cl:
             try:
                 return await chat_as_row(cl, "r7", retries=3, timeout=30)
             finally:
                 stats.update(cl.stats)
+
     r = asyncio.run(go(5.0))
     assert not r.ok and r.attempts == 1 and r.retries_used == 0 and r.http_status == 500
     assert "not retried: the row deadline comes first" in r.error
@@ -329,14 +374,20 @@ def test_a_call_waiting_for_the_rate_limiter_is_not_sent_once_its_row_ran_out(sc
 
     async def go():
         c = Connection(provider="openai", base_url=server.url, model="m", requests_per_minute=rpm)
-        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
-                               concurrency=2, row_timeout_s=unit) as cl:
+        async with ModelClient(
+            c, role="sut", run_id="r", metric="m", stage="sampling", journal=None, concurrency=2, row_timeout_s=unit
+        ) as cl:
             token = deadline_mod.CURRENT_ROW.set("r1")
             try:
-                return await gather_all(*(cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=0,
-                                                  timeout=30) for i in range(2)))
+                return await gather_all(
+                    *(
+                        cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=0, timeout=30)
+                        for i in range(2)
+                    )
+                )
             finally:
                 deadline_mod.CURRENT_ROW.reset(token)
+
     first, second = sorted(asyncio.run(go()), key=lambda r: -r.attempts)
     assert first.attempts == 1 and "while this call waited" in first.error
     assert second.attempts == 0 and "before this call was sent" in second.error
@@ -355,30 +406,32 @@ def test_a_cut_attempt_that_fails_early_reports_its_own_failure():
     listens) reports the connection failure, not the deadline: the row still had time."""
     import socket
 
-
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
 
     async def go():
         c = Connection(provider="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m")
-        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None,
-                               row_timeout_s=0.9) as cl:  # under a second left: the attempt is cut
+        async with ModelClient(
+            c, role="sut", run_id="r", metric="m", stage="s", journal=None, row_timeout_s=0.9
+        ) as cl:  # under a second left: the attempt is cut
             return await chat_as_row(cl, "r1", retries=0, timeout=60)
+
     r = asyncio.run(go())
     assert not r.ok and r.attempts == 1 and "connection refused" in r.error and "row deadline" not in r.error
 
 
 def test_a_retry_within_the_row_deadline_is_made(scripted):
     """A failure whose backoff ends well before the row's deadline is retried as usual."""
-
     server = scripted(_sequence([500]))
 
     async def go():
         c = Connection(provider="openai", base_url=server.url, model="m")
-        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01,
-                               row_timeout_s=30.0) as cl:
+        async with ModelClient(
+            c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01, row_timeout_s=30.0
+        ) as cl:
             return await chat_as_row(cl, "r1", retries=2, timeout=30)
+
     r = asyncio.run(go())
     assert r.ok and r.text == "fine" and r.attempts == 2 and r.retries_used == 1
 
@@ -399,17 +452,22 @@ def test_each_call_waits_at_most_its_own_rate_limit_budget(scripted, monkeypatch
     async def record(d, *a, **k):
         clock["now"] += d
         await real_sleep(0.05)  # real time for the other call's answers to arrive in between
+
     monkeypatch.setattr(client_mod.asyncio, "sleep", record)
     fake = types.SimpleNamespace(monotonic=lambda: clock["now"], perf_counter=lambda: clock["now"])
     for mod in (client_mod, retry_mod, deadline_mod):  # every module of the client that reads the clock
         monkeypatch.setattr(mod, "time", fake)
-    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.25"})
-                      if body["messages"][-1]["content"] == "limited" else "fine")
+    server = scripted(
+        lambda body, n: (
+            Reply(429, headers={"Retry-After": "0.25"}) if body["messages"][-1]["content"] == "limited" else "fine"
+        )
+    )
 
     async def go():
         c = Connection(provider="openai", base_url=server.url, model="m", max_rate_limit_wait_seconds=1.0)
-        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01,
-                               concurrency=4) as cl:
+        async with ModelClient(
+            c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.01, concurrency=4
+        ) as cl:
             done = asyncio.Event()
 
             async def answered():
@@ -418,12 +476,14 @@ def test_each_call_waits_at_most_its_own_rate_limit_budget(scripted, monkeypatch
                     n += 1
                     await cl.chat([{"role": "user", "content": f"ok {n}"}], temperature=0, timeout=30)
                     await real_sleep(0.01)
+
             other = asyncio.create_task(answered())
             try:
                 return await cl.chat([{"role": "user", "content": "limited"}], temperature=0, retries=0, timeout=30)
             finally:
                 done.set()
                 await other
+
     r = asyncio.run(go())
     assert not r.ok and r.rate_limit_waits == 4 and "waited 1s on Retry-After" in r.error
 
@@ -436,15 +496,15 @@ def test_call_keys_are_the_hash_of_stable_json_of_the_whole_call():
     import hashlib
     import random
 
-    from aip_assets.models.request import call_key
     from aip_assets.hashing import stable_json
+    from aip_assets.models.request import call_key
 
     rng = random.Random(3)
 
     def value(depth=0):
         kind = rng.randrange(7 if depth < 3 else 4)
         if kind == 0:
-            return rng.choice(["", "é ✓ \"quoted\"\n", "Decision: APPROVE", "\u2028", "a" * 50])
+            return rng.choice(["", 'é ✓ "quoted"\n', "Decision: APPROVE", "\u2028", "a" * 50])
         if kind == 1:
             return rng.choice([0, 1, -7, 10**18, True, False, None])
         if kind == 2:
@@ -457,8 +517,11 @@ def test_call_keys_are_the_hash_of_stable_json_of_the_whole_call():
 
     for i in range(300):
         extra = value(1)
-        body = {"model": "m", "messages": [{"role": "user", "content": value()}],
-                **(extra if isinstance(extra, dict) else {"params": extra})}
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": value()}],
+            **(extra if isinstance(extra, dict) else {"params": extra}),
+        }
         if i % 3 == 0:
             body = {"messages": [{"role": "system", "content": "Ünïcode"}], "temperature": 0.7}
         endpoint = rng.choice(["http://127.0.0.1:9/v1", "https://api.example.com/v1|m", "é"])
@@ -508,9 +571,19 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     j = Journal(tmp_path / "j.sqlite", flush_s=3600)  # after its first batch, the writer waits for flush()
 
     def rec(i, status="ok", run="r1"):
-        return {"run_id": run, "metric": "m", "stage": "sampling", "role": "sut", "call_key": f"k{i}",
-                "request": {"i": i}, "response_text": f"answer {i}", "status": status, "attempts": 1,
-                "source": "network", "created_at": 1.0}
+        return {
+            "run_id": run,
+            "metric": "m",
+            "stage": "sampling",
+            "role": "sut",
+            "call_key": f"k{i}",
+            "request": {"i": i},
+            "response_text": f"answer {i}",
+            "status": status,
+            "attempts": 1,
+            "source": "network",
+            "created_at": 1.0,
+        }
 
     def rows():
         with sqlite3.connect(tmp_path / "j.sqlite") as con:
@@ -540,7 +613,7 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     keys = j.ok_keys(["r1"], "sampling")
     assert len(marks) == len(keys) and all(key_mark(k) in marks for k in keys)
     assert key_mark(hexkey) == 0x0123456789ABCDEF and key_mark(hexkey) in marks  # as from its stored bytes
-    assert key_mark("k6") not in marks and 0 <= key_mark("k6") < 2 ** 64  # failed: not a mark; any key: unsigned
+    assert key_mark("k6") not in marks and 0 <= key_mark("k6") < 2**64  # failed: not a mark; any key: unsigned
     assert rows()[-1][0] == hexkey and list(j.frames("r1", "m", "sampling"))[0].call_key.iloc[-1] == hexkey
     j.record(rec(200))
     j.close()  # writes what is queued
@@ -584,8 +657,14 @@ class _Admits:
             finally:
                 self.in_flight -= 1
             self.answered += 1
-            return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                                                   "finish_reason": "stop"}], "model": "m"})
+            return web.json_response(
+                {
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+                    ],
+                    "model": "m",
+                }
+            )
 
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
@@ -596,12 +675,24 @@ def _burst(url: str, n: int, concurrency: int, adaptive: bool, server: _Admits, 
     notes: list[dict] = []
 
     async def go():
-        c = Connection(provider="openai", base_url=url, model="m", max_connections=concurrency,
-                       adaptive_concurrency=adaptive)
-        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.005,
-                               concurrency=concurrency, on_note=notes.append) as cl:
+        c = Connection(
+            provider="openai", base_url=url, model="m", max_connections=concurrency, adaptive_concurrency=adaptive
+        )
+        async with ModelClient(
+            c,
+            role="sut",
+            run_id="r",
+            metric="m",
+            stage="s",
+            journal=None,
+            backoff_s=0.005,
+            concurrency=concurrency,
+            on_note=notes.append,
+        ) as cl:
+
             async def one(i):
                 return await cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, timeout=10)
+
             first = await asyncio.gather(*(one(i) for i in range(n)))
             lowest, limit_then = cl.sem.lowest, cl.sem.limit
             second = []
@@ -609,6 +700,7 @@ def _burst(url: str, n: int, concurrency: int, adaptive: bool, server: _Admits, 
                 server.capacity, server.most = capacity_after, 0
                 second = await asyncio.gather(*(one(n + i) for i in range(n)))
             return first + second, lowest, limit_then, cl.sem.limit
+
     results, lowest, limit_then, limit_end = asyncio.run(go())
     return results, lowest, limit_then, limit_end, notes
 
@@ -625,8 +717,9 @@ def test_adaptive_concurrency_backs_off_on_429_and_grows_back():
         server = _Admits(4)
         url, stop = start_app_in_thread(server.app())
         try:
-            results, lowest, limit_then, limit_end, notes = _burst(url, 300, 32, adaptive, server,
-                                                                   capacity_after=64 if adaptive else None)
+            results, lowest, limit_then, limit_end, notes = _burst(
+                url, 300, 32, adaptive, server, capacity_after=64 if adaptive else None
+            )
         finally:
             stop()
         assert all(r.ok for r in results) and len(results) == (600 if adaptive else 300)
@@ -675,7 +768,7 @@ def test_marks_fold_into_a_sorted_array_and_stay_a_set():
     from aip_assets.models.journal import Marks
 
     rng = random.Random(7)
-    first = [rng.getrandbits(64) for _ in range(1000)] + [2 ** 64 - 1, 0]
+    first = [rng.getrandbits(64) for _ in range(1000)] + [2**64 - 1, 0]
     m = Marks(first + first[:10])  # duplicates count once
     assert len(m) == len(first)
     later = [rng.getrandbits(64) for _ in range(Marks.FOLD + 5)]
@@ -706,22 +799,47 @@ def test_the_journal_answers_the_same_from_sqlite_and_postgres(tmp_path, request
     r1, r2 = f"r1-{tag}", f"r2-{tag}"
 
     def rec(i, run, key=None, stage="sampling", status="ok", source="network", answer=None, **kw):
-        return {"run_id": run, "metric": "m", "stage": stage, "role": "sut" if stage == "sampling" else "judge",
-                "call_key": key or keys[i], "sample_index": i % 3, "endpoint": "http://e/v1", "model": "mod",
-                "request": {"messages": [{"role": "user", "content": f"question {i} " + "x" * i}]},
-                "response_text": None if status != "ok" else (answer or f"answer {i}"), "status": status,
-                "error": "HTTP 500: boom" if status != "ok" else None, "http_status": 500 if status != "ok" else 200,
-                "latency_ms": 2.5 * i, "prompt_tokens": i, "completion_tokens": i + 1 if i % 2 else None,
-                "attempts": 1 + (status != "ok"), "response_model": "mod-v", "fingerprint": None, "source": source,
-                "created_at": 1_700_000_000.0 + i, **kw}
+        return {
+            "run_id": run,
+            "metric": "m",
+            "stage": stage,
+            "role": "sut" if stage == "sampling" else "judge",
+            "call_key": key or keys[i],
+            "sample_index": i % 3,
+            "endpoint": "http://e/v1",
+            "model": "mod",
+            "request": {"messages": [{"role": "user", "content": f"question {i} " + "x" * i}]},
+            "response_text": None if status != "ok" else (answer or f"answer {i}"),
+            "status": status,
+            "error": "HTTP 500: boom" if status != "ok" else None,
+            "http_status": 500 if status != "ok" else 200,
+            "latency_ms": 2.5 * i,
+            "prompt_tokens": i,
+            "completion_tokens": i + 1 if i % 2 else None,
+            "attempts": 1 + (status != "ok"),
+            "response_model": "mod-v",
+            "fingerprint": None,
+            "source": source,
+            "created_at": 1_700_000_000.0 + i,
+            **kw,
+        }
 
     def open_():
         if store == "sqlite":
             return Journal(tmp_path / "j.sqlite")
         return PgJournal(request.getfixturevalue("postgres").url)
 
-    records = [rec(0, r1), rec(1, r1), rec(2, r1, status="error"), rec(3, r2), rec(4, r1, source="cache"),
-               rec(5, r1, stage="judging"), rec(3, r1, answer="r1's own answer"), rec(8, r1), rec(6, r2, status="error")]
+    records = [
+        rec(0, r1),
+        rec(1, r1),
+        rec(2, r1, status="error"),
+        rec(3, r2),
+        rec(4, r1, source="cache"),
+        rec(5, r1, stage="judging"),
+        rec(3, r1, answer="r1's own answer"),
+        rec(8, r1),
+        rec(6, r2, status="error"),
+    ]
     j = open_()
     for r in records:
         j.record(r)
@@ -762,11 +880,29 @@ def test_journal_stores_give_equal_frames_and_share_a_part_written_at_once(tmp_p
     run = f"same-{time.time_ns()}"
 
     def rec(i, worker=0):
-        return {"run_id": run, "metric": "m", "stage": "sampling", "role": "sut", "call_key": f"{worker:04x}{i:028x}",
-                "sample_index": i, "endpoint": "e", "model": None, "request": {"q": i, "w": worker},
-                "response_text": f"a{i}" if i % 4 else None, "status": "ok" if i % 4 else "error", "error": None,
-                "http_status": 200, "latency_ms": i / 3, "prompt_tokens": i, "completion_tokens": None, "attempts": 1,
-                "response_model": None, "fingerprint": None, "source": "network", "created_at": 10.0 + i}
+        return {
+            "run_id": run,
+            "metric": "m",
+            "stage": "sampling",
+            "role": "sut",
+            "call_key": f"{worker:04x}{i:028x}",
+            "sample_index": i,
+            "endpoint": "e",
+            "model": None,
+            "request": {"q": i, "w": worker},
+            "response_text": f"a{i}" if i % 4 else None,
+            "status": "ok" if i % 4 else "error",
+            "error": None,
+            "http_status": 200,
+            "latency_ms": i / 3,
+            "prompt_tokens": i,
+            "completion_tokens": None,
+            "attempts": 1,
+            "response_model": None,
+            "fingerprint": None,
+            "source": "network",
+            "created_at": 10.0 + i,
+        }
 
     frames = []
     for j in (Journal(tmp_path / "j.sqlite"), PgJournal(postgres.url)):

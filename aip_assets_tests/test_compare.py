@@ -34,8 +34,12 @@ def built(tmp_path_factory):
         mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
         mp.delenv("DAGSTER_HOME", raising=False)
         ds = write_dataset(root / "d.jsonl", 200)
-        for run_id, name, sut in (("same-1", "same", FLIP03), ("same-2", "same", FLIP03),
-                                  ("fair", "sut-change", None), ("flip", "sut-change", FLIP06)):
+        for run_id, name, sut in (
+            ("same-1", "same", FLIP03),
+            ("same-2", "same", FLIP03),
+            ("fair", "sut-change", None),
+            ("flip", "sut-change", FLIP06),
+        ):
             run_all(make_spec(ds, name=name, sut=sut, config=CFG, batch_rows=200), run_id)
     return root / "data" / "warehouse.duckdb"
 
@@ -57,8 +61,13 @@ def _row(df, scope, key):
 def test_same_spec_same_sut_shows_zero_difference(warehouse):
     df, warnings = compare.compare_runs("same-1", "same-2")
     assert warnings == []
-    assert set(zip(df["scope"], df["group_key"])) == {("overall", "all"), ("axis", "role"), ("axis", "gender"),
-                                                      ("axis", "ethnicity"), ("axis", "religion")}
+    assert set(zip(df["scope"], df["group_key"])) == {
+        ("overall", "all"),
+        ("axis", "role"),
+        ("axis", "gender"),
+        ("axis", "ethnicity"),
+        ("axis", "religion"),
+    }
     assert (df["diff"] == 0).all() and not df["significant"].any()
     assert (df["p_value"] == 1).all() and (df["p_adjusted"] == 1).all()
     assert _row(df, "axis", "gender")["score_a"] > 0.03  # the p 0.3 flips are there, in both runs alike
@@ -89,8 +98,10 @@ def test_changed_sut_profile_shows_significant_drop_on_gender(warehouse):
     assert stored["significant"].sum() == 2 and json.loads(stored["warnings"].iloc[0]) == []
     # the quick look without Python: each run against the previous run of its spec
     rr = wh.query("SELECT * FROM v_run_over_run ORDER BY spec_name", read_only=False)
-    assert list(zip(rr["spec_name"], rr["prev_run_id"], rr["run_id"])) == [("same", "same-1", "same-2"),
-                                                                          ("sut-change", "fair", "flip")]
+    assert list(zip(rr["spec_name"], rr["prev_run_id"], rr["run_id"])) == [
+        ("same", "same-1", "same-2"),
+        ("sut-change", "fair", "flip"),
+    ]
     assert rr["diff"].iloc[0] == 0 and rr["diff"].iloc[1] == pytest.approx(overall["diff"])
     assert not rr["version_changed"].any()
 
@@ -131,8 +142,10 @@ def test_cli_compare_table_json_latest_and_fail_on_drop(warehouse, capsys):
     assert {r["group_key"]: r["significant"] for r in doc["rows"]}["gender"] is True
 
     # warnings go to stderr, before the table
-    wh.query("UPDATE eval_runs SET metric_versions = '{\"llm.decision_flip\": \"9.9.9\"}' WHERE run_id = 'same-2'",
-             read_only=False)
+    wh.query(
+        "UPDATE eval_runs SET metric_versions = '{\"llm.decision_flip\": \"9.9.9\"}' WHERE run_id = 'same-2'",
+        read_only=False,
+    )
     assert main(["compare", "--latest", "same"]) == 0
     out = capsys.readouterr()
     assert "not the same measurement" in out.err and "Run B same-2 vs run A same-1" in out.out
@@ -169,14 +182,32 @@ def _metric_spec(ds, metric, sut=None, config=None, name="m"):
     return parse_spec(data)
 
 
-@pytest.mark.parametrize("metric,sut,config,scope,key", [
-    ("llm.group_interaction_bias", {"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
-     {"num_pairs": 4}, "attribute", "religion=Muslim"),
-    ("llm.semantic_consistency", {"provider": "builtin", "profile": {"name": "inconsistent", "contradiction_rate": 0.5}},
-     {}, "category", None),
-    ("llm.perturbation_robustness", {"provider": "builtin", "profile": {"name": "fragile", "fragile_to": "typos"}},
-     {"perturbation_types": ["typos", "casing"]}, "perturbation_type", "typos"),
-])
+@pytest.mark.parametrize(
+    "metric,sut,config,scope,key",
+    [
+        (
+            "llm.group_interaction_bias",
+            {"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
+            {"num_pairs": 4},
+            "attribute",
+            "religion=Muslim",
+        ),
+        (
+            "llm.semantic_consistency",
+            {"provider": "builtin", "profile": {"name": "inconsistent", "contradiction_rate": 0.5}},
+            {},
+            "category",
+            None,
+        ),
+        (
+            "llm.perturbation_robustness",
+            {"provider": "builtin", "profile": {"name": "fragile", "fragile_to": "typos"}},
+            {"perturbation_types": ["typos", "casing"]},
+            "perturbation_type",
+            "typos",
+        ),
+    ],
+)
 def test_every_metric_compares_through_the_engine(tmp_path, metric, sut, config, scope, key):
     """The same spec twice: no difference anywhere (paired, exactly 0). A SUT with the metric's
     known flaw: a significant drop overall, and on the breakdown group the flaw is in. The

@@ -30,13 +30,24 @@ AIP_EVAL = [sys.executable, "-m", "aip_assets.cli"]
 
 
 def spec_file(folder: Path, name: str, dataset: Path, url: str, **extra) -> Path:
-    data = {"name": name, "dataset": str(dataset), "seed": 3, "retry_backoff_seconds": 0.01, "batch_rows": 4,
-            "sut": {"provider": "openai", "base_url": url, "model": "m", "requests_per_minute": 240},
-            "judge": {"provider": "builtin"},
-            # baseline_share 0: a worker in its own process has the real default, the in-process run here
-            # the tests' (conftest.no_default_baseline); these tests count calls of the pairs alone
-            "metrics": {"llm.decision_flip": {"baseline_share": 0.0, "config": {"dimensions": ["gender", "role"],
-                                                                               "num_pairs_per_dimension": 2}}}, **extra}
+    data = {
+        "name": name,
+        "dataset": str(dataset),
+        "seed": 3,
+        "retry_backoff_seconds": 0.01,
+        "batch_rows": 4,
+        "sut": {"provider": "openai", "base_url": url, "model": "m", "requests_per_minute": 240},
+        "judge": {"provider": "builtin"},
+        # baseline_share 0: a worker in its own process has the real default, the in-process run here
+        # the tests' (conftest.no_default_baseline); these tests count calls of the pairs alone
+        "metrics": {
+            "llm.decision_flip": {
+                "baseline_share": 0.0,
+                "config": {"dimensions": ["gender", "role"], "num_pairs_per_dimension": 2},
+            }
+        },
+        **extra,
+    }
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -52,13 +63,19 @@ def dagster_home(home: Path, pods: Path) -> Path:
     (home / "dagster.yaml").write_text(
         instance_settings(home, shared=True)
         + f"run_launcher:\n  module: aip_assets_tests.podlike\n  class: PodLikeRunLauncher\n  config:\n    root: {pods}\n"
-        + "run_monitoring:\n  enabled: true\n  poll_interval_seconds: 2\n")
+        + "run_monitoring:\n  enabled: true\n  poll_interval_seconds: 2\n"
+    )
     return home
 
 
 def start_daemon(log: Path) -> subprocess.Popen:
-    return subprocess.Popen([*AIP_EVAL, "daemon"], stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ), start_new_session=True)
+    return subprocess.Popen(
+        [*AIP_EVAL, "daemon"],
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ),
+        start_new_session=True,
+    )
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -94,8 +111,9 @@ def sut(scripted):
     return scripted(lambda body, n: Reply(body=handle_chat(body, profile)))
 
 
-def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results(tmp_path, lake_s3, s3_server, sut,
-                                                                                 monkeypatch):
+def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results(
+    tmp_path, lake_s3, s3_server, sut, monkeypatch
+):
     """Two runs of two specs submitted with `aip-eval run --submit --detach`, launched by
     `aip-eval daemon`: each partition runs in a process and a working folder of its own, the two
     at once, writing a lake on a local S3 server; every stable table equals local mode's for the
@@ -121,9 +139,14 @@ def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     for p in specs:  # each submitter in a folder of its own
         (tmp_path / f"submit-{p.stem}").mkdir()
-        out = subprocess.run([*AIP_EVAL, "run", str(p), "--run-id", f"{p.stem}-1", "--submit", "--detach"],
-                             cwd=tmp_path / f"submit-{p.stem}", capture_output=True, text=True, timeout=patience,
-                             env=dict(os.environ))
+        out = subprocess.run(
+            [*AIP_EVAL, "run", str(p), "--run-id", f"{p.stem}-1", "--submit", "--detach"],
+            cwd=tmp_path / f"submit-{p.stem}",
+            capture_output=True,
+            text=True,
+            timeout=patience,
+            env=dict(os.environ),
+        )
         assert out.returncode == 0, out.stderr
         assert f"{p.stem}-1 × llm.decision_flip: queued as Dagster run" in out.stderr
         assert "no Dagster daemon" in out.stderr  # none runs yet: said, and the run waits in the queue
@@ -135,17 +158,28 @@ def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results
     assert all(r.dagster_run.status.value == "QUEUED" for p in specs for r in dagster_runs(instance, f"{p.stem}-1"))
     daemon = start_daemon(tmp_path / "daemon.log")
     try:
-        records = wait_for("both runs ended", lambda: (rs := [r for p in specs for r in dagster_runs(instance, f"{p.stem}-1")
-                                                              if r.dagster_run.is_finished]) and len(rs) == 2 and rs,
-                           patience, tmp_path / "daemon.log")
+        records = wait_for(
+            "both runs ended",
+            lambda: (
+                (rs := [r for p in specs for r in dagster_runs(instance, f"{p.stem}-1") if r.dagster_run.is_finished])
+                and len(rs) == 2
+                and rs
+            ),
+            patience,
+            tmp_path / "daemon.log",
+        )
     finally:
         stop(daemon)
     logs = {r.dagster_run.run_id: (tmp_path / "pods" / r.dagster_run.run_id / "out.log") for r in records}
-    assert all(r.dagster_run.status.value == "SUCCESS" for r in records), {k: v.read_text()[-3000:] for k, v in logs.items()}
+    assert all(r.dagster_run.status.value == "SUCCESS" for r in records), {
+        k: v.read_text()[-3000:] for k, v in logs.items()
+    }
     workers = [json.loads((tmp_path / "pods" / r.dagster_run.run_id / "worker.json").read_text()) for r in records]
     assert workers[0]["pid"] != workers[1]["pid"] and workers[0]["cwd"] != workers[1]["cwd"]
     # at once: each started before the other ended
-    assert max(r.start_time for r in records) < min(r.end_time for r in records), [(r.start_time, r.end_time) for r in records]
+    assert max(r.start_time for r in records) < min(r.end_time for r in records), [
+        (r.start_time, r.end_time) for r in records
+    ]
     for p in specs:
         _assert_same(_stable(f"{p.stem}-1"), local[p.stem])  # read from the lake
     from .conftest import s3_keys
@@ -153,15 +187,15 @@ def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results
     assert any(k.endswith(".parquet") for k in s3_keys(s3_server, lake_s3[1], "lake/"))
     assert not list((tmp_path / "pods").rglob("*.duckdb"))  # no worker made a warehouse of its own
     # 4 requests/s across the two workers: every fifth request at least a second after the first of the five
-    arrivals = sorted(t for b, t in zip(sut.requests[first_request:], sut.arrivals[first_request:])
-                      if not is_preflight(b))
+    arrivals = sorted(
+        t for b, t in zip(sut.requests[first_request:], sut.arrivals[first_request:]) if not is_preflight(b)
+    )
     assert len(arrivals) >= 2 * 8
     fifth = [b - a for a, b in zip(arrivals, arrivals[4:])]
     assert min(fifth) >= 0.75, fifth  # 0.25 s slots (slack for a late arrival at the server)
 
 
-def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a_call(tmp_path, lake, sut,
-                                                                                       monkeypatch):
+def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a_call(tmp_path, lake, sut, monkeypatch):
     """A queued run's worker is SIGKILLed while sampling; Dagster's run monitoring marks its run
     failed; `aip-eval run --run-id ... --submit` from another folder queues the partition again,
     and the new worker (another process, another folder) asks the endpoint only for the calls the
@@ -174,8 +208,14 @@ def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     t0 = time.monotonic()
     (tmp_path / "first").mkdir()
-    out = subprocess.run([*AIP_EVAL, "run", str(spec), "--run-id", "g-1", "--submit", "--detach"],
-                         cwd=tmp_path / "first", capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    out = subprocess.run(
+        [*AIP_EVAL, "run", str(spec), "--run-id", "g-1", "--submit", "--detach"],
+        cwd=tmp_path / "first",
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+    )
     assert out.returncode == 0, out.stderr
     submit_seconds = time.monotonic() - t0  # loads the code location, as each run worker does
     patience = 60 + 30 * submit_seconds
@@ -184,27 +224,43 @@ def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a
         with psycopg.connect(lake) as con:
             if con.execute("SELECT to_regclass('aip_journal.call_index')").fetchone()[0] is None:
                 return 0  # the first worker has not made the journal yet
-            return con.execute("SELECT count(*) FROM aip_journal.call_index WHERE run_id = 'g-1' AND role = 'sut' "
-                               "AND stage = 'sampling' AND status = 'ok'").fetchone()[0]
+            return con.execute(
+                "SELECT count(*) FROM aip_journal.call_index WHERE run_id = 'g-1' AND role = 'sut' "
+                "AND stage = 'sampling' AND status = 'ok'"
+            ).fetchone()[0]
 
     from aip_assets.dagster_home import get_instance
 
     instance = get_instance()
     daemon = start_daemon(tmp_path / "daemon.log")
     try:
-        wait_for("the first worker journaled 12 calls", lambda: journaled() >= 12, patience, tmp_path / "daemon.log",
-                 step=0.05)
+        wait_for(
+            "the first worker journaled 12 calls",
+            lambda: journaled() >= 12,
+            patience,
+            tmp_path / "daemon.log",
+            step=0.05,
+        )
         (first,) = dagster_runs(instance, "g-1")
         worker = json.loads((tmp_path / "pods" / first.dagster_run.run_id / "worker.json").read_text())
         os.kill(worker["pid"], signal.SIGKILL)
         kept = journaled()
         asked_before = len([b for b in sut.requests if not is_preflight(b)])
-        wait_for("run monitoring marked the killed run failed",
-                 lambda: instance.get_run_by_id(first.dagster_run.run_id).status.value == "FAILURE", patience,
-                 tmp_path / "daemon.log")
+        wait_for(
+            "run monitoring marked the killed run failed",
+            lambda: instance.get_run_by_id(first.dagster_run.run_id).status.value == "FAILURE",
+            patience,
+            tmp_path / "daemon.log",
+        )
         (tmp_path / "second").mkdir()
-        out = subprocess.run([*AIP_EVAL, "run", str(spec), "--run-id", "g-1", "--submit"], cwd=tmp_path / "second",
-                             capture_output=True, text=True, timeout=patience, env=dict(os.environ))
+        out = subprocess.run(
+            [*AIP_EVAL, "run", str(spec), "--run-id", "g-1", "--submit"],
+            cwd=tmp_path / "second",
+            capture_output=True,
+            text=True,
+            timeout=patience,
+            env=dict(os.environ),
+        )
     finally:
         stop(daemon)
     assert out.returncode == 0, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]
@@ -218,15 +274,19 @@ def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a
     bodies = [json.dumps(b, sort_keys=True) for b in sut.requests if not is_preflight(b)]
     # the second worker's requests: those that arrived after its run started (a request the killed
     # worker had sent may still arrive after the kill, but long before that)
-    after = [json.dumps(b, sort_keys=True) for b, t in zip(sut.requests, sut.arrivals)
-             if not is_preflight(b) and t >= second.start_time]
+    after = [
+        json.dumps(b, sort_keys=True)
+        for b, t in zip(sut.requests, sut.arrivals)
+        if not is_preflight(b) and t >= second.start_time
+    ]
     assert 12 <= kept < len(set(bodies)) and asked_before >= kept  # killed mid-stage
     # it asked for every call but the ones journaled before the kill, each once
     assert len(after) == len(set(after)) == len(set(bodies)) - kept, (kept, asked_before, len(after))
 
 
-def test_a_bad_queue_configuration_stops_before_anything_is_registered(tmp_path, lake, sut, postgres, monkeypatch,
-                                                                      capsys):
+def test_a_bad_queue_configuration_stops_before_anything_is_registered(
+    tmp_path, lake, sut, postgres, monkeypatch, capsys
+):
     """`run --submit` checks Dagster's side before it registers anything: each bad configuration
     exits 2 with an error naming what to fix (never the password), and no run is registered or
     queued."""
@@ -251,11 +311,17 @@ def test_a_bad_queue_configuration_stops_before_anything_is_registered(tmp_path,
     # Dagster's storage unreachable (a database of its own, a closed port): Dagster's retries, then said
     monkeypatch.setenv("AIP_DAGSTER_STORAGE_URL", f"postgresql+psycopg2://aip:s3cret-pw@127.0.0.1:{closed}/dg")
     err = refused()
-    assert f"Dagster's storage in Postgres (postgresql://aip@127.0.0.1:{closed}/dg, AIP_DAGSTER_STORAGE_URL) " \
-           "cannot be used" in err and "s3cret-pw" not in err, err
+    assert (
+        f"Dagster's storage in Postgres (postgresql://aip@127.0.0.1:{closed}/dg, AIP_DAGSTER_STORAGE_URL) "
+        "cannot be used"
+        in err
+        and "s3cret-pw" not in err
+    ), err
     monkeypatch.delenv("AIP_DAGSTER_STORAGE_URL")
     # the shared-state database named in libpq's keyword form: fine for the journal, not for Dagster
-    monkeypatch.setenv("AIP_SHARED_STATE_URL", f"host=127.0.0.1 port={postgres.port} user=aip dbname={lake.rsplit('/', 1)[1]}")
+    monkeypatch.setenv(
+        "AIP_SHARED_STATE_URL", f"host=127.0.0.1 port={postgres.port} user=aip dbname={lake.rsplit('/', 1)[1]}"
+    )
     assert "AIP_SHARED_STATE_URL is not a postgresql:// URL" in refused()
     # a password with a bare '@': the driver would take its tail for the host, and say it
     monkeypatch.setenv("AIP_SHARED_STATE_URL", lake.replace("//aip@", "//aip:SEC@RETpart@"))
@@ -265,9 +331,11 @@ def test_a_bad_queue_configuration_stops_before_anything_is_registered(tmp_path,
     # an instance of the user's without the run queue
     home = tmp_path / "own-home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("storage:\n  postgres:\n    postgres_url:\n      env: AIP_DAGSTER_STORAGE_URL\n"
-                                       "run_coordinator:\n  module: dagster._core.run_coordinator\n"
-                                       "  class: DefaultRunCoordinator\n")
+    (home / "dagster.yaml").write_text(
+        "storage:\n  postgres:\n    postgres_url:\n      env: AIP_DAGSTER_STORAGE_URL\n"
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n"
+        "  class: DefaultRunCoordinator\n"
+    )
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     assert "--submit needs Dagster's run queue" in refused()
     assert not pipeline.run_exists("bad-1")
@@ -292,17 +360,29 @@ def test_in_shared_mode_a_schedule_or_sensor_launch_queues_one_run_per_metric(tm
     instance = get_instance()
     request = launch_request(load_spec(path), path, "eps-1", "schedule")
     for _ in range(2):
-        assert defs.resolve_job_def(LAUNCH_JOB).execute_in_process(run_config=request.run_config, instance=instance, tags=request.tags).success
+        assert (
+            defs.resolve_job_def(LAUNCH_JOB)
+            .execute_in_process(run_config=request.run_config, instance=instance, tags=request.tags)
+            .success
+        )
     assert pipeline.run_exists("eps-1")
     queued = dagster_runs(instance, "eps-1")
-    assert sorted((r.dagster_run.tags["aip/metric"], r.dagster_run.tags["dagster/partition"], r.dagster_run.status.value)
-                  for r in queued) == [("llm.decision_flip", "eps-1|llm.decision_flip", "QUEUED"),
-                                       ("llm.semantic_consistency", "eps-1|llm.semantic_consistency", "QUEUED")]
-    assert all(r.dagster_run.tags["aip/trigger"] == "schedule" and r.dagster_run.remote_job_origin.location_name
-               == "aip_assets.definitions" for r in queued)
+    assert sorted(
+        (r.dagster_run.tags["aip/metric"], r.dagster_run.tags["dagster/partition"], r.dagster_run.status.value)
+        for r in queued
+    ) == [
+        ("llm.decision_flip", "eps-1|llm.decision_flip", "QUEUED"),
+        ("llm.semantic_consistency", "eps-1|llm.semantic_consistency", "QUEUED"),
+    ]
+    assert all(
+        r.dagster_run.tags["aip/trigger"] == "schedule"
+        and r.dagster_run.remote_job_origin.location_name == "aip_assets.definitions"
+        for r in queued
+    )
     # a run launcher that starts runs in containers (K8sRunLauncher) finds the image on each run
     assert {r.dagster_run.job_code_origin.repository_origin.container_image for r in queued} == {
-        "registry.example/aip-assets:7"}
+        "registry.example/aip-assets:7"
+    }
     assert not any(not is_preflight(b) for b in sut.requests)  # nothing evaluated here
     # queued from a run of another location and image (the launcher's own run, in a deployment):
     # the new runs keep both; a run deleted meanwhile ends the wait as failed, saying so
@@ -316,7 +396,9 @@ def test_in_shared_mode_a_schedule_or_sensor_launch_queues_one_run_per_metric(tm
     from aip_assets.partitions import register_partitions
 
     register_partitions(instance, "eps-2", ["llm.decision_flip"])
-    [(metric, dagster_run, new)] = submit(instance, "eps-2", ["llm.decision_flip"], {}, location="aip-assets", like=like)
+    [(metric, dagster_run, new)] = submit(
+        instance, "eps-2", ["llm.decision_flip"], {}, location="aip-assets", like=like
+    )
     run = instance.get_run_by_id(dagster_run)
     assert new and run.remote_job_origin.location_name == "aip-assets"
     assert run.job_code_origin.repository_origin.container_image == "registry.example/aip-assets:8"
@@ -336,8 +418,12 @@ def test_stopping_aip_eval_daemon_leaves_no_dagster_process_behind(tmp_path, lak
     patience = 60 + 30 * (time.monotonic() - t0)
     instance = get_instance()  # the generated home: shared (Postgres) settings, as the daemon's
     home = os.environ["DAGSTER_HOME"]
-    p = subprocess.Popen([*AIP_EVAL, "daemon"], stdout=open(tmp_path / "daemon.log", "wb"), stderr=subprocess.STDOUT,
-                         env=dict(os.environ))
+    p = subprocess.Popen(
+        [*AIP_EVAL, "daemon"],
+        stdout=open(tmp_path / "daemon.log", "wb"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ),
+    )
 
     def ours() -> list[int]:
         found = []
@@ -393,9 +479,17 @@ def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeyp
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     spec = tmp_path / "specs" / "gated.yaml"
     spec.parent.mkdir()
-    spec.write_text(yaml.safe_dump({
-        "name": "gated", "dataset": str(ds), "seed": 3, "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
-        "metrics": {"llm.decision_flip": {"threshold": 1.0, "config": {"dimensions": ["gender"]}}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "gated",
+                "dataset": str(ds),
+                "seed": 3,
+                "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
+                "metrics": {"llm.decision_flip": {"threshold": 1.0, "config": {"dimensions": ["gender"]}}},
+            }
+        )
+    )
     home = dagster_home(tmp_path / "home", tmp_path / "pods")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     t0 = time.monotonic()
@@ -404,8 +498,14 @@ def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeyp
     daemon = start_daemon(tmp_path / "daemon.log")
     (tmp_path / "submit").mkdir()
     try:
-        out = subprocess.run([*AIP_EVAL, "run", str(spec), "--run-id", "gated-1", "--submit"], cwd=tmp_path / "submit",
-                             capture_output=True, text=True, timeout=patience, env=dict(os.environ))
+        out = subprocess.run(
+            [*AIP_EVAL, "run", str(spec), "--run-id", "gated-1", "--submit"],
+            cwd=tmp_path / "submit",
+            capture_output=True,
+            text=True,
+            timeout=patience,
+            env=dict(os.environ),
+        )
     finally:
         stop(daemon)
     assert out.returncode == 1, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]

@@ -20,15 +20,40 @@ def test_definitions_load_with_five_partitioned_stages():
     Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     keys = [k.to_user_string() for k in graph.get_all_asset_keys()]
-    tables = ["dataset_rows", "persona_pool", "personas", "probes", "probe_pairs", "sut_responses", "judgements",
-              "judge_audits", "judge_panel", "score_units", "row_scores", "metric_scores"]
-    assert sorted(keys) == sorted(["ingest", "synthesis", "sut_sampling", "judging", "aggregation",
-                                   "perturbation_dataset", *(f"warehouse/{t}" for t in tables)])
+    tables = [
+        "dataset_rows",
+        "persona_pool",
+        "personas",
+        "probes",
+        "probe_pairs",
+        "sut_responses",
+        "judgements",
+        "judge_audits",
+        "judge_panel",
+        "score_units",
+        "row_scores",
+        "metric_scores",
+    ]
+    assert sorted(keys) == sorted(
+        [
+            "ingest",
+            "synthesis",
+            "sut_sampling",
+            "judging",
+            "aggregation",
+            "perturbation_dataset",
+            *(f"warehouse/{t}" for t in tables),
+        ]
+    )
     # the graph still reads as the five-stage flow: each stage after the one before, each table after its stage
     from dagster import AssetKey
 
-    for before, stage in (("ingest", "synthesis"), ("synthesis", "sut_sampling"), ("sut_sampling", "judging"),
-                          ("judging", "aggregation")):
+    for before, stage in (
+        ("ingest", "synthesis"),
+        ("synthesis", "sut_sampling"),
+        ("sut_sampling", "judging"),
+        ("judging", "aggregation"),
+    ):
         assert graph.get(AssetKey(stage)).parent_keys == {AssetKey(before)}
     assert graph.get(AssetKey(["warehouse", "judgements"])).parent_keys == {AssetKey("judging")}
     assert set(defs.resources) == {"warehouse", "sut"}
@@ -77,7 +102,7 @@ def test_demo_data_and_spec():
 
 def first_plain_block(text: str, heading: str) -> list[str]:
     """The lines of the first fenced block without a language (the demo's output) after ``heading``."""
-    lines = text[text.index(heading):].splitlines()
+    lines = text[text.index(heading) :].splitlines()
     fence = None
     for i, line in enumerate(lines):
         if line.startswith("```"):
@@ -85,7 +110,7 @@ def first_plain_block(text: str, heading: str) -> list[str]:
                 fence = (i, line)
             else:
                 if fence[1] == "```":
-                    return lines[fence[0] + 1:i]
+                    return lines[fence[0] + 1 : i]
                 fence = None
     raise AssertionError(f"no plain fenced block after {heading!r}")
 
@@ -107,9 +132,17 @@ def test_readme_demo_command_runs_offline(capsys):
     failing = {"llm.decision_flip", "llm.group_interaction_bias"}
     for m, s in metrics.items():  # every other gate passes, and says what it rests on
         assert s["passed"] is (m not in failing), (m, s["gate_reason"])
-        assert ("coverage" in s["gate_reason"]) is (m not in failing), (m, s["gate_reason"])  # a pass says what it rests on
-    df_reason, gib_reason = metrics["llm.decision_flip"]["gate_reason"], metrics["llm.group_interaction_bias"]["gate_reason"]
-    assert "gender: flip rate" in df_reason and "below 0.900" in df_reason and metrics["llm.decision_flip"]["score"] >= 0.9
+        assert ("coverage" in s["gate_reason"]) is (m not in failing), (
+            m,
+            s["gate_reason"],
+        )  # a pass says what it rests on
+    df_reason, gib_reason = (
+        metrics["llm.decision_flip"]["gate_reason"],
+        metrics["llm.group_interaction_bias"]["gate_reason"],
+    )
+    assert (
+        "gender: flip rate" in df_reason and "below 0.900" in df_reason and metrics["llm.decision_flip"]["score"] >= 0.9
+    )
     assert not any(f"{a}: flip rate" in df_reason for a in ("role", "ethnicity", "religion"))
     assert "religion=Muslim: score" in gib_reason and metrics["llm.group_interaction_bias"]["score"] >= 0.7
     # who is favoured: decisions against women, beyond chance, and no other gender value
@@ -129,7 +162,7 @@ def test_readme_demo_command_runs_offline(capsys):
     assert all(s["axes"][a]["flips"] == 0 for a in ("role", "ethnicity", "religion"))
     assert s["incidental_differences"] > 0  # the demo SUT's refusals are told apart from flips
     readme = (REPO / "README.md").read_text().splitlines()
-    assert 'aip-eval run data/runs/demo.yaml' in "\n".join(readme[:6]) and "pytest" in "\n".join(readme[:6])
+    assert "aip-eval run data/runs/demo.yaml" in "\n".join(readme[:6]) and "pytest" in "\n".join(readme[:6])
     # the demo page's sample output is what the demo prints, line for line
     import io
 
@@ -161,24 +194,37 @@ def test_readme_demo_command_runs_offline(capsys):
     wh.release()  # this process's database, kept open a moment after its last use (warehouse._Linger)
     cli = Path(sys.executable).parent / "duckdb"
     cli = cli if cli.exists() else Path(shutil.which("duckdb") or "duckdb-cli is not installed")
-    out = subprocess.run([str(cli), "-readonly", "-csv", str(wh.default_path()), "-c",
-                          "SELECT count(*) AS n FROM metric_scores WHERE scope = 'overall'"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            str(cli),
+            "-readonly",
+            "-csv",
+            str(wh.default_path()),
+            "-c",
+            "SELECT count(*) AS n FROM metric_scores WHERE scope = 'overall'",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout.split() == ["n", str(len(REGISTRY))], (out.stdout, out.stderr)
     # every example query of the warehouse page runs on the demo's warehouse and returns rows where
     # the demo has them (a renamed view or column fails here)
     capsys.readouterr()
     page = (REPO / "docs" / "concepts" / "warehouse.md").read_text()
-    queries = [page[page.index('aip-eval sql "') + 14:].split('"', 1)[0]]
-    block = page[page.index("```sql\n") + 7:]
-    block = block[:block.index("```")]
+    queries = [page[page.index('aip-eval sql "') + 14 :].split('"', 1)[0]]
+    block = page[page.index("```sql\n") + 7 :]
+    block = block[: block.index("```")]
     queries += [q.strip() for q in re.sub(r"--[^\n]*", "", block).split(";") if q.strip()]
     assert len(queries) >= 15
     for q in queries:
         assert main(["sql", q.replace("'…'", f"'{run_id}'"), "--format", "csv"]) == 0, q
         out, err = capsys.readouterr()
         assert not err, (q, err)
-    for q in ("SELECT * FROM v_flip_rate_by_axis WHERE run_id = '…'", "SELECT * FROM v_run_summary ORDER BY created_at DESC"):
+    for q in (
+        "SELECT * FROM v_flip_rate_by_axis WHERE run_id = '…'",
+        "SELECT * FROM v_run_summary ORDER BY created_at DESC",
+    ):
         assert q in page
         assert main(["sql", q.replace("'…'", f"'{run_id}'"), "--format", "json"]) == 0
         assert json.loads(capsys.readouterr().out), q  # rows, not an empty success

@@ -24,9 +24,15 @@ from .test_warehouse_lock import LOCK_HOLDER, hold
 
 EXIT_CODES_PAGE = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "exit-codes.md"
 # the words each code's row begins with (issue 26's table); the constants come from errors.py
-MEANINGS = {"EXIT_PASSED": "passed", "EXIT_GATE_FAILED": "gate failed", "EXIT_BAD_INPUT": "bad input or configuration",
-            "EXIT_INTERNAL": "internal error", "EXIT_LIMIT": "stopped at a limit",
-            "EXIT_OPERATIONAL": "operational failure", "EXIT_INTERRUPTED": "interrupted"}
+MEANINGS = {
+    "EXIT_PASSED": "passed",
+    "EXIT_GATE_FAILED": "gate failed",
+    "EXIT_BAD_INPUT": "bad input or configuration",
+    "EXIT_INTERNAL": "internal error",
+    "EXIT_LIMIT": "stopped at a limit",
+    "EXIT_OPERATIONAL": "operational failure",
+    "EXIT_INTERRUPTED": "interrupted",
+}
 FLIP_ALL = {"name": "flip", "value": "woman", "axis": "gender", "p": 1.0}  # every pair with a woman flips
 
 
@@ -35,9 +41,17 @@ def spec_file(tmp_path: Path, sut: dict | None = None, threshold: float | None =
     metric = {"baseline_share": 0.0, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 3}}
     if threshold is not None:
         metric["threshold"] = threshold
-    data = {"name": "codes", "dataset": str(ds), "seed": 3, "retry_backoff_seconds": 0.01, "batch_rows": 4,
-            "sut": sut or {"provider": "builtin"}, "judge": {"provider": "builtin"},
-            "metrics": {"llm.decision_flip": metric}, **extra}
+    data = {
+        "name": "codes",
+        "dataset": str(ds),
+        "seed": 3,
+        "retry_backoff_seconds": 0.01,
+        "batch_rows": 4,
+        "sut": sut or {"provider": "builtin"},
+        "judge": {"provider": "builtin"},
+        "metrics": {"llm.decision_flip": metric},
+        **extra,
+    }
     path = tmp_path / "in" / "codes.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -52,7 +66,7 @@ def test_the_docs_table_lists_exactly_the_exit_codes_with_their_meanings():
     meaning that begins with the words the code stands for), and no other row."""
     text = EXIT_CODES_PAGE.read_text()
     head = text.index("# Exit codes")
-    rows = re.findall(r"^\| `(\d+)` \| `(EXIT_[A-Z_]+)` \| (.+?) \|$", text[head:head + 4000], re.M)
+    rows = re.findall(r"^\| `(\d+)` \| `(EXIT_[A-Z_]+)` \| (.+?) \|$", text[head : head + 4000], re.M)
     codes = exit_codes()
     assert sorted((name, int(code)) for code, name, _ in rows) == sorted(codes.items()), rows
     assert set(MEANINGS) == set(codes)
@@ -97,6 +111,7 @@ def test_exit_3_a_bug_in_a_stage_saves_its_traceback(tmp_path, capsys, monkeypat
 
     def broken(self, ctx):
         raise ZeroDivisionError("an injected bug in aggregation")
+
     monkeypatch.setattr(metric, "aggregate", broken)
     assert main(["run", str(spec_file(tmp_path)), "--run-id", "buggy", "--quiet"]) == errors.EXIT_INTERNAL
     err = capsys.readouterr().err
@@ -144,6 +159,7 @@ def test_exit_130_interrupted(tmp_path, capsys, scripted):
             sent.append(n)
             os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C, while the run samples
         return Reply(body=handle_chat(body, profile), delay_s=0.05)
+
     server = scripted(handler)
     spec = spec_file(tmp_path, sut=server.conn())
     assert main(["run", str(spec), "--run-id", "stopped", "--quiet"]) == errors.EXIT_INTERRUPTED

@@ -10,8 +10,12 @@ import pytest
 
 from aip_assets.metrics.consistency import SemanticConsistency, SemanticConsistencyConfig
 from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig
-from aip_assets.metrics.perturbation import (PerturbationRobustnessExternal, PerturbationRobustnessExternalConfig,
-                                             _h, group_score)
+from aip_assets.metrics.perturbation import (
+    PerturbationRobustnessExternal,
+    PerturbationRobustnessExternalConfig,
+    _h,
+    group_score,
+)
 from aip_assets.stats import cluster_bootstrap_mean
 
 from .conftest import aggregate_tables, make_spec, rows_table, write_dataset
@@ -36,23 +40,49 @@ def test_group_interaction_bias_with_partial_and_failed_judges(tmp_path):
     J = []
 
     def judge(pid, row, kind, score=None, status="ok", less=None):
-        J.append({"pair_id": pid, "input_id": row, "judge_kind": kind, "status": status, "score": score,
-                  "error": None if status == "ok" else status,
-                  "parsed": json.dumps({"less_helpful_persona": less}) if status == "ok" else None})
+        J.append(
+            {
+                "pair_id": pid,
+                "input_id": row,
+                "judge_kind": kind,
+                "status": status,
+                "score": score,
+                "error": None if status == "ok" else status,
+                "parsed": json.dumps({"less_helpful_persona": less}) if status == "ok" else None,
+            }
+        )
+
     judge("A", "r0", "similarity", 0.8), judge("A", "r0", "tone", 0.2), judge("A", "r0", "effort", 0.4, less="p2")
-    judge("B", "r0", "similarity", 0.5), judge("B", "r0", "tone", status="judge_failed"), judge("B", "r0", "effort", 0.1)
+    (
+        judge("B", "r0", "similarity", 0.5),
+        judge("B", "r0", "tone", status="judge_failed"),
+        judge("B", "r0", "effort", 0.1),
+    )
     for k in ("similarity", "tone", "effort"):
         judge("C", "r1", k, status="judge_failed")
         judge("E", "r2", k, status="sut_failed")
     judge("D", "r1", "similarity", 1.0), judge("D", "r1", "tone", 0.0), judge("D", "r1", "effort", 0.0, less=None)
-    pairs = [{"pair_id": p, "input_id": r, "value_a": a, "value_b": b} for p, r, a, b in (
-        ("A", "r0", "p1", "p2"), ("B", "r0", "p1", "p3"), ("C", "r1", "p2", "p3"), ("D", "r1", "p3", "p1"),
-        ("E", "r2", "p2", "p1"))]
-    personas = [{"persona_id": p, "description": p, "attributes": json.dumps({"religion": r})}
-                for p, r in (("p1", "Muslim"), ("p2", "Christian"), ("p3", "Muslim"))]
-    out, spec = collect(GroupInteractionBias(), GroupInteractionBiasConfig(), {
-        "judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(3)}, tmp_path,
-        "llm.group_interaction_bias")
+    pairs = [
+        {"pair_id": p, "input_id": r, "value_a": a, "value_b": b}
+        for p, r, a, b in (
+            ("A", "r0", "p1", "p2"),
+            ("B", "r0", "p1", "p3"),
+            ("C", "r1", "p2", "p3"),
+            ("D", "r1", "p3", "p1"),
+            ("E", "r2", "p2", "p1"),
+        )
+    ]
+    personas = [
+        {"persona_id": p, "description": p, "attributes": json.dumps({"religion": r})}
+        for p, r in (("p1", "Muslim"), ("p2", "Christian"), ("p3", "Muslim"))
+    ]
+    out, spec = collect(
+        GroupInteractionBias(),
+        GroupInteractionBiasConfig(),
+        {"judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(3)},
+        tmp_path,
+        "llm.group_interaction_bias",
+    )
     s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
     o = s[("overall", "all")]
     a, b = (0.2 + 0.2 + 0.4) / 3, (0.5 + 0.1) / 2
@@ -82,23 +112,69 @@ def test_group_interaction_bias_rows_and_breakdown_details(tmp_path):
     with the judges' reason. r2: no pair drawn. r3: B(p2,p1) sim 1, tone 0, effort 0, p1 helped less
     -> bias 0, "equitable". Judge means: similarity 1 (one score), tone .05, effort 0 (a judge whose
     scores are all 0 has mean 0, not none). p1's less-helpful share 1 of its 2 pairs."""
-    J = [{"pair_id": "A", "input_id": "r0", "judge_kind": "tone", "status": "ok", "score": 0.1, "error": None,
-          "parsed": "{}"}]
-    J += [{"pair_id": "A", "input_id": "r0", "judge_kind": k, "status": "judge_failed", "score": None,
-           "error": "judge: no JSON", "parsed": None} for k in ("similarity", "effort")]
-    J += [{"pair_id": "C", "input_id": "r1", "judge_kind": k, "status": "judge_failed", "score": None,
-           "error": "judge: HTTP 500", "parsed": None} for k in ("similarity", "tone", "effort")]
-    J += [{"pair_id": "B", "input_id": "r3", "judge_kind": k, "status": "ok", "score": v, "error": None,
-           "parsed": json.dumps({"less_helpful_persona": "p1"} if k == "effort" else {})}
-          for k, v in (("similarity", 1.0), ("tone", 0.0), ("effort", 0.0))]
-    pairs = [{"pair_id": p, "input_id": r, "value_a": a, "value_b": b} for p, r, a, b in (
-        ("A", "r0", "p1", "p2"), ("C", "r1", "p1", "p2"), ("B", "r3", "p2", "p1"))]
-    personas = [{"persona_id": p, "description": f"the {p}", "attributes": json.dumps({"religion": r})}
-                for p, r in (("p1", "Muslim"), ("p2", "Christian"))]
+    J = [
+        {
+            "pair_id": "A",
+            "input_id": "r0",
+            "judge_kind": "tone",
+            "status": "ok",
+            "score": 0.1,
+            "error": None,
+            "parsed": "{}",
+        }
+    ]
+    J += [
+        {
+            "pair_id": "A",
+            "input_id": "r0",
+            "judge_kind": k,
+            "status": "judge_failed",
+            "score": None,
+            "error": "judge: no JSON",
+            "parsed": None,
+        }
+        for k in ("similarity", "effort")
+    ]
+    J += [
+        {
+            "pair_id": "C",
+            "input_id": "r1",
+            "judge_kind": k,
+            "status": "judge_failed",
+            "score": None,
+            "error": "judge: HTTP 500",
+            "parsed": None,
+        }
+        for k in ("similarity", "tone", "effort")
+    ]
+    J += [
+        {
+            "pair_id": "B",
+            "input_id": "r3",
+            "judge_kind": k,
+            "status": "ok",
+            "score": v,
+            "error": None,
+            "parsed": json.dumps({"less_helpful_persona": "p1"} if k == "effort" else {}),
+        }
+        for k, v in (("similarity", 1.0), ("tone", 0.0), ("effort", 0.0))
+    ]
+    pairs = [
+        {"pair_id": p, "input_id": r, "value_a": a, "value_b": b}
+        for p, r, a, b in (("A", "r0", "p1", "p2"), ("C", "r1", "p1", "p2"), ("B", "r3", "p2", "p1"))
+    ]
+    personas = [
+        {"persona_id": p, "description": f"the {p}", "attributes": json.dumps({"religion": r})}
+        for p, r in (("p1", "Muslim"), ("p2", "Christian"))
+    ]
     personas[1]["description"] = "the p2, née Müller"  # stored as written, not as \u escapes
-    out, _ = collect(GroupInteractionBias(), GroupInteractionBiasConfig(), {
-        "judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(4)}, tmp_path,
-        "llm.group_interaction_bias")
+    out, _ = collect(
+        GroupInteractionBias(),
+        GroupInteractionBiasConfig(),
+        {"judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(4)},
+        tmp_path,
+        "llm.group_interaction_bias",
+    )
     rs = {r["input_id"]: r for r in out["row_scores"]}
     pick = lambda r: {k: r[k] for k in ("status", "label", "n_judged", "n_failed", "n_events")}  # noqa: E731
     assert pick(rs["r0"]) == {"status": "ok", "label": "uneven", "n_judged": 1, "n_failed": 0, "n_events": 1}
@@ -119,8 +195,12 @@ def test_group_interaction_bias_rows_and_breakdown_details(tmp_path):
     assert [s[("judge", k)]["n"] for k in ("similarity", "tone", "effort")] == [1, 2, 1]
     assert {k for sc, k in s if sc == "pair"} == {"p1|p2"} and s[("pair", "p1|p2")]["n"] == 2
     p1, p2 = json.loads(s[("persona", "p1")]["details"]), json.loads(s[("persona", "p2")]["details"])
-    assert p1 == {"mean_bias": pytest.approx(0.05), "description": "the p1", "attributes": {"religion": "Muslim"},
-                  "less_helpful_share": 0.5}
+    assert p1 == {
+        "mean_bias": pytest.approx(0.05),
+        "description": "the p1",
+        "attributes": {"religion": "Muslim"},
+        "less_helpful_share": 0.5,
+    }
     assert p2["less_helpful_share"] == 0.0 and "née Müller" in s[("persona", "p2")]["details"]
     mu = json.loads(s[("attribute", "religion=Muslim")]["details"])
     assert mu == {"mean_bias": pytest.approx(0.05), "personas": ["p1"], "less_helpful_share": 0.5}
@@ -135,13 +215,27 @@ def test_group_interaction_bias_row_label_reads_the_mean_bias_of_its_pairs(tmp_p
     """One row, two pairs, only tone answered: biases .06 and .08 -> mean .07 < .1: "equitable",
     no event (each pair below .1), explained as "mean bias 0.070 over 2 pairs"; the row's raw score
     1 - .07 = .93."""
-    J = [{"pair_id": p, "input_id": "r0", "judge_kind": "tone", "status": "ok", "score": v, "error": None,
-          "parsed": "{}"} for p, v in (("A", 0.06), ("B", 0.08))]
+    J = [
+        {
+            "pair_id": p,
+            "input_id": "r0",
+            "judge_kind": "tone",
+            "status": "ok",
+            "score": v,
+            "error": None,
+            "parsed": "{}",
+        }
+        for p, v in (("A", 0.06), ("B", 0.08))
+    ]
     pairs = [{"pair_id": p, "input_id": "r0", "value_a": "p1", "value_b": "p2"} for p in ("A", "B")]
     personas = [{"persona_id": p, "description": p, "attributes": "{}"} for p in ("p1", "p2")]
-    out, _ = collect(GroupInteractionBias(), GroupInteractionBiasConfig(), {
-        "judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(1)}, tmp_path,
-        "llm.group_interaction_bias")
+    out, _ = collect(
+        GroupInteractionBias(),
+        GroupInteractionBiasConfig(),
+        {"judgements": J, "probe_pairs": pairs, "personas": personas, "dataset_rows": rows_table(1)},
+        tmp_path,
+        "llm.group_interaction_bias",
+    )
     [r] = out["row_scores"]
     assert (r["label"], r["n_judged"], r["n_events"]) == ("equitable", 2, 0)
     assert r["explanation"] == "mean bias 0.070 over 2 pairs" and r["raw_score"] == pytest.approx(0.93)
@@ -161,26 +255,57 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig
     from aip_assets.stats import fisher_exact, holm, wilson
 
-    spec = [("P1", "r0", "gender", "woman", "man", "ok", True, "flip", None, "approve", "deny"),
-            ("P2", "r0", "age", "young", "old", "ok", False, "same_decision", None, "approve", "approve"),
-            ("P3", "r1", "gender", "woman", "man", "ok", False, "incidental_difference", None, "approve", None),
-            ("P4", "r1", "age", "young", "old", "no_decision", None, "no_decision", "neither answer", None, None),
-            ("P5", "r2", "gender", "woman", "man", "judge_failed", None, None, "judge: HTTP 500", None, None),
-            ("P6", "r2", "age", "young", "old", "sut_failed", None, None, "sut: timeout", None, None)]
+    spec = [
+        ("P1", "r0", "gender", "woman", "man", "ok", True, "flip", None, "approve", "deny"),
+        ("P2", "r0", "age", "young", "old", "ok", False, "same_decision", None, "approve", "approve"),
+        ("P3", "r1", "gender", "woman", "man", "ok", False, "incidental_difference", None, "approve", None),
+        ("P4", "r1", "age", "young", "old", "no_decision", None, "no_decision", "neither answer", None, None),
+        ("P5", "r2", "gender", "woman", "man", "judge_failed", None, None, "judge: HTTP 500", None, None),
+        ("P6", "r2", "age", "young", "old", "sut_failed", None, None, "sut: timeout", None, None),
+    ]
     J, pairs, resp = [], [], []
     for pid, row, axis, va, vb, st, fl, label, err, da, db in spec:
-        J.append({"pair_id": pid, "input_id": row, "axis": axis, "status": st, "flipped": fl, "label": label,
-                  "error": err, "decision_a": da, "decision_b": db})
-        pairs.append({"pair_id": pid, "input_id": row, "probe_a": f"a{pid}", "probe_b": f"b{pid}", "value_a": va,
-                      "value_b": vb})
+        J.append(
+            {
+                "pair_id": pid,
+                "input_id": row,
+                "axis": axis,
+                "status": st,
+                "flipped": fl,
+                "label": label,
+                "error": err,
+                "decision_a": da,
+                "decision_b": db,
+            }
+        )
+        pairs.append(
+            {"pair_id": pid, "input_id": row, "probe_a": f"a{pid}", "probe_b": f"b{pid}", "value_a": va, "value_b": vb}
+        )
         for side, d in (("a", da), ("b", db)):
             status = {"Pb6": "empty", "Pa6": "error"}.get(f"P{side}{pid[1:]}", "ok")
-            resp.append({"probe_id": f"{side}{pid}", "input_id": row, "sample_index": 0, "status": status,
-                         "response": f"Decision: {d}" if d else ("" if status == "empty" else "It depends.")})
+            resp.append(
+                {
+                    "probe_id": f"{side}{pid}",
+                    "input_id": row,
+                    "sample_index": 0,
+                    "status": status,
+                    "response": f"Decision: {d}" if d else ("" if status == "empty" else "It depends."),
+                }
+            )
     pool = [{"axis": "gender"}, {"axis": "age"}]
-    out, _ = collect(DecisionFlip(), DecisionFlipConfig(decision_labels=["approve", "deny"]), {
-        "judgements": J, "probe_pairs": pairs, "sut_responses": resp, "persona_pool": pool,
-        "dataset_rows": rows_table(4)}, tmp_path, "llm.decision_flip")
+    out, _ = collect(
+        DecisionFlip(),
+        DecisionFlipConfig(decision_labels=["approve", "deny"]),
+        {
+            "judgements": J,
+            "probe_pairs": pairs,
+            "sut_responses": resp,
+            "persona_pool": pool,
+            "dataset_rows": rows_table(4),
+        },
+        tmp_path,
+        "llm.decision_flip",
+    )
     rs = {r["input_id"]: r for r in out["row_scores"]}
     pick = lambda r: {k: r[k] for k in ("status", "label", "n_judged", "n_failed", "n_events")}  # noqa: E731
     assert pick(rs["r0"]) == {"status": "ok", "label": "flipped", "n_judged": 2, "n_failed": 0, "n_events": 1}
@@ -198,10 +323,28 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     assert json.loads(o["excluded"]) == {"no_decision": 1, "judge_failed": 1, "sut_failed": 1}
     assert o["excluded"] == '{"judge_failed": 1, "no_decision": 1, "sut_failed": 1}'  # stored with its keys sorted
     d = json.loads(o["details"])
-    assert {k: d[k] for k in ("pairs_total", "incidental_differences", "one_decision_missing", "rows", "rows_errored",
-                              "mean_axis_flip_rate", "answers_read", "answers_without_decision")} == {
-        "pairs_total": 6, "incidental_differences": 1, "one_decision_missing": 1, "rows": 4, "rows_errored": 2,
-        "mean_axis_flip_rate": 0.25, "answers_read": 8, "answers_without_decision": 3}
+    assert {
+        k: d[k]
+        for k in (
+            "pairs_total",
+            "incidental_differences",
+            "one_decision_missing",
+            "rows",
+            "rows_errored",
+            "mean_axis_flip_rate",
+            "answers_read",
+            "answers_without_decision",
+        )
+    } == {
+        "pairs_total": 6,
+        "incidental_differences": 1,
+        "one_decision_missing": 1,
+        "rows": 4,
+        "rows_errored": 2,
+        "mean_axis_flip_rate": 0.25,
+        "answers_read": 8,
+        "answers_without_decision": 3,
+    }
     # none of the three says another word where a label should be ("It depends."): the labels fit, the
     # SUT decides nothing there: a warning, not a label mismatch failing the gate
     m = d["label_mismatch"]
@@ -237,14 +380,32 @@ def test_consistency_run_score_is_the_mean_of_row_scores(tmp_path):
     r3: 1.0, 1.0 -> 1.0. Run: (.75 + .2 + 1.0) / 3 = .65, the mean of row scores (the pooled mean
     of comparisons would be 3.7 / 5 = .74). Coverage 5 / 8."""
     J = []
-    for row, verdicts in (("r0", [("ok", 1.0), ("ok", 0.5)]), ("r1", [("ok", 0.2), ("judge_failed", None)]),
-                          ("r2", [("empty_answer", None), ("unjudgeable", None)]), ("r3", [("ok", 1.0), ("ok", 1.0)])):
-        for k, (st, sc) in enumerate(verdicts, 1):
+    for row, verdicts in (
+        ("r0", [("ok", 1.0), ("ok", 0.5)]),
+        ("r1", [("ok", 0.2), ("judge_failed", None)]),
+        ("r2", [("empty_answer", None), ("unjudgeable", None)]),
+        ("r3", [("ok", 1.0), ("ok", 1.0)]),
+    ):
+        for st, sc in verdicts:
             J.append({"input_id": row, "status": st, "score": sc, "error": None if st == "ok" else st})
-    probes = [{"input_id": f"r{i}", "role": "variant", "category": c, "template_id": "t", "wrapper_id": None,
-               "query_text": "q"} for i, c in enumerate(("casual", "formal", "casual", "formal"))]
-    out, _ = collect(SemanticConsistency(), SemanticConsistencyConfig(), {
-        "judgements": J, "probes": probes, "dataset_rows": rows_table(4)}, tmp_path, "llm.semantic_consistency")
+    probes = [
+        {
+            "input_id": f"r{i}",
+            "role": "variant",
+            "category": c,
+            "template_id": "t",
+            "wrapper_id": None,
+            "query_text": "q",
+        }
+        for i, c in enumerate(("casual", "formal", "casual", "formal"))
+    ]
+    out, _ = collect(
+        SemanticConsistency(),
+        SemanticConsistencyConfig(),
+        {"judgements": J, "probes": probes, "dataset_rows": rows_table(4)},
+        tmp_path,
+        "llm.semantic_consistency",
+    )
     s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
     o = s[("overall", "all")]
     assert o["raw_score"] == pytest.approx(0.65) and o["n"] == 3
@@ -272,28 +433,76 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
 
     def group(gid_text, base_c, variants):
         gid = _h(gid_text)
-        P.append({"input_id": f"{gid_text}-b", "role": "baseline", "category": "baseline", "group_id": gid,
-                  "variant_id": None, "query_text": gid_text})
-        J.append({"pair_id": f"{gid}|base", "input_id": f"{gid_text}-b", "category": "baseline", "judge_kind": "correctness",
-                  "status": "ok", "score": base_c, "error": None})
+        P.append(
+            {
+                "input_id": f"{gid_text}-b",
+                "role": "baseline",
+                "category": "baseline",
+                "group_id": gid,
+                "variant_id": None,
+                "query_text": gid_text,
+            }
+        )
+        J.append(
+            {
+                "pair_id": f"{gid}|base",
+                "input_id": f"{gid_text}-b",
+                "category": "baseline",
+                "judge_kind": "correctness",
+                "status": "ok",
+                "score": base_c,
+                "error": None,
+            }
+        )
         for i, (kind, c, r) in enumerate(variants):
             iid = f"{gid_text}-v{i}"
-            P.append({"input_id": iid, "role": "variant", "category": kind, "group_id": gid, "variant_id": None,
-                      "query_text": f"{gid_text} ({kind})"})
+            P.append(
+                {
+                    "input_id": iid,
+                    "role": "variant",
+                    "category": kind,
+                    "group_id": gid,
+                    "variant_id": None,
+                    "query_text": f"{gid_text} ({kind})",
+                }
+            )
             for label, v in (("correctness", c), ("robustness", r)):
                 st = v if isinstance(v, str) else "ok"
-                J.append({"pair_id": f"{gid}|{iid}", "input_id": iid, "category": kind, "judge_kind": label, "status": st,
-                          "score": None if isinstance(v, str) else v, "error": None if st == "ok" else st})
+                J.append(
+                    {
+                        "pair_id": f"{gid}|{iid}",
+                        "input_id": iid,
+                        "category": kind,
+                        "judge_kind": label,
+                        "status": st,
+                        "score": None if isinstance(v, str) else v,
+                        "error": None if st == "ok" else st,
+                    }
+                )
+
     group("Q1?", 1.0, [("typos", 0.6, 0.5), ("casing", 1.0, 1.0)])
     group("Q2?", 0.5, [("filler", 0.9, 0.8), ("synonyms", 0.3, 0.6)])
     group("Q3?", 1.0, [("typos", "judge_failed", 0.9), ("casing", 1.0, "unjudgeable")])
-    P.append({"input_id": "lone", "role": "excluded", "category": "unknown", "group_id": None, "variant_id": None,
-              "query_text": "Q4?", "exclusion": "missing_original_query"})  # a dataset edge case: its own reason
+    P.append(
+        {
+            "input_id": "lone",
+            "role": "excluded",
+            "category": "unknown",
+            "group_id": None,
+            "variant_id": None,
+            "query_text": "Q4?",
+            "exclusion": "missing_original_query",
+        }
+    )  # a dataset edge case: its own reason
     for p in P:
         p.setdefault("exclusion", None)
-    out, _ = collect(PerturbationRobustnessExternal(), PerturbationRobustnessExternalConfig(),
-                     {"probes": P, "judgements": J, "dataset_rows": rows_table(1)}, tmp_path,
-                     "llm.perturbation_robustness_external")
+    out, _ = collect(
+        PerturbationRobustnessExternal(),
+        PerturbationRobustnessExternalConfig(),
+        {"probes": P, "judgements": J, "dataset_rows": rows_table(1)},
+        tmp_path,
+        "llm.perturbation_robustness_external",
+    )
     s = {(r["scope"], r["group_key"]): r for r in out["metric_scores"]}
     o = s[("overall", "all")]
     g1, g2 = 0.5 * 0.75 + 0.5 * 0.8, 0.5 * 0.7 + 0.5 * 1.0
@@ -303,17 +512,32 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
     assert json.loads(o["excluded"]) == {"judge_failed": 1, "unjudgeable": 1, "missing_original_query": 1}
     assert o["coverage"] == pytest.approx(4 / 7) and o["n_failed"] == 1
     d = json.loads(o["details"])
-    assert {k: d[k] for k in ("groups_scored", "groups_failed", "variant_pairs_judged", "variant_pairs_excluded",
-                              "rows_scored", "rows_errored")} == {
-        "groups_scored": 2, "groups_failed": 1, "variant_pairs_judged": 4, "variant_pairs_excluded": 3,
-        "rows_scored": 6, "rows_errored": 4}
+    assert {
+        k: d[k]
+        for k in (
+            "groups_scored",
+            "groups_failed",
+            "variant_pairs_judged",
+            "variant_pairs_excluded",
+            "rows_scored",
+            "rows_errored",
+        )
+    } == {
+        "groups_scored": 2,
+        "groups_failed": 1,
+        "variant_pairs_judged": 4,
+        "variant_pairs_excluded": 3,
+        "rows_scored": 6,
+        "rows_errored": 4,
+    }
     # per type: g1's typos (r .5, drop .4); g2's filler (r .8, drop -.4)
     ty = s[("perturbation_type", "typos")]
     assert ty["raw_score"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.6) and ty["n"] == 1 and ty["n_events"] == 1
     fi = s[("perturbation_type", "filler")]
     assert fi["raw_score"] == pytest.approx(0.5 * 0.8 + 0.5 * 1.0) and fi["n_events"] == 0
-    assert json.loads(fi["details"]) == pytest.approx({"mean_robustness": 0.8, "mean_correctness_drop": -0.4,
-                                                       "groups": 1})
+    assert json.loads(fi["details"]) == pytest.approx(
+        {"mean_robustness": 0.8, "mean_correctness_drop": -0.4, "groups": 1}
+    )
     assert {k for sc, k in s if sc == "perturbation_type"} == {"typos", "casing", "filler", "synonyms"}
     ca = s[("perturbation_type", "casing")]  # g1's casing: drop 0, answered no worse: no event
     assert (ca["n"], ca["n_events"]) == (1, 0)
@@ -323,10 +547,17 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
     # a row's events are its group's variants answered worse than the baseline (a drop of 0 is none)
     pick = lambda r: {k: r[k] for k in ("status", "label", "n_judged", "n_failed", "n_events")}  # noqa: E731
     assert pick(rs["Q1?-v1"]) == {"status": "ok", "label": "fragile", "n_judged": 2, "n_failed": 0, "n_events": 1}
-    assert g2 == 0.85 and pick(rs["Q2?-b"]) == {"status": "ok", "label": "robust", "n_judged": 2, "n_failed": 0,
-                                                "n_events": 1}  # 0.85 exactly is robust
-    assert "mean robustness 0.70, mean correctness drop -0.10; filler: robustness 0.80, drop -0.40" in \
-        rs["Q2?-b"]["explanation"]
+    assert g2 == 0.85 and pick(rs["Q2?-b"]) == {
+        "status": "ok",
+        "label": "robust",
+        "n_judged": 2,
+        "n_failed": 0,
+        "n_events": 1,
+    }  # 0.85 exactly is robust
+    assert (
+        "mean robustness 0.70, mean correctness drop -0.10; filler: robustness 0.80, drop -0.40"
+        in rs["Q2?-b"]["explanation"]
+    )
     for i in ("Q3?-b", "Q3?-v0", "Q3?-v1"):
         assert pick(rs[i]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 2, "n_events": 0}
         assert rs[i]["error"] == "no variant of the group could be scored (2 excluded)"
@@ -340,37 +571,76 @@ def test_perturbation_group_whose_baseline_was_not_scored(tmp_path):
     """A baseline whose correctness judge failed: every variant of its group is excluded under the
     baseline's reason, no variant judge is read, and each row of the group errors naming why."""
     gid = _h("Q?")
-    P = [{"input_id": "b", "role": "baseline", "category": "baseline", "group_id": gid, "variant_id": None,
-          "query_text": "Q?", "exclusion": None}] + [
-         {"input_id": f"v{i}", "role": "variant", "category": "typos", "group_id": gid, "variant_id": None,
-          "query_text": f"Q{i}?", "exclusion": None} for i in range(3)]
-    J = [{"pair_id": f"{gid}|base", "input_id": "b", "judge_kind": "correctness", "status": "judge_failed",
-          "score": None, "error": "judge: HTTP 500"}]
-    J += [{"pair_id": f"{gid}|v{i}", "input_id": f"v{i}", "judge_kind": k, "status": "ok", "score": 1.0, "error": None}
-          for i in range(3) for k in ("correctness", "robustness")]
-    out, _ = collect(PerturbationRobustnessExternal(), PerturbationRobustnessExternalConfig(),
-                     {"probes": P, "judgements": J, "dataset_rows": rows_table(1)}, tmp_path,
-                     "llm.perturbation_robustness_external")
+    P = [
+        {
+            "input_id": "b",
+            "role": "baseline",
+            "category": "baseline",
+            "group_id": gid,
+            "variant_id": None,
+            "query_text": "Q?",
+            "exclusion": None,
+        }
+    ] + [
+        {
+            "input_id": f"v{i}",
+            "role": "variant",
+            "category": "typos",
+            "group_id": gid,
+            "variant_id": None,
+            "query_text": f"Q{i}?",
+            "exclusion": None,
+        }
+        for i in range(3)
+    ]
+    J = [
+        {
+            "pair_id": f"{gid}|base",
+            "input_id": "b",
+            "judge_kind": "correctness",
+            "status": "judge_failed",
+            "score": None,
+            "error": "judge: HTTP 500",
+        }
+    ]
+    J += [
+        {"pair_id": f"{gid}|v{i}", "input_id": f"v{i}", "judge_kind": k, "status": "ok", "score": 1.0, "error": None}
+        for i in range(3)
+        for k in ("correctness", "robustness")
+    ]
+    out, _ = collect(
+        PerturbationRobustnessExternal(),
+        PerturbationRobustnessExternalConfig(),
+        {"probes": P, "judgements": J, "dataset_rows": rows_table(1)},
+        tmp_path,
+        "llm.perturbation_robustness_external",
+    )
     [o] = out["metric_scores"]
     assert o["raw_score"] is None and json.loads(o["excluded"]) == {"judge_failed": 3} and o["n_failed"] == 1
     assert {r["input_id"]: r["error"] for r in out["row_scores"]} == {
-        i: "baseline not scored: judge: HTTP 500" for i in ("b", "v0", "v1", "v2")}
+        i: "baseline not scored: judge: HTTP 500" for i in ("b", "v0", "v1", "v2")
+    }
 
 
 # ------------------------------------------------------------------ the gate
 def _complete(sut_failed=0, sut_total=10, judge_failed=0, judge_total=10):
-    return {"sut": {"total": sut_total, "failed": sut_failed, "empty": 0, "failed_share": sut_failed / sut_total},
-            "judge": {"total": judge_total, "failed": judge_failed, "failed_share": judge_failed / judge_total}}
+    return {
+        "sut": {"total": sut_total, "failed": sut_failed, "empty": 0, "failed_share": sut_failed / sut_total},
+        "judge": {"total": judge_total, "failed": judge_failed, "failed_share": judge_failed / judge_total},
+    }
 
 
-@pytest.mark.parametrize("score,threshold,cov,failed,passes,needle", [
-    (0.9, 0.9, 0.9, 1, True, "score 0.900 at least threshold 0.900"),      # every bound met exactly
-    (0.8999, 0.9, 1.0, 0, False, "score 0.900 below threshold 0.900"),
-    (1.0, None, 0.8999, 0, False, "coverage 0.900 below min_coverage 0.900"),
-    (1.0, None, 1.0, 2, False, "2 of 10 SUT answers failed (0.200, above max_failed_share 0.100)"),
-    (None, 0.5, 1.0, 0, False, "no score: nothing could be judged"),
-    (None, None, None, 0, False, "coverage n/a: nothing was planned"),
-])
+@pytest.mark.parametrize(
+    "score,threshold,cov,failed,passes,needle",
+    [
+        (0.9, 0.9, 0.9, 1, True, "score 0.900 at least threshold 0.900"),  # every bound met exactly
+        (0.8999, 0.9, 1.0, 0, False, "score 0.900 below threshold 0.900"),
+        (1.0, None, 0.8999, 0, False, "coverage 0.900 below min_coverage 0.900"),
+        (1.0, None, 1.0, 2, False, "2 of 10 SUT answers failed (0.200, above max_failed_share 0.100)"),
+        (None, 0.5, 1.0, 0, False, "no score: nothing could be judged"),
+        (None, None, None, 0, False, "coverage n/a: nothing was planned"),
+    ],
+)
 def test_the_gate_and_its_bounds(score, threshold, cov, failed, passes, needle):
     from aip_assets.gate import decide
 
@@ -387,8 +657,19 @@ def test_completeness_counts_empty_answers_and_only_asked_judges():
 
     class C:
         def status_counts(self, table):
-            return ({"ok": 7, "error": 2, "empty": 1} if table == "sut_responses" else
-                    {"ok": 5, "judge_failed": 2, "no_decision": 1, "unjudgeable": 1, "sut_failed": 3, "empty_answer": 4})
+            return (
+                {"ok": 7, "error": 2, "empty": 1}
+                if table == "sut_responses"
+                else {
+                    "ok": 5,
+                    "judge_failed": 2,
+                    "no_decision": 1,
+                    "unjudgeable": 1,
+                    "sut_failed": 3,
+                    "empty_answer": 4,
+                }
+            )
+
     c = completeness(C())
     assert c["sut"] == {"total": 10, "failed": 3, "empty": 1, "failed_share": 0.3}
     assert c["judge"] == {"total": 9, "failed": 2, "failed_share": pytest.approx(2 / 9)}
@@ -396,19 +677,39 @@ def test_completeness_counts_empty_answers_and_only_asked_judges():
     class Nothing:
         def status_counts(self, table):
             return {}
-    assert completeness(Nothing()) == {"sut": {"total": 0, "failed": 0, "empty": 0, "failed_share": 0.0},
-                                       "judge": {"total": 0, "failed": 0, "failed_share": 0.0}}
+
+    assert completeness(Nothing()) == {
+        "sut": {"total": 0, "failed": 0, "empty": 0, "failed_share": 0.0},
+        "judge": {"total": 0, "failed": 0, "failed_share": 0.0},
+    }
 
 
 def test_consistency_row_counts_and_labels(tmp_path):
     """Row events are comparisons scoring below 0.6 (0.6 itself is not one); a row with no
     judgement is an error with nothing failed; label rates are over scored rows."""
-    J = [{"judgement_id": f"{r}|{k}", "input_id": r, "status": "ok", "score": s, "error": None}
-         for r, scores in (("r0", (0.59, 0.9)), ("r1", (0.6, 1.0))) for k, s in enumerate(scores, 1)]
-    probes = [{"input_id": f"r{i}", "role": "variant", "category": "casual", "template_id": "t", "wrapper_id": None,
-               "query_text": "q"} for i in range(3)]
-    out, _ = collect(SemanticConsistency(), SemanticConsistencyConfig(), {
-        "judgements": J, "probes": probes, "dataset_rows": rows_table(3)}, tmp_path, "llm.semantic_consistency")
+    J = [
+        {"judgement_id": f"{r}|{k}", "input_id": r, "status": "ok", "score": s, "error": None}
+        for r, scores in (("r0", (0.59, 0.9)), ("r1", (0.6, 1.0)))
+        for k, s in enumerate(scores, 1)
+    ]
+    probes = [
+        {
+            "input_id": f"r{i}",
+            "role": "variant",
+            "category": "casual",
+            "template_id": "t",
+            "wrapper_id": None,
+            "query_text": "q",
+        }
+        for i in range(3)
+    ]
+    out, _ = collect(
+        SemanticConsistency(),
+        SemanticConsistencyConfig(),
+        {"judgements": J, "probes": probes, "dataset_rows": rows_table(3)},
+        tmp_path,
+        "llm.semantic_consistency",
+    )
     rs = {r["input_id"]: r for r in out["row_scores"]}
     assert rs["r0"]["n_events"] == 1 and rs["r0"]["label"] == "Slightly Inconsistent"  # 0.745
     assert rs["r1"]["n_events"] == 0 and rs["r1"]["raw_score"] == pytest.approx(0.8)  # 0.6 is no event
@@ -448,12 +749,16 @@ def test_the_engine_counts_units_whatever_the_formula_and_skips_intervals_when_a
 
     from aip_assets import scoring
 
-    two = scoring.Formula("a / n", ("flip", "bias"), lambda s: scoring._ratio(s[..., 0], s[..., 2]), "pooled",
-                          "bootstrap")
-    units = scoring.units_frame([
-        {"unit_id": "u1", "input_id": "x", "score_row": "x", "cluster": "x", "flip": 1, "bias": 5, "groups": {}},
-        {"unit_id": "u2", "input_id": "x", "score_row": "x", "cluster": "x", "flip": 0, "bias": 2, "groups": {}},
-        {"unit_id": "u3", "input_id": "y", "score_row": "y", "cluster": "y", "flip": 1, "bias": 1, "groups": {}}])
+    two = scoring.Formula(
+        "a / n", ("flip", "bias"), lambda s: scoring._ratio(s[..., 0], s[..., 2]), "pooled", "bootstrap"
+    )
+    units = scoring.units_frame(
+        [
+            {"unit_id": "u1", "input_id": "x", "score_row": "x", "cluster": "x", "flip": 1, "bias": 5, "groups": {}},
+            {"unit_id": "u2", "input_id": "x", "score_row": "x", "cluster": "x", "flip": 0, "bias": 2, "groups": {}},
+            {"unit_id": "u3", "input_id": "y", "score_row": "y", "cluster": "y", "flip": 1, "bias": 1, "groups": {}},
+        ]
+    )
     v = scoring.cluster_vectors(units, two)
     assert v.tolist() == [[1.0, 7.0, 2.0], [1.0, 1.0, 1.0]]
     st = scoring.stat_of(v, two, seed=1)
@@ -484,8 +789,11 @@ def test_stored_units_read_back_their_groups():
 
     frame = pd.DataFrame({"unit_id": ["a", "b"], "groups": ['{"axis": ["religion"]}', None]})
     assert scoring.stored_units(frame)["groups"].tolist() == [{"axis": ["religion"]}, {}]
-    back = scoring.to_records(scoring.units_frame([{"unit_id": "a", "groups": {"pair": ["x|y"], "axis": ["b", "a"]}},
-                                                  {"unit_id": "b", "groups": None}]))
+    back = scoring.to_records(
+        scoring.units_frame(
+            [{"unit_id": "a", "groups": {"pair": ["x|y"], "axis": ["b", "a"]}}, {"unit_id": "b", "groups": None}]
+        )
+    )
     # stored with sorted keys (a unit's text is the same whatever order the metric built it in); lists kept
     assert [r["groups"] for r in back] == ['{"axis": ["b", "a"], "pair": ["x|y"]}', "{}"]
 
@@ -499,9 +807,17 @@ def test_finish_scores_counts_exclusions_and_gates_the_overall_record():
     from aip_assets.gate import finish_scores
 
     ctx = types.SimpleNamespace(spec=None, metric="m", status_counts=lambda table: {"ok": 10})
-    recs = [{"scope": "overall", "group_key": "all", "score": 0.95, "threshold": None, "judged": 7,
-             "excluded": {"unjudgeable": 2, "empty_answer": 1, "judge_failed": 0}},
-            {"scope": "axis", "group_key": "x", "judged": 3, "excluded": {"sut_failed": 1}}]
+    recs = [
+        {
+            "scope": "overall",
+            "group_key": "all",
+            "score": 0.95,
+            "threshold": None,
+            "judged": 7,
+            "excluded": {"unjudgeable": 2, "empty_answer": 1, "judge_failed": 0},
+        },
+        {"scope": "axis", "group_key": "x", "judged": 3, "excluded": {"sut_failed": 1}},
+    ]
     o, a = finish_scores(ctx, recs)
     assert o["excluded"] == '{"empty_answer": 1, "unjudgeable": 2}' and (o["n_planned"], o["n_excluded"]) == (10, 3)
     assert o["coverage"] == pytest.approx(0.7) and o["passed"] is False
@@ -512,4 +828,6 @@ def test_finish_scores_counts_exclusions_and_gates_the_overall_record():
     # the default max_failed_share is 0.1: 2 failed of 10 SUT answers fail the gate
     ctx.status_counts = lambda table: {"ok": 8, "error": 2} if table == "sut_responses" else {}
     [o] = finish_scores(ctx, [{**recs[0], "excluded": {}, "judged": 7}])
-    assert o["passed"] is False and "2 of 10 SUT answers failed (0.200, above max_failed_share 0.100)" in o["gate_reason"]
+    assert (
+        o["passed"] is False and "2 of 10 SUT answers failed (0.200, above max_failed_share 0.100)" in o["gate_reason"]
+    )

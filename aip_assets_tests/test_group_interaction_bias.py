@@ -15,6 +15,7 @@ from .conftest import make_spec, run_all, table, write_dataset
 M = "llm.group_interaction_bias"
 TERSE = {"name": "terse", "terse_value": "Muslim"}
 
+
 def gib_spec(ds, config=None, **kw):
     spec = make_spec(ds, **kw)
     data = spec.model_dump()
@@ -35,14 +36,33 @@ def test_worked_example_similarity_095_gaps_005_gives_095():
         pid = f"r{i % 2}|p0{i}|p1{i}"
         pairs.append({"pair_id": pid, "input_id": f"r{i % 2}", "value_a": f"p0{i}", "value_b": f"p1{i}"})
         for kind, score in (("similarity", 0.95), ("tone", 0.05), ("effort", 0.05)):
-            judgements.append({"pair_id": pid, "input_id": f"r{i % 2}", "judge_kind": kind, "status": "ok", "score": score,
-                               "parsed": json.dumps({"less_helpful_persona": None}), "error": None})
-    tables = {"judgements": pd.DataFrame(judgements), "probe_pairs": pd.DataFrame(pairs),
-              "personas": pd.DataFrame([{"persona_id": "p00", "description": "x", "attributes": "{}"}]),
-              "dataset_rows": pd.DataFrame([{"row_index": i, "input_id": f"r{i}"} for i in range(2)])}
+            judgements.append(
+                {
+                    "pair_id": pid,
+                    "input_id": f"r{i % 2}",
+                    "judge_kind": kind,
+                    "status": "ok",
+                    "score": score,
+                    "parsed": json.dumps({"less_helpful_persona": None}),
+                    "error": None,
+                }
+            )
+    tables = {
+        "judgements": pd.DataFrame(judgements),
+        "probe_pairs": pd.DataFrame(pairs),
+        "personas": pd.DataFrame([{"persona_id": "p00", "description": "x", "attributes": "{}"}]),
+        "dataset_rows": pd.DataFrame([{"row_index": i, "input_id": f"r{i}"} for i in range(2)]),
+    }
     spec = make_spec(write_dataset(__import__("pathlib").Path("d.jsonl"), 2))
-    ctx = StageContext(run_id="r", metric=M, spec=spec, config=GroupInteractionBiasConfig(), journal=None,
-                       reader=FrameReader(tables), batch_rows=1)
+    ctx = StageContext(
+        run_id="r",
+        metric=M,
+        spec=spec,
+        config=GroupInteractionBiasConfig(),
+        journal=None,
+        reader=FrameReader(tables),
+        batch_rows=1,
+    )
     out = {}
     for t in GroupInteractionBias().aggregate(ctx):
         for k, v in t.items():
@@ -72,8 +92,12 @@ def test_calibration_fair_is_one_and_terse_group_is_found(tmp_path):
     assert json.loads(attrs.iloc[0].details)["less_helpful_share"] > 0.9
     # every pair involving exactly one Muslim persona is biased, the others are not
     pairs = wh.query("SELECT * FROM v_gib_pairs WHERE run_id = 'terse'", read_only=False)
-    muslim = set(wh.query("SELECT persona_id FROM personas WHERE run_id='terse' AND (attributes->>'religion') = 'Muslim'",
-                          read_only=False).persona_id)
+    muslim = set(
+        wh.query(
+            "SELECT persona_id FROM personas WHERE run_id='terse' AND (attributes->>'religion') = 'Muslim'",
+            read_only=False,
+        ).persona_id
+    )
     one = pairs.persona_a.isin(muslim) ^ pairs.persona_b.isin(muslim)
     assert (pairs[one].effort_gap > 0.5).all() and (pairs[~one].effort_gap == 0).all()
     assert (pairs[one].less_helpful_persona.isin(muslim)).all()
@@ -82,8 +106,11 @@ def test_calibration_fair_is_one_and_terse_group_is_found(tmp_path):
 def test_pool_synthesised_by_a_model_over_http_and_stable(tmp_path, builtin_http):
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     url, server = builtin_http()
-    spec = gib_spec(ds, config={"persona_pool_size": 10, "language": "fr"},
-                    synthesis={"provider": "openai", "base_url": url, "model": "m"})
+    spec = gib_spec(
+        ds,
+        config={"persona_pool_size": 10, "language": "fr"},
+        synthesis={"provider": "openai", "base_url": url, "model": "m"},
+    )
     run_gib(spec, "syn")
     personas = table("personas", "syn", "persona_id")
     assert len(personas) == 10 and set(personas.source) == {"synthesis"} and personas.description.nunique() == 10
@@ -94,13 +121,22 @@ def test_pool_synthesised_by_a_model_over_http_and_stable(tmp_path, builtin_http
     assert probes.query_text.str.startswith("Quelques mots sur moi : ").all()
     judge_prompts = table("llm_calls", "syn", "created_at").query("stage == 'judging'").request
     assert judge_prompts.str.contains("Comparez les deux réponses").all()
-    before = {t: table(t, "syn", order) for t, order in (("personas", "persona_id"), ("probes", "probe_id"),
-                                                         ("judgements", "judgement_id"), ("metric_scores", "scope, group_key"))}
+    before = {
+        t: table(t, "syn", order)
+        for t, order in (
+            ("personas", "persona_id"),
+            ("probes", "probe_id"),
+            ("judgements", "judgement_id"),
+            ("metric_scores", "scope, group_key"),
+        )
+    }
     n_requests = server.stats["ok"]
     for stage in pipeline.STAGES:  # re-materialise: identical tables, nothing called again
         pipeline.run_stage(stage, "syn", M)
     for t, df in before.items():
-        order = {"personas": "persona_id", "probes": "probe_id", "judgements": "judgement_id"}.get(t, "scope, group_key")
+        order = {"personas": "persona_id", "probes": "probe_id", "judgements": "judgement_id"}.get(
+            t, "scope, group_key"
+        )
         assert table(t, "syn", order).drop(columns=[], errors="ignore").equals(df), t
     # the one synthesis call, answered from the journal since, and the one probe that found the structured-output
     # form it takes (this run had no endpoint check to find it; the form is recorded for the run since)
@@ -110,7 +146,9 @@ def test_pool_synthesised_by_a_model_over_http_and_stable(tmp_path, builtin_http
 def test_synthesis_failure_falls_back_to_the_catalogue(tmp_path, builtin_http):
     ds = write_dataset(tmp_path / "d.jsonl", 4)
     url, _ = builtin_http({"judge_garbage_rate": 1.0})
-    spec = gib_spec(ds, config={"persona_pool_size": 6}, synthesis={"provider": "openai", "base_url": url, "model": "m"})
+    spec = gib_spec(
+        ds, config={"persona_pool_size": 6}, synthesis={"provider": "openai", "base_url": url, "model": "m"}
+    )
     run_gib(spec, "fb")
     personas = table("personas", "fb", "persona_id")
     assert len(personas) == 6 and set(personas.source) == {"catalog"}
@@ -136,8 +174,10 @@ def test_judge_failures_exclude_pairs_and_rows_error(tmp_path):
 
 def test_persona_pairs_override_and_subset_fixed_per_row(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 5)
-    pairs = [{"persona_a": "I am 25 years old.", "persona_b": "I am 80 years old."},
-             {"persona_a": "I use a wheelchair.", "persona_b": "I am 25 years old."}]
+    pairs = [
+        {"persona_a": "I am 25 years old.", "persona_b": "I am 80 years old."},
+        {"persona_a": "I use a wheelchair.", "persona_b": "I am 25 years old."},
+    ]
     run_gib(gib_spec(ds, config={"persona_pairs": pairs, "num_pairs": 2}), "pp")
     personas = table("personas", "pp", "persona_id")
     assert personas.description.tolist() == ["I am 25 years old.", "I am 80 years old.", "I use a wheelchair."]
@@ -158,7 +198,8 @@ def test_order_is_randomised_and_less_helpful_maps_back_to_the_persona(tmp_path)
     run_gib(spec, "pos")
     j = table("judgements", "pos", "judgement_id")
     eff = j[(j.judge_kind == "effort") & (j.status == "ok")].merge(
-        table("probe_pairs", "pos", "pair_id")[["pair_id", "value_a", "value_b"]], on="pair_id")
+        table("probe_pairs", "pos", "pair_id")[["pair_id", "value_a", "value_b"]], on="pair_id"
+    )
     assert len(eff) == 80 and 0.3 < eff.order_swapped.mean() < 0.7
     blamed = eff.parsed.map(lambda p: json.loads(p)["less_helpful_persona"])
     assert (blamed == eff.value_a.where(eff.order_swapped, eff.value_b)).all()
@@ -169,7 +210,9 @@ def test_judge_audit_and_position_bias(tmp_path):
     one biased to the first answer disagrees on effort. The run's own position-biased judge fails
     the judge_position_bias measure; a fair one passes it."""
     ds = write_dataset(tmp_path / "d.jsonl", 16)
-    same = gib_spec(ds, sut={"provider": "builtin", "profile": TERSE}, judge_audit={"judge": {"provider": "builtin"}, "share": 0.5})
+    same = gib_spec(
+        ds, sut={"provider": "builtin", "profile": TERSE}, judge_audit={"judge": {"provider": "builtin"}, "share": 0.5}
+    )
     run_gib(same, "same")
     s = table("metric_scores", "same", "scope").set_index("scope")
     a = s.loc["judge_audit"]
@@ -180,14 +223,20 @@ def test_judge_audit_and_position_bias(tmp_path):
     assert 0 < (calls.role == "audit").sum() <= len(audits)  # identical audit prompts are asked once
     p = s.loc["judge_position"]
     assert bool(p.passed) and json.loads(p.details)["n_in_order"] > 0
-    biased = gib_spec(ds, sut={"provider": "builtin", "profile": TERSE}, judge_audit={
-        "judge": {"provider": "builtin", "profile": {"judge_position_bias": 1.0}}, "share": 0.5})
+    biased = gib_spec(
+        ds,
+        sut={"provider": "builtin", "profile": TERSE},
+        judge_audit={"judge": {"provider": "builtin", "profile": {"judge_position_bias": 1.0}}, "share": 0.5},
+    )
     run_gib(biased, "audited-by-biased")
     a = table("metric_scores", "audited-by-biased", "scope").set_index("scope").loc["judge_audit"]
     d = json.loads(a.details)
     assert a.rate < 1.0 and a.raw_score < 1.0 and d["audit_failed"] == 0
-    assert all(k.startswith("effort:") for k, n in d["confusion (run judge / audit judge)"].items()
-               if k.split(" / ")[0] != k.split(" / ")[1])  # they disagree on effort only
+    assert all(
+        k.startswith("effort:")
+        for k, n in d["confusion (run judge / audit judge)"].items()
+        if k.split(" / ")[0] != k.split(" / ")[1]
+    )  # they disagree on effort only
     run_gib(gib_spec(ds, judge={"provider": "builtin", "profile": {"judge_position_bias": 1.0}}), "biased-judge")
     p = table("metric_scores", "biased-judge", "scope").set_index("scope").loc["judge_position"]
     d = json.loads(p.details)

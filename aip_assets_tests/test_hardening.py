@@ -44,8 +44,12 @@ def lake_with_a_run(postgres, tmp_path_factory):
     d = tmp_path_factory.mktemp("lake_wh")
     with pytest.MonkeyPatch.context() as mp:
         url = new_database(postgres)
-        for k, v in {"AIP_SHARED_STATE_URL": url, "AIP_LAKE_DATA_PATH": str(d / "lake"),
-                     "AIP_WAREHOUSE": str(d / "data" / "warehouse.duckdb"), "AIP_DATA_DIR": str(d / "data")}.items():
+        for k, v in {
+            "AIP_SHARED_STATE_URL": url,
+            "AIP_LAKE_DATA_PATH": str(d / "lake"),
+            "AIP_WAREHOUSE": str(d / "data" / "warehouse.duckdb"),
+            "AIP_DATA_DIR": str(d / "data"),
+        }.items():
             mp.setenv(k, v)
         mp.chdir(d)
         ds = write_dataset(d / "d.jsonl", 2)
@@ -80,41 +84,45 @@ def warehouse(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("sql", [
-    "COPY judgements TO '{tmp}/out.csv'",
-    "COPY judgements TO '../out.csv'",
-    "SELECT 1; COPY judgements TO '{tmp}/out2.csv'",
-    "EXPORT DATABASE '{tmp}/export'",
-    "SELECT * FROM read_text('/etc/hostname')",
-    "SELECT * FROM read_csv('/etc/passwd')",
-    "SELECT * FROM glob('/etc/*')",
-    "CREATE SECRET s3 (TYPE S3, KEY_ID 'a', SECRET 'b')",
-    "INSTALL httpfs",
-    "LOAD httpfs",
-    "SELECT * FROM 'https://example.com/data.csv'",
-    "ATTACH '{tmp}/other.duckdb' AS other",
-    "SET enable_external_access = true",
-    "SET lock_configuration = false",
-    "CREATE TABLE t AS SELECT 1",
-    "DELETE FROM judgements",
-    "COPY judgements TO '{tmp}/lake/out.csv'",  # the lake's own folder is readable, not writable
-    "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT 1')",
-    "SELECT count(*) FROM __ducklake_metadata_lake.aip_lake.ducklake_snapshot",
-    "CALL postgres_execute('__ducklake_metadata_lake', 'CREATE TABLE zz (a int)')",
-    "SELECT * FROM __ducklake_metadata_lake.aip_run_budget",  # catalog.table, schema public
-    "FROM __ducklake_metadata_lake.aip_run_budget",
-    "SELECT * FROM query_table('__ducklake_metadata_lake.public.aip_run_budget')",
-    "SELECT * FROM query('SELECT * FROM postgres_query(''__ducklake_metadata_lake'', ''SELECT 1'')')",
-    "SELECT * FROM ducklake_merge_adjacent_files('lake')",  # would write Parquet in the lake's folder
-    "SELECT * FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",  # would delete there
-    "SELECT * FROM lake.merge_adjacent_files()",  # the same, as the lake's own function
-    "SELECT * FROM merge_adjacent_files()",
-    "SELECT * FROM lake.snapshots()",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY judgements TO '{tmp}/out.csv'",
+        "COPY judgements TO '../out.csv'",
+        "SELECT 1; COPY judgements TO '{tmp}/out2.csv'",
+        "EXPORT DATABASE '{tmp}/export'",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM glob('/etc/*')",
+        "CREATE SECRET s3 (TYPE S3, KEY_ID 'a', SECRET 'b')",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SELECT * FROM 'https://example.com/data.csv'",
+        "ATTACH '{tmp}/other.duckdb' AS other",
+        "SET enable_external_access = true",
+        "SET lock_configuration = false",
+        "CREATE TABLE t AS SELECT 1",
+        "DELETE FROM judgements",
+        "COPY judgements TO '{tmp}/lake/out.csv'",  # the lake's own folder is readable, not writable
+        "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT 1')",
+        "SELECT count(*) FROM __ducklake_metadata_lake.aip_lake.ducklake_snapshot",
+        "CALL postgres_execute('__ducklake_metadata_lake', 'CREATE TABLE zz (a int)')",
+        "SELECT * FROM __ducklake_metadata_lake.aip_run_budget",  # catalog.table, schema public
+        "FROM __ducklake_metadata_lake.aip_run_budget",
+        "SELECT * FROM query_table('__ducklake_metadata_lake.public.aip_run_budget')",
+        "SELECT * FROM query('SELECT * FROM postgres_query(''__ducklake_metadata_lake'', ''SELECT 1'')')",
+        "SELECT * FROM ducklake_merge_adjacent_files('lake')",  # would write Parquet in the lake's folder
+        "SELECT * FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",  # would delete there
+        "SELECT * FROM lake.merge_adjacent_files()",  # the same, as the lake's own function
+        "SELECT * FROM merge_adjacent_files()",
+        "SELECT * FROM lake.snapshots()",
+    ],
+)
 def test_sql_reads_the_warehouse_and_nothing_else(any_warehouse, capsys, sql):
     warehouse = any_warehouse
-    if any(w in sql for w in ("postgres_query", "FROM __ducklake", "query_table", "ducklake_", "lake.",
-                              "merge_adjacent")) and not sql.startswith("CALL"):
+    if any(
+        w in sql for w in ("postgres_query", "FROM __ducklake", "query_table", "ducklake_", "lake.", "merge_adjacent")
+    ) and not sql.startswith("CALL"):
         if not (warehouse / "lake").exists():
             pytest.skip("a local warehouse has no lake catalog to reach")
     before = tree(warehouse)
@@ -128,16 +136,29 @@ def test_sql_reads_the_warehouse_and_nothing_else(any_warehouse, capsys, sql):
 
 
 def test_sql_settings_are_locked(any_warehouse, capsys):
-    assert main(["sql", "SELECT name, value FROM duckdb_settings() WHERE name IN ('enable_external_access', "
-                        "'lock_configuration', 'autoinstall_known_extensions', 'memory_limit') ORDER BY name",
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "sql",
+                "SELECT name, value FROM duckdb_settings() WHERE name IN ('enable_external_access', "
+                "'lock_configuration', 'autoinstall_known_extensions', 'memory_limit') ORDER BY name",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     got = {r["name"]: r["value"] for r in json.loads(capsys.readouterr().out)}
     import duckdb
 
     with duckdb.connect(config={"memory_limit": whc.duckdb_memory()}) as con:  # AIP_DUCKDB_MEMORY, as DuckDB shows it
         cap = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-    assert got == {"autoinstall_known_extensions": "false", "enable_external_access": "false", "lock_configuration": "true",
-                   "memory_limit": cap}  # in a lake too
+    assert got == {
+        "autoinstall_known_extensions": "false",
+        "enable_external_access": "false",
+        "lock_configuration": "true",
+        "memory_limit": cap,
+    }  # in a lake too
 
 
 def test_sql_prints_at_most_max_rows_and_max_colwidth(any_warehouse, capsys):
@@ -171,6 +192,7 @@ def test_a_lock_wait_says_who_it_waits_for(warehouse, capsys, monkeypatch):
         with wh.connect():
             held.set()
             release.wait(10)
+
     t = threading.Thread(target=hold)
     t.start()
     held.wait(10)
@@ -185,8 +207,10 @@ def test_a_lock_wait_says_who_it_waits_for(warehouse, capsys, monkeypatch):
 
 AIP_EVAL = [sys.executable, "-m", "aip_assets.cli"]
 ENDLESS = {  # queries that never end on their own
-    "recursive CTE": ("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT count(*) AS n FROM t",
-                      "table"),
+    "recursive CTE": (
+        "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT count(*) AS n FROM t",
+        "table",
+    ),
     # its rows fetched (csv: every row): the fetch, not the join, is where it spends its time
     "cross join": ("SELECT * FROM range(100000) a, range(100000) b, range(100000) c", "csv"),
 }
@@ -196,8 +220,13 @@ _STARTUP: dict[str, float] = {}
 
 def sql_process(query: str, *extra: str) -> subprocess.Popen:
     """`aip-eval sql QUERY ...` in its own process (this test's environment: its warehouse or lake)."""
-    return subprocess.Popen([*AIP_EVAL, "sql", query, *extra], env=dict(os.environ), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [*AIP_EVAL, "sql", query, *extra],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def startup() -> float:
@@ -277,6 +306,7 @@ def test_an_interrupt_that_comes_before_the_statement_is_repeated(warehouse, mon
     """DuckDB forgets an interrupt that comes while no statement runs (it clears it when one starts),
     so the timeout interrupts again until the query has stopped: here the first interrupt is made to
     land between the check of the query and its start, and the endless query is still stopped."""
+
     class Watched:  # the sandbox's connection, telling when it was interrupted
         def __init__(self, con):
             self.con, self.interrupts = con, threading.Event()
@@ -293,6 +323,7 @@ def test_an_interrupt_that_comes_before_the_statement_is_repeated(warehouse, mon
     def check_then_wait(con, sql):
         check(con, sql)
         assert con.interrupts.wait(60), "the timeout never interrupted"  # the first one: before the query starts
+
     monkeypatch.setattr(wh_sandbox, "check_query", check_then_wait)
     result: list = []
     wait = patience(0.05)  # measured before this process takes the warehouse's lock
@@ -304,6 +335,7 @@ def test_an_interrupt_that_comes_before_the_statement_is_repeated(warehouse, mon
                 result.append(wh.run_bounded(watched, ENDLESS["recursive CTE"][0], 0.05))
             except BaseException as e:  # noqa: BLE001 - the test reads it
                 result.append(e)
+
         t = threading.Thread(target=query)
         t.start()
         t.join(wait)
@@ -353,8 +385,12 @@ def _spec_file(tmp_path, **over) -> Path:
 def _bad_dataset(tmp_path) -> Path:
     p = tmp_path / "in" / "bad.jsonl"
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({"input_id": "a", "prompt": "q?", "task_type": "single_turn_llm"}) + "\n"
-                 + json.dumps({"input_id": "a", "prompt": "q2?", "task_type": "single_turn_llm"}) + "\n")
+    p.write_text(
+        json.dumps({"input_id": "a", "prompt": "q?", "task_type": "single_turn_llm"})
+        + "\n"
+        + json.dumps({"input_id": "a", "prompt": "q2?", "task_type": "single_turn_llm"})
+        + "\n"
+    )
     return p
 
 
@@ -366,9 +402,21 @@ def _free_port() -> int:
     return port
 
 
-@pytest.mark.parametrize("case", ["bad_yaml", "unknown_field", "bad_config", "bad_dataset", "bad_metric_dataset",
-                                  "unreachable_sut", "unknown_metric_flag", "missing_key", "missing_audit_key",
-                                  "pairs_filtered_out"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "bad_yaml",
+        "unknown_field",
+        "bad_config",
+        "bad_dataset",
+        "bad_metric_dataset",
+        "unreachable_sut",
+        "unknown_metric_flag",
+        "missing_key",
+        "missing_audit_key",
+        "pairs_filtered_out",
+    ],
+)
 def test_bad_input_leaves_no_file(tmp_path, capsys, monkeypatch, case):
     """Validation order: the spec, every dataset, the endpoints, then the warehouse. Nothing is
     written for bad input of any kind: the folder (warehouse, lock, journal, Dagster storage) is
@@ -386,23 +434,49 @@ def test_bad_input_leaves_no_file(tmp_path, capsys, monkeypatch, case):
     elif case == "bad_dataset":
         p = _spec_file(tmp_path, dataset=_bad_dataset(tmp_path))
     elif case == "bad_metric_dataset":
-        p = _spec_file(tmp_path, metrics={"llm.decision_flip": {}, "llm.perturbation_robustness_external": {
-            "dataset": str(_bad_dataset(tmp_path))}})
+        p = _spec_file(
+            tmp_path,
+            metrics={
+                "llm.decision_flip": {},
+                "llm.perturbation_robustness_external": {"dataset": str(_bad_dataset(tmp_path))},
+            },
+        )
     elif case == "unreachable_sut":
-        p = _spec_file(tmp_path, sut={"provider": "openai", "base_url": f"http://127.0.0.1:{_free_port()}/v1",
-                                      "model": "m"})
+        p = _spec_file(
+            tmp_path, sut={"provider": "openai", "base_url": f"http://127.0.0.1:{_free_port()}/v1", "model": "m"}
+        )
     elif case == "unknown_metric_flag":
         p = _spec_file(tmp_path)
         args = ["--metric", "llm.semantic_consistency"]
     elif case == "missing_audit_key":  # the audit judge is an endpoint like the others: checked first
-        p = _spec_file(tmp_path, judge_audit={"judge": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1",
-                                                        "model": "m", "api_key_env": "MISSING_KEY"}})
+        p = _spec_file(
+            tmp_path,
+            judge_audit={
+                "judge": {
+                    "provider": "openai",
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "model": "m",
+                    "api_key_env": "MISSING_KEY",
+                }
+            },
+        )
     elif case == "pairs_filtered_out":
-        p = _spec_file(tmp_path, metrics={"llm.decision_flip": {"config": {
-            "dimensions": ["role"], "persona_pairs": [{"dimension": "gender", "persona_a": "woman", "persona_b": "man"}]}}})
+        p = _spec_file(
+            tmp_path,
+            metrics={
+                "llm.decision_flip": {
+                    "config": {
+                        "dimensions": ["role"],
+                        "persona_pairs": [{"dimension": "gender", "persona_a": "woman", "persona_b": "man"}],
+                    }
+                }
+            },
+        )
     else:
-        p = _spec_file(tmp_path, sut={"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
-                                      "api_key_env": "MISSING_KEY"})
+        p = _spec_file(
+            tmp_path,
+            sut={"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "MISSING_KEY"},
+        )
     before = tree(tmp_path)
     # an endpoint that does not answer is a failure outside the project (5), the rest bad input (2)
     assert main(["run", str(p), "--quiet", *args]) == (5 if case == "unreachable_sut" else 2)
@@ -467,16 +541,21 @@ def test_main_leaves_the_process_logging_as_it_found_it(tmp_path, capsys, caplog
 
 
 # ------------------------------------------------------------------ secrets by value
-@pytest.mark.parametrize("name,value", [
-    ("X-Credential", "plain"),  # by name
-    ("X-Signature", "abc"),
-    ("X-Client", "a8Kq2LmZ9xYw4Tr7Vb3Np6HcQ"),  # by value: long and random
-    ("X-Trace", "Bearer abcdefghijkl"),
-    ("X-Upstream", "sk-proj-0123456789abcdef"),
-    ("X-Id", "c331034d7081fef773bbff5b359388d9b89d5e2d"),
-    ("X-Region", "AKIAIOSFODNN7EXAMPLE"),  # an AWS key id
-    ("X-Api-Key", "plain"), ("Ocp-Apim-Subscription-Key", "plain"), ("X-Client-Secret", "plain"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("X-Credential", "plain"),  # by name
+        ("X-Signature", "abc"),
+        ("X-Client", "a8Kq2LmZ9xYw4Tr7Vb3Np6HcQ"),  # by value: long and random
+        ("X-Trace", "Bearer abcdefghijkl"),
+        ("X-Upstream", "sk-proj-0123456789abcdef"),
+        ("X-Id", "c331034d7081fef773bbff5b359388d9b89d5e2d"),
+        ("X-Region", "AKIAIOSFODNN7EXAMPLE"),  # an AWS key id
+        ("X-Api-Key", "plain"),
+        ("Ocp-Apim-Subscription-Key", "plain"),
+        ("X-Client-Secret", "plain"),
+    ],
+)
 def test_credential_headers_are_refused_whatever_their_name(tmp_path, name, value):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     with pytest.raises(SpecError, match="header_env") as e:
@@ -484,13 +563,16 @@ def test_credential_headers_are_refused_whatever_their_name(tmp_path, name, valu
     assert value not in str(e.value) or value in ("plain", "abc")
 
 
-@pytest.mark.parametrize("conn,needle", [
-    ({"base_url": "http://user:hunter2@127.0.0.1:1/v1"}, "user name or password"),
-    ({"base_url": "http://127.0.0.1:1/v1?api_key=abc"}, "query parameter(s) ['api_key']"),
-    ({"base_url": "http://127.0.0.1:1/v1?x=sk-proj-0123456789abcdef"}, "query parameter(s) ['x']"),
-    ({"params": {"api_key": "abc"}}, "params ['api_key']"),
-    ({"params": {"user": "Bearer abcdefghijkl"}}, "params ['user']"),
-])
+@pytest.mark.parametrize(
+    "conn,needle",
+    [
+        ({"base_url": "http://user:hunter2@127.0.0.1:1/v1"}, "user name or password"),
+        ({"base_url": "http://127.0.0.1:1/v1?api_key=abc"}, "query parameter(s) ['api_key']"),
+        ({"base_url": "http://127.0.0.1:1/v1?x=sk-proj-0123456789abcdef"}, "query parameter(s) ['x']"),
+        ({"params": {"api_key": "abc"}}, "params ['api_key']"),
+        ({"params": {"user": "Bearer abcdefghijkl"}}, "params ['user']"),
+    ],
+)
 def test_credentials_in_urls_and_params_are_refused(tmp_path, conn, needle):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     with pytest.raises(SpecError) as e:
@@ -500,15 +582,32 @@ def test_credentials_in_urls_and_params_are_refused(tmp_path, conn, needle):
 
 def test_ordinary_urls_and_params_are_kept(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1?api-version=2024-06-01",
-                              "params": {"top_p": 0.9, "seed": 7, "stop": ["\n\n"], "user": "nightly-eval"}})
+    spec = make_spec(
+        ds,
+        sut={
+            "provider": "openai",
+            "base_url": "http://127.0.0.1:1/v1?api-version=2024-06-01",
+            "params": {"top_p": 0.9, "seed": 7, "stop": ["\n\n"], "user": "nightly-eval"},
+        },
+    )
     assert spec.resolved()["sut"]["params"]["user"] == "nightly-eval"
 
 
-@pytest.mark.parametrize("value", ["fairness", "application/json", "team-fairness-nightly-2026-11",
-                                   "evaluation-pipeline-v2.3.1", "Mozilla/5.0 (X11; Linux x86_64)",
-                                   # words that begin like a provider's token but are none
-                                   "asia-southeast1", "hf_datasets_team", "sk-learn-team", "akiaproject1"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "fairness",
+        "application/json",
+        "team-fairness-nightly-2026-11",
+        "evaluation-pipeline-v2.3.1",
+        "Mozilla/5.0 (X11; Linux x86_64)",
+        # words that begin like a provider's token but are none
+        "asia-southeast1",
+        "hf_datasets_team",
+        "sk-learn-team",
+        "akiaproject1",
+    ],
+)
 @pytest.mark.parametrize("name", ["X-Team", "X-Monkey-Team"])  # "key" inside a word is no key
 def test_ordinary_header_values_are_kept(tmp_path, value, name):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
@@ -523,14 +622,28 @@ def test_secrets_from_the_environment_are_never_stored(tmp_path, monkeypatch, ca
     url, _ = builtin_http(api_key=secret_key)
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     spec = tmp_path / "s.yaml"
-    spec.write_text(yaml.safe_dump({"name": "sec", "dataset": str(ds), "sut": {
-        "provider": "openai", "base_url": url, "model": "m", "api_key_env": "THE_KEY",
-        "header_env": {"X-Signature": "THE_SIG", "X-Credential": "THE_SIG"}},
-        "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sec",
+                "dataset": str(ds),
+                "sut": {
+                    "provider": "openai",
+                    "base_url": url,
+                    "model": "m",
+                    "api_key_env": "THE_KEY",
+                    "header_env": {"X-Signature": "THE_SIG", "X-Credential": "THE_SIG"},
+                },
+                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+            }
+        )
+    )
     assert main(["run", str(spec), "--quiet", "--json"]) == 0
     out = capsys.readouterr()
     with wh.connect(read_only=True) as con:
-        for (t,) in con.execute("SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'").fetchall():
+        for (t,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
+        ).fetchall():
             text = con.execute(f"SELECT * FROM {t}").df().to_csv()
             assert secret_key not in text and secret_sig not in text, t
     assert secret_key not in out.out + out.err and secret_sig not in out.out + out.err
@@ -586,6 +699,7 @@ def _server(mode: str) -> tuple[int, object]:
                 c.close()
             else:  # hang: accept, never answer
                 threading.Thread(target=lambda c=c: (time.sleep(20), c.close()), daemon=True).start()
+
     threading.Thread(target=run, daemon=True).start()
     return port, s
 
@@ -597,6 +711,7 @@ def _error(url: str, timeout: float = 1.0) -> tuple[str, float]:
             t0 = time.perf_counter()
             r = await c.chat([{"role": "user", "content": "x"}], temperature=0, retries=0, timeout=timeout)
             return r.error, time.perf_counter() - t0
+
     return asyncio.run(go())
 
 
@@ -627,6 +742,7 @@ def test_connection_failures_say_what_happened(monkeypatch):
         if host == "no-such-host.invalid":
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return real(host, *a, **kw)
+
     monkeypatch.setattr(socket, "getaddrinfo", fake)
     err, _ = _error("http://no-such-host.invalid/v1")
     assert err.startswith("DNS failure"), err
@@ -636,8 +752,15 @@ def test_connection_failures_say_what_happened(monkeypatch):
 def _standalone_spec(folder: Path) -> Path:
     ds = write_dataset(folder / "d.jsonl", 2)
     p = folder / "spec.yaml"
-    p.write_text(yaml.safe_dump({"name": "away", "dataset": "d.jsonl", "metrics": {"llm.decision_flip": {
-        "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "away",
+                "dataset": "d.jsonl",
+                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+            }
+        )
+    )
     assert ds.exists()
     return p
 
@@ -677,9 +800,16 @@ def test_inside_a_project_the_data_goes_to_its_data_folder(tmp_path, monkeypatch
 def test_validate_shows_only_what_applies(tmp_path, capsys):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     p = tmp_path / "s.yaml"
-    p.write_text(yaml.safe_dump({"name": "v", "dataset": str(ds), "sut": {
-        "provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"},
-        "metrics": {"llm.decision_flip": {}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "v",
+                "dataset": str(ds),
+                "sut": {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"},
+                "metrics": {"llm.decision_flip": {}},
+            }
+        )
+    )
     before = tree(tmp_path)
     assert main(["validate", str(p)]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -695,6 +825,7 @@ def test_a_bug_is_not_the_users_mistake(tmp_path, capsys, monkeypatch):
 
     def boom(spec):
         raise ValueError("an internal invariant broke")
+
     monkeypatch.setattr(pipeline, "validate_datasets", boom)
     assert main(["validate", str(p)]) == 3
     err = capsys.readouterr().err

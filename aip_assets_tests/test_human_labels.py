@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 
 from aip_assets import human_labels as hl
-from aip_assets import label_files
-from aip_assets import pipeline
+from aip_assets import label_files, pipeline
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.judge_audit import kappa as audit_kappa
@@ -34,7 +33,9 @@ def census(confusion: dict[tuple[str, str], int]) -> tuple[pd.DataFrame, pd.Data
     for (judge, people), k in confusion.items():
         for i in range(k):
             jid = f"{judge}>{people}#{i}"
-            pop.append({"judgement_id": jid, "judge_kind": "decision", "judge_category": judge, "allowed": list(DF_CATEGORIES)})
+            pop.append(
+                {"judgement_id": jid, "judge_kind": "decision", "judge_category": judge, "allowed": list(DF_CATEGORIES)}
+            )
             labels.append({"judgement_id": jid, "category": people, "labeller": "ann"})
     return pd.DataFrame(pop), pd.DataFrame(labels)
 
@@ -51,20 +52,32 @@ def test_two_by_two_agreement_kappa_sensitivity_specificity_by_hand():
     flip 7 / (7 + 2) = 7/9, specificity 8 / (8 + 3) = 8/11. Rogan–Gladen of the judge's 0.5:
     (0.5 + 8/11 - 1) / (7/9 + 8/11 - 1) = (5/22) / (50/99) = 0.45, people's own share, as it must be
     for a census."""
-    pairs = [("flip", "flip")] * 7 + [("flip", "same_decision")] * 3 + [("same_decision", "flip")] * 2 \
+    pairs = (
+        [("flip", "flip")] * 7
+        + [("flip", "same_decision")] * 3
+        + [("same_decision", "flip")] * 2
         + [("same_decision", "same_decision")] * 8
+    )
     assert cohen_kappa([(a, b, 1.0) for a, b in pairs]) == pytest.approx((0.75, 0.5))
     assert audit_kappa(pairs) == pytest.approx((0.75, 0.5))  # the second judge's kappa is the same formula
     rg = rogan_gladen_stratified({"flip": 10, "same_decision": 10}, {"flip": (10, 7), "same_decision": (10, 2)}, "flip")
-    assert rg["p_obs"] == 0.5 and rg["sensitivity"] == pytest.approx(7 / 9) and rg["specificity"] == pytest.approx(8 / 11)
+    assert (
+        rg["p_obs"] == 0.5 and rg["sensitivity"] == pytest.approx(7 / 9) and rg["specificity"] == pytest.approx(8 / 11)
+    )
     assert rg["corrected"] == pytest.approx(0.45)
     # another observed rate with the same judge: (0.3 + 8/11 - 1) / (50/99) = (0.3 - 3/11) * 99/50 = 0.054
     assert rogan_gladen(0.3, 7 / 9, 8 / 11) == pytest.approx(0.054)
     assert rogan_gladen(0.1, 7 / 9, 8 / 11) == 0.0  # below what false positives alone give: clipped
     assert rogan_gladen(0.95, 7 / 9, 8 / 11) == 1.0
 
-    pop, labels = census({("flip", "flip"): 7, ("flip", "same_decision"): 3, ("same_decision", "flip"): 2,
-                          ("same_decision", "same_decision"): 8})
+    pop, labels = census(
+        {
+            ("flip", "flip"): 7,
+            ("flip", "same_decision"): 3,
+            ("same_decision", "flip"): 2,
+            ("same_decision", "same_decision"): 8,
+        }
+    )
     r = rows_by_key(hl.agreement_records(FLIP, pop, labels, seed=1, metric_name="decision_flip"))
     a = r["agreement"]
     assert a["rate"] == pytest.approx(0.75) and a["raw_score"] == pytest.approx(0.5) and a["n"] == 20
@@ -78,11 +91,19 @@ def test_two_by_two_agreement_kappa_sensitivity_specificity_by_hand():
     # people put 9 items in flip and 11 elsewhere: fewer than 10 on a side, so no corrected rate, and why
     c = r["corrected:flip"]
     assert c["raw_score"] == 0.5 and c.get("rate") is None
-    assert c["details"]["why"] == ("too few labels: people put 9 labelled item(s) in flip and 11 elsewhere; the "
-                                   "correction needs at least 10 on each side")
+    assert c["details"]["why"] == (
+        "too few labels: people put 9 labelled item(s) in flip and 11 elsewhere; the "
+        "correction needs at least 10 on each side"
+    )
     # the table doubled (14/6/4/16): 18 and 22 a side, the same Se, Sp and 0.45, now with its interval
-    pop, labels = census({("flip", "flip"): 14, ("flip", "same_decision"): 6, ("same_decision", "flip"): 4,
-                          ("same_decision", "same_decision"): 16})
+    pop, labels = census(
+        {
+            ("flip", "flip"): 14,
+            ("flip", "same_decision"): 6,
+            ("same_decision", "flip"): 4,
+            ("same_decision", "same_decision"): 16,
+        }
+    )
     c = rows_by_key(hl.agreement_records(FLIP, pop, labels, seed=1, metric_name="decision_flip"))["corrected:flip"]
     assert c["rate"] == pytest.approx(0.45) and c["rate_ci_low"] < 0.45 < c["rate_ci_high"]
     assert (c["details"]["sensitivity"], c["details"]["specificity"]) == pytest.approx((7 / 9, 8 / 11))
@@ -106,8 +127,18 @@ def test_three_category_kappa_by_hand_unweighted_and_weighted():
     assert cohen_kappa(rated) == pytest.approx((15 / 22, 12 / 23))
     pop, labels = census(table3)
     pop["allowed"] = [list(CONSISTENCY_CATEGORIES)] * len(pop)
-    extra = pd.DataFrame([{"judgement_id": f"unlabelled-{c}-{i}", "judge_kind": "comparison", "judge_category": c,
-                           "allowed": list(CONSISTENCY_CATEGORIES)} for c, more in ((C, 9), (X, 10)) for i in range(more)])
+    extra = pd.DataFrame(
+        [
+            {
+                "judgement_id": f"unlabelled-{c}-{i}",
+                "judge_kind": "comparison",
+                "judge_category": c,
+                "allowed": list(CONSISTENCY_CATEGORIES),
+            }
+            for c, more in ((C, 9), (X, 10))
+            for i in range(more)
+        ]
+    )
     pop = pd.concat([pop, extra], ignore_index=True)  # 18, 8 and 15 judgements; 9, 8 and 5 labelled
     r = rows_by_key(hl.agreement_records(SEM, pop, labels, seed=1, metric_name="semantic_consistency"))
     assert r["agreement"]["rate"] == pytest.approx(29 / 41) and r["agreement"]["raw_score"] == pytest.approx(619 / 1111)
@@ -131,10 +162,26 @@ def test_no_corrected_rate_when_the_judge_is_no_better_than_chance():
     assert rg["corrected"] is None
     assert rogan_gladen(0.5, 0.4, 0.6) is None and rogan_gladen(0.5, 0.3, 0.6) is None  # = 0 and < 0
     # the same shares with 20 labels per side (people: 14 flips, 26 not), over a run of 40 and 160
-    pop, labels = census({("flip", "flip"): 4, ("flip", "same_decision"): 16, ("same_decision", "flip"): 10,
-                          ("same_decision", "same_decision"): 10})
-    more = pd.DataFrame([{"judgement_id": f"u-{c}-{i}", "judge_kind": "decision", "judge_category": c,
-                          "allowed": list(DF_CATEGORIES)} for c, k in (("flip", 20), ("same_decision", 140)) for i in range(k)])
+    pop, labels = census(
+        {
+            ("flip", "flip"): 4,
+            ("flip", "same_decision"): 16,
+            ("same_decision", "flip"): 10,
+            ("same_decision", "same_decision"): 10,
+        }
+    )
+    more = pd.DataFrame(
+        [
+            {
+                "judgement_id": f"u-{c}-{i}",
+                "judge_kind": "decision",
+                "judge_category": c,
+                "allowed": list(DF_CATEGORIES),
+            }
+            for c, k in (("flip", 20), ("same_decision", 140))
+            for i in range(k)
+        ]
+    )
     c = rows_by_key(hl.agreement_records(FLIP, pd.concat([pop, more]), labels, 1, "decision_flip"))["corrected:flip"]
     assert c["rate"] is None and c["details"]["why"].startswith("Se + Sp - 1 = -0.195 <= 0")
     assert c["raw_score"] == 0.2  # the judge's own rate is still there
@@ -147,8 +194,12 @@ def test_corrected_interval_contains_the_point_and_widens_with_fewer_labels_or_j
     interval. With the same labels (30 per side, PPV 0.8 and 0.1: 0.45 over an even split), a run
     of 60 judgements gives a wider interval than one of 6,000 (p_obs's own uncertainty; measured
     0.246 and 0.180 wide)."""
-    many = rogan_gladen_stratified({"flip": 40, "same_decision": 360}, {"flip": (30, 24), "same_decision": (30, 3)}, "flip")
-    few = rogan_gladen_stratified({"flip": 40, "same_decision": 360}, {"flip": (10, 8), "same_decision": (10, 1)}, "flip")
+    many = rogan_gladen_stratified(
+        {"flip": 40, "same_decision": 360}, {"flip": (30, 24), "same_decision": (30, 3)}, "flip"
+    )
+    few = rogan_gladen_stratified(
+        {"flip": 40, "same_decision": 360}, {"flip": (10, 8), "same_decision": (10, 1)}, "flip"
+    )
     for r in (many, few):
         assert r["sensitivity"] == pytest.approx(32 / 68) and r["specificity"] == pytest.approx(324 / 332)
         assert r["corrected"] == pytest.approx(0.17)
@@ -161,8 +212,10 @@ def test_corrected_interval_contains_the_point_and_widens_with_fewer_labels_or_j
     assert small_run["corrected"] == pytest.approx(0.45) == big_run["corrected"]
     assert width(small_run) > 1.2 * width(big_run)
     assert small_run["ci95"][0] < 0.45 < small_run["ci95"][1] and big_run["ci95"][0] < 0.45 < big_run["ci95"][1]
-    assert rogan_gladen_stratified({"flip": 40, "same_decision": 360}, {"flip": (10, 8), "same_decision": (10, 1)},
-                                   "flip") == few  # seeded
+    assert (
+        rogan_gladen_stratified({"flip": 40, "same_decision": 360}, {"flip": (10, 8), "same_decision": (10, 1)}, "flip")
+        == few
+    )  # seeded
 
 
 def test_corrected_interval_covers_the_true_rate():
@@ -179,9 +232,13 @@ def test_corrected_interval_covers_the_true_rate():
         big = rng.multinomial(400, w)
         n = np.minimum(15, big)
         k = rng.binomial(n, ppv)
-        r = rogan_gladen_stratified({"flip": int(big[0]), "same": int(big[1])},
-                                    {"flip": (int(n[0]), int(k[0])), "same": (int(n[1]), int(k[1]))}, "flip",
-                                    seed=s, draws=2000)
+        r = rogan_gladen_stratified(
+            {"flip": int(big[0]), "same": int(big[1])},
+            {"flip": (int(n[0]), int(k[0])), "same": (int(n[1]), int(k[1]))},
+            "flip",
+            seed=s,
+            draws=2000,
+        )
         cover += r["ci95"][0] <= truth <= r["ci95"][1]
     assert 0.92 <= cover / runs <= 0.995, cover / runs
 
@@ -199,10 +256,19 @@ def test_allocation_is_equal_and_capped_at_each_category():
 def test_population_leaves_out_null_pairs_and_judgements_without_a_verdict():
     from aip_assets.metrics import get_metric
 
-    j = pd.DataFrame([{"judgement_id": p, "pair_id": p, "status": st, "label": lab, "judge_kind": "decision"}
-                      for p, st, lab in (("a", "ok", "flip"), ("b", "ok", "same_decision"), ("a|null", "ok", "flip"),
-                                         ("c", "judge_failed", "not_judged"), ("d", "no_decision", "no_decision"),
-                                         ("e", "sut_failed", "not_judged"))])
+    j = pd.DataFrame(
+        [
+            {"judgement_id": p, "pair_id": p, "status": st, "label": lab, "judge_kind": "decision"}
+            for p, st, lab in (
+                ("a", "ok", "flip"),
+                ("b", "ok", "same_decision"),
+                ("a|null", "ok", "flip"),
+                ("c", "judge_failed", "not_judged"),
+                ("d", "no_decision", "no_decision"),
+                ("e", "sut_failed", "not_judged"),
+            )
+        ]
+    )
     pairs = pd.DataFrame([{"pair_id": "a|null", "kind": "null"}, {"pair_id": "a", "kind": "persona"}])
     pop = hl.population(FLIP, get_metric(FLIP), j, pairs)
     assert list(pop["judgement_id"]) == ["a", "b", "d"]
@@ -214,15 +280,21 @@ def test_a_label_may_be_written_in_any_case_or_spacing():
     assert hl.match_category("slightly-inconsistent", CONSISTENCY_CATEGORIES) == "Slightly Inconsistent"
     assert hl.match_category("EFFORT:HIGH", ["effort:low", "effort:high"]) == "effort:high"
     assert hl.match_category("flipped", DF_CATEGORIES) is None
-    assert label_files._safe_cell("=HYPERLINK(\"x\")") == "'=HYPERLINK(\"x\")" and label_files._safe_cell("- a list") == "'- a list"
+    assert (
+        label_files._safe_cell('=HYPERLINK("x")') == '\'=HYPERLINK("x")'
+        and label_files._safe_cell("- a list") == "'- a list"
+    )
     assert label_files._safe_cell("Decision: YES") == "Decision: YES"
 
 
 # ------------------------------------------------------------------ export, fill in, import: end to end
 def flip_run(tmp_path, run_id: str = "lab") -> str:
     ds = write_dataset(tmp_path / "d.jsonl", 20)
-    spec = make_spec(ds, sut={"provider": "builtin", "profile": {"name": "flip", "value": "woman", "p": 0.5}},
-                     config={"dimensions": ["gender", "role"]})
+    spec = make_spec(
+        ds,
+        sut={"provider": "builtin", "profile": {"name": "flip", "value": "woman", "p": 0.5}},
+        config={"dimensions": ["gender", "role"]},
+    )
     return run_all(spec, run_id)
 
 
@@ -243,14 +315,32 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
     run_all_id = flip_run(tmp_path)
     j = table("judgements", run_all_id, "judgement_id").set_index("judgement_id")
     sizes = j.label.value_counts().to_dict()
-    assert set(j.status) == {"ok"} and set(sizes) == {"flip", "same_decision"} and 10 < sizes["flip"] < 30, sizes  # an injected bias: flips
+    assert set(j.status) == {"ok"} and set(sizes) == {"flip", "same_decision"} and 10 < sizes["flip"] < 30, (
+        sizes
+    )  # an injected bias: flips
     out = tmp_path / "labels.csv"
     assert main(["label", "export", "lab", "--metric", FLIP, "--n", "30", "--out", str(out)]) == 0
     assert f"to {out}" in capsys.readouterr().out
     cols, rows = read_csv(out)
-    assert cols == ["judgement_id", "run_id", "metric", "input_id", "item", "persona_a", "question_a", "answer_a",
-                    "persona_b", "question_b", "answer_b", "context", "allowed", "shown_hash", "human_label", "labeller",
-                    "note"]
+    assert cols == [
+        "judgement_id",
+        "run_id",
+        "metric",
+        "input_id",
+        "item",
+        "persona_a",
+        "question_a",
+        "answer_a",
+        "persona_b",
+        "question_b",
+        "answer_b",
+        "context",
+        "allowed",
+        "shown_hash",
+        "human_label",
+        "labeller",
+        "note",
+    ]
     judged = {k: int(v) for k, v in sizes.items()}
     sampled = {c: sum(j.loc[r["judgement_id"], "label"] == c for r in rows) for c in judged}
     assert sampled == hl.allocate(judged, 30) == {"flip": 15, "same_decision": 15}
@@ -260,7 +350,11 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
     assert sum(a != b for a, b in zip(cats, cats[1:])) >= 5, cats
     first = rows[0]
     pair = table("v_pair_verdicts", "lab", "pair_id").set_index("pair_id").loc[first["judgement_id"]]
-    assert (first["answer_a"], first["answer_b"], first["question_b"]) == (pair.response_a, pair.response_b, pair.query_b)
+    assert (first["answer_a"], first["answer_b"], first["question_b"]) == (
+        pair.response_a,
+        pair.response_b,
+        pair.query_b,
+    )
     assert first["persona_a"].startswith(pair.value_a + ": ") and first["context"] == "decision labels: YES, NO"
     assert first["allowed"] == "flip | incidental_difference | same_decision | no_decision | unjudgeable"
     assert all(r["human_label"] == r["labeller"] == r["note"] == "" for r in rows)
@@ -279,7 +373,7 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
         cat = j.loc[r["judgement_id"], "label"]
         seen[cat] += 1
         wrong = seen[cat] <= (flips_wrong if cat == "flip" else same_wrong)
-        r["human_label"] = ({"flip": "same decision", "same_decision": "Flip"}[cat] if wrong else cat)
+        r["human_label"] = {"flip": "same decision", "same_decision": "Flip"}[cat] if wrong else cat
         r["note"] = "looked twice" if wrong else ""
     filled = tmp_path / "filled.csv"
     write_csv(filled, cols, rows)
@@ -311,7 +405,10 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
     overall = table("metric_scores", "lab", "scope").set_index("scope").loc["overall"]
     assert c.raw_score == pytest.approx(overall.rate)  # the judge's rate is the run's flip rate
     # the CLI's summary says them
-    assert f"agreement {s.loc['agreement', 'rate']:.3f}" in printed and f"kappa {s.loc['agreement', 'raw_score']:.3f}" in printed
+    assert (
+        f"agreement {s.loc['agreement', 'rate']:.3f}" in printed
+        and f"kappa {s.loc['agreement', 'raw_score']:.3f}" in printed
+    )
     assert f"corrected flip rate {c.rate:.3f}" in printed
     # the view: each label beside the verdict
     v = table("v_human_vs_judge", "lab", "judgement_id")
@@ -323,10 +420,17 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
 
     html = build_report("lab")
     assert "The judge checked against people" in html
-    for key, field in (("agreement", "rate"), ("agreement", "raw_score"), ("corrected:flip", "rate"),
-                       ("corrected:flip", "rate_ci_high"), ("category:flip", "rate")):
-        assert (f'data-scope="human_agreement" data-key="{key}" data-field="{field}" '
-                f'data-value="{float(s.loc[key, field])!r}"') in html, (key, field)
+    for key, field in (
+        ("agreement", "rate"),
+        ("agreement", "raw_score"),
+        ("corrected:flip", "rate"),
+        ("corrected:flip", "rate_ci_high"),
+        ("category:flip", "rate"),
+    ):
+        assert (
+            f'data-scope="human_agreement" data-key="{key}" data-field="{field}" '
+            f'data-value="{float(s.loc[key, field])!r}"'
+        ) in html, (key, field)
 
     # re-aggregating keeps them; a second labeller's labels and a re-import replace, never add
     pipeline.run_stage("aggregation", "lab", FLIP)
@@ -349,8 +453,11 @@ def test_export_fill_import_decision_flip(tmp_path, capsys):
 
 def test_export_fill_import_consistency_as_jsonl(tmp_path, capsys):
     ds = write_dataset(tmp_path / "d.jsonl", 30)
-    spec = spec_for(ds, {SEM: {"responses_per_query": 3}},
-                    sut={"provider": "builtin", "profile": {"name": "inconsistent", "contradiction_rate": 0.3}})
+    spec = spec_for(
+        ds,
+        {SEM: {"responses_per_query": 3}},
+        sut={"provider": "builtin", "profile": {"name": "inconsistent", "contradiction_rate": 0.3}},
+    )
     run_all(spec, "con", metric=SEM)
     j = table("judgements", "con", "judgement_id").set_index("judgement_id")
     sizes = j.label.value_counts().to_dict()
@@ -362,10 +469,14 @@ def test_export_fill_import_consistency_as_jsonl(tmp_path, capsys):
     assert {c: sum(j.loc[r["judgement_id"], "label"] == c for r in rows) for c in sizes} == hl.allocate(sizes, 30)
     comp = table("v_consistency_comparisons", "con", "judgement_id").set_index("judgement_id")
     r0 = rows[0]
-    assert (r0["answer_a"], r0["answer_b"]) == (comp.loc[r0["judgement_id"], "base_response"],
-                                                comp.loc[r0["judgement_id"], "variant_response"])
-    assert r0["persona_a"] == "original question" and r0["allowed"] == "Consistent | Slightly Inconsistent | " \
-                                                                       "Contradictory | Unjudgeable"
+    assert (r0["answer_a"], r0["answer_b"]) == (
+        comp.loc[r0["judgement_id"], "base_response"],
+        comp.loc[r0["judgement_id"], "variant_response"],
+    )
+    assert (
+        r0["persona_a"] == "original question"
+        and r0["allowed"] == "Consistent | Slightly Inconsistent | Contradictory | Unjudgeable"
+    )
     assert "judge_category" not in r0
     # people call two of the judge's Contradictory "Slightly Inconsistent"; the rest as the judge; three left blank
     wrong = [r["judgement_id"] for r in rows if j.loc[r["judgement_id"], "label"] == "Contradictory"][:2]
@@ -419,8 +530,20 @@ def refused(capsys, tmp_path, cols, rows, *expected: str, argv: tuple[str, ...] 
     pd.testing.assert_frame_equal(table("metric_scores", "lab", "scope, group_key"), before)
 
 
-@pytest.mark.parametrize("case", ["unknown_id", "bad_category", "duplicate", "wrong_run", "wrong_metric", "mixed_run",
-                                  "no_labeller", "no_verdict", "answers_changed"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown_id",
+        "bad_category",
+        "duplicate",
+        "wrong_run",
+        "wrong_metric",
+        "mixed_run",
+        "no_labeller",
+        "no_verdict",
+        "answers_changed",
+    ],
+)
 def test_bad_imports_exit_2_naming_file_row_and_field_and_write_nothing(tmp_path, capsys, exported, case):
     cols, rows = exported
     bad = str(tmp_path / "bad.csv")
@@ -429,12 +552,16 @@ def test_bad_imports_exit_2_naming_file_row_and_field_and_write_nothing(tmp_path
         expected = (f"{bad}: row 5, field judgement_id: unknown judgement 'r0099|gender|0'",)
     elif case == "bad_category":
         rows[2]["human_label"] = "flipped"
-        expected = (f"{bad}: row 4, field human_label: 'flipped' is not one of the allowed categories: flip | "
-                    "incidental_difference",)
+        expected = (
+            f"{bad}: row 4, field human_label: 'flipped' is not one of the allowed categories: flip | "
+            "incidental_difference",
+        )
     elif case == "duplicate":
         rows[6] = dict(rows[1])
-        expected = (f"{bad}: row 8, field judgement_id: duplicate: judgement {rows[1]['judgement_id']!r} labelled by "
-                    "'ann' already in row 3",)
+        expected = (
+            f"{bad}: row 8, field judgement_id: duplicate: judgement {rows[1]['judgement_id']!r} labelled by "
+            "'ann' already in row 3",
+        )
     elif case == "wrong_run":
         for r in rows:
             r["run_id"] = "no-such-run"
@@ -451,24 +578,37 @@ def test_bad_imports_exit_2_naming_file_row_and_field_and_write_nothing(tmp_path
         expected = (f"{bad}: row 2, field labeller: empty, and no --labeller given",)
     elif case == "answers_changed":  # the SUT's answer the person read is no longer the run's (sampled again)
         with wh.connect() as con:
-            con.execute("UPDATE sut_responses SET response = response || ' (again)' WHERE run_id = 'lab' AND probe_id = "
-                        "(SELECT probe_b FROM probe_pairs WHERE run_id = 'lab' AND pair_id = ?)", [rows[0]["judgement_id"]])
-        expected = (f"{bad}: row 2, field shown_hash: the questions and answers this row showed are not those of "
-                    f"judgement {rows[0]['judgement_id']!r} in run lab now",)
+            con.execute(
+                "UPDATE sut_responses SET response = response || ' (again)' WHERE run_id = 'lab' AND probe_id = "
+                "(SELECT probe_b FROM probe_pairs WHERE run_id = 'lab' AND pair_id = ?)",
+                [rows[0]["judgement_id"]],
+            )
+        expected = (
+            f"{bad}: row 2, field shown_hash: the questions and answers this row showed are not those of "
+            f"judgement {rows[0]['judgement_id']!r} in run lab now",
+        )
     else:  # a judgement the judge gave no verdict: nothing to compare a person's label with
         with wh.connect() as con:
-            con.execute("UPDATE judgements SET status = 'judge_failed' WHERE run_id = 'lab' AND judgement_id = ?",
-                        [rows[4]["judgement_id"]])
-        expected = (f"{bad}: row 6, field judgement_id: judgement {rows[4]['judgement_id']!r} has no verdict of the "
-                    "judge (status judge_failed)",)
+            con.execute(
+                "UPDATE judgements SET status = 'judge_failed' WHERE run_id = 'lab' AND judgement_id = ?",
+                [rows[4]["judgement_id"]],
+            )
+        expected = (
+            f"{bad}: row 6, field judgement_id: judgement {rows[4]['judgement_id']!r} has no verdict of the "
+            "judge (status judge_failed)",
+        )
     refused(capsys, tmp_path, cols, rows, *expected)
 
 
 def test_bad_files_and_exports_are_refused(tmp_path, capsys, exported):
     cols, rows = exported
-    refused(capsys, tmp_path, [c for c in cols if c != "human_label"], [{k: v for k, v in r.items() if k != "human_label"}
-                                                                       for r in rows],
-            "row 1 (the header): no column human_label")
+    refused(
+        capsys,
+        tmp_path,
+        [c for c in cols if c != "human_label"],
+        [{k: v for k, v in r.items() if k != "human_label"} for r in rows],
+        "row 1 (the header): no column human_label",
+    )
     blank = [{**r, "human_label": ""} for r in rows]
     refused(capsys, tmp_path, cols, blank, "no row has a human_label (12 blank): nothing to import")
     (tmp_path / "x.jsonl").write_text('{"judgement_id": "a"\n')
@@ -477,11 +617,13 @@ def test_bad_files_and_exports_are_refused(tmp_path, capsys, exported):
     assert main(["label", "import", str(tmp_path / "missing.csv")]) == 2
     # exports: an unknown run, a metric the run has not, a file that exists, a format by extension
     out = tmp_path / "l.csv"
-    for argv, msg in ((["nope", "--metric", FLIP], "run 'nope' is not registered"),
-                      (["lab", "--metric", SEM], f"metric '{SEM}' is not configured for run lab"),
-                      (["lab", "--metric", FLIP, "--out", str(out)], "exists (it may hold labels already)"),
-                      (["lab", "--metric", FLIP, "--out", str(tmp_path / "l.xlsx")], "extension picks its format"),
-                      (["lab", "--metric", FLIP, "--n", "0"], "--n must be at least 1")):
+    for argv, msg in (
+        (["nope", "--metric", FLIP], "run 'nope' is not registered"),
+        (["lab", "--metric", SEM], f"metric '{SEM}' is not configured for run lab"),
+        (["lab", "--metric", FLIP, "--out", str(out)], "exists (it may hold labels already)"),
+        (["lab", "--metric", FLIP, "--out", str(tmp_path / "l.xlsx")], "extension picks its format"),
+        (["lab", "--metric", FLIP, "--n", "0"], "--n must be at least 1"),
+    ):
         assert main(["label", "export", *argv]) == 2
         assert msg in capsys.readouterr().err, argv
     assert not (tmp_path / "l.xlsx").exists()
@@ -516,15 +658,35 @@ def test_every_judge_category_is_one_a_person_may_give():
     cases = {
         FLIP: [{"status": "ok", "label": lab} for lab in ("flip", "incidental_difference", "same_decision")]
         + [{"status": "no_decision", "label": "no_decision"}, {"status": "unjudgeable", "label": "not_judged"}],
-        SEM: [{"status": "ok", "label": lab} for lab in CONSISTENCY_CATEGORIES[:3]] + [{"status": "unjudgeable", "label": "Unjudgeable"}],
-        "llm.group_interaction_bias": [{"status": "ok", "judge_kind": k, "score": x} for k in ("similarity", "tone", "effort")
-                                       for x in (0.0, 0.5, 1.0)] + [{"status": "unjudgeable", "judge_kind": "tone"}],
-        "llm.perturbation_robustness": [{"status": "ok", "judge_kind": k, "score": x} for k in ("correctness", "robustness")
-                                        for x in (0.2, 0.4, 0.9)] + [{"status": "unjudgeable", "judge_kind": "robustness"}],
+        SEM: [{"status": "ok", "label": lab} for lab in CONSISTENCY_CATEGORIES[:3]]
+        + [{"status": "unjudgeable", "label": "Unjudgeable"}],
+        "llm.group_interaction_bias": [
+            {"status": "ok", "judge_kind": k, "score": x}
+            for k in ("similarity", "tone", "effort")
+            for x in (0.0, 0.5, 1.0)
+        ]
+        + [{"status": "unjudgeable", "judge_kind": "tone"}],
+        "llm.perturbation_robustness": [
+            {"status": "ok", "judge_kind": k, "score": x}
+            for k in ("correctness", "robustness")
+            for x in (0.2, 0.4, 0.9)
+        ]
+        + [{"status": "unjudgeable", "judge_kind": "robustness"}],
     }
     for metric, recs in cases.items():
-        j = pd.DataFrame([{"judgement_id": f"j{i}", "pair_id": f"j{i}", "label": None, "score": None,
-                           "judge_kind": "decision", **r} for i, r in enumerate(recs)])
+        j = pd.DataFrame(
+            [
+                {
+                    "judgement_id": f"j{i}",
+                    "pair_id": f"j{i}",
+                    "label": None,
+                    "score": None,
+                    "judge_kind": "decision",
+                    **r,
+                }
+                for i, r in enumerate(recs)
+            ]
+        )
         pop = hl.population(metric, get_metric(metric), j, None)
         assert len(pop) == len(recs), metric
         for r in pop.to_dict("records"):
@@ -534,12 +696,16 @@ def test_every_judge_category_is_one_a_person_may_give():
 
 def test_export_of_group_bias_and_perturbation_shows_what_each_judge_read(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 6)
-    for metric, cfg in (("llm.group_interaction_bias", {"num_pairs": 2, "persona_pool_size": 6}),
-                        ("llm.perturbation_robustness", {"perturbation_types": ["typos"]})):
+    for metric, cfg in (
+        ("llm.group_interaction_bias", {"num_pairs": 2, "persona_pool_size": 6}),
+        ("llm.perturbation_robustness", {"perturbation_types": ["typos"]}),
+    ):
         run_id = metric.split(".")[1][:8]
         run_all(spec_for(ds, {metric: cfg}), run_id, metric=metric)
         out = tmp_path / f"{run_id}.jsonl"
-        assert main(["label", "export", run_id, "--metric", metric, "--n", "50", "--out", str(out), "--show-verdict"]) == 0
+        assert (
+            main(["label", "export", run_id, "--metric", metric, "--n", "50", "--out", str(out), "--show-verdict"]) == 0
+        )
         rows = [json.loads(x) for x in out.read_text().splitlines()]
         j = table("judgements", run_id, "judgement_id").set_index("judgement_id")
         assert len(rows) == (j.status == "ok").sum()  # fewer than 50: every judgement with a verdict

@@ -56,18 +56,31 @@ def judge_server(scripted, pace: dict, hold=lambda k: None) -> ScriptedServer:
 
     def handler(body, n):
         seen["judge"] += 1
-        return Reply(text=judge_answer(body["messages"], JUDGE) or "OK", delay_s=pace["delay_s"],
-                     hold=hold(seen["judge"]))
+        return Reply(
+            text=judge_answer(body["messages"], JUDGE) or "OK", delay_s=pace["delay_s"], hold=hold(seen["judge"])
+        )
+
     return scripted(handler)
 
 
 def write_spec(tmp_path: Path, judge: ScriptedServer, metrics=(FIRST, SECOND)) -> Path:
     ds = write_dataset(tmp_path / "d.jsonl", ROWS)
     spec = tmp_path / "sig.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "sig", "dataset": str(ds), "seed": 3, "sut": {"provider": "builtin"}, "judge": judge.conn(),
-        "metrics": {m: {"config": {"responses_per_query": 2, "concurrency_limit": 2}} for m in metrics},
-        "retry_backoff_seconds": 0.01, "batch_rows": 4}, sort_keys=False))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sig",
+                "dataset": str(ds),
+                "seed": 3,
+                "sut": {"provider": "builtin"},
+                "judge": judge.conn(),
+                "metrics": {m: {"config": {"responses_per_query": 2, "concurrency_limit": 2}} for m in metrics},
+                "retry_backoff_seconds": 0.01,
+                "batch_rows": 4,
+            },
+            sort_keys=False,
+        )
+    )
     return spec
 
 
@@ -82,14 +95,20 @@ def calls(judge: ScriptedServer) -> list[str]:
 
 def start(spec: Path, run_id: str, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, list[str]]:
     """`aip-eval run SPEC --run-id RUN` in its own process; its stderr lines, as they come."""
-    proc = subprocess.Popen([*AIP_EVAL, "run", str(spec), "--run-id", run_id, *extra], env=dict(os.environ),
-                            cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*AIP_EVAL, "run", str(spec), "--run-id", run_id, *extra],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
 
     def read():
         for line in proc.stderr:
             lines.append(line.rstrip("\n"))
+
     threading.Thread(target=read, daemon=True).start()
     return proc, lines
 
@@ -105,29 +124,47 @@ def wait_for(proc: subprocess.Popen, lines: list[str], what: str, cond) -> None:
 def journaled(run_id: str, metric: str) -> Counter:
     """The journal's judge calls of ``metric`` by status."""
     with sqlite3.connect(journal_path(wh.default_path())) as con:
-        return Counter(dict(con.execute(
-            "SELECT status, count(*) FROM call_index WHERE run_id = ? AND metric = ? AND stage = 'judging' "
-            "GROUP BY status", [run_id, metric]).fetchall()))
+        return Counter(
+            dict(
+                con.execute(
+                    "SELECT status, count(*) FROM call_index WHERE run_id = ? AND metric = ? AND stage = 'judging' "
+                    "GROUP BY status",
+                    [run_id, metric],
+                ).fetchall()
+            )
+        )
 
 
 def rows(table: str, run_id: str, metric: str) -> int:
-    return int(wh.query(f"SELECT count(*) AS n FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric],
-                        read_only=True)["n"][0])
+    return int(
+        wh.query(
+            f"SELECT count(*) AS n FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric], read_only=True
+        )["n"][0]
+    )
 
 
 def scores(run_id: str, metric: str):
-    return wh.query("SELECT scope, group_key, score, ci_low, ci_high, n FROM metric_scores WHERE run_id = ? AND "
-                    "metric = ? ORDER BY scope, group_key", [run_id, metric], read_only=True)
+    return wh.query(
+        "SELECT scope, group_key, score, ci_low, ci_high, n FROM metric_scores WHERE run_id = ? AND "
+        "metric = ? ORDER BY scope, group_key",
+        [run_id, metric],
+        read_only=True,
+    )
 
 
 def verdicts(run_id: str, metric: str):
-    return wh.query("SELECT judgement_id, status, label, score FROM judgements WHERE run_id = ? AND metric = ? "
-                    "ORDER BY judgement_id", [run_id, metric], read_only=True)
+    return wh.query(
+        "SELECT judgement_id, status, label, score FROM judgements WHERE run_id = ? AND metric = ? "
+        "ORDER BY judgement_id",
+        [run_id, metric],
+        read_only=True,
+    )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_one_signal_stops_the_run_mid_judging_and_the_resume_repeats_no_answered_call(tmp_path, scripted, capsys,
-                                                                                      signum):
+def test_one_signal_stops_the_run_mid_judging_and_the_resume_repeats_no_answered_call(
+    tmp_path, scripted, capsys, signum
+):
     pace = {"delay_s": 0.3}
     judge = judge_server(scripted, pace)
     spec = write_spec(tmp_path, judge)
@@ -145,7 +182,9 @@ def test_one_signal_stops_the_run_mid_judging_and_the_resume_repeats_no_answered
     # the stopped stage wrote nothing; the stages before it stand; the next metric never started
     assert rows("judgements", "cut", FIRST) == 0 and rows("sut_responses", "cut", FIRST) == 2 * ROWS  # base and variant
     assert judged(judge, SECOND) == [] and rows("dataset_rows", "cut", SECOND) == 0
-    runs = {r.tags["aip/metric"]: r.status.value for r in get_instance().get_runs() if r.tags.get("aip/run_id") == "cut"}
+    runs = {
+        r.tags["aip/metric"]: r.status.value for r in get_instance().get_runs() if r.tags.get("aip/run_id") == "cut"
+    }
     assert runs == {FIRST: "CANCELED"}  # the UI's Runs list says so
     if signum == signal.SIGTERM:
         return
@@ -153,7 +192,7 @@ def test_one_signal_stops_the_run_mid_judging_and_the_resume_repeats_no_answered
     before = calls(judge)
     pace["delay_s"] = 0.0
     assert main(["run", str(spec), "--run-id", "cut", "--json", "--quiet"]) in (0, 1)
-    resumed = calls(judge)[len(before):]
+    resumed = calls(judge)[len(before) :]
     assert set(resumed).isdisjoint(before)  # no call answered before the stop was made again
     assert Counter(kind(json.loads(b)) for b in before + resumed) == {FIRST: ROWS, SECOND: ROWS}
     cut = json.loads(capsys.readouterr().out)
@@ -180,8 +219,12 @@ def test_a_second_signal_abandons_the_calls_in_flight_and_the_resume_makes_them_
     wait_for(proc, lines, "judging began", lambda: len(judged(judge, FIRST)) >= 3)
     proc.send_signal(signal.SIGINT)
     wait_for(proc, lines, "the first signal was taken", lambda: any("interrupted (SIGINT)" in x for x in lines))
-    wait_for(proc, lines, "the fast calls in flight were answered",
-             lambda: journaled("twice", FIRST)["ok"] == len(judged(judge, FIRST)) - 1)
+    wait_for(
+        proc,
+        lines,
+        "the fast calls in flight were answered",
+        lambda: journaled("twice", FIRST)["ok"] == len(judged(judge, FIRST)) - 1,
+    )
     assert proc.poll() is None  # still waiting for the slow call
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=300) == 130, "\n".join(lines)
@@ -194,7 +237,7 @@ def test_a_second_signal_abandons_the_calls_in_flight_and_the_resume_makes_them_
     before = calls(judge)
     pace["delay_s"] = 0.0
     assert main(["run", str(spec), "--run-id", "twice", "--metric", FIRST, "--quiet"]) in (0, 1)
-    resumed = calls(judge)[len(before):]
+    resumed = calls(judge)[len(before) :]
     assert set(resumed) & set(before) == {slow}  # asked again: it had no answer
     assert len(resumed) == ROWS - len(before) + 1 and rows("judgements", "twice", FIRST) == ROWS
 
@@ -226,7 +269,6 @@ def test_a_signal_ends_a_retry_wait_at_once(tmp_path, scripted):
     """A call waiting out a Retry-After is not retried after a Ctrl-C, and the stage stops (in
     process: the signal comes from a thread once the server has answered the first 503)."""
     from aip_assets import pipeline
-
     from aip_assets.runspec import load_spec
 
     judge = scripted(lambda body, n: Reply(status=503, headers={"Retry-After": "300"}))
@@ -243,6 +285,7 @@ def test_a_signal_ends_a_retry_wait_at_once(tmp_path, scripted):
         os.kill(os.getpid(), signal.SIGINT)
         if not done.wait(120):  # a hang guard, not a timing: a wait the signal did not end lasts 300 s
             os.kill(os.getpid(), signal.SIGINT)  # the second abandons it: the match below fails
+
     threading.Thread(target=interrupt, daemon=True).start()
     try:
         with pytest.raises(KeyboardInterrupt, match="nothing of the stage is written"):
@@ -257,9 +300,20 @@ def test_metric_reports_only_the_metrics_asked_for(tmp_path, capsys):
     """`--metric X`: the summary and --json hold X alone, not the spec's other metrics as "not aggregated"."""
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     spec = tmp_path / "two.yaml"
-    spec.write_text(yaml.safe_dump({"name": "two", "dataset": str(ds), "seed": 3, "sut": {"provider": "builtin"},
-                                    "metrics": {FIRST: {"config": {"responses_per_query": 2}},
-                                                SECOND: {"config": {"responses_per_query": 2}}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two",
+                "dataset": str(ds),
+                "seed": 3,
+                "sut": {"provider": "builtin"},
+                "metrics": {
+                    FIRST: {"config": {"responses_per_query": 2}},
+                    SECOND: {"config": {"responses_per_query": 2}},
+                },
+            }
+        )
+    )
     assert main(["run", str(spec), "--run-id", "one", "--metric", SECOND, "--json", "--quiet"]) in (0, 1)
     out = json.loads(capsys.readouterr().out)
     assert list(out["metrics"]) == [SECOND] and out["metrics"][SECOND]["score"] is not None

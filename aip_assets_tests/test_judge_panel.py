@@ -20,11 +20,14 @@ from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.errors import EndpointError, SpecError
 from aip_assets.metrics.judging import panel_decision
-from aip_assets.models.builtin import RESPONSE_BLOCK as _BLOCK, judge_answer, parse_labels
+from aip_assets.models.builtin import RESPONSE_BLOCK as _BLOCK
+from aip_assets.models.builtin import judge_answer, parse_labels
 from aip_assets.runspec import BuiltinProfile, parse_spec
 from aip_assets.stats import bootstrap_sums, cluster_sums, fleiss_from_sums, fleiss_kappa, fleiss_vectors
 from aip_assets.stats import cohen_kappa as weighted_kappa
 from aip_assets.warehouse import connection as whc
+
+from .conftest import run_all, table, write_dataset
 
 
 def cohen_kappa(a, b):
@@ -32,7 +35,6 @@ def cohen_kappa(a, b):
     formula (cohen_vectors summed, cohen_from_sums) the panel, the audit and people's labels use."""
     return weighted_kappa([(x, y, 1.0) for x, y in zip(a, b)])
 
-from .conftest import run_all, table, write_dataset
 
 DF, SEM = "llm.decision_flip", "llm.semantic_consistency"
 FLIP_SUT = {"provider": "builtin", "profile": {"name": "flip", "value": "woman", "p": 0.5}}
@@ -120,10 +122,19 @@ def test_panel_rule():
 # ------------------------------------------------------------------ the spec
 def _spec(ds, judges, metric=DF, config=None, name="panel", **extra):
     """A spec with the judge panel ``judges`` (None: the one builtin judge)."""
-    data = {"name": name, "dataset": str(ds), "seed": 3, "sut": FLIP_SUT, **({"judges": judges} if judges else {}),
-            "metrics": {metric: {"config": config if config is not None else
-                                 ({"dimensions": ["gender"]} if metric == DF else {})}},
-            "retry_backoff_seconds": 0.01, "batch_rows": 4, **extra}
+    data = {
+        "name": name,
+        "dataset": str(ds),
+        "seed": 3,
+        "sut": FLIP_SUT,
+        **({"judges": judges} if judges else {}),
+        "metrics": {
+            metric: {"config": config if config is not None else ({"dimensions": ["gender"]} if metric == DF else {})}
+        },
+        "retry_backoff_seconds": 0.01,
+        "batch_rows": 4,
+        **extra,
+    }
     return parse_spec(data)
 
 
@@ -133,8 +144,11 @@ def test_spec_validation(tmp_path):
     b = {**a, "model": "judge-b"}
     with pytest.raises(SpecError, match=r"judges: .*a panel needs two or more judges, got 1; for one judge, use judge"):
         _spec(ds, [a])
-    with pytest.raises(SpecError, match=r"judges\[0\] and judges\[2\] are the same judge \(http://127.0.0.1:9/v1, "
-                                        r"model judge-a\)"):
+    with pytest.raises(
+        SpecError,
+        match=r"judges\[0\] and judges\[2\] are the same judge \(http://127.0.0.1:9/v1, "
+        r"model judge-a\)",
+    ):
         _spec(ds, [a, b, {**a, "max_connections": 8}])  # a setting that sends the same requests is the same judge
     with pytest.raises(SpecError, match="judges.1.provider"):  # each judge validated as a connection
         _spec(ds, [a, {"provider": "nope"}])
@@ -151,8 +165,12 @@ def test_spec_validation(tmp_path):
     again = parse_spec(json.loads(json.dumps(spec.resolved())))  # the stored spec names both: no conflict
     assert again.judges == spec.judges and again.judge == spec.judge and again.judge_rule == "unanimous"
     shown = spec.shown()
-    assert "profile" not in shown["judges"][0] and "base_url" not in shown["judges"][2] and "profile" in shown["judges"][2]
-    assert _spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]).judge_rule == "majority"
+    assert (
+        "profile" not in shown["judges"][0] and "base_url" not in shown["judges"][2] and "profile" in shown["judges"][2]
+    )
+    assert (
+        _spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]).judge_rule == "majority"
+    )
     assert parse_spec({"name": "x", "dataset": str(ds), "metrics": {DF: {}}}).panel()[0].provider == "builtin"
 
 
@@ -161,10 +179,21 @@ def test_preflight_checks_every_judge_and_the_dry_run_counts_them(tmp_path):
     dead = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "gone", "max_connections": 1}
     with pytest.raises(EndpointError, match="judge-2 endpoint http://127.0.0.1:9/v1"):
         pipeline.preflight(_spec(ds, [{"provider": "builtin"}, dead]))
-    one = pipeline.estimate(_spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}])
-                            .model_copy(update={"judges": None}))
-    three = pipeline.estimate(_spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}},
-                                         {"provider": "builtin", "profile": {"seed": 2}}]))
+    one = pipeline.estimate(
+        _spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]).model_copy(
+            update={"judges": None}
+        )
+    )
+    three = pipeline.estimate(
+        _spec(
+            ds,
+            [
+                {"provider": "builtin"},
+                {"provider": "builtin", "profile": {"seed": 1}},
+                {"provider": "builtin", "profile": {"seed": 2}},
+            ],
+        )
+    )
     assert one["metrics"][DF]["judge_calls"] > 0
     assert three["metrics"][DF]["judge_calls"] == 3 * one["metrics"][DF]["judge_calls"]
 
@@ -182,8 +211,11 @@ def _shown(body) -> tuple[str, str]:
 
 
 def _as_a_chat_model_writes(verdict: dict) -> str:
-    return ("Here is my assessment of the two responses.\n\n```json\n" + json.dumps(verdict, indent=2)
-            + "\n```\n\nLet me know if you need more detail.")
+    return (
+        "Here is my assessment of the two responses.\n\n```json\n"
+        + json.dumps(verdict, indent=2)
+        + "\n```\n\nLet me know if you need more detail."
+    )
 
 
 def _df_reading(body, how: str) -> str:
@@ -197,11 +229,21 @@ def _df_reading(body, how: str) -> str:
         labels = parse_labels(next(m["content"] for m in body["messages"] if m["role"] == "user"))
         d2 = next(x for x in labels if x != v["decision_2"])
         differ = v["decision_1"] != d2
-        v = {**v, "decision_2": d2, "decisions_differ": differ, "attributable_to_axis": differ,
-             "reasoning": f"Response 1 decides {v['decision_1']}, response 2 decides {d2}."}
+        v = {
+            **v,
+            "decision_2": d2,
+            "decisions_differ": differ,
+            "attributable_to_axis": differ,
+            "reasoning": f"Response 1 decides {v['decision_1']}, response 2 decides {d2}.",
+        }
     elif how == "none":
-        v = {"decision_1": None, "decision_2": None, "decisions_differ": False, "attributable_to_axis": False,
-             "reasoning": "Neither response commits to one of the allowed decisions."}
+        v = {
+            "decision_1": None,
+            "decision_2": None,
+            "decisions_differ": False,
+            "attributable_to_axis": False,
+            "reasoning": "Neither response commits to one of the allowed decisions.",
+        }
     return _as_a_chat_model_writes(v)
 
 
@@ -294,8 +336,9 @@ def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
     # the agreement: each pair of judges over the judgements both rated; Fleiss over those all three rated
     s = table("metric_scores", "maj", "group_key")
     s = s[s.scope == "judge_panel"].set_index("group_key")
-    cats = {pid: [None if x == "X" else p[x] for x in _readings(p["h"], [None, DF_J2, DF_J3])]
-            for pid, p in pairs.items()}
+    cats = {
+        pid: [None if x == "X" else p[x] for x in _readings(p["h"], [None, DF_J2, DF_J3])] for pid, p in pairs.items()
+    }
     for a, b in ((0, 1), (0, 2), (1, 2)):
         both = [(c[a], c[b]) for c in cats.values() if c[a] is not None and c[b] is not None]
         r = s.loc[f"judge {a + 1} / judge {b + 1}"]
@@ -328,15 +371,21 @@ def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
 
     print_summary(summary)
     out = capsys.readouterr().out
-    line = (f"judges: 3 (majority); agreement {head.rate:.2f}, Fleiss kappa {head.raw_score:.2f} "
-            f"[{head.ci_low:.2f}, {head.ci_high:.2f}]; {len(tie)} judgements excluded: judges disagree")
+    line = (
+        f"judges: 3 (majority); agreement {head.rate:.2f}, Fleiss kappa {head.raw_score:.2f} "
+        f"[{head.ci_low:.2f}, {head.ci_high:.2f}]; {len(tie)} judgements excluded: judges disagree"
+    )
     assert line in out and f"judges_disagree {len(tie)}" in out
     # the report: the panel in the run's header, its agreement and kappas beside the headline, as stored
     from aip_assets.report import build_report
 
     html = build_report("maj")
     assert "a panel of 3 (majority): 1. builtin · aip-builtin (profile fair); 2. openai · judge-b at " in html
-    assert "judge panel agreement" in html and "Fleiss&#x27; kappa" in html and "Cohen&#x27;s kappa (judge 2 / judge 3)" in html
+    assert (
+        "judge panel agreement" in html
+        and "Fleiss&#x27; kappa" in html
+        and "Cohen&#x27;s kappa (judge 2 / judge 3)" in html
+    )
     shown = re.search(r'data-scope="judge_panel" data-key="panel" data-field="raw_score"[^>]*>([^<]+)<', html)
     assert shown and float(shown.group(1)) == pytest.approx(head.raw_score, abs=5e-4)
     assert "<code>judges_disagree</code>" in html
@@ -357,16 +406,28 @@ def test_decision_flip_unanimous_and_a_two_judge_tie(tmp_path, df_judges):
         assert {pid: j.loc[pid].status for pid in pairs} == {pid: w[0] for pid, w in want.items()}, run_id
         assert all(j.loc[pid].label == w[1] for pid, w in want.items() if w[0] == "ok")
         failed = [pid for pid, w in want.items() if w[0] == "judge_failed"]
-        assert failed and j.loc[failed].error.str.contains(
-            "judge 2 of 3 gave no verdict" if rule == "unanimous" else r"1 of 2 judges gave a verdict \(judge 2 none\)"
-        ).all() and j.loc[failed].error.str.contains("judge 2: no JSON object").all()
+        assert (
+            failed
+            and j.loc[failed]
+            .error.str.contains(
+                "judge 2 of 3 gave no verdict"
+                if rule == "unanimous"
+                else r"1 of 2 judges gave a verdict \(judge 2 none\)"
+            )
+            .all()
+            and j.loc[failed].error.str.contains("judge 2: no JSON object").all()
+        )
         disagree = sum(w[0] == "judges_disagree" for w in want.values())
         assert disagree == sum(p["h"] in ((0, 1, 3) if rule == "unanimous" else (0, 1)) for p in pairs.values())
         ov = table("metric_scores", run_id, "scope").set_index("scope").loc["overall"]
         assert json.loads(ov.excluded) == {"judges_disagree": disagree, "judge_failed": len(failed)}
         # a disagreement is an exclusion (coverage), not a failed verdict (the completeness bound)
         comp = json.loads(ov.details)["completeness"]["judge"]
-        assert comp == {"total": len(pairs), "failed": len(failed), "failed_share": pytest.approx(len(failed) / len(pairs))}
+        assert comp == {
+            "total": len(pairs),
+            "failed": len(failed),
+            "failed_share": pytest.approx(len(failed) / len(pairs)),
+        }
         n_judges = len(scripts)
         assert len(table("judge_panel", run_id, "judgement_id")) == n_judges * len(pairs)
 
@@ -413,14 +474,19 @@ def test_a_resumed_panel_judging_repeats_no_call(tmp_path, df_judges, monkeypatc
 def _consistency_judge(shift: dict[int, int]):
     """The builtin judge's label moved ``shift[h]`` places along Consistent → Slightly
     Inconsistent → Contradictory (h: the pair's hash mod 4), its score in the label's band."""
+
     def handler(body, n):
         v = json.loads(judge_answer(body["messages"], BuiltinProfile()))
         k = shift.get(_h(*_shown(body), 4), 0)
         if k and not v.get("unjudgeable"):
             label = CONSISTENCY_LABELS[(CONSISTENCY_LABELS.index(v["label"]) + k) % 3]
-            v = {"label": label, "score": {"Consistent": 0.95, "Slightly Inconsistent": 0.7, "Contradictory": 0.1}[label],
-                 "reasoning": f"On balance the two responses are {label.lower()}."}
+            v = {
+                "label": label,
+                "score": {"Consistent": 0.95, "Slightly Inconsistent": 0.7, "Contradictory": 0.1}[label],
+                "reasoning": f"On balance the two responses are {label.lower()}.",
+            }
         return _as_a_chat_model_writes(v)
+
     return handler
 
 
@@ -448,12 +514,18 @@ def test_semantic_consistency_panel(tmp_path, scripted):
         for jid in judged:
             if jid in excluded:
                 continue
-            want = ref.loc[jid].label if hashes[jid] != 1 else CONSISTENCY_LABELS[
-                (CONSISTENCY_LABELS.index(ref.loc[jid].label) + 1) % 3]
+            want = (
+                ref.loc[jid].label
+                if hashes[jid] != 1
+                else CONSISTENCY_LABELS[(CONSISTENCY_LABELS.index(ref.loc[jid].label) + 1) % 3]
+            )
             assert (j.loc[jid].status, j.loc[jid].label) == ("ok", want), (jid, hashes[jid])
             if hashes[jid] == 1:  # judge 2's verdict: its score and model
-                assert j.loc[jid].model == "judge-b" and j.loc[jid].score == {
-                    "Consistent": 0.95, "Slightly Inconsistent": 0.7, "Contradictory": 0.1}[want]
+                assert (
+                    j.loc[jid].model == "judge-b"
+                    and j.loc[jid].score
+                    == {"Consistent": 0.95, "Slightly Inconsistent": 0.7, "Contradictory": 0.1}[want]
+                )
         ov = table("metric_scores", run_id, "scope").set_index("scope").loc["overall"]
         ex = json.loads(ov.excluded)
         assert ex.get("judges_disagree") == len(excluded)
@@ -472,8 +544,9 @@ def test_an_older_warehouse_gets_the_panel_table(tmp_path):
     """A warehouse made before judge panels (no judge_panel table, no view) gains both when a
     newer version opens it; its runs are untouched."""
     ds = write_dataset(tmp_path / "d.jsonl", 3)
-    run_all(_spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]), "old",
-            stages=("ingest",))
+    run_all(
+        _spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]), "old", stages=("ingest",)
+    )
     path = wh.default_path()
     wh.release()
     import duckdb
@@ -483,14 +556,19 @@ def test_an_older_warehouse_gets_the_panel_table(tmp_path):
     con.execute("DROP TABLE judge_panel")
     con.close()
     whc._ENSURED.clear()
-    run_all(_spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]), "old",
-            stages=("synthesis", "sampling", "judging"))
+    run_all(
+        _spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]),
+        "old",
+        stages=("synthesis", "sampling", "judging"),
+    )
     assert len(table("judge_panel", "old", "judgement_id")) == 2 * len(table("judgements", "old", "judgement_id")) > 0
     assert len(table("v_judge_panel", "old", "judgement_id")) > 0 and len(table("dataset_rows", "old", "input_id")) == 3
 
 
-@pytest.mark.parametrize("metric, config", [("llm.group_interaction_bias", {"num_pairs": 3, "persona_pool_size": 6}),
-                                            ("llm.perturbation_robustness", {})])
+@pytest.mark.parametrize(
+    "metric, config",
+    [("llm.group_interaction_bias", {"num_pairs": 3, "persona_pool_size": 6}), ("llm.perturbation_robustness", {})],
+)
 def test_a_panel_of_readers_that_agree_changes_no_score(tmp_path, metric, config):
     """Group bias (three judges per pair) and perturbation (two per variant): two builtin judges
     that read alike (another seed only) give every judgement both verdicts, agree on all (kappa 1),
@@ -498,8 +576,17 @@ def test_a_panel_of_readers_that_agree_changes_no_score(tmp_path, metric, config
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     sut = {"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}}
     run_all(_spec(ds, None, metric=metric, config=config, sut=sut), "one", metric=metric)
-    run_all(_spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 9}}], metric=metric,
-                  config=config, sut=sut), "two", metric=metric)
+    run_all(
+        _spec(
+            ds,
+            [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 9}}],
+            metric=metric,
+            config=config,
+            sut=sut,
+        ),
+        "two",
+        metric=metric,
+    )
     cols = ["judgement_id", "judge_kind", "status", "score", "label"]
     one, two = (table("judgements", r, "judgement_id")[cols] for r in ("one", "two"))
     assert one.equals(two) and (two.status == "ok").sum() > 0
@@ -507,8 +594,12 @@ def test_a_panel_of_readers_that_agree_changes_no_score(tmp_path, metric, config
     asked = two[~two.status.isin(["sut_failed", "empty_answer"])]
     assert len(panel) == 2 * len(asked) and (panel.groupby("judgement_id").category.nunique() == 1).all()
     s = table("metric_scores", "two", "scope, group_key")
-    assert s[s.scope != "judge_panel"].drop(columns=["run_id"]).reset_index(drop=True).equals(
-        table("metric_scores", "one", "scope, group_key").drop(columns=["run_id"]).reset_index(drop=True))
+    assert (
+        s[s.scope != "judge_panel"]
+        .drop(columns=["run_id"])
+        .reset_index(drop=True)
+        .equals(table("metric_scores", "one", "scope, group_key").drop(columns=["run_id"]).reset_index(drop=True))
+    )
     head = s[(s.scope == "judge_panel") & (s.group_key == "panel")].iloc[0]
     assert (head.rate, head.raw_score, head.n, head.n_failed) == (1.0, 1.0, len(asked), 0)
     assert set(panel.judge_kind) == set(asked.judge_kind)
@@ -518,8 +609,12 @@ def test_the_summary_names_every_panel_judges_structured_output_form(tmp_path):
     """Each judge of a panel is an endpoint of its own: the summary's structured-output lines name
     every one (roles judge, judge-2, ...), not the primary alone."""
     ds = write_dataset(tmp_path / "d.jsonl", 2)
-    judges = [{"provider": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": m, "structured_output": form}
-              for port, m, form in ((9, "a", "json_object_schema"), (10, "b", "prompt"))]
+    judges = [
+        {"provider": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": m, "structured_output": form}
+        for port, m, form in ((9, "a", "json_object_schema"), (10, "b", "prompt"))
+    ]
     got = pipeline.structured_summary(_spec(ds, judges), "no-run", tmp_path / "w.duckdb")
-    assert [(x["role"], x["model"], x["form"]) for x in got] == [("judge", "a", "json_object_schema"),
-                                                                 ("judge-2", "b", "prompt")]
+    assert [(x["role"], x["model"], x["form"]) for x in got] == [
+        ("judge", "a", "json_object_schema"),
+        ("judge-2", "b", "prompt"),
+    ]

@@ -35,12 +35,21 @@ def start_workers(script: Path, argv: list[list[str]]) -> tuple[Path, list[subpr
     """Worker processes of ``script`` (one per argument list, the go-file last), waiting for the
     go-file beside the script; returns (the go-file, the processes)."""
     go = script.parent / "go"
-    return go, [subprocess.Popen([sys.executable, str(script), *args, str(go)], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=dict(os.environ)) for args in argv]
+    return go, [
+        subprocess.Popen(
+            [sys.executable, str(script), *args, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+        for args in argv
+    ]
 
 
-def test_a_lake_warehouse_gives_the_local_results_and_any_duckdb_reads_it(tmp_path, builtin_http, lake,
-                                                                          monkeypatch, capsys):
+def test_a_lake_warehouse_gives_the_local_results_and_any_duckdb_reads_it(
+    tmp_path, builtin_http, lake, monkeypatch, capsys
+):
     """The same run in a lake and in a local file: every stable table equal; the lake's rows are
     Parquet files in its folder and no warehouse file is made; another process with plain duckdb
     and the two extensions attaches the lake read-only and reads the views; the CLI reads it."""
@@ -82,8 +91,13 @@ def test_a_write_that_meets_another_workers_commit_is_run_again(tmp_path, lake):
     """Two partitions of one table replaced at once conflict in DuckLake (a conflict is per table):
     the loser is rolled back whole and run again, and both partitions hold exactly their rows."""
     make_lake()
-    rows = {run: [{"run_id": run, "metric": "m", "stage": "s", "level": "info", "code": "c", "message": f"{run}-{i}"}
-                  for i in range(n)] for run, n in (("a", 3), ("b", 5))}
+    rows = {
+        run: [
+            {"run_id": run, "metric": "m", "stage": "s", "level": "info", "code": "c", "message": f"{run}-{i}"}
+            for i in range(n)
+        ]
+        for run, n in (("a", 3), ("b", 5))
+    }
 
     def stage(run, rows_):
         path = tmp_path / f"{run}-{len(rows_)}.parquet"
@@ -151,15 +165,20 @@ def test_workers_replacing_partitions_at_once_all_land(tmp_path, lake):
 
 
 @pytest.mark.parametrize("bad", ["no catalog", "folder", "catalog down"])
-def test_a_bad_lake_configuration_stops_the_run_before_anything_is_written(tmp_path, capsys, monkeypatch, bad,
-                                                                          request):
+def test_a_bad_lake_configuration_stops_the_run_before_anything_is_written(tmp_path, capsys, monkeypatch, bad, request):
     """The lake cannot be used: `aip-eval run` stops at its checks with exit 2 and an error that
     names the variable (never the password); no warehouse, journal or report is made."""
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     spec = tmp_path / "s.yaml"
-    spec.write_text(json.dumps({"name": "lk", "dataset": str(ds),
-                                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"],
-                                                                             "num_pairs_per_dimension": 1}}}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "lk",
+                "dataset": str(ds),
+                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+            }
+        )
+    )
     monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
     if bad == "folder":  # a file where the folder should be
         request.getfixturevalue("lake")
@@ -176,9 +195,11 @@ def test_a_bad_lake_configuration_stops_the_run_before_anything_is_written(tmp_p
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert main(["run", str(spec), "--quiet"]) == 2
     err = capsys.readouterr().err
-    want = {"no catalog": "AIP_LAKE_DATA_PATH is set, but AIP_SHARED_STATE_URL is not",
-            "folder": "AIP_LAKE_DATA_PATH: the lake's data folder",
-            "catalog down": "AIP_SHARED_STATE_URL (postgresql://aip@127.0.0.1:"}[bad]
+    want = {
+        "no catalog": "AIP_LAKE_DATA_PATH is set, but AIP_SHARED_STATE_URL is not",
+        "folder": "AIP_LAKE_DATA_PATH: the lake's data folder",
+        "catalog down": "AIP_SHARED_STATE_URL (postgresql://aip@127.0.0.1:",
+    }[bad]
     assert want in err and "pw-secret" not in err, err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     if bad == "folder":
@@ -201,14 +222,15 @@ def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_h
     """`aip-eval migrate` copies every run of a local warehouse into the lake with all its rows
     (the tables then equal the local ones); run again, it copies nothing twice; a run made in the
     lake meanwhile is kept. Without the lake's variables it says what to set."""
-    from .conftest import new_database
-
     from aip_assets import pipeline
+
+    from .conftest import new_database
 
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     url, server = builtin_http(FLIP)
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
-                     config={"sub_call_concurrency_limit": 1})
+    spec = make_spec(
+        ds, sut={"provider": "openai", "base_url": url, "model": "m"}, config={"sub_call_concurrency_limit": 1}
+    )
     run_all(spec, "one")
     run_all(spec, "two", stages=["ingest", "synthesis"])  # a run half done: its sampling crashes after 15 calls
     crash_sampling_after(monkeypatch, "two", 15)
@@ -220,8 +242,9 @@ def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_h
     from aip_assets.models.journal import journal_path
 
     with sqlite3.connect(journal_path(wh.default_path())) as con:
-        [(journaled,)] = con.execute("SELECT count(*) FROM call_index WHERE run_id = 'two' AND stage = 'sampling' "
-                                     "AND status = 'ok'").fetchall()
+        [(journaled,)] = con.execute(
+            "SELECT count(*) FROM call_index WHERE run_id = 'two' AND stage = 'sampling' AND status = 'ok'"
+        ).fetchall()
     assert 10 <= journaled <= 15
     with pytest.raises(Exception, match="set AIP_LAKE_DATA_PATH"):
         wh.migrate_into_lake(wh.default_path())
@@ -239,10 +262,15 @@ def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_h
     asked = dict(server.ok_bodies)
     pipeline.run_stage("sampling", "two", "llm.decision_flip")
     resp = table("sut_responses", "two", "probe_id")
-    new = {b: n - asked.get(b, 0) for b, n in server.ok_bodies.items()
-           if n > asked.get(b, 0) and "Reply with OK." not in b}  # endpoint checks left out
-    assert resp.cached.sum() == journaled and sum(new.values()) == len(resp) - journaled, \
-        (sum(new.values()), len(resp), journaled, [b[:200] for b in new][:3])
+    new = {
+        b: n - asked.get(b, 0) for b, n in server.ok_bodies.items() if n > asked.get(b, 0) and "Reply with OK." not in b
+    }  # endpoint checks left out
+    assert resp.cached.sum() == journaled and sum(new.values()) == len(resp) - journaled, (
+        sum(new.values()),
+        len(resp),
+        journaled,
+        [b[:200] for b in new][:3],
+    )
     assert main(["migrate"]) == 0 and "every run was there already" in capsys.readouterr().out
     runs = wh.query("SELECT run_id, count(*) AS n FROM eval_runs GROUP BY run_id ORDER BY run_id")
     assert list(runs.run_id) == ["one", "three", "two"] and set(runs.n) == {1}
@@ -259,8 +287,9 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
     role, password = f"pw{os.getpid()}", "S3cret:PW\\x"  # a ':' and a '\' to escape in the password file
     hba = postgres.dir / "data" / "pg_hba.conf"
     rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
-    subprocess.run([*postgres.as_user, "sh", "-c", f"cat > {hba}.new"], input=rule + hba.read_text(), text=True,
-                   check=True)
+    subprocess.run(
+        [*postgres.as_user, "sh", "-c", f"cat > {hba}.new"], input=rule + hba.read_text(), text=True, check=True
+    )
     subprocess.run([*postgres.as_user, "mv", f"{hba}.new", str(hba)], check=True)
     with psycopg.connect(postgres.url, autocommit=True) as admin:  # this role needs its password; others do not
         admin.execute(f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'")
@@ -275,8 +304,11 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
     monkeypatch.setenv("AIP_LAKE_DATA_PATH", str(tmp_path / "lake"))
     with wh.connect(create=True):
         pass
-    for q, code in (("SELECT path FROM duckdb_databases()", 0), ("SELECT name, value FROM duckdb_settings()", 0),
-                    ("SELECT * FROM duckdb_secrets()", 2)):  # the secrets: refused in a lake
+    for q, code in (
+        ("SELECT path FROM duckdb_databases()", 0),
+        ("SELECT name, value FROM duckdb_settings()", 0),
+        ("SELECT * FROM duckdb_secrets()", 2),
+    ):  # the secrets: refused in a lake
         assert main(["sql", q, "--format", "csv"]) == code, q
         out = capsys.readouterr()
         assert "S3cret" not in out.out + out.err
@@ -284,8 +316,10 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
         con.execute("SELECT 1")
 
     with psycopg.connect(postgres.url, autocommit=True) as admin:  # the catalog's connections are cut
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> "
-                      "pg_backend_pid()", [url.rsplit("/", 1)[1]])
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [url.rsplit("/", 1)[1]],
+        )
         admin.execute(f"ALTER DATABASE {url.rsplit('/', 1)[1]} ALLOW_CONNECTIONS false")
     try:
         with pytest.raises(Exception) as e:
@@ -345,6 +379,7 @@ def test_the_lake_is_checked_not_remade_and_each_use_sets_its_own_memory(tmp_pat
     def snapshots():
         with psycopg.connect(lake) as con:
             return con.execute("SELECT count(*) FROM aip_lake.ducklake_snapshot").fetchone()[0]
+
     before = snapshots()
     for _ in range(2):
         with wh.connect() as con:
@@ -375,9 +410,20 @@ def test_a_journal_record_with_a_nul_is_kept(lake):
     from aip_assets.models.journal import PgJournal
 
     j = PgJournal(lake)
-    rec = {"run_id": "nul", "metric": "m", "stage": "sampling", "role": "sut", "call_key": "k1", "request": {"q": 1},
-           "response_text": None, "status": "error", "error": "HTTP 500: bad\x00page", "attempts": 1,
-           "source": "network", "created_at": 1.0}
+    rec = {
+        "run_id": "nul",
+        "metric": "m",
+        "stage": "sampling",
+        "role": "sut",
+        "call_key": "k1",
+        "request": {"q": 1},
+        "response_text": None,
+        "status": "error",
+        "error": "HTTP 500: bad\x00page",
+        "attempts": 1,
+        "source": "network",
+        "created_at": 1.0,
+    }
     j.record(rec)
     j.record({**rec, "call_key": "k2", "status": "ok", "error": None, "response_text": "fine"})
     [frame] = j.frames("nul", "m", "sampling")
@@ -396,32 +442,47 @@ def test_the_postgres_journal_writes_on_after_its_connection_is_lost(lake, postg
     j = PgJournal(lake)
 
     def rec(i):
-        return {"run_id": "lost", "metric": "m", "stage": "sampling", "role": "sut", "call_key": f"k{i}",
-                "request": {"q": i}, "response_text": f"a{i}", "status": "ok", "attempts": 1, "source": "network",
-                "created_at": float(i)}
+        return {
+            "run_id": "lost",
+            "metric": "m",
+            "stage": "sampling",
+            "role": "sut",
+            "call_key": f"k{i}",
+            "request": {"q": i},
+            "response_text": f"a{i}",
+            "status": "ok",
+            "attempts": 1,
+            "source": "network",
+            "created_at": float(i),
+        }
+
     for i in range(5):
         j.record(rec(i))
     j.flush()
     with psycopg.connect(postgres.url, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                      [lake.rsplit("/", 1)[1]])
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [lake.rsplit("/", 1)[1]]
+        )
     with caplog.at_level("WARNING", logger="aip_assets"):
         for i in range(5, 9):
             j.record(rec(i))
         j.flush()
     assert "connection was lost; connecting again" in caplog.text
     with psycopg.connect(postgres.url, autocommit=True) as admin:  # again, now under a reader
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                      [lake.rsplit("/", 1)[1]])
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [lake.rsplit("/", 1)[1]]
+        )
     assert j.lookup("k3", ["lost"])["response_text"] == "a3"
     pages = j.frames("lost", "m", "sampling", chunk=4)  # and between two pages of a stage's calls
     first = next(pages)
     with psycopg.connect(postgres.url, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                      [lake.rsplit("/", 1)[1]])
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [lake.rsplit("/", 1)[1]]
+        )
     rest = list(pages)
-    assert [list(f.call_key) for f in (first, *rest)] == [[f"k{i}" for i in range(k, min(k + 4, 9))]
-                                                          for k in range(0, 9, 4)]
+    assert [list(f.call_key) for f in (first, *rest)] == [
+        [f"k{i}" for i in range(k, min(k + 4, 9))] for k in range(0, 9, 4)
+    ]
     assert j.ok_keys(["lost"], "sampling") == {f"k{i}" for i in range(9)}
     [frame] = j.frames("lost", "m", "sampling")
     assert list(frame.call_key) == [f"k{i}" for i in range(9)]
@@ -458,8 +519,9 @@ def test_a_process_forked_after_using_the_lake_exits(lake):
 
 
 # ------------------------------------------------------------------ a lake on S3 (a local S3 server)
-def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(tmp_path, builtin_http, lake_s3,
-                                                                             s3_server, monkeypatch, capsys):
+def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(
+    tmp_path, builtin_http, lake_s3, s3_server, monkeypatch, capsys
+):
     """AIP_LAKE_DATA_PATH=s3://bucket/lake on S3-compatible storage: the same run gives every
     stable table of a local file, its rows are Parquet objects under the prefix and nothing is
     written on local disk; `aip-eval sql` reads the lake, and only the lake: another prefix of the
@@ -482,23 +544,31 @@ def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(tmp
 
     from .conftest import S3_KEYS
 
-    boto3.client("s3", endpoint_url=s3_server, aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
-                 aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1").put_object(
-        Bucket=bucket, Key="other/secret.csv", Body=b"a\n1\n")
+    boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    ).put_object(Bucket=bucket, Key="other/secret.csv", Body=b"a\n1\n")
     capsys.readouterr()
     assert main(["sql", "SELECT count(*) AS n FROM metric_scores WHERE run_id = 's3run'", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["n"] == len(in_lake["metric_scores"])
-    assert main(["sql", f"SELECT count(*) AS n FROM read_parquet('s3://{bucket}/lake/**/*.parquet')", "--format",
-                 "json"]) == 0  # the lake's own files: readable
+    assert (
+        main(["sql", f"SELECT count(*) AS n FROM read_parquet('s3://{bucket}/lake/**/*.parquet')", "--format", "json"])
+        == 0
+    )  # the lake's own files: readable
     assert json.loads(capsys.readouterr().out)[0]["n"] > 0
-    for q in (f"SELECT * FROM read_csv('s3://{bucket}/other/secret.csv')", "SELECT * FROM duckdb_secrets()",
-              "SELECT * FROM which_secret('s3://x/y', 's3')",
-              # S3 resolves dot segments after DuckDB compared the path with the lake's prefix
-              f"SELECT * FROM read_csv('s3://{bucket}/lake/../other/secret.csv')",
-              f"FROM 's3://{bucket}/lake/./../other/secret.csv'",
-              f"SELECT * FROM read_csv('s3://{bucket}/lake/' || '..' || '/other/secret.csv')",
-              f"SELECT * FROM read_csv(['s3://{bucket}/lake/x.csv', concat('s3://{bucket}/lake/.', './other/secret.csv')])",
-              ):
+    for q in (
+        f"SELECT * FROM read_csv('s3://{bucket}/other/secret.csv')",
+        "SELECT * FROM duckdb_secrets()",
+        "SELECT * FROM which_secret('s3://x/y', 's3')",
+        # S3 resolves dot segments after DuckDB compared the path with the lake's prefix
+        f"SELECT * FROM read_csv('s3://{bucket}/lake/../other/secret.csv')",
+        f"FROM 's3://{bucket}/lake/./../other/secret.csv'",
+        f"SELECT * FROM read_csv('s3://{bucket}/lake/' || '..' || '/other/secret.csv')",
+        f"SELECT * FROM read_csv(['s3://{bucket}/lake/x.csv', concat('s3://{bucket}/lake/.', './other/secret.csv')])",
+    ):
         assert main(["sql", q]) == 2, q
         err = capsys.readouterr().err
         assert "aip-test-key" not in err and "s3cret" not in err
@@ -508,8 +578,9 @@ def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(tmp
     assert "s3_secret_access_key" in out and "aip-test-key" not in out and "s3cret" not in out
     con = lk.open_lake(read_only=True)
     try:
-        assert con.execute("SELECT current_setting('s3_secret_access_key'), current_setting('s3_access_key_id')"
-                           ).fetchone() == ("", "")
+        assert con.execute(
+            "SELECT current_setting('s3_secret_access_key'), current_setting('s3_access_key_id')"
+        ).fetchone() == ("", "")
     finally:
         con.close()
     wh.release()
@@ -520,8 +591,9 @@ def test_a_lake_on_s3_gives_the_local_results_and_aip_eval_sql_reads_only_it(tmp
 
 
 @pytest.mark.parametrize("bad", ["no keys", "no bucket", "endpoint down", "endpoint form", "scheme"])
-def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_path, lake_s3, s3_server, capsys,
-                                                                        monkeypatch, bad):
+def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(
+    tmp_path, lake_s3, s3_server, capsys, monkeypatch, bad
+):
     """A lake on S3 that cannot be used: exit 2 at the checks before the run, naming the variable
     and never the secret key; no object, no warehouse, no run."""
     import socket
@@ -531,9 +603,15 @@ def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_pat
     _, bucket = lake_s3
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     spec = tmp_path / "s.yaml"
-    spec.write_text(json.dumps({"name": "lk", "dataset": str(ds),
-                                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"],
-                                                                             "num_pairs_per_dimension": 1}}}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "lk",
+                "dataset": str(ds),
+                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+            }
+        )
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
@@ -550,12 +628,14 @@ def test_a_bad_s3_configuration_stops_the_run_before_anything_is_written(tmp_pat
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert main(["run", str(spec), "--quiet"]) == 2
     err = capsys.readouterr().err
-    want = {"no keys": "AIP_LAKE_DATA_PATH: the S3 credentials are not usable (no AWS_ACCESS_KEY_ID and "
-                       "AWS_SECRET_ACCESS_KEY set, and the AWS credential chain found none",
-            "scheme": "AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix",
-            "no bucket": "AIP_LAKE_DATA_PATH: the lake's data path s3://no-such-bucket-here/lake/ cannot be read",
-            "endpoint down": "AIP_LAKE_DATA_PATH: the lake's data path",
-            "endpoint form": "AIP_S3_ENDPOINT must be http://host:port or https://host"}[bad]
+    want = {
+        "no keys": "AIP_LAKE_DATA_PATH: the S3 credentials are not usable (no AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY set, and the AWS credential chain found none",
+        "scheme": "AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix",
+        "no bucket": "AIP_LAKE_DATA_PATH: the lake's data path s3://no-such-bucket-here/lake/ cannot be read",
+        "endpoint down": "AIP_LAKE_DATA_PATH: the lake's data path",
+        "endpoint form": "AIP_S3_ENDPOINT must be http://host:port or https://host",
+    }[bad]
     assert want in err and "s3cret" not in err, err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert s3_keys(s3_server, bucket) == [] and not lk.exists()
@@ -609,8 +689,10 @@ def test_a_lake_on_s3_takes_its_credentials_from_the_aws_chain_without_keys(tmp_
 
     _, bucket = lake_s3
     creds = tmp_path / "aws-credentials"
-    creds.write_text(f"[default]\naws_access_key_id = {S3_KEYS['AWS_ACCESS_KEY_ID']}\n"
-                     f"aws_secret_access_key = {S3_KEYS['AWS_SECRET_ACCESS_KEY']}\n")
+    creds.write_text(
+        f"[default]\naws_access_key_id = {S3_KEYS['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {S3_KEYS['AWS_SECRET_ACCESS_KEY']}\n"
+    )
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")

@@ -38,11 +38,19 @@ def run_cli(tmp_path, capsys, spec: dict) -> tuple[int, dict]:
 
 
 def spec(name: str, ds, sut: dict, metrics: dict, judge: dict | None = None, **extra) -> dict:
-    return {"name": name, "dataset": str(ds), "seed": 5, "sut": sut, "judge": judge or {"provider": "builtin"},
-            "metrics": metrics, "retry_backoff_seconds": 0.01, **extra}
+    return {
+        "name": name,
+        "dataset": str(ds),
+        "seed": 5,
+        "sut": sut,
+        "judge": judge or {"provider": "builtin"},
+        "metrics": metrics,
+        "retry_backoff_seconds": 0.01,
+        **extra,
+    }
 
 
-def q(sql: str, *params) -> "pd.DataFrame":  # noqa: F821
+def q(sql: str, *params) -> pd.DataFrame:  # noqa: F821
     return wh.query(sql, list(params), read_only=False)
 
 
@@ -55,8 +63,21 @@ def biased_sut(body, n):
 def test_case1_biased_sut_with_inline_decisions_is_caught(tmp_path, capsys, scripted):
     ds = write_dataset(tmp_path / "d.jsonl", 22)
     sut = scripted(biased_sut)
-    rc, s = run_cli(tmp_path, capsys, spec("biased", ds, sut.conn(), {DF: {
-        "threshold": 0.95, "config": {"decision_labels": ["APPROVE", "DENY"], "sub_call_concurrency_limit": 16}}}))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            "biased",
+            ds,
+            sut.conn(),
+            {
+                DF: {
+                    "threshold": 0.95,
+                    "config": {"decision_labels": ["APPROVE", "DENY"], "sub_call_concurrency_limit": 16},
+                }
+            },
+        ),
+    )
     d = s["metrics"][DF]
     run_id = s["run_id"]
     pairs = q("SELECT * FROM v_pair_verdicts WHERE run_id = ?", run_id)
@@ -80,8 +101,11 @@ def test_case1_biased_sut_with_inline_decisions_is_caught(tmp_path, capsys, scri
 def test_case2_default_labels_against_approve_deny_fail_with_a_note(tmp_path, capsys, scripted):
     ds = write_dataset(tmp_path / "d.jsonl", 22)
     sut = scripted(biased_sut)
-    rc, s = run_cli(tmp_path, capsys, spec("labels", ds, sut.conn(), {DF: {
-        "threshold": 0.9, "config": {"sub_call_concurrency_limit": 16}}}))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec("labels", ds, sut.conn(), {DF: {"threshold": 0.9, "config": {"sub_call_concurrency_limit": 16}}}),
+    )
     d = s["metrics"][DF]
     assert rc == 1 and d["passed"] is False and d["score"] is None and d["coverage"] == 0.0
     assert d["excluded"] == {"no_decision": 22 * 16}  # neither answer states YES or NO: never agreement
@@ -97,9 +121,20 @@ def test_case2_default_labels_against_approve_deny_fail_with_a_note(tmp_path, ca
 def test_case3_a_silent_sut_is_never_consistent(tmp_path, capsys, scripted):
     ds = write_dataset(tmp_path / "d.jsonl", 8)
     sut = scripted(lambda body, n: "")
-    rc, s = run_cli(tmp_path, capsys, spec("silent", ds, sut.conn(), {
-        DF: {"threshold": 0.9, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}},
-        SEM: {"threshold": 0.9}, GIB: {"threshold": 0.9, "config": {"num_pairs": 2, "persona_pool_size": 4}}}))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            "silent",
+            ds,
+            sut.conn(),
+            {
+                DF: {"threshold": 0.9, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}},
+                SEM: {"threshold": 0.9},
+                GIB: {"threshold": 0.9, "config": {"num_pairs": 2, "persona_pool_size": 4}},
+            },
+        ),
+    )
     assert rc == 1
     for m in (DF, SEM, GIB):
         d = s["metrics"][m]
@@ -139,15 +174,33 @@ def test_case3b_some_empty_answers_are_excluded_not_contradictions(tmp_path, cap
 @pytest.mark.parametrize("failure", ["http500", "http429", "retry_after"])
 def test_case4_every_sut_call_failing_fails_the_gate(tmp_path, capsys, scripted, failure):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
-    reply = {"http500": Reply(500), "http429": Reply(429),
-             "retry_after": Reply(429, headers={"Retry-After": "0.25"})}[failure]
+    reply = {"http500": Reply(500), "http429": Reply(429), "retry_after": Reply(429, headers={"Retry-After": "0.25"})}[
+        failure
+    ]
     sut = scripted(lambda body, n: reply)
     conn = sut.conn(max_rate_limit_wait_seconds=1.0)
-    rc, s = run_cli(tmp_path, capsys, spec(f"fail-{failure.replace('_', '-')}", ds, conn, {DF: {
-        "threshold": 0.5, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1, "n_sut_retries": 1}}}))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            f"fail-{failure.replace('_', '-')}",
+            ds,
+            conn,
+            {
+                DF: {
+                    "threshold": 0.5,
+                    "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1, "n_sut_retries": 1},
+                }
+            },
+        ),
+    )
     d = s["metrics"][DF]
     assert rc == 1 and d["passed"] is False and d["score"] is None
-    assert d["excluded"] == {"sut_failed": 3} and "no score" in d["gate_reason"] and "SUT answers failed" in d["gate_reason"]
+    assert (
+        d["excluded"] == {"sut_failed": 3}
+        and "no score" in d["gate_reason"]
+        and "SUT answers failed" in d["gate_reason"]
+    )
     per_probe = {}
     for b in sut.bodies():
         per_probe[last_user(b)] = per_probe.get(last_user(b), 0) + 1
@@ -175,10 +228,13 @@ def test_retry_after_zero_forever_ends(scripted):
     conn = Connection(provider="openai", base_url=server.url, model="m", max_rate_limit_wait_seconds=0.5)
 
     async def go():
-        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.05,
-                               concurrency=4) as c:
-            return await asyncio.gather(*(c.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=0,
-                                                 timeout=5) for i in range(4)))
+        async with ModelClient(
+            conn, role="sut", run_id="r", metric="m", stage="s", journal=None, backoff_s=0.05, concurrency=4
+        ) as c:
+            return await asyncio.gather(
+                *(c.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=0, timeout=5) for i in range(4))
+            )
+
     t0 = time.monotonic()
     results = asyncio.run(go())
     assert time.monotonic() - t0 < 5
@@ -190,9 +246,18 @@ def test_retry_after_zero_forever_ends(scripted):
 def test_case4_a_judge_that_never_answers_json_fails_the_gate(tmp_path, capsys, scripted):
     ds = write_dataset(tmp_path / "d.jsonl", 4)
     judge = scripted(lambda body, n: "Both responses look broadly similar to me.")
-    rc, s = run_cli(tmp_path, capsys, spec("prose-judge", ds, {"provider": "builtin"}, {
-        DF: {"threshold": 0.5, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
-        judge=judge.conn(), judge_retries=0))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            "prose-judge",
+            ds,
+            {"provider": "builtin"},
+            {DF: {"threshold": 0.5, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+            judge=judge.conn(),
+            judge_retries=0,
+        ),
+    )
     d = s["metrics"][DF]
     assert rc == 1 and d["passed"] is False and d["score"] is None and d["excluded"] == {"judge_failed": 8}
     assert "judge verdicts failed" in d["gate_reason"] and "judge_note" not in s  # an LLM judge spoke
@@ -208,8 +273,16 @@ def _fail_38(body, n):
 def test_case5_too_many_failed_sut_calls_fail_the_gate(tmp_path, capsys, scripted):
     ds = write_dataset(tmp_path / "d.jsonl", 12)
     sut = scripted(_fail_38)
-    rc, s = run_cli(tmp_path, capsys, spec("flaky", ds, sut.conn(), {DF: {
-        "threshold": 0.5, "min_coverage": 0.0, "config": {"dimensions": ["gender", "role"]}}}))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            "flaky",
+            ds,
+            sut.conn(),
+            {DF: {"threshold": 0.5, "min_coverage": 0.0, "config": {"dimensions": ["gender", "role"]}}},
+        ),
+    )
     d = s["metrics"][DF]
     r = q("SELECT status FROM sut_responses WHERE run_id = ?", s["run_id"])
     share = (r.status != "ok").mean()
@@ -219,29 +292,49 @@ def test_case5_too_many_failed_sut_calls_fail_the_gate(tmp_path, capsys, scripte
     assert "max_failed_share 0.100" in d["gate_reason"]
 
 
-JSON_SAME = json.dumps({"decision_1": "YES", "decision_2": "YES", "decisions_differ": False,
-                        "attributable_to_axis": False, "reasoning": "Both say YES."})
+JSON_SAME = json.dumps(
+    {
+        "decision_1": "YES",
+        "decision_2": "YES",
+        "decisions_differ": False,
+        "attributable_to_axis": False,
+        "reasoning": "Both say YES.",
+    }
+)
 
 
 def _judge_run(tmp_path, capsys, scripted, handler, name, retries):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     judge = scripted(handler)
-    rc, s = run_cli(tmp_path, capsys, spec(name, ds, {"provider": "builtin"}, {DF: {
-        "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}}, judge=judge.conn(), judge_retries=retries))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            name,
+            ds,
+            {"provider": "builtin"},
+            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+            judge=judge.conn(),
+            judge_retries=retries,
+        ),
+    )
     j = q("SELECT * FROM judgements WHERE run_id = ? ORDER BY pair_id", s["run_id"])
     return rc, s, judge, j
 
 
 def test_case6_every_re_ask_reaches_the_judge_within_one_budget(tmp_path, capsys, scripted):
-    rc, s, judge, j = _judge_run(tmp_path, capsys, scripted, lambda b, n: "I would say they are broadly similar.",
-                                 "reask", retries=2)
+    rc, s, judge, j = _judge_run(
+        tmp_path, capsys, scripted, lambda b, n: "I would say they are broadly similar.", "reask", retries=2
+    )
     bodies = judge.bodies()
     assert len(bodies) == 3 * 3  # three judgements, three requests each: the first ask and two re-asks
     assert len({json.dumps(b, sort_keys=True) for b in bodies}) == 9  # each re-ask is a distinct request
     assert (j.attempts == 3).all() and (j.reasks == 2).all() and (j.network_retries == 0).all()
     assert (j.status == "judge_failed").all() and j.raw_output.str.contains("broadly similar").all()
-    calls = q("SELECT count(*) AS n, count(DISTINCT call_key) AS k FROM llm_calls WHERE run_id = ? AND role = 'judge'",
-              s["run_id"])
+    calls = q(
+        "SELECT count(*) AS n, count(DISTINCT call_key) AS k FROM llm_calls WHERE run_id = ? AND role = 'judge'",
+        s["run_id"],
+    )
     assert calls.n[0] == calls.k[0] == 9 and rc == 1
 
 
@@ -298,9 +391,18 @@ def test_an_answer_from_the_runs_cache_counts_one_attempt(tmp_path):
 def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     judge = scripted(_json_only_without_schema)
-    rc, s = run_cli(tmp_path, capsys, spec(f"so-{mode}", ds, {"provider": "builtin"}, {DF: {
-        "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
-        judge=judge.conn(structured_output=mode), judge_retries=0))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            f"so-{mode}",
+            ds,
+            {"provider": "builtin"},
+            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+            judge=judge.conn(structured_output=mode),
+            judge_retries=0,
+        ),
+    )
     bodies = judge.bodies()
     j = q("SELECT status, error, attempts FROM judgements WHERE run_id = ?", s["run_id"])
     notes = q("SELECT code, message FROM run_notes WHERE run_id = ?", s["run_id"])
@@ -312,11 +414,16 @@ def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
         assert (j.status == "ok").all() and len(bodies) - len(with_schema) == 6
         assert sum(j.attempts) == len(bodies)  # a refused request is counted on its judgement
         rf = with_schema[0]["response_format"]
-        assert rf["type"] == "json_schema" and {"decision_1", "attributable_to_axis"} <= set(rf["json_schema"]["schema"]["properties"])
+        assert rf["type"] == "json_schema" and {"decision_1", "attributable_to_axis"} <= set(
+            rf["json_schema"]["schema"]["properties"]
+        )
         moves = notes[notes.code == "structured_output_fallback"].message
         assert len(moves) == 3 and all("response_format is not supported" in m for m in moves)
-        assert {m.split("the run asks it in form ")[1].split()[0] for m in moves} == {"json_object_schema",
-                                                                                       "json_object", "prompt"}
+        assert {m.split("the run asks it in form ")[1].split()[0] for m in moves} == {
+            "json_object_schema",
+            "json_object",
+            "prompt",
+        }
         assert {"json_schema", "json_object"} == {b["response_format"]["type"] for b in with_schema}
     elif mode == "on":  # the endpoint must take it: a refusal is a failed judgement
         assert len(with_schema) == len(bodies) == 6 and (j.status == "judge_failed").all()
@@ -336,15 +443,28 @@ def test_a_row_past_its_deadline_is_excluded_and_counted_and_the_run_completes(t
     def sut(body, n):
         text = "I reviewed the application. Decision: approve"
         return Reply(text=text, delay_s=slow["s"] if "Case 1:" in last_user(body) else 0.0)
+
     server = scripted(sut)
     t0 = time.monotonic()
     for _ in range(3):
-        httpx.post(f"{server.url}/chat/completions", json={"model": "m", "messages": [
-            {"role": "user", "content": "warm"}]}, timeout=30)
+        httpx.post(
+            f"{server.url}/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "warm"}]},
+            timeout=30,
+        )
     slow["s"] = unit = max(0.5, 20 * (time.monotonic() - t0) / 3)
-    rc, s = run_cli(tmp_path, capsys, spec("slow-row", ds, server.conn(), {DF: {
-        "config": {"sub_call_concurrency_limit": 4, "decision_labels": ["approve", "deny"]}}},
-        limits={"row_timeout_seconds": 1.5 * unit}, min_coverage=0.5))
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            "slow-row",
+            ds,
+            server.conn(),
+            {DF: {"config": {"sub_call_concurrency_limit": 4, "decision_labels": ["approve", "deny"]}}},
+            limits={"row_timeout_seconds": 1.5 * unit},
+            min_coverage=0.5,
+        ),
+    )
     run_id = s["run_id"]
     resp = q("SELECT input_id, status, error FROM sut_responses WHERE run_id = ?", run_id)
     cut = resp[resp.error.fillna("").str.contains("row deadline")]

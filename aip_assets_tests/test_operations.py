@@ -1,10 +1,10 @@
 """Operating evaluations: asset checks, schedules, the new-spec sensor."""
 
 import json
-import time
 import os
+import time
+from datetime import UTC, datetime
 from pathlib import Path
-from datetime import datetime, timezone
 
 import pytest
 import yaml
@@ -13,11 +13,11 @@ from dagster import AssetCheckSeverity, build_schedule_context, build_sensor_con
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.assets import STAGE_ASSETS
-from aip_assets.resources import Warehouse
 from aip_assets.automation import build_schedules, build_sensor, launch_job
 from aip_assets.dagster_home import get_instance
 from aip_assets.definitions import defs
 from aip_assets.partitions import evaluations, partition_key, register_partitions
+from aip_assets.resources import Warehouse
 
 from .conftest import make_spec, write_dataset
 
@@ -34,19 +34,37 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     ds = write_dataset(tmp_path / "d.jsonl", 8)
     instance = get_instance()
     url, _ = builtin_http({**FLIP, "p": 1.0}, fail_rate=0.3)
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
-                     config={"dimensions": ["gender", "role"]}, threshold=0.99, max_failed_share=0.1)
+    spec = make_spec(
+        ds,
+        sut={"provider": "openai", "base_url": url, "model": "m"},
+        config={"dimensions": ["gender", "role"]},
+        threshold=0.99,
+        max_failed_share=0.1,
+    )
     pipeline.register_run(spec, "chk")
     register_partitions(instance, "chk", ["llm.decision_flip"])
-    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("chk", "llm.decision_flip"),
-                      instance=instance, raise_on_error=False)
+    res = materialize(
+        STAGE_ASSETS,
+        resources=RESOURCES,
+        partition_key=partition_key("chk", "llm.decision_flip"),
+        instance=instance,
+        raise_on_error=False,
+    )
     # failed checks are shown beside the materialisation; only the gate's fails the run, and last
     [failure] = res.get_step_failure_events()
     assert not res.success and failure.step_key == "aggregation"
     assert "GateFailed" in failure.event_specific_data.error.message
     c = _checks(res)
-    assert set(c) == {"dataset_quality", "sut_completeness", "judge_completeness", "gate", "threshold", "coverage",
-                      "differential_refusal", "judge_position_bias"}
+    assert set(c) == {
+        "dataset_quality",
+        "sut_completeness",
+        "judge_completeness",
+        "gate",
+        "threshold",
+        "coverage",
+        "differential_refusal",
+        "judge_position_bias",
+    }
     assert not c["gate"].passed and c["gate"].blocking and "SUT answers failed" in c["gate"].description
     assert not any(e.blocking for name, e in c.items() if name != "gate")
     assert c["dataset_quality"].passed and c["dataset_quality"].metadata["rows"].value == 8
@@ -56,22 +74,30 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     assert not c["threshold"].passed and c["threshold"].severity == AssetCheckSeverity.ERROR
     # pairs with a failed answer are excluded: coverage falls below min_coverage (0.9)
     assert not c["coverage"].passed and c["coverage"].metadata["coverage"].value < 0.9
-    assert c["coverage"].metadata["excluded"].value == {"sut_failed": c["coverage"].metadata["planned"].value -
-                                                        round(c["coverage"].metadata["coverage"].value
-                                                              * c["coverage"].metadata["planned"].value)}
+    assert c["coverage"].metadata["excluded"].value == {
+        "sut_failed": c["coverage"].metadata["planned"].value
+        - round(c["coverage"].metadata["coverage"].value * c["coverage"].metadata["planned"].value)
+    }
     assert c["judge_completeness"].passed and c["differential_refusal"].passed
     # the judgements table asset previews the flipped pairs (every woman's pair flips here)
-    [j] = [m.materialization.metadata for m in res.get_asset_materialization_events()
-           if m.asset_key.to_user_string() == "warehouse/judgements"]
+    [j] = [
+        m.materialization.metadata
+        for m in res.get_asset_materialization_events()
+        if m.asset_key.to_user_string() == "warehouse/judgements"
+    ]
     flipped = wh.query("SELECT * FROM v_flipped_pairs WHERE run_id = 'chk' ORDER BY axis, pair_id", read_only=False)
     assert len(flipped) > 0 and "of `v_flipped_pairs`" in j["preview"].md_str
     row = flipped.iloc[0]
-    assert f"| {row.axis} | {row.value_a} | {row.value_b} | {row.decision_a} | {row.decision_b} |" in j["preview"].md_str
+    assert (
+        f"| {row.axis} | {row.value_a} | {row.value_b} | {row.decision_a} | {row.decision_b} |" in j["preview"].md_str
+    )
     # a clean run passes every check
     spec = make_spec(ds, threshold=0.5)
     pipeline.register_run(spec, "clean")
     register_partitions(instance, "clean", ["llm.decision_flip"])
-    res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("clean", "llm.decision_flip"), instance=instance)
+    res = materialize(
+        STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("clean", "llm.decision_flip"), instance=instance
+    )
     assert res.success and all(e.passed for e in res.get_asset_check_evaluations())
 
 
@@ -79,15 +105,25 @@ def _spec_file(tmp_path, ds, profile, name="nightly", schedule="0 2 * * *"):
     runs = tmp_path / "data" / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     p = runs / f"{name}.yaml"
-    p.write_text(yaml.safe_dump({"name": name, "dataset": str(ds), "schedule": schedule, "seed": 1,
-                                 "sut": {"provider": "builtin", "profile": profile},
-                                 "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "dataset": str(ds),
+                "schedule": schedule,
+                "seed": 1,
+                "sut": {"provider": "builtin", "profile": profile},
+                "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}}},
+            }
+        )
+    )
     return p
 
 
 def _tick(sched, instance, when):
-    ctx = build_schedule_context(instance=instance, scheduled_execution_time=when,
-                                 repository_def=defs.get_repository_def())
+    ctx = build_schedule_context(
+        instance=instance, scheduled_execution_time=when, repository_def=defs.get_repository_def()
+    )
     return sched.evaluate_tick(ctx)
 
 
@@ -106,7 +142,7 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     instance = get_instance()
     [sched] = build_schedules(launch_job)
     assert sched.cron_schedule == "0 2 * * *"
-    t1, t2 = datetime(2026, 11, 1, 2, tzinfo=timezone.utc), datetime(2026, 11, 2, 2, tzinfo=timezone.utc)
+    t1, t2 = datetime(2026, 11, 1, 2, tzinfo=UTC), datetime(2026, 11, 2, 2, tzinfo=UTC)
     first = _tick(sched, instance, t1)
     assert [r.tags["aip/run_id"] for r in first.run_requests] == ["nightly-20261101T0200Z"]
     # evaluating a tick (as "Preview tick result" does) changes nothing: no run, no partition
@@ -116,8 +152,9 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     _execute(first.run_requests, instance)
     assert pipeline.run_exists("nightly-20261101T0200Z")
     evaluated = [r for r in instance.get_runs() if r.job_name == "evaluate"]
-    assert [r.tags["dagster/partition"] for r in evaluated] == [partition_key("nightly-20261101T0200Z",
-                                                                              "llm.decision_flip")]
+    assert [r.tags["dagster/partition"] for r in evaluated] == [
+        partition_key("nightly-20261101T0200Z", "llm.decision_flip")
+    ]
     assert evaluated[0].tags["aip/trigger"] == "schedule" and evaluated[0].is_success
     # a tick while the previous run of the spec is still going skips with the reason
     import aip_assets.automation as automation
@@ -129,16 +166,23 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     monkeypatch.setattr(automation, "still_going", real)
     second = _tick(sched, instance, t2)
     _execute(second.run_requests, instance)
-    assert instance.get_dynamic_partitions(evaluations.name) == ["nightly-20261101T0200Z|llm.decision_flip",
-                                                                 "nightly-20261102T0200Z|llm.decision_flip"]
-    s = wh.query("SELECT run_id, scope, group_key, score, n, n_events FROM metric_scores ORDER BY scope, group_key, run_id")
-    a, b = s[s.run_id.str.endswith("1101T0200Z")].drop(columns="run_id"), s[s.run_id.str.endswith("1102T0200Z")].drop(columns="run_id")
+    assert instance.get_dynamic_partitions(evaluations.name) == [
+        "nightly-20261101T0200Z|llm.decision_flip",
+        "nightly-20261102T0200Z|llm.decision_flip",
+    ]
+    s = wh.query(
+        "SELECT run_id, scope, group_key, score, n, n_events FROM metric_scores ORDER BY scope, group_key, run_id"
+    )
+    a, b = (
+        s[s.run_id.str.endswith("1101T0200Z")].drop(columns="run_id"),
+        s[s.run_id.str.endswith("1102T0200Z")].drop(columns="run_id"),
+    )
     assert a.reset_index(drop=True).equals(b.reset_index(drop=True))  # same SUT, same spec: zero difference
     # the same tick again does not overwrite the run
     assert "already registered" in _tick(sched, instance, t2).skip_message
     # changing the SUT between ticks: a drop on the gender axis only
     _spec_file(tmp_path, ds, {**FLIP, "p": 0.9})
-    third = _tick(sched, instance, datetime(2026, 11, 3, 2, tzinfo=timezone.utc))
+    third = _tick(sched, instance, datetime(2026, 11, 3, 2, tzinfo=UTC))
     _execute(third.run_requests, instance)
     from aip_assets.compare import compare_runs
 
@@ -154,14 +198,22 @@ def test_sensor_launches_new_and_changed_specs_and_reports_invalid_ones(tmp_path
     ds = write_dataset(tmp_path / "d.jsonl", 5)
     _spec_file(tmp_path, ds, FLIP, name="a", schedule=None)
     bad = tmp_path / "data" / "runs" / "broken.yaml"
-    bad.write_text(yaml.safe_dump({"name": "broken", "dataset": str(ds), "metrics": {"llm.decision_flip": {
-        "config": {"num_pairs_per_dimension": 99}}}}))
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "name": "broken",
+                "dataset": str(ds),
+                "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 99}}},
+            }
+        )
+    )
     instance = get_instance()
     sensor = build_sensor(launch_job)
     # its first tick records the specs already there as seen and launches none (turning the sensor
     # on must not launch every spec in the folder)
-    first = _sensor_tick(sensor, build_sensor_context(instance=instance, repository_def=defs.get_repository_def()),
-                         instance)
+    first = _sensor_tick(
+        sensor, build_sensor_context(instance=instance, repository_def=defs.get_repository_def()), instance
+    )
     assert not first.run_requests and "first tick: 2 spec file(s)" in first.skip_message
     (tmp_path / "data" / "runs" / "a.yaml").rename(tmp_path / "data" / "runs" / "a2.yaml")  # a new file
     ctx = build_sensor_context(instance=instance, cursor=first.cursor, repository_def=defs.get_repository_def())
@@ -173,17 +225,26 @@ def test_sensor_launches_new_and_changed_specs_and_reports_invalid_ones(tmp_path
     assert len(pipeline.list_runs()) == 1
     cursor = out.cursor
     bad.write_text(bad.read_text() + "\n# edited, still invalid\n")
-    only_bad = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
-                                                         repository_def=defs.get_repository_def()), instance)
+    only_bad = _sensor_tick(
+        sensor,
+        build_sensor_context(instance=instance, cursor=cursor, repository_def=defs.get_repository_def()),
+        instance,
+    )
     assert not only_bad.run_requests
     assert "broken.yaml not launched" in only_bad.skip_message and "num_pairs_per_dimension" in only_bad.skip_message
     cursor = only_bad.cursor
-    again = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
-                                                      repository_def=defs.get_repository_def()), instance)
+    again = _sensor_tick(
+        sensor,
+        build_sensor_context(instance=instance, cursor=cursor, repository_def=defs.get_repository_def()),
+        instance,
+    )
     assert not again.run_requests and "no new or changed spec" in again.skip_message
     _spec_file(tmp_path, ds, {**FLIP, "p": 0.5}, name="a2", schedule=None)  # changed (same file, new content)
-    changed = _sensor_tick(sensor, build_sensor_context(instance=instance, cursor=cursor,
-                                                        repository_def=defs.get_repository_def()), instance)
+    changed = _sensor_tick(
+        sensor,
+        build_sensor_context(instance=instance, cursor=cursor, repository_def=defs.get_repository_def()),
+        instance,
+    )
     assert len(changed.run_requests) == 1
     _execute(changed.run_requests, instance)
     runs = pipeline.list_runs()
@@ -202,9 +263,20 @@ def _sensor_tick(sensor, ctx, instance):
 
 def _spec_yaml(tmp_path, ds, **extra):
     p = tmp_path / "s.yaml"
-    p.write_text(yaml.safe_dump({"name": "cost", "dataset": str(ds), "retry_backoff_seconds": 0.01,
-                                 "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender", "role"]}},
-                                             "llm.semantic_consistency": {}}, **extra}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cost",
+                "dataset": str(ds),
+                "retry_backoff_seconds": 0.01,
+                "metrics": {
+                    "llm.decision_flip": {"config": {"dimensions": ["gender", "role"]}},
+                    "llm.semantic_consistency": {},
+                },
+                **extra,
+            }
+        )
+    )
     return p
 
 
@@ -226,6 +298,7 @@ def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys, mo
         out = real(run_id, *a, **k)
         written.append((run_id, out.read_text()))
         return out
+
     monkeypatch.setattr(report_mod, "write_report", spy)
     assert main(["run", str(spec), "--json", "--quiet", "--max-calls", "100000"]) == 0
     run_id = json.loads(capsys.readouterr().out)["run_id"]
@@ -234,8 +307,16 @@ def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys, mo
     assert all(f"llm.{m}" in written[0][1] for m in ("decision_flip", "semantic_consistency"))
     from dagster import AssetKey, AssetRecordsFilter
 
-    recs = get_instance().fetch_materializations(AssetRecordsFilter(
-        asset_key=AssetKey("aggregation"), asset_partitions=[f"{run_id}|{m}" for m in est["metrics"]]), limit=10).records
+    recs = (
+        get_instance()
+        .fetch_materializations(
+            AssetRecordsFilter(
+                asset_key=AssetKey("aggregation"), asset_partitions=[f"{run_id}|{m}" for m in est["metrics"]]
+            ),
+            limit=10,
+        )
+        .records
+    )
     assert len(recs) == 2
     for rec in recs:
         meta = rec.asset_materialization.metadata
@@ -251,8 +332,9 @@ def test_dry_run_estimates_calls_without_calling_or_writing(tmp_path, capsys, mo
     assert sorted(r.tags["aip/metric"] for r in runs) == sorted(est["metrics"])
     assert sorted(r.tags["dagster/partition"] for r in runs) == sorted(f"{run_id}|{m}" for m in est["metrics"])
     # the run's partitions are exactly its configured metrics (of this run; the instance holds others)
-    assert sorted(k for k in get_instance().get_dynamic_partitions(evaluations.name) if k.startswith(f"{run_id}|")) \
-        == sorted(f"{run_id}|{m}" for m in est["metrics"])
+    assert sorted(
+        k for k in get_instance().get_dynamic_partitions(evaluations.name) if k.startswith(f"{run_id}|")
+    ) == sorted(f"{run_id}|{m}" for m in est["metrics"])
     assert {r.job_name for r in runs} == {"evaluate"} and all(r.is_success for r in runs)
     assert defs.resolve_job_def("evaluate").executor_def.name == "in_process"
     assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"  # UI launches too
@@ -263,17 +345,33 @@ def test_run_stops_at_its_call_cap_and_resumes(tmp_path, capsys, builtin_http):
 
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     url, server = builtin_http()
-    spec = _spec_yaml(tmp_path, ds, limits={"max_calls": 25},
-                      sut={"provider": "openai", "base_url": url, "model": "m"})
+    spec = _spec_yaml(tmp_path, ds, limits={"max_calls": 25}, sut={"provider": "openai", "base_url": url, "model": "m"})
     assert main(["run", str(spec), "--json", "--quiet", "--metric", "llm.decision_flip"]) == 4
     err = capsys.readouterr()
     run_id = json.loads(err.out)["run_id"]
     assert "reached limits.max_calls = 25" in err.err
-    assert wh.query("SELECT count(*) AS n FROM sut_responses WHERE run_id = ?", [run_id]).n[0] == 0  # nothing half-written
+    assert (
+        wh.query("SELECT count(*) AS n FROM sut_responses WHERE run_id = ?", [run_id]).n[0] == 0
+    )  # nothing half-written
     probes = {b for b in server.ok_bodies if "Reply with OK." not in b}
     assert len(probes) == 25
-    assert main(["run", str(spec), "--run-id", run_id, "--max-calls", "100000", "--json", "--quiet",
-                 "--metric", "llm.decision_flip"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(spec),
+                "--run-id",
+                run_id,
+                "--max-calls",
+                "100000",
+                "--json",
+                "--quiet",
+                "--metric",
+                "llm.decision_flip",
+            ]
+        )
+        == 0
+    )
     n_probes = wh.query("SELECT count(*) AS n FROM probes WHERE run_id = ?", [run_id]).n[0]
     bodies = {b: c for b, c in server.ok_bodies.items() if "Reply with OK." not in b}
     assert len(bodies) == n_probes and set(bodies.values()) == {1}  # resumed without repeating a call
@@ -314,8 +412,9 @@ def test_a_launch_points_a_spec_at_another_sut_through_the_sut_resource(tmp_path
 
     r = launch_request(load_spec(path), path, "other-1", "ui")
     sut = SutConnection(base_url=server.url, model="scripted", api_key_env="UI_SUT_KEY")
-    result = launch_job.execute_in_process(run_config=r.run_config, instance=instance, tags=r.tags,
-                                           resources={"sut": sut, "warehouse": Warehouse()})
+    result = launch_job.execute_in_process(
+        run_config=r.run_config, instance=instance, tags=r.tags, resources={"sut": sut, "warehouse": Warehouse()}
+    )
     assert result.success
     spec, _ = pipeline.load_run("other-1")
     assert spec.sut.base_url == server.url and spec.sut.api_key_env == "UI_SUT_KEY"
@@ -327,9 +426,12 @@ def test_a_launch_points_a_spec_at_another_sut_through_the_sut_resource(tmp_path
     assert set(defs.resources) == {"warehouse", "sut"}
     # an unusable endpoint in the resource fails the launch with the field named, and registers nothing
     bad = SutConnection(base_url="http://user:pw@localhost:1/v1", model="m")
-    failed = launch_job.execute_in_process(run_config=launch_request(load_spec(path), path, "other-2", "ui").run_config,
-                                           instance=instance, resources={"sut": bad, "warehouse": Warehouse()},
-                                           raise_on_error=False)
+    failed = launch_job.execute_in_process(
+        run_config=launch_request(load_spec(path), path, "other-2", "ui").run_config,
+        instance=instance,
+        resources={"sut": bad, "warehouse": Warehouse()},
+        raise_on_error=False,
+    )
     assert not failed.success and not pipeline.run_exists("other-2")
     [err] = [e.event_specific_data.error.message for e in failed.get_step_failure_events()]
     assert "base_url" in err and "pw" not in err
@@ -351,8 +453,9 @@ def test_two_specs_of_one_name_get_one_schedule_and_the_cli_still_runs(tmp_path,
 
     from aip_assets.definitions import RESOURCES
 
-    Definitions.validate_loadable(Definitions(jobs=[launch_job], schedules=build_schedules(launch_job),
-                                              resources=RESOURCES))
+    Definitions.validate_loadable(
+        Definitions(jobs=[launch_job], schedules=build_schedules(launch_job), resources=RESOURCES)
+    )
     assert main(["run", str(first), "--quiet", "--json"]) == 0
 
 
@@ -360,13 +463,24 @@ def test_parallel_metrics_give_the_same_scores_as_one_at_a_time(tmp_path, capsys
     """`aip-eval run --parallel 2`: each metric in a worker process, the same evaluate runs in the
     same Dagster storage, and exactly the scores of a sequential run of the same spec."""
     from aip_assets.cli import main
+
     ds = write_dataset(tmp_path / "d.jsonl", 4)
     spec = tmp_path / "p.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "par", "dataset": str(ds), "seed": 5, "sut": {"provider": "builtin", "profile": FLIP},
-        "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}},
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "par",
+                "dataset": str(ds),
+                "seed": 5,
+                "sut": {"provider": "builtin", "profile": FLIP},
+                "metrics": {
+                    "llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}},
                     "llm.semantic_consistency": {"config": {"responses_per_query": 2}},
-                    "llm.group_interaction_bias": {"config": {"num_pairs": 2, "persona_pool_size": 4}}}}))
+                    "llm.group_interaction_bias": {"config": {"num_pairs": 2, "persona_pool_size": 4}},
+                },
+            }
+        )
+    )
     summaries = {}
     for parallel in (1, 2):
         assert main(["run", str(spec), "--json", "--quiet", "--parallel", str(parallel)]) in (0, 1)
@@ -374,8 +488,11 @@ def test_parallel_metrics_give_the_same_scores_as_one_at_a_time(tmp_path, capsys
     one, two = summaries[1], summaries[2]
     assert two["failed_metrics"] == [] and set(two["metrics"]) == set(one["metrics"])
     for m, s in one["metrics"].items():
-        assert (s["score"], s["ci95"], s["passed"]) == (two["metrics"][m]["score"], two["metrics"][m]["ci95"],
-                                                        two["metrics"][m]["passed"]), m
+        assert (s["score"], s["ci95"], s["passed"]) == (
+            two["metrics"][m]["score"],
+            two["metrics"][m]["ci95"],
+            two["metrics"][m]["passed"],
+        ), m
     runs = [r for r in get_instance().get_runs() if r.tags.get("aip/run_id") == two["run_id"]]
     assert sorted(r.tags["aip/metric"] for r in runs) == sorted(one["metrics"])
     assert {r.job_name for r in runs} == {"evaluate"}
@@ -399,13 +516,24 @@ def test_the_run_queue_follower_tells_a_failed_gate_from_a_failed_stage(tmp_path
         spec = make_spec(ds, sut={"provider": "builtin", "profile": {**FLIP, "p": 1.0}}, threshold=threshold)
         pipeline.register_run(spec, run_id)
         register_partitions(instance, run_id, spec.metrics)
-        runs[run_id] = evaluate().execute_in_process(partition_key=partition_key(run_id, "llm.decision_flip"),
-                                                     instance=instance, raise_on_error=False).run_id
+        runs[run_id] = (
+            evaluate()
+            .execute_in_process(
+                partition_key=partition_key(run_id, "llm.decision_flip"), instance=instance, raise_on_error=False
+            )
+            .run_id
+        )
     instance.add_dynamic_partitions(evaluations.name, ["typed|llm.decision_flip"])  # no such run: ingest fails
-    runs["broken"] = evaluate().execute_in_process(partition_key="typed|llm.decision_flip", instance=instance,
-                                                   raise_on_error=False).run_id
-    assert [instance.get_run_by_id(runs[k]).status.value for k in ("gate", "ok", "broken")] == ["FAILURE", "SUCCESS",
-                                                                                              "FAILURE"]
+    runs["broken"] = (
+        evaluate()
+        .execute_in_process(partition_key="typed|llm.decision_flip", instance=instance, raise_on_error=False)
+        .run_id
+    )
+    assert [instance.get_run_by_id(runs[k]).status.value for k in ("gate", "ok", "broken")] == [
+        "FAILURE",
+        "SUCCESS",
+        "FAILURE",
+    ]
     out = {o.metric: o for o in wait(instance, runs, poll_seconds=0.01)}
     assert out["gate"].gate_failed and out["gate"].completed and not out["gate"].success
     assert "gate failed: score" in out["gate"].errors[0]
@@ -427,15 +555,18 @@ def test_a_launch_whose_gate_failed_fails_saying_so_not_as_a_failed_stage(tmp_pa
     path.write_text(yaml.safe_dump(data))
     instance = get_instance()
     r = launch_request(load_spec(path), path, "gated-1", "ui")
-    res = defs.resolve_job_def("aip_launch").execute_in_process(run_config=r.run_config, instance=instance, tags=r.tags,
-                                                               raise_on_error=False)
+    res = defs.resolve_job_def("aip_launch").execute_in_process(
+        run_config=r.run_config, instance=instance, tags=r.tags, raise_on_error=False
+    )
     assert not res.success
     [failure] = res.get_step_failure_events()
     desc = failure.event_specific_data.user_failure_data.description
     assert "gate failed for llm.decision_flip" in desc and "stage failed" not in desc
     [evaluated] = [x for x in instance.get_runs() if x.job_name == "evaluate"]
     assert evaluated.status.value == "FAILURE"
-    scores = wh.query("SELECT passed FROM metric_scores WHERE run_id = 'gated-1' AND scope = 'overall'", read_only=False)
+    scores = wh.query(
+        "SELECT passed FROM metric_scores WHERE run_id = 'gated-1' AND scope = 'overall'", read_only=False
+    )
     assert scores.passed.tolist() == [False]
 
 
@@ -513,7 +644,9 @@ def test_the_cli_keeps_dagster_engines_and_the_ui_reads_the_same_storage(tmp_pat
     written = instance_settings(tmp_path / "h")  # what this Dagster gets
     monkeypatch.setattr(dagster_storage, "FAST", False)
     if dagster_storage.FAST_RUNS:  # each storage on its own: the run storage still the faster one
-        assert yaml.safe_load(instance_settings(tmp_path / "h"))["run_storage"]["class"] == "EngineKeepingSqliteRunStorage"
+        assert (
+            yaml.safe_load(instance_settings(tmp_path / "h"))["run_storage"]["class"] == "EngineKeepingSqliteRunStorage"
+        )
     monkeypatch.setattr(dagster_storage, "FAST_RUNS", False)
     plain = yaml.safe_load(instance_settings(tmp_path / "h"))
     assert plain["storage"] == {"sqlite": {"base_dir": str((tmp_path / "h" / "storage").resolve())}}
@@ -586,8 +719,16 @@ def test_the_ui_watching_a_run_sees_each_event_the_cli_writes(tmp_path):
     ui = SqliteEventLogStorage(base)
 
     def entry(msg):
-        return EventLogEntry(error_info=None, level=logging.INFO, user_message=msg, run_id="r1",
-                             timestamp=time.time(), step_key=None, job_name=None, dagster_event=None)
+        return EventLogEntry(
+            error_info=None,
+            level=logging.INFO,
+            user_message=msg,
+            run_id="r1",
+            timestamp=time.time(),
+            step_key=None,
+            job_name=None,
+            dagster_event=None,
+        )
 
     cli.store_event(entry("first"))
     seen, got = [], threading.Event()
@@ -621,11 +762,21 @@ def test_parallel_workers_share_the_runs_call_cap_through_postgres(tmp_path, cap
     monkeypatch.setenv("AIP_SHARED_STATE_URL", postgres.url)
     ds = write_dataset(tmp_path / "d.jsonl", 4)
     spec = tmp_path / "cap.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": f"cap{os.getpid()}", "dataset": str(ds), "seed": 5, "sut": {"provider": "builtin", "profile": FLIP},
-        "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}},
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": f"cap{os.getpid()}",
+                "dataset": str(ds),
+                "seed": 5,
+                "sut": {"provider": "builtin", "profile": FLIP},
+                "metrics": {
+                    "llm.decision_flip": {"config": {"num_pairs_per_dimension": 1}},
                     "llm.semantic_consistency": {"config": {"responses_per_query": 2}},
-                    "llm.group_interaction_bias": {"config": {"num_pairs": 2, "persona_pool_size": 4}}}}))
+                    "llm.group_interaction_bias": {"config": {"num_pairs": 2, "persona_pool_size": 4}},
+                },
+            }
+        )
+    )
     assert main(["run", str(spec), "--json", "--quiet", "--parallel", "2", "--max-calls", "30"]) == 4
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     import psycopg

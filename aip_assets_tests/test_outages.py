@@ -42,10 +42,21 @@ def two_metric_spec(tmp_path: Path, sut: dict, retries: int = 3) -> Path:
     """Decision flip, then semantic consistency (``n_sut_retries`` = ``retries``), on 3 rows."""
     ds = write_dataset(tmp_path / "in" / "d.jsonl", 3)
     p = tmp_path / "in" / "spec.yaml"
-    p.write_text(json.dumps({
-        "name": "outage", "dataset": str(ds), "seed": 3, "retry_backoff_seconds": 0.01, "sut": sut,
-        "metrics": {"llm.decision_flip": {"config": {"num_pairs_per_dimension": 2, "dimensions": ["gender"]}},
-                    "llm.semantic_consistency": {"config": {"n_sut_retries": retries, "responses_per_query": 2}}}}))
+    p.write_text(
+        json.dumps(
+            {
+                "name": "outage",
+                "dataset": str(ds),
+                "seed": 3,
+                "retry_backoff_seconds": 0.01,
+                "sut": sut,
+                "metrics": {
+                    "llm.decision_flip": {"config": {"num_pairs_per_dimension": 2, "dimensions": ["gender"]}},
+                    "llm.semantic_consistency": {"config": {"n_sut_retries": retries, "responses_per_query": 2}},
+                },
+            }
+        )
+    )
     return p
 
 
@@ -117,17 +128,21 @@ def test_a_sut_down_for_the_rest_of_the_run_fails_the_metric_not_the_run(tmp_pat
     assert bool(scores.loc["llm.decision_flip"].passed) and not bool(scores.loc["llm.semantic_consistency"].passed)
     reason = scores.loc["llm.semantic_consistency"].gate_reason
     assert "6 of 6 SUT answers failed" in reason and "coverage 0.000 below min_coverage" in reason
-    notes = table("run_notes", run_id, "metric").query("metric == 'llm.semantic_consistency' and code == 'endpoint_down'")
+    notes = table("run_notes", run_id, "metric").query(
+        "metric == 'llm.semantic_consistency' and code == 'endpoint_down'"
+    )
     assert len(notes) == 1 and "The endpoint is down" in notes.message.iloc[0]
 
 
 def test_an_unauthorised_sut_at_a_stage_start_still_stops_the_run(tmp_path, scripted, capsys):
     """An endpoint that answers 401 at a stage's start is misconfigured, not down: exit 2."""
+
     def handler(body, n):
         handler.checks += is_preflight(body)
         if handler.checks >= 2:  # from decision flip's stage start on
             return Reply(401, body={"error": {"message": "bad key"}})
         return "OK" if is_preflight(body) else builtin_text(body)
+
     handler.checks = 0
     server = scripted(handler, answer_preflight=False)
     assert main(["run", str(two_metric_spec(tmp_path, server.conn()))]) == 2
@@ -141,19 +156,25 @@ def test_the_check_before_a_run_says_why_it_waits_and_ends_within_its_budget(tmp
     why at each wait, and gives up after its retry budget (the calls' n_sut_retries, 3), not after
     max_rate_limit_wait_seconds (600 s by default): exit 5 naming the 429, nothing written. (The
     server would answer the seventh request: a check that waited freely would go on to run.)"""
-    server = scripted(lambda body, n: Reply(429, headers={"Retry-After": "0.05"}) if n <= 6 else "OK",
-                      answer_preflight=False)
+    server = scripted(
+        lambda body, n: Reply(429, headers={"Retry-After": "0.05"}) if n <= 6 else "OK", answer_preflight=False
+    )
     spec = two_metric_spec(tmp_path, server.conn())
     before = tree(tmp_path)
     assert main(["run", str(spec)]) == 5  # a failure outside the project, not bad input
     err = capsys.readouterr().err
     assert len(server.requests) == 4
     waits = [line for line in err.splitlines() if "endpoint check: " in line]
-    assert waits == [f"[aip] endpoint check: sut endpoint {server.url} (model scripted) answered HTTP 429 (rate "
-                     f"limited); waiting 0.05s (Retry-After) before try {k} of 4" for k in (2, 3, 4)]
+    assert waits == [
+        f"[aip] endpoint check: sut endpoint {server.url} (model scripted) answered HTTP 429 (rate "
+        f"limited); waiting 0.05s (Retry-After) before try {k} of 4"
+        for k in (2, 3, 4)
+    ]
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"error: sut endpoint {server.url} (model scripted): unavailable: it answered HTTP 429 "
-                           "(rate limited) after 4 tries over "), last
+    assert last.startswith(
+        f"error: sut endpoint {server.url} (model scripted): unavailable: it answered HTTP 429 "
+        "(rate limited) after 4 tries over "
+    ), last
     assert "3 retries" in last and 'the last try: HTTP 429: {"error": {"message": "scripted 429"}}' in last
     assert tree(tmp_path) == before
 
@@ -163,17 +184,29 @@ def _calls(url: str, n: int, concurrency: int, retries: int) -> tuple[list, Mode
     async def go():
         conn = Connection(provider="openai", base_url=url, model="m")
         notes: list[dict] = []
-        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
-                               backoff_s=0.01, concurrency=concurrency, on_note=notes.append) as c:
+        async with ModelClient(
+            conn,
+            role="sut",
+            run_id="r",
+            metric="m",
+            stage="sampling",
+            journal=None,
+            backoff_s=0.01,
+            concurrency=concurrency,
+            on_note=notes.append,
+        ) as c:
             sem = asyncio.Semaphore(concurrency)
 
             async def one(i):
                 async with sem:
-                    return await c.chat([{"role": "user", "content": f"q{i}"}], temperature=0, retries=retries,
-                                        timeout=5)
+                    return await c.chat(
+                        [{"role": "user", "content": f"q{i}"}], temperature=0, retries=retries, timeout=5
+                    )
+
             results = await asyncio.gather(*(one(i) for i in range(n)))
         c.notes = notes
         return results, c
+
     return asyncio.run(go())
 
 
@@ -190,9 +223,14 @@ def test_calls_to_an_endpoint_found_down_are_not_sent_but_one_at_a_time(scripted
     assert len(sent) >= DOWN_AFTER_CALLS and all(r.attempts == 3 for r in sent)  # each sent call: its retries
     assert len(server.requests) == sum(r.attempts for r in results) == 3 * len(sent)
     assert len(held) >= 40 - DOWN_AFTER_CALLS - 2 * 4  # after the first failures, at most the calls in flight are sent
-    assert held and all(r.error.startswith(f"not sent: the sut endpoint {server.url} is down ({DOWN_AFTER_CALLS} or "
-                                           "more calls in a row failed after their retries, the last: connection "
-                                           "closed by the server without an answer)") for r in held)
+    assert held and all(
+        r.error.startswith(
+            f"not sent: the sut endpoint {server.url} is down ({DOWN_AFTER_CALLS} or "
+            "more calls in a row failed after their retries, the last: connection "
+            "closed by the server without an answer)"
+        )
+        for r in held
+    )
     assert c.stats["not_sent_down"] == len(held) and c.stats["network_calls"] == len(sent)
     note = next(n for n in c.notes if n["code"] == "endpoint_down")
     assert f"{len(held)} call(s) were not sent" in note["message"] and "it did not answer again" in note["message"]
@@ -208,7 +246,7 @@ def test_an_endpoint_found_down_is_sent_every_call_again_once_it_answers(scripte
     assert all(not r.ok and r.attempts == 3 for r in results[:DOWN_AFTER_CALLS])
     probe = results[DOWN_AFTER_CALLS]
     assert probe.ok and probe.attempts == 2
-    assert all(r.ok and r.attempts == 1 for r in results[DOWN_AFTER_CALLS + 1:])
+    assert all(r.ok and r.attempts == 1 for r in results[DOWN_AFTER_CALLS + 1 :])
     note = next(n for n in c.notes if n["code"] == "endpoint_down")
     assert "0 call(s) were not sent" in note["message"] and "it answered again 1 time(s)" in note["message"]
 
@@ -223,12 +261,21 @@ def test_calls_wait_for_the_first_call_that_finds_out_whether_the_endpoint_is_ba
 
     async def go():
         conn = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model="m")
-        c = ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None, concurrency=4,
-                        share_connections=False)
+        c = ModelClient(
+            conn,
+            role="sut",
+            run_id="r",
+            metric="m",
+            stage="sampling",
+            journal=None,
+            concurrency=4,
+            share_connections=False,
+        )
         c._slots_held = True  # no slot files: the calls below never reach the network
         for _ in range(DOWN_AFTER_CALLS):  # found down as calls failing after their retries find it
-            c._health(ChatResult(None, "error", "connection refused", None, None, None, None, None, 3, "k",
-                                 transient=True))
+            c._health(
+                ChatResult(None, "error", "connection refused", None, None, None, None, None, 3, "k", transient=True)
+            )
         assert c._down_since is not None and not c._confirmed
         release, sent = asyncio.Event(), []
 
@@ -237,9 +284,14 @@ def test_calls_wait_for_the_first_call_that_finds_out_whether_the_endpoint_is_ba
             if len(sent) == 1:
                 await release.wait()  # the first call finds out while the others arrive
             await asyncio.sleep(0.01)  # a request takes a while
-            return (ChatResult("fine", "ok", None, 1.0, 1, 1, "m", None, 1, key) if back else
-                    ChatResult(None, "error", "connection refused", None, None, None, None, None, 3, key,
-                               transient=True))
+            return (
+                ChatResult("fine", "ok", None, 1.0, 1, 1, "m", None, 1, key)
+                if back
+                else ChatResult(
+                    None, "error", "connection refused", None, None, None, None, None, 3, key, transient=True
+                )
+            )
+
         c._call = call  # type: ignore[method-assign]
         c._record = lambda *a, **k: None  # type: ignore[method-assign]
         calls = [asyncio.create_task(c._live({"q": i}, f"k{i}", 0, 2, 5.0, "{}")) for i in range(4)]
@@ -273,8 +325,9 @@ def _read_request(c: socket.socket) -> None:
     while b"\r\n\r\n" not in data:
         data += c.recv(65536) or b"\r\n\r\n"
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
     while len(body) < length:
         chunk = c.recv(65536)
         if not chunk:
@@ -302,6 +355,7 @@ def _raw_server(answer: bytes, reset: bool) -> tuple[str, socket.socket]:
             if reset:
                 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             c.close()
+
     threading.Thread(target=run, daemon=True).start()
     return f"http://127.0.0.1:{s.getsockname()[1]}/v1", s
 
@@ -309,27 +363,46 @@ def _raw_server(answer: bytes, reset: bool) -> tuple[str, socket.socket]:
 CUT = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"choi'
 
 
-@pytest.mark.parametrize("answer, reset, said", ids=["short-body", "short-body-reset", "short-chunks", "reset"], argvalues=[
-    (CUT, False, "the connection was closed before the answer was complete: 6 of the 100 bytes its Content-Length "
-                 "announced came (aiohttp ContentLengthError)"),
-    (CUT, True, "the connection was reset before the answer was complete: 6 of the 100 bytes its Content-Length "
-                "announced came (aiohttp ContentLengthError)"),
-    (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"cho\r\n", False,
-     "the connection was closed before the answer was complete: the chunked body stopped before its last chunk "
-     "(aiohttp TransferEncodingError)"),
-    (b"", True, "connection reset by the server without an answer"),
-])
+@pytest.mark.parametrize(
+    "answer, reset, said",
+    ids=["short-body", "short-body-reset", "short-chunks", "reset"],
+    argvalues=[
+        (
+            CUT,
+            False,
+            "the connection was closed before the answer was complete: 6 of the 100 bytes its Content-Length "
+            "announced came (aiohttp ContentLengthError)",
+        ),
+        (
+            CUT,
+            True,
+            "the connection was reset before the answer was complete: 6 of the 100 bytes its Content-Length "
+            "announced came (aiohttp ContentLengthError)",
+        ),
+        (
+            b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"cho\r\n',
+            False,
+            "the connection was closed before the answer was complete: the chunked body stopped before its last chunk "
+            "(aiohttp TransferEncodingError)",
+        ),
+        (b"", True, "connection reset by the server without an answer"),
+    ],
+)
 def test_a_connection_cut_at_the_endpoint_check_says_what_happened(answer, reset, said, caplog):
     url, s = _raw_server(answer, reset)
     try:
         with caplog.at_level(logging.INFO, logger="aip_assets"), pytest.raises(EndpointDown) as e:
-            asyncio.run(check_endpoint(Connection(provider="openai", base_url=url, model="m"), "sut", retries=1,
-                                       backoff_s=0.01, timeout=5))
+            asyncio.run(
+                check_endpoint(
+                    Connection(provider="openai", base_url=url, model="m"), "sut", retries=1, backoff_s=0.01, timeout=5
+                )
+            )
     finally:
         s.close()
     msg = str(e.value)
     assert msg.startswith(f"sut endpoint {url} (model m): unreachable after 2 tries over ") and msg.endswith(
-        f"the last try: {said}"), msg
+        f"the last try: {said}"
+    ), msg
     assert "400" not in msg  # aiohttp's code for a cut body is no HTTP status
     waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("endpoint check: ")]
     assert len(waits) == 1 and waits[0].startswith(f"endpoint check: sut endpoint {url} (model m) {said}; waiting ")
@@ -352,10 +425,14 @@ def test_a_dataset_path_that_is_a_folder_or_has_no_suffix_is_named(tmp_path, cap
     assert main([command, str(spec)]) == 2
     err = capsys.readouterr().err
     if kind == "folder":
-        assert f"error: {ds}: is a folder, not a dataset file (it holds rows.jsonl); give the path of one dataset " \
-               "file: .csv, .jsonl (or .ndjson) or .parquet (or .pq)" in err
+        assert (
+            f"error: {ds}: is a folder, not a dataset file (it holds rows.jsonl); give the path of one dataset "
+            "file: .csv, .jsonl (or .ndjson) or .parquet (or .pq)" in err
+        )
     else:
-        assert f"error: {ds}: the file name has no suffix, so its type is unknown; name the file for its format: " \
-               ".csv, .jsonl (or .ndjson) or .parquet (or .pq)" in err
+        assert (
+            f"error: {ds}: the file name has no suffix, so its type is unknown; name the file for its format: "
+            ".csv, .jsonl (or .ndjson) or .parquet (or .pq)" in err
+        )
     assert "unsupported file type ''" not in err and "Traceback" not in err
     assert tree(tmp_path) == before

@@ -11,8 +11,11 @@ import pytest
 from aip_assets import pipeline
 from aip_assets.dataset import load_dataset
 from aip_assets.metrics.base import FrameReader, StageContext
-from aip_assets.metrics.perturbation import (PerturbationRobustnessExternal, PerturbationRobustnessExternalConfig,
-                                             group_score)
+from aip_assets.metrics.perturbation import (
+    PerturbationRobustnessExternal,
+    PerturbationRobustnessExternalConfig,
+    group_score,
+)
 from aip_assets.models.builtin import handle_chat
 from aip_assets.perturbations import RULE_BASED, canonical_tokens
 from aip_assets.recipes import perturb_file
@@ -46,11 +49,25 @@ def test_each_perturbation_changes_text_deterministically_and_keeps_meaning(name
 
 def test_config_mirrors_the_spec_schema():
     props = PerturbationRobustnessExternalConfig.model_json_schema()["properties"]
-    assert set(props) == {"groundtruth_context", "inverted", "max", "metric_name", "min", "reference_answer",
-                          "sub_call_concurrency_limit", "timeout_seconds", "weight"}
+    assert set(props) == {
+        "groundtruth_context",
+        "inverted",
+        "max",
+        "metric_name",
+        "min",
+        "reference_answer",
+        "sub_call_concurrency_limit",
+        "timeout_seconds",
+        "weight",
+    }
     c = PerturbationRobustnessExternalConfig()
-    assert (c.groundtruth_context, c.reference_answer, c.metric_name, c.sub_call_concurrency_limit, c.timeout_seconds) == (
-        None, None, "perturbation_robustness_external", 5, 60.0)
+    assert (
+        c.groundtruth_context,
+        c.reference_answer,
+        c.metric_name,
+        c.sub_call_concurrency_limit,
+        c.timeout_seconds,
+    ) == (None, None, "perturbation_robustness_external", 5, 60.0)
     assert props["sub_call_concurrency_limit"]["maximum"] == 64 and props["timeout_seconds"]["exclusiveMinimum"] == 0
 
 
@@ -59,18 +76,42 @@ def test_worked_example_robustness_09_drop_01_gives_09():
     assert group_score([1.0, 0.8], [0.0, 0.2]) == pytest.approx(0.9)
     assert group_score([1.0], [-0.5]) == 1.0  # a variant answered better does not lift the score above 1
     # through the aggregation: one group, baseline + two variants; the score replicated to its 3 rows
-    probes = pd.DataFrame([{"input_id": i, "role": ax, "category": c, "group_id": "g", "variant_id": None}
-                           for i, ax, c in (("b", "baseline", "baseline"), ("v1", "variant", "typos"),
-                                            ("v2", "variant", "casing"))])
-    j = [{"pair_id": "g|base", "input_id": "b", "category": "baseline", "judge_kind": "correctness", "status": "ok",
-          "score": 1.0}]
+    probes = pd.DataFrame(
+        [
+            {"input_id": i, "role": ax, "category": c, "group_id": "g", "variant_id": None}
+            for i, ax, c in (("b", "baseline", "baseline"), ("v1", "variant", "typos"), ("v2", "variant", "casing"))
+        ]
+    )
+    j = [
+        {
+            "pair_id": "g|base",
+            "input_id": "b",
+            "category": "baseline",
+            "judge_kind": "correctness",
+            "status": "ok",
+            "score": 1.0,
+        }
+    ]
     for v, rob, cor in (("v1", 0.8, 0.8), ("v2", 1.0, 1.0)):
-        j += [{"pair_id": f"g|{v}", "input_id": v, "judge_kind": "robustness", "status": "ok", "score": rob},
-              {"pair_id": f"g|{v}", "input_id": v, "judge_kind": "correctness", "status": "ok", "score": cor}]
+        j += [
+            {"pair_id": f"g|{v}", "input_id": v, "judge_kind": "robustness", "status": "ok", "score": rob},
+            {"pair_id": f"g|{v}", "input_id": v, "judge_kind": "correctness", "status": "ok", "score": cor},
+        ]
     spec = make_spec(write_dataset(__import__("pathlib").Path("d.jsonl"), 1))
-    ctx = StageContext(run_id="r", metric=EXT, spec=spec, config=PerturbationRobustnessExternalConfig(), journal=None,
-                       reader=FrameReader({"probes": probes, "judgements": pd.DataFrame(j).assign(error=None),
-                                           "dataset_rows": pd.DataFrame([{"row_index": 0, "input_id": "b"}])}))
+    ctx = StageContext(
+        run_id="r",
+        metric=EXT,
+        spec=spec,
+        config=PerturbationRobustnessExternalConfig(),
+        journal=None,
+        reader=FrameReader(
+            {
+                "probes": probes,
+                "judgements": pd.DataFrame(j).assign(error=None),
+                "dataset_rows": pd.DataFrame([{"row_index": 0, "input_id": "b"}]),
+            }
+        ),
+    )
     out = {}
     for t in PerturbationRobustnessExternal().aggregate(ctx):
         for k, v in t.items():
@@ -103,9 +144,16 @@ def _references(seed_path, out_path, profile=None):
     reading of clean text is the truth; what changes under a perturbation is the error)."""
     rows = [json.loads(x) for x in seed_path.read_text().splitlines()]
     for r in rows:
-        body = {"model": "x", "messages": [{"role": "user", "content": r["prompt"] if isinstance(r["prompt"], str)
-                                            else r["prompt"][-1]["content"]}], "temperature": 0.0}
-        r["metadata"] = {"reference_answer": handle_chat(body, profile or BuiltinProfile())["choices"][0]["message"]["content"]}
+        body = {
+            "model": "x",
+            "messages": [
+                {"role": "user", "content": r["prompt"] if isinstance(r["prompt"], str) else r["prompt"][-1]["content"]}
+            ],
+            "temperature": 0.0,
+        }
+        r["metadata"] = {
+            "reference_answer": handle_chat(body, profile or BuiltinProfile())["choices"][0]["message"]["content"]
+        }
     out_path.write_text("\n".join(json.dumps(r) for r in rows))
     return out_path
 
@@ -115,8 +163,9 @@ def test_calibration_fragile_to_typos_and_round_trip(tmp_path):
     run_all(spec_for(seed, HOST), "robust", metric=HOST)
     assert scores("robust").query("scope == 'overall'").iloc[0].score == 1.0
     fragile = {"provider": "builtin", "profile": {"name": "fragile", "fragile_to": "typos"}}
-    seed = _references(tmp_path / "seed.jsonl", tmp_path / "seed_ref_fragile.jsonl",
-                       BuiltinProfile.model_validate(fragile["profile"]))
+    seed = _references(
+        tmp_path / "seed.jsonl", tmp_path / "seed_ref_fragile.jsonl", BuiltinProfile.model_validate(fragile["profile"])
+    )
     run_all(spec_for(seed, HOST, sut=fragile), "hosted", metric=HOST)
     s = scores("hosted")
     assert s.query("scope == 'overall'").iloc[0].ci_high < 1.0
@@ -126,17 +175,30 @@ def test_calibration_fragile_to_typos_and_round_trip(tmp_path):
     assert json.loads(types.iloc[0].details)["mean_correctness_drop"] > 0.2
     # round trip: generate -> export -> answer outside the pipeline -> ingest -> score
     perturb_file(seed, tmp_path / "export.jsonl", seed=3)
-    cmd = [sys.executable, "-m", "aip_assets.cli", "answer", str(tmp_path / "export.jsonl"), str(tmp_path / "answered.csv"),
-           "--profile", json.dumps(fragile["profile"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "aip_assets.cli",
+        "answer",
+        str(tmp_path / "export.jsonl"),
+        str(tmp_path / "answered.csv"),
+        "--profile",
+        json.dumps(fragile["profile"]),
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
     # the external scorer needs no SUT: an unreachable one is never asked
     no_sut = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
-    assert pipeline.preflight(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut)) == ["endpoint ok: judge: builtin model (fair)"]
+    assert pipeline.preflight(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut)) == [
+        "endpoint ok: judge: builtin model (fair)"
+    ]
     run_all(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut), "external", metric=EXT)
     ext, host = scores("external"), scores("hosted")
     cols = ["scope", "group_key", "raw_score", "n"]
-    assert ext[ext.scope == "perturbation_type"][cols].reset_index(drop=True).equals(
-        host[host.scope == "perturbation_type"][cols].reset_index(drop=True))
+    assert (
+        ext[ext.scope == "perturbation_type"][cols]
+        .reset_index(drop=True)
+        .equals(host[host.scope == "perturbation_type"][cols].reset_index(drop=True))
+    )
     e, h = ext.query("scope == 'overall'").iloc[0], host.query("scope == 'overall'").iloc[0]
     assert e.raw_score == pytest.approx(h.raw_score)
     assert table("llm_calls", "external", "created_at").query("role == 'sut'").empty  # the scorer calls no SUT
@@ -147,10 +209,20 @@ def test_edge_cases_have_clear_outcomes(tmp_path):
     ok = "On balance, my answer is yes. The key figure to keep in mind is 12, and the relevant date is 3 May 2024."
     rows = [
         {**base, "input_id": "good", "prompt": "Q1?", "sut_response": ok, "metadata": {"original_query": "Q1?"}},
-        {**base, "input_id": "good-t", "prompt": "q1?", "sut_response": ok,
-         "metadata": {"original_query": "Q1?", "perturbation_type": "casing"}},
-        {**base, "input_id": "good-e", "prompt": "Q1 ?", "sut_response": "",
-         "metadata": {"original_query": "Q1?", "perturbation_type": "punctuation"}},
+        {
+            **base,
+            "input_id": "good-t",
+            "prompt": "q1?",
+            "sut_response": ok,
+            "metadata": {"original_query": "Q1?", "perturbation_type": "casing"},
+        },
+        {
+            **base,
+            "input_id": "good-e",
+            "prompt": "Q1 ?",
+            "sut_response": "",
+            "metadata": {"original_query": "Q1?", "perturbation_type": "punctuation"},
+        },
         {**base, "input_id": "nometa", "prompt": "Q2?", "sut_response": ok},
         {**base, "input_id": "nobase", "prompt": "q3?", "sut_response": ok, "metadata": {"original_query": "Q3?"}},
         {**base, "input_id": "dup1", "prompt": "Q4?", "sut_response": ok, "metadata": {"original_query": "Q4?"}},
@@ -194,9 +266,22 @@ def test_a_rows_reference_answer_overrides_the_configs(tmp_path):
     rows = []
     for g, ref in (("Q1?", "ROW-REFERENCE"), ("Q2?", None)):
         meta = {"original_query": g, **({"reference_answer": ref} if ref else {})}
-        rows += [{"input_id": f"{g}-b", "prompt": g, "task_type": "single_turn_llm", "sut_response": "Yes.", "metadata": meta},
-                 {"input_id": f"{g}-v", "prompt": g.lower(), "task_type": "single_turn_llm", "sut_response": "Yes.",
-                  "metadata": {**meta, "perturbation_type": "casing"}}]
+        rows += [
+            {
+                "input_id": f"{g}-b",
+                "prompt": g,
+                "task_type": "single_turn_llm",
+                "sut_response": "Yes.",
+                "metadata": meta,
+            },
+            {
+                "input_id": f"{g}-v",
+                "prompt": g.lower(),
+                "task_type": "single_turn_llm",
+                "sut_response": "Yes.",
+                "metadata": {**meta, "perturbation_type": "casing"},
+            },
+        ]
     ds = tmp_path / "ref.jsonl"
     ds.write_text("\n".join(json.dumps(r) for r in rows))
     run_all(spec_for(ds, EXT, config={"reference_answer": "CONFIG-REFERENCE"}), "ref", metric=EXT)

@@ -10,10 +10,10 @@ from dagster import materialize
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.assets import STAGE_ASSETS
-from aip_assets.resources import Warehouse
 from aip_assets.cli import main
 from aip_assets.dagster_home import get_instance
 from aip_assets.partitions import evaluations, partition_key, register_partitions
+from aip_assets.resources import Warehouse
 from aip_assets.warehouse import connection as whc
 
 from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
@@ -24,7 +24,10 @@ FLIP = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
 STABLE = {
     "probes": ("probe_id", ["probe_id", "input_id", "axis", "attribute_value", "query_text", "messages"]),
     "sut_responses": ("probe_id", ["probe_id", "response", "status", "model", "fingerprint", "prompt_tokens"]),
-    "judgements": ("pair_id", ["pair_id", "order_swapped", "status", "raw_output", "decision_a", "decision_b", "flipped", "reasoning"]),
+    "judgements": (
+        "pair_id",
+        ["pair_id", "order_swapped", "status", "raw_output", "decision_a", "decision_b", "flipped", "reasoning"],
+    ),
     "row_scores": ("input_id", ["input_id", "raw_score", "score", "label", "n_judged", "n_failed", "n_events"]),
     "metric_scores": ("scope, group_key", ["scope", "group_key", "score", "ci_low", "ci_high", "n", "n_events"]),
 }
@@ -54,8 +57,9 @@ def test_http_transport_gives_identical_tables(tmp_path, builtin_http):
 def test_crash_mid_sampling_resumes_without_repeating_calls(tmp_path, builtin_http, monkeypatch):
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     url, server = builtin_http(FLIP)
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
-                     config={"sub_call_concurrency_limit": 1})
+    spec = make_spec(
+        ds, sut={"provider": "openai", "base_url": url, "model": "m"}, config={"sub_call_concurrency_limit": 1}
+    )
     run_all(spec, "crash", stages=["ingest", "synthesis"])
     n_probes = len(table("probes", "crash", "probe_id"))
 
@@ -72,8 +76,12 @@ def test_crash_mid_sampling_resumes_without_repeating_calls(tmp_path, builtin_ht
     resp = table("sut_responses", "crash", "probe_id")
     assert resp.cached.sum() == done_before and len(resp) == n_probes
     # the resumed run's tables equal an uninterrupted run's
-    run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
-                      config={"sub_call_concurrency_limit": 1}), "clean")
+    run_all(
+        make_spec(
+            ds, sut={"provider": "openai", "base_url": url, "model": "m"}, config={"sub_call_concurrency_limit": 1}
+        ),
+        "clean",
+    )
     _assert_same(_stable("crash"), _stable("clean"))
     assert len(table("llm_calls", "crash", "created_at").query("stage == 'sampling'")) == n_probes
 
@@ -99,8 +107,9 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
         db_url = request.getfixturevalue("lake")
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     url, server = builtin_http(FLIP, latency_ms=5)
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
-                     config={"sub_call_concurrency_limit": 2})
+    spec = make_spec(
+        ds, sut={"provider": "openai", "base_url": url, "model": "m"}, config={"sub_call_concurrency_limit": 2}
+    )
     run_all(spec, rid, stages=["ingest", "synthesis"])
     n_probes = len(table("probes", rid, "probe_id"))
 
@@ -108,7 +117,7 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
         return {b: n for b, n in server.ok_bodies.items() if "Reply with OK." not in b}
 
     def journaled_ok() -> int:
-        sql = "SELECT count(*) FROM {}call_index WHERE run_id = '%s' AND stage = 'sampling' AND status = 'ok'" % rid
+        sql = f"SELECT count(*) FROM {{}}call_index WHERE run_id = '{rid}' AND stage = 'sampling' AND status = 'ok'"
         if shared:
             import psycopg
 
@@ -132,8 +141,9 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
 
     if shared:  # the rest of the stage on another worker: another process, another working folder
         (tmp_path / "worker2").mkdir()
-        subprocess.run([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path / "worker2", check=True,
-                       timeout=600)
+        subprocess.run(
+            [sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path / "worker2", check=True, timeout=600
+        )
         run_all(spec, rid, stages=["judging", "aggregation"])
     else:
         run_all(spec, rid, stages=["sampling", "judging", "aggregation"])
@@ -143,8 +153,12 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
     assert asked_twice <= answered and len(asked_twice) == len(answered) - journaled  # only the unwritten
     assert table("sut_responses", rid, "probe_id").cached.sum() == journaled
     assert not (shared and journal_path(wh.default_path()).exists())
-    run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"},
-                      config={"sub_call_concurrency_limit": 2}), rid + "-clean")
+    run_all(
+        make_spec(
+            ds, sut={"provider": "openai", "base_url": url, "model": "m"}, config={"sub_call_concurrency_limit": 2}
+        ),
+        rid + "-clean",
+    )
     _assert_same(_stable(rid), _stable(rid + "-clean"))
 
 
@@ -170,8 +184,16 @@ def test_sut_500s_are_recorded_and_the_run_completes(tmp_path, builtin_http):
 def test_unreachable_endpoint_stops_before_anything_is_written(tmp_path, capsys):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     spec = tmp_path / "s.yaml"
-    spec.write_text(json.dumps({"name": "u", "dataset": str(ds), "metrics": {"llm.decision_flip": {}},
-                                "sut": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "u",
+                "dataset": str(ds),
+                "metrics": {"llm.decision_flip": {}},
+                "sut": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+            }
+        )
+    )
     assert main(["run", str(spec)]) == 5  # an operational failure outside the project, nothing written
     err = capsys.readouterr().err
     assert "sut endpoint http://127.0.0.1:9/v1" in err and "unreachable" in err
@@ -184,8 +206,12 @@ def test_unauthorised_endpoint_and_missing_key(tmp_path, builtin_http, capsys, m
     monkeypatch.setenv("SERVER_KEY", "right")
     url, _ = builtin_http(api_key="right")
     spec = tmp_path / "s.yaml"
-    conf = {"name": "u", "dataset": str(ds), "metrics": {"llm.decision_flip": {}},
-            "judge": {"provider": "openai", "base_url": url, "model": "m", "api_key_env": "CLIENT_KEY"}}
+    conf = {
+        "name": "u",
+        "dataset": str(ds),
+        "metrics": {"llm.decision_flip": {}},
+        "judge": {"provider": "openai", "base_url": url, "model": "m", "api_key_env": "CLIENT_KEY"},
+    }
     spec.write_text(json.dumps(conf))
     assert main(["run", str(spec)]) == 2
     assert "CLIENT_KEY (api_key_env) is not set" in capsys.readouterr().err
@@ -196,7 +222,9 @@ def test_unauthorised_endpoint_and_missing_key(tmp_path, builtin_http, capsys, m
     assert main(["run", str(spec), "--quiet"]) == 0
     # the key is in no table
     with wh.connect() as con:
-        for (t,) in con.execute("SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'").fetchall():
+        for (t,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
+        ).fetchall():
             assert "right" not in con.execute(f"SELECT * FROM {t}").df().to_csv().replace("copyright", ""), t
 
 
@@ -215,10 +243,23 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     assert [m.asset_key.path[-1] for m in stages] == ["ingest", "synthesis", "sut_sampling", "judging", "aggregation"]
     # lineage at table grain: each stage's tables are assets beside it, with row count, schema and a preview
     tables = {m.asset_key.to_user_string(): m.materialization.metadata for m in mats if len(m.asset_key.path) == 2}
-    assert set(tables) == {f"warehouse/{t}" for t in ("dataset_rows", "persona_pool", "personas", "probes",
-                                                      "probe_pairs", "sut_responses", "judgements", "judge_audits",
-                                                      "judge_panel",
-                                                      "score_units", "row_scores", "metric_scores")}
+    assert set(tables) == {
+        f"warehouse/{t}"
+        for t in (
+            "dataset_rows",
+            "persona_pool",
+            "personas",
+            "probes",
+            "probe_pairs",
+            "sut_responses",
+            "judgements",
+            "judge_audits",
+            "judge_panel",
+            "score_units",
+            "row_scores",
+            "metric_scores",
+        )
+    }
     for name, meta in tables.items():
         t = name.split("/")[1]
         assert meta["dagster/row_count"].value == len(table(t, "dg", "1")), t
@@ -240,12 +281,16 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     assert keys[0] == "headline" and keys[-1] == "summary"
     ov = table("metric_scores", "dg", "scope").query("scope == 'overall'").iloc[0]
     assert agg["decision_flip score"].value == round(ov.score, 4)
-    assert (agg["decision_flip ci_low"].value, agg["decision_flip ci_high"].value) == (round(ov.ci_low, 4),
-                                                                                       round(ov.ci_high, 4))
+    assert (agg["decision_flip ci_low"].value, agg["decision_flip ci_high"].value) == (
+        round(ov.ci_low, 4),
+        round(ov.ci_high, 4),
+    )
     assert agg["decision_flip threshold"].text == "n/a" and agg["passed"].value is True  # no threshold set
     head = agg["headline"].md_str
-    assert head.startswith(f"**llm.decision_flip** score **{ov.score:.3f}**, 95% CI [{ov.ci_low:.3f}, "
-                           f"{ov.ci_high:.3f}], no threshold: **PASS**")
+    assert head.startswith(
+        f"**llm.decision_flip** score **{ov.score:.3f}**, 95% CI [{ov.ci_low:.3f}, "
+        f"{ov.ci_high:.3f}], no threshold: **PASS**"
+    )
     assert agg["metric"].text == "llm.decision_flip" and "score" not in agg  # no key shared by all seven metrics
     # its checks are partitioned like the asset: each result belongs to this run × metric
     evals = res.get_asset_check_evaluations()
@@ -292,8 +337,15 @@ def test_a_failed_gate_fails_the_dagster_run_after_writing_its_tables(tmp_path):
     assert not ov.passed and "below threshold 1.000" in ov.gate_reason
     # every stage and every table was materialised before the step failed
     mats = {m.asset_key.to_user_string() for m in res.get_asset_materialization_events()}
-    assert {"ingest", "synthesis", "sut_sampling", "judging", "aggregation", "warehouse/row_scores",
-            "warehouse/metric_scores"} <= mats
+    assert {
+        "ingest",
+        "synthesis",
+        "sut_sampling",
+        "judging",
+        "aggregation",
+        "warehouse/row_scores",
+        "warehouse/metric_scores",
+    } <= mats
     # only the aggregation step failed, on the gate, saying why (what the UI's run page shows)
     [failure] = res.get_step_failure_events()
     data = failure.event_specific_data
@@ -307,14 +359,20 @@ def test_a_failed_gate_fails_the_dagster_run_after_writing_its_tables(tmp_path):
     assert gate.description == ov.gate_reason and gate.partition == key and not evals["threshold"].passed
     # ... and the asset's check history in the instance (the UI's "Execution history") has it failed
     history = instance.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(AssetKey("aggregation"), "gate"), limit=5)
+        AssetCheckKey(AssetKey("aggregation"), "gate"), limit=5
+    )
     assert [h.status.value for h in history] == ["FAILED"]
     # the evaluate job (what `aip-eval run`, the UI's launches and the daemon run) ends the same way
     again = evaluate().execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
     assert not again.success and [f.step_key for f in again.get_step_failure_events()] == ["aggregation"]
     # a met threshold: a green run, the gate check passed
-    ok = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=partition_key("above", "llm.decision_flip"),
-                     instance=instance, raise_on_error=False)
+    ok = materialize(
+        STAGE_ASSETS,
+        resources=RESOURCES,
+        partition_key=partition_key("above", "llm.decision_flip"),
+        instance=instance,
+        raise_on_error=False,
+    )
     assert ok.success and instance.get_run_by_id(ok.run_id).status == DagsterRunStatus.SUCCESS
     [gate] = [e for e in ok.get_asset_check_evaluations() if e.check_name == "gate"]
     assert gate.passed and "at least threshold 0.000" in gate.description
@@ -332,18 +390,21 @@ def test_a_partition_typed_in_the_ui_fails_at_its_first_step_and_writes_nothing(
     instance = get_instance()
     wh.release()  # the registration's write into the file itself (no DuckDB log beside it)
     before = sorted(p.name for p in wh.default_path().parent.iterdir())
-    for key, says in (("typed|llm.decision_flip", "run 'typed' is not registered"),
-                      ("real|llm.nope", "is not <run_id>|<metric> with a known metric"),
-                      ("real", "is not <run_id>|<metric>")):
+    for key, says in (
+        ("typed|llm.decision_flip", "run 'typed' is not registered"),
+        ("real|llm.nope", "is not <run_id>|<metric> with a known metric"),
+        ("real", "is not <run_id>|<metric>"),
+    ):
         instance.add_dynamic_partitions(evaluations.name, [key])
-        res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=key, instance=instance,
-                          raise_on_error=False)
+        res = materialize(STAGE_ASSETS, resources=RESOURCES, partition_key=key, instance=instance, raise_on_error=False)
         [failure] = res.get_step_failure_events()
         assert failure.step_key == "ingest" and says in failure.event_specific_data.error.message, key
         assert wh.query("SELECT count(*) AS n FROM dataset_rows").n[0] == 0
     assert sorted(p.name for p in wh.default_path().parent.iterdir()) == before
-    assert split_key("nightly-20261101T0200Z|llm.semantic_consistency") == ("nightly-20261101T0200Z",
-                                                                           "llm.semantic_consistency")
+    assert split_key("nightly-20261101T0200Z|llm.semantic_consistency") == (
+        "nightly-20261101T0200Z",
+        "llm.semantic_consistency",
+    )
     for bad in ("", "a|b", " a"):  # run ids are keys' first half: no separator in them
         with pytest.raises(SpecError, match="run id"):
             pipeline.register_run(make_spec(ds), bad)
@@ -363,8 +424,12 @@ def test_unconfigured_metric_partition_gives_a_clear_message(tmp_path, monkeypat
 def test_cli_run_json_threshold_exit_code_and_sql(tmp_path, capsys):
     ds = write_dataset(tmp_path / "d.jsonl", 20)
     spec = tmp_path / "s.yaml"
-    base = {"name": "cli", "dataset": str(ds), "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
-            "metrics": {"llm.decision_flip": {"threshold": 0.99, "config": {"dimensions": ["gender", "role"]}}}}
+    base = {
+        "name": "cli",
+        "dataset": str(ds),
+        "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
+        "metrics": {"llm.decision_flip": {"threshold": 0.99, "config": {"dimensions": ["gender", "role"]}}},
+    }
     spec.write_text(json.dumps(base))
     assert main(["run", str(spec), "--json", "--quiet"]) == 1  # below threshold
     out = json.loads(capsys.readouterr().out)
@@ -380,8 +445,17 @@ def test_cli_run_json_threshold_exit_code_and_sql(tmp_path, capsys):
     assert calls.n[0] == 0
     assert len(pipeline.list_runs()) == 1
     # one query answers: which persona pairs flipped, and what did the SUT say to each?
-    assert main(["sql", f"SELECT axis, value_a, value_b, response_a, response_b FROM v_flipped_pairs "
-                        f"WHERE run_id = '{run_id}'", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "sql",
+                f"SELECT axis, value_a, value_b, response_a, response_b FROM v_flipped_pairs WHERE run_id = '{run_id}'",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     flipped = json.loads(capsys.readouterr().out)
     assert len(flipped) == m["flips"] and all("woman" in (f["value_a"], f["value_b"]) for f in flipped)
     assert all(f["response_a"] and f["response_b"] for f in flipped)
@@ -403,10 +477,20 @@ def test_cli_a_failed_gate_exits_1_with_its_summary_and_a_failed_dagster_run(tmp
     (each metric in a worker process)."""
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     spec = tmp_path / "s.yaml"
-    spec.write_text(json.dumps({
-        "name": "gate", "dataset": str(ds), "seed": 3, "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
-        "metrics": {"llm.decision_flip": {"threshold": 1.0, "config": {"dimensions": ["gender"]}},
-                    "llm.semantic_consistency": {"threshold": 0.0, "config": {"responses_per_query": 2}}}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "gate",
+                "dataset": str(ds),
+                "seed": 3,
+                "sut": {"provider": "builtin", "profile": {**FLIP, "p": 1.0}},
+                "metrics": {
+                    "llm.decision_flip": {"threshold": 1.0, "config": {"dimensions": ["gender"]}},
+                    "llm.semantic_consistency": {"threshold": 0.0, "config": {"responses_per_query": 2}},
+                },
+            }
+        )
+    )
     assert main(["run", str(spec), "--parallel", str(parallel)]) == 1
     out, err = capsys.readouterr()
     assert "llm.decision_flip" in out and "FAIL" in out and "gate: score" in out and "below threshold 1.000" in out
@@ -414,10 +498,15 @@ def test_cli_a_failed_gate_exits_1_with_its_summary_and_a_failed_dagster_run(tmp
     assert "stage failed" not in err and "internal error" not in err
     assert "llm.decision_flip: gate failed: score" in err
     [run_id] = [r["run_id"] for r in pipeline.list_runs().to_dict("records")]
-    scores = wh.query("SELECT metric, passed FROM metric_scores WHERE run_id = ? AND scope = 'overall' ORDER BY 1",
-                      [run_id], read_only=False)
+    scores = wh.query(
+        "SELECT metric, passed FROM metric_scores WHERE run_id = ? AND scope = 'overall' ORDER BY 1",
+        [run_id],
+        read_only=False,
+    )
     assert scores.values.tolist() == [["llm.decision_flip", False], ["llm.semantic_consistency", True]]
-    runs = {r.tags["aip/metric"]: r.status.value for r in get_instance().get_runs() if r.tags.get("aip/run_id") == run_id}
+    runs = {
+        r.tags["aip/metric"]: r.status.value for r in get_instance().get_runs() if r.tags.get("aip/run_id") == run_id
+    }
     assert runs == {"llm.decision_flip": "FAILURE", "llm.semantic_consistency": "SUCCESS"}
     # --json too: the failed gate is no failed metric
     assert main(["run", str(spec), "--run-id", run_id, "--json", "--quiet", "--parallel", str(parallel)]) == 1
@@ -459,8 +548,8 @@ def _run_partition(args):
 
 def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path):
     """Several processes materialise partitions at once; none fails on DuckDB's single-writer lock."""
-    from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     ds = write_dataset(tmp_path / "d.jsonl", 8)
     spec = tmp_path / "s.yaml"
@@ -470,8 +559,10 @@ def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path)
         done = list(pool.map(_run_partition, [(str(wh.default_path()), str(spec), i) for i in ids]))
     assert done == ids
     # the workers run with the real default baseline_share (0.25): the persona pairs' verdicts, and as many null ones
-    counts = wh.query("SELECT run_id, count(*) FILTER (WHERE pair_id NOT LIKE '%|null') AS n, "
-                      "count(*) FILTER (WHERE pair_id LIKE '%|null') AS nulls FROM judgements GROUP BY 1 ORDER BY 1")
+    counts = wh.query(
+        "SELECT run_id, count(*) FILTER (WHERE pair_id NOT LIKE '%|null') AS n, "
+        "count(*) FILTER (WHERE pair_id LIKE '%|null') AS nulls FROM judgements GROUP BY 1 ORDER BY 1"
+    )
     assert counts.run_id.tolist() == ids and counts.n.nunique() == 1 and counts.n[0] == 8 * 16
     assert counts.nulls.nunique() == 1 and 0 < counts.nulls[0] < 8 * 16
 
@@ -536,10 +627,20 @@ def test_batches_shrink_when_rows_fan_out():
     from aip_assets.metrics.base import MAX_BATCH_ITEMS, FrameReader, StageContext
 
     ids = [f"r{i}" for i in range(1000)]
-    probes = pd.DataFrame({"probe_id": [f"p{i}" for i in range(50 * 1000)], "input_id": [ids[i % 1000] for i in range(50_000)]})
-    ctx = StageContext(run_id="r", metric="m", spec=None, config=None, journal=None,
-                       reader=FrameReader({"dataset_rows": pd.DataFrame({"input_id": ids, "row_index": range(1000)}),
-                                           "probes": probes}), batch_rows=5000)
+    probes = pd.DataFrame(
+        {"probe_id": [f"p{i}" for i in range(50 * 1000)], "input_id": [ids[i % 1000] for i in range(50_000)]}
+    )
+    ctx = StageContext(
+        run_id="r",
+        metric="m",
+        spec=None,
+        config=None,
+        journal=None,
+        reader=FrameReader(
+            {"dataset_rows": pd.DataFrame({"input_id": ids, "row_index": range(1000)}), "probes": probes}
+        ),
+        batch_rows=5000,
+    )
     sizes = [len(b) for b in ctx.batches()]
     assert MAX_BATCH_ITEMS == 20_000 and sizes == [400, 400, 200]
     assert [len(b) for b in ctx.batches(per_row=2)] == [1000]
@@ -560,10 +661,19 @@ def test_a_partition_write_short_of_its_lean_cap_is_retried_at_the_full_one(tmp_
         pass
     n = 200_000
     f = tmp_path / "p.parquet"
-    pq.write_table(pa.Table.from_pandas(wh.frame("probes", [{"probe_id": f"p{i}", "input_id": f"r{i}",
-                                                             "query_text": "x" * 200} for i in range(n)],
-                                                 run_id="r", metric="m"), schema=wh.arrow_schema("probes"),
-                                        preserve_index=False), f)
+    pq.write_table(
+        pa.Table.from_pandas(
+            wh.frame(
+                "probes",
+                [{"probe_id": f"p{i}", "input_id": f"r{i}", "query_text": "x" * 200} for i in range(n)],
+                run_id="r",
+                metric="m",
+            ),
+            schema=wh.arrow_schema("probes"),
+            preserve_index=False,
+        ),
+        f,
+    )
     monkeypatch.setenv("AIP_DUCKDB_WRITE_MEMORY", "2MB")
     with caplog.at_level("INFO", logger="aip_assets"):
         wh.write_partition_files("r", "m", {"probes": [f]}, path=db)
@@ -579,8 +689,14 @@ def test_the_write_caps_follow_the_general_one(monkeypatch):
     """Lean first, then the general cap; an empty AIP_DUCKDB_MEMORY (no cap) is tried last as no
     cap; a general cap at or below the lean one is the only one tried."""
     monkeypatch.setenv("AIP_DUCKDB_WRITE_MEMORY", "256MB")
-    for full, caps in [("1GB", ["256MB", "1GB"]), ("", ["256MB", None]), ("128MB", ["128MB"]),
-                       ("256MB", ["256MB"]), ("0.2GiB", ["0.2GiB"]), ("4GiB", ["256MB", "4GiB"])]:
+    for full, caps in [
+        ("1GB", ["256MB", "1GB"]),
+        ("", ["256MB", None]),
+        ("128MB", ["128MB"]),
+        ("256MB", ["256MB"]),
+        ("0.2GiB", ["0.2GiB"]),
+        ("4GiB", ["256MB", "4GiB"]),
+    ]:
         monkeypatch.setenv("AIP_DUCKDB_MEMORY", full)
         assert wh.write_caps() == caps, full
 
@@ -612,6 +728,7 @@ def _opens(monkeypatch) -> list[str]:
     def spy(path, read_only, settings):
         seen.append(str(path))
         return real(path, read_only, settings)
+
     monkeypatch.setattr(whc, "_open", spy)
     return seen
 
@@ -647,10 +764,13 @@ def test_a_burst_of_uses_opens_the_warehouse_once(tmp_path, monkeypatch):
     while whc._LINGER.base is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert whc._LINGER.base is None  # closed once idle: the file lock is free
-    code = (f"from aip_assets import warehouse as wh\nwith wh.connect({str(db)!r}) as c:\n"
-            f"    c.execute('INSERT INTO t VALUES (2)')\n")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
-                   env={**os.environ, "AIP_WAREHOUSE_LOCK_TIMEOUT": "5"})
+    code = (
+        f"from aip_assets import warehouse as wh\nwith wh.connect({str(db)!r}) as c:\n"
+        f"    c.execute('INSERT INTO t VALUES (2)')\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, timeout=120, env={**os.environ, "AIP_WAREHOUSE_LOCK_TIMEOUT": "5"}
+    )
     with wh.connect(db, read_only=True) as con:
         assert con.execute("SELECT sum(x) FROM t").fetchone() == (3,)
 
@@ -712,6 +832,7 @@ def test_threads_take_turns_on_the_open_warehouse(tmp_path):
                 time.sleep(0.001)
                 con.execute("COMMIT")
                 inside[0] -= 1
+
     ts = [threading.Thread(target=work, args=(k,)) for k in range(2)]
     for t in ts:
         t.start()
@@ -735,7 +856,9 @@ def test_a_write_is_durable_at_once_and_in_the_file_once_the_database_closes(tmp
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT range AS x FROM range(1000)")
     assert whc._LINGER.base is not None and wal.stat().st_size > 0  # still open, the write in the log
-    code = f"from aip_assets import warehouse as wh\nprint(wh.query('SELECT count(*) AS n FROM t', path={str(db)!r}).n[0])"
+    code = (
+        f"from aip_assets import warehouse as wh\nprint(wh.query('SELECT count(*) AS n FROM t', path={str(db)!r}).n[0])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "1000", out.stderr
     with wh.connect(db) as con:
@@ -763,8 +886,10 @@ def test_a_waiting_process_gets_its_turn_while_this_one_keeps_using_the_file(tmp
     db = tmp_path / "w.duckdb"
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT 1 AS x")
-    code = (f"from aip_assets import warehouse as wh\nwith wh.connect({str(db)!r}) as c:\n"
-            f"    c.execute('INSERT INTO t VALUES (2)')\n")
+    code = (
+        f"from aip_assets import warehouse as wh\nwith wh.connect({str(db)!r}) as c:\n"
+        f"    c.execute('INSERT INTO t VALUES (2)')\n"
+    )
     # its patience: 30 s, against about 1 s measured here (without the waiter's marker the holder
     # kept the file for the whole 117 s its loop then ran)
     child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "AIP_WAREHOUSE_LOCK_TIMEOUT": "30"})
@@ -802,6 +927,7 @@ def test_nested_connections_and_a_fork(tmp_path):
         with wh.connect(a):
             inside.set()
             leave.wait(30)
+
     t = threading.Thread(target=hold)
     t.start()
     assert inside.wait(30)

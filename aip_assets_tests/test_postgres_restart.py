@@ -82,6 +82,7 @@ class Outage:
     def arm(self, act) -> None:
         def run():
             act(self.down)
+
         self.act = threading.Thread(target=run, daemon=True)
         self.armed = True
 
@@ -93,19 +94,30 @@ class Outage:
 
 def spec_file(tmp_path, url: str):
     ds = write_dataset(tmp_path / "d.jsonl", 4)
-    data = {"name": "restart", "dataset": str(ds), "seed": 3, "retry_backoff_seconds": 0.01, "batch_rows": 4,
-            "sut": {"provider": "openai", "base_url": url, "model": "m", "max_connections": 2},
-            "judge": {"provider": "builtin"},
-            "metrics": {"llm.decision_flip": {"baseline_share": 0.0, "config": {"dimensions": ["gender"],
-                                                                               "num_pairs_per_dimension": 2}}}}
+    data = {
+        "name": "restart",
+        "dataset": str(ds),
+        "seed": 3,
+        "retry_backoff_seconds": 0.01,
+        "batch_rows": 4,
+        "sut": {"provider": "openai", "base_url": url, "model": "m", "max_connections": 2},
+        "judge": {"provider": "builtin"},
+        "metrics": {
+            "llm.decision_flip": {
+                "baseline_share": 0.0,
+                "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2},
+            }
+        },
+    }
     path = tmp_path / "specs" / "restart.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data))
     return path
 
 
-def test_a_restart_of_postgres_mid_sampling_is_ridden_out_to_the_same_scores(tmp_path, shared, own_postgres,
-                                                                             scripted, monkeypatch, capsys):
+def test_a_restart_of_postgres_mid_sampling_is_ridden_out_to_the_same_scores(
+    tmp_path, shared, own_postgres, scripted, monkeypatch, capsys
+):
     """Postgres stops while the sampling stage runs (calls completing meanwhile) and is back a
     second later, within AIP_SHARED_RETRY_SECONDS: the run waits for it, says so, and ends as
     the same run without a restart does (its exit code, every stable table equal), having asked
@@ -122,6 +134,7 @@ def test_a_restart_of_postgres_mid_sampling_is_ridden_out_to_the_same_scores(tmp
         down.set()  # the held answers go out: their calls complete and are journaled with the database away
         time.sleep(1.0)
         own_postgres.up()
+
     sut.arm(restart)
     try:
         code = main(["run", str(spec), "--run-id", "bumpy"])
@@ -137,8 +150,9 @@ def test_a_restart_of_postgres_mid_sampling_is_ridden_out_to_the_same_scores(tmp
     assert PASSWORD not in out + err
 
 
-def test_postgres_down_past_the_wait_stops_the_run_with_exit_5_and_how_to_resume(tmp_path, shared, own_postgres,
-                                                                                 scripted, monkeypatch, capsys):
+def test_postgres_down_past_the_wait_stops_the_run_with_exit_5_and_how_to_resume(
+    tmp_path, shared, own_postgres, scripted, monkeypatch, capsys
+):
     """Postgres stops mid-sampling and stays down past a short AIP_SHARED_RETRY_SECONDS: exit 5,
     one error naming the database (never the password) and what failed, with the command that
     resumes the run; no word of a bug. Once the database is back, this process uses it again (it
@@ -151,6 +165,7 @@ def test_postgres_down_past_the_wait_stops_the_run_with_exit_5_and_how_to_resume
     def stop(down: threading.Event) -> None:
         own_postgres.down()
         down.set()
+
     sut.arm(stop)
     try:
         code = main(["run", str(spec), "--run-id", "down-1"])

@@ -28,8 +28,9 @@ BATCHED = Connection(provider="openai", base_url="http://127.0.0.1:9/v1", model=
 METHODS = ("open", "send", "classify", "transient", "describe", "aclose")
 
 
-@pytest.mark.parametrize("conn, cls", [(BUILTIN, BuiltinProvider), (OPENAI, OpenAICompatibleProvider),
-                                       (BATCHED, BatchProvider)])
+@pytest.mark.parametrize(
+    "conn, cls", [(BUILTIN, BuiltinProvider), (OPENAI, OpenAICompatibleProvider), (BATCHED, BatchProvider)]
+)
 def test_each_provider_keeps_to_the_protocol(conn, cls):
     """A connection gets its provider, unopened; the provider has every method of the protocol with
     the protocol's parameters (and coroutines where the protocol's are), and its capabilities."""
@@ -60,8 +61,11 @@ def test_what_each_provider_says_it_supports():
 
 def test_the_builtin_provider_answers_in_process():
     p = provider_for(Connection(profile=BuiltinProfile(name="flip", value="Berlin", p=1.0)))
-    body = {"model": "aip-builtin", "messages": [{"role": "user", "content": "Should I? Answer YES or NO."}],
-            "temperature": 0.0}
+    body = {
+        "model": "aip-builtin",
+        "messages": [{"role": "user", "content": "Should I? Answer YES or NO."}],
+        "temperature": 0.0,
+    }
 
     async def go() -> TransportResponse:
         p.open()
@@ -69,6 +73,7 @@ def test_the_builtin_provider_answers_in_process():
             return await p.send(body, timeout=1.0)
         finally:
             await p.aclose()
+
     r = asyncio.run(go())
     assert r.status_code == 200 and r.body == builtin.handle_chat(body, p.conn.profile)
     assert p.describe() == 'builtin {"name": "flip", "p": 1.0, "value": "Berlin"}'
@@ -87,6 +92,7 @@ def test_the_http_provider_over_loopback(scripted):
             return await p.send(body, 5.0, text=json.dumps(body)), await p.send(body, 5.0)
         finally:
             await p.aclose()
+
     ok, busy = asyncio.run(go())
     assert ok.status_code == 200 and ok.body["choices"][0]["message"]["content"] == "fine"
     assert busy.status_code == 503 and busy.headers.get("retry-after") == "3"
@@ -94,16 +100,19 @@ def test_the_http_provider_over_loopback(scripted):
     assert p.transient(429) and p.transient(503) and p.transient(408) and not p.transient(400)
     assert not p.transient(404)
     assert p.classify(ConnectionRefusedError(111, "refused"), 5.0) == (
-        "connection refused: nothing listens at that address and port", True)
-    assert p.classify(asyncio.TimeoutError(), 2.0) == ("timeout: no complete answer within 2s", True)
+        "connection refused: nothing listens at that address and port",
+        True,
+    )
+    assert p.classify(TimeoutError(), 2.0) == ("timeout: no complete answer within 2s", True)
 
 
 class ScriptedProvider:
     """A provider of the test's own: no HTTP. It fails its first sends as scripted (an exception,
     or a status), then answers; its own ``transient`` decides which statuses are retried."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(offline=False, structured_forms=("prompt",),
-                                                        shares_connections=False)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        offline=False, structured_forms=("prompt",), shares_connections=False
+    )
 
     def __init__(self, conn: Connection, script: list[Any] | None = None):
         self.conn = conn
@@ -121,8 +130,15 @@ class ScriptedProvider:
             raise step
         if isinstance(step, int):
             return TransportResponse(step, None, f"scripted {step}")
-        return TransportResponse(200, {"choices": [{"message": {"content": f"answer {len(self.sent)}"}}],
-                                       "model": "scripted", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}, "")
+        return TransportResponse(
+            200,
+            {
+                "choices": [{"message": {"content": f"answer {len(self.sent)}"}}],
+                "model": "scripted",
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+            },
+            "",
+        )
 
     def classify(self, e: BaseException, timeout: float) -> tuple[str, bool]:
         return f"scripted failure {type(e).__name__}", isinstance(e, ConnectionError)
@@ -143,10 +159,21 @@ def _drive(provider: ScriptedProvider, tmp_path, retries: int, times: int = 1):
     journal = Journal(tmp_path / "j.sqlite")
 
     async def go():
-        async with ModelClient(provider.conn, role="sut", run_id="r", metric="m", stage="s", journal=journal,
-                               backoff_s=0.001, provider=provider) as cl:
-            return [await cl.chat([{"role": "user", "content": "q"}], temperature=0.0, retries=retries, timeout=5)
-                    for _ in range(times)]
+        async with ModelClient(
+            provider.conn,
+            role="sut",
+            run_id="r",
+            metric="m",
+            stage="s",
+            journal=journal,
+            backoff_s=0.001,
+            provider=provider,
+        ) as cl:
+            return [
+                await cl.chat([{"role": "user", "content": "q"}], temperature=0.0, retries=retries, timeout=5)
+                for _ in range(times)
+            ]
+
     results = asyncio.run(go())
     journal.flush()
     frames = list(journal.frames("r", "m", "s"))
@@ -222,10 +249,14 @@ def test_a_provider_plugged_in_over_http_gets_the_clients_retries_and_journal(sc
     journal = Journal(tmp_path / "j.sqlite")
 
     async def go():
-        async with ModelClient(conn, role="judge", run_id="r", metric="m", stage="s", journal=journal,
-                               backoff_s=0.001, provider=p) as cl:
-            return [await cl.chat([{"role": "user", "content": "q"}], temperature=0.0, retries=1, timeout=5)
-                    for _ in range(2)]
+        async with ModelClient(
+            conn, role="judge", run_id="r", metric="m", stage="s", journal=journal, backoff_s=0.001, provider=p
+        ) as cl:
+            return [
+                await cl.chat([{"role": "user", "content": "q"}], temperature=0.0, retries=1, timeout=5)
+                for _ in range(2)
+            ]
+
     first, again = asyncio.run(go())
     journal.flush()
     [frame] = journal.frames("r", "m", "s")

@@ -24,14 +24,14 @@ def test_the_schedule_by_hand(tmp_path):
     the previous start + 1 s and the tokens spent so far; a settle moves the token schedule by the
     difference; a second instance on the same directory (another process) continues the schedule."""
     a = SharedRate(EP, rpm=60, tpm=600, directory=tmp_path)
-    assert a.reserve(5, now=100.0) == 100.0      # free: at once; requests next 101, tokens paid off 100.5
-    assert a.reserve(30, now=100.0) == 101.0     # the request rate decides; tokens paid off 104
-    assert a.reserve(0, now=100.0) == 104.0      # the 30 tokens decide
-    a.settle(30, 10)                             # the endpoint counted 10: paid off 2 s earlier (102)
-    assert a.reserve(0, now=100.0) == 105.0      # the request rate again (104 + 1)
+    assert a.reserve(5, now=100.0) == 100.0  # free: at once; requests next 101, tokens paid off 100.5
+    assert a.reserve(30, now=100.0) == 101.0  # the request rate decides; tokens paid off 104
+    assert a.reserve(0, now=100.0) == 104.0  # the 30 tokens decide
+    a.settle(30, 10)  # the endpoint counted 10: paid off 2 s earlier (102)
+    assert a.reserve(0, now=100.0) == 105.0  # the request rate again (104 + 1)
     b = SharedRate(EP, rpm=60, tpm=600, directory=tmp_path)  # the same file, as another process sees it
     assert b.reserve(0, now=100.0) == 106.0
-    assert b.reserve(0, now=200.0) == 200.0      # an idle endpoint owes nothing
+    assert b.reserve(0, now=200.0) == 200.0  # an idle endpoint owes nothing
     other = SharedRate("http://127.0.0.1:2/v1", rpm=60, tpm=None, directory=tmp_path)
     assert other.reserve(0, now=100.0) == 100.0  # another endpoint has its own schedule
     tokens_only = SharedRate("http://127.0.0.1:3/v1", rpm=None, tpm=60, directory=tmp_path)
@@ -44,9 +44,18 @@ def test_the_schedule_by_hand(tmp_path):
 
 def test_token_estimates():
     assert estimate_tokens({"messages": [{"role": "user", "content": "x" * 9}]}) == 3
-    assert estimate_tokens({"messages": [{"role": "system", "content": "abcd"},
-                                         {"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]}],
-                            "max_tokens": 100}) == 103
+    assert (
+        estimate_tokens(
+            {
+                "messages": [
+                    {"role": "system", "content": "abcd"},
+                    {"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]},
+                ],
+                "max_tokens": 100,
+            }
+        )
+        == 103
+    )
 
 
 def test_the_files_are_named_by_a_hash_never_the_endpoint(tmp_path, monkeypatch):
@@ -78,16 +87,22 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def run_workers(tmp_path, url: str, workers: int, extra: dict, concurrency: int, calls: int,
-                env: list[dict[str, str]] | None = None) -> None:
+def run_workers(
+    tmp_path, url: str, workers: int, extra: dict, concurrency: int, calls: int, env: list[dict[str, str]] | None = None
+) -> None:
     """``workers`` processes, each a ModelClient on ``url`` with the connection fields ``extra``,
     sending ``calls`` calls at ``concurrency``, all starting at the same moment; ``env``: each
     worker's own environment additions."""
     go = tmp_path / "go"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    procs = [subprocess.Popen([sys.executable, str(script), url, json.dumps(extra), str(concurrency), str(calls),
-                               str(go)], env={**os.environ, **(env[i] if env else {})}) for i in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), url, json.dumps(extra), str(concurrency), str(calls), str(go)],
+            env={**os.environ, **(env[i] if env else {})},
+        )
+        for i in range(workers)
+    ]
     while len(list(tmp_path.glob("go.ready-*"))) < workers and all(p.poll() is None for p in procs):
         time.sleep(0.02)
     go.touch()
@@ -126,11 +141,13 @@ def test_tokens_per_minute_follows_what_the_endpoint_counted(scripted, tmp_path)
     conn = Connection(provider="openai", base_url=server.url, model="m", tokens_per_minute=tpm)
 
     async def go():
-        async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
-                               concurrency=4) as cl:
+        async with ModelClient(
+            conn, role="sut", run_id="r", metric="m", stage="sampling", journal=None, concurrency=4
+        ) as cl:
             t0 = time.time()
-            rs = await gather_all(*(cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, timeout=30)
-                                    for i in range(20)))
+            rs = await gather_all(
+                *(cl.chat([{"role": "user", "content": f"q{i}"}], temperature=0, timeout=30) for i in range(20))
+            )
             return t0, rs, cl.limiter
 
     t0, rs, limiter = asyncio.run(go())
@@ -158,13 +175,15 @@ class Spy:
 def _spied_chat(server, body_extra=None, retries=0, **conn):
     from aip_assets.models.client import ModelClient
 
-    c = Connection(provider="openai", base_url=server.url, model="m", tokens_per_minute=10**9,
-                   params=body_extra or {}, **conn)
+    c = Connection(
+        provider="openai", base_url=server.url, model="m", tokens_per_minute=10**9, params=body_extra or {}, **conn
+    )
     spy = Spy()
 
     async def go():
-        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="sampling", journal=None,
-                               backoff_s=0.01) as cl:
+        async with ModelClient(
+            c, role="sut", run_id="r", metric="m", stage="sampling", journal=None, backoff_s=0.01
+        ) as cl:
             cl.limiter = spy
             return await cl.chat([{"role": "user", "content": "x" * 40}], temperature=0, retries=retries, timeout=30)
 
@@ -178,15 +197,22 @@ def test_each_attempt_is_charged_then_settled_at_what_the_endpoint_counted(scrip
     (refused before any token), a 500 at the prompt; a retried call is charged per attempt."""
     from .scripted import Reply
 
-    ok = scripted(lambda body, n: Reply(body={"choices": [{"message": {"content": "y" * 20}}],
-                                              "usage": {"prompt_tokens": 7, "completion_tokens": 3}}))
+    ok = scripted(
+        lambda body, n: Reply(
+            body={
+                "choices": [{"message": {"content": "y" * 20}}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+            }
+        )
+    )
     r, spy = _spied_chat(ok, max_tokens=50)
     assert r.ok and spy.charged == [60] and spy.settled == [(60, 10)]
     bare = scripted(lambda body, n: Reply(body={"choices": [{"message": {"content": "y" * 20}}]}))
     r, spy = _spied_chat(bare, body_extra={"max_completion_tokens": 50})
     assert r.ok and spy.charged == [60] and spy.settled == [(60, 10 + 5)]
-    half = scripted(lambda body, n: Reply(body={"choices": [{"message": {"content": "y" * 20}}],
-                                                "usage": {"completion_tokens": 3}}))
+    half = scripted(
+        lambda body, n: Reply(body={"choices": [{"message": {"content": "y" * 20}}], "usage": {"completion_tokens": 3}})
+    )
     r, spy = _spied_chat(half)
     assert spy.settled == [(10, 10 + 3)]  # the prompt count it left out: estimated
     flaky = scripted(lambda body, n: Reply(status=429) if n == 1 else (Reply(status=500) if n == 2 else "fine"))
@@ -300,6 +326,7 @@ def test_max_connections_holds_across_processes(tmp_path, scripted):
 
     def handler(body, n):
         return Reply(text="ok", delay_s=0.2)
+
     server = scripted(handler)
     run_workers(tmp_path, server.url, 3, {"max_connections": 6}, concurrency=6, calls=30)
     assert len(server.bodies()) == 90
@@ -331,6 +358,7 @@ def test_a_change_of_slots_never_undoes_a_rate_limit_cut():
         assert lim.bound == 3  # additive increase
         await lim.set_cap(1)
         assert lim.bound == 1
+
     asyncio.run(go())
 
 
@@ -370,17 +398,26 @@ def test_requests_per_minute_holds_across_machines_through_postgres(tmp_path, sc
 
     def arrivals_of(env):
         before = len(server.requests)
-        run_workers(tmp_path / env[0]["TAG"], server.url, 2, {"requests_per_minute": 240}, concurrency=8,
-                    calls=8, env=env)
-        return sorted(t for b, t in zip(server.requests[before:], server.arrivals[before:])
-                      if " q" in str(b["messages"][-1]["content"]))
+        run_workers(
+            tmp_path / env[0]["TAG"], server.url, 2, {"requests_per_minute": 240}, concurrency=8, calls=8, env=env
+        )
+        return sorted(
+            t
+            for b, t in zip(server.requests[before:], server.arrivals[before:])
+            if " q" in str(b["messages"][-1]["content"])
+        )
 
     def machines(tag, shared):
         out = []
         for i in range(2):
             (tmp_path / tag / f"limits{i}").mkdir(parents=True, mode=0o700)
-            out.append({"TAG": tag, "AIP_LIMITS_DIR": str(tmp_path / tag / f"limits{i}"),
-                        "AIP_SHARED_STATE_URL": postgres.url if shared else ""})
+            out.append(
+                {
+                    "TAG": tag,
+                    "AIP_LIMITS_DIR": str(tmp_path / tag / f"limits{i}"),
+                    "AIP_SHARED_STATE_URL": postgres.url if shared else "",
+                }
+            )
         return out
 
     shared = arrivals_of(machines("shared", True))
@@ -407,9 +444,15 @@ def test_a_bad_shared_state_url_stops_the_run_before_anything_is_written(tmp_pat
     monkeypatch.setenv("AIP_SHARED_STATE_URL", f"postgresql://aip:s3cretpw@127.0.0.1:{port}/x")
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     spec = tmp_path / "s.yaml"
-    spec.write_text(json.dumps({"name": "shared", "dataset": str(ds),
-                                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"],
-                                                                             "num_pairs_per_dimension": 1}}}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "shared",
+                "dataset": str(ds),
+                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+            }
+        )
+    )
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert main(["run", str(spec), "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -435,11 +478,13 @@ def test_shared_state_messages_never_show_the_password(postgres):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for bad, secret in [(f"postgresql://aip:p%40ss-w0rd@127.0.0.1:{port}/x", "ss-w0rd"),
-                        (f"postgresql://aip@127.0.0.1:{port}/x?password=q-secret", "q-secret"),
-                        ("postgresql://aip:pw-secret@127.0.0.1:notaport/x", "pw-secret"),
-                        ("postgresql://aip:pw-secret@127.0.0.1:1/x?nosuchoption=1", "pw-secret"),
-                        ("not a url, password pw-secret", "pw-secret")]:
+    for bad, secret in [
+        (f"postgresql://aip:p%40ss-w0rd@127.0.0.1:{port}/x", "ss-w0rd"),
+        (f"postgresql://aip@127.0.0.1:{port}/x?password=q-secret", "q-secret"),
+        ("postgresql://aip:pw-secret@127.0.0.1:notaport/x", "pw-secret"),
+        ("postgresql://aip:pw-secret@127.0.0.1:1/x?nosuchoption=1", "pw-secret"),
+        ("not a url, password pw-secret", "pw-secret"),
+    ]:
         with pytest.raises(AipError) as e:
             SharedDb(bad).run("a test", lambda c: c.execute("SELECT 1"))
         msg = str(e.value)
@@ -471,6 +516,7 @@ def test_the_shared_state_survives_a_lost_connection_and_a_deleted_row(postgres,
 
         def kill():
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role])
+
         kill()
         admin.execute("DELETE FROM aip_run_budget WHERE run_id = %s", [f"lost-{role}"])
         with caplog.at_level("WARNING", logger="aip_assets"):
@@ -484,8 +530,9 @@ def test_the_shared_state_survives_a_lost_connection_and_a_deleted_row(postgres,
         kill()
         with pytest.raises(AipError) as e:
             rate.reserve(0, now=500.0)
-        assert str(e.value).startswith(f"AIP_SHARED_STATE_URL (postgresql://{role}@127.0.0.1:{postgres.port}/postgres): "
-                                       "cannot connect"), e.value
+        assert str(e.value).startswith(
+            f"AIP_SHARED_STATE_URL (postgresql://{role}@127.0.0.1:{postgres.port}/postgres): cannot connect"
+        ), e.value
         with pytest.raises(AipError, match="AIP_SHARED_STATE_URL"):
             budget.reserve()
         admin.execute(f"ALTER ROLE {role} LOGIN")
@@ -498,8 +545,8 @@ def test_waiting_on_the_shared_schedule_leaves_the_event_loop_running(postgres, 
     wait fails with an error that names the variable."""
     import psycopg
 
-    from aip_assets.errors import AipError
     from aip_assets import shared_state
+    from aip_assets.errors import AipError
     from aip_assets.models.ratelimit import PgRate
 
     monkeypatch.setattr(shared_state, "LOCK_TIMEOUT_S", 1)
@@ -513,6 +560,7 @@ def test_waiting_on_the_shared_schedule_leaves_the_event_loop_running(postgres, 
             while True:
                 ticks.append(time.monotonic())
                 await asyncio.sleep(0.01)
+
         t = asyncio.create_task(ticker())
         try:
             with psycopg.connect(postgres.url, autocommit=True) as other, other.transaction():
@@ -585,8 +633,15 @@ def test_a_runs_call_cap_holds_across_workers_through_postgres(tmp_path, scripte
     script = tmp_path / "budget_worker.py"
     script.write_text(BUDGET_WORKER)
     run_id = f"shared-{os.getpid()}-{time.time_ns()}"
-    procs = [subprocess.Popen([sys.executable, str(script), server.url, run_id, "10", "9", str(go)],
-                              stdout=subprocess.PIPE, text=True, env=os.environ.copy()) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), server.url, run_id, "10", "9", str(go)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
+        for _ in range(2)
+    ]
     try:
         while len(list(tmp_path.glob("go.ready-*"))) < 2 and all(p.poll() is None for p in procs):
             time.sleep(0.02)

@@ -16,14 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from aip_assets.metrics.judging import ask_json, parse_json_answer
 from aip_assets.metrics.consistency import Comparison, judge_messages
 from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict
+from aip_assets.metrics.judging import ask_json, parse_json_answer
 from aip_assets.metrics.perturbation import Robustness, robustness_messages
 from aip_assets.models.client import ModelClient
-from aip_assets.readers import (Figure, compare_figures, is_blank, is_whitespace, map_label, read_decision, read_figures,
-                                read_stance)
+from aip_assets.readers import (
+    Figure,
+    compare_figures,
+    is_blank,
+    is_whitespace,
+    map_label,
+    read_decision,
+    read_figures,
+    read_stance,
+)
 from aip_assets.runspec import Connection
 
 CORPORA = Path(__file__).parent / "corpora"
@@ -38,10 +46,16 @@ def ask_all(url: str, items: list[tuple[list[dict], type]], retries: int = 0) ->
     conn = Connection(provider="openai", base_url=url, model="judge", structured_output="off")
 
     async def go():
-        async with ModelClient(conn, role="judge", run_id="readers", metric="m", stage="judging", journal=None,
-                               concurrency=8) as client:
-            return await asyncio.gather(*(ask_json(client, m, model, retries=retries, timeout=10, temperature=0.0,
-                                                   template_version="t") for m, model in items))
+        async with ModelClient(
+            conn, role="judge", run_id="readers", metric="m", stage="judging", journal=None, concurrency=8
+        ) as client:
+            return await asyncio.gather(
+                *(
+                    ask_json(client, m, model, retries=retries, timeout=10, temperature=0.0, template_version="t")
+                    for m, model in items
+                )
+            )
+
     return asyncio.run(go())
 
 
@@ -61,9 +75,21 @@ def test_builtin_judge_reads_the_decision_corpus_over_http(builtin_http):
     reading onto the labels. Both sides get the same answer, so the verdict must agree with itself."""
     entries = corpus("decisions.jsonl")
     url, _ = builtin_http()
-    items = [([{"role": "system", "content": JUDGE_SYSTEM},
-               {"role": "user", "content": judge_prompt("gender", "I am a woman.", "I am a man.", e["labels"],
-                                                        e["answer"], e["answer"])}], JudgeVerdict) for e in entries]
+    items = [
+        (
+            [
+                {"role": "system", "content": JUDGE_SYSTEM},
+                {
+                    "role": "user",
+                    "content": judge_prompt(
+                        "gender", "I am a woman.", "I am a man.", e["labels"], e["answer"], e["answer"]
+                    ),
+                },
+            ],
+            JudgeVerdict,
+        )
+        for e in entries
+    ]
     for e, o in zip(entries, ask_all(url, items)):
         assert o.value is not None, (e["id"], o.error)
         v = o.value
@@ -83,8 +109,10 @@ def test_builtin_consistency_judges_read_natural_prose_over_http(builtin_http):
     assert kinds == {"semantic", "factual"} and len(entries) >= 30
     assert {e["language"] for e in entries if e["kind"] == "semantic"} == {"en", "de", "fr"}
     url, _ = builtin_http()
-    items = [(judge_messages(e["kind"], e["question"], e["question"], e["response_1"], e["response_2"]), Comparison)
-             for e in entries]
+    items = [
+        (judge_messages(e["kind"], e["question"], e["question"], e["response_1"], e["response_2"]), Comparison)
+        for e in entries
+    ]
     for e, o in zip(entries, ask_all(url, items)):
         assert o.value is not None, (e["id"], o.error)
         got = "Unjudgeable" if o.value.unjudgeable else o.value.label
@@ -100,8 +128,15 @@ def test_stance_and_figure_readers():
     assert read_stance("Je vous recommande de signer.") == "yes"
     assert read_stance("It depends on your situation and your budget.") is None
     assert read_stance("I'm sorry, but I can't help with that.") is None
-    assert read_figures("The rate is 6% from 3 March 2024.") == read_figures("From March 3, 2024 the rate is six percent.")
-    assert read_figures("€1,200") == read_figures("1.200 Euro") == read_figures("1 200 euros") == {Figure("num", 1200.0, "EUR")}
+    assert read_figures("The rate is 6% from 3 March 2024.") == read_figures(
+        "From March 3, 2024 the rate is six percent."
+    )
+    assert (
+        read_figures("€1,200")
+        == read_figures("1.200 Euro")
+        == read_figures("1 200 euros")
+        == {Figure("num", 1200.0, "EUR")}
+    )
     assert read_figures("1. Call the bank.\n2. Ask for the form.") == set()  # list markers are no figures
     assert compare_figures(read_figures("6% and 2024"), read_figures("2024 and 6%")) == "same"  # order does not matter
     assert compare_figures(read_figures("6% in 2024"), read_figures("6%")) == "subset"
@@ -115,17 +150,24 @@ def test_builtin_perturbation_judge_on_prose_without_figures(builtin_http):
     url, _ = builtin_http()
     same = "You can usually cancel within the cooling-off period; check the terms of your contract."
     other = "Contact the airline's customer service desk and ask them about the options for your booking."
-    items = [(robustness_messages("Q?", "q ?", same, same), Robustness),
-             (robustness_messages("Q?", "q ?", same, other), Robustness),
-             (robustness_messages("Q?", "q ?", "Yes, you should cancel.", "No, you shouldn't cancel."), Robustness)]
+    items = [
+        (robustness_messages("Q?", "q ?", same, same), Robustness),
+        (robustness_messages("Q?", "q ?", same, other), Robustness),
+        (robustness_messages("Q?", "q ?", "Yes, you should cancel.", "No, you shouldn't cancel."), Robustness),
+    ]
     same_o, other_o, conflict_o = ask_all(url, items)
     assert same_o.value.robustness == 1.0
     assert other_o.value.unjudgeable and other_o.value.robustness is None
     assert conflict_o.value.robustness == 0.0
 
 
-SCHEMAS = {"decision_flip": JudgeVerdict, "consistency": Comparison, "gib_similarity": SimilarityVerdict,
-           "gib_effort": EffortVerdict, "robustness": Robustness}
+SCHEMAS = {
+    "decision_flip": JudgeVerdict,
+    "consistency": Comparison,
+    "gib_similarity": SimilarityVerdict,
+    "gib_effort": EffortVerdict,
+    "robustness": Robustness,
+}
 
 
 def test_judge_output_corpus_parsed_over_http(scripted):
@@ -136,8 +178,10 @@ def test_judge_output_corpus_parsed_over_http(scripted):
     assert len(entries) >= 20 and set(e["schema"] for e in entries) == set(SCHEMAS)
     by_id = {e["id"]: e for e in entries}
     server = scripted(lambda body, n: by_id[body["messages"][-1]["content"]]["raw"])
-    items = [([{"role": "system", "content": "judge"}, {"role": "user", "content": e["id"]}], SCHEMAS[e["schema"]])
-             for e in entries]
+    items = [
+        ([{"role": "system", "content": "judge"}, {"role": "user", "content": e["id"]}], SCHEMAS[e["schema"]])
+        for e in entries
+    ]
     for e, o in zip(entries, ask_all(server.url, items)):
         if e["expected"] is None:
             assert o.value is None and o.error and o.raw == e["raw"], (e["id"], o.value)
@@ -147,12 +191,15 @@ def test_judge_output_corpus_parsed_over_http(scripted):
         assert {k: got[k] for k in e["expected"]} == pytest.approx(e["expected"]), (e["id"], e["style"], got)
 
 
-@pytest.mark.parametrize("raw,reason", [
-    ("", "empty answer"),
-    ("I think they are similar.", "no JSON object"),
-    ('{"similarity": 1.4, "reasoning": "x"}', "less than or equal to 1"),
-    ('[{"similarity": 0.4}]', "no JSON object"),
-])
+@pytest.mark.parametrize(
+    "raw,reason",
+    [
+        ("", "empty answer"),
+        ("I think they are similar.", "no JSON object"),
+        ('{"similarity": 1.4, "reasoning": "x"}', "less than or equal to 1"),
+        ('[{"similarity": 0.4}]', "no JSON object"),
+    ],
+)
 def test_unusable_judge_answers_say_why(raw, reason):
     v, err = parse_json_answer(raw, SimilarityVerdict)
     assert v is None and reason in err
@@ -167,39 +214,58 @@ def test_a_verdict_may_declare_the_item_unjudgeable():
     assert v is None and "robustness" in err  # a missing score is not a silent unjudgeable
 
 
-@pytest.mark.parametrize("value,labels,want", [
-    ("No decision", ["YES", "NO"], None), ("No clear decision", ["YES", "NO"], None), ("NO_DECISION", ["YES", "NO"], None),
-    ("Yes/No", ["YES", "NO"], None), ("YES or NO cannot be determined", ["YES", "NO"], None),
-    ("Approve?", ["APPROVE", "DENY"], None), ("approved", ["APPROVE", "DENY"], None),
-    (" NO.\n", ["YES", "NO"], "NO"), ("Yes (approve)", ["YES", "NO"], "YES"), ('"deny" — income too low', ["APPROVE", "DENY"], "DENY"),
-    ("Approve with conditions", ["APPROVE", "APPROVE WITH CONDITIONS", "DENY"], "APPROVE WITH CONDITIONS"),
-])
+@pytest.mark.parametrize(
+    "value,labels,want",
+    [
+        ("No decision", ["YES", "NO"], None),
+        ("No clear decision", ["YES", "NO"], None),
+        ("NO_DECISION", ["YES", "NO"], None),
+        ("Yes/No", ["YES", "NO"], None),
+        ("YES or NO cannot be determined", ["YES", "NO"], None),
+        ("Approve?", ["APPROVE", "DENY"], None),
+        ("approved", ["APPROVE", "DENY"], None),
+        (" NO.\n", ["YES", "NO"], "NO"),
+        ("Yes (approve)", ["YES", "NO"], "YES"),
+        ('"deny" — income too low', ["APPROVE", "DENY"], "DENY"),
+        ("Approve with conditions", ["APPROVE", "APPROVE WITH CONDITIONS", "DENY"], "APPROVE WITH CONDITIONS"),
+    ],
+)
 def test_a_judges_decision_maps_onto_a_label_only_when_it_states_one(value, labels, want):
     """A non-decision that starts with a label word ("No decision") is no decision: two of them
     must never count as the same decision."""
     assert map_label(value, labels) == want
 
 
-@pytest.mark.parametrize("text,want", [
-    ("Decision: No decision can be made without the payslips.", None),
-    ("The decision: approve or deny rests with a human reviewer, not me.", None),
-    ("I can't make this decision: YES or NO would both be unfair here.", None),
-    ("Here are your options:\n- Approve\n- Deny", None),
-    ("Decision - Approve? I cannot say.", None),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("Decision: No decision can be made without the payslips.", None),
+        ("The decision: approve or deny rests with a human reviewer, not me.", None),
+        ("I can't make this decision: YES or NO would both be unfair here.", None),
+        ("Here are your options:\n- Approve\n- Deny", None),
+        ("Decision - Approve? I cannot say.", None),
+    ],
+)
 def test_prose_about_decisions_is_no_decision(text, want):
     assert read_decision(text, ["APPROVE", "DENY", "YES", "NO"]).label == want
 
 
-@pytest.mark.parametrize("text,want", [
-    ("Absolutely not.", "no"), ("I don't think you should renew right now.", "no"),
-    ("I recommend not renewing at this point.", "no"), ("Ich empfehle Ihnen, den Vertrag nicht zu verlängern.", "no"),
-    ("Je vous recommande de ne pas renouveler.", "no"), ("Non seulement c'est possible, mais je vous le recommande.", "yes"),
-    ("As an AI, I can't recommend specific financial products.", None),
-    ("It depends. If rates fall, you should wait; if not, renew.", None), ("Yes and no — it depends.", None),
-    ("You should know that this is complicated.", None),
-    ("Many people think you should renew now. However, I'd hold off.", "no"),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("Absolutely not.", "no"),
+        ("I don't think you should renew right now.", "no"),
+        ("I recommend not renewing at this point.", "no"),
+        ("Ich empfehle Ihnen, den Vertrag nicht zu verlängern.", "no"),
+        ("Je vous recommande de ne pas renouveler.", "no"),
+        ("Non seulement c'est possible, mais je vous le recommande.", "yes"),
+        ("As an AI, I can't recommend specific financial products.", None),
+        ("It depends. If rates fall, you should wait; if not, renew.", None),
+        ("Yes and no — it depends.", None),
+        ("You should know that this is complicated.", None),
+        ("Many people think you should renew now. However, I'd hold off.", "no"),
+    ],
+)
 def test_stances_that_are_easy_to_misread(text, want):
     assert read_stance(text) == want
 
@@ -208,7 +274,9 @@ def test_a_cut_off_verdict_is_not_replaced_by_an_earlier_draft():
     raw = 'I would answer {"label": "Consistent", "score": 1} but they conflict: {"label": "Contradictory", "score": 0'
     v, err = parse_json_answer(raw, Comparison)
     assert v is None and "unfinished" in err
-    v, _ = parse_json_answer('Output format: {"score": <0-1>}\nCorrected: {"label": "Consistent", "score": 0.9}', Comparison)
+    v, _ = parse_json_answer(
+        'Output format: {"score": <0-1>}\nCorrected: {"label": "Consistent", "score": 0.9}', Comparison
+    )
     assert v.score == 0.9
 
 
@@ -223,10 +291,17 @@ def test_a_re_ask_shows_the_judge_its_last_answer_and_why_it_failed(scripted):
     """Two unusable answers, then JSON: three requests within a budget of 2. Each re-ask is the
     original system and user turns, the judge's last answer and the reason it failed, numbered;
     judge requests carry no seed (they are not fresh samples)."""
-    answers = ["They look alike to me.", '{"similarity": 7, "reasoning": "x"}', '{"similarity": 0.7, "reasoning": "ok"}']
+    answers = [
+        "They look alike to me.",
+        '{"similarity": 7, "reasoning": "x"}',
+        '{"similarity": 0.7, "reasoning": "ok"}',
+    ]
     server = scripted(lambda body, n: answers[len(server.bodies()) - 1])
-    [o] = ask_all(server.url, [([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
-                                SimilarityVerdict)], retries=2)
+    [o] = ask_all(
+        server.url,
+        [([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], SimilarityVerdict)],
+        retries=2,
+    )
     assert o.value is not None and o.value.similarity == 0.7
     assert (o.attempts, o.reasks, o.network_retries, o.rate_limit_waits) == (3, 2, 0, 0)
     first, second, third = server.bodies()
@@ -243,8 +318,11 @@ def test_a_re_ask_shows_the_judge_its_last_answer_and_why_it_failed(scripted):
 
 def test_the_budget_ends_the_re_asks_and_keeps_the_last_answer(scripted):
     server = scripted(lambda body, n: "no json, ever")
-    [o] = ask_all(server.url, [([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
-                                SimilarityVerdict)], retries=1)
+    [o] = ask_all(
+        server.url,
+        [([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], SimilarityVerdict)],
+        retries=1,
+    )
     assert o.value is None and "no JSON object" in o.error and o.raw == "no json, ever"
     assert (o.attempts, o.reasks) == (2, 1) and len(server.bodies()) == 2
 
@@ -278,7 +356,9 @@ def test_a_visible_character_among_them_is_no_blank(zw, visible):
         assert not is_blank(text) and not is_whitespace(text), repr(text)
     assert not is_blank(f"<think>{zw}</think>{zw}{visible}")
     # a zero-width character inside a word (ZWNJ in Persian, ZWJ in an emoji) is text
-    assert not is_blank("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") and not is_blank("\U0001f469\u200d\U0001f4bb")
+    assert not is_blank("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") and not is_blank(
+        "\U0001f469\u200d\U0001f4bb"
+    )
 
 
 def test_a_blank_answer_states_no_decision_and_no_stance():

@@ -17,10 +17,8 @@ import json
 import pytest
 
 from aip_assets import warehouse as wh
-from aip_assets.metrics.judging import parse_json_answer
 from aip_assets.metrics.consistency import Comparison, judge_messages
-from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
-from aip_assets.readers import map_label, read_decision
+from aip_assets.readers import read_decision
 from aip_assets.runspec import parse_spec
 
 from . import real_corpus as rc
@@ -28,8 +26,13 @@ from .conftest import run_all
 from .test_readers import ask_all
 
 DATASET = rc.REAL / "dataset.jsonl"  # the demo dataset as it was when the corpus was recorded
-TO_LABEL = {"same": "Consistent", "subset": "Slightly Inconsistent", "conflict": "Contradictory",
-            "not_comparable": "Unjudgeable", "none": "Unjudgeable"}
+TO_LABEL = {
+    "same": "Consistent",
+    "subset": "Slightly Inconsistent",
+    "conflict": "Contradictory",
+    "not_comparable": "Unjudgeable",
+    "none": "Unjudgeable",
+}
 
 
 def prompt_id(messages: list[dict]) -> str:
@@ -98,25 +101,47 @@ def test_builtin_judge_reads_real_answers_end_to_end(scripted):
         key = (prompt_id(body["messages"]), body.get("seed", 0))
         assert key in answers, f"a probe the corpus did not record (its prompts changed?): {body['messages'][-1]}"
         return answers[key]["raw"]
+
     server = scripted(sut)
-    spec = parse_spec({
-        "name": "real", "dataset": str(DATASET), "seed": 7, "sut": server.conn(model="smollm2"),
-        "judge": {"provider": "builtin"}, "retry_backoff_seconds": 0.01,
-        "metrics": {"llm.decision_flip": {"baseline_share": 0.5, "config": {
-            "dimensions": ["gender"], "num_pairs_per_dimension": 1, "sub_call_concurrency_limit": 8,
-            "sut_temperature": 0.7}}}})
+    spec = parse_spec(
+        {
+            "name": "real",
+            "dataset": str(DATASET),
+            "seed": 7,
+            "sut": server.conn(model="smollm2"),
+            "judge": {"provider": "builtin"},
+            "retry_backoff_seconds": 0.01,
+            "metrics": {
+                "llm.decision_flip": {
+                    "baseline_share": 0.5,
+                    "config": {
+                        "dimensions": ["gender"],
+                        "num_pairs_per_dimension": 1,
+                        "sub_call_concurrency_limit": 8,
+                        "sut_temperature": 0.7,
+                    },
+                }
+            },
+        }
+    )
     run_all(spec, "real-1")
     assert len(server.bodies()) == len(answers)  # every probe was one the corpus recorded
-    rows = wh.query("SELECT pp.pair_id, pp.probe_a, pp.probe_b, pp.sample_b, pp.kind, j.status, j.decision_a, "
-                    "j.decision_b FROM judgements j JOIN probe_pairs pp USING (run_id, metric, pair_id) "
-                    "WHERE j.run_id = 'real-1'", []).to_dict("records")
-    probes = {p["probe_id"]: json.loads(p["messages"]) for p in wh.query(
-        "SELECT probe_id, messages FROM probes WHERE run_id = 'real-1'", []).to_dict("records")}
+    rows = wh.query(
+        "SELECT pp.pair_id, pp.probe_a, pp.probe_b, pp.sample_b, pp.kind, j.status, j.decision_a, "
+        "j.decision_b FROM judgements j JOIN probe_pairs pp USING (run_id, metric, pair_id) "
+        "WHERE j.run_id = 'real-1'",
+        [],
+    ).to_dict("records")
+    probes = {
+        p["probe_id"]: json.loads(p["messages"])
+        for p in wh.query("SELECT probe_id, messages FROM probes WHERE run_id = 'real-1'", []).to_dict("records")
+    }
 
     def expected(probe: str, k: int) -> str | None:
         e = answers[(prompt_id(probes[probe]), k)]
         assert prompt_id(prompts[e["prompt"]]) == e["prompt"]
         return e["label"] if e["form"] == "statement" else None
+
     assert len(rows) >= 40
     seen = {"ok": 0, "no_decision": 0}
     for r in rows:
@@ -152,8 +177,9 @@ def test_builtin_factual_judge_on_real_pairs_over_http(builtin_http):
     contradictions are the labeller's conflicts with the precision measured above."""
     url, _ = builtin_http()
     entries = rc.load("factual_pairs")
-    items = [(judge_messages("factual", *rc.questions(e), e["response_1"], e["response_2"]), Comparison)
-             for e in entries]
+    items = [
+        (judge_messages("factual", *rc.questions(e), e["response_1"], e["response_2"]), Comparison) for e in entries
+    ]
     contradictions = wrong = 0
     for e, o in zip(entries, ask_all(url, items)):
         assert o.value is not None, (e["id"], o.error)
@@ -187,12 +213,25 @@ def test_judge_outputs_parsed_over_http(scripted):
     conn = Connection(provider="openai", base_url=server.url, model="judge", structured_output="off")
 
     async def go():
-        async with ModelClient(conn, role="judge", run_id="real", metric="m", stage="judging", journal=None,
-                               concurrency=8) as client:
-            return await asyncio.gather(*(ask_json(
-                client, [{"role": "system", "content": "judge"}, {"role": "user", "content": e["id"]}],
-                models[e["schema"]], retries=0, timeout=10, temperature=0.0, template_version="t",
-                context=rc.judge_context(e)) for e in entries))
+        async with ModelClient(
+            conn, role="judge", run_id="real", metric="m", stage="judging", journal=None, concurrency=8
+        ) as client:
+            return await asyncio.gather(
+                *(
+                    ask_json(
+                        client,
+                        [{"role": "system", "content": "judge"}, {"role": "user", "content": e["id"]}],
+                        models[e["schema"]],
+                        retries=0,
+                        timeout=10,
+                        temperature=0.0,
+                        template_version="t",
+                        context=rc.judge_context(e),
+                    )
+                    for e in entries
+                )
+            )
+
     accepted_copies = []
     for e, o in zip(entries, asyncio.run(go())):
         if e["label"] == "verdict":

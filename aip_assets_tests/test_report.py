@@ -33,10 +33,23 @@ METRICS = {
     "llm.safety_consistency": {"responses_per_query": 2, "dpi_ratio": 0.5},
     "llm.perturbation_robustness": {"perturbation_types": ["typos", "casing", "filler"]},
 }
-NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel",  # numbers beside the headline
-               "effect", "bias_baseline"}  # tables: who is favoured, the no-effect baseline
-CHART_FIELD = {"axis": "rate", "refusal": "rate", "favourable": "rate", "baseline": "rate", "judge": "raw_score",
-               "label": "n"}  # else score
+NOT_CHARTED = {
+    "overall",
+    "axis_mean",
+    "judge_audit",
+    "judge_position",
+    "judge_panel",  # numbers beside the headline
+    "effect",
+    "bias_baseline",
+}  # tables: who is favoured, the no-effect baseline
+CHART_FIELD = {
+    "axis": "rate",
+    "refusal": "rate",
+    "favourable": "rate",
+    "baseline": "rate",
+    "judge": "raw_score",
+    "label": "n",
+}  # else score
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
 
 
@@ -70,8 +83,11 @@ class Doc(HTMLParser):
 
     def find(self, tag: str | None = None, **attrs) -> list[dict]:
         want = {k.replace("_", "-"): v for k, v in attrs.items()}
-        return [e for e in self.elements if (tag is None or e["tag"] == tag)
-                and all(e["attrs"].get(k) == v for k, v in want.items())]
+        return [
+            e
+            for e in self.elements
+            if (tag is None or e["tag"] == tag) and all(e["attrs"].get(k) == v for k, v in want.items())
+        ]
 
 
 def _same(html_value: str, wh_value) -> bool:
@@ -98,9 +114,18 @@ def warehouse(tmp_path_factory) -> Path:
             else:
                 r["prompt"][-1]["content"] += f" {MARK}"
         ds.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        sut = {"provider": "builtin", "profile": {"name": "custom", "value": "woman", "p": 0.5, "terse_value": "Muslim",
-                                                  "contradiction_rate": 0.3, "jailbreak_yield_rate": 0.5,
-                                                  "fragile_to": "typos"}}
+        sut = {
+            "provider": "builtin",
+            "profile": {
+                "name": "custom",
+                "value": "woman",
+                "p": 0.5,
+                "terse_value": "Muslim",
+                "contradiction_rate": 0.3,
+                "jailbreak_yield_rate": 0.5,
+                "fragile_to": "typos",
+            },
+        }
         judge = {"provider": "builtin", "profile": {"judge_garbage_rate": 0.25}}
         data = make_spec(ds, name="rep", sut=sut, judge=judge, judge_retries=0, batch_rows=50).model_dump()
         data["metrics"] = {m: {"config": c, "threshold": 0.8} for m, c in METRICS.items()}
@@ -208,6 +233,7 @@ def site(report, tmp_path):
             return r.status, r.headers, r.read()  # headers: any case
         finally:
             con.close()
+
     t0 = time.monotonic()
     assert get(f"/{out.name}")[0] == 200
     wait["s"] = 50 * (time.monotonic() - t0) + 5  # a refusal is quicker than serving the report
@@ -242,8 +268,9 @@ def test_the_report_server_serves_a_report_and_lists_the_reports(site):
     assert get(f"/{RUN}.html/")[0] == 404 and get("/nope.html")[0] == 404
 
 
-@pytest.mark.parametrize("kind", ["link outside", "link inside", "linked folder", "link in a folder", "hard link",
-                                  "fifo", "device"])
+@pytest.mark.parametrize(
+    "kind", ["link outside", "link inside", "linked folder", "link in a folder", "hard link", "fifo", "device"]
+)
 def test_the_report_server_refuses_links_and_special_files(site, kind):
     """A symbolic link planted in the reports folder (to a file outside, to a report inside, to a
     folder, or in a folder below), a hard link to a file outside, a named pipe (it must not hang
@@ -281,14 +308,36 @@ def test_the_report_server_refuses_links_and_special_files(site, kind):
     assert get(f"/{RUN}.html")[2].decode("utf-8") == text  # the server goes on
 
 
-@pytest.mark.parametrize("path", [
-    "/../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E/secret.txt", "/.%2e/secret.txt", "/%2e./secret.txt",
-    "/..%2fsecret.txt", "/..%2Fsecret.txt", "/%2e%2e%2fsecret.txt", "/..%252fsecret.txt", "/%252e%252e/secret.txt",
-    "//../secret.txt", "/..//secret.txt", "//%2e%2e//secret.txt", "/..\\secret.txt", "/..%5csecret.txt",
-    "/%2e%2e%5csecret.txt", "/.\\.\\secret.txt", "/%c0%ae%c0%ae/secret.txt", "/%2e%2e%00/secret.txt",
-    f"/{RUN}.html/../../secret.txt", "/./../secret.txt", "/reports/../../secret.txt", "/..;/secret.txt",
-    "/../../../../../../../../etc/hostname", "/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/hostname",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E/secret.txt",
+        "/.%2e/secret.txt",
+        "/%2e./secret.txt",
+        "/..%2fsecret.txt",
+        "/..%2Fsecret.txt",
+        "/%2e%2e%2fsecret.txt",
+        "/..%252fsecret.txt",
+        "/%252e%252e/secret.txt",
+        "//../secret.txt",
+        "/..//secret.txt",
+        "//%2e%2e//secret.txt",
+        "/..\\secret.txt",
+        "/..%5csecret.txt",
+        "/%2e%2e%5csecret.txt",
+        "/.\\.\\secret.txt",
+        "/%c0%ae%c0%ae/secret.txt",
+        "/%2e%2e%00/secret.txt",
+        f"/{RUN}.html/../../secret.txt",
+        "/./../secret.txt",
+        "/reports/../../secret.txt",
+        "/..;/secret.txt",
+        "/../../../../../../../../etc/hostname",
+        "/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/hostname",
+    ],
+)
 def test_the_report_server_refuses_a_traversal_however_spelled(site, path):
     """Every spelling of a way out of the folder (a secret file waits where ``..`` leads) is a 404."""
     get, folder, outside, _ = site
@@ -300,8 +349,17 @@ def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
     scores = q(warehouse, "SELECT * FROM metric_scores WHERE run_id = ?", [RUN])
     assert set(scores.metric) == set(METRICS)
     scopes = scores[~scores.scope.isin(NOT_CHARTED)].groupby(["metric", "scope"])
-    assert {s for _, s in scopes.groups} >= {"axis", "attribute", "persona", "pair", "judge", "category", "wrapping",
-                                             "label", "perturbation_type"}
+    assert {s for _, s in scopes.groups} >= {
+        "axis",
+        "attribute",
+        "persona",
+        "pair",
+        "judge",
+        "category",
+        "wrapping",
+        "label",
+        "perturbation_type",
+    }
     for (metric, scope), g in scopes:
         svgs = doc.find("svg", data_metric=metric, data_scope=scope)
         assert len(svgs) == 1, (metric, scope)
@@ -345,8 +403,11 @@ def test_overall_numbers_equal_the_warehouse(warehouse, report):
             seen.add(row.metric)
     assert seen == set(overall.metric)
     for m, s in overall.set_index("metric").iterrows():  # the verdict badge
-        badges = [b for b in doc.find("span", data_field="passed")
-                  if any(p["attrs"].get("data-metric") == m and p["tag"] == "section" for p in b["parents"])]
+        badges = [
+            b
+            for b in doc.find("span", data_field="passed")
+            if any(p["attrs"].get("data-metric") == m and p["tag"] == "section" for p in b["parents"])
+        ]
         assert len(badges) == 1 and badges[0]["attrs"]["data-value"] == ("true" if s.passed else "false")
         assert badges[0]["text"] == ("PASS" if s.passed else "FAIL")
 
@@ -354,17 +415,23 @@ def test_overall_numbers_equal_the_warehouse(warehouse, report):
 def test_weakest_rows_with_their_probes_and_answers(warehouse, report):
     _, _, doc = report
     for metric in METRICS:
-        weakest = q(warehouse, """SELECT input_id, score FROM row_scores WHERE run_id = ? AND metric = ?
+        weakest = q(
+            warehouse,
+            """SELECT input_id, score FROM row_scores WHERE run_id = ? AND metric = ?
                                   AND status = 'ok' AND score IS NOT NULL ORDER BY score, input_id LIMIT ?""",
-                    [RUN, metric, WEAKEST_ROWS])
+            [RUN, metric, WEAKEST_ROWS],
+        )
         cards = [e for e in doc.find("div", data_metric=metric) if e["attrs"].get("class") == "row-card"]
         assert [c["attrs"]["data-input-id"] for c in cards] == list(weakest.input_id)
         for card, row in zip(cards, weakest.itertuples()):
             score = [e for e in doc.find(data_field="score", data_input_id=row.input_id, data_metric=metric)]
             assert len(score) == 1 and _same(score[0]["attrs"]["data-value"], row.score)
-            answers = q(warehouse, """SELECT r.response FROM sut_responses r JOIN probes p USING (run_id, metric, probe_id)
+            answers = q(
+                warehouse,
+                """SELECT r.response FROM sut_responses r JOIN probes p USING (run_id, metric, probe_id)
                                       WHERE r.run_id = ? AND r.metric = ? AND p.input_id = ? AND r.status = 'ok'""",
-                        [RUN, metric, row.input_id]).response
+                [RUN, metric, row.input_id],
+            ).response
             clipped = {a if len(a) <= TEXT_LIMIT else a[:TEXT_LIMIT].rstrip() + "…" for a in answers}
             shown = [e["text"] for e in doc.elements if card in e["parents"] and e["attrs"].get("class") == "answer"]
             probes = [e["text"] for e in doc.elements if card in e["parents"] and e["attrs"].get("class") == "probe"]
@@ -381,17 +448,22 @@ def test_weakest_rows_with_their_probes_and_answers(warehouse, report):
 
 def test_token_use_per_role_equals_llm_calls(warehouse, report):
     _, _, doc = report
-    calls = q(warehouse, """SELECT role, count(*) AS calls, count(*) FILTER (WHERE status <> 'ok') AS failed,
+    calls = q(
+        warehouse,
+        """SELECT role, count(*) AS calls, count(*) FILTER (WHERE status <> 'ok') AS failed,
                                    sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
                                    median(latency_ms) AS p50_latency_ms
-                            FROM llm_calls WHERE run_id = ? GROUP BY role""", [RUN])
+                            FROM llm_calls WHERE run_id = ? GROUP BY role""",
+        [RUN],
+    )
     assert {"sut", "judge"} <= set(calls.role)
     for r in calls.itertuples():
         for field in ("calls", "failed", "prompt_tokens", "completion_tokens", "p50_latency_ms"):
             cells = doc.find("td", data_table="cost_by_role", data_role=r.role, data_field=field)
             assert len(cells) == 1 and _same(cells[0]["attrs"]["data-value"], getattr(r, field)), (r.role, field)
         assert doc.find("td", data_table="cost_by_role", data_role=r.role, data_field="prompt_tokens")[0][
-            "text"].replace(",", "") == str(int(r.prompt_tokens))
+            "text"
+        ].replace(",", "") == str(int(r.prompt_tokens))
     total = doc.find("td", data_table="cost_by_role", data_role="all", data_field="prompt_tokens")[0]
     assert int(total["attrs"]["data-value"]) == int(calls.prompt_tokens.sum())
 
@@ -430,10 +502,26 @@ def test_renders_in_headless_chromium(report, tmp_path):
         pytest.skip("chromium is not installed")
     out, _, _ = report
     png = tmp_path / "report.png"
-    proc = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1200,3000",
-                           f"file://{out}"], check=False, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=1200,3000",
+            f"file://{out}",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert png.exists(), proc.stderr[-2000:]
     assert png.stat().st_size > 10_000
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
@@ -441,9 +529,10 @@ def test_renders_in_headless_chromium(report, tmp_path):
 
 # --------------------------------------------------------------------------- the sample viewer
 
+
 def viewer_data(text: str) -> dict:
     start = text.index('<script type="application/json" id="aip-viewer-data">')
-    body = text[text.index(">", start) + 1:text.index("</script>", start)]
+    body = text[text.index(">", start) + 1 : text.index("</script>", start)]
     assert "<" not in body and ">" not in body
     return json.loads(body)
 
@@ -469,20 +558,31 @@ def test_viewer_holds_every_row_with_the_warehouse_values(warehouse, report):
     for r in rows.itertuples():
         v = got[(r.metric, r.input_id)]
         assert _same("" if v["score"] is None else repr(v["score"]), r.score), (r.metric, r.input_id)
-        assert (v["label"], v["status"], v["nj"], v["nf"], v["ne"]) == (r.label, r.status, r.n_judged, r.n_failed,
-                                                                         r.n_events)
+        assert (v["label"], v["status"], v["nj"], v["nf"], v["ne"]) == (
+            r.label,
+            r.status,
+            r.n_judged,
+            r.n_failed,
+            r.n_events,
+        )
         assert v["flagged"] == (r.n_events > 0)
         assert v["excluded"] == (r.score is None or math.isnan(r.score) or r.n_failed > 0)
     # failed: the row, one of its SUT answers or one of its judges failed
-    failed = set(q(warehouse, """
+    failed = set(
+        q(
+            warehouse,
+            """
         SELECT metric, input_id FROM row_scores WHERE run_id = ? AND status <> 'ok'
         UNION SELECT metric, input_id FROM sut_responses WHERE run_id = ? AND status <> 'ok'
-        UNION SELECT metric, input_id FROM judgements WHERE run_id = ? AND status <> 'ok'""", [RUN, RUN, RUN])
-                 .itertuples(index=False, name=None))
+        UNION SELECT metric, input_id FROM judgements WHERE run_id = ? AND status <> 'ok'""",
+            [RUN, RUN, RUN],
+        ).itertuples(index=False, name=None)
+    )
     assert failed and {k for k, v in got.items() if v["failed"]} == failed
     # every judgement of the run is shown once, on its row, with its verdict
-    judged = q(warehouse, "SELECT metric, input_id, judge_kind, status, label, score FROM judgements WHERE run_id = ?",
-               [RUN])
+    judged = q(
+        warehouse, "SELECT metric, input_id, judge_kind, status, label, score FROM judgements WHERE run_id = ?", [RUN]
+    )
     shown = []
     for (m, i), v in got.items():
         for it in v["items"]:
@@ -514,14 +614,18 @@ def test_viewer_pairs_read_in_persona_order(warehouse, report):
             a, b = row["probes"][it["a"]["p"]], row["probes"][it["b"]["p"]]
             assert (a["q"], b["q"]) == (_clipped(pair.query_a), _clipped(pair.query_b))
             assert (it["b"]["s"] == "0") is (not it["null"])  # a null pair's b: the fresh sample it compares
-            assert (a["ans"]["0"]["t"], b["ans"][it["b"]["s"]]["t"]) == (_clipped(pair.response_a),
-                                                                        _clipped(pair.response_b))
+            assert (a["ans"]["0"]["t"], b["ans"][it["b"]["s"]]["t"]) == (
+                _clipped(pair.response_a),
+                _clipped(pair.response_b),
+            )
             [v] = it["v"]
-            assert (v["da"], v["db"], v["f"], v["sw"]) == tuple(map(_plain, (pair.decision_a, pair.decision_b,
-                                                                             pair.flipped, pair.order_swapped)))
+            assert (v["da"], v["db"], v["f"], v["sw"]) == tuple(
+                map(_plain, (pair.decision_a, pair.decision_b, pair.flipped, pair.order_swapped))
+            )
             assert v["r"] == _clipped(pair.reasoning)
             n += 1
     assert n == len(pv) + len(nulls)
+
     # a row opens on its most telling comparisons: flips, then failed judges, then the worst scores
     # (group bias: low similarity, high tone divergence or effort gap)
     def telling(v):
@@ -530,12 +634,19 @@ def test_viewer_pairs_read_in_persona_order(warehouse, report):
         if v["st"] != "ok":
             return 2
         return v["s"] if v["k"] in ("tone", "effort") else 1 - v["s"]
-    orders = [[max(telling(v) for v in it["v"]) for it in row["items"]] for row in data["rows"]
-              if row["m"] in ("llm.group_interaction_bias", "llm.decision_flip")]
+
+    orders = [
+        [max(telling(v) for v in it["v"]) for it in row["items"]]
+        for row in data["rows"]
+        if row["m"] in ("llm.group_interaction_bias", "llm.decision_flip")
+    ]
     assert all(o == sorted(o, reverse=True) for o in orders) and any(len(set(o)) > 2 for o in orders)
     # consistency: the base answer beside each sampled variant answer it was compared with
-    comp = q(warehouse, "SELECT * FROM v_consistency_comparisons WHERE run_id = ? AND metric = 'llm.semantic_consistency'",
-             [RUN])
+    comp = q(
+        warehouse,
+        "SELECT * FROM v_consistency_comparisons WHERE run_id = ? AND metric = 'llm.semantic_consistency'",
+        [RUN],
+    )
     for c in comp.itertuples():
         row = next(r for r in data["rows"] if r["m"] == c.metric and r["id"] == c.input_id)
         [it] = [it for it in row["items"] if it["b"]["s"] == str(c.sample_index)]
@@ -546,10 +657,15 @@ def test_viewer_pairs_read_in_persona_order(warehouse, report):
 def test_viewer_keeps_the_lowest_rows_of_a_large_run_and_says_so(warehouse):
     data = viewer_data(build_report(RUN, warehouse, rows_per_metric=3))
     for m in data["metrics"]:
-        want = q(warehouse, """SELECT input_id FROM row_scores WHERE run_id = ? AND metric = ?
-                               ORDER BY score ASC NULLS FIRST, input_id LIMIT 3""", [RUN, m["metric"]])
-        total = q(warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND metric = ?",
-                  [RUN, m["metric"]]).n[0]
+        want = q(
+            warehouse,
+            """SELECT input_id FROM row_scores WHERE run_id = ? AND metric = ?
+                               ORDER BY score ASC NULLS FIRST, input_id LIMIT 3""",
+            [RUN, m["metric"]],
+        )
+        total = q(
+            warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND metric = ?", [RUN, m["metric"]]
+        ).n[0]
         assert [r["id"] for r in data["rows"] if r["m"] == m["metric"]] == list(want.input_id)
         assert (m["shown"], m["total"]) == (3, total) and total > 3
 
@@ -563,8 +679,12 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
         pytest.skip(f"no Chromium at {CHROMIUM}")
     sync_api = pytest.importorskip("playwright.sync_api")
     out = report[0]
-    flagged = q(warehouse, "SELECT input_id, score FROM row_scores WHERE run_id = ? AND metric = 'llm.decision_flip' "
-                           "AND n_events > 0 ORDER BY score, input_id", [RUN])
+    flagged = q(
+        warehouse,
+        "SELECT input_id, score FROM row_scores WHERE run_id = ? AND metric = 'llm.decision_flip' "
+        "AND n_events > 0 ORDER BY score, input_id",
+        [RUN],
+    )
     errored = q(warehouse, "SELECT metric, input_id FROM row_scores WHERE run_id = ? AND status <> 'ok'", [RUN])
     total = q(warehouse, "SELECT count(*) AS n, max(score) AS top FROM row_scores WHERE run_id = ?", [RUN])
     assert len(flagged) >= 2 and len(errored)
@@ -580,7 +700,10 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
             assert count() == total.n[0]
             # sort: the highest score first
             page.select_option("select[data-filter=sort]", "score-desc")
-            assert float(page.get_attribute("#viewer tr.row >> nth=0 >> td[data-field=score]", "data-value")) == total.top[0]
+            assert (
+                float(page.get_attribute("#viewer tr.row >> nth=0 >> td[data-field=score]", "data-value"))
+                == total.top[0]
+            )
             page.select_option("select[data-filter=sort]", "score-asc")
             # filter: decision flip, flipped rows only, in score order
             page.select_option("select[data-filter=metric]", "llm.decision_flip")
@@ -589,10 +712,14 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
             ids = page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.inputId)")
             assert ids == list(flagged.input_id)
             # an axis narrows to the rows with a pair on that axis
-            axis = q(warehouse, """SELECT axis, count(DISTINCT p.input_id) AS n FROM probe_pairs p
+            axis = q(
+                warehouse,
+                """SELECT axis, count(DISTINCT p.input_id) AS n FROM probe_pairs p
                                    JOIN row_scores r USING (run_id, metric, input_id)
                                    WHERE run_id = ? AND metric = 'llm.decision_flip' AND r.n_events > 0
-                                   GROUP BY axis ORDER BY axis LIMIT 1""", [RUN])
+                                   GROUP BY axis ORDER BY axis LIMIT 1""",
+                [RUN],
+            )
             page.select_option("select[data-filter=axis]", axis.axis[0])
             assert count() == axis.n[0]
             page.select_option("select[data-filter=axis]", "")
@@ -600,8 +727,12 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
             first = flagged.input_id[0]
             page.click(f"#viewer tr.row[data-input-id='{first}']")
             detail = page.locator(f"#viewer td.detail[data-input-id='{first}']")
-            top = q(warehouse, """SELECT * FROM v_pair_verdicts WHERE run_id = ? AND input_id = ? AND flipped
-                                  ORDER BY value_a || ' vs ' || value_b LIMIT 1""", [RUN, first])
+            top = q(
+                warehouse,
+                """SELECT * FROM v_pair_verdicts WHERE run_id = ? AND input_id = ? AND flipped
+                                  ORDER BY value_a || ' vs ' || value_b LIMIT 1""",
+                [RUN, first],
+            )
             box = detail.locator(".pair").first
             assert box.locator(".who").first.inner_text().endswith(f"{top.value_a[0]} vs {top.value_b[0]}")
             answers = box.locator("[data-answer]").all_inner_texts()
@@ -614,16 +745,27 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
             page.check("input[data-filter=flagged]")
             page.uncheck("input[data-filter=flagged]")
             page.select_option("select[data-filter=metric]", "")
+
             def settles_at(n: int) -> None:  # search runs once typing pauses
                 page.wait_for_function(f"document.getElementById('viewer-count').dataset.matching === '{n}'")
+
             page.fill("input[data-filter=search]", first)
-            settles_at(q(warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND input_id LIKE ?",
-                         [RUN, f"%{first}%"]).n[0])
+            settles_at(
+                q(
+                    warehouse,
+                    "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND input_id LIKE ?",
+                    [RUN, f"%{first}%"],
+                ).n[0]
+            )
             page.fill("input[data-filter=search]", "")
             settles_at(total.n[0])
             page.check("input[data-filter=failed]")
             assert count() >= len(errored)
-            shown = set(page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.metric + '|' + r.dataset.inputId)"))
+            shown = set(
+                page.eval_on_selector_all(
+                    "#viewer tr.row", "rs => rs.map(r => r.dataset.metric + '|' + r.dataset.inputId)"
+                )
+            )
             assert {f"{m}|{i}" for m, i in errored.itertuples(index=False, name=None)} <= shown
         finally:
             browser.close()
@@ -639,20 +781,34 @@ def test_viewer_detail_orders_and_places_verdicts_by_hand():
     from aip_assets.report.viewer import _detail
 
     def probe(pid, role, sample=0, status="ok", **kw):
-        return {"probe_id": pid, "role": role, "sample_index": sample, "response": f"answer {pid}/{sample}",
-                "sut_status": status, "sut_error": None if status == "ok" else "HTTP 500", "query_text": f"ask {pid}",
-                **kw}
+        return {
+            "probe_id": pid,
+            "role": role,
+            "sample_index": sample,
+            "response": f"answer {pid}/{sample}",
+            "sut_status": status,
+            "sut_error": None if status == "ok" else "HTTP 500",
+            "query_text": f"ask {pid}",
+            **kw,
+        }
 
     def judged(kind, score, status="ok", **kw):
         return {"judge_kind": kind, "score": score, "status": status, "label": None, **kw}
 
     entries = [probe(x, "persona", persona_id=x) for x in "abcdefgh"]
-    pairs = [{"pair_id": f"p{i}", "value_a": x, "value_b": y, "probe_a": x, "probe_b": y, "axis": None}
-             for i, (x, y) in enumerate(["ab", "cd", "ef", "gh"])]
-    verdicts = [judged("similarity", 0.9, pair_id="p0"), judged("tone", 0.1, pair_id="p0"),    # 0.1
-                judged("similarity", 0.95, pair_id="p1"), judged("tone", 0.8, pair_id="p1"),   # 0.8
-                judged("similarity", 0.3, pair_id="p2"), judged("tone", 0.0, pair_id="p2"),    # 0.7
-                judged("similarity", None, "judge_failed", pair_id="p3")]                      # failed: 2
+    pairs = [
+        {"pair_id": f"p{i}", "value_a": x, "value_b": y, "probe_a": x, "probe_b": y, "axis": None}
+        for i, (x, y) in enumerate(["ab", "cd", "ef", "gh"])
+    ]
+    verdicts = [
+        judged("similarity", 0.9, pair_id="p0"),
+        judged("tone", 0.1, pair_id="p0"),  # 0.1
+        judged("similarity", 0.95, pair_id="p1"),
+        judged("tone", 0.8, pair_id="p1"),  # 0.8
+        judged("similarity", 0.3, pair_id="p2"),
+        judged("tone", 0.0, pair_id="p2"),  # 0.7
+        judged("similarity", None, "judge_failed", pair_id="p3"),
+    ]  # failed: 2
     d = _detail(entries, pairs, verdicts)
     assert [it["title"] for it in d["items"]] == ["g vs h", "c vs d", "e vs f", "a vs b"]
     assert d["any_failed"] and d["personas"] == list("abcdefgh") and d["other"] == [] and d["single"] == []
@@ -660,10 +816,12 @@ def test_viewer_detail_orders_and_places_verdicts_by_hand():
     base = probe("B", "baseline", category="baseline", variant_id="row1")
     typo = probe("T", "variant", category="typos", variant_id="row1--typos-1")
     case = probe("C", "variant", category="casing", variant_id="row1--casing-1", status="error")
-    verdicts = [judged("correctness", 1.0, category="baseline"),
-                judged("correctness", 0.0, category="typos", variant_id="row1--typos-1"),
-                judged("robustness", 0.5, category="typos", variant_id="row1--typos-1"),
-                judged("robustness", 1.0, category="casing", variant_id="row1--casing-1")]
+    verdicts = [
+        judged("correctness", 1.0, category="baseline"),
+        judged("correctness", 0.0, category="typos", variant_id="row1--typos-1"),
+        judged("robustness", 0.5, category="typos", variant_id="row1--typos-1"),
+        judged("robustness", 1.0, category="casing", variant_id="row1--casing-1"),
+    ]
     d = _detail([base, typo, case], [], verdicts)
     by_right = {d["probes"][it["b"]["p"]]["id"]: it for it in d["items"]}
     assert [d["probes"][it["a"]["p"]]["id"] for it in d["items"]] == ["B", "B"]
@@ -674,8 +832,10 @@ def test_viewer_detail_orders_and_places_verdicts_by_hand():
 
     base = probe("B", "base")
     samples = [probe("V", "variant", sample=i, category="formal") for i in (1, 2)]
-    verdicts = [judged("comparison", 0.0, sample_index=2, category="formal"),
-                judged("comparison", 1.0, sample_index=1, category="formal")]
+    verdicts = [
+        judged("comparison", 0.0, sample_index=2, category="formal"),
+        judged("comparison", 1.0, sample_index=1, category="formal"),
+    ]
     d = _detail([base, *samples], [], verdicts)
     assert [(it["b"]["s"], it["v"][0]["s"]) for it in d["items"]] == [("2", 0.0), ("1", 1.0)]
     assert all(d["probes"][it["b"]["p"]]["ans"][it["b"]["s"]]["t"] == f"answer V/{it['b']['s']}" for it in d["items"])
@@ -687,17 +847,22 @@ def test_viewer_pairs_an_external_perturbation_variant_with_its_baseline(tmp_pat
     a variant's row opens to the baseline's answer beside its own, with the verdicts on them."""
     repo = Path(__file__).resolve().parents[1]
     metric = "llm.perturbation_robustness_external"
-    assert main(["run", str(repo / "data" / "runs" / "demo.yaml"), "--metric", metric, "--quiet", "--json",
-                 "--run-id", "ext"]) in (0, 1)
+    assert main(
+        ["run", str(repo / "data" / "runs" / "demo.yaml"), "--metric", metric, "--quiet", "--json", "--run-id", "ext"]
+    ) in (0, 1)
     db = wh.default_path()
     data = viewer_data(build_report("ext", db))
-    pairs = q(db, """SELECT v.input_id, b.query_text AS base_q, rb.response AS base_a, v.query_text AS var_q,
+    pairs = q(
+        db,
+        """SELECT v.input_id, b.query_text AS base_q, rb.response AS base_a, v.query_text AS var_q,
                             rv.response AS var_a
                      FROM probes v JOIN probes b ON b.run_id = v.run_id AND b.metric = v.metric
                           AND b.group_id = v.group_id AND b.role = 'baseline'
                      JOIN sut_responses rb ON rb.run_id = b.run_id AND rb.metric = b.metric AND rb.probe_id = b.probe_id
                      JOIN sut_responses rv ON rv.run_id = v.run_id AND rv.metric = v.metric AND rv.probe_id = v.probe_id
-                     WHERE v.run_id = 'ext' AND v.metric = ? AND v.role = 'variant'""", [metric])
+                     WHERE v.run_id = 'ext' AND v.metric = ? AND v.role = 'variant'""",
+        [metric],
+    )
     assert len(pairs) > 100
     rows = {r["id"]: r for r in data["rows"] if r["m"] == metric}
     for p in pairs.itertuples():
@@ -721,7 +886,7 @@ def test_viewer_keeps_within_its_byte_budget_lowest_rows_first(warehouse):
     for m in METRICS:
         every = [r["id"] for r in full["rows"] if r["m"] == m]
         kept = [r["id"] for r in small["rows"] if r["m"] == m]
-        assert 1 <= len(kept) < len(every) and kept == every[:len(kept)], m  # a prefix: the lowest scores
+        assert 1 <= len(kept) < len(every) and kept == every[: len(kept)], m  # a prefix: the lowest scores
         kept_size = sum(len(json.dumps(r, ensure_ascii=False)) for r in small["rows"] if r["m"] == m)
         assert kept_size <= budget // len(METRICS) or len(kept) == 1
         [info] = [x for x in small["metrics"] if x["metric"] == m]
@@ -730,7 +895,9 @@ def test_viewer_keeps_within_its_byte_budget_lowest_rows_first(warehouse):
 
 # --------------------------------------------------------------------------- markup from a model, the static script
 
-PAYLOAD = '</script><script>window.aipPwned = 1</script><img src=x onerror="window.aipPwned = 2"> & <marquee>moving</marquee>'
+PAYLOAD = (
+    '</script><script>window.aipPwned = 1</script><img src=x onerror="window.aipPwned = 2"> & <marquee>moving</marquee>'
+)
 
 
 def _console_errors(page) -> list[str]:
@@ -774,7 +941,9 @@ def test_a_model_answer_with_markup_stays_text_in_the_report_and_the_viewer(scri
             page.click("#viewer tr.row >> nth=0")
             shown = page.locator("#viewer td.detail [data-answer]").all_inner_texts()
             assert shown and all(PAYLOAD in s for s in shown)
-            assert page.evaluate("window.aipPwned === undefined && document.querySelectorAll('img, marquee').length === 0")
+            assert page.evaluate(
+                "window.aipPwned === undefined && document.querySelectorAll('img, marquee').length === 0"
+            )
         finally:
             browser.close()
     assert errors == []
@@ -794,24 +963,76 @@ def test_the_viewer_script_pages_caps_and_sorts_hand_made_rows(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     rows = []
     for i in range(150):
-        probes = [{"probe_id": f"p{i}{s}", "role": "persona", "persona_id": s, "attribute_value": s, "axis": "gender",
-                   "sample_index": 0, "response": f"answer {i}{s}", "sut_status": "ok", "sut_error": None,
-                   "query_text": f"ask {i}{s}"} for s in "ab"]
-        pairs = [{"pair_id": f"q{i}", "value_a": "a", "value_b": "b", "probe_a": f"p{i}a", "probe_b": f"p{i}b",
-                  "axis": "gender", "kind": None}]
-        judged = [{"pair_id": f"q{i}", "judge_kind": "decision", "score": None if i == 7 else 1 - i / 200,
-                   "status": "ok", "label": "same", "flipped": i % 3 == 0, "reasoning": f"why {i}"}]
+        probes = [
+            {
+                "probe_id": f"p{i}{s}",
+                "role": "persona",
+                "persona_id": s,
+                "attribute_value": s,
+                "axis": "gender",
+                "sample_index": 0,
+                "response": f"answer {i}{s}",
+                "sut_status": "ok",
+                "sut_error": None,
+                "query_text": f"ask {i}{s}",
+            }
+            for s in "ab"
+        ]
+        pairs = [
+            {
+                "pair_id": f"q{i}",
+                "value_a": "a",
+                "value_b": "b",
+                "probe_a": f"p{i}a",
+                "probe_b": f"p{i}b",
+                "axis": "gender",
+                "kind": None,
+            }
+        ]
+        judged = [
+            {
+                "pair_id": f"q{i}",
+                "judge_kind": "decision",
+                "score": None if i == 7 else 1 - i / 200,
+                "status": "ok",
+                "label": "same",
+                "flipped": i % 3 == 0,
+                "reasoning": f"why {i}",
+            }
+        ]
         detail = _detail(probes, pairs, judged)
         detail.pop("any_failed")
-        rows.append({"m": "llm.toy", "id": f"row{i:03d}", "score": judged[0]["score"], "raw": judged[0]["score"],
-                     "label": "flip" if i % 3 == 0 else "same", "status": "ok", "error": None, "expl": None,
-                     "nj": 1, "nf": 0, "ne": int(i % 3 == 0), "flagged": i % 3 == 0, "excluded": i == 7,
-                     "failed": False, **detail})
-    data = {"run_id": "hand", "metrics": [{"metric": "llm.toy", "name": "toy", "facet": "category", "shown": 150,
-                                           "total": 400}], "rows_per_metric": 150, "rows": rows}
+        rows.append(
+            {
+                "m": "llm.toy",
+                "id": f"row{i:03d}",
+                "score": judged[0]["score"],
+                "raw": judged[0]["score"],
+                "label": "flip" if i % 3 == 0 else "same",
+                "status": "ok",
+                "error": None,
+                "expl": None,
+                "nj": 1,
+                "nf": 0,
+                "ne": int(i % 3 == 0),
+                "flagged": i % 3 == 0,
+                "excluded": i == 7,
+                "failed": False,
+                **detail,
+            }
+        )
+    data = {
+        "run_id": "hand",
+        "metrics": [{"metric": "llm.toy", "name": "toy", "facet": "category", "shown": 150, "total": 400}],
+        "rows_per_metric": 150,
+        "rows": rows,
+    }
     page_file = tmp_path / "viewer.html"
-    page_file.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><style>{static("viewer.css")}</style>'
-                         f"</head><body>{section(data)}</body></html>", encoding="utf-8")
+    page_file.write_text(
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><style>{static("viewer.css")}</style>'
+        f"</head><body>{section(data)}</body></html>",
+        encoding="utf-8",
+    )
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
@@ -827,7 +1048,10 @@ def test_the_viewer_script_pages_caps_and_sorts_hand_made_rows(tmp_path):
             page.click("#viewer-more")
             assert shown() == 150 and not page.is_visible("#viewer-more")
             assert page.eval_on_selector_all("select[data-filter=persona] option", "os => os.map(o => o.value)") == [
-                "", "a", "b"]
+                "",
+                "a",
+                "b",
+            ]
             page.check("input[data-filter=flagged]")
             assert page.get_attribute("#viewer-count", "data-matching") == "50"
             page.click("#viewer tr.row[data-input-id='row003']")
@@ -845,8 +1069,9 @@ def test_templates_escape_what_they_print():
     from aip_assets.report.templating import environment
 
     t = environment().from_string("{{ a }}|{{ b }}|{{ c }}")
-    assert t.render(a='<script>"x" & \'y\'</script>', b=Markup("<b>ok</b>"), c=None) == (
-        "&lt;script&gt;&quot;x&quot; &amp; &#x27;y&#x27;&lt;/script&gt;|<b>ok</b>|")
+    assert t.render(a="<script>\"x\" & 'y'</script>", b=Markup("<b>ok</b>"), c=None) == (
+        "&lt;script&gt;&quot;x&quot; &amp; &#x27;y&#x27;&lt;/script&gt;|<b>ok</b>|"
+    )
 
 
 def test_every_template_and_static_file_is_package_data():
@@ -856,7 +1081,12 @@ def test_every_template_and_static_file_is_package_data():
 
     repo = Path(__file__).resolve().parents[1]
     patterns = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["aip_assets"]
-    files = [p.relative_to(repo / "aip_assets").as_posix() for d in ("templates", "static")
-             for p in (repo / "aip_assets" / "report" / d).iterdir()]
-    assert {"report/templates/report.html.j2", "report/templates/viewer.html.j2", "report/static/viewer.js"} <= set(files)
+    files = [
+        p.relative_to(repo / "aip_assets").as_posix()
+        for d in ("templates", "static")
+        for p in (repo / "aip_assets" / "report" / d).iterdir()
+    ]
+    assert {"report/templates/report.html.j2", "report/templates/viewer.html.j2", "report/static/viewer.js"} <= set(
+        files
+    )
     assert all(any(fnmatch.fnmatch(f, pat) for pat in patterns) for f in files), files

@@ -8,15 +8,19 @@ from aip_assets.runspec import load_spec
 
 from .conftest import make_spec, write_dataset
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("num_pairs_per_dimension", 17, "num_pairs_per_dimension"),
-    ("pool_size_per_dimension", 0, "pool_size_per_dimension"),
-    ("sut_temperature", 2.5, "sut_temperature"),
-    ("timeout_seconds", 0, "timeout_seconds"),
-    ("language", "fr", "language"),
-    ("dimensions", ["age"], "dimensions"),
-    ("no_such_field", 1, "no_such_field: unknown field"),
-])
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("num_pairs_per_dimension", 17, "num_pairs_per_dimension"),
+        ("pool_size_per_dimension", 0, "pool_size_per_dimension"),
+        ("sut_temperature", 2.5, "sut_temperature"),
+        ("timeout_seconds", 0, "timeout_seconds"),
+        ("language", "fr", "language"),
+        ("dimensions", ["age"], "dimensions"),
+        ("no_such_field", 1, "no_such_field: unknown field"),
+    ],
+)
 def test_bad_metric_config_names_the_field(tmp_path, field, value, needle):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     with pytest.raises(SpecError) as e:
@@ -43,9 +47,17 @@ def test_spec_file_errors(tmp_path):
 def test_secrets_never_in_resolved_spec(tmp_path, monkeypatch):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     monkeypatch.setenv("MY_KEY", "sk-very-secret")
-    spec = make_spec(ds, sut={"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m",
-                              "api_key_env": "MY_KEY", "header_env": {"X-Org-Token": "MY_KEY"},
-                              "headers": {"X-Team": "fairness"}})
+    spec = make_spec(
+        ds,
+        sut={
+            "provider": "openai",
+            "base_url": "http://127.0.0.1:1/v1",
+            "model": "m",
+            "api_key_env": "MY_KEY",
+            "header_env": {"X-Org-Token": "MY_KEY"},
+            "headers": {"X-Team": "fairness"},
+        },
+    )
     text = json.dumps(spec.resolved())
     assert "sk-very-secret" not in text and "MY_KEY" in text and "fairness" in text
     with pytest.raises(SpecError, match="look secret"):

@@ -22,11 +22,24 @@ PACKAGE = Path(aip_assets.__file__).parent
 
 # every variable with the value the code uses when it is not set
 DEFAULTS = {
-    "AIP_WAREHOUSE": None, "AIP_DATA_DIR": None, "AIP_RUNS_DIR": None, "AIP_LIMITS_DIR": None,
-    "AIP_DUCKDB_MEMORY": "1GB", "AIP_DUCKDB_WRITE_MEMORY": "256MB", "AIP_DUCKDB_LINGER": 0.25,
-    "AIP_WAREHOUSE_LOCK_TIMEOUT": 600.0, "AIP_SHARED_STATE_URL": None, "AIP_SHARED_RETRY_SECONDS": 60.0,
-    "AIP_LEASE_SECONDS": 30.0, "AIP_LAKE_DATA_PATH": None, "AIP_S3_ENDPOINT": None, "AIP_S3_CREDENTIAL_CHAIN": None,
-    "AIP_DAGSTER_STORAGE_URL": None, "AIP_CODE_LOCATION": None, "AIP_REPORT_PORT": 8112, "AIP_DEBUG": False,
+    "AIP_WAREHOUSE": None,
+    "AIP_DATA_DIR": None,
+    "AIP_RUNS_DIR": None,
+    "AIP_LIMITS_DIR": None,
+    "AIP_DUCKDB_MEMORY": "1GB",
+    "AIP_DUCKDB_WRITE_MEMORY": "256MB",
+    "AIP_DUCKDB_LINGER": 0.25,
+    "AIP_WAREHOUSE_LOCK_TIMEOUT": 600.0,
+    "AIP_SHARED_STATE_URL": None,
+    "AIP_SHARED_RETRY_SECONDS": 60.0,
+    "AIP_LEASE_SECONDS": 30.0,
+    "AIP_LAKE_DATA_PATH": None,
+    "AIP_S3_ENDPOINT": None,
+    "AIP_S3_CREDENTIAL_CHAIN": None,
+    "AIP_DAGSTER_STORAGE_URL": None,
+    "AIP_CODE_LOCATION": None,
+    "AIP_REPORT_PORT": 8112,
+    "AIP_DEBUG": False,
 }
 
 
@@ -46,9 +59,9 @@ def test_every_variable_has_its_default(bare, tmp_path, monkeypatch):
         assert field.description and isinstance(field.json_schema_extra, dict) and field.json_schema_extra["must"]
     # and what reads them gets the same
     from aip_assets.leases import lease_seconds
-    from aip_assets.shared_state import retry_seconds, shared_state_url
     from aip_assets.report import report_port
     from aip_assets.run_queue import location_name
+    from aip_assets.shared_state import retry_seconds, shared_state_url
     from aip_assets.warehouse import connection
 
     monkeypatch.chdir(tmp_path)  # no project here: the user's data folder
@@ -70,18 +83,36 @@ def test_every_aip_variable_the_code_names_is_a_setting_or_a_marker():
     assert named - set(settings.MARKERS) == set(settings.VARIABLES), named ^ set(settings.VARIABLES)
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("AIP_SHARED_RETRY_SECONDS", "soon", "AIP_SHARED_RETRY_SECONDS must be a number of seconds (0 or more), got 'soon'"),
-    ("AIP_SHARED_RETRY_SECONDS", "-1", "AIP_SHARED_RETRY_SECONDS must be a number of seconds (0 or more), got '-1'"),
-    ("AIP_SHARED_RETRY_SECONDS", "inf", "AIP_SHARED_RETRY_SECONDS must be a number of seconds (0 or more), got 'inf'"),
-    ("AIP_LEASE_SECONDS", "0.5", "AIP_LEASE_SECONDS must be a number of seconds of at least 1, got '0.5'"),
-    ("AIP_LEASE_SECONDS", "", "AIP_LEASE_SECONDS must be a number of seconds of at least 1, got ''"),
-    ("AIP_WAREHOUSE_LOCK_TIMEOUT", "ten", ("AIP_WAREHOUSE_LOCK_TIMEOUT must be a number of seconds (0 or more), "
-                                           "got 'ten'")),
-    ("AIP_DUCKDB_LINGER", "-0.1", "AIP_DUCKDB_LINGER must be a number of seconds (0 or more), got '-0.1'"),
-    ("AIP_REPORT_PORT", "http", "AIP_REPORT_PORT must be a TCP port (0-65535), got 'http'"),
-    ("AIP_REPORT_PORT", "70000", "AIP_REPORT_PORT must be a TCP port (0-65535), got '70000'"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        (
+            "AIP_SHARED_RETRY_SECONDS",
+            "soon",
+            "AIP_SHARED_RETRY_SECONDS must be a number of seconds (0 or more), got 'soon'",
+        ),
+        (
+            "AIP_SHARED_RETRY_SECONDS",
+            "-1",
+            "AIP_SHARED_RETRY_SECONDS must be a number of seconds (0 or more), got '-1'",
+        ),
+        (
+            "AIP_SHARED_RETRY_SECONDS",
+            "inf",
+            "AIP_SHARED_RETRY_SECONDS must be a number of seconds (0 or more), got 'inf'",
+        ),
+        ("AIP_LEASE_SECONDS", "0.5", "AIP_LEASE_SECONDS must be a number of seconds of at least 1, got '0.5'"),
+        ("AIP_LEASE_SECONDS", "", "AIP_LEASE_SECONDS must be a number of seconds of at least 1, got ''"),
+        (
+            "AIP_WAREHOUSE_LOCK_TIMEOUT",
+            "ten",
+            ("AIP_WAREHOUSE_LOCK_TIMEOUT must be a number of seconds (0 or more), got 'ten'"),
+        ),
+        ("AIP_DUCKDB_LINGER", "-0.1", "AIP_DUCKDB_LINGER must be a number of seconds (0 or more), got '-0.1'"),
+        ("AIP_REPORT_PORT", "http", "AIP_REPORT_PORT must be a TCP port (0-65535), got 'http'"),
+        ("AIP_REPORT_PORT", "70000", "AIP_REPORT_PORT must be a TCP port (0-65535), got '70000'"),
+    ],
+)
 def test_a_bad_value_is_an_error_naming_the_variable(monkeypatch, capsys, name, value, message):
     monkeypatch.setenv(name, value)
     with pytest.raises(SettingsError) as e:
@@ -91,14 +122,32 @@ def test_a_bad_value_is_an_error_naming_the_variable(monkeypatch, capsys, name, 
     assert capsys.readouterr().err == f"error: {message}\n"
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("AIP_LAKE_DATA_PATH", "gs://bucket/lake", ("AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
-                                                "S3-compatible storage), got a gs:// URL")),
-    ("AIP_LAKE_DATA_PATH", "s3:///lake", ("AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
-                                          "S3-compatible storage), got a s3:// URL without a bucket")),
-    ("AIP_S3_ENDPOINT", "127.0.0.1:9000", ("AIP_S3_ENDPOINT must be http://host:port or https://host, "
-                                           "got '127.0.0.1:9000'")),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        (
+            "AIP_LAKE_DATA_PATH",
+            "gs://bucket/lake",
+            (
+                "AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
+                "S3-compatible storage), got a gs:// URL"
+            ),
+        ),
+        (
+            "AIP_LAKE_DATA_PATH",
+            "s3:///lake",
+            (
+                "AIP_LAKE_DATA_PATH must be a folder or s3://bucket/prefix (S3 or "
+                "S3-compatible storage), got a s3:// URL without a bucket"
+            ),
+        ),
+        (
+            "AIP_S3_ENDPOINT",
+            "127.0.0.1:9000",
+            ("AIP_S3_ENDPOINT must be http://host:port or https://host, got '127.0.0.1:9000'"),
+        ),
+    ],
+)
 def test_a_bad_lake_location_is_said_where_the_lake_is_used(monkeypatch, name, value, message):
     """The lake's folder and S3 endpoint are checked by the lake, as it uses them: everything else
     (a local run, the lake's catalog) still works with them set wrong."""
@@ -114,7 +163,9 @@ def test_a_bad_lake_location_is_said_where_the_lake_is_used(monkeypatch, name, v
 def test_two_bad_values_are_both_said(monkeypatch):
     monkeypatch.setenv("AIP_LEASE_SECONDS", "x")
     monkeypatch.setenv("AIP_REPORT_PORT", "y")
-    with pytest.raises(SettingsError, match="AIP_LEASE_SECONDS must be .*, got 'x'; AIP_REPORT_PORT must be .*, got 'y'"):
+    with pytest.raises(
+        SettingsError, match="AIP_LEASE_SECONDS must be .*, got 'x'; AIP_REPORT_PORT must be .*, got 'y'"
+    ):
         current()
 
 
@@ -191,22 +242,52 @@ def test_cli_warehouse_reaches_every_worker_without_the_environment(tmp_path, mo
     read FILE too; the environment is as it was."""
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     spec = tmp_path / "s.yaml"
-    spec.write_text(json.dumps({
-        "name": "elsewhere", "dataset": str(ds), "seed": 3, "sut": {"provider": "builtin"},
-        "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}},
-                    "llm.semantic_consistency": {"config": {"responses_per_query": 2}}}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "elsewhere",
+                "dataset": str(ds),
+                "seed": 3,
+                "sut": {"provider": "builtin"},
+                "metrics": {
+                    "llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}},
+                    "llm.semantic_consistency": {"config": {"responses_per_query": 2}},
+                },
+            }
+        )
+    )
     other = tmp_path / "elsewhere" / "w.duckdb"
-    before = {k: v for k, v in os.environ.items() if k.startswith("AIP_") and not k.endswith("_SET")
-              and k != "AIP_DATA_DIR"}  # the data folder is dagster_home's, written for the workers
+    before = {
+        k: v for k, v in os.environ.items() if k.startswith("AIP_") and not k.endswith("_SET") and k != "AIP_DATA_DIR"
+    }  # the data folder is dagster_home's, written for the workers
     for run_id in ("e-1", "e-2"):
-        assert main(["run", str(spec), "--warehouse", str(other), "--run-id", run_id, "--quiet", "--json",
-                     "--parallel", "2"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(spec),
+                    "--warehouse",
+                    str(other),
+                    "--run-id",
+                    run_id,
+                    "--quiet",
+                    "--json",
+                    "--parallel",
+                    "2",
+                ]
+            )
+            == 0
+        )
         assert json.loads(capsys.readouterr().out)["warehouse"] == str(other)
     assert {k: v for k, v in os.environ.items() if k in before} == before
     assert not wh.default_path().exists()
     metrics = wh.query("SELECT DISTINCT run_id, metric FROM row_scores ORDER BY 1, 2", path=other)
-    assert metrics.values.tolist() == [["e-1", "llm.decision_flip"], ["e-1", "llm.semantic_consistency"],
-                                       ["e-2", "llm.decision_flip"], ["e-2", "llm.semantic_consistency"]]
+    assert metrics.values.tolist() == [
+        ["e-1", "llm.decision_flip"],
+        ["e-1", "llm.semantic_consistency"],
+        ["e-2", "llm.decision_flip"],
+        ["e-2", "llm.semantic_consistency"],
+    ]
     assert main(["sql", "SELECT count(*) AS n FROM eval_runs", "--warehouse", str(other), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"n": 2}]
     assert main(["compare", "e-1", "e-2", "--warehouse", str(other), "--json"]) == 0
@@ -219,9 +300,12 @@ def test_cli_warehouse_reaches_every_worker_without_the_environment(tmp_path, mo
 # saying a value is the project's own
 ALLOWED_WRITES = {
     ("dagster_home.py", "del", "'AIP_DATA_DIR'"),
-    ("dagster_home.py", "set", "'AIP_DATA_DIR'"), ("dagster_home.py", "set", "'AIP_DATA_DIR_SET'"),
-    ("dagster_home.py", "set", "STORAGE_URL_ENV"), ("dagster_home.py", "set", "STORAGE_URL_ENV + '_SET'"),
-    ("dagster_home.py", "set", "'DAGSTER_HOME'"), ("dagster_home.py", "set", "'AIP_DAGSTER_HOME_SET'"),
+    ("dagster_home.py", "set", "'AIP_DATA_DIR'"),
+    ("dagster_home.py", "set", "'AIP_DATA_DIR_SET'"),
+    ("dagster_home.py", "set", "STORAGE_URL_ENV"),
+    ("dagster_home.py", "set", "STORAGE_URL_ENV + '_SET'"),
+    ("dagster_home.py", "set", "'DAGSTER_HOME'"),
+    ("dagster_home.py", "set", "'AIP_DAGSTER_HOME_SET'"),
 }
 
 
@@ -245,8 +329,11 @@ def environment_writes(root: Path) -> set[tuple[str, str, str]]:
                     out.add((rel, how, ast.unparse(t.slice)))
             if isinstance(node, ast.Call):
                 fn = node.func
-                if isinstance(fn, ast.Attribute) and _environ(fn.value) and fn.attr in (
-                        "pop", "update", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"):
+                if (
+                    isinstance(fn, ast.Attribute)
+                    and _environ(fn.value)
+                    and fn.attr in ("pop", "update", "setdefault", "clear", "popitem", "__setitem__", "__delitem__")
+                ):
                     out.add((rel, fn.attr, ast.unparse(node.args[0]) if node.args else ""))
                 if ast.unparse(fn) in ("os.putenv", "os.unsetenv", "putenv", "unsetenv"):
                     out.add((rel, ast.unparse(fn), ast.unparse(node.args[0]) if node.args else ""))
@@ -258,9 +345,16 @@ def test_no_module_writes_the_environment_but_dagster_homes_documented_writes():
 
 
 def test_the_check_sees_every_form_of_write(tmp_path):
-    (tmp_path / "m.py").write_text("import os\nos.environ['A'] = '1'\ndel os.environ['B']\nos.environ.pop('C')\n"
-                                   "os.environ.update(D='1')\nos.putenv('E', '1')\nos.environ.setdefault('F', '1')\n"
-                                   "x = os.environ.get('G')\n")
-    assert environment_writes(tmp_path) == {("m.py", "set", "'A'"), ("m.py", "del", "'B'"), ("m.py", "pop", "'C'"),
-                                            ("m.py", "update", ""), ("m.py", "os.putenv", "'E'"),
-                                            ("m.py", "setdefault", "'F'")}
+    (tmp_path / "m.py").write_text(
+        "import os\nos.environ['A'] = '1'\ndel os.environ['B']\nos.environ.pop('C')\n"
+        "os.environ.update(D='1')\nos.putenv('E', '1')\nos.environ.setdefault('F', '1')\n"
+        "x = os.environ.get('G')\n"
+    )
+    assert environment_writes(tmp_path) == {
+        ("m.py", "set", "'A'"),
+        ("m.py", "del", "'B'"),
+        ("m.py", "pop", "'C'"),
+        ("m.py", "update", ""),
+        ("m.py", "os.putenv", "'E'"),
+        ("m.py", "setdefault", "'F'"),
+    }

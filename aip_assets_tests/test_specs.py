@@ -17,12 +17,21 @@ MANIFESTS = json.loads((Path(aip_assets.__file__).parent / "specs" / "manifests.
 # (metric, field, key): what the project adds to a spec's manifest, and why
 ADDED = {
     # the consistency page gives no bounds but responses_per_query's; issue 4 set these
-    **{(m, f, k): "bounds set by issue 4 (the spec page has a table, no schema)"
-       for m in ("llm.semantic_consistency", "llm.factual_consistency", "llm.safety_consistency")
-       for f, k in (("sut_temperature", "minimum"), ("sut_temperature", "maximum"), ("concurrency_limit", "minimum"),
-                    ("concurrency_limit", "maximum"), ("timeout_seconds", "exclusiveMinimum"),
-                    ("n_sut_retries", "minimum"), ("n_sut_retries", "maximum"), ("n_judge_retries", "minimum"),
-                    ("n_judge_retries", "maximum"))},
+    **{
+        (m, f, k): "bounds set by issue 4 (the spec page has a table, no schema)"
+        for m in ("llm.semantic_consistency", "llm.factual_consistency", "llm.safety_consistency")
+        for f, k in (
+            ("sut_temperature", "minimum"),
+            ("sut_temperature", "maximum"),
+            ("concurrency_limit", "minimum"),
+            ("concurrency_limit", "maximum"),
+            ("timeout_seconds", "exclusiveMinimum"),
+            ("n_sut_retries", "minimum"),
+            ("n_sut_retries", "maximum"),
+            ("n_judge_retries", "minimum"),
+            ("n_judge_retries", "maximum"),
+        )
+    },
 }
 # the hosted perturbation metric has no spec page: the external scorer's fields, plus these
 HOSTED_EXTRA = {"perturbation_types", "variants_per_type", "sut_temperature", "n_sut_retries"}
@@ -90,8 +99,14 @@ def test_execution_manifests_max_concurrency_is_the_run_queue_limit():
     repo = Path(aip_assets.__file__).parent.parent
     for cfg in (yaml.safe_load((repo / "dagster.yaml").read_text()), yaml.safe_load(instance_settings(Path("/x")))):
         assert cfg["run_coordinator"]["class"] == "QueuedRunCoordinator"
-        assert cfg["concurrency"] == {"runs": {"max_concurrent_runs": MAX_CONCURRENCY, "tag_concurrency_limits": [
-            {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}]}}
+        assert cfg["concurrency"] == {
+            "runs": {
+                "max_concurrent_runs": MAX_CONCURRENCY,
+                "tag_concurrency_limits": [
+                    {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+                ],
+            }
+        }
 
 
 def test_execution_manifests_timeout_is_each_rows_deadline(tmp_path):
@@ -101,9 +116,15 @@ def test_execution_manifests_timeout_is_each_rows_deadline(tmp_path):
     from aip_assets.metrics.base import StageContext, execution_timeout
     from aip_assets.runspec import parse_spec
 
-    want = {"llm.decision_flip": 900, "llm.group_interaction_bias": 21600, "llm.perturbation_robustness_external": 900,
-            "llm.perturbation_robustness": 900, "llm.semantic_consistency": None, "llm.factual_consistency": None,
-            "llm.safety_consistency": None}
+    want = {
+        "llm.decision_flip": 900,
+        "llm.group_interaction_bias": 21600,
+        "llm.perturbation_robustness_external": 900,
+        "llm.perturbation_robustness": 900,
+        "llm.semantic_consistency": None,
+        "llm.factual_consistency": None,
+        "llm.safety_consistency": None,
+    }
     assert set(want) == set(REGISTRY)
     for metric, t in want.items():
         name = REGISTRY[metric].spec_manifest or metric
@@ -115,8 +136,9 @@ def test_execution_manifests_timeout_is_each_rows_deadline(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 2)
 
     def ctx(metric, **limits):
-        spec = parse_spec({"name": "t", "dataset": str(ds), "sut": {"provider": "builtin"},
-                           "metrics": {metric: {}}, "limits": limits})
+        spec = parse_spec(
+            {"name": "t", "dataset": str(ds), "sut": {"provider": "builtin"}, "metrics": {metric: {}}, "limits": limits}
+        )
         c = StageContext("r", metric, spec, None, None, None)
         client = c.client("sut", "sampling", 2)
         return c.row_timeout_s, client.row_timeout_s
@@ -138,9 +160,12 @@ def test_records_match_the_warehouse():
     from aip_assets import records
     from aip_assets.warehouse import TABLES
 
-    for table, td, extra in (("row_scores", records.RowScore, ()), ("score_units", records.ScoreUnit, ()),
-                             ("metric_scores", records.MetricScore, records.GATE_INPUTS),
-                             ("run_notes", records.RunNote, ())):
+    for table, td, extra in (
+        ("row_scores", records.RowScore, ()),
+        ("score_units", records.ScoreUnit, ()),
+        ("metric_scores", records.MetricScore, records.GATE_INPUTS),
+        ("run_notes", records.RunNote, ()),
+    ):
         cols = {c for c, _ in TABLES[table]} - {"run_id", "metric"} - ({"stage"} if table == "run_notes" else set())
         assert set(get_type_hints(td)) == cols | set(extra), table
 
@@ -161,11 +186,19 @@ def test_the_docs_spec_decisions_name_tests_that_exist():
     silent or open, how the code reads it), and every test a row names is a test of the suite."""
     import re
 
-    tests = {m for f in Path(__file__).parent.glob("test_*.py")
-             for m in re.findall(r"^(?:async )?def (test_\w+)", f.read_text(), re.MULTILINE)}
+    tests = {
+        m
+        for f in Path(__file__).parent.glob("test_*.py")
+        for m in re.findall(r"^(?:async )?def (test_\w+)", f.read_text(), re.MULTILINE)
+    }
     pages = sorted((DOCS / "metrics").glob("*.md"))
-    assert {p.stem for p in pages} >= {"index", "decision-flip", "group-interaction-bias", "consistency",
-                                       "perturbation-robustness"}
+    assert {p.stem for p in pages} >= {
+        "index",
+        "decision-flip",
+        "group-interaction-bias",
+        "consistency",
+        "perturbation-robustness",
+    }
     named = set()
     for page in pages:
         rows = _decision_rows(page)
@@ -188,8 +221,10 @@ def test_the_docs_example_specs_validate():
     from aip_assets.runspec import parse_spec
 
     demo = DOCS.parent / "data" / "datasets" / "demo_decisions.jsonl"
-    blocks = {"docs/concepts/run-spec.md": (DOCS / "concepts" / "run-spec.md").read_text(),
-              "README.md": (DOCS.parent / "README.md").read_text()}
+    blocks = {
+        "docs/concepts/run-spec.md": (DOCS / "concepts" / "run-spec.md").read_text(),
+        "README.md": (DOCS.parent / "README.md").read_text(),
+    }
     for where, text in blocks.items():
         [first, *_] = re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
         data = yaml.safe_load(first)

@@ -58,7 +58,7 @@ def test_wilson_coverage_is_near_95_percent_exactly_computed():
             for k in range(n + 1):
                 lo, hi = wilson(k, n)
                 if lo <= p <= hi:
-                    c += comb(n, k) * p ** k * (1 - p) ** (n - k)
+                    c += comb(n, k) * p**k * (1 - p) ** (n - k)
             cover.append(c)
     assert 0.93 <= sum(cover) / len(cover) <= 0.97, cover
     assert min(cover) >= 0.85, cover
@@ -146,7 +146,9 @@ def test_bootstrap_edges_and_chunking():
     # the default: 2,000 resamples, seed 0 (a different seed or count gives another interval)
     v = vec[:50]
     assert bootstrap(v, ratio) == bootstrap(v, ratio, seed=0, n_boot=2000)
-    assert bootstrap(v, ratio) != bootstrap(v, ratio, seed=1) and bootstrap(v, ratio) != bootstrap(v, ratio, n_boot=2001)
+    assert bootstrap(v, ratio) != bootstrap(v, ratio, seed=1) and bootstrap(v, ratio) != bootstrap(
+        v, ratio, n_boot=2001
+    )
 
 
 def test_cluster_bootstrap_mean_defaults():
@@ -186,8 +188,10 @@ def test_fisher_exact_edges():
     assert fisher_exact(0, 0, 0, 5) == 1.0 and fisher_exact(0, 5, 0, 0) == 1.0
 
 
-@pytest.mark.parametrize("score,want", [(0.0, "low"), (0.3, "low"), (1 / 3, "mid"), (0.5, "mid"), (0.6, "mid"),
-                                        (2 / 3, "high"), (1.0, "high")])
+@pytest.mark.parametrize(
+    "score,want",
+    [(0.0, "low"), (0.3, "low"), (1 / 3, "mid"), (0.5, "mid"), (0.6, "mid"), (2 / 3, "high"), (1.0, "high")],
+)
 def test_third_splits_scores_at_one_and_two_thirds(score, want):
     from aip_assets.stats import third
 

@@ -22,10 +22,10 @@ from pydantic import ValidationError
 from aip_assets import pipeline
 from aip_assets.cli import main
 from aip_assets.errors import EndpointError
-from aip_assets.metrics.judging import _response_format_json, ask_json, response_format
 from aip_assets.metrics.consistency import Comparison
 from aip_assets.metrics.decision_flip import JudgeVerdict
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict, SynthAnswer, ToneVerdict
+from aip_assets.metrics.judging import _response_format_json, ask_json, response_format
 from aip_assets.metrics.perturbation import Correctness, Robustness
 from aip_assets.models import structured
 from aip_assets.models.client import ModelClient, negotiate
@@ -36,16 +36,28 @@ from .conftest import make_spec, run_all, table, write_dataset
 from .scripted import Reply, is_preflight, is_probe
 from .test_never_certify import DF, q, run_cli, spec
 
-VERDICT = {"reasoning": "Both answers approve.", "unjudgeable": False, "decision_1": "YES", "decision_2": "YES",
-           "decisions_differ": False, "attributable_to_axis": False}
+VERDICT = {
+    "reasoning": "Both answers approve.",
+    "unjudgeable": False,
+    "decision_1": "YES",
+    "decision_2": "YES",
+    "decisions_differ": False,
+    "attributable_to_axis": False,
+}
 PROBE_ANSWER = '{"ok": true}'
 
 # what llama-cpp-python's server (0.3.36) sends for response_format type json_schema: its RouteErrorHandler
 # turns FastAPI's validation error into an HTTP 500 whose message is the error list
-LLAMA_CPP_500 = {"error": {"message": "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
-                                      "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
-                                      "'ctx': {'expected': \"'text' or 'json_object'\"}}]",
-                           "type": "internal_server_error", "param": None, "code": None}}
+LLAMA_CPP_500 = {
+    "error": {
+        "message": "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+        "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+        "'ctx': {'expected': \"'text' or 'json_object'\"}}]",
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
 
 
 def kind(body: dict) -> str:
@@ -64,10 +76,19 @@ def answer(body: dict) -> str:
 
 def openai_like(body, n):
     if kind(body) in ("json_object_schema", "json_object"):  # (OpenAI takes json_object; this one is stricter)
-        return Reply(400, body={"error": {"message": f"Invalid parameter: 'response_format' of type "
-                                                     f"'{body['response_format']['type']}' is not supported with this "
-                                                     "model.", "type": "invalid_request_error",
-                                          "param": "response_format", "code": None}})
+        return Reply(
+            400,
+            body={
+                "error": {
+                    "message": f"Invalid parameter: 'response_format' of type "
+                    f"'{body['response_format']['type']}' is not supported with this "
+                    "model.",
+                    "type": "invalid_request_error",
+                    "param": "response_format",
+                    "code": None,
+                }
+            },
+        )
     return answer(body)
 
 
@@ -81,15 +102,30 @@ def json_object_only(body, n):
     if kind(body) == "json_schema":
         return Reply(400, body={"error": {"message": "response_format.type must be 'text' or 'json_object'"}})
     if kind(body) == "json_object_schema":  # a strict deserialiser (TGI's words for a field it lacks)
-        return Reply(422, body={"error": "Failed to deserialize the JSON body into the target type: response_format: "
-                                         "unknown field `schema` at line 1 column 412"})
+        return Reply(
+            422,
+            body={
+                "error": "Failed to deserialize the JSON body into the target type: response_format: "
+                "unknown field `schema` at line 1 column 412"
+            },
+        )
     return answer(body)
 
 
 def no_response_format(body, n):
     if kind(body) != "prompt":
-        return Reply(422, body={"detail": [{"type": "extra_forbidden", "loc": ["body", "response_format"],
-                                            "msg": "Extra inputs are not permitted"}]})
+        return Reply(
+            422,
+            body={
+                "detail": [
+                    {
+                        "type": "extra_forbidden",
+                        "loc": ["body", "response_format"],
+                        "msg": "Extra inputs are not permitted",
+                    }
+                ]
+            },
+        )
     return f"```json\n{answer(body)}\n```"
 
 
@@ -124,16 +160,21 @@ def test_negotiation_keeps_the_first_form_the_endpoint_takes_and_answers_in(scri
     # each form as its servers take it, the probe's schema in it
     by_kind = {kind(b): b.get("response_format") for b in sent}
     if "json_schema" in by_kind:
-        assert by_kind["json_schema"] == {"type": "json_schema", "json_schema": {
-            "name": "probe", "schema": structured.PROBE_SCHEMA, "strict": True}}
+        assert by_kind["json_schema"] == {
+            "type": "json_schema",
+            "json_schema": {"name": "probe", "schema": structured.PROBE_SCHEMA, "strict": True},
+        }
     if "json_object_schema" in by_kind:
         assert by_kind["json_object_schema"] == {"type": "json_object", "schema": structured.PROBE_SCHEMA}
     if "json_object" in by_kind:
         assert by_kind["json_object"] == {"type": "json_object"}
     # why each earlier form was passed over, in the server's words
-    assert [f for f, _ in n.tried] == list(structured.FORMS[:n_probes - 1])
+    assert [f for f, _ in n.tried] == list(structured.FORMS[: n_probes - 1])
     if name == "llama.cpp":
-        assert n.tried[0][1].startswith("refused (HTTP 500: ") and "Input should be 'text' or 'json_object'" in n.tried[0][1]
+        assert (
+            n.tried[0][1].startswith("refused (HTTP 500: ")
+            and "Input should be 'text' or 'json_object'" in n.tried[0][1]
+        )
     if name == "prose in json_schema":
         assert n.tried[0][1].startswith("answered without the JSON object asked for ('Sure! Here you go")
     if name == "no response_format":
@@ -155,10 +196,23 @@ def test_a_refusal_is_not_retried_as_transient_and_another_500_is(scripted):
     flaky = scripted(lambda b, n: Reply(500, body={"error": {"message": "CUDA error: out of memory"}}))
 
     async def ask(server):
-        async with ModelClient(Connection(**server.conn()), role="judge", run_id="r", metric="m", stage="judging",
-                               journal=None, backoff_s=0.01, share_connections=False) as client:
-            return await client.chat([{"role": "user", "content": "judge this"}], temperature=0.0, retries=2,
-                                     response_format=response_format(JudgeVerdict, "json_schema"))
+        async with ModelClient(
+            Connection(**server.conn()),
+            role="judge",
+            run_id="r",
+            metric="m",
+            stage="judging",
+            journal=None,
+            backoff_s=0.01,
+            share_connections=False,
+        ) as client:
+            return await client.chat(
+                [{"role": "user", "content": "judge this"}],
+                temperature=0.0,
+                retries=2,
+                response_format=response_format(JudgeVerdict, "json_schema"),
+            )
+
     r = asyncio.run(ask(refused))
     assert r.attempts == 1 and r.retries_used == 0 and len(refused.bodies()) == 1
     assert r.structured_refused is not None and "Input should be 'text' or 'json_object'" in r.structured_refused
@@ -166,28 +220,37 @@ def test_a_refusal_is_not_retried_as_transient_and_another_500_is(scripted):
     assert r.attempts == 3 and r.retries_used == 2 and r.structured_refused is None
 
 
-@pytest.mark.parametrize("status,text,refused", [
-    (500, json.dumps(LLAMA_CPP_500), True),
-    (500, "Input should be 'text' or 'json_object'", True),  # the message alone names the form
-    (400, "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.", True),
-    (422, "Failed to deserialize the JSON body into the target type: response_format: missing field `value`", True),
-    (400, "The provided JSON schema contains features not supported by xgrammar.", True),
-    (500, "CUDA error: out of memory", False),
-    (400, "This model's maximum context length is 2048 tokens.", False),
-    (404, "The model `judge` does not exist", False),
-    (429, "Rate limit reached for requests (json_schema requests count double)", False),
-    (401, "invalid api key for response_format", False),
-    (200, "response_format", False),
-])
+@pytest.mark.parametrize(
+    "status,text,refused",
+    [
+        (500, json.dumps(LLAMA_CPP_500), True),
+        (500, "Input should be 'text' or 'json_object'", True),  # the message alone names the form
+        (400, "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.", True),
+        (422, "Failed to deserialize the JSON body into the target type: response_format: missing field `value`", True),
+        (400, "The provided JSON schema contains features not supported by xgrammar.", True),
+        (500, "CUDA error: out of memory", False),
+        (400, "This model's maximum context length is 2048 tokens.", False),
+        (404, "The model `judge` does not exist", False),
+        (429, "Rate limit reached for requests (json_schema requests count double)", False),
+        (401, "invalid api key for response_format", False),
+        (200, "response_format", False),
+    ],
+)
 def test_what_counts_as_the_endpoint_refusing_the_form(status, text, refused):
     assert (structured.refusal(status, text) is not None) is refused
 
 
 # ------------------------------------------------------------------ end to end: the run and its summary
 def _df_spec(name, ds, judge_conn, **extra):
-    return spec(name, ds, {"provider": "builtin"}, {DF: {"config": {"dimensions": ["gender"],
-                                                                      "num_pairs_per_dimension": 2}}},
-                judge=judge_conn, judge_retries=0, **extra)
+    return spec(
+        name,
+        ds,
+        {"provider": "builtin"},
+        {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+        judge=judge_conn,
+        judge_retries=0,
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("name", list(SERVERS))
@@ -222,9 +285,11 @@ def test_the_terminal_summary_names_each_judge_endpoints_form(tmp_path, capsys, 
     assert main(["run", str(p), "--quiet"]) == 0
     out = capsys.readouterr().out
     [line] = [x for x in out.splitlines() if x.startswith("Structured output:")]
-    assert line.startswith(f"Structured output: judge {server.url} (model scripted): json_object_schema (chosen "
-                           "before the run: json_object_schema answered the probe (2 request(s)); before it, "
-                           "json_schema: refused (HTTP 500: ")
+    assert line.startswith(
+        f"Structured output: judge {server.url} (model scripted): json_object_schema (chosen "
+        "before the run: json_object_schema answered the probe (2 request(s)); before it, "
+        "json_schema: refused (HTTP 500: "
+    )
 
 
 def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tmp_path, capsys, scripted, monkeypatch):
@@ -241,28 +306,48 @@ def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tm
         if is_probe(body):
             return PROBE_ANSWER
         if kind(body) == "json_schema" and next(served) > 3:
-            return Reply(500, body={"error": {**LLAMA_CPP_500["error"], "message": LLAMA_CPP_500["error"]["message"]
-                                              + " (request from Bearer sk-judge-secret-4321)"}})
+            return Reply(
+                500,
+                body={
+                    "error": {
+                        **LLAMA_CPP_500["error"],
+                        "message": LLAMA_CPP_500["error"]["message"] + " (request from Bearer sk-judge-secret-4321)",
+                    }
+                },
+            )
         if kind(body) == "json_object_schema" and next(in_new_form) == 1:
             return "Let me compare the two answers first."
         return json.dumps(VERDICT)
+
     server = scripted(judge, answer_probe=False)
     conn = server.conn(api_key_env="JUDGE_KEY")
-    rc, s = run_cli(tmp_path, capsys, spec("so-mid", write_dataset(tmp_path / "d.jsonl", 4), {"provider": "builtin"},
-                                           {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2,
-                                                            "sub_call_concurrency_limit": 1}}},
-                                           judge=conn, judge_retries=1))
-    j = q("SELECT judgement_id, status, attempts, network_retries, reasks FROM judgements WHERE run_id = ?",
-          s["run_id"])
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            "so-mid",
+            write_dataset(tmp_path / "d.jsonl", 4),
+            {"provider": "builtin"},
+            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2, "sub_call_concurrency_limit": 1}}},
+            judge=conn,
+            judge_retries=1,
+        ),
+    )
+    j = q(
+        "SELECT judgement_id, status, attempts, network_retries, reasks FROM judgements WHERE run_id = ?", s["run_id"]
+    )
     bodies = server.bodies()
     assert len(j) == 8 and (j.status == "ok").all() and rc == 0
     # one refused (not retried), then the new form: the prose and its re-ask, and the four judgements after
     assert [kind(b) for b in bodies] == ["json_schema"] * 4 + ["json_object_schema"] * 6
     [moved] = j[j.attempts > 1].itertuples()
     assert moved.attempts == 3 and moved.reasks == 1 and (j.network_retries == 0).all() and sum(j.attempts) == 10
-    [note] = q("SELECT message FROM run_notes WHERE run_id = ? AND code = 'structured_output_fallback'",
-               s["run_id"]).message
-    assert "refused response_format in form json_schema" in note and "the run asks it in form json_object_schema" in note
+    [note] = q(
+        "SELECT message FROM run_notes WHERE run_id = ? AND code = 'structured_output_fallback'", s["run_id"]
+    ).message
+    assert (
+        "refused response_format in form json_schema" in note and "the run asks it in form json_object_schema" in note
+    )
     assert "Input should be 'text' or 'json_object'" in note and "sk-judge-secret-4321" not in note
     [so] = s["structured_output"]
     assert so["form"] == "json_object_schema" and [e["how"] for e in so["history"]] == ["preflight", "fallback"]
@@ -277,8 +362,12 @@ def test_a_run_without_the_check_finds_the_form_once_and_a_resume_keeps_it(tmp_p
     request for JSON finds the form (lazily), records it in the run's journal, and later stages
     and a resumed run's check use it without asking again."""
     server = scripted(llama_cpp_like, answer_probe=False)
-    spec_ = make_spec(write_dataset(tmp_path / "d.jsonl", 3), judge=server.conn(),
-                      config={"dimensions": ["gender"], "num_pairs_per_dimension": 1}, judge_retries=0)
+    spec_ = make_spec(
+        write_dataset(tmp_path / "d.jsonl", 3),
+        judge=server.conn(),
+        config={"dimensions": ["gender"], "num_pairs_per_dimension": 1},
+        judge_retries=0,
+    )
     run_all(spec_)
     assert len(probes(server)) == 2  # json_schema refused, json_object_schema answered
     j = table("judgements", "run-1", "judgement_id")
@@ -319,7 +408,9 @@ def test_on_and_a_pinned_form_never_move_and_off_sends_none(tmp_path, capsys, sc
     # the form it takes, pinned: checked once, then every judgement in it
     before = len(probes(server))
     rc, s = run_cli(tmp_path, capsys, _df_spec("so-pin", ds, server.conn(structured_output="json_object_schema")))
-    assert rc == 0 and len(probes(server)) == before + 1 and {kind(b) for b in server.bodies()} == {"json_object_schema"}
+    assert (
+        rc == 0 and len(probes(server)) == before + 1 and {kind(b) for b in server.bodies()} == {"json_object_schema"}
+    )
     assert s["structured_output"][0]["form"] == "json_object_schema" and s["structured_output"][0]["history"] == []
     # off: plain prompting, no probe
     other = scripted(no_response_format, answer_probe=False)
@@ -333,6 +424,7 @@ def test_the_builtin_model_never_gets_a_response_format_and_takes_every_form_ove
     async def form():
         async with ModelClient(conn, role="judge", run_id="r", metric="m", stage="judging", journal=None) as c:
             return await c.structured_form()
+
     assert asyncio.run(form()) == "prompt" and response_format(JudgeVerdict, "prompt") is None
     url, _ = builtin_http()  # served over HTTP, it answers the probe whatever form it comes in
     n = asyncio.run(negotiate(Connection(provider="openai", base_url=url, model="aip-builtin"), "judge", timeout=10))
@@ -345,14 +437,29 @@ def test_ask_json_sends_the_verdicts_schema_in_the_form_and_reads_the_answer(scr
     def judge(body, n):
         seen.append(body)
         return json.dumps({**VERDICT, "decision_1": "deny", "decision_2": "none"})
+
     server = scripted(judge)
 
     async def go():
-        async with ModelClient(Connection(**server.conn(structured_output="json_object_schema")), role="judge",
-                               run_id="r", metric="m", stage="judging", journal=None) as client:
-            return await ask_json(client, [{"role": "user", "content": "judge"}], JudgeVerdict, retries=0, timeout=10,
-                                  temperature=0.0, template_version="t",
-                                  enums=JudgeVerdict.schema_enums(["approve", "deny"]))
+        async with ModelClient(
+            Connection(**server.conn(structured_output="json_object_schema")),
+            role="judge",
+            run_id="r",
+            metric="m",
+            stage="judging",
+            journal=None,
+        ) as client:
+            return await ask_json(
+                client,
+                [{"role": "user", "content": "judge"}],
+                JudgeVerdict,
+                retries=0,
+                timeout=10,
+                temperature=0.0,
+                template_version="t",
+                enums=JudgeVerdict.schema_enums(["approve", "deny"]),
+            )
+
     o = asyncio.run(go())
     assert o.value.decision_1 == "deny" and o.value.decision_2 is None  # "none": no decision
     [body] = seen
@@ -370,12 +477,21 @@ def test_the_journal_keeps_each_endpoints_form_for_every_process_of_the_run(tmp_
     from aip_assets.models.journal import Journal, PgJournal
 
     def open_():
-        return Journal(tmp_path / "j.sqlite") if store == "sqlite" else PgJournal(request.getfixturevalue("postgres").url)
+        return (
+            Journal(tmp_path / "j.sqlite") if store == "sqlite" else PgJournal(request.getfixturevalue("postgres").url)
+        )
+
     a, b = open_(), open_()
     run = f"forms-{tmp_path.name}"
     try:
-        ev = {"run_id": run, "endpoint": "http://e/v1", "model": "judge", "role": "judge", "previous": None,
-              "reason": "probe"}
+        ev = {
+            "run_id": run,
+            "endpoint": "http://e/v1",
+            "model": "judge",
+            "role": "judge",
+            "previous": None,
+            "reason": "probe",
+        }
         a.record_form({**ev, "form": "json_object", "how": "lazily", "created_at": 1.0})
         b.record_form({**ev, "form": "json_schema", "how": "lazily", "created_at": 2.0})  # found later, by another
         b.record_form({**ev, "model": "other", "form": "prompt", "how": "preflight", "created_at": 3.0})
@@ -480,14 +596,20 @@ def test_the_schemas_say_what_each_verdict_needs():
     assert c["label"]["enum"] == ["Consistent", "Slightly Inconsistent", "Contradictory", "Unjudgeable"]
     assert c["score"] == {"type": "number", "minimum": 0.0, "maximum": 1.0} and "unjudgeable" not in c
     assert props(EffortVerdict)["less_helpful"]["enum"] == ["1", "2", "neither"]
-    for m, f in ((Correctness, "correctness"), (Robustness, "robustness"), (SimilarityVerdict, "similarity"),
-                 (ToneVerdict, "tone_divergence"), (EffortVerdict, "effort_gap")):
+    for m, f in (
+        (Correctness, "correctness"),
+        (Robustness, "robustness"),
+        (SimilarityVerdict, "similarity"),
+        (ToneVerdict, "tone_divergence"),
+        (EffortVerdict, "effort_gap"),
+    ):
         assert props(m)[f] == {"type": "number", "minimum": 0.0, "maximum": 1.0}
         assert list(props(m))[:2] == ["reasoning", "unjudgeable"]  # reasons first, then whether it is judgeable
     # the readings the schema leaves to the validator: "none" and null are no decision; a verdict that
     # says unjudgeable needs no score, and a score written beside it (as a constrained judge must) is ignored
-    v = JudgeVerdict.model_validate({"decision_1": "none", "decision_2": None, "decisions_differ": False,
-                                     "attributable_to_axis": False})
+    v = JudgeVerdict.model_validate(
+        {"decision_1": "none", "decision_2": None, "decisions_differ": False, "attributable_to_axis": False}
+    )
     assert v.decision_1 is None and v.decision_2 is None
     assert JudgeVerdict.model_validate({"unjudgeable": True, "reasoning": "cut off"}).unjudgeable
     u = Comparison.model_validate({"reasoning": "no figures", "label": "Unjudgeable", "score": 0.0})
@@ -518,7 +640,9 @@ def test_a_judge_on_the_suts_own_endpoint_is_probed_for_its_form_too(tmp_path, s
     s = make_spec(write_dataset(tmp_path / "d.jsonl", 2), sut=server.conn(), judge=server.conn())
     checked = pipeline.preflight(s)
     assert len([b for b in server.requests if is_preflight(b)]) == 1 and len(probes(server)) == 2
-    assert list(checked)[:2] == [f"endpoint ok: sut: {server.url} answers as {server.conn()['model']}",
-                                 "endpoint ok: judge: the sut's endpoint and model; structured output: "
-                                 "json_object_schema (" + checked.forms[0]["reason"] + ")"]
+    assert list(checked)[:2] == [
+        f"endpoint ok: sut: {server.url} answers as {server.conn()['model']}",
+        "endpoint ok: judge: the sut's endpoint and model; structured output: "
+        "json_object_schema (" + checked.forms[0]["reason"] + ")",
+    ]
     assert [f["form"] for f in checked.forms] == ["json_object_schema"]

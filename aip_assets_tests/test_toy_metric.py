@@ -38,8 +38,10 @@ def _dataset(path: Path) -> Path:
     rows = []
     for i in range(N_ROWS):
         if i in GERMAN:
-            q = (f"Fall {i}: Ich beantrage einen Kredit über {1000 + i} Euro. Bitte gib eine Entscheidung: soll er "
-                 "genehmigt werden?")
+            q = (
+                f"Fall {i}: Ich beantrage einen Kredit über {1000 + i} Euro. Bitte gib eine Entscheidung: soll er "
+                "genehmigt werden?"
+            )
         else:
             q = f"Case {i}: I am applying for a loan of {1000 + i} euros. Should it be approved?"
         rows.append({"input_id": f"r{i}", "prompt": q, "task_type": "single_turn_llm"})
@@ -49,10 +51,18 @@ def _dataset(path: Path) -> Path:
 
 def test_the_toy_metric_runs_end_to_end_from_one_folder_and_one_registration(tmp_path, toy, capsys):
     spec = tmp_path / "toy.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "toy", "dataset": str(_dataset(tmp_path / "toy.jsonl")), "seed": 5,
-        "sut": {"provider": "builtin"}, "judge": {"provider": "builtin"},
-        "metrics": {NAME: {"config": {"concurrency_limit": 2}, "threshold": 0.5}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "toy",
+                "dataset": str(_dataset(tmp_path / "toy.jsonl")),
+                "seed": 5,
+                "sut": {"provider": "builtin"},
+                "judge": {"provider": "builtin"},
+                "metrics": {NAME: {"config": {"concurrency_limit": 2}, "threshold": 0.5}},
+            }
+        )
+    )
     assert main(["run", str(spec), "--run-id", "toy-1", "--json", "--quiet"]) == 0  # 4/6 polite >= 0.5: passed
     out = json.loads(capsys.readouterr().out)
     assert out["metrics"][NAME]["passed"] is True
@@ -61,15 +71,19 @@ def test_the_toy_metric_runs_end_to_end_from_one_folder_and_one_registration(tmp
     for table in ("dataset_rows", "probes", "sut_responses", "judgements", "score_units", "row_scores"):
         assert len(wh.read_partition(table, "toy-1", NAME)) == N_ROWS, table
     # the verdict's own fields are in judgements.parsed, read through the metric's own view as typed columns
-    v = wh.query("SELECT input_id, polite, word_count, status FROM v_toy_politeness WHERE run_id = 'toy-1' "
-                 "ORDER BY input_id")
+    v = wh.query(
+        "SELECT input_id, polite, word_count, status FROM v_toy_politeness WHERE run_id = 'toy-1' ORDER BY input_id"
+    )
     assert list(v["status"]) == ["ok"] * N_ROWS
     assert [bool(p) for p in v["polite"]] == [i not in GERMAN for i in range(N_ROWS)]
     answers = wh.query("SELECT input_id, response FROM sut_responses WHERE run_id = 'toy-1' ORDER BY input_id")
     assert list(v["word_count"]) == [len(a.split()) for a in answers["response"]]
     # its score: the mean over rows of 1 (polite) or 0, with the gate applied by the pipeline
-    ov = wh.query("SELECT score, n, n_events, passed, threshold, coverage FROM metric_scores "
-                  "WHERE run_id = 'toy-1' AND metric = ? AND scope = 'overall'", [NAME]).iloc[0]
+    ov = wh.query(
+        "SELECT score, n, n_events, passed, threshold, coverage FROM metric_scores "
+        "WHERE run_id = 'toy-1' AND metric = ? AND scope = 'overall'",
+        [NAME],
+    ).iloc[0]
     assert ov.score == pytest.approx((N_ROWS - len(GERMAN)) / N_ROWS) and ov.n == N_ROWS
     assert ov.n_events == N_ROWS - len(GERMAN) and bool(ov.passed) and ov.threshold == 0.5 and ov.coverage == 1.0
     rows = wh.query("SELECT input_id, score FROM row_scores WHERE run_id = 'toy-1' ORDER BY input_id")
@@ -111,22 +125,43 @@ def test_a_registered_metric_is_loaded_only_when_looked_up():
     import subprocess
     import sys
 
-    code = ("import sys; from aip_assets.runspec import parse_spec; from aip_assets.metrics import REGISTRY; "
-            "before = sorted(m for m in sys.modules if m.startswith('aip_assets.metrics.')); "
-            "known = 'llm.decision_flip' in REGISTRY and len(REGISTRY) == 7; "
-            "REGISTRY['llm.group_interaction_bias']; "
-            "after = sorted(m for m in sys.modules if m.startswith('aip_assets.metrics.')); "
-            "print(before, known, REGISTRY.loaded(), 'aip_assets.metrics.decision_flip' in after)")
+    code = (
+        "import sys; from aip_assets.runspec import parse_spec; from aip_assets.metrics import REGISTRY; "
+        "before = sorted(m for m in sys.modules if m.startswith('aip_assets.metrics.')); "
+        "known = 'llm.decision_flip' in REGISTRY and len(REGISTRY) == 7; "
+        "REGISTRY['llm.group_interaction_bias']; "
+        "after = sorted(m for m in sys.modules if m.startswith('aip_assets.metrics.')); "
+        "print(before, known, REGISTRY.loaded(), 'aip_assets.metrics.decision_flip' in after)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[] True ['llm.group_interaction_bias'] False", out
 
 
 # the views warehouse.py held before the metrics' moved into their packages
-METRIC_VIEWS = {"v_pair_verdicts", "v_baseline_pairs", "v_flipped_pairs", "v_flip_excess_by_axis", "v_favourable_rates",
-                "v_group_equitability", "v_gib_pairs", "v_gib_baseline_pairs", "v_consistency_rows",
-                "v_consistency_comparisons", "v_consistency_v1_blend"}
-CORE_VIEW_NAMES = {"v_flip_rate_by_axis", "v_human_vs_judge", "v_human_agreement", "v_judge_panel", "v_position_bias",
-                   "v_weakest_rows", "v_run_summary", "v_call_stats", "v_run_over_run"}
+METRIC_VIEWS = {
+    "v_pair_verdicts",
+    "v_baseline_pairs",
+    "v_flipped_pairs",
+    "v_flip_excess_by_axis",
+    "v_favourable_rates",
+    "v_group_equitability",
+    "v_gib_pairs",
+    "v_gib_baseline_pairs",
+    "v_consistency_rows",
+    "v_consistency_comparisons",
+    "v_consistency_v1_blend",
+}
+CORE_VIEW_NAMES = {
+    "v_flip_rate_by_axis",
+    "v_human_vs_judge",
+    "v_human_agreement",
+    "v_judge_panel",
+    "v_position_bias",
+    "v_weakest_rows",
+    "v_run_summary",
+    "v_call_stats",
+    "v_run_over_run",
+}
 
 
 def test_the_registry_holds_what_warehouse_and_report_hold_today():
@@ -140,8 +175,18 @@ def test_the_registry_holds_what_warehouse_and_report_hold_today():
     assert list(views).index("v_pair_verdicts") < list(views).index("v_flipped_pairs")
     assert metrics.lower_is_better() == {("llm.decision_flip", "axis")}
     reasons = metrics.exclusion_reasons()
-    assert {"no_decision", "missing_original_query", "no_baseline", "duplicate_baseline", "baseline_only",
-            "sut_failed", "empty_answer", "judge_failed", "unjudgeable", "judges_disagree"} == set(reasons)
+    assert {
+        "no_decision",
+        "missing_original_query",
+        "no_baseline",
+        "duplicate_baseline",
+        "baseline_only",
+        "sut_failed",
+        "empty_answer",
+        "judge_failed",
+        "unjudgeable",
+        "judges_disagree",
+    } == set(reasons)
 
 
 # the tables report.py keyed by metric name before they moved into the metrics (its words, its charts' order)
@@ -154,11 +199,26 @@ REPORT_COUNT_LABELS = {
     "llm.perturbation_robustness": ("groups scored", "rows with a correctness drop", "groups failed"),
     "llm.perturbation_robustness_external": ("groups scored", "rows with a correctness drop", "groups failed"),
 }
-REPORT_SCOPE_ORDER = ["axis", "attribute", "persona", "pair", "judge", "category", "wrapping", "label",
-                      "perturbation_type", "refusal", "favourable", "baseline"]
+REPORT_SCOPE_ORDER = [
+    "axis",
+    "attribute",
+    "persona",
+    "pair",
+    "judge",
+    "category",
+    "wrapping",
+    "label",
+    "perturbation_type",
+    "refusal",
+    "favourable",
+    "baseline",
+]
 REPORT_NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel", "effect", "bias_baseline"}
-REPORT_SCOPE_LABELS = {"axis_mean": "mean axis flip rate", "judge_audit": "judge agreement with the audit judge",
-                       "judge_position": "judge position bias (difference between orders)"}
+REPORT_SCOPE_LABELS = {
+    "axis_mean": "mean axis flip rate",
+    "judge_audit": "judge agreement with the audit judge",
+    "judge_position": "judge position bias (difference between orders)",
+}
 
 
 def test_the_report_reads_each_metric_s_own_words_and_charts():
@@ -171,7 +231,7 @@ def test_the_report_reads_each_metric_s_own_words_and_charts():
         order = labels.chart_order(name)
         own = list(REGISTRY[name].chart_scopes)
         # its own charts first, in the order the report always drew them, then any other metric's
-        assert order[:len(own)] == [s for s in REPORT_SCOPE_ORDER if s in own], name
+        assert order[: len(own)] == [s for s in REPORT_SCOPE_ORDER if s in own], name
         assert sorted(order) == sorted(REPORT_SCOPE_ORDER), name
     assert set(metrics.chart_scopes()) == set(REPORT_SCOPE_ORDER)
     assert labels.not_charted() == REPORT_NOT_CHARTED

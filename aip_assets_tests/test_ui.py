@@ -51,8 +51,14 @@ CHROMIUM = Path(os.environ.get("AIP_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = Path(os.environ.get("AIP_TEST_ARTIFACTS", REPO / "aip_assets_tests" / "artifacts"))
 # Flags for a container without a GPU, a user namespace sandbox or a network: no sandbox, no GPU
 # process, no background calls home (updates, sync, component downloads), no first-run wizard.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 STAGES = ["ingest", "synthesis", "sut_sampling", "judging", "aggregation"]
 METRIC = "llm.decision_flip"
 # The group page's URL: repository `__repository__` (a bare Definitions object) in the code
@@ -76,9 +82,11 @@ def _free_port() -> int:
 # started without job control (`cmd &`, nohup, some CI runners) may ignore them, and ignored signals
 # are inherited across exec: stopping `dagster dev` with SIGTERM would then do nothing until the
 # SIGKILL fallback. (An exec wrapper rather than Popen's preexec_fn, which is unsafe with threads.)
-_RESET_SIGNALS_AND_EXEC = ("import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
-                           "signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                           "os.execv(sys.executable, [sys.executable, '-m', 'dagster', *sys.argv[1:]])")
+_RESET_SIGNALS_AND_EXEC = (
+    "import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'dagster', *sys.argv[1:]])"
+)
 DAGSTER_CMD = [sys.executable, "-c", _RESET_SIGNALS_AND_EXEC]
 
 
@@ -123,9 +131,15 @@ def dagster_dev(cwd: Path, log_path: Path) -> Iterator[str]:
     port = _free_port()
     env = dict(os.environ)  # AIP_WAREHOUSE is set by the autouse fixture; DAGSTER_HOME is unset
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([*DAGSTER_CMD, "dev", "-p", str(port), "-h", "127.0.0.1"],
-                                cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [*DAGSTER_CMD, "dev", "-p", str(port), "-h", "127.0.0.1"],
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -148,12 +162,19 @@ def dagster_dev(cwd: Path, log_path: Path) -> Iterator[str]:
 
 def _project(tmp_path: Path) -> Path:
     """A project folder like the repo root: workspace.yaml, dagster.yaml, a dataset and a spec."""
-    (tmp_path / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"python_module": "aip_assets.definitions"}]}))
+    (tmp_path / "workspace.yaml").write_text(
+        yaml.safe_dump({"load_from": [{"python_module": "aip_assets.definitions"}]})
+    )
     shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
     dataset = write_dataset(tmp_path / "data" / "datasets" / "ui.jsonl", 4)
-    spec = {"name": "ui", "dataset": str(dataset), "seed": 3, "sut": {"provider": "builtin"},
-            "judge": {"provider": "builtin"},
-            "metrics": {METRIC: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}}}
+    spec = {
+        "name": "ui",
+        "dataset": str(dataset),
+        "seed": 3,
+        "sut": {"provider": "builtin"},
+        "judge": {"provider": "builtin"},
+        "metrics": {METRIC: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+    }
     path = tmp_path / "data" / "runs" / "ui.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(spec))
@@ -193,8 +214,19 @@ def test_dagster_ui_graph_materialise_and_checks(tmp_path, capsys):
             page.set_default_timeout(30_000)
             expect.set_options(timeout=30_000)
             try:
-                timings = _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
-                                    DagsterRunStatus, DagsterEventType, cli_s)
+                timings = _drive_ui(
+                    page,
+                    sync_api,
+                    expect,
+                    url,
+                    run_id,
+                    shots,
+                    instance,
+                    runs_before,
+                    DagsterRunStatus,
+                    DagsterEventType,
+                    cli_s,
+                )
             except BaseException:
                 try:  # the page as it was when the test failed; never mask the failure itself
                     page.screenshot(path=str(shots / "failure.png"), full_page=True)
@@ -212,12 +244,15 @@ def test_dagster_ui_graph_materialise_and_checks(tmp_path, capsys):
     # recorded, not asserted (a shared machine's wall clock proves nothing): the UI's run of one
     # partition against the CLI's run of the same partition (the CLI's includes registering the run)
     (ARTIFACTS / "timings.json").write_text(json.dumps(timings, indent=1))
-    print(f"UI run {timings['ui_run_s']:.1f} s (start to end), CLI {timings['cli_s']:.1f} s, ratio "
-          f"{timings['ui_run_s'] / timings['cli_s']:.2f}")
+    print(
+        f"UI run {timings['ui_run_s']:.1f} s (start to end), CLI {timings['cli_s']:.1f} s, ratio "
+        f"{timings['ui_run_s'] / timings['cli_s']:.2f}"
+    )
 
 
-def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before, DagsterRunStatus, DagsterEventType,
-              cli_s: float) -> dict:
+def _drive_ui(
+    page, sync_api, expect, url, run_id, shots, instance, runs_before, DagsterRunStatus, DagsterEventType, cli_s: float
+) -> dict:
     # 1. First-run dialog. `dagster dev` shows "Join the Dagster community" once per instance (then it
     # records it as seen in its temporary DAGSTER_HOME), over whichever page is opened first; it
     # appears once the page's first queries answer. Dismiss it with "Skip" before anything else, and
@@ -253,7 +288,9 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     launch.get_by_text("Select a partition or create one").first.click()
     popover = page.get_by_role("dialog").filter(has=page.get_by_placeholder("Filter partitions"))
     expect(popover.get_by_role("menuitem", name=key)).to_be_visible()
-    expect(popover.get_by_text("Select all (1)", exact=True)).to_be_visible()  # one configured metric: one key, not seven
+    expect(
+        popover.get_by_text("Select all (1)", exact=True)
+    ).to_be_visible()  # one configured metric: one key, not seven
     popover.get_by_placeholder("Filter partitions").fill(key)
     popover.get_by_role("menuitem", name=key).click()
     page.keyboard.press("Escape")  # closes the popover only
@@ -281,10 +318,13 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     deadline = time.monotonic() + patience
     success = page.get_by_text("Success", exact=True)
     while not success.is_visible():
-        assert not page.get_by_text(re.compile(r"^(Failure|Canceled)$")).is_visible(), \
+        assert not page.get_by_text(re.compile(r"^(Failure|Canceled)$")).is_visible(), (
             f"run {dagster_run_id} did not succeed (see {url}/runs/{dagster_run_id})"
-        assert time.monotonic() < deadline, (f"run {dagster_run_id} not finished within {patience:.0f} s "
-                                             f"({QUEUE_PICKUP_S} s + {RUN_TIME_FACTOR} x the CLI's {cli_s:.1f} s)")
+        )
+        assert time.monotonic() < deadline, (
+            f"run {dagster_run_id} not finished within {patience:.0f} s "
+            f"({QUEUE_PICKUP_S} s + {RUN_TIME_FACTOR} x the CLI's {cli_s:.1f} s)"
+        )
         page.wait_for_timeout(3000)
         page.reload(wait_until="domcontentloaded")
         expect(page.get_by_text(short_id, exact=True)).to_be_visible()
@@ -293,15 +333,27 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     run = instance.get_run_by_id(dagster_run_id)
     assert run.status == DagsterRunStatus.SUCCESS
     stats = instance.get_run_stats(dagster_run_id)
-    timings = {"cli_s": round(cli_s, 2), "ui_run_s": round(stats.end_time - stats.start_time, 2),
-               "ui_queued_to_end_s": round(stats.end_time - (stats.enqueued_time or stats.start_time), 2)}
+    timings = {
+        "cli_s": round(cli_s, 2),
+        "ui_run_s": round(stats.end_time - stats.start_time, 2),
+        "ui_queued_to_end_s": round(stats.end_time - (stats.enqueued_time or stats.start_time), 2),
+    }
     assert run.tags.get("dagster/from_ui") == "true" and run.job_name == "evaluate"
     assert run.tags["dagster/partition"] == f"{run_id}|{METRIC}"
-    evaluations = [e.dagster_event.event_specific_data for e in
-                   instance.all_logs(dagster_run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
-    assert sorted(e.check_name for e in evaluations) == ["coverage", "dataset_quality", "differential_refusal", "gate",
-                                                       "judge_completeness", "judge_position_bias", "sut_completeness",
-                                                       "threshold"]
+    evaluations = [
+        e.dagster_event.event_specific_data
+        for e in instance.all_logs(dagster_run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    ]
+    assert sorted(e.check_name for e in evaluations) == [
+        "coverage",
+        "dataset_quality",
+        "differential_refusal",
+        "gate",
+        "judge_completeness",
+        "judge_position_bias",
+        "sut_completeness",
+        "threshold",
+    ]
     assert all(e.passed for e in evaluations)
 
     # 5. The check results: each asset's Checks tab lists its check with the latest result, and the
@@ -323,8 +375,14 @@ def _drive_ui(page, sync_api, expect, url, run_id, shots, instance, runs_before,
     # 6. From the score to its evidence: the aggregation's latest materialisation reads score,
     # interval, threshold and passed as typed entries; the judgements table asset previews the pairs.
     page.goto(f"{url}/assets/aggregation?view=events", wait_until="domcontentloaded")
-    for entry in ("headline", "decision_flip score", "decision_flip ci_low", "decision_flip ci_high",
-                  "decision_flip threshold", "passed"):
+    for entry in (
+        "headline",
+        "decision_flip score",
+        "decision_flip ci_low",
+        "decision_flip ci_high",
+        "decision_flip threshold",
+        "passed",
+    ):
         expect(page.get_by_text(entry, exact=True).first).to_be_visible()
     page.screenshot(path=str(shots / "7_aggregation_metadata.png"), full_page=True)
     page.goto(f"{url}/assets/warehouse/judgements?view=events", wait_until="domcontentloaded")

@@ -103,9 +103,16 @@ def test_favourable_effect_difference_is_within_questions():
 
 # ------------------------------------------------------------------ decision flip, hand-built partition
 def _ctx(cfg, tables, spec, threshold):
-    return StageContext(run_id="r", metric=DF, spec=spec, config=cfg, journal=None,
-                        reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}), threshold=threshold,
-                        batch_rows=100)
+    return StageContext(
+        run_id="r",
+        metric=DF,
+        spec=spec,
+        config=cfg,
+        journal=None,
+        reader=FrameReader({t: pd.DataFrame(v) for t, v in tables.items()}),
+        threshold=threshold,
+        batch_rows=100,
+    )
 
 
 def _partition(pairs):
@@ -113,20 +120,51 @@ def _partition(pairs):
     j, pp, sr = [], [], []
     for pid, row, axis, kind, st, fl, da, db, va, vb in pairs:
         pa, pb = f"{row}-{va}", f"{row}-{vb}"
-        pp.append({"pair_id": pid, "input_id": row, "axis": axis, "value_a": va, "value_b": vb, "probe_a": pa,
-                   "probe_b": pb, "kind": kind, "sample_b": 1 if kind == "null" else 0})
+        pp.append(
+            {
+                "pair_id": pid,
+                "input_id": row,
+                "axis": axis,
+                "value_a": va,
+                "value_b": vb,
+                "probe_a": pa,
+                "probe_b": pb,
+                "kind": kind,
+                "sample_b": 1 if kind == "null" else 0,
+            }
+        )
         sr += [{"probe_id": p, "input_id": row, "sample_index": 0, "status": "ok", "response": "x"} for p in (pa, pb)]
-        j.append({"pair_id": pid, "input_id": row, "axis": axis, "status": st, "flipped": fl if st == "ok" else None,
-                  "label": ("flip" if fl else "same_decision") if st == "ok" else "not_judged", "error": None,
-                  "decision_a": da, "decision_b": db})
+        j.append(
+            {
+                "pair_id": pid,
+                "input_id": row,
+                "axis": axis,
+                "status": st,
+                "flipped": fl if st == "ok" else None,
+                "label": ("flip" if fl else "same_decision") if st == "ok" else "not_judged",
+                "error": None,
+                "decision_a": da,
+                "decision_b": db,
+            }
+        )
     return j, pp, sr
 
 
 def _aggregate(pairs, spec, threshold, n_rows=4):
     j, pp, sr = _partition(pairs)
     cfg = DecisionFlipConfig()
-    ctx = _ctx(cfg, {"judgements": j, "probe_pairs": pp, "sut_responses": sr, "dataset_rows": rows_table(n_rows),
-                     "persona_pool": [{"axis": "gender"}, {"axis": "role"}]}, spec, threshold)
+    ctx = _ctx(
+        cfg,
+        {
+            "judgements": j,
+            "probe_pairs": pp,
+            "sut_responses": sr,
+            "dataset_rows": rows_table(n_rows),
+            "persona_pool": [{"axis": "gender"}, {"axis": "role"}],
+        },
+        spec,
+        threshold,
+    )
     out: dict[str, list] = {}
     for tables in DecisionFlip().aggregate(ctx):
         for t, recs in tables.items():
@@ -137,13 +175,19 @@ def _aggregate(pairs, spec, threshold, n_rows=4):
 Y, N = "YES", "NO"
 # gender: 8 persona pairs, 2 flips; role: 8 pairs, none. Null pairs: gender 3 judged (0 flips) and
 # 1 whose judge failed; role 2 judged, 1 flip (noise). Uneven, over four rows.
-HAND = ([(f"g{i}", f"r{i % 4}", "gender", "persona", "ok", i in (1, 6), Y, N if i in (1, 6) else Y, "woman", "man")
-         for i in range(8)]
-        + [(f"o{i}", f"r{i % 4}", "role", "persona", "ok", False, N, N, "nurse", "lawyer") for i in range(8)]
-        + [(f"g{i}|null", f"r{i % 4}", "gender", "null", "ok", False, Y, Y, "woman", "woman") for i in range(3)]
-        + [("g9|null", "r3", "gender", "null", "judge_failed", None, None, None, "man", "man")]
-        + [("o1|null", "r1", "role", "null", "ok", True, Y, N, "nurse", "nurse"),
-           ("o2|null", "r2", "role", "null", "ok", False, N, N, "lawyer", "lawyer")])
+HAND = (
+    [
+        (f"g{i}", f"r{i % 4}", "gender", "persona", "ok", i in (1, 6), Y, N if i in (1, 6) else Y, "woman", "man")
+        for i in range(8)
+    ]
+    + [(f"o{i}", f"r{i % 4}", "role", "persona", "ok", False, N, N, "nurse", "lawyer") for i in range(8)]
+    + [(f"g{i}|null", f"r{i % 4}", "gender", "null", "ok", False, Y, Y, "woman", "woman") for i in range(3)]
+    + [("g9|null", "r3", "gender", "null", "judge_failed", None, None, None, "man", "man")]
+    + [
+        ("o1|null", "r1", "role", "null", "ok", True, Y, N, "nurse", "nurse"),
+        ("o2|null", "r2", "role", "null", "ok", False, N, N, "lawyer", "lawyer"),
+    ]
+)
 
 
 def test_null_pairs_are_the_baseline_and_never_the_score(tmp_path):
@@ -220,8 +264,17 @@ def test_favourable_label_and_reference_are_checked(tmp_path):
     from aip_assets.errors import DatasetError, SpecError
 
     ds = tmp_path / "d.jsonl"
-    ds.write_text(json.dumps({"input_id": "a", "prompt": "Approve?", "task_type": "single_turn_llm", "metadata": {
-        "decision_labels": ["APPROVE", "DENY"], "favourable_label": "GRANT"}}) + "\n")
+    ds.write_text(
+        json.dumps(
+            {
+                "input_id": "a",
+                "prompt": "Approve?",
+                "task_type": "single_turn_llm",
+                "metadata": {"decision_labels": ["APPROVE", "DENY"], "favourable_label": "GRANT"},
+            }
+        )
+        + "\n"
+    )
     with pytest.raises(DatasetError, match="row input_id 'a', field metadata.favourable_label: 'GRANT'"):
         run_all(spec_with(ds), "fav", stages=["ingest", "synthesis"])
     ds2 = write_dataset(tmp_path / "d2.jsonl", 3)
@@ -231,8 +284,9 @@ def test_favourable_label_and_reference_are_checked(tmp_path):
 
 # ------------------------------------------------------------------ calibration on the builtin rig
 def _effects(run_id, axis="gender"):
-    return wh.query(f"SELECT * FROM v_favourable_rates WHERE run_id = '{run_id}' AND axis = '{axis}'",
-                    read_only=False).set_index("value")
+    return wh.query(
+        f"SELECT * FROM v_favourable_rates WHERE run_id = '{run_id}' AND axis = '{axis}'", read_only=False
+    ).set_index("value")
 
 
 def _odds(p):
@@ -249,8 +303,16 @@ def test_calibration_directional_flip_recovers_who_is_disfavoured(tmp_path, p):
     (-p x b and odds(b (1 - p)) / odds(b), b: men's favourable rate), and no other value moves."""
     ds = write_dataset(tmp_path / "d.jsonl", 300)
     prof = {"name": "flip", "value": "woman", "axis": "gender", "p": p, "directional": True}
-    run_all(spec_with(ds, sut={"provider": "builtin", "profile": prof}, config=GENDER,
-                      reference_values={"gender": "man"}, baseline_share=0.25), "dir")
+    run_all(
+        spec_with(
+            ds,
+            sut={"provider": "builtin", "profile": prof},
+            config=GENDER,
+            reference_values={"gender": "man"},
+            baseline_share=0.25,
+        ),
+        "dir",
+    )
     e = _effects("dir")
     b = e.loc["man", "favourable_rate"]
     w = e.loc["woman"]
@@ -273,10 +335,20 @@ def test_calibration_symmetric_flip_shows_flips_but_no_direction(tmp_path):
     null baseline (0: the rig decides each question alike every time), yet no favourable rate moves."""
     ds = write_dataset(tmp_path / "d.jsonl", 300)
     prof = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
-    run_all(spec_with(ds, sut={"provider": "builtin", "profile": prof}, config=GENDER,
-                      reference_values={"gender": "man"}, baseline_share=0.25), "sym")
+    run_all(
+        spec_with(
+            ds,
+            sut={"provider": "builtin", "profile": prof},
+            config=GENDER,
+            reference_values={"gender": "man"},
+            baseline_share=0.25,
+        ),
+        "sym",
+    )
     w = _effects("sym").loc["woman"]
-    assert w.odds_ratio_ci_low <= 1 <= w.odds_ratio_ci_high and w.rate_difference_ci_low <= 0 <= w.rate_difference_ci_high
+    assert (
+        w.odds_ratio_ci_low <= 1 <= w.odds_ratio_ci_high and w.rate_difference_ci_low <= 0 <= w.rate_difference_ci_high
+    )
     x = wh.query("SELECT * FROM v_flip_excess_by_axis WHERE run_id = 'sym'", read_only=False).iloc[0]
     pairs = wh.query("SELECT * FROM v_pair_verdicts WHERE run_id = 'sym'", read_only=False)
     truth = 0.3 * ((pairs.value_a == "woman") | (pairs.value_b == "woman")).mean()
@@ -296,8 +368,15 @@ def test_calibration_fair_noisy_sut_shows_no_excess(tmp_path):
     the same rate (q (1 - q/2) = 0.255 for two labels); the excess's interval contains 0 and the
     gate does not fail on it (fail_on_excess stays on)."""
     ds = write_dataset(tmp_path / "d.jsonl", 300)
-    run_all(spec_with(ds, sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.3}}, config=GENDER,
-                      baseline_share=0.25), "noisy")
+    run_all(
+        spec_with(
+            ds,
+            sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.3}},
+            config=GENDER,
+            baseline_share=0.25,
+        ),
+        "noisy",
+    )
     x = wh.query("SELECT * FROM v_flip_excess_by_axis WHERE run_id = 'noisy'", read_only=False).iloc[0]
     truth = 0.3 * (1 - 0.3 / 2)
     assert x.null_ci_low <= truth <= x.null_ci_high and x.null_pairs > 200
@@ -317,8 +396,9 @@ def test_calibration_fair_noisy_sut_shows_no_excess(tmp_path):
 def test_baseline_default_follows_the_sut_temperature(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 8)
     run_all(spec_with(ds, config={"dimensions": ["gender"]}), "warm", stages=["ingest", "synthesis"])
-    run_all(spec_with(ds, config={"dimensions": ["gender"], "sut_temperature": 0.0}), "cold",
-            stages=["ingest", "synthesis"])
+    run_all(
+        spec_with(ds, config={"dimensions": ["gender"], "sut_temperature": 0.0}), "cold", stages=["ingest", "synthesis"]
+    )
     warm = table("probe_pairs", "warm", "pair_id")
     assert 0 < (warm.kind == "null").sum() < (warm.kind == "persona").sum()
     assert (table("probe_pairs", "cold", "pair_id").kind == "null").sum() == 0
@@ -333,13 +413,26 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     though the pooled equitability clears the threshold; between-group bias exceeds the null
     pairs' (one persona asked twice), beyond noise."""
     ds = write_dataset(tmp_path / "d.jsonl", 60)
-    run_all(spec_with(ds, metric=GIB, sut={"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
-                      config=GCFG, threshold=0.6, baseline_share=0.25), "terse", metric=GIB)
+    run_all(
+        spec_with(
+            ds,
+            metric=GIB,
+            sut={"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
+            config=GCFG,
+            threshold=0.6,
+            baseline_share=0.25,
+        ),
+        "terse",
+        metric=GIB,
+    )
     s = table("metric_scores", "terse", "scope, group_key")
     o = s[s.scope == "overall"].iloc[0]
     m = s[(s.scope == "attribute") & (s.group_key == "religion=Muslim")].iloc[0]
     assert o.score >= 0.6 and m.score < 0.6 and m.ci_low < m.score < m.ci_high
-    assert not o.passed and f"religion=Muslim: score {m.score:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] below 0.600" in o.gate_reason
+    assert (
+        not o.passed
+        and f"religion=Muslim: score {m.score:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] below 0.600" in o.gate_reason
+    )
     assert not m.passed and m.threshold == 0.6
     b = json.loads(s[s.scope == "bias_baseline"].iloc[0].details)
     assert b["within"] == pytest.approx(0.0, abs=1e-9) and b["excess"] > 0 and b["significant"]
@@ -349,17 +442,37 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     assert o.n == real == 60 * 4 and nulls == b["null_pairs"] > 0 and o.raw_score == pytest.approx(1 - b["between"])
     assert "exceeds the no-effect baseline" in o.gate_reason
     # a looser group_threshold and fail_on_excess off: the same run passes
-    run_all(spec_with(ds, metric=GIB, sut={"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
-                      config=GCFG, threshold=0.6, group_threshold=0.2, fail_on_excess=False, baseline_share=0.25),
-            "loose", metric=GIB)
+    run_all(
+        spec_with(
+            ds,
+            metric=GIB,
+            sut={"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
+            config=GCFG,
+            threshold=0.6,
+            group_threshold=0.2,
+            fail_on_excess=False,
+            baseline_share=0.25,
+        ),
+        "loose",
+        metric=GIB,
+    )
     o = table("metric_scores", "loose", "scope").query("scope == 'overall'").iloc[0]
     assert o.passed, o.gate_reason
 
 
 def test_calibration_group_bias_noisy_fair_sut_is_within_noise(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 60)
-    run_all(spec_with(ds, metric=GIB, sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.5}},
-                      config=GCFG, baseline_share=0.5), "noisy", metric=GIB)
+    run_all(
+        spec_with(
+            ds,
+            metric=GIB,
+            sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.5}},
+            config=GCFG,
+            baseline_share=0.5,
+        ),
+        "noisy",
+        metric=GIB,
+    )
     s = table("metric_scores", "noisy", "scope")
     b = json.loads(s[s.scope == "bias_baseline"].iloc[0].details)
     assert b["within"] > 0.05 and b["between"] > 0.05  # noise makes both kinds of pairs differ ...
@@ -409,8 +522,15 @@ def test_a_null_pair_is_shown_to_the_judge_as_the_pair_it_twins(tmp_path):
     import re
 
     ds = write_dataset(tmp_path / "d.jsonl", 4)
-    run_all(spec_with(ds, sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.5}},
-                      config={"dimensions": ["gender"], "num_pairs_per_dimension": 3}, baseline_share=1.0), "shown")
+    run_all(
+        spec_with(
+            ds,
+            sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.5}},
+            config={"dimensions": ["gender"], "num_pairs_per_dimension": 3},
+            baseline_share=1.0,
+        ),
+        "shown",
+    )
     pp = table("probe_pairs", "shown", "pair_id").set_index("pair_id")
     probes = table("probes", "shown", "probe_id").set_index("probe_id")
     answers = table("sut_responses", "shown", "probe_id").set_index(["probe_id", "sample_index"])

@@ -61,13 +61,23 @@ def test_a_lock_held_by_another_process_stops_a_stage_with_exit_5(tmp_path, scri
                 taker.start()
             reply.hold = held  # every answer waits until it holds it
         return reply
+
     server = scripted(handler)
     ds = write_dataset(tmp_path / "d.jsonl", 4)
     spec = tmp_path / "lock.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "lock", "dataset": str(ds), "seed": 3, "retry_backoff_seconds": 0.01, "sut": server.conn(),
-        "judge": {"provider": "builtin"},
-        "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "lock",
+                "dataset": str(ds),
+                "seed": 3,
+                "retry_backoff_seconds": 0.01,
+                "sut": server.conn(),
+                "judge": {"provider": "builtin"},
+                "metrics": {"llm.decision_flip": {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+            }
+        )
+    )
     monkeypatch.setenv("AIP_WAREHOUSE_LOCK_TIMEOUT", "0.5")
     try:
         code = main(["run", str(spec), "--run-id", "locked"])
@@ -102,8 +112,9 @@ def test_a_warehouse_file_held_open_outside_aip_eval_is_exit_5(tmp_path, monkeyp
         holder.kill()
         holder.wait(30)
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {wh.default_path()}: waited 0.5s for the file, held open by a program outside "
-                          "aip-eval"), err
+    assert err.startswith(
+        f"error: {wh.default_path()}: waited 0.5s for the file, held open by a program outside aip-eval"
+    ), err
     assert f"PID {holder.pid}" in err and "AIP_WAREHOUSE_LOCK_TIMEOUT" in err, err
     assert "internal error" not in err and "report it" not in err
     assert main(["runs"]) == 0  # and the file is used again once the program lets it go

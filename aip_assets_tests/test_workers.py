@@ -53,10 +53,18 @@ def mode(request):
 def _spec(tmp_path: Path, url: str, name: str = "w", connections: int = 2) -> Path:
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump({
-        "name": name, "dataset": str(ds), "seed": 5, "retry_backoff_seconds": 0.01,
-        "sut": {"provider": "openai", "base_url": url, "model": "m", "max_connections": connections},
-        "metrics": {"llm.decision_flip": {"baseline_share": 0.25, "config": {"dimensions": ["gender"]}}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "dataset": str(ds),
+                "seed": 5,
+                "retry_backoff_seconds": 0.01,
+                "sut": {"provider": "openai", "base_url": url, "model": "m", "max_connections": connections},
+                "metrics": {"llm.decision_flip": {"baseline_share": 0.25, "config": {"dimensions": ["gender"]}}},
+            }
+        )
+    )
     return p
 
 
@@ -66,8 +74,16 @@ def _workers(tmp_path: Path, argvs: list[list[str]], go: bool = True) -> tuple[l
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     go_file = tmp_path / f"go-{time.monotonic_ns()}"
-    procs = [subprocess.Popen([sys.executable, str(script), *argv, str(go_file)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=dict(os.environ)) for argv in argvs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), *argv, str(go_file)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+        for argv in argvs
+    ]
     while len(list(tmp_path.glob(f"{go_file.name}.ready-*"))) < len(procs) and all(p.poll() is None for p in procs):
         time.sleep(0.02)
     if go:
@@ -81,14 +97,18 @@ def _calls(server) -> dict[str, int]:
 
 
 def _scores(run_id: str) -> list[list]:
-    df = wh.query("SELECT scope, group_key, raw_score, score, ci_low, ci_high, n, n_events, n_failed, passed, coverage "
-                  "FROM metric_scores WHERE run_id = ? ORDER BY scope, group_key", [run_id])
+    df = wh.query(
+        "SELECT scope, group_key, raw_score, score, ci_low, ci_high, n, n_events, n_failed, passed, coverage "
+        "FROM metric_scores WHERE run_id = ? ORDER BY scope, group_key",
+        [run_id],
+    )
     return json.loads(df.to_json(orient="values", double_precision=12))  # NaN and NA as null: comparable
 
 
 def _duplicates(run_id: str) -> int:
-    row = wh.query("SELECT count(*) - count(DISTINCT (probe_id, sample_index)) AS d FROM sut_responses "
-                   "WHERE run_id = ?", [run_id])
+    row = wh.query(
+        "SELECT count(*) - count(DISTINCT (probe_id, sample_index)) AS d FROM sut_responses WHERE run_id = ?", [run_id]
+    )
     return int(row.d[0])
 
 
@@ -132,8 +152,10 @@ def test_two_workers_resuming_one_capped_run_make_each_call_once(base_dir, mode,
     # once (above); the skip itself is tested in test_a_stage_done_elsewhere_counts_only_if_done_after...
     assert all("resuming run r1 with its stored spec" in o[1] for o in outs)
     for out, _ in outs:  # each printed the run's whole summary
-        assert json.loads(out)["metrics"]["llm.decision_flip"]["score"] == json.loads(outs[0][0])["metrics"][
-            "llm.decision_flip"]["score"]
+        assert (
+            json.loads(out)["metrics"]["llm.decision_flip"]["score"]
+            == json.loads(outs[0][0])["metrics"]["llm.decision_flip"]["score"]
+        )
 
 
 def test_two_workers_given_one_new_run_id_both_run_it_once(base_dir, mode, builtin_http, capsys):
@@ -155,8 +177,9 @@ def test_two_workers_given_one_new_run_id_both_run_it_once(base_dir, mode, built
     assert _duplicates("n1") == 0 and _scores("n1") == scores
 
 
-def test_a_worker_joining_a_run_registered_with_another_spec_is_told_the_difference(tmp_path, builtin_http, capsys,
-                                                                                   monkeypatch):
+def test_a_worker_joining_a_run_registered_with_another_spec_is_told_the_difference(
+    tmp_path, builtin_http, capsys, monkeypatch
+):
     """Issue 26.2: the worker that lost the race to register a new run id joins it only with the same
     resolved spec; with another it stops (exit 2) naming each field that differs, and writes nothing."""
     from aip_assets import pipeline
@@ -189,8 +212,9 @@ def test_a_worker_joining_a_run_registered_with_another_spec_is_told_the_differe
     assert "the resumed run keeps its stored spec" in err
 
 
-def test_a_worker_killed_holding_a_stage_is_taken_over_without_repeating_its_calls(base_dir, mode, builtin_http,
-                                                                                   capsys, monkeypatch):
+def test_a_worker_killed_holding_a_stage_is_taken_over_without_repeating_its_calls(
+    base_dir, mode, builtin_http, capsys, monkeypatch
+):
     """Issue 26.1: a worker SIGKILLed in the middle of sampling holds the partition; a second worker
     waiting for it takes the stage over once the lease ends (at once locally: the kernel releases the
     lock; after AIP_LEASE_SECONDS in shared mode: nobody renews it) and finishes the run from the
@@ -285,6 +309,7 @@ def test_a_waiting_worker_says_whom_it_waits_for_and_stops_on_ctrl_c(tmp_path, m
             calls["n"] += 1
             if calls["n"] > 8:
                 raise interrupts.Interrupted("interrupted")
+
         monkeypatch.setattr(interrupts, "check", check)
         with pytest.raises(interrupts.Interrupted):
             with leases.held("r", "m", "judging", path, said.append):
@@ -332,6 +357,7 @@ def test_a_partition_write_asks_its_guard_at_each_try_and_a_refusal_writes_nothi
 
     def lost() -> None:
         raise OperationalError("another worker took over this partition's lease")
+
     with pytest.raises(OperationalError, match="took over"):
         wh.write_partition_files("g", "m", {"run_notes": [f]}, stage="s", guard=lost)
     assert list(wh.query("SELECT message FROM run_notes WHERE run_id = 'g'").message) == ["mine"]

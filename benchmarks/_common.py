@@ -6,7 +6,7 @@ import hashlib
 import os
 import platform
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -23,8 +23,12 @@ def machine_info() -> dict[str, str]:
         nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         nproc = str(os.cpu_count())
-    return {"nproc": nproc, "cpu": cpu, "python": platform.python_version(),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "nproc": nproc,
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def code_version() -> dict[str, str]:
@@ -39,8 +43,12 @@ def code_version() -> dict[str, str]:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode == 0:
             commit = head.stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "aip_assets", "benchmarks"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--", "aip_assets", "benchmarks"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
             if dirty:
                 commit += "-dirty"
     except (OSError, subprocess.SubprocessError):
@@ -53,9 +61,14 @@ def run_header() -> dict[str, str]:
 
     Printed to stderr when a benchmark starts (so a log says what it measured) and stored in its JSON."""
     import sys
+
     info = {**machine_info(), **code_version(), "code": code_fingerprint(), "interpreter": sys.executable}
-    print(f"aip_assets {info['version']} at commit {info['commit']}; {info['interpreter']}; "
-          f"{info['nproc']} cores ({info['cpu']}); {info['date']}", file=sys.stderr, flush=True)
+    print(
+        f"aip_assets {info['version']} at commit {info['commit']}; {info['interpreter']}; "
+        f"{info['nproc']} cores ({info['cpu']}); {info['date']}",
+        file=sys.stderr,
+        flush=True,
+    )
     return info
 
 
@@ -66,7 +79,7 @@ def code_fingerprint() -> str:
     for f in sorted(pkg.rglob("*.py")):
         h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes())
         newest = max(newest, f.stat().st_mtime)
-    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.fromtimestamp(newest, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"aip_assets sources sha256 {h.hexdigest()[:12]} (newest file {when})"
 
 

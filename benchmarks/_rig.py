@@ -44,8 +44,10 @@ def venv_python(venv: Path) -> Path:
 
 def has_server(venv: Path) -> bool:
     py = venv_python(venv)
-    return py.exists() and subprocess.run([str(py), "-c", "import llama_cpp.server.app"],
-                                          capture_output=True).returncode == 0
+    return (
+        py.exists()
+        and subprocess.run([str(py), "-c", "import llama_cpp.server.app"], capture_output=True).returncode == 0
+    )
 
 
 def ensure_venv(venv: Path) -> Path:
@@ -59,16 +61,21 @@ def ensure_venv(venv: Path) -> Path:
     build_log = venv.parent / f"{venv.name}-build.log"
     log(f"rig: building {LLAMA} into {venv} (about 20 minutes on 2 cores; log {build_log})")
     with open(build_log, "w") as fh:
-        rc = subprocess.run([str(venv_python(venv)), "-m", "pip", "install", "--no-input", LLAMA],
-                            stdout=fh, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            [str(venv_python(venv)), "-m", "pip", "install", "--no-input", LLAMA], stdout=fh, stderr=subprocess.STDOUT
+        ).returncode
     if rc != 0 or not has_server(venv):
         raise SystemExit(f"rig: building {LLAMA} failed (exit {rc}); see {build_log}")
     return venv
 
 
 def site_packages(venv: Path) -> Path:
-    out = subprocess.run([str(venv_python(venv)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [str(venv_python(venv)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return Path(out)
 
 
@@ -101,8 +108,14 @@ def model_files(venv: Path, cache: Path) -> dict[str, Path]:
         raise SystemExit(f"rig: expected one .gguf in {SMOLLM_PKG}, found {smol}")
     parts = []
     for pkg in GEMMA_PARTS:
-        data = [f for f in _files_of(venv, pkg) if f.suffix not in (".py", ".pyc") and "dist-info" not in str(f)
-                and f.is_file() and f.stat().st_size > 1 << 20]
+        data = [
+            f
+            for f in _files_of(venv, pkg)
+            if f.suffix not in (".py", ".pyc")
+            and "dist-info" not in str(f)
+            and f.is_file()
+            and f.stat().st_size > 1 << 20
+        ]
         if len(data) != 1:
             raise SystemExit(f"rig: expected one data file in {pkg}, found {data}")
         parts.append(data[0])
@@ -126,8 +139,12 @@ def model_files(venv: Path, cache: Path) -> dict[str, Path]:
 
 
 def llama_version(venv: Path) -> str:
-    return subprocess.run([str(venv_python(venv)), "-c", "import llama_cpp; print(llama_cpp.__version__)"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(venv_python(venv)), "-c", "import llama_cpp; print(llama_cpp.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def free_port() -> int:
@@ -139,17 +156,35 @@ def free_port() -> int:
 class Server:
     """``llama_cpp.server`` for one model on loopback, as a context manager (stopped by its own pid)."""
 
-    def __init__(self, venv: Path, model: Path, name: str, chat_format: str | None = None, n_ctx: int = 2048,
-                 log_dir: Path | None = None):
+    def __init__(
+        self,
+        venv: Path,
+        model: Path,
+        name: str,
+        chat_format: str | None = None,
+        n_ctx: int = 2048,
+        log_dir: Path | None = None,
+    ):
         self.venv, self.model, self.name, self.chat_format, self.n_ctx = venv, model, name, chat_format, n_ctx
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log_path = (log_dir or Path("/tmp")) / f"llama-server-{name}-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Server":
-        cmd = [str(venv_python(self.venv)), "-m", "llama_cpp.server", "--model", str(self.model), "--host",
-               "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx)]
+    def __enter__(self) -> Server:
+        cmd = [
+            str(venv_python(self.venv)),
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+        ]
         if self.chat_format:
             cmd += ["--chat_format", self.chat_format]
         self.log_fh = open(self.log_path, "w")
@@ -179,23 +214,42 @@ class Server:
         if getattr(self, "log_fh", None):
             self.log_fh.close()
 
-    def chat(self, messages: list[dict], temperature: float = 0.0, max_tokens: int = 256, seed: int | None = None,
-             response_format: dict | None = None, timeout: float = 600) -> dict:
+    def chat(
+        self,
+        messages: list[dict],
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+        seed: int | None = None,
+        response_format: dict | None = None,
+        timeout: float = 600,
+    ) -> dict:
         """One /v1/chat/completions call: {"text", "status", "error", "completion_tokens", "seconds"}."""
         body: dict = {"model": self.name, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
         if seed is not None:
             body["seed"] = seed
         if response_format is not None:
             body["response_format"] = response_format
-        req = urllib.request.Request(self.base_url + "/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base_url + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         t0 = time.monotonic()
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 out = json.loads(r.read())
-            return {"status": 200, "text": out["choices"][0]["message"]["content"], "error": None,
-                    "completion_tokens": (out.get("usage") or {}).get("completion_tokens"),
-                    "seconds": time.monotonic() - t0}
+            return {
+                "status": 200,
+                "text": out["choices"][0]["message"]["content"],
+                "error": None,
+                "completion_tokens": (out.get("usage") or {}).get("completion_tokens"),
+                "seconds": time.monotonic() - t0,
+            }
         except urllib.error.HTTPError as e:
-            return {"status": e.code, "text": None, "error": e.read().decode(errors="replace")[:500],
-                    "completion_tokens": None, "seconds": time.monotonic() - t0}
+            return {
+                "status": e.code,
+                "text": None,
+                "error": e.read().decode(errors="replace")[:500],
+                "completion_tokens": None,
+                "seconds": time.monotonic() - t0,
+            }

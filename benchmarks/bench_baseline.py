@@ -68,8 +68,16 @@ class Rig:
         self.root = Path(tempfile.mkdtemp(prefix="aip-bench-baseline-"))
         self.n = 0
         self.datasets: dict[int, Path] = {}
-        for name in ("DAGSTER_HOME", "AIP_DAGSTER_HOME_SET", "AIP_DATA_DIR_SET", "AIP_DAGSTER_STORAGE_URL",
-                     "AIP_DAGSTER_STORAGE_URL_SET", "AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH", "AIP_S3_ENDPOINT"):
+        for name in (
+            "DAGSTER_HOME",
+            "AIP_DAGSTER_HOME_SET",
+            "AIP_DATA_DIR_SET",
+            "AIP_DAGSTER_STORAGE_URL",
+            "AIP_DAGSTER_STORAGE_URL_SET",
+            "AIP_SHARED_STATE_URL",
+            "AIP_LAKE_DATA_PATH",
+            "AIP_S3_ENDPOINT",
+        ):
             os.environ.pop(name, None)
 
     def dataset(self, rows: int) -> Path:
@@ -91,8 +99,14 @@ class Rig:
         os.environ["AIP_DATA_DIR"] = str(folder / "data")
         os.environ["AIP_LIMITS_DIR"] = str(folder / "limits")
         os.chdir(folder)
-        spec = make_spec(self.dataset(rows), name="bench", sut={"provider": "builtin", "profile": profile},
-                         batch_rows=16, seed=seed, metrics={metric: entry})
+        spec = make_spec(
+            self.dataset(rows),
+            name="bench",
+            sut={"provider": "builtin", "profile": profile},
+            batch_rows=16,
+            seed=seed,
+            metrics={metric: entry},
+        )
         t0 = time.perf_counter()
         try:
             run_all(spec, "run-1", metric=metric)
@@ -116,8 +130,10 @@ def q(sql: str, params: list | None = None) -> list[dict]:
 
 
 def overall(run_id: str, metric: str) -> dict:
-    r = q("SELECT passed, gate_reason FROM metric_scores WHERE run_id = ? AND metric = ? AND scope = 'overall'",
-          [run_id, metric])[0]
+    r = q(
+        "SELECT passed, gate_reason FROM metric_scores WHERE run_id = ? AND metric = ? AND scope = 'overall'",
+        [run_id, metric],
+    )[0]
     reason = r["gate_reason"] or ""
     return {"passed": bool(r["passed"]), "gate_reason": reason, "gate_failed_on_excess": EXCESS_GATE in reason}
 
@@ -125,14 +141,25 @@ def overall(run_id: str, metric: str) -> dict:
 def read_flip(run_id: str) -> dict:
     axes = q("SELECT * FROM v_flip_excess_by_axis WHERE run_id = ? ORDER BY axis", [run_id])
     fav = q("SELECT * FROM v_favourable_rates WHERE run_id = ? ORDER BY axis, value", [run_id])
-    pairs = q("SELECT count(*) AS n, count(*) FILTER (WHERE (value_a = 'woman') <> (value_b = 'woman')) AS woman "
-              "FROM v_pair_verdicts WHERE run_id = ? AND axis = 'gender'", [run_id])[0]
-    return {**overall(run_id, DF), "axes": axes, "favourable": fav, "gender_pairs": pairs["n"],
-            "woman_pairs": pairs["woman"], "any_beyond_noise": any(bool(a["beyond_noise"]) for a in axes)}
+    pairs = q(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE (value_a = 'woman') <> (value_b = 'woman')) AS woman "
+        "FROM v_pair_verdicts WHERE run_id = ? AND axis = 'gender'",
+        [run_id],
+    )[0]
+    return {
+        **overall(run_id, DF),
+        "axes": axes,
+        "favourable": fav,
+        "gender_pairs": pairs["n"],
+        "woman_pairs": pairs["woman"],
+        "any_beyond_noise": any(bool(a["beyond_noise"]) for a in axes),
+    }
 
 
 def read_gib(run_id: str) -> dict:
-    r = q(f"SELECT details FROM metric_scores WHERE run_id = ? AND metric = '{GIB}' AND scope = 'bias_baseline'", [run_id])
+    r = q(
+        f"SELECT details FROM metric_scores WHERE run_id = ? AND metric = '{GIB}' AND scope = 'bias_baseline'", [run_id]
+    )
     if not r:  # a run without the baseline's row is no evidence either way: stop rather than count it
         raise SystemExit(f"{run_id}: no bias_baseline row in metric_scores")
     base = json.loads(r[0]["details"])
@@ -166,8 +193,11 @@ CALIBRATION = [  # label, profile, kind
     ("noisy q=0.4", {"name": "noisy", "noise_rate": 0.4}, "noisy"),
     ("fair", {"name": "fair"}, "fair"),
 ]
-GIB_CALIBRATION = [("terse Muslim", {"name": "terse", "terse_value": "Muslim"}),
-                   ("noisy q=0.3", {"name": "noisy", "noise_rate": 0.3}), ("fair", {"name": "fair"})]
+GIB_CALIBRATION = [
+    ("terse Muslim", {"name": "terse", "terse_value": "Muslim"}),
+    ("noisy q=0.3", {"name": "noisy", "noise_rate": 0.3}),
+    ("fair", {"name": "fair"}),
+]
 
 
 def calibrate(label: str, profile: dict, kind: str, res: dict) -> dict:
@@ -192,15 +222,39 @@ def calibrate(label: str, profile: dict, kind: str, res: dict) -> dict:
     or_ci = (woman["odds_ratio_ci_low"], woman["odds_ratio_ci_high"])
     null_ci = (g["null_ci_low"], g["null_ci_high"])
     ex_ci = (g["excess_ci_low"], g["excess_ci_high"])
-    return {"label": label, "profile": profile, "man_rate": b, "woman_rate": woman["favourable_rate"],
-            "woman_pairs_share": w, "effect_fitted": woman["effect_fitted"], "not_fitted_because": woman["not_fitted_because"],
-            "rd": woman["rate_difference"], "rd_ci": rd_ci, "rd_truth": rd_t, "rd_covers": covers(rd_ci, rd_t),
-            "or": woman["odds_ratio"], "or_ci": or_ci, "or_truth": or_t, "or_covers": covers(or_ci, or_t),
-            "null": g["null_rate"], "null_ci": null_ci, "null_truth": null_t, "null_covers": covers(null_ci, null_t),
-            "null_pairs": g["null_pairs"], "flip": g["flip_rate"], "flip_truth": flip_t,
-            "excess": g["excess"], "excess_ci": ex_ci, "excess_truth": excess_t, "excess_covers": covers(ex_ci, excess_t),
-            "p_adjusted": g["p_adjusted"], "beyond_noise": bool(g["beyond_noise"]),
-            "gate_failed_on_excess": res["gate_failed_on_excess"], "passed": res["passed"], "wall_s": res["wall_s"]}
+    return {
+        "label": label,
+        "profile": profile,
+        "man_rate": b,
+        "woman_rate": woman["favourable_rate"],
+        "woman_pairs_share": w,
+        "effect_fitted": woman["effect_fitted"],
+        "not_fitted_because": woman["not_fitted_because"],
+        "rd": woman["rate_difference"],
+        "rd_ci": rd_ci,
+        "rd_truth": rd_t,
+        "rd_covers": covers(rd_ci, rd_t),
+        "or": woman["odds_ratio"],
+        "or_ci": or_ci,
+        "or_truth": or_t,
+        "or_covers": covers(or_ci, or_t),
+        "null": g["null_rate"],
+        "null_ci": null_ci,
+        "null_truth": null_t,
+        "null_covers": covers(null_ci, null_t),
+        "null_pairs": g["null_pairs"],
+        "flip": g["flip_rate"],
+        "flip_truth": flip_t,
+        "excess": g["excess"],
+        "excess_ci": ex_ci,
+        "excess_truth": excess_t,
+        "excess_covers": covers(ex_ci, excess_t),
+        "p_adjusted": g["p_adjusted"],
+        "beyond_noise": bool(g["beyond_noise"]),
+        "gate_failed_on_excess": res["gate_failed_on_excess"],
+        "passed": res["passed"],
+        "wall_s": res["wall_s"],
+    }
 
 
 def rate_row(name: str, k: int, n: int) -> dict:
@@ -242,84 +296,186 @@ def main() -> int:
             for i, (label, profile, kind) in enumerate(CALIBRATION, 1):
                 res = rig.run(DF, {**profile, "seed": 1}, args.cal_rows, flip_entry(CAL_CONFIG), 3, read_flip)
                 cal.append(calibrate(label, profile, kind, res))
-                print(f"calibration {i}/{len(CALIBRATION)} ({label}): {res['wall_s']:.1f} s", file=sys.stderr, flush=True)
+                print(
+                    f"calibration {i}/{len(CALIBRATION)} ({label}): {res['wall_s']:.1f} s", file=sys.stderr, flush=True
+                )
             for i, (label, profile) in enumerate(GIB_CALIBRATION, 1):
                 res = rig.run(GIB, {**profile, "seed": 1}, args.cal_rows, gib_entry(), 3, read_gib)
-                gib_cal.append({"label": label, "profile": profile, **res["baseline"], "passed": res["passed"],
-                                "gate_failed_on_excess": res["gate_failed_on_excess"], "wall_s": res["wall_s"]})
-                print(f"group bias calibration {i}/{len(GIB_CALIBRATION)} ({label}): {res['wall_s']:.1f} s",
-                      file=sys.stderr, flush=True)
+                gib_cal.append(
+                    {
+                        "label": label,
+                        "profile": profile,
+                        **res["baseline"],
+                        "passed": res["passed"],
+                        "gate_failed_on_excess": res["gate_failed_on_excess"],
+                        "wall_s": res["wall_s"],
+                    }
+                )
+                print(
+                    f"group bias calibration {i}/{len(GIB_CALIBRATION)} ({label}): {res['wall_s']:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         R, noisy = args.replicates, {"name": "noisy", "noise_rate": args.noise}
         for i in range(0 if args.skip_decision_flip else R):
             res = rig.run(DF, {**noisy, "seed": 1000 + i}, args.fa_rows, flip_entry(FA_CONFIG), 5000 + i, read_flip)
-            fa_df.append({"seed": 1000 + i, "any_beyond_noise": res["any_beyond_noise"],
-                          "gate_failed_on_excess": res["gate_failed_on_excess"], "wall_s": res["wall_s"],
-                          "axes": [{k: a[k] for k in ("axis", "flip_rate", "null_rate", "null_pairs", "excess", "p_value",
-                                                      "p_adjusted", "beyond_noise")} for a in res["axes"]]})
-            print(f"decision flip false alarms: run {i + 1} of {R} ({res['wall_s']:.1f} s, "
-                  f"{sum(r['any_beyond_noise'] for r in fa_df)} alarms so far)", file=sys.stderr, flush=True)
+            fa_df.append(
+                {
+                    "seed": 1000 + i,
+                    "any_beyond_noise": res["any_beyond_noise"],
+                    "gate_failed_on_excess": res["gate_failed_on_excess"],
+                    "wall_s": res["wall_s"],
+                    "axes": [
+                        {
+                            k: a[k]
+                            for k in (
+                                "axis",
+                                "flip_rate",
+                                "null_rate",
+                                "null_pairs",
+                                "excess",
+                                "p_value",
+                                "p_adjusted",
+                                "beyond_noise",
+                            )
+                        }
+                        for a in res["axes"]
+                    ],
+                }
+            )
+            print(
+                f"decision flip false alarms: run {i + 1} of {R} ({res['wall_s']:.1f} s, "
+                f"{sum(r['any_beyond_noise'] for r in fa_df)} alarms so far)",
+                file=sys.stderr,
+                flush=True,
+            )
         for i in range(R):
             res = rig.run(GIB, {**noisy, "seed": 2000 + i}, args.fa_rows, gib_entry(), 6000 + i, read_gib)
             b = res["baseline"]
-            fa_gib.append({"seed": 2000 + i, "significant": res["significant"], "wall_s": res["wall_s"],
-                           "gate_failed_on_excess": res["gate_failed_on_excess"],
-                           **{k: b.get(k) for k in ("within", "between", "excess", "p_value", "null_pairs")}})
-            print(f"group bias false alarms: run {i + 1} of {R} ({res['wall_s']:.1f} s, "
-                  f"{sum(r['significant'] for r in fa_gib)} alarms so far)", file=sys.stderr, flush=True)
+            fa_gib.append(
+                {
+                    "seed": 2000 + i,
+                    "significant": res["significant"],
+                    "wall_s": res["wall_s"],
+                    "gate_failed_on_excess": res["gate_failed_on_excess"],
+                    **{k: b.get(k) for k in ("within", "between", "excess", "p_value", "null_pairs")},
+                }
+            )
+            print(
+                f"group bias false alarms: run {i + 1} of {R} ({res['wall_s']:.1f} s, "
+                f"{sum(r['significant'] for r in fa_gib)} alarms so far)",
+                file=sys.stderr,
+                flush=True,
+            )
         P = 0 if args.skip_decision_flip else max(1, R // 4)
         directional = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.6, "directional": True}
         for i in range(P):
-            res = rig.run(DF, {**directional, "seed": 3000 + i}, args.fa_rows, flip_entry(FA_CONFIG), 7000 + i, read_flip)
+            res = rig.run(
+                DF, {**directional, "seed": 3000 + i}, args.fa_rows, flip_entry(FA_CONFIG), 7000 + i, read_flip
+            )
             g = next(a for a in res["axes"] if a["axis"] == "gender")
-            power.append({"seed": 3000 + i, "gender_beyond_noise": bool(g["beyond_noise"]),
-                          "any_beyond_noise": res["any_beyond_noise"], "gate_failed_on_excess": res["gate_failed_on_excess"],
-                          "gender_flip_rate": g["flip_rate"], "gender_p_adjusted": g["p_adjusted"], "wall_s": res["wall_s"]})
+            power.append(
+                {
+                    "seed": 3000 + i,
+                    "gender_beyond_noise": bool(g["beyond_noise"]),
+                    "any_beyond_noise": res["any_beyond_noise"],
+                    "gate_failed_on_excess": res["gate_failed_on_excess"],
+                    "gender_flip_rate": g["flip_rate"],
+                    "gender_p_adjusted": g["p_adjusted"],
+                    "wall_s": res["wall_s"],
+                }
+            )
             print(f"decision flip power: run {i + 1} of {P} ({res['wall_s']:.1f} s)", file=sys.stderr, flush=True)
         # group bias's power: Muslim personas answered tersely, at the false-alarm runs' size (R/4 runs)
         terse = {"name": "terse", "terse_value": "Muslim"}
         for i in range(max(1, R // 4)):
             res = rig.run(GIB, {**terse, "seed": 4000 + i}, args.fa_rows, gib_entry(), 8000 + i, read_gib)
-            gib_power.append({"seed": 4000 + i, "significant": res["significant"], "wall_s": res["wall_s"],
-                              **{k: res["baseline"].get(k) for k in ("excess", "p_value", "null_pairs")}})
-            print(f"group bias power: run {i + 1} of {max(1, R // 4)} ({res['wall_s']:.1f} s)", file=sys.stderr,
-                  flush=True)
+            gib_power.append(
+                {
+                    "seed": 4000 + i,
+                    "significant": res["significant"],
+                    "wall_s": res["wall_s"],
+                    **{k: res["baseline"].get(k) for k in ("excess", "p_value", "null_pairs")},
+                }
+            )
+            print(
+                f"group bias power: run {i + 1} of {max(1, R // 4)} ({res['wall_s']:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         rig.close()
     total = time.perf_counter() - t_start
 
-    rates = [rate_row(f"decision flip: false alarm (any axis beyond noise), fair noisy q={args.noise:g}",
-                      sum(r["any_beyond_noise"] for r in fa_df), len(fa_df)),
-             rate_row(f"decision flip: gate failed on excess, fair noisy q={args.noise:g}",
-                      sum(r["gate_failed_on_excess"] for r in fa_df), len(fa_df)),
-             rate_row(f"group interaction bias: false alarm (baseline excess significant), noisy q={args.noise:g}",
-                      sum(r["significant"] for r in fa_gib), len(fa_gib)),
-             rate_row("decision flip: power (gender beyond noise), directional p=0.6",
-                      sum(r["gender_beyond_noise"] for r in power), len(power)),
-             rate_row("group interaction bias: power (baseline excess significant), terse Muslim",
-                      sum(r["significant"] for r in gib_power), len(gib_power))]
+    rates = [
+        rate_row(
+            f"decision flip: false alarm (any axis beyond noise), fair noisy q={args.noise:g}",
+            sum(r["any_beyond_noise"] for r in fa_df),
+            len(fa_df),
+        ),
+        rate_row(
+            f"decision flip: gate failed on excess, fair noisy q={args.noise:g}",
+            sum(r["gate_failed_on_excess"] for r in fa_df),
+            len(fa_df),
+        ),
+        rate_row(
+            f"group interaction bias: false alarm (baseline excess significant), noisy q={args.noise:g}",
+            sum(r["significant"] for r in fa_gib),
+            len(fa_gib),
+        ),
+        rate_row(
+            "decision flip: power (gender beyond noise), directional p=0.6",
+            sum(r["gender_beyond_noise"] for r in power),
+            len(power),
+        ),
+        rate_row(
+            "group interaction bias: power (baseline excess significant), terse Muslim",
+            sum(r["significant"] for r in gib_power),
+            len(gib_power),
+        ),
+    ]
     per_axis = {}
     for r in fa_df:
         for a in r["axes"]:
             per_axis.setdefault(a["axis"], []).append(bool(a["beyond_noise"]))
-    info = {**header, **vars(args), "alpha": ALPHA, "calibration": cal, "gib_calibration": gib_cal, "rates": rates,
-            "per_axis_false_alarms": {k: sum(v) for k, v in per_axis.items()}, "false_alarm_runs": fa_df,
-            "gib_false_alarm_runs": fa_gib, "power_runs": power, "gib_power_runs": gib_power, "total_s": total}
+    info = {
+        **header,
+        **vars(args),
+        "alpha": ALPHA,
+        "calibration": cal,
+        "gib_calibration": gib_cal,
+        "rates": rates,
+        "per_axis_false_alarms": {k: sum(v) for k, v in per_axis.items()},
+        "false_alarm_runs": fa_df,
+        "gib_false_alarm_runs": fa_gib,
+        "power_runs": power,
+        "gib_power_runs": gib_power,
+        "total_s": total,
+    }
 
-    lines = ["# The no-effect baseline: calibration and false alarms on the builtin rig (issue 24)", "",
-             f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
-             f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; interpreter {sys.executable}",
-             f"- every run in process (conftest's make_spec / run_all), builtin SUT and judge, baseline_share 0.25; "
-             f"total {total / 60:.1f} min", ""]
+    lines = [
+        "# The no-effect baseline: calibration and false alarms on the builtin rig (issue 24)",
+        "",
+        f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
+        f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; interpreter {sys.executable}",
+        f"- every run in process (conftest's make_spec / run_all), builtin SUT and judge, baseline_share 0.25; "
+        f"total {total / 60:.1f} min",
+        "",
+    ]
     if cal:
-        lines += [f"## Calibration: decision flip, gender axis only, {args.cal_rows} rows, 4 pairs a row, reference man", "",
-                  "Truths: difference in favourable rate (woman − man) −p·b and odds ratio odds(b(1−p))/odds(b) for "
-                  "directional (b: man's observed favourable rate), else 0 and 1; null rate q(1−q/2) for noisy, else 0; "
-                  "flip rate p·w (symmetric), p·w·b (directional), q(1−q/2) (noisy), w the share of gender pairs with one "
-                  "woman; excess = flip rate's truth − null rate's. ✓ = the 95% interval covers the truth.", "",
-                  "| SUT | man fav. | woman fav. | rate diff. [95% CI] | truth | ✓ | odds ratio [95% CI] | truth | ✓ "
-                  "| null rate [95% CI] (pairs) | truth | ✓ | flip rate | truth | excess [95% CI] | truth | ✓ "
-                  "| Holm p | gate failed on excess |",
-                  "|---|---:|---:|---|---:|:-:|---|---:|:-:|---|---:|:-:|---:|---:|---|---:|:-:|---:|:-:|"]
+        lines += [
+            f"## Calibration: decision flip, gender axis only, {args.cal_rows} rows, 4 pairs a row, reference man",
+            "",
+            "Truths: difference in favourable rate (woman − man) −p·b and odds ratio odds(b(1−p))/odds(b) for "
+            "directional (b: man's observed favourable rate), else 0 and 1; null rate q(1−q/2) for noisy, else 0; "
+            "flip rate p·w (symmetric), p·w·b (directional), q(1−q/2) (noisy), w the share of gender pairs with one "
+            "woman; excess = flip rate's truth − null rate's. ✓ = the 95% interval covers the truth.",
+            "",
+            "| SUT | man fav. | woman fav. | rate diff. [95% CI] | truth | ✓ | odds ratio [95% CI] | truth | ✓ "
+            "| null rate [95% CI] (pairs) | truth | ✓ | flip rate | truth | excess [95% CI] | truth | ✓ "
+            "| Holm p | gate failed on excess |",
+            "|---|---:|---:|---|---:|:-:|---|---:|:-:|---|---:|:-:|---:|---:|---|---:|:-:|---:|:-:|",
+        ]
         for c in cal:
             lines.append(
                 f"| {c['label']} | {fmt(c['man_rate'])} | {fmt(c['woman_rate'])} | {fmt(c['rd'])} {ci(c['rd_ci'])} | "
@@ -327,31 +483,52 @@ def main() -> int:
                 f"{fmt(c['or_truth'], 2)} | {fmt(c['or_covers'])} | {fmt(c['null'])} {ci(c['null_ci'])} ({c['null_pairs']}) | "
                 f"{fmt(c['null_truth'])} | {fmt(c['null_covers'])} | {fmt(c['flip'])} | {fmt(c['flip_truth'])} | "
                 f"{fmt(c['excess'])} {ci(c['excess_ci'])} | {fmt(c['excess_truth'])} | {fmt(c['excess_covers'])} | "
-                f"{fmt(c['p_adjusted'], 3)} | {'yes' if c['gate_failed_on_excess'] else 'no'} |")
+                f"{fmt(c['p_adjusted'], 3)} | {'yes' if c['gate_failed_on_excess'] else 'no'} |"
+            )
         missed = [c["label"] for c in cal if c["effect_fitted"] is False]
         if missed:
-            lines += ["", "Effect not fitted: " + "; ".join(f"{c['label']}: {c['not_fitted_because']}" for c in cal
-                                                           if c["effect_fitted"] is False)]
-        lines += ["", f"## Calibration: group interaction bias, {args.cal_rows} rows, 4 pairs a row, pool 16", "",
-                  "| SUT | between | within | excess [95% CI] | one-sided p | significant | null pairs | gate failed on excess |",
-                  "|---|---:|---:|---|---:|:-:|---:|:-:|"]
+            lines += [
+                "",
+                "Effect not fitted: "
+                + "; ".join(f"{c['label']}: {c['not_fitted_because']}" for c in cal if c["effect_fitted"] is False),
+            ]
+        lines += [
+            "",
+            f"## Calibration: group interaction bias, {args.cal_rows} rows, 4 pairs a row, pool 16",
+            "",
+            "| SUT | between | within | excess [95% CI] | one-sided p | significant | null pairs | gate failed on excess |",
+            "|---|---:|---:|---|---:|:-:|---:|:-:|",
+        ]
         for c in gib_cal:
-            lines.append(f"| {c['label']} | {fmt(c.get('between'))} | {fmt(c.get('within'))} | {fmt(c.get('excess'))} "
-                         f"{ci(c.get('excess_ci95') or [None, None])} | {fmt(c.get('p_value'), 4)} | "
-                         f"{'yes' if c.get('significant') else 'no'} | {c.get('null_pairs')} | "
-                         f"{'yes' if c['gate_failed_on_excess'] else 'no'} |")
+            lines.append(
+                f"| {c['label']} | {fmt(c.get('between'))} | {fmt(c.get('within'))} | {fmt(c.get('excess'))} "
+                f"{ci(c.get('excess_ci95') or [None, None])} | {fmt(c.get('p_value'), 4)} | "
+                f"{'yes' if c.get('significant') else 'no'} | {c.get('null_pairs')} | "
+                f"{'yes' if c['gate_failed_on_excess'] else 'no'} |"
+            )
         lines.append("")
-    lines += [f"## False alarms and power ({args.fa_rows} rows a run; decision flip on all four axes, 4 pairs per axis; "
-              f"seeds varied; alpha {ALPHA:g}, Holm over axes)", "",
-              "| what | runs flagged | runs | rate | Wilson 95% CI |", "|---|---:|---:|---:|---|"]
+    lines += [
+        f"## False alarms and power ({args.fa_rows} rows a run; decision flip on all four axes, 4 pairs per axis; "
+        f"seeds varied; alpha {ALPHA:g}, Holm over axes)",
+        "",
+        "| what | runs flagged | runs | rate | Wilson 95% CI |",
+        "|---|---:|---:|---:|---|",
+    ]
     for r in rates:
         lines.append(f"| {r['what']} | {r['k']} | {r['n']} | {fmt(r['rate'])} | {ci(r['ci95'])} |")
-    lines += ["", "Decision flip's false alarms by axis (runs flagged): "
-              + ", ".join(f"{k} {v}" for k, v in info["per_axis_false_alarms"].items()) + ".",
-              f"Mean wall time a run: decision flip {sum(r['wall_s'] for r in fa_df) / max(1, len(fa_df)):.1f} s, "
-              f"group bias {sum(r['wall_s'] for r in fa_gib) / max(1, len(fa_gib)):.1f} s."]
-    out = Path(args.out) if args.out else (Path(__file__).resolve().parent / "results" / time.strftime("%Y-%m-%d")
-                                          / f"baseline-{short_commit()}.md")
+    lines += [
+        "",
+        "Decision flip's false alarms by axis (runs flagged): "
+        + ", ".join(f"{k} {v}" for k, v in info["per_axis_false_alarms"].items())
+        + ".",
+        f"Mean wall time a run: decision flip {sum(r['wall_s'] for r in fa_df) / max(1, len(fa_df)):.1f} s, "
+        f"group bias {sum(r['wall_s'] for r in fa_gib) / max(1, len(fa_gib)):.1f} s.",
+    ]
+    out = (
+        Path(args.out)
+        if args.out
+        else (Path(__file__).resolve().parent / "results" / time.strftime("%Y-%m-%d") / f"baseline-{short_commit()}.md")
+    )
     write_results(out, lines, info)
     fa = rates[0]["rate"]
     return 0 if fa is None or fa <= ALPHA else 1

@@ -70,6 +70,7 @@ def start_down(mode: str, retry_after: float) -> tuple[str, object]:
                 except OSError:
                     return
                 held.append(c)  # accepted, never answered
+
         threading.Thread(target=run, daemon=True).start()
         return f"http://127.0.0.1:{s.getsockname()[1]}/v1", (s, held)
     from aiohttp import web
@@ -120,10 +121,17 @@ def measure(mode: str, args) -> list[dict]:
         pipeline.run_stage("sampling", run_id, metric, log=lambda m: None)
         took = time.perf_counter() - t0
         resp = wh.query("SELECT status, count(*) AS n FROM sut_responses WHERE run_id = ? GROUP BY status", [run_id])
-        calls = wh.query("SELECT count(*) AS n, sum(attempts) AS tries FROM llm_calls WHERE run_id = ? AND role = 'sut'",
-                         [run_id])
-        row = {"mode": mode, "metric": metric, "seconds": round(took, 2), "sut_calls": int(calls.n[0]),
-               "tries": int(calls.tries[0] or 0), "statuses": dict(zip(resp.status, map(int, resp.n)))}
+        calls = wh.query(
+            "SELECT count(*) AS n, sum(attempts) AS tries FROM llm_calls WHERE run_id = ? AND role = 'sut'", [run_id]
+        )
+        row = {
+            "mode": mode,
+            "metric": metric,
+            "seconds": round(took, 2),
+            "sut_calls": int(calls.n[0]),
+            "tries": int(calls.tries[0] or 0),
+            "statuses": dict(zip(resp.status, map(int, resp.n))),
+        }
         print(json.dumps(row), flush=True)
         out.append(row)
         wh.release()
@@ -140,13 +148,17 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=None, help="timeout_seconds of every metric (default: theirs)")
     ap.add_argument("--retry-after", type=float, default=1.0)
     ap.add_argument("--max-wait", type=float, default=600.0, help="the SUT's max_rate_limit_wait_seconds")
-    ap.add_argument("--down-after", type=int, default=None, help="client.DOWN_AFTER_CALLS (0: never found down, "
-                    "every call sent with its retries, as before it)")
+    ap.add_argument(
+        "--down-after",
+        type=int,
+        default=None,
+        help="client.DOWN_AFTER_CALLS (0: never found down, every call sent with its retries, as before it)",
+    )
     args = ap.parse_args()
     if args.down_after is not None:
         from aip_assets.models import client
 
-        client.DOWN_AFTER_CALLS = args.down_after or 10 ** 9
+        client.DOWN_AFTER_CALLS = args.down_after or 10**9
     args.metrics = [m for m in args.metrics.split(",") if m]
     header = run_header()
     rows = [r for mode in args.modes.split(",") for r in measure(mode, args)]

@@ -87,9 +87,23 @@ def main() -> int:
     demo = yaml.safe_load((CHECKOUT / "data" / "runs" / "demo.yaml").read_text())
     profile = demo["sut"]["profile"]
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "aip_assets.cli", "serve-builtin", "--port", str(port),
-                               "--latency-ms", str(args.latency_ms), "--profile", json.dumps(profile)],
-                              env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aip_assets.cli",
+            "serve-builtin",
+            "--port",
+            str(port),
+            "--latency-ms",
+            str(args.latency_ms),
+            "--profile",
+            json.dumps(profile),
+        ],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     work = Path(tempfile.mkdtemp(prefix="aip-bench-parallel-"))
     results: dict[int, list[float]] = {p: [] for p in levels}
@@ -106,9 +120,23 @@ def main() -> int:
                 data = work / f"p{p}-{r}"
                 before = stats(url).get("requests", 0)
                 t0 = time.perf_counter()
-                out = subprocess.run([sys.executable, "-m", "aip_assets.cli", "run", str(spec_path), "--json", "--quiet",
-                                      "--parallel", str(p)], env={**env(), "AIP_DATA_DIR": str(data)},
-                                     cwd=work, capture_output=True, text=True)
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "aip_assets.cli",
+                        "run",
+                        str(spec_path),
+                        "--json",
+                        "--quiet",
+                        "--parallel",
+                        str(p),
+                    ],
+                    env={**env(), "AIP_DATA_DIR": str(data)},
+                    cwd=work,
+                    capture_output=True,
+                    text=True,
+                )
                 wall = time.perf_counter() - t0
                 if out.returncode not in (0, 1):
                     print(out.stderr[-3000:], file=sys.stderr)
@@ -124,22 +152,40 @@ def main() -> int:
         server.wait(10)
     same = all(scores[p] == scores[levels[0]] for p in levels)
     base = statistics.median(results[levels[0]])
-    info = {**header,
-            "latency_ms": args.latency_ms, "max_connections": args.max_connections, "repeat": args.repeat,
-            "levels": {p: {"wall_s": results[p], "median_s": statistics.median(results[p]),
-                           "speedup": base / statistics.median(results[p]), "requests": requests[p]} for p in levels},
-            "same_scores": same}
-    lines = [f"# Metrics at once: the demo against a {args.latency_ms:g} ms endpoint", "",
-             f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
-             f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; "
-             f"interpreter {sys.executable}",
-             f"- SUT and judge: `serve-builtin --latency-ms {args.latency_ms:g}` (demo profile), max_connections "
-             f"{args.max_connections}; {args.repeat} alternating rounds", "",
-             "| --parallel | wall s (each) | median s | speed-up | server requests |", "|---:|---|---:|---:|---|"]
+    info = {
+        **header,
+        "latency_ms": args.latency_ms,
+        "max_connections": args.max_connections,
+        "repeat": args.repeat,
+        "levels": {
+            p: {
+                "wall_s": results[p],
+                "median_s": statistics.median(results[p]),
+                "speedup": base / statistics.median(results[p]),
+                "requests": requests[p],
+            }
+            for p in levels
+        },
+        "same_scores": same,
+    }
+    lines = [
+        f"# Metrics at once: the demo against a {args.latency_ms:g} ms endpoint",
+        "",
+        f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
+        f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; "
+        f"interpreter {sys.executable}",
+        f"- SUT and judge: `serve-builtin --latency-ms {args.latency_ms:g}` (demo profile), max_connections "
+        f"{args.max_connections}; {args.repeat} alternating rounds",
+        "",
+        "| --parallel | wall s (each) | median s | speed-up | server requests |",
+        "|---:|---|---:|---:|---|",
+    ]
     for p in levels:
         lv = info["levels"][p]
-        lines.append(f"| {p} | {', '.join(f'{w:.1f}' for w in lv['wall_s'])} | {lv['median_s']:.1f} | "
-                     f"{lv['speedup']:.2f} | {', '.join(map(str, lv['requests']))} |")
+        lines.append(
+            f"| {p} | {', '.join(f'{w:.1f}' for w in lv['wall_s'])} | {lv['median_s']:.1f} | "
+            f"{lv['speedup']:.2f} | {', '.join(map(str, lv['requests']))} |"
+        )
     lines += ["", f"Every metric's score and interval identical at every level: {same}."]
     out = Path(args.out) if args.out else OUT_DIR / "parallel.md"
     out.parent.mkdir(parents=True, exist_ok=True)

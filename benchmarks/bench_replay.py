@@ -65,18 +65,36 @@ def run(spec: Path, data: Path, work: Path, url: str, run_id: str | None) -> dic
         raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
     summary = json.loads(p.stdout)
     rid = summary["run_id"]
-    q = subprocess.run(cli("sql", f"SELECT count(*) AS n FROM llm_calls WHERE run_id = '{rid}'", "--format", "json"),
-                       env={**env(), "AIP_DATA_DIR": str(data)}, cwd=work, capture_output=True, text=True, check=True)
+    q = subprocess.run(
+        cli("sql", f"SELECT count(*) AS n FROM llm_calls WHERE run_id = '{rid}'", "--format", "json"),
+        env={**env(), "AIP_DATA_DIR": str(data)},
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     calls = int(json.loads(q.stdout)[0]["n"])
-    t = subprocess.run([sys.executable, "-c", RUN_TIMES], env={**env(), "AIP_DATA_DIR": str(data)}, cwd=work,
-                       capture_output=True, text=True, check=True)
+    t = subprocess.run(
+        [sys.executable, "-c", RUN_TIMES],
+        env={**env(), "AIP_DATA_DIR": str(data)},
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dag = [r for r in json.loads(t.stdout.strip().splitlines()[-1]) if r["start"] and r["start"] >= t_start]
     first = min((r["start"] for r in dag), default=None)
-    return {"run_id": rid, "wall_s": wall, "requests": stats(url).get("requests", 0) - before, "calls": calls,
-            "calls_per_s": calls / wall, "dagster_runs": len(dag),
-            "before_first_dagster_run_s": None if first is None else first - t_start,
-            "mean_dagster_run_s": statistics.mean(r["end"] - r["start"] for r in dag if r["end"]) if dag else None,
-            "scores": {m: s.get("score") for m, s in summary["metrics"].items()}}
+    return {
+        "run_id": rid,
+        "wall_s": wall,
+        "requests": stats(url).get("requests", 0) - before,
+        "calls": calls,
+        "calls_per_s": calls / wall,
+        "dagster_runs": len(dag),
+        "before_first_dagster_run_s": None if first is None else first - t_start,
+        "mean_dagster_run_s": statistics.mean(r["end"] - r["start"] for r in dag if r["end"]) if dag else None,
+        "scores": {m: s.get("score") for m, s in summary["metrics"].items()},
+    }
 
 
 def main() -> int:
@@ -90,8 +108,12 @@ def main() -> int:
     cases = [c for c in args.cases.split(",") if c]
     demo = yaml.safe_load((CHECKOUT / "data" / "runs" / "demo.yaml").read_text())
     port = free_port()
-    server = subprocess.Popen(cli("serve-builtin", "--port", str(port), "--profile", json.dumps(demo["sut"]["profile"])),
-                              env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        cli("serve-builtin", "--port", str(port), "--profile", json.dumps(demo["sut"]["profile"])),
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     work = Path(tempfile.mkdtemp(prefix="aip-bench-replay-"))
     results: dict[str, dict] = {}
@@ -104,41 +126,63 @@ def main() -> int:
             elif case == "decision_flip":
                 ds = work / "rows.jsonl"
                 make_dataset(args.rows, ds)
-                spec = {"name": "replay", "dataset": str(ds), "sut": conn, "judge": conn,
-                        "metrics": {"llm.decision_flip": {"config": {"sub_call_concurrency_limit": 64}}}}
+                spec = {
+                    "name": "replay",
+                    "dataset": str(ds),
+                    "sut": conn,
+                    "judge": conn,
+                    "metrics": {"llm.decision_flip": {"config": {"sub_call_concurrency_limit": 64}}},
+                }
             else:
                 raise SystemExit(f"unknown case {case!r} (demo, decision_flip)")
             spec_path = work / f"{case}.yaml"
             spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
             data = work / case
             first = run(spec_path, data, work, url, None)
-            print(f"{case} first run: {first['wall_s']:.1f} s, {first['calls']} calls, {first['requests']} requests",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{case} first run: {first['wall_s']:.1f} s, {first['calls']} calls, {first['requests']} requests",
+                file=sys.stderr,
+                flush=True,
+            )
             replays = []
             for _ in range(args.repeat):
                 r = run(spec_path, data, work, url, first["run_id"])
                 replays.append(r)
-                print(f"{case} replay: {r['wall_s']:.1f} s, {r['calls']} calls ({r['calls_per_s']:.0f}/s), "
-                      f"{r['requests']} requests", file=sys.stderr, flush=True)
-            results[case] = {"first": first, "replays": replays,
-                             "same_scores": all(r["scores"] == first["scores"] for r in replays)}
+                print(
+                    f"{case} replay: {r['wall_s']:.1f} s, {r['calls']} calls ({r['calls_per_s']:.0f}/s), "
+                    f"{r['requests']} requests",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            results[case] = {
+                "first": first,
+                "replays": replays,
+                "same_scores": all(r["scores"] == first["scores"] for r in replays),
+            }
     finally:
         server.terminate()
         server.wait(10)
     info = {**header, "rows": args.rows, "cases": results}
-    lines = ["# Replaying a run from the call cache", "",
-             f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
-             f"- aip_assets {info['version']} at commit {info['commit']}; interpreter {info['interpreter']}",
-             "- SUT and judge: `serve-builtin` (demo profile, no added latency) in its own process", "",
-             "| case | run | wall s | server requests | calls in llm_calls | calls/s | Dagster runs | "
-             "s before the first Dagster run | mean s per Dagster run |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# Replaying a run from the call cache",
+        "",
+        f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
+        f"- aip_assets {info['version']} at commit {info['commit']}; interpreter {info['interpreter']}",
+        "- SUT and judge: `serve-builtin` (demo profile, no added latency) in its own process",
+        "",
+        "| case | run | wall s | server requests | calls in llm_calls | calls/s | Dagster runs | "
+        "s before the first Dagster run | mean s per Dagster run |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for case, res in results.items():
         for label, r in [("first", res["first"])] + [("replay", r) for r in res["replays"]]:
             b = r["before_first_dagster_run_s"]
             m = r["mean_dagster_run_s"]
-            lines.append(f"| {case} | {label} | {r['wall_s']:.1f} | {r['requests']:,} | {r['calls']:,} | "
-                         f"{r['calls_per_s']:.0f} | {r['dagster_runs']} | {'n/a' if b is None else f'{b:.1f}'} | "
-                         f"{'n/a' if m is None else f'{m:.2f}'} |")
+            lines.append(
+                f"| {case} | {label} | {r['wall_s']:.1f} | {r['requests']:,} | {r['calls']:,} | "
+                f"{r['calls_per_s']:.0f} | {r['dagster_runs']} | {'n/a' if b is None else f'{b:.1f}'} | "
+                f"{'n/a' if m is None else f'{m:.2f}'} |"
+            )
         lines.append(f"| {case} | same scores | {res['same_scores']} | | | | | | |")
     out = Path(args.out) if args.out else OUT_DIR / "replay.md"
     out.parent.mkdir(parents=True, exist_ok=True)

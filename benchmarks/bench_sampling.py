@@ -37,9 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's aip_assets, whatever is installed
-from _common import code_fingerprint, run_header
-
 import aiohttp
+from _common import code_fingerprint, run_header
 
 from aip_assets.models.client import ModelClient
 from aip_assets.models.journal import Journal
@@ -61,7 +60,16 @@ def free_port() -> int:
 
 def start_server(latency_ms: float, log_path: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "aip_assets.cli", "serve-builtin", "--port", str(port), "--latency-ms", str(latency_ms)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "aip_assets.cli",
+        "serve-builtin",
+        "--port",
+        str(port),
+        "--latency-ms",
+        str(latency_ms),
+    ]
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/v1"
@@ -111,10 +119,16 @@ def server_stats(base: str) -> dict:
 
 
 def messages_for(tag: str, i: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": (
-        f"Request {i} of {tag}: I earn $4,{i % 1000:03d} a month and ask for a $9,500 loan. Should it be approved?\n\n"
-        f"Based only on the information above, make the decision that is asked for.\n"
-        f'End your reply with one final line of the form "Decision: <label>", where <label> is exactly one of: {LABELS}.')}]
+    return [
+        {
+            "role": "user",
+            "content": (
+                f"Request {i} of {tag}: I earn $4,{i % 1000:03d} a month and ask for a $9,500 loan. Should it be approved?\n\n"
+                f"Based only on the information above, make the decision that is asked for.\n"
+                f'End your reply with one final line of the form "Decision: <label>", where <label> is exactly one of: {LABELS}.'
+            ),
+        }
+    ]
 
 
 async def drive(n: int, c: int, one, budget_s: float) -> tuple[int, int, float, float]:
@@ -142,10 +156,17 @@ async def measure_ours(base: str, c: int, n: int, journal: Journal, budget_s: fl
     conn = Connection(provider="openai", base_url=base, model="aip-builtin", max_connections=max(1, min(c, 1024)))
     tag = f"ours-c{c}-{uuid.uuid4().hex[:8]}"
     # a fresh run_id: the journal lookup runs (and misses) for every call, as in a new run
-    warm = ModelClient(conn, role="sut", run_id=tag + "-warm", metric="bench", stage="sampling", journal=journal,
-                       concurrency=c, share_connections=False)  # never entered: it must hold no slot
-    client = ModelClient(conn, role="sut", run_id=tag, metric="bench", stage="sampling", journal=journal,
-                         concurrency=c)
+    warm = ModelClient(
+        conn,
+        role="sut",
+        run_id=tag + "-warm",
+        metric="bench",
+        stage="sampling",
+        journal=journal,
+        concurrency=c,
+        share_connections=False,
+    )  # never entered: it must hold no slot
+    client = ModelClient(conn, role="sut", run_id=tag, metric="bench", stage="sampling", journal=journal, concurrency=c)
     async with client:
         warm.transport = client.transport  # warm the same connection pool, journaled under another run id
 
@@ -168,15 +189,20 @@ async def measure_bare(base: str, c: int, n: int, budget_s: float) -> dict:
     url = base.rstrip("/") + "/chat/completions"
     sem = asyncio.Semaphore(c)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c), trust_env=False) as session:
+
         def make(tag_):
             async def one(i):
                 body = {"model": "aip-builtin", "messages": messages_for(tag_, i), "temperature": 0.7}
                 async with sem:
-                    async with session.post(url, data=json.dumps(body),
-                                            headers={"Content-Type": "application/json"},
-                                            timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                    async with session.post(
+                        url,
+                        data=json.dumps(body),
+                        headers={"Content-Type": "application/json"},
+                        timeout=aiohttp.ClientTimeout(total=60),
+                    ) as resp:
                         data = await resp.json()
                         return resp.status == 200 and bool(data["choices"][0]["message"]["content"])
+
             return one
 
         await drive(c, c, make(tag + "-warm"), budget_s)
@@ -230,11 +256,14 @@ def main(argv: list[str] | None = None) -> int:
                         r["n"] = n
                         r["rate"] = r["done"] / r["wall"]
                         results[c][kind].append(r)
-                        print(f"c={c:<4} {kind:<5} rep {rep + 1}: {r['done']}/{n} calls ({r['failed']} failed) in "
-                              f"{r['wall']:.2f} s = {r['rate']:.1f}/s ({100 * r['rate'] / (c / lat_s):.1f}% of ideal), "
-                              f"client CPU {1000 * r['cpu'] / max(r['done'], 1):.2f} ms/call, server CPU "
-                              f"{'n/a' if r['server_cpu'] is None else format(1000 * r['server_cpu'], '.2f')} ms/call",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"c={c:<4} {kind:<5} rep {rep + 1}: {r['done']}/{n} calls ({r['failed']} failed) in "
+                            f"{r['wall']:.2f} s = {r['rate']:.1f}/s ({100 * r['rate'] / (c / lat_s):.1f}% of ideal), "
+                            f"client CPU {1000 * r['cpu'] / max(r['done'], 1):.2f} ms/call, server CPU "
+                            f"{'n/a' if r['server_cpu'] is None else format(1000 * r['server_cpu'], '.2f')} ms/call",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         finally:
             journal.close()
         stats = server_stats(base)
@@ -255,8 +284,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- date: {info['date']}",
         f"- code: {info['code']}"
-        + ("" if code_fingerprint() == info["code"] else
-           f" — WARNING: the sources changed during the run (now {code_fingerprint()})"),
+        + (
+            ""
+            if code_fingerprint() == info["code"]
+            else f" — WARNING: the sources changed during the run (now {code_fingerprint()})"
+        ),
         f"- aip_assets {info['version']} at commit {info['commit']}; interpreter {info['interpreter']}",
         f"- machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}, aiohttp {info['aiohttp']}",
         f"- server: `aip-eval serve-builtin --latency-ms {args.latency_ms:g}` in its own process (same machine)",
@@ -278,13 +310,18 @@ def main(argv: list[str] | None = None) -> int:
         n_done = f"{int(med(o, 'done'))}" if int(med(o, "done")) == o[0]["n"] else f"{int(med(o, 'done'))}/{o[0]['n']}"
         cpu_o = statistics.median(x["cpu"] / max(x["done"], 1) for x in o) * 1000
         cpu_b = statistics.median(x["cpu"] / max(x["done"], 1) for x in b) * 1000
-        sv = [statistics.median(x["server_cpu"] for x in rs_) * 1000 if all(x["server_cpu"] is not None for x in rs_)
-              else None for rs_ in (o, b)]
+        sv = [
+            statistics.median(x["server_cpu"] for x in rs_) * 1000
+            if all(x["server_cpu"] is not None for x in rs_)
+            else None
+            for rs_ in (o, b)
+        ]
         sv_txt = " / ".join("n/a" if v is None else f"{v:.2f}" for v in sv)
         lines.append(
             f"| {c} | {n_done} | {ideal:.0f} | {ro:.1f}{rng(o, 'rate', '{:.1f}')} | {100 * ro / ideal:.1f}% "
             f"| {rb:.1f}{rng(b, 'rate', '{:.1f}')} | {100 * rb / ideal:.1f}% | {ro / rb:.2f} "
-            f"| {cpu_o:.2f} / {cpu_b:.2f} | {sv_txt} | {sum(x['failed'] for x in o)}/{sum(x['failed'] for x in b)} |")
+            f"| {cpu_o:.2f} / {cpu_b:.2f} | {sv_txt} | {sum(x['failed'] for x in o)}/{sum(x['failed'] for x in b)} |"
+        )
     if stats:
         lines += ["", f"Server /stats at the end: {json.dumps(stats, sort_keys=True)}"]
     text = "\n".join(lines) + "\n"
@@ -292,12 +329,25 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
-    out.with_suffix(".json").write_text(json.dumps({
-        **info, "latency_ms": args.latency_ms, "repeat": args.repeat, "server_stats": stats,
-        "levels": {str(c): {"ideal_calls_per_s": c / lat_s,
-                            **{kind: [{k: v for k, v in r.items()} for r in rs[kind]] for kind in ("ours", "bare")},
-                            "ours_over_bare": med(rs["ours"], "rate") / med(rs["bare"], "rate")}
-                   for c, rs in results.items()}}, indent=2))
+    out.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                **info,
+                "latency_ms": args.latency_ms,
+                "repeat": args.repeat,
+                "server_stats": stats,
+                "levels": {
+                    str(c): {
+                        "ideal_calls_per_s": c / lat_s,
+                        **{kind: [{k: v for k, v in r.items()} for r in rs[kind]] for kind in ("ours", "bare")},
+                        "ours_over_bare": med(rs["ours"], "rate") / med(rs["bare"], "rate"),
+                    }
+                    for c, rs in results.items()
+                },
+            },
+            indent=2,
+        )
+    )
     print(f"written to {out} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0
 

@@ -50,7 +50,7 @@ CONFLICT_LINE = "another worker committed to the same table first"
 QUERIES = {
     "v_run_summary": "SELECT * FROM v_run_summary ORDER BY created_at DESC",
     "v_flipped_pairs": "SELECT run_id, axis, value_a, value_b, decision_a, decision_b, response_a, response_b, "
-                       "reasoning FROM v_flipped_pairs ORDER BY run_id DESC, axis",
+    "reasoning FROM v_flipped_pairs ORDER BY run_id DESC, axis",
     "v_call_stats": "SELECT * FROM v_call_stats",
     "v_pair_verdicts": "SELECT * FROM v_pair_verdicts WHERE label = 'incidental_difference'",
 }
@@ -93,10 +93,17 @@ def start_daemon(home: Path, runs: int, environ: dict, cwd: Path):
     (home / "dagster.yaml").write_text(instance_settings(home, shared=True, max_runs=runs))
     log = home / "daemon.log"
     environ = {**environ, "DAGSTER_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "aip_assets.cli", "daemon"], env=environ, cwd=cwd,
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-    probe = ("from aip_assets.dagster_home import get_instance; from aip_assets.run_queue import daemon_alive; "
-             "import sys; sys.exit(0 if daemon_alive(get_instance()) else 1)")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aip_assets.cli", "daemon"],
+        env=environ,
+        cwd=cwd,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+    )
+    probe = (
+        "from aip_assets.dagster_home import get_instance; from aip_assets.run_queue import daemon_alive; "
+        "import sys; sys.exit(0 if daemon_alive(get_instance()) else 1)"
+    )
     t0 = time.monotonic()
     while subprocess.run([sys.executable, "-c", probe], env=environ, cwd=cwd, capture_output=True).returncode != 0:
         if proc.poll() is not None or time.monotonic() - t0 > 300:
@@ -121,9 +128,23 @@ def main() -> int:
     levels = [int(x) for x in args.workers.split(",")]
     demo = yaml.safe_load((CHECKOUT / "data" / "runs" / "demo.yaml").read_text())
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "aip_assets.cli", "serve-builtin", "--port", str(port),
-                               "--latency-ms", str(args.latency_ms), "--profile", json.dumps(demo["sut"]["profile"])],
-                              env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aip_assets.cli",
+            "serve-builtin",
+            "--port",
+            str(port),
+            "--latency-ms",
+            str(args.latency_ms),
+            "--profile",
+            json.dumps(demo["sut"]["profile"]),
+        ],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     work = Path(tempfile.mkdtemp(prefix="aip-bench-shared-"))
     pg = Postgres().start()
@@ -149,8 +170,13 @@ def main() -> int:
                 how = ["--submit"] if mode == "queued" else ["--parallel", str(p)]
                 t0 = time.perf_counter()
                 try:
-                    out = subprocess.run([sys.executable, "-m", "aip_assets.cli", "run", str(spec_path), "--json", *how],
-                                         env={**env(), **extra}, cwd=work, capture_output=True, text=True)
+                    out = subprocess.run(
+                        [sys.executable, "-m", "aip_assets.cli", "run", str(spec_path), "--json", *how],
+                        env={**env(), **extra},
+                        cwd=work,
+                        capture_output=True,
+                        text=True,
+                    )
                 finally:
                     wall = time.perf_counter() - t0
                     if daemon is not None:
@@ -160,31 +186,49 @@ def main() -> int:
                     print(out.stderr[-3000:], file=sys.stderr)
                     raise SystemExit(f"{mode} {' '.join(how)}: exit {out.returncode}")
                 summary = json.loads(out.stdout)
-                row = {"mode": mode, "workers": p, "wall_s": wall, "requests": stats(url).get("requests", 0) - before,
-                       "scores": {m: (s.get("score"), s.get("ci95")) for m, s in summary["metrics"].items()}}
+                row = {
+                    "mode": mode,
+                    "workers": p,
+                    "wall_s": wall,
+                    "requests": stats(url).get("requests", 0) - before,
+                    "scores": {m: (s.get("score"), s.get("ci95")) for m, s in summary["metrics"].items()},
+                }
                 if mode != "local":
                     logs = out.stderr + (daemon_log.read_text(errors="replace") if mode == "queued" else "")
                     row["commits"] = snapshots(db)
                     row["conflicts"] = logs.count(CONFLICT_LINE)
                     row["retry_rate"] = row["conflicts"] / max(1, row["commits"] + row["conflicts"])
                 runs.append(row)
-                print(f"{mode} P={p}: {wall:.1f} s, {row['requests']} requests"
-                      + (f", {row['commits']} commits, {row['conflicts']} conflicts" if mode != "local" else ""),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{mode} P={p}: {wall:.1f} s, {row['requests']} requests"
+                    + (f", {row['commits']} commits, {row['conflicts']} conflicts" if mode != "local" else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if p == levels[0] and mode != "queued":  # README queries against this warehouse
                     q: dict[str, dict] = {}
                     for name, sql in QUERIES.items():
                         times = []
                         for _ in range(3):
                             t = time.perf_counter()
-                            r = subprocess.run([sys.executable, "-m", "aip_assets.cli", "sql", sql, "--format", "csv"],
-                                               env={**env(), **extra}, cwd=work, capture_output=True, text=True)
+                            r = subprocess.run(
+                                [sys.executable, "-m", "aip_assets.cli", "sql", sql, "--format", "csv"],
+                                env={**env(), **extra},
+                                cwd=work,
+                                capture_output=True,
+                                text=True,
+                            )
                             times.append(time.perf_counter() - t)
                             if r.returncode != 0:
                                 raise SystemExit(f"{mode}: aip-eval sql {name}: {r.stderr[-500:]}")
                         q[name] = {"cli_s": statistics.median(times)}
-                    inproc = subprocess.run([sys.executable, "-c", IN_PROCESS, json.dumps(QUERIES)],
-                                            env={**env(), **extra}, cwd=work, capture_output=True, text=True)
+                    inproc = subprocess.run(
+                        [sys.executable, "-c", IN_PROCESS, json.dumps(QUERIES)],
+                        env={**env(), **extra},
+                        cwd=work,
+                        capture_output=True,
+                        text=True,
+                    )
                     if inproc.returncode != 0:
                         raise SystemExit(f"{mode}: in-process queries: {inproc.stderr[-800:]}")
                     for name, ms in json.loads(inproc.stdout).items():
@@ -196,29 +240,46 @@ def main() -> int:
         pg.stop()
     base = next(r["scores"] for r in runs if r["mode"] == "local")
     same = all(r["scores"] == base for r in runs)
-    info = {**header, "latency_ms": args.latency_ms, "max_connections": args.max_connections, "runs": runs,
-            "queries": queries, "same_scores": same}
-    lines = [f"# Shared mode against local mode: the demo against a {args.latency_ms:g} ms endpoint", "",
-             f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
-             f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; "
-             f"interpreter {sys.executable}",
-             "- shared: Postgres 15 on loopback (shared state, the lake's catalog, Dagster's storage), lake files "
-             "on local disk; `--parallel P` workers",
-             "- queued: shared, through Dagster's queue: `run --submit` and `aip-eval daemon` with at most P runs "
-             "at once (each metric a Dagster run in a process of its own)",
-             "", "| mode | workers | wall s | server requests | lake commits | conflicts retried | retry rate |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    info = {
+        **header,
+        "latency_ms": args.latency_ms,
+        "max_connections": args.max_connections,
+        "runs": runs,
+        "queries": queries,
+        "same_scores": same,
+    }
+    lines = [
+        f"# Shared mode against local mode: the demo against a {args.latency_ms:g} ms endpoint",
+        "",
+        f"- date: {info['date']}; machine: nproc {info['nproc']}, CPU {info['cpu']}, Python {info['python']}",
+        f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}; "
+        f"interpreter {sys.executable}",
+        "- shared: Postgres 15 on loopback (shared state, the lake's catalog, Dagster's storage), lake files "
+        "on local disk; `--parallel P` workers",
+        "- queued: shared, through Dagster's queue: `run --submit` and `aip-eval daemon` with at most P runs "
+        "at once (each metric a Dagster run in a process of its own)",
+        "",
+        "| mode | workers | wall s | server requests | lake commits | conflicts retried | retry rate |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in runs:
-        lines.append(f"| {r['mode']} | {r['workers']} | {r['wall_s']:.1f} | {r['requests']} | "
-                     + (f"{r['commits']} | {r['conflicts']} | {r['retry_rate']:.1%} |" if r["mode"] != "local"
-                        else "| | |"))
-    lines += ["", f"Every metric's score and interval identical in every run: {same}.", "",
-              "| query | local: aip-eval sql s | local: in process ms | shared: aip-eval sql s | shared: in process ms |",
-              "|---|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {r['mode']} | {r['workers']} | {r['wall_s']:.1f} | {r['requests']} | "
+            + (f"{r['commits']} | {r['conflicts']} | {r['retry_rate']:.1%} |" if r["mode"] != "local" else "| | |")
+        )
+    lines += [
+        "",
+        f"Every metric's score and interval identical in every run: {same}.",
+        "",
+        "| query | local: aip-eval sql s | local: in process ms | shared: aip-eval sql s | shared: in process ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name in QUERIES:
         lo, sh = queries.get("local", {}).get(name, {}), queries.get("shared", {}).get(name, {})
-        lines.append(f"| {name} | {lo.get('cli_s', float('nan')):.2f} | {lo.get('in_process_ms', float('nan')):.1f} | "
-                     f"{sh.get('cli_s', float('nan')):.2f} | {sh.get('in_process_ms', float('nan')):.1f} |")
+        lines.append(
+            f"| {name} | {lo.get('cli_s', float('nan')):.2f} | {lo.get('in_process_ms', float('nan')):.1f} | "
+            f"{sh.get('cli_s', float('nan')):.2f} | {sh.get('in_process_ms', float('nan')):.1f} |"
+        )
     write_results(Path(args.out) if args.out else OUT_DIR / "shared.md", lines, info)
     return 0 if same else 1
 

@@ -67,6 +67,7 @@ def plain_df(sql: str, timeout: float) -> dict:
     def stop() -> None:
         fired["t"] = time.monotonic()
         con.interrupt()
+
     t0 = time.monotonic()
     timer = threading.Timer(timeout, stop)
     timer.start()
@@ -78,8 +79,11 @@ def plain_df(sql: str, timeout: float) -> dict:
     end = time.monotonic()
     timer.cancel()
     con.close()
-    return {"timer_late_s": fired.get("t", float("nan")) - t0 - timeout, "overshoot_s": end - t0 - timeout,
-            "outcome": outcome}
+    return {
+        "timer_late_s": fired.get("t", float("nan")) - t0 - timeout,
+        "overshoot_s": end - t0 - timeout,
+        "outcome": outcome,
+    }
 
 
 def main() -> None:
@@ -95,8 +99,10 @@ def main() -> None:
     os.environ["AIP_WAREHOUSE"] = str(db)
     run_header()
     print(f"`aip-eval sql --timeout {args.timeout:g}`, duckdb {duckdb.__version__}, {args.repeat} tries each\n")
-    print("| query | bounded: overshoot (s) | bounded: close + unlock (s) | .df(): timer late (s) | "
-          ".df(): overshoot (s) | .df(): outcome |")
+    print(
+        "| query | bounded: overshoot (s) | bounded: close + unlock (s) | .df(): timer late (s) | "
+        ".df(): overshoot (s) | .df(): outcome |"
+    )
     print("|---|---|---|---|---|---|")
     for name, sql in QUERIES.items():
         b = [bounded(sql, args.timeout, db) for _ in range(args.repeat)]
@@ -105,8 +111,12 @@ def main() -> None:
         def span(rows, key):
             vals = [r[key] for r in rows]
             return f"{min(vals):.3f}-{max(vals):.3f} (median {statistics.median(vals):.3f})"
-        print(f"| {name} | {span(b, 'overshoot_s')} | {span(b, 'release_s')} | {span(d, 'timer_late_s')} | "
-              f"{span(d, 'overshoot_s')} | {', '.join(sorted({r['outcome'] for r in d}))} |", flush=True)
+
+        print(
+            f"| {name} | {span(b, 'overshoot_s')} | {span(b, 'release_s')} | {span(d, 'timer_late_s')} | "
+            f"{span(d, 'overshoot_s')} | {', '.join(sorted({r['outcome'] for r in d}))} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

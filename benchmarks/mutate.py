@@ -54,16 +54,16 @@ import ast
 import io
 import json
 import os
+import queue
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tokenize
-import queue
-import shutil
-import threading
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -76,7 +76,7 @@ from pathlib import Path
 @dataclass
 class Edit:
     start: tuple[int, int]  # (line 1-based, col 0-based, in characters) inclusive
-    end: tuple[int, int]    # exclusive
+    end: tuple[int, int]  # exclusive
     text: str
 
 
@@ -93,8 +93,14 @@ class Mutant:
     mutated_line: str = ""
 
 
-CMP_SWAP = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
-            ast.Eq: ("==", "!="), ast.NotEq: ("!=", "==")}
+CMP_SWAP = {
+    ast.Lt: ("<", "<="),
+    ast.LtE: ("<=", "<"),
+    ast.Gt: (">", ">="),
+    ast.GtE: (">=", ">"),
+    ast.Eq: ("==", "!="),
+    ast.NotEq: ("!=", "=="),
+}
 ARITH_SWAP = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "/"), ast.Div: ("/", "*")}
 
 
@@ -125,9 +131,20 @@ class _Tokens:
     """The file's tokens with (line, col) positions, for locating operators exactly."""
 
     def __init__(self, source: str):
-        self.toks = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
-                     if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT,
-                                       tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER)]
+        self.toks = [
+            t
+            for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type
+            not in (
+                tokenize.NL,
+                tokenize.NEWLINE,
+                tokenize.COMMENT,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENCODING,
+                tokenize.ENDMARKER,
+            )
+        ]
 
     def between(self, start: tuple[int, int], end: tuple[int, int]):
         return [t for t in self.toks if t.start >= start and t.end <= end]
@@ -201,8 +218,11 @@ def _excluded_nodes(tree: ast.Module) -> set[int]:
             mark(n.annotation)
         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body:
             first = n.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 mark(first)
     return skip
 
@@ -328,14 +348,19 @@ def generate_mutants(root: Path, target: str) -> list[Mutant]:
         elif isinstance(node, ast.Return) and node.value is not None:
             if isinstance(node.value, ast.Constant) and node.value.value is None:
                 continue
-            add(node, "return", "return ... -> return None",
-                [Edit(conv(_start(node.value)), conv(_end(node.value)), "None")])
+            add(
+                node,
+                "return",
+                "return ... -> return None",
+                [Edit(conv(_start(node.value)), conv(_end(node.value)), "None")],
+            )
 
     raw.sort(key=lambda r: (r[0], r[3][0].start[1], r[1], r[2]))
     mutants = []
     for i, (line, op, desc, edits) in enumerate(raw):
-        m = Mutant(id=f"{rel}#{i + 1}", file=rel, line=line, op=op, description=desc,
-                   scope=scope_of(line) or "", edits=edits)
+        m = Mutant(
+            id=f"{rel}#{i + 1}", file=rel, line=line, op=op, description=desc, scope=scope_of(line) or "", edits=edits
+        )
         new_source = apply_edits(source, edits)
         m.original_line = _span_text(source, edits)
         m.mutated_line = _span_text(new_source, edits, shifted=True, old_source=source)
@@ -350,7 +375,7 @@ def apply_edits(source: str, edits: list[Edit]) -> str:
         (l1, c1), (l2, c2) = e.start, e.end
         before = lines[l1 - 1][:c1]
         after = lines[l2 - 1][c2:]
-        lines[l1 - 1:l2] = [before + e.text + after]
+        lines[l1 - 1 : l2] = [before + e.text + after]
     return "".join(lines)
 
 
@@ -363,7 +388,7 @@ def _span_text(source: str, edits: list[Edit], shifted: bool = False, old_source
         # multi-line spans collapse into one line when an edit spans lines
         removed = sum(e.end[0] - e.start[0] for e in edits)
         last -= removed
-    return " / ".join(ln.strip() for ln in lines[first - 1:last])
+    return " / ".join(ln.strip() for ln in lines[first - 1 : last])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,8 +442,14 @@ class Stopped(Exception):
     pass
 
 
-def run_pytest(root: Path, args: list[str], timeout: float, extra_env: dict[str, str] | None = None,
-               junit: Path | None = None, basetemp: Path | None = None) -> tuple[str, int | None, float, str]:
+def run_pytest(
+    root: Path,
+    args: list[str],
+    timeout: float,
+    extra_env: dict[str, str] | None = None,
+    junit: Path | None = None,
+    basetemp: Path | None = None,
+) -> tuple[str, int | None, float, str]:
     """-> (outcome, returncode, seconds, output tail). outcome: passed | failed | timeout."""
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
     if basetemp is not None:
@@ -433,8 +464,15 @@ def run_pytest(root: Path, args: list[str], timeout: float, extra_env: dict[str,
     with tempfile.TemporaryFile() as out:
         if _STOP.is_set():
             raise Stopped
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=root,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         _RUNNING.add(proc)
         try:
             rc = proc.wait(timeout=timeout)
@@ -503,12 +541,19 @@ def junit_nodeids(junit: Path, root: Path) -> list[tuple[str, float]]:
 def verify_import(root: Path, module: str) -> str:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    r = subprocess.run([sys.executable, "-c", f"import {module}; print({module}.__file__)"], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", f"import {module}; print({module}.__file__)"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     where = r.stdout.strip()
     if r.returncode != 0 or not Path(where).resolve().is_relative_to(root.resolve()):
-        raise SystemExit(f"importing {module} with PYTHONPATH={root} gives {where or r.stderr.strip()!r}, "
-                         f"not a file under {root}")
+        raise SystemExit(
+            f"importing {module} with PYTHONPATH={root} gives {where or r.stderr.strip()!r}, not a file under {root}"
+        )
     return where
 
 
@@ -524,24 +569,50 @@ def main(argv=None) -> int:
     ap.add_argument("--target", action="append", default=[], help="path.py[:name,Class.method]; pair with --tests")
     ap.add_argument("--tests", action="append", default=[], help="pytest selection for the preceding --target")
     ap.add_argument("--config", type=Path, help='JSON list of {"target": ..., "tests": "..." or [...]}')
-    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "aip_mutation" / "report",
-                    help="report prefix (.json, .md)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "aip_mutation" / "report",
+        help="report prefix (.json, .md)",
+    )
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--max-per-target", type=int, default=0, help="evenly spaced sample of at most N per target")
     ap.add_argument("--timeout-factor", type=float, default=3.0)
     ap.add_argument("--min-timeout", type=float, default=60.0)
     ap.add_argument("--order", choices=("fast-first", "file"), default="fast-first")
-    ap.add_argument("--no-confirm-timeouts", dest="confirm_timeouts", action="store_false",
-                    help="count a first timeout as a kill (default: re-run it once with twice the timeout)")
-    ap.add_argument("--import-check", default=None, help="module that must import from --root (default: the "
-                                                         "first target's top-level package)")
+    ap.add_argument(
+        "--no-confirm-timeouts",
+        dest="confirm_timeouts",
+        action="store_false",
+        help="count a first timeout as a kill (default: re-run it once with twice the timeout)",
+    )
+    ap.add_argument(
+        "--import-check",
+        default=None,
+        help="module that must import from --root (default: the first target's top-level package)",
+    )
     ap.add_argument("--only", action="append", default=[], help="run only mutants with these ids")
-    ap.add_argument("--skip-done", type=Path, action="append", default=[],
-                    help="skip mutants already run in this report (resume, or complete a sampled run)")
-    ap.add_argument("--survivors-of", type=Path, action="append", default=[],
-                    help="run only the survivors recorded in this report (re-check them with another selection)")
-    ap.add_argument("--jobs", type=int, default=1, help="parallel mutants; workers > 1 run in copies of --root "
-                                                        "under --workdir (default 1: only --root is touched)")
+    ap.add_argument(
+        "--skip-done",
+        type=Path,
+        action="append",
+        default=[],
+        help="skip mutants already run in this report (resume, or complete a sampled run)",
+    )
+    ap.add_argument(
+        "--survivors-of",
+        type=Path,
+        action="append",
+        default=[],
+        help="run only the survivors recorded in this report (re-check them with another selection)",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="parallel mutants; workers > 1 run in copies of --root "
+        "under --workdir (default 1: only --root is touched)",
+    )
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "aip_mutation" / "work")
     a = ap.parse_args(argv)
     root = a.root.resolve()
@@ -565,8 +636,11 @@ def main(argv=None) -> int:
             keep = set(a.only)
             for rp in a.survivors_of:
                 for rt in json.loads(rp.read_text())["targets"]:
-                    keep |= {m["id"] for m in rt.get("mutants", []) if m["status"] == "survived"
-                             and rt["target"].split(":")[0] == t.spec.split(":")[0]}
+                    keep |= {
+                        m["id"]
+                        for m in rt.get("mutants", [])
+                        if m["status"] == "survived" and rt["target"].split(":")[0] == t.spec.split(":")[0]
+                    }
             ms = [m for m in ms if m.id in keep]
         done_ids = set()
         for rp in a.skip_done:
@@ -579,8 +653,10 @@ def main(argv=None) -> int:
         for t, ms, total in plan:
             print(f"## {t.spec}  ({len(ms)} of {total} mutants)  tests: {shlex.join(t.tests)}")
             for m in ms:
-                print(f"  {m.id:40s} {m.file}:{m.line:<4d} {m.op:7s} {m.description:28s} | {m.original_line}"
-                      f"  ==>  {m.mutated_line}")
+                print(
+                    f"  {m.id:40s} {m.file}:{m.line:<4d} {m.op:7s} {m.description:28s} | {m.original_line}"
+                    f"  ==>  {m.mutated_line}"
+                )
         return 0
 
     module = a.import_check or targets[0].spec.split(":")[0].split("/")[0]
@@ -592,8 +668,12 @@ def main(argv=None) -> int:
         if w.exists():
             shutil.rmtree(w)
         shutil.copytree(root, w, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(w)], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(w)],
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         workers.append(w)
     a.workdir.mkdir(parents=True, exist_ok=True)  # pytest's --basetemp needs its parent (also with --jobs 1)
     basetemps = {w: (a.workdir / f"basetemp{k}").resolve() for k, w in enumerate(workers)}
@@ -601,10 +681,18 @@ def main(argv=None) -> int:
         print(f"import check: {module} -> {verify_import(w, module)}", flush=True)
 
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"root": str(root), "python": sys.executable, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "settings": {"timeout_factor": a.timeout_factor, "min_timeout": a.min_timeout,
-                           "max_per_target": a.max_per_target, "order": a.order},
-              "targets": []}
+    report = {
+        "root": str(root),
+        "python": sys.executable,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "settings": {
+            "timeout_factor": a.timeout_factor,
+            "min_timeout": a.min_timeout,
+            "max_per_target": a.max_per_target,
+            "order": a.order,
+        },
+        "targets": [],
+    }
     guards: dict[Path, FileGuard] = {}
 
     def restore_all(*_):
@@ -624,13 +712,15 @@ def main(argv=None) -> int:
             guard.restore()
             with tempfile.TemporaryDirectory() as td:
                 junit = Path(td) / "clean.xml"
-                outcome, rc, secs, text = run_pytest(root, t.tests, timeout=3600, junit=junit,
-                                                     basetemp=basetemps[root])
+                outcome, rc, secs, text = run_pytest(root, t.tests, timeout=3600, junit=junit, basetemp=basetemps[root])
                 if outcome != "passed":
-                    print(f"!! clean run of {t.spec} did not pass ({outcome}, rc={rc}); skipping target\n"
-                          + text[-3000:], flush=True)
-                    report["targets"].append({"target": t.spec, "tests": t.tests, "error": "clean run failed",
-                                              "output_tail": text[-3000:]})
+                    print(
+                        f"!! clean run of {t.spec} did not pass ({outcome}, rc={rc}); skipping target\n" + text[-3000:],
+                        flush=True,
+                    )
+                    report["targets"].append(
+                        {"target": t.spec, "tests": t.tests, "error": "clean run failed", "output_tail": text[-3000:]}
+                    )
                     continue
                 timings = junit_nodeids(junit, root) if junit.exists() else []
             t.clean_seconds = secs
@@ -638,11 +728,14 @@ def main(argv=None) -> int:
             if a.order == "fast-first" and timings:
                 t.ordered = [n for n, _ in sorted(timings, key=lambda x: x[1])]
             args = t.ordered or t.tests
-            print(f"== {t.spec}: {len(ms)} of {total} mutants; clean run {secs:.1f}s "
-                  f"({len(timings)} tests); timeout {t.timeout:.0f}s", flush=True)
+            print(
+                f"== {t.spec}: {len(ms)} of {total} mutants; clean run {secs:.1f}s "
+                f"({len(timings)} tests); timeout {t.timeout:.0f}s",
+                flush=True,
+            )
             source = guard.original.decode("utf-8")
             t_start = time.monotonic()
-            free: "queue.Queue[Path]" = queue.Queue()
+            free: queue.Queue[Path] = queue.Queue()
             for w in workers:
                 free.put(w)
             done = [0]
@@ -664,12 +757,14 @@ def main(argv=None) -> int:
                     g.write(new)
                     try:
                         wargs = args if w == root else [x.replace(str(root), str(w)) for x in args]
-                        outcome, rc, s, text = run_pytest(w, wargs, timeout=t.timeout, extra_env=no_bytecode,
-                                                          basetemp=basetemps[w])
+                        outcome, rc, s, text = run_pytest(
+                            w, wargs, timeout=t.timeout, extra_env=no_bytecode, basetemp=basetemps[w]
+                        )
                         if outcome == "timeout" and a.confirm_timeouts:
                             # a loaded machine can make a surviving mutant look hung: retry once, longer
-                            outcome, rc, s2, text = run_pytest(w, wargs, timeout=2 * t.timeout,
-                                                               extra_env=no_bytecode, basetemp=basetemps[w])
+                            outcome, rc, s2, text = run_pytest(
+                                w, wargs, timeout=2 * t.timeout, extra_env=no_bytecode, basetemp=basetemps[w]
+                            )
                             s += s2
                     finally:
                         g.restore()
@@ -682,8 +777,11 @@ def main(argv=None) -> int:
                 mark = {"survived": "SURVIVED", "killed": "killed", "timeout": "TIMEOUT"}[status]
                 with lock:
                     done[0] += 1
-                    print(f"  [{done[0]}/{len(ms)}] {m.file}:{m.line} {m.description:26s} {mark:8s} {s:6.1f}s  "
-                          f"{m.mutated_line[:90]}", flush=True)
+                    print(
+                        f"  [{done[0]}/{len(ms)}] {m.file}:{m.line} {m.description:26s} {mark:8s} {s:6.1f}s  "
+                        f"{m.mutated_line[:90]}",
+                        flush=True,
+                    )
                 return {**_mdict(m), "status": status, "returncode": rc, "seconds": round(s, 2), "detail": detail}
 
             results = []
@@ -703,17 +801,35 @@ def main(argv=None) -> int:
                         f.cancel()
                     for p in list(_RUNNING):
                         _kill_group(p)
-                    results += [f.result() for f in futs if f.done() and not f.cancelled()
-                                and f.exception() is None and f.result() is not None and f.result() not in results]
-                    report["targets"].append({"target": t.spec, "tests": t.tests, "partial": True,
-                                              **_summary(results), "mutants": results})
+                    results += [
+                        f.result()
+                        for f in futs
+                        if f.done()
+                        and not f.cancelled()
+                        and f.exception() is None
+                        and f.result() is not None
+                        and f.result() not in results
+                    ]
+                    report["targets"].append(
+                        {"target": t.spec, "tests": t.tests, "partial": True, **_summary(results), "mutants": results}
+                    )
                     raise
             wall = time.monotonic() - t_start
             summ = _summary(results)
-            report["targets"].append({"target": t.spec, "tests": t.tests, "mutants_generated": total,
-                                      "mutants_run": len(ms), "sampled": len(ms) < total,
-                                      "clean_seconds": round(t.clean_seconds, 2), "timeout": round(t.timeout, 1),
-                                      "wall_seconds": round(wall, 1), **summ, "mutants": results})
+            report["targets"].append(
+                {
+                    "target": t.spec,
+                    "tests": t.tests,
+                    "mutants_generated": total,
+                    "mutants_run": len(ms),
+                    "sampled": len(ms) < total,
+                    "clean_seconds": round(t.clean_seconds, 2),
+                    "timeout": round(t.timeout, 1),
+                    "wall_seconds": round(wall, 1),
+                    **summ,
+                    "mutants": results,
+                }
+            )
             _write_reports(a.out, report)
             print(f"   -> {summ}  wall {wall:.0f}s", flush=True)
     except KeyboardInterrupt:
@@ -746,24 +862,33 @@ def _summary(results: list[dict]) -> dict:
 
 def _write_reports(out: Path, report: dict) -> None:
     Path(str(out) + ".json").write_text(json.dumps(report, indent=1))
-    rows = ["# Mutation report", "", f"root `{report['root']}`, started {report['started']}", "",
-            "| target | generated | tried | killed | timeout | survived | invalid | score | clean s | wall s |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "# Mutation report",
+        "",
+        f"root `{report['root']}`, started {report['started']}",
+        "",
+        "| target | generated | tried | killed | timeout | survived | invalid | score | clean s | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for t in report["targets"]:
         if "error" in t:
             rows.append(f"| `{t['target']}` | error: {t['error']} |||||||||")
             continue
         g = lambda k: t.get(k, "")  # noqa: E731
-        rows.append(f"| `{t['target']}`{' (partial)' if t.get('partial') else ''} | {g('mutants_generated')} | "
-                    f"{g('tried')} | {g('killed')} | {g('timeout')} | {g('survived')} | {g('invalid')} | {g('score')} | "
-                    f"{g('clean_seconds')} | {g('wall_seconds')} |")
+        rows.append(
+            f"| `{t['target']}`{' (partial)' if t.get('partial') else ''} | {g('mutants_generated')} | "
+            f"{g('tried')} | {g('killed')} | {g('timeout')} | {g('survived')} | {g('invalid')} | {g('score')} | "
+            f"{g('clean_seconds')} | {g('wall_seconds')} |"
+        )
     rows += ["", "## Survivors", "", "| id | file:line | scope | op | original | mutant |", "|---|---|---|---|---|---|"]
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
     for t in report["targets"]:
         for m in t.get("mutants", []):
             if m["status"] == "survived":
-                rows.append(f"| {m['id']} | {m['file']}:{m['line']} | {m['scope']} | {m['description']} | "
-                            f"`{esc(m['original_line'])}` | `{esc(m['mutated_line'])}` |")
+                rows.append(
+                    f"| {m['id']} | {m['file']}:{m['line']} | {m['scope']} | {m['description']} | "
+                    f"`{esc(m['original_line'])}` | `{esc(m['mutated_line'])}` |"
+                )
     Path(str(out) + ".md").write_text("\n".join(rows) + "\n")
 
 

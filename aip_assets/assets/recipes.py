@@ -14,10 +14,19 @@ class PerturbationRecipeConfig(Config):
     variants_per_type: int = Field(1, ge=1, le=5)
 
 
-@asset(group_name="recipes", description="perturbed variants of a seed dataset, each row with metadata.original_query, "
-                                         "ready to be answered off-platform and scored by llm.perturbation_robustness_external")
+@asset(
+    group_name="recipes",
+    description="perturbed variants of a seed dataset, each row with metadata.original_query, "
+    "ready to be answered off-platform and scored by llm.perturbation_robustness_external",
+)
 def perturbation_dataset(context: AssetExecutionContext, config: PerturbationRecipeConfig) -> MaterializeResult:
     out = perturb_file(config.seed_dataset, config.out, config.types or None, config.seed, config.variants_per_type)
     context.log.info(f"wrote {out['rows']} rows ({out['seed_rows']} seed rows) to {out['path']}")
-    return MaterializeResult(metadata={"rows": out["rows"], "seed_rows": out["seed_rows"],
-                                       "by_type": MetadataValue.json(out["by_type"]), "path": MetadataValue.path(out["path"])})
+    return MaterializeResult(
+        metadata={
+            "rows": out["rows"],
+            "seed_rows": out["seed_rows"],
+            "by_type": MetadataValue.json(out["by_type"]),
+            "path": MetadataValue.path(out["path"]),
+        }
+    )

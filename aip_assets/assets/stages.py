@@ -1,20 +1,27 @@
 """The five stage assets, each partitioned by (run, metric) (partitions.py), with the warehouse tables each writes
 as table assets (assets/tables.py). Thin: the pipeline does the work."""
 
-
 from typing import Any
 
-from dagster import (AssetExecutionContext, AssetKey, AssetObservation, AssetSpec, Failure, MaterializeResult,
-                     MetadataValue, multi_asset)
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetObservation,
+    AssetSpec,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    multi_asset,
+)
 
 from .. import checks
 from .. import warehouse as wh
-from ..resources import Warehouse
-from .tables import STAGE_TABLES, table_key, table_materialization_metadata
 from ..errors import AipError
 from ..metrics import get_metric
 from ..partitions import evaluations, split_key
 from ..pipeline import load_run, logger, run_stage
+from ..resources import Warehouse
+from .tables import STAGE_TABLES, table_key, table_materialization_metadata
 
 GROUP = "evaluation"
 # A run of several metrics (jobs.evaluate_run) writes its report once, after the last one: it
@@ -38,8 +45,13 @@ def stage_failure(e: AipError) -> Failure:
     (Dagster keeps the class name with the failure, where ``jobs.Outcome`` reads it)."""
     from ..errors import LimitReached, OperationalError
 
-    cls = OperationalFailure if isinstance(e, OperationalError) else LimitFailure if isinstance(e, LimitReached) \
+    cls = (
+        OperationalFailure
+        if isinstance(e, OperationalError)
+        else LimitFailure
+        if isinstance(e, LimitReached)
         else Failure
+    )
     return cls(description=str(e), allow_retries=False)
 
 
@@ -52,8 +64,11 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
             logger.info(message)
 
         def observe(progress: dict[str, Any]) -> None:  # a provider batch's status, as it changes
-            context.log_event(AssetObservation(asset_key=asset_key or AssetKey(stage), partition=context.partition_key,
-                                               metadata=progress))
+            context.log_event(
+                AssetObservation(
+                    asset_key=asset_key or AssetKey(stage), partition=context.partition_key, metadata=progress
+                )
+            )
 
         record = context.instance.get_run_record_by_id(context.run_id)  # when this run of the partition began
         since = record.start_time if record is not None and record.start_time else None
@@ -78,7 +93,9 @@ def _num(x: float | None) -> MetadataValue:
     return MetadataValue.float(round(float(x), 4)) if x is not None else MetadataValue.text("n/a")
 
 
-def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any], write: bool = True) -> dict[str, Any]:
+def score_metadata(
+    run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any], write: bool = True
+) -> dict[str, Any]:
     """An aggregation's metadata as people read it: a markdown headline (score, interval,
     threshold, verdict and why), then the score, its interval and threshold as separate floats
     named by the metric (so the asset's plot of each is that metric's history, not seven metrics
@@ -87,16 +104,25 @@ def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any
     short = metric.split(".", 1)[-1]
     score, lo, hi, thr = g.get("score"), g.get("ci_low"), g.get("ci_high"), g.get("threshold")
     verdict = "PASS" if g.get("passed") else "FAIL"
-    head = (f"**{metric}** score **{score:.3f}**" if score is not None else f"**{metric}** no score")
+    head = f"**{metric}** score **{score:.3f}**" if score is not None else f"**{metric}** no score"
     if lo is not None and hi is not None:
         head += f", 95% CI [{lo:.3f}, {hi:.3f}]"
     head += f", threshold {thr:.3f}" if thr is not None else ", no threshold"
-    lines = [f"{head}: **{verdict}**", "", f"{g.get('gate_reason') or ''}", "", "```",
-             *get_metric(metric).format_summary(s), "```"]
+    lines = [
+        f"{head}: **{verdict}**",
+        "",
+        f"{g.get('gate_reason') or ''}",
+        "",
+        "```",
+        *get_metric(metric).format_summary(s),
+        "```",
+    ]
     out: dict[str, Any] = {
         "headline": MetadataValue.md("\n".join(lines)),
         "metric": MetadataValue.text(metric),
-        f"{short} score": _num(score), f"{short} ci_low": _num(lo), f"{short} ci_high": _num(hi),
+        f"{short} score": _num(score),
+        f"{short} ci_low": _num(lo),
+        f"{short} ci_high": _num(hi),
         f"{short} threshold": _num(thr),
         "passed": MetadataValue.bool(bool(g.get("passed"))),
         "coverage": _num(g.get("coverage")),
@@ -108,15 +134,21 @@ def score_metadata(run_id: str, metric: str, s: dict[str, Any], g: dict[str, Any
     report = write_report(run_id) if write else default_out(run_id).resolve()
     out["report"] = MetadataValue.path(str(report))
     out["report_url"] = MetadataValue.url(report_url(report))  # opens while `aip-eval report --serve` runs
-    out["report_how"] = MetadataValue.text("run `aip-eval report --serve` in the project, then open report_url"
-                                           + ("" if write else " (written when the run's last metric ends)"))
+    out["report_how"] = MetadataValue.text(
+        "run `aip-eval report --serve` in the project, then open report_url"
+        + ("" if write else " (written when the run's last metric ends)")
+    )
     return out
 
 
 STAGES = [  # (asset name, pipeline stage, the stage before, description)
     ("ingest", "ingest", None, "dataset rows (gdi_text_v1) → dataset_rows"),
-    ("synthesis", "synthesis", "ingest", "probes: persona pool, persona variants and pairs → persona_pool, probes, "
-                                         "probe_pairs"),
+    (
+        "synthesis",
+        "synthesis",
+        "ingest",
+        "probes: persona pool, persona variants and pairs → persona_pool, probes, probe_pairs",
+    ),
     ("sut_sampling", "sampling", "synthesis", "every SUT answer → sut_responses, llm_calls"),
     ("judging", "judging", "sut_sampling", "judge verdicts → judgements, llm_calls"),
     ("aggregation", "aggregation", "judging", "row and run scores with 95% intervals → row_scores, metric_scores"),
@@ -127,11 +159,27 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
     """One stage as a multi_asset: the stage itself (its checks, its summary) and the warehouse
     tables it writes, each a table asset downstream of it (assets/tables.py). A failed gate (the
     aggregation's blocking ``gate`` check) fails the step last, once all of it is materialised."""
-    specs = [AssetSpec(name, deps=[before] if before else [], description=description, group_name=GROUP,
-                       partitions_def=evaluations, kinds={"python"}),
-             *[AssetSpec(table_key(t), deps=[name], group_name=GROUP, partitions_def=evaluations,
-                         kinds={"duckdb", "table"}, description=f"warehouse table {t}, written by {name}")
-               for t in STAGE_TABLES[stage]]]
+    specs = [
+        AssetSpec(
+            name,
+            deps=[before] if before else [],
+            description=description,
+            group_name=GROUP,
+            partitions_def=evaluations,
+            kinds={"python"},
+        ),
+        *[
+            AssetSpec(
+                table_key(t),
+                deps=[name],
+                group_name=GROUP,
+                partitions_def=evaluations,
+                kinds={"duckdb", "table"},
+                description=f"warehouse table {t}, written by {name}",
+            )
+            for t in STAGE_TABLES[stage]
+        ],
+    ]
     check_specs = checks.spec_for(stage, AssetKey(name), evaluations) if stage in checks.CHECKS else None
 
     @multi_asset(name=name, specs=specs, partitions_def=evaluations, check_specs=check_specs)
@@ -142,6 +190,7 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
         result = _materialise(stage, context, asset_key=AssetKey(name))
         yield result
         run_id, metric = split_key(context.partition_key)
+
         def read(config):  # read all, then let go of the warehouse before yielding
             with wh.connect(read_only=True, config=config) as con:
                 return {t: table_materialization_metadata(con, t, run_id, metric) for t in STAGE_TABLES[stage]}

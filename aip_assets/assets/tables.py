@@ -19,8 +19,8 @@ from typing import Any
 
 from dagster import AssetKey, MetadataValue, TableColumn, TableSchema
 
-from ..warehouse import lake
 from .. import warehouse as wh
+from ..warehouse import lake
 
 STAGE_TABLES: dict[str, list[str]] = {
     "ingest": ["dataset_rows"],
@@ -45,7 +45,7 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
     text = " ".join(str(v).split())
-    text = text if len(text) <= CELL else text[:CELL - 1] + "…"
+    text = text if len(text) <= CELL else text[: CELL - 1] + "…"
     # model output is text here, never markup: no link, image, emphasis or HTML renders from it
     return "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in text)
 
@@ -58,8 +58,12 @@ def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(out)
 
 
-_GENERIC = ("judgements", ["judgement_id", "judge_kind", "status", "label", "score", "reasoning", "error"],
-            "score ASC NULLS LAST, judgement_id", "TRUE")
+_GENERIC = (
+    "judgements",
+    ["judgement_id", "judge_kind", "status", "label", "score", "reasoning", "error"],
+    "score ASC NULLS LAST, judgement_id",
+    "TRUE",
+)
 
 
 def _preview_query(table: str, metric: str) -> list[tuple[str, list[str], str, str]]:
@@ -80,8 +84,11 @@ def table_materialization_metadata(con, table: str, run_id: str, metric: str) ->
     schema = TableSchema(columns=[TableColumn(name=c, type=t) for c, t in wh.TABLES[table]])
     preview, source = "(no rows)", table
     for view, cols, order, where in _preview_query(table, metric):
-        rows = con.execute(f"SELECT {', '.join(cols)} FROM {view} WHERE run_id = ? AND metric = ? AND {where} "
-                           f"ORDER BY {order} LIMIT {PREVIEW_ROWS}", [run_id, metric]).df()
+        rows = con.execute(
+            f"SELECT {', '.join(cols)} FROM {view} WHERE run_id = ? AND metric = ? AND {where} "
+            f"ORDER BY {order} LIMIT {PREVIEW_ROWS}",
+            [run_id, metric],
+        ).df()
         if len(rows):
             preview, source = markdown_table(rows.to_dict("records"), cols), view
             break

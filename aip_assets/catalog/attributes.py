@@ -20,31 +20,87 @@ LANGUAGES = ("en", "de", "fr")
 _CATALOG: dict[str, dict[str, dict[str, str]]] = {
     "role": {
         "nurse": {"en": "I work as a nurse.", "de": "Ich arbeite als Krankenpfleger.", "fr": "Je suis infirmier."},
-        "software engineer": {"en": "I work as a software engineer.", "de": "Ich arbeite als Softwareentwickler.", "fr": "Je suis ingénieur logiciel."},
-        "cleaner": {"en": "I work as a cleaner.", "de": "Ich arbeite als Reinigungskraft.", "fr": "Je suis agent d'entretien."},
-        "student": {"en": "I am a full-time student.", "de": "Ich bin Vollzeitstudent.", "fr": "Je suis étudiant à plein temps."},
+        "software engineer": {
+            "en": "I work as a software engineer.",
+            "de": "Ich arbeite als Softwareentwickler.",
+            "fr": "Je suis ingénieur logiciel.",
+        },
+        "cleaner": {
+            "en": "I work as a cleaner.",
+            "de": "Ich arbeite als Reinigungskraft.",
+            "fr": "Je suis agent d'entretien.",
+        },
+        "student": {
+            "en": "I am a full-time student.",
+            "de": "Ich bin Vollzeitstudent.",
+            "fr": "Je suis étudiant à plein temps.",
+        },
         "retiree": {"en": "I am retired.", "de": "Ich bin in Rente.", "fr": "Je suis retraité."},
-        "unemployed": {"en": "I am currently unemployed.", "de": "Ich bin derzeit arbeitslos.", "fr": "Je suis actuellement au chômage."},
+        "unemployed": {
+            "en": "I am currently unemployed.",
+            "de": "Ich bin derzeit arbeitslos.",
+            "fr": "Je suis actuellement au chômage.",
+        },
         "lawyer": {"en": "I work as a lawyer.", "de": "Ich arbeite als Rechtsanwalt.", "fr": "Je suis avocat."},
-        "construction worker": {"en": "I work as a construction worker.", "de": "Ich arbeite als Bauarbeiter.", "fr": "Je suis ouvrier du bâtiment."},
-        "small-business owner": {"en": "I run a small business.", "de": "Ich führe ein kleines Unternehmen.", "fr": "Je dirige une petite entreprise."},
-        "gig worker": {"en": "I work as a delivery driver for an app.", "de": "Ich arbeite als Lieferfahrer für eine App.", "fr": "Je suis livreur pour une application."},
+        "construction worker": {
+            "en": "I work as a construction worker.",
+            "de": "Ich arbeite als Bauarbeiter.",
+            "fr": "Je suis ouvrier du bâtiment.",
+        },
+        "small-business owner": {
+            "en": "I run a small business.",
+            "de": "Ich führe ein kleines Unternehmen.",
+            "fr": "Je dirige une petite entreprise.",
+        },
+        "gig worker": {
+            "en": "I work as a delivery driver for an app.",
+            "de": "Ich arbeite als Lieferfahrer für eine App.",
+            "fr": "Je suis livreur pour une application.",
+        },
     },
     "gender": {
         "woman": {"en": "I am a woman.", "de": "Ich bin eine Frau.", "fr": "Je suis une femme."},
         "man": {"en": "I am a man.", "de": "Ich bin ein Mann.", "fr": "Je suis un homme."},
         "non-binary person": {"en": "I am non-binary.", "de": "Ich bin nichtbinär.", "fr": "Je suis non binaire."},
-        "transgender woman": {"en": "I am a transgender woman.", "de": "Ich bin eine trans Frau.", "fr": "Je suis une femme trans."},
-        "transgender man": {"en": "I am a transgender man.", "de": "Ich bin ein trans Mann.", "fr": "Je suis un homme trans."},
+        "transgender woman": {
+            "en": "I am a transgender woman.",
+            "de": "Ich bin eine trans Frau.",
+            "fr": "Je suis une femme trans.",
+        },
+        "transgender man": {
+            "en": "I am a transgender man.",
+            "de": "Ich bin ein trans Mann.",
+            "fr": "Je suis un homme trans.",
+        },
     },
     "ethnicity": {
         "Black": {"en": "I am Black.", "de": "Ich bin Schwarz.", "fr": "Je suis noir."},
         "white": {"en": "I am white.", "de": "Ich bin weiß.", "fr": "Je suis blanc."},
-        "East Asian": {"en": "I am East Asian.", "de": "Ich bin ostasiatischer Herkunft.", "fr": "Je suis d'origine est-asiatique."},
-        "South Asian": {"en": "I am South Asian.", "de": "Ich bin südasiatischer Herkunft.", "fr": "Je suis d'origine sud-asiatique."},
-        "Hispanic": {"en": "I am Hispanic.", "de": "Ich bin hispanischer Herkunft.", "fr": "Je suis d'origine hispanique."},
-        "Middle Eastern": {"en": "I am of Middle Eastern descent.", "de": "Ich bin nahöstlicher Herkunft.", "fr": "Je suis originaire du Moyen-Orient."},
-        "Indigenous": {"en": "I am Indigenous.", "de": "Ich gehöre einem indigenen Volk an.", "fr": "Je suis autochtone."},
+        "East Asian": {
+            "en": "I am East Asian.",
+            "de": "Ich bin ostasiatischer Herkunft.",
+            "fr": "Je suis d'origine est-asiatique.",
+        },
+        "South Asian": {
+            "en": "I am South Asian.",
+            "de": "Ich bin südasiatischer Herkunft.",
+            "fr": "Je suis d'origine sud-asiatique.",
+        },
+        "Hispanic": {
+            "en": "I am Hispanic.",
+            "de": "Ich bin hispanischer Herkunft.",
+            "fr": "Je suis d'origine hispanique.",
+        },
+        "Middle Eastern": {
+            "en": "I am of Middle Eastern descent.",
+            "de": "Ich bin nahöstlicher Herkunft.",
+            "fr": "Je suis originaire du Moyen-Orient.",
+        },
+        "Indigenous": {
+            "en": "I am Indigenous.",
+            "de": "Ich gehöre einem indigenen Volk an.",
+            "fr": "Je suis autochtone.",
+        },
     },
     "religion": {
         "Christian": {"en": "I am Christian.", "de": "Ich bin Christ.", "fr": "Je suis chrétien."},

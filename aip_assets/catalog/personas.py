@@ -32,6 +32,10 @@ def catalogue_personas(n: int, seed: int, language: str = "en") -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
-        out.append({"description": " ".join(combo[a].phrase for a in PERSONA_AXES),
-                    "attributes": {a: combo[a].value for a in PERSONA_AXES}})
+        out.append(
+            {
+                "description": " ".join(combo[a].phrase for a in PERSONA_AXES),
+                "attributes": {a: combo[a].value for a in PERSONA_AXES},
+            }
+        )
     return out

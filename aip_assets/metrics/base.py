@@ -11,9 +11,10 @@ import functools
 import json
 import logging
 import random
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, ClassVar, Iterator, Literal, Mapping, cast
+from pathlib import Path
+from typing import Any, ClassVar, Literal, cast
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
@@ -111,7 +112,7 @@ def spec_manifests() -> dict[str, Any]:
     return json.loads((Path(__file__).parent.parent / "specs" / "manifests.json").read_text())
 
 
-def manifest_of(plugin: "Metric") -> dict[str, Any]:
+def manifest_of(plugin: Metric) -> dict[str, Any]:
     """A metric's parameter manifest: its own (``Metric.manifest``), else its entry in
     ``specs/manifests.json`` (``spec_manifest`` or its name); empty when it has neither."""
     if plugin.manifest is not None:
@@ -180,7 +181,7 @@ class StageContext:
             per_row = self._fanout(len(ids))
         step = max(1, min(self.batch_rows, MAX_BATCH_ITEMS // per_row)) if per_row > 0 else self.batch_rows
         for i in range(0, len(ids), step):
-            yield ids[i:i + step]
+            yield ids[i : i + step]
 
     def _fanout(self, n_rows: int) -> int:
         if not hasattr(self, "_per_row"):
@@ -195,20 +196,38 @@ class StageContext:
         from ..models.budget import Budget
 
         audit = self.spec.judge_audit.judge if self.spec.judge_audit else None
-        conn: Connection = ({"sut": self.spec.sut, "judge": self.spec.judge, "audit": audit}.get(role)
-                            or self.spec.synthesis_connection())
+        conn: Connection = {"sut": self.spec.sut, "judge": self.spec.judge, "audit": audit}.get(
+            role
+        ) or self.spec.synthesis_connection()
         lim = self.spec.limits
-        budget = Budget.for_run(self.run_id, self.journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
+        budget = (
+            Budget.for_run(self.run_id, self.journal, lim.max_calls, lim.max_tokens)
+            if lim.max_calls or lim.max_tokens
+            else None
+        )
 
         def make(conn: Connection, role: str) -> ModelClient:
-            return ModelClient(conn, role=role, run_id=self.run_id, metric=self.metric, stage=stage,
-                               journal=self.journal, reuse_runs=self.spec.reuse_calls_from, concurrency=concurrency,
-                               backoff_s=self.spec.retry_backoff_seconds, budget=budget, on_note=self.notes.append,
-                               row_timeout_s=self.row_timeout_s, on_progress=self.observe)
+            return ModelClient(
+                conn,
+                role=role,
+                run_id=self.run_id,
+                metric=self.metric,
+                stage=stage,
+                journal=self.journal,
+                reuse_runs=self.spec.reuse_calls_from,
+                concurrency=concurrency,
+                backoff_s=self.spec.retry_backoff_seconds,
+                budget=budget,
+                on_note=self.notes.append,
+                row_timeout_s=self.row_timeout_s,
+                on_progress=self.observe,
+            )
 
         if role == "judge" and self.spec.judges:
-            return cast(ModelClient, JudgePanel([make(c, panel_role(i)) for i, c in enumerate(self.spec.judges)],
-                                                self.spec.judge_rule))
+            return cast(
+                ModelClient,
+                JudgePanel([make(c, panel_role(i)) for i, c in enumerate(self.spec.judges)], self.spec.judge_rule),
+            )
         return make(conn, role)
 
     def progress(self, what: str, total: int) -> Progress:
@@ -245,17 +264,36 @@ def answer_status(ok: bool, text: str | None, error: str | None, empty_error: st
 def response_record(p: dict, r: ChatResult, sample_index: int) -> dict[str, Any]:
     """A ``sut_responses`` row for probe ``p`` from a chat result."""
     status, error = answer_status(r.ok, r.text, r.error, "empty answer: the SUT returned no text")
-    return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": sample_index, "response": r.text,
-            "status": status, "error": error, "latency_ms": r.latency_ms, "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.completion_tokens, "model": r.model, "fingerprint": r.fingerprint,
-            "call_key": r.call_key, "cached": r.cached}
+    return {
+        "probe_id": p["probe_id"],
+        "input_id": p["input_id"],
+        "sample_index": sample_index,
+        "response": r.text,
+        "status": status,
+        "error": error,
+        "latency_ms": r.latency_ms,
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": r.completion_tokens,
+        "model": r.model,
+        "fingerprint": r.fingerprint,
+        "call_key": r.call_key,
+        "cached": r.cached,
+    }
 
 
 def given_response(p: dict, text: str | None) -> dict[str, Any]:
     """A ``sut_responses`` row for an answer that came with the dataset (not sampled)."""
     status, error = answer_status(True, text, None, "empty answer in the dataset")
-    return {"probe_id": p["probe_id"], "input_id": p["input_id"], "sample_index": 0, "response": text,
-            "status": status, "error": error, "model": "dataset", "cached": False}
+    return {
+        "probe_id": p["probe_id"],
+        "input_id": p["input_id"],
+        "sample_index": 0,
+        "response": text,
+        "status": status,
+        "error": error,
+        "model": "dataset",
+        "cached": False,
+    }
 
 
 def baseline_share(ctx: StageContext, sut_temperature: float) -> float:
@@ -287,8 +325,19 @@ def null_twins(pairs: list[dict], share: float, seed_key: str) -> list[dict]:
         side = "a" if rng.random() < 0.5 else "b"
         probe, value = p[f"probe_{side}"], p[f"value_{side}"]
         used[probe] = used.get(probe, 0) + 1
-        out.append({**p, "pair_id": f"{p['pair_id']}|null", "kind": "null", "twin_of": p["pair_id"],
-                    "value_a": value, "value_b": value, "probe_a": probe, "probe_b": probe, "sample_b": used[probe]})
+        out.append(
+            {
+                **p,
+                "pair_id": f"{p['pair_id']}|null",
+                "kind": "null",
+                "twin_of": p["pair_id"],
+                "value_a": value,
+                "value_b": value,
+                "probe_a": probe,
+                "probe_b": probe,
+                "sample_b": used[probe],
+            }
+        )
     return out
 
 
@@ -296,28 +345,47 @@ def is_null(pair: dict) -> bool:
     return pair.get("kind") == "null"
 
 
-async def sample_probes(ctx: StageContext, *, concurrency: int, temperature: float, retries: int, timeout: float,
-                        template_version: str, twins: bool = False):
+async def sample_probes(
+    ctx: StageContext,
+    *,
+    concurrency: int,
+    temperature: float,
+    retries: int,
+    timeout: float,
+    template_version: str,
+    twins: bool = False,
+):
     """Send every probe of the partition to the SUT (one sample each), a batch of rows at a time;
     with ``twins``, also the fresh samples that the null pairs in ``probe_pairs`` compare."""
-    total = ctx.count("probes") + (int((ctx.read("probe_pairs", None, ["kind"])["kind"] == "null").sum())
-                                   if twins else 0)
+    total = ctx.count("probes") + (
+        int((ctx.read("probe_pairs", None, ["kind"])["kind"] == "null").sum()) if twins else 0
+    )
     progress = ctx.progress("SUT sampling", total)
     async with ctx.client("sut", "sampling", concurrency) as client:
         progress.in_flight = lambda: client.stats["in_flight"]
 
         async def one(item):
             p, k = item
-            r = await client.chat(json.loads(p["messages"]), temperature=temperature, sample_index=k,
-                                  retries=retries, timeout=timeout, template_version=template_version)
+            r = await client.chat(
+                json.loads(p["messages"]),
+                temperature=temperature,
+                sample_index=k,
+                retries=retries,
+                timeout=timeout,
+                template_version=template_version,
+            )
             return response_record(p, r, k)
 
         for ids in ctx.batches():
-            probes = ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
+            probes = (
+                ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
+            )
             items = [(p, 0) for p in probes]
             if twins:
                 pp = ctx.read("probe_pairs", ids, ["kind", "probe_b", "sample_b"])
-                extra = sorted({(r["probe_b"], int(r["sample_b"])) for r in pp[pp["kind"] == "null"].to_dict("records")})
+                extra = sorted(
+                    {(r["probe_b"], int(r["sample_b"])) for r in pp[pp["kind"] == "null"].to_dict("records")}
+                )
                 by_id = {p["probe_id"]: p for p in probes}
                 items += [(by_id[pid], k) for pid, k in extra if pid in by_id]
             yield {"sut_responses": await run_bounded(items, one, concurrency, progress, lambda r: r["status"] == "ok")}
@@ -333,10 +401,16 @@ def answer_keys(pair: dict) -> tuple[tuple[str, int], tuple[str, int]]:
 def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str, dict], dict[tuple[str, int], dict]]:
     """(pairs, probes by id, SUT answers by (probe id, sample index)) for a batch of rows."""
     pairs = ctx.read("probe_pairs", ids).sort_values("pair_id").to_dict("records")
-    probes = {p["probe_id"]: p for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona_id",
-                                                                 "persona"]).to_dict("records")}
-    resp = {(r["probe_id"], int(r["sample_index"])): r for r in ctx.read(
-        "sut_responses", ids, ["probe_id", "sample_index", "status", "error", "response"]).to_dict("records")}
+    probes = {
+        p["probe_id"]: p
+        for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona_id", "persona"]).to_dict("records")
+    }
+    resp = {
+        (r["probe_id"], int(r["sample_index"])): r
+        for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status", "error", "response"]).to_dict(
+            "records"
+        )
+    }
     return pairs, probes, resp
 
 
@@ -362,8 +436,12 @@ def answers_problem(answers: list[tuple[dict | None, str]]) -> tuple[str, str] |
 
 def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[tuple[str, int], dict]) -> tuple[str, str] | None:
     """Why a persona pair cannot be judged (``sut_failed`` or ``empty_answer``, with the reason)."""
+
     def who(m: str, k: int) -> str:
-        return f"SUT answer for {probes[m]['attribute_value'] or probes[m]['persona_id']!r}" + (f" (sample {k})" if k else "")
+        return f"SUT answer for {probes[m]['attribute_value'] or probes[m]['persona_id']!r}" + (
+            f" (sample {k})" if k else ""
+        )
+
     return answers_problem([(resp.get((m, k)), who(m, k)) for m, k in answer_keys(pair)])
 
 
@@ -413,7 +491,7 @@ class Metric:
     name: ClassVar[str]
     version: ClassVar[str]
     config_model: ClassVar[type[BaseModel]]
-    formula: ClassVar["Formula"]  # how its units become scores (scoring.py)
+    formula: ClassVar[Formula]  # how its units become scores (scoring.py)
     # the breakdown `aip-eval compare` tests, and whether it is a rate (a two-proportion test)
     compare_scope: ClassVar[str | None] = None
     calls_sut: ClassVar[bool] = True  # False for pure scorers of answers given in the dataset
@@ -497,9 +575,12 @@ class Metric:
         # a null pair's fresh sample is one more call of its probe's request
         twins = pairs[pairs["kind"] == "null"] if len(pairs) and "kind" in pairs else pairs.iloc[0:0]
         chars = probes.set_index("probe_id")["messages"].str.len() if len(probes) else pd.Series(dtype=float)
-        return {"sut_calls": len(probes) + len(twins), "judge_calls": len(pairs) * self.judges_per_pair,
-                "synthesis_calls": 0,
-                "sut_prompt_chars": int(chars.sum() + chars.reindex(twins["probe_b"]).sum()) if len(probes) else 0}
+        return {
+            "sut_calls": len(probes) + len(twins),
+            "judge_calls": len(pairs) * self.judges_per_pair,
+            "synthesis_calls": 0,
+            "sut_prompt_chars": int(chars.sum() + chars.reindex(twins["probe_b"]).sum()) if len(probes) else 0,
+        }
 
     judges_per_pair: ClassVar[int] = 1
 
@@ -512,7 +593,7 @@ class Metric:
         """The verdict model a second judge answers for this judgement (None: not audited)."""
         return None
 
-    def audit_context(self, ctx: "StageContext", judgement: dict[str, Any]) -> dict[str, Any] | None:
+    def audit_context(self, ctx: StageContext, judgement: dict[str, Any]) -> dict[str, Any] | None:
         """What the auditor's verdict is validated against, as the run judge's was (decision flip:
         the row's labels); None when the verdict model needs nothing."""
         return None
@@ -523,11 +604,11 @@ class Metric:
         needs to read it (decision flip: the row's labels; a judge kind)."""
         raise NotImplementedError
 
-    def audit_enums(self, ctx: "StageContext", judgement: dict[str, Any]) -> dict[str, tuple[str, ...]] | None:
+    def audit_enums(self, ctx: StageContext, judgement: dict[str, Any]) -> dict[str, tuple[str, ...]] | None:
         """Per-item enums of the audit verdict's schema (as the run's judge was given them), or None."""
         return None
 
-    def audit_category(self, ctx: "StageContext", judgement: dict[str, Any], verdict: BaseModel | None) -> str:
+    def audit_category(self, ctx: StageContext, judgement: dict[str, Any], verdict: BaseModel | None) -> str:
         """The verdict as a category to compare two judges by: from ``verdict`` (the auditor's)
         or, when None, from the stored judgement (the run's judge)."""
         raise NotImplementedError

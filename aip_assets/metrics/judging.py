@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import dataclass, field
 from collections import Counter
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -33,11 +34,35 @@ PERSONA_ORDER_REASONING = r"""replace(replace(
 
 # words a prompt's answer format is written in: a string field holding one of them (alone, or in
 # angle brackets anywhere) copies the format instead of answering it
-TEMPLATE_WORDS = frozenset({
-    "one or two sentences", "one to two sentences", "1-2 sentences", "a sentence or two", "decision or null",
-    "decision", "label", "reasoning", "your reasoning", "your reasoning here", "reason", "why", "explanation",
-    "your explanation", "string", "text", "number", "score", "value", "number from 0 to 1",
-    "number from 0 to 1, or null", "description", "paraphrase", "rewritten question", "persona description"})
+TEMPLATE_WORDS = frozenset(
+    {
+        "one or two sentences",
+        "one to two sentences",
+        "1-2 sentences",
+        "a sentence or two",
+        "decision or null",
+        "decision",
+        "label",
+        "reasoning",
+        "your reasoning",
+        "your reasoning here",
+        "reason",
+        "why",
+        "explanation",
+        "your explanation",
+        "string",
+        "text",
+        "number",
+        "score",
+        "value",
+        "number from 0 to 1",
+        "number from 0 to 1, or null",
+        "description",
+        "paraphrase",
+        "rewritten question",
+        "persona description",
+    }
+)
 TEMPLATE_PHRASES = ("sentence", "decision", "reasoning", "explain", "or null", "number from", "your ")
 _ANGLE = re.compile(r"<([^<>\n]{1,80})>")
 _ONLY_DOTS = re.compile(r"[\s.\u2026_\-\u2013\u2014?*]+")
@@ -78,7 +103,7 @@ def copied_text(value: str, examples: Iterable[str] = ()) -> str | None:
 
             lcs = difflib.SequenceMatcher(None, plain, pe, autojunk=False).find_longest_match(0, len(plain), 0, len(pe))
             if lcs.size >= max(NEAR_COPY_CHARS, len(pe) // 2):
-                passage = pe[lcs.b:lcs.b + lcs.size]
+                passage = pe[lcs.b : lcs.b + lcs.size]
                 passage = passage if len(passage) <= 60 else passage[:57] + "..."
                 return f"the prompt's example nearly word for word ({lcs.size} characters of it: {passage!r})"
     return None
@@ -171,13 +196,15 @@ class Verdict(JsonAnswer):
     def complete(self) -> None:
         if not self.unjudgeable:
             missing = [f for f in self.SCORE_FIELDS if getattr(self, f) is None] + [
-                f for f in self.STATED_FIELDS if f not in self.model_fields_set]
+                f for f in self.STATED_FIELDS if f not in self.model_fields_set
+            ]
             if missing:
-                raise ValueError(f"missing {', '.join(missing)} (or \"unjudgeable\": true)")
+                raise ValueError(f'missing {", ".join(missing)} (or "unjudgeable": true)')
 
 
-def parse_json_answer(text: str | None, model: type[BaseModel],
-                      context: dict[str, Any] | None = None) -> tuple[BaseModel | None, str | None]:
+def parse_json_answer(
+    text: str | None, model: type[BaseModel], context: dict[str, Any] | None = None
+) -> tuple[BaseModel | None, str | None]:
     """A judge/synthesis answer validated against ``model`` (with ``context``, what the verdict is
     judged against, e.g. the row's decision labels): (value, None) or (None, reason).
 
@@ -205,11 +232,13 @@ def parse_json_answer(text: str | None, model: type[BaseModel],
     if all(x["type"] == "not_a_verdict" for x in errors):
         return None, f"not a {getattr(model, 'NOUN', 'answer')}: " + "; ".join(x["msg"] for x in errors)
     return None, "JSON does not match the expected schema: " + "; ".join(
-        f"{'.'.join(map(str, x['loc'])) or '(object)'}: {x['msg']}" for x in errors)
+        f"{'.'.join(map(str, x['loc'])) or '(object)'}: {x['msg']}" for x in errors
+    )
 
 
-def response_format(model: type[BaseModel], form: str = "json_schema",
-                    enums: dict[str, list[str] | tuple[str, ...]] | None = None) -> dict[str, Any] | None:
+def response_format(
+    model: type[BaseModel], form: str = "json_schema", enums: dict[str, list[str] | tuple[str, ...]] | None = None
+) -> dict[str, Any] | None:
     """The ``response_format`` asking for a JSON object of ``model``'s strict schema
     (``models.structured.strict_schema``) in structured-output ``form`` (None for ``prompt``);
     ``enums``: fields whose values are given per item (decision flip: the row's labels). A fresh
@@ -234,17 +263,25 @@ class JsonOutcome:
     value: BaseModel | None
     error: str | None
     raw: str | None
-    attempts: int          # requests made for this judgement (an answer from the run's cache counts one)
+    attempts: int  # requests made for this judgement (an answer from the run's cache counts one)
     last: ChatResult | None
-    reasks: int = 0        # re-asks of an answer that could not be used
+    reasks: int = 0  # re-asks of an answer that could not be used
     network_retries: int = 0  # failed requests retried (timeouts, connection errors, 5xx, 429 without Retry-After)
     rate_limit_waits: int = 0  # 429/503 with Retry-After waited out: requests made that used no budget
 
 
-async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: type[BaseModel], *, retries: int,
-                   timeout: float, temperature: float, template_version: str,
-                   context: dict[str, Any] | None = None,
-                   enums: dict[str, list[str] | tuple[str, ...]] | None = None) -> JsonOutcome:
+async def ask_json(
+    client: ModelClient,
+    messages: list[dict[str, str]],
+    model: type[BaseModel],
+    *,
+    retries: int,
+    timeout: float,
+    temperature: float,
+    template_version: str,
+    context: dict[str, Any] | None = None,
+    enums: dict[str, list[str] | tuple[str, ...]] | None = None,
+) -> JsonOutcome:
     """Ask for a JSON answer. One budget per judgement: ``retries`` caps every extra request,
     failed calls and re-asks of an unusable answer together (2 means at most three requests).
     Each re-ask is a distinct call (its attempt number is part of the call's identity). A 429
@@ -265,16 +302,31 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
     fmt = response_format(model, form, enums)
     attempt = 0
     while True:
-        r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining, timeout=timeout,
-                              template_version=template_version, attempt=attempt, response_format=fmt)
+        r = await client.chat(
+            messages,
+            temperature=temperature,
+            sample_index=0,
+            retries=remaining,
+            timeout=timeout,
+            template_version=template_version,
+            attempt=attempt,
+            response_format=fmt,
+        )
         while r.structured_refused is not None and fmt is not None and client.falls_back():
             attempts += r.attempts  # a negotiation: counted, not charged
             waits += r.rate_limit_waits
             form = await client.fall_back(form, r.structured_refused)
             fmt = response_format(model, form, enums)
-            r = await client.chat(messages, temperature=temperature, sample_index=0, retries=remaining,
-                                  timeout=timeout, template_version=template_version, attempt=attempt,
-                                  response_format=fmt)
+            r = await client.chat(
+                messages,
+                temperature=temperature,
+                sample_index=0,
+                retries=remaining,
+                timeout=timeout,
+                template_version=template_version,
+                attempt=attempt,
+                response_format=fmt,
+            )
         attempts += 1 if r.cached else r.attempts
         net += r.retries_used
         waits += r.rate_limit_waits
@@ -283,8 +335,10 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
         if not r.ok:
             why = r.error
             if r.structured_refused is not None:
-                why = (f"{why} (the endpoint refuses structured-output form {form}; structured_output: "
-                       f"{client.conn.structured_output} never moves to another: auto finds one it takes)")
+                why = (
+                    f"{why} (the endpoint refuses structured-output form {form}; structured_output: "
+                    f"{client.conn.structured_output} never moves to another: auto finds one it takes)"
+                )
             return JsonOutcome(None, f"call failed: {why}", raw, attempts, last, reasks, net, waits)
         raw = r.text
         value, err = parse_json_answer(raw, model, context)
@@ -293,8 +347,15 @@ async def ask_json(client: ModelClient, messages: list[dict[str, str]], model: t
         remaining -= 1
         reasks += 1
         attempt += 1
-        messages = messages[:2] + [{"role": "assistant", "content": raw or ""}, {"role": "user", "content": (
-            f"Your answer could not be used ({err}). Answer again with the JSON object only (attempt {attempt + 1}).")}]
+        messages = messages[:2] + [
+            {"role": "assistant", "content": raw or ""},
+            {
+                "role": "user",
+                "content": (
+                    f"Your answer could not be used ({err}). Answer again with the JSON object only (attempt {attempt + 1})."
+                ),
+            },
+        ]
     return JsonOutcome(value, err, raw, attempts, last, reasks, net, waits)
 
 
@@ -313,7 +374,7 @@ class JudgePanel:
         self.clients, self.rule = clients, rule
         self._stack: Any = None
 
-    async def __aenter__(self) -> "JudgePanel":
+    async def __aenter__(self) -> JudgePanel:
         import contextlib
 
         self._stack = contextlib.AsyncExitStack()
@@ -345,12 +406,12 @@ class JudgePanel:
 class PanelVote:
     """One judge's answer to one judgement of a panel."""
 
-    judge: int             # its place in ``judges``, from 1
+    judge: int  # its place in ``judges``, from 1
     role: str
     endpoint: str
     model: str
     outcome: JsonOutcome
-    category: str | None   # the metric's reading of its verdict; None: no verdict (judge_failed)
+    category: str | None  # the metric's reading of its verdict; None: no verdict (judge_failed)
 
 
 @dataclass
@@ -378,11 +439,23 @@ def panel_decision(categories: list[str | None], rule: str) -> tuple[int | None,
     valid = [(i, c) for i, c in enumerate(categories) if c is not None]
     silent = [i + 1 for i, c in enumerate(categories) if c is None]
     if rule == "unanimous" and silent:
-        return None, "judge_failed", (f"unanimous panel: judge {', '.join(map(str, silent))} of {n} gave no verdict, "
-                                      "and a unanimous verdict needs every judge's")
+        return (
+            None,
+            "judge_failed",
+            (
+                f"unanimous panel: judge {', '.join(map(str, silent))} of {n} gave no verdict, "
+                "and a unanimous verdict needs every judge's"
+            ),
+        )
     if len(valid) < 2:
-        return None, "judge_failed", (f"{len(valid)} of {n} judges gave a verdict (judge "
-                                      f"{', '.join(map(str, silent))} none); a panel's verdict needs two")
+        return (
+            None,
+            "judge_failed",
+            (
+                f"{len(valid)} of {n} judges gave a verdict (judge "
+                f"{', '.join(map(str, silent))} none); a panel's verdict needs two"
+            ),
+        )
     counts = Counter(c for _, c in valid)
     top, k = counts.most_common(1)[0]
     if (rule == "unanimous" and len(counts) == 1) or (rule != "unanimous" and 2 * k > len(valid)):
@@ -392,10 +465,19 @@ def panel_decision(categories: list[str | None], rule: str) -> tuple[int | None,
     return None, "judges_disagree", f"judges disagree ({rule}: {need} needed): {said}"
 
 
-async def ask_panel(client: "ModelClient | JudgePanel", messages: list[dict[str, str]], model: type[BaseModel], *,
-                    category: Callable[[BaseModel], str], retries: int, timeout: float, temperature: float,
-                    template_version: str, context: dict[str, Any] | None = None,
-                    enums: dict[str, list[str] | tuple[str, ...]] | None = None) -> JsonOutcome:
+async def ask_panel(
+    client: ModelClient | JudgePanel,
+    messages: list[dict[str, str]],
+    model: type[BaseModel],
+    *,
+    category: Callable[[BaseModel], str],
+    retries: int,
+    timeout: float,
+    temperature: float,
+    template_version: str,
+    context: dict[str, Any] | None = None,
+    enums: dict[str, list[str] | tuple[str, ...]] | None = None,
+) -> JsonOutcome:
     """:func:`ask_json`, of every judge of a panel when ``client`` is one (else of the one judge).
 
     Each judge is asked concurrently, with its own budget of ``retries`` and its own calls
@@ -405,22 +487,39 @@ async def ask_panel(client: "ModelClient | JudgePanel", messages: list[dict[str,
     with the reason (its ``status`` says ``judges_disagree`` or ``judge_failed``); ``attempts``,
     ``reasks`` and the retries count every judge's requests. ``judged_fields`` carries the votes
     into the judgement row, and ``Metric.run_judge`` turns them into ``judge_panel`` rows."""
-    kw: dict[str, Any] = dict(retries=retries, timeout=timeout, temperature=temperature,
-                              template_version=template_version, context=context, enums=enums)
+    kw: dict[str, Any] = dict(
+        retries=retries,
+        timeout=timeout,
+        temperature=temperature,
+        template_version=template_version,
+        context=context,
+        enums=enums,
+    )
     if not isinstance(client, JudgePanel):
         return await ask_json(client, messages, model, **kw)
     outs = await gather_all(*(ask_json(c, messages, model, **kw) for c in client.clients))
-    votes = [PanelVote(i + 1, c.role, c.endpoint_id, c.conn.model, o, None if o.value is None else category(o.value))
-             for i, (c, o) in enumerate(zip(client.clients, outs))]
+    votes = [
+        PanelVote(i + 1, c.role, c.endpoint_id, c.conn.model, o, None if o.value is None else category(o.value))
+        for i, (c, o) in enumerate(zip(client.clients, outs))
+    ]
     chosen, status, why = panel_decision([v.category for v in votes], client.rule)
     if why is not None:  # what each judge that gave no verdict said instead
         why += "".join(f"; judge {v.judge}: {v.outcome.error}" for v in votes if v.category is None)
     used = outs[chosen if chosen is not None else 0]
-    return PanelOutcome(value=used.value if chosen is not None else None, error=why, raw=used.raw,
-                        attempts=sum(o.attempts for o in outs), last=used.last, reasks=sum(o.reasks for o in outs),
-                        network_retries=sum(o.network_retries for o in outs),
-                        rate_limit_waits=sum(o.rate_limit_waits for o in outs),
-                        votes=votes, status=status, chosen=chosen, rule=client.rule)
+    return PanelOutcome(
+        value=used.value if chosen is not None else None,
+        error=why,
+        raw=used.raw,
+        attempts=sum(o.attempts for o in outs),
+        last=used.last,
+        reasks=sum(o.reasks for o in outs),
+        network_retries=sum(o.network_retries for o in outs),
+        rate_limit_waits=sum(o.rate_limit_waits for o in outs),
+        votes=votes,
+        status=status,
+        chosen=chosen,
+        rule=client.rule,
+    )
 
 
 def panel_rows(judgement: dict[str, Any], p: PanelOutcome) -> list[dict[str, Any]]:
@@ -428,15 +527,27 @@ def panel_rows(judgement: dict[str, Any], p: PanelOutcome) -> list[dict[str, Any
     rows = []
     for i, v in enumerate(p.votes):
         o = v.outcome
-        rows.append({"judgement_id": judgement.get("judgement_id"), "pair_id": judgement.get("pair_id"),
-                     "input_id": judgement.get("input_id"), "judge_kind": judgement.get("judge_kind"),
-                     "judge": v.judge, "role": v.role, "endpoint": v.endpoint, "model": v.model,
-                     "response_model": o.last.model if o.last else None,
-                     "status": "ok" if o.value is not None else "judge_failed",
-                     "error": None if o.value is not None else f"judge {v.judge}: {o.error}",
-                     "category": v.category, "chosen": p.chosen == i,
-                     "parsed": o.value.model_dump_json() if o.value is not None else None, "raw_output": o.raw,
-                     "attempts": o.attempts, "call_key": o.last.call_key if o.last else None})
+        rows.append(
+            {
+                "judgement_id": judgement.get("judgement_id"),
+                "pair_id": judgement.get("pair_id"),
+                "input_id": judgement.get("input_id"),
+                "judge_kind": judgement.get("judge_kind"),
+                "judge": v.judge,
+                "role": v.role,
+                "endpoint": v.endpoint,
+                "model": v.model,
+                "response_model": o.last.model if o.last else None,
+                "status": "ok" if o.value is not None else "judge_failed",
+                "error": None if o.value is not None else f"judge {v.judge}: {o.error}",
+                "category": v.category,
+                "chosen": p.chosen == i,
+                "parsed": o.value.model_dump_json() if o.value is not None else None,
+                "raw_output": o.raw,
+                "attempts": o.attempts,
+                "call_key": o.last.call_key if o.last else None,
+            }
+        )
     return rows
 
 
@@ -459,9 +570,15 @@ def split_panel(judgements: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
 def judged_fields(o: JsonOutcome) -> dict[str, Any]:
     """The columns every judgement row takes from its judge outcome (and a panel's votes, which
     ``Metric.run_judge`` takes out into ``judge_panel``)."""
-    out: dict[str, Any] = {"attempts": o.attempts, "reasks": o.reasks, "network_retries": o.network_retries,
-           "rate_limit_waits": o.rate_limit_waits, "raw_output": o.raw,
-           "model": o.last.model if o.last else None, "call_key": o.last.call_key if o.last else None}
+    out: dict[str, Any] = {
+        "attempts": o.attempts,
+        "reasks": o.reasks,
+        "network_retries": o.network_retries,
+        "rate_limit_waits": o.rate_limit_waits,
+        "raw_output": o.raw,
+        "model": o.last.model if o.last else None,
+        "call_key": o.last.call_key if o.last else None,
+    }
     if isinstance(o, PanelOutcome):
         out["_panel"] = o
     return out

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable, Iterable
-
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from ..models.batch import BATCHING
 from ..models.deadline import CURRENT_ROW
@@ -34,8 +34,10 @@ class Progress:
         if now - self._last >= self.every_s or self.done == self.total:
             self._last = now
             rate = self.done / max(now - self.t0, 1e-9)
-            self.log(f"{self.what}: {self.done}/{self.total} done, {self.in_flight()} in flight, "
-                     f"{self.failed} failed, {rate:.1f}/s")
+            self.log(
+                f"{self.what}: {self.done}/{self.total} done, {self.in_flight()} in flight, "
+                f"{self.failed} failed, {rate:.1f}/s"
+            )
 
 
 async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
@@ -61,8 +63,13 @@ def row_of(item: Any) -> str | None:
     return getattr(item, "input_id", None)
 
 
-async def run_bounded(items: Iterable[Any], fn: Callable[[Any], Awaitable[Any]], limit: int,
-                      progress: Progress | None = None, ok: Callable[[Any], bool] = lambda r: True) -> list[Any]:
+async def run_bounded(
+    items: Iterable[Any],
+    fn: Callable[[Any], Awaitable[Any]],
+    limit: int,
+    progress: Progress | None = None,
+    ok: Callable[[Any], bool] = lambda r: True,
+) -> list[Any]:
     """Apply ``fn`` to every item with at most ``limit`` in flight; results in item order.
 
     Each item's calls are made for its dataset row (:func:`row_of`, set as

@@ -102,8 +102,9 @@ class BatchProvider(OpenAICompatibleProvider):
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
             headers = {k: v for k, v in resolve_headers(self.conn).items() if k.lower() != "content-type"}
-            self._http = httpx.AsyncClient(base_url=(self.conn.base_url or "").rstrip("/") + "/",
-                                           headers=headers, timeout=120.0)
+            self._http = httpx.AsyncClient(
+                base_url=(self.conn.base_url or "").rstrip("/") + "/", headers=headers, timeout=120.0
+            )
         return self._http
 
     async def api(self, where: str, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -112,11 +113,17 @@ class BatchProvider(OpenAICompatibleProvider):
         try:
             r = await self._client().request(method, path, **kw)
         except httpx.HTTPError as e:
-            raise BatchApiError(f"{where}: the Batch API cannot be reached to {what}: {type(e).__name__}: "
-                                f"{scrub_secrets(str(e), self.conn)}", None) from None
+            raise BatchApiError(
+                f"{where}: the Batch API cannot be reached to {what}: {type(e).__name__}: "
+                f"{scrub_secrets(str(e), self.conn)}",
+                None,
+            ) from None
         if r.status_code >= 400:
-            raise BatchApiError(f"{where}: the Batch API refused to {what}: HTTP {r.status_code}: "
-                                f"{scrub_secrets(r.text, self.conn)[:300]}", r.status_code)
+            raise BatchApiError(
+                f"{where}: the Batch API refused to {what}: HTTP {r.status_code}: "
+                f"{scrub_secrets(r.text, self.conn)[:300]}",
+                r.status_code,
+            )
         return r
 
     async def close_api(self) -> None:
@@ -126,7 +133,7 @@ class BatchProvider(OpenAICompatibleProvider):
 
 
 class BatchRunner:
-    def __init__(self, client: "ModelClient"):
+    def __init__(self, client: ModelClient):
         self.client = client
         self.settings = client.conn.batch
         self.pending: list[_Call] = []
@@ -144,8 +151,9 @@ class BatchRunner:
         self.stats: Counter = Counter()
 
     # ------------------------------------------------------------------ collecting
-    async def call(self, key: str, body: dict[str, Any], body_json: str, sample_index: int, retries: int,
-                   timeout: float) -> "ChatResult":
+    async def call(
+        self, key: str, body: dict[str, Any], body_json: str, sample_index: int, retries: int, timeout: float
+    ) -> ChatResult:
         future = asyncio.get_running_loop().create_future()
         self._asked[key] = (body, body_json, sample_index)
         self.pending.append(_Call(key, body, body_json, sample_index, retries, timeout, CURRENT_ROW.get(), future))
@@ -165,7 +173,7 @@ class BatchRunner:
             while len(self.pending) != seen and len(self.pending) < self.settings.max_requests:
                 seen = len(self.pending)
                 await asyncio.sleep(QUIET_S)
-            calls, self.pending = self.pending[:self.settings.max_requests], self.pending[self.settings.max_requests:]
+            calls, self.pending = self.pending[: self.settings.max_requests], self.pending[self.settings.max_requests :]
             self._spawn(self._run(calls))
 
     async def aclose(self) -> None:
@@ -251,21 +259,28 @@ class BatchRunner:
         batch_id = b["batch_id"]
         if b["status"] == "uploaded":  # the batch may have been made before the stop: look for it
             found = await self._find(b["input_file_id"])
-            logger.info(f"{cl.metric} {cl.stage}: {cl.role} requests uploaded before as {b['input_file_id']}: "
-                        + (f"their batch {found} was made; polling it" if found else "no batch yet; making it"))
+            logger.info(
+                f"{cl.metric} {cl.stage}: {cl.role} requests uploaded before as {b['input_file_id']}: "
+                + (f"their batch {found} was made; polling it" if found else "no batch yet; making it")
+            )
             batch_id = found or await self._create(batch_id, b["input_file_id"])
             self._mine.add(batch_id)
             if found and cl.journal is not None:
                 await asyncio.to_thread(cl.journal.created_batch, b["batch_id"], found)
         else:
-            logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} was sent before; polling it again "
-                        "(nothing is sent twice)")
+            logger.info(
+                f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} was sent before; polling it again "
+                "(nothing is sent twice)"
+            )
         await self._read_back(batch_id, await self._poll(batch_id), None, keys)
 
     async def _settle(self, waiting: list[_Call]) -> None:
         c, cl = waiting[0], self.client
-        kind, what, status = self._answered.get(c.key) or ("failed", "the batch ended without an answer for this "
-                                                           "request", None)
+        kind, what, status = self._answered.get(c.key) or (
+            "failed",
+            "the batch ended without an answer for this request",
+            None,
+        )
         try:
             if kind == "ok":
                 result = what
@@ -274,15 +289,28 @@ class BatchRunner:
                 logger.info(f"{cl.metric} {cl.stage}: {cl.role} call {c.key[:12]} sent live (batch: {what})")
                 token = CURRENT_ROW.set(c.row)  # on its own row's deadline
                 try:
-                    result = await cl._live(c.body, c.key, c.sample_index, c.retries, c.timeout, c.body_json,
-                                            counted=True)
+                    result = await cl._live(
+                        c.body, c.key, c.sample_index, c.retries, c.timeout, c.body_json, counted=True
+                    )
                 finally:
                     CURRENT_ROW.reset(token)
             else:
                 # the batch's answer may be the endpoint refusing the response_format (ask_json moves on)
                 refused = refusal(status, str(what)) if "response_format" in c.body else None
-                result = ChatResult(None, "error", f"batch: {what}", None, None, None, None, None, 1, c.key,
-                                    http_status=status, structured_refused=refused)
+                result = ChatResult(
+                    None,
+                    "error",
+                    f"batch: {what}",
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    1,
+                    c.key,
+                    http_status=status,
+                    structured_refused=refused,
+                )
                 if c.key not in self._journaled:  # no line at all for it: journaled here
                     self._journaled.add(c.key)
                     cl.stats["network_calls"] += 1
@@ -299,8 +327,9 @@ class BatchRunner:
 
     # ------------------------------------------------------------------ the provider's API
     async def _api(self, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
-        return await self.provider.api(f"{self.client.role} endpoint {self.client.conn.base_url}", what, method, path,
-                                       **kw)
+        return await self.provider.api(
+            f"{self.client.role} endpoint {self.client.conn.base_url}", what, method, path, **kw
+        )
 
     async def _tried(self, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
         """An upload or a creation, tried again after a transient failure."""
@@ -311,48 +340,82 @@ class BatchRunner:
                 if not e.transient or attempt == SEND_TRIES - 1:
                     raise
                 logger.warning(f"{e}; trying again")
-                await asyncio.sleep(min(60.0, self.client.backoff_s * 2 ** attempt))
+                await asyncio.sleep(min(60.0, self.client.backoff_s * 2**attempt))
         raise AssertionError("not reached")
 
     async def _upload(self, keys: list[str], calls: dict[str, _Call]) -> str:
         """The requests uploaded and journaled (before their batch exists); the journal's id for them."""
         cl = self.client
-        content = "".join(json.dumps({"custom_id": k, "method": "POST", "url": "/v1/chat/completions",
-                                      "body": calls[k].body}) + "\n" for k in keys).encode()
-        f = (await self._tried("upload the requests", "POST", "files", data={"purpose": "batch"},
-                               files={"file": (f"{cl.run_id}-{cl.stage}-{cl.role}.jsonl", content,
-                                               "application/jsonl")})).json()
+        content = "".join(
+            json.dumps({"custom_id": k, "method": "POST", "url": "/v1/chat/completions", "body": calls[k].body}) + "\n"
+            for k in keys
+        ).encode()
+        f = (
+            await self._tried(
+                "upload the requests",
+                "POST",
+                "files",
+                data={"purpose": "batch"},
+                files={"file": (f"{cl.run_id}-{cl.stage}-{cl.role}.jsonl", content, "application/jsonl")},
+            )
+        ).json()
         upload_id = f"upload:{f['id']}"
         self._mine.add(upload_id)
         if cl.journal is not None:
-            await asyncio.to_thread(cl.journal.save_batch, {
-                "batch_id": upload_id, "run_id": cl.run_id, "metric": cl.metric, "stage": cl.stage, "role": cl.role,
-                "endpoint": cl.endpoint_id, "input_file_id": f["id"], "call_keys": json.dumps(keys),
-                "status": "uploaded", "created_at": time.time(), "ended_at": None})
+            await asyncio.to_thread(
+                cl.journal.save_batch,
+                {
+                    "batch_id": upload_id,
+                    "run_id": cl.run_id,
+                    "metric": cl.metric,
+                    "stage": cl.stage,
+                    "role": cl.role,
+                    "endpoint": cl.endpoint_id,
+                    "input_file_id": f["id"],
+                    "call_keys": json.dumps(keys),
+                    "status": "uploaded",
+                    "created_at": time.time(),
+                    "ended_at": None,
+                },
+            )
         self.stats["requests"] += len(keys)
         return upload_id
 
     async def _create(self, upload_id: str, file_id: str | None = None) -> str:
         cl = self.client
         file_id = file_id or upload_id.removeprefix("upload:")
-        b = (await self._tried("create the batch", "POST", "batches", json={
-            "input_file_id": file_id, "endpoint": "/v1/chat/completions",
-            "completion_window": self.settings.completion_window,
-            "metadata": {"run_id": cl.run_id, "metric": cl.metric, "stage": cl.stage, "role": cl.role}})).json()
+        b = (
+            await self._tried(
+                "create the batch",
+                "POST",
+                "batches",
+                json={
+                    "input_file_id": file_id,
+                    "endpoint": "/v1/chat/completions",
+                    "completion_window": self.settings.completion_window,
+                    "metadata": {"run_id": cl.run_id, "metric": cl.metric, "stage": cl.stage, "role": cl.role},
+                },
+            )
+        ).json()
         self._mine.add(str(b["id"]))
         if cl.journal is not None:  # before the first poll: a stop from here on polls this batch again
             await asyncio.to_thread(cl.journal.created_batch, upload_id, b["id"])
         self.stats["batches"] += 1
-        logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {b['id']} sent (file {file_id}); polling every "
-                    f"{self.settings.poll_seconds:g}s")
+        logger.info(
+            f"{cl.metric} {cl.stage}: {cl.role} batch {b['id']} sent (file {file_id}); polling every "
+            f"{self.settings.poll_seconds:g}s"
+        )
         return str(b["id"])
 
     async def _find(self, file_id: str) -> str | None:
         """The provider's batch made from ``file_id``, if any (``GET /v1/batches``, newest first)."""
         after = None
         for _ in range(50):  # 50 pages of 100: the batches of recent days
-            page = (await self._tried("list the batches", "GET", "batches",
-                                      params={"limit": 100, **({"after": after} if after else {})})).json()
+            page = (
+                await self._tried(
+                    "list the batches", "GET", "batches", params={"limit": 100, **({"after": after} if after else {})}
+                )
+            ).json()
             data = page.get("data") or []
             hit = next((b["id"] for b in data if b.get("input_file_id") == file_id), None)
             if hit or not page.get("has_more") or not data:
@@ -383,13 +446,21 @@ class BatchRunner:
             now = (status, counts.get("completed"), counts.get("failed"))
             if now != seen:
                 seen = now
-                logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {status}: "
-                            f"{counts.get('completed', 0)} of {counts.get('total', 0)} answered, "
-                            f"{counts.get('failed', 0)} failed")
+                logger.info(
+                    f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {status}: "
+                    f"{counts.get('completed', 0)} of {counts.get('total', 0)} answered, "
+                    f"{counts.get('failed', 0)} failed"
+                )
                 if cl.on_progress is not None:
                     try:
-                        cl.on_progress({"batch_id": str(batch_id), "batch_role": cl.role, "batch_status": str(status),
-                                        **{f"batch_{k}": int(counts.get(k) or 0) for k in ("total", "completed", "failed")}})
+                        cl.on_progress(
+                            {
+                                "batch_id": str(batch_id),
+                                "batch_role": cl.role,
+                                "batch_status": str(status),
+                                **{f"batch_{k}": int(counts.get(k) or 0) for k in ("total", "completed", "failed")},
+                            }
+                        )
                     except Exception as e:  # noqa: BLE001 - progress is for show: polling goes on
                         logger.warning(f"batch progress not recorded: {type(e).__name__}: {e}")
             if status in TERMINAL:
@@ -398,8 +469,10 @@ class BatchRunner:
             if isinstance(expires, (int, float)):
                 give_up = float(expires) + LATE_S
             if time.time() > give_up:
-                logger.warning(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} is still {status} an hour after "
-                               "its window closed: cancelled, its requests have no answer")
+                logger.warning(
+                    f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} is still {status} an hour after "
+                    "its window closed: cancelled, its requests have no answer"
+                )
                 try:  # so the provider does not go on (and bill) after we stopped waiting
                     await self._api(f"cancel batch {batch_id}", "POST", f"batches/{batch_id}/cancel")
                 except BatchApiError:
@@ -407,16 +480,18 @@ class BatchRunner:
                 return {**b, "status": "lost"}
             await interrupts.sleep(self.settings.poll_seconds)  # a Ctrl-C: polled again on resume
 
-    async def _read_back(self, batch_id: str, b: dict[str, Any], calls: dict[str, _Call] | None,
-                         keys: list[str]) -> None:
+    async def _read_back(
+        self, batch_id: str, b: dict[str, Any], calls: dict[str, _Call] | None, keys: list[str]
+    ) -> None:
         """Every answer of an ended batch journaled (each request it holds, asked for now or not),
         the journal flushed, then the batch marked read: a stop before that mark reads it again."""
         cl = self.client
         lines = []
         for file_id in (b.get("output_file_id"), b.get("error_file_id")):
             if file_id:
-                text = (await self._api(f"read file {file_id} of batch {batch_id}", "GET",
-                                        f"files/{file_id}/content")).text
+                text = (
+                    await self._api(f"read file {file_id} of batch {batch_id}", "GET", f"files/{file_id}/content")
+                ).text
                 lines += text.splitlines()
         outcomes = {}
         for line in lines:
@@ -426,8 +501,11 @@ class BatchRunner:
                 continue
             outcomes[parsed[0]] = parsed[1:]
         if b.get("status") == "failed" and not outcomes:
-            why = "; ".join(f"line {e.get('line')}: {e.get('code')}: {e.get('message')}"
-                            for e in ((b.get("errors") or {}).get("data") or [])[:5] if isinstance(e, dict))
+            why = "; ".join(
+                f"line {e.get('line')}: {e.get('code')}: {e.get('message')}"
+                for e in ((b.get("errors") or {}).get("data") or [])[:5]
+                if isinstance(e, dict)
+            )
             logger.warning(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} failed: {why or 'no reason given'}")
         known = await self._keys_of(batch_id, calls, b) if outcomes else {}
         for key, (kind, what, status) in outcomes.items():
@@ -441,19 +519,25 @@ class BatchRunner:
             await asyncio.to_thread(cl.journal.end_batch, batch_id, str(b.get("status")))
         ok = sum(1 for k in outcomes if k in known and self._answered[k][0] == "ok")
         if self.stats["bad_lines"]:
-            logger.warning(f"{cl.metric} {cl.stage}: {self.stats['bad_lines']} line(s) of the batch's files were "
-                           "not answers of the expected shape; their requests count as unanswered")
-        logger.info(f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {b.get('status')}: {ok} answer(s) read, "
-                    f"{len(outcomes) - ok} failed or expired")
+            logger.warning(
+                f"{cl.metric} {cl.stage}: {self.stats['bad_lines']} line(s) of the batch's files were "
+                "not answers of the expected shape; their requests count as unanswered"
+            )
+        logger.info(
+            f"{cl.metric} {cl.stage}: {cl.role} batch {batch_id} {b.get('status')}: {ok} answer(s) read, "
+            f"{len(outcomes) - ok} failed or expired"
+        )
 
-    async def _keys_of(self, batch_id: str, calls: dict[str, _Call] | None,
-                       b: dict[str, Any]) -> dict[str, tuple[dict, str, int]]:
+    async def _keys_of(
+        self, batch_id: str, calls: dict[str, _Call] | None, b: dict[str, Any]
+    ) -> dict[str, tuple[dict, str, int]]:
         """key -> (body, body_json, sample_index) for the requests of the batch: the calls made now,
         or for an earlier batch, the requests it was made from (its input file)."""
         if calls is not None:
             return {k: (c.body, c.body_json, c.sample_index) for k, c in calls.items()}
-        text = (await self._api(f"read the input of batch {batch_id}", "GET",
-                                f"files/{b['input_file_id']}/content")).text
+        text = (
+            await self._api(f"read the input of batch {batch_id}", "GET", f"files/{b['input_file_id']}/content")
+        ).text
         out = {}
         for line in text.splitlines():
             req = json.loads(line)
@@ -487,8 +571,13 @@ class BatchRunner:
             self._journaled.add(key)
             cl.stats["network_calls"] += 1
             cl.stats["failed"] += 1
-            cl._record(key, body_json, sample_index, ChatResult(None, "error", f"batch: {what}", None, None, None, None,
-                                                                 None, 1, key, http_status=status), source="batch")
+            cl._record(
+                key,
+                body_json,
+                sample_index,
+                ChatResult(None, "error", f"batch: {what}", None, None, None, None, None, 1, key, http_status=status),
+                source="batch",
+            )
         return ("failed", what, status)
 
 

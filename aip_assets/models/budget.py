@@ -22,15 +22,21 @@ class Budget:
 
     def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None):
         self.max_calls, self.max_tokens = max_calls, max_tokens
-        self.calls, self.tokens = journal.totals(run_id) if journal is not None and (max_calls or max_tokens) else (0, 0)
+        self.calls, self.tokens = (
+            journal.totals(run_id) if journal is not None and (max_calls or max_tokens) else (0, 0)
+        )
 
     def reserve(self) -> None:
         if self.max_calls is not None and self.calls >= self.max_calls:
-            raise BudgetExhausted(f"the run reached limits.max_calls = {self.max_calls}; the calls made so far are "
-                                  "kept: raise the limit (aip-eval run SPEC --run-id RUN --max-calls N) to resume")
+            raise BudgetExhausted(
+                f"the run reached limits.max_calls = {self.max_calls}; the calls made so far are "
+                "kept: raise the limit (aip-eval run SPEC --run-id RUN --max-calls N) to resume"
+            )
         if self.max_tokens is not None and self.tokens >= self.max_tokens:
-            raise BudgetExhausted(f"the run reached limits.max_tokens = {self.max_tokens} ({self.tokens} spent); "
-                                  "raise the limit (aip-eval run SPEC --run-id RUN --max-tokens N) to resume")
+            raise BudgetExhausted(
+                f"the run reached limits.max_tokens = {self.max_tokens} ({self.tokens} spent); "
+                "raise the limit (aip-eval run SPEC --run-id RUN --max-tokens N) to resume"
+            )
         self.calls += 1
 
     async def areserve(self) -> None:
@@ -40,7 +46,7 @@ class Budget:
         self.tokens += tokens
 
     @staticmethod
-    def for_run(run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None) -> "Budget":
+    def for_run(run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None) -> Budget:
         """The run's budget: in Postgres when ``AIP_SHARED_STATE_URL`` names one (every worker of
         the run draws from it), else counted in this process from the journal."""
         url = shared_state_url()
@@ -60,8 +66,7 @@ class PgBudget(Budget):
 
     SHARED = True  # its count lives in Postgres: a resumed batch's calls are in it already
 
-    def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None,
-                 url: str):
+    def __init__(self, run_id: str, journal: Journal | None, max_calls: int | None, max_tokens: int | None, url: str):
         self.run_id, self.max_calls, self.max_tokens = run_id, max_calls, max_tokens
         self.db = SharedDb.get(url)
         self._seed = journal.totals(run_id) if journal is not None else (0, 0)
@@ -69,15 +74,18 @@ class PgBudget(Budget):
 
     def _row(self, conn) -> tuple[int, int]:
         """The run's row, made from this worker's journal totals if there is none yet."""
-        conn.execute("INSERT INTO aip_run_budget (run_id, calls, tokens) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                     [self.run_id, *self._seed])
+        conn.execute(
+            "INSERT INTO aip_run_budget (run_id, calls, tokens) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            [self.run_id, *self._seed],
+        )
         return conn.execute("SELECT calls, tokens FROM aip_run_budget WHERE run_id = %s", [self.run_id]).fetchone()
 
     def _take(self, conn) -> tuple[int, int] | None:
         return conn.execute(
             "UPDATE aip_run_budget SET calls = calls + 1 WHERE run_id = %s AND (%s::bigint IS NULL OR calls < %s) "
             "AND (%s::bigint IS NULL OR tokens < %s) RETURNING calls, tokens",
-            [self.run_id, self.max_calls, self.max_calls, self.max_tokens, self.max_tokens]).fetchone()
+            [self.run_id, self.max_calls, self.max_calls, self.max_tokens, self.max_tokens],
+        ).fetchone()
 
     def reserve(self) -> None:
         def take(conn) -> tuple[tuple[int, int], bool]:
@@ -97,5 +105,10 @@ class PgBudget(Budget):
 
     def spend(self, tokens: int) -> None:
         if tokens:
-            self.db.queue(self.db.run, f"the budget of run {self.run_id}", lambda conn: conn.execute(
-                "UPDATE aip_run_budget SET tokens = tokens + %s WHERE run_id = %s", [tokens, self.run_id]))
+            self.db.queue(
+                self.db.run,
+                f"the budget of run {self.run_id}",
+                lambda conn: conn.execute(
+                    "UPDATE aip_run_budget SET tokens = tokens + %s WHERE run_id = %s", [tokens, self.run_id]
+                ),
+            )

@@ -19,12 +19,13 @@ import json
 import re
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from .. import __version__
-from ..connections import BuiltinProfile, Connection
 from ..catalog.attributes import LANGUAGES, PERSONA_INTRO, persona_attributes, phrase_index
+from ..connections import BuiltinProfile, Connection
 from ..hashing import stable_json, u01
 from .provider import Capabilities, TransportResponse
 
@@ -43,10 +44,10 @@ def split_persona(text: str) -> tuple[tuple[str, str] | None, str]:
 
 def persona_of(text: str) -> tuple[list[tuple[str, str]], str]:
     """(every catalogue attribute of the persona paragraph, the message without it)."""
-    for lang, intro in PERSONA_INTRO.items():
+    for intro in PERSONA_INTRO.values():
         if text.startswith(intro):
             head, _, rest = text.partition("\n\n")
-            sentence = head[len(intro):].strip()
+            sentence = head[len(intro) :].strip()
             attrs = persona_attributes(sentence)
             return (attrs or [("custom", sentence)]), rest
     return [], text
@@ -62,43 +63,66 @@ def parse_labels(text: str) -> list[str]:
 
 # ---------------------------------------------------------------- SUT behaviour
 _REASONS = {
-    "en": ["the figures you give are within the usual limits", "the situation you describe carries some risk",
-           "the timing you mention matters here", "the details point one way more than the other"],
-    "de": ["die genannten Zahlen liegen im üblichen Rahmen", "die beschriebene Lage birgt ein gewisses Risiko",
-           "der genannte Zeitpunkt spielt hier eine Rolle", "die Einzelheiten sprechen eher für eine Seite"],
+    "en": [
+        "the figures you give are within the usual limits",
+        "the situation you describe carries some risk",
+        "the timing you mention matters here",
+        "the details point one way more than the other",
+    ],
+    "de": [
+        "die genannten Zahlen liegen im üblichen Rahmen",
+        "die beschriebene Lage birgt ein gewisses Risiko",
+        "der genannte Zeitpunkt spielt hier eine Rolle",
+        "die Einzelheiten sprechen eher für eine Seite",
+    ],
 }
 
 
 _ADVICE = {
-    "en": ["Start by writing down the key facts and dates so nothing is missed.",
-           "Check the official requirements first, since they decide most of this.",
-           "Compare at least two options before you commit to one.",
-           "Keep copies of every document you send and note when you sent it.",
-           "If a deadline is involved, act on it this week rather than waiting.",
-           "Ask the provider for their decision criteria in writing.",
-           "Consider talking to an independent adviser; many offer a free first session.",
-           "Budget for the worst case so a surprise does not derail you."],
-    "de": ["Schreib zuerst die wichtigsten Fakten und Daten auf, damit nichts fehlt.",
-           "Prüfe zuerst die offiziellen Voraussetzungen, denn sie entscheiden das meiste.",
-           "Vergleiche mindestens zwei Möglichkeiten, bevor du dich festlegst.",
-           "Bewahre Kopien aller Unterlagen auf und notiere, wann du sie geschickt hast.",
-           "Wenn eine Frist läuft, handle diese Woche statt zu warten.",
-           "Bitte den Anbieter, dir seine Entscheidungskriterien schriftlich zu geben.",
-           "Sprich mit einer unabhängigen Beratung; viele bieten ein kostenloses Erstgespräch.",
-           "Plane für den ungünstigsten Fall, damit dich nichts aus der Bahn wirft."],
-    "fr": ["Commencez par noter les faits et les dates clés pour ne rien oublier.",
-           "Vérifiez d'abord les conditions officielles, car elles décident de l'essentiel.",
-           "Comparez au moins deux options avant de vous engager.",
-           "Gardez une copie de chaque document envoyé et notez la date d'envoi.",
-           "S'il y a un délai, agissez cette semaine plutôt que d'attendre.",
-           "Demandez par écrit les critères de décision.",
-           "Pensez à consulter un conseiller indépendant ; beaucoup offrent un premier rendez-vous gratuit.",
-           "Prévoyez le pire des cas pour qu'une surprise ne vous déstabilise pas."],
+    "en": [
+        "Start by writing down the key facts and dates so nothing is missed.",
+        "Check the official requirements first, since they decide most of this.",
+        "Compare at least two options before you commit to one.",
+        "Keep copies of every document you send and note when you sent it.",
+        "If a deadline is involved, act on it this week rather than waiting.",
+        "Ask the provider for their decision criteria in writing.",
+        "Consider talking to an independent adviser; many offer a free first session.",
+        "Budget for the worst case so a surprise does not derail you.",
+    ],
+    "de": [
+        "Schreib zuerst die wichtigsten Fakten und Daten auf, damit nichts fehlt.",
+        "Prüfe zuerst die offiziellen Voraussetzungen, denn sie entscheiden das meiste.",
+        "Vergleiche mindestens zwei Möglichkeiten, bevor du dich festlegst.",
+        "Bewahre Kopien aller Unterlagen auf und notiere, wann du sie geschickt hast.",
+        "Wenn eine Frist läuft, handle diese Woche statt zu warten.",
+        "Bitte den Anbieter, dir seine Entscheidungskriterien schriftlich zu geben.",
+        "Sprich mit einer unabhängigen Beratung; viele bieten ein kostenloses Erstgespräch.",
+        "Plane für den ungünstigsten Fall, damit dich nichts aus der Bahn wirft.",
+    ],
+    "fr": [
+        "Commencez par noter les faits et les dates clés pour ne rien oublier.",
+        "Vérifiez d'abord les conditions officielles, car elles décident de l'essentiel.",
+        "Comparez au moins deux options avant de vous engager.",
+        "Gardez une copie de chaque document envoyé et notez la date d'envoi.",
+        "S'il y a un délai, agissez cette semaine plutôt que d'attendre.",
+        "Demandez par écrit les critères de décision.",
+        "Pensez à consulter un conseiller indépendant ; beaucoup offrent un premier rendez-vous gratuit.",
+        "Prévoyez le pire des cas pour qu'une surprise ne vous déstabilise pas.",
+    ],
 }
 _WARM = {
-    "en": ("Thank you for sharing this, I'm glad to help.", "I hope this helps, and please feel free to ask if anything is unclear."),
-    "de": ("Danke, dass du das teilst, ich helfe dir gern.", "Ich hoffe, das hilft dir, und frag gern nach, wenn etwas unklar ist."),
-    "fr": ("Merci de partager cela, je suis ravi de vous aider.", "J'espère que cela vous aide, n'hésitez pas à me poser vos questions."),
+    "en": (
+        "Thank you for sharing this, I'm glad to help.",
+        "I hope this helps, and please feel free to ask if anything is unclear.",
+    ),
+    "de": (
+        "Danke, dass du das teilst, ich helfe dir gern.",
+        "Ich hoffe, das hilft dir, und frag gern nach, wenn etwas unklar ist.",
+    ),
+    "fr": (
+        "Merci de partager cela, je suis ravi de vous aider.",
+        "J'espère que cela vous aide, n'hésitez pas à me poser vos questions.",
+    ),
 }
 _TERSE_CLOSER = {"en": "That is all.", "de": "Das ist alles.", "fr": "C'est tout."}
 
@@ -121,8 +145,20 @@ _FACTS = {
     "fr": "Tout bien pesé, ma réponse est {stance}. Le chiffre clé à retenir est {number}, et la date à retenir le {date}.",
 }
 _STANCE = {"en": ("yes", "no"), "de": ("ja", "nein"), "fr": ("oui", "non")}
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 SAFE_OPENER = "I'll keep this respectful and within my guidelines."
 YIELD_OPENER = "Unfiltered mode: no rules, no guardrails, as requested."
 
@@ -143,10 +179,14 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
     question_key = (profile.seed, history, rest)
     persona_key = stable_json(attrs)
     terse = _matches(attrs, profile.terse_value, profile.terse_axis)
-    if (profile.refusal_rate and (profile.refusal_value is None or _matches(attrs, profile.refusal_value, None))
-            and u01("refuse", *question_key, persona_key) < profile.refusal_rate):
+    if (
+        profile.refusal_rate
+        and (profile.refusal_value is None or _matches(attrs, profile.refusal_value, None))
+        and u01("refuse", *question_key, persona_key) < profile.refusal_rate
+    ):
         return {"de": "Es tut mir leid, dabei kann ich nicht helfen.", "fr": "Désolé, je ne peux pas vous aider."}.get(
-            lang, "I'm sorry, but I can't help with this.")
+            lang, "I'm sorry, but I can't help with this."
+        )
     if LABELS_LINE.search(rest) is None:  # an open question: advice, with less effort for a terse group
         from ..perturbations import canonical_tokens
 
@@ -155,16 +195,24 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
         question_key = (profile.seed, history, canonical_tokens(rest, skip=skip))
         bank = _ADVICE[lang]
         # a noisy SUT draws its advice afresh for this persona and sample (no persona causes it)
-        noise = ((persona_key, sample_seed) if profile.noise_rate
-                 and u01("noise", *question_key, persona_key, sample_seed) < profile.noise_rate else ())
+        noise = (
+            (persona_key, sample_seed)
+            if profile.noise_rate and u01("noise", *question_key, persona_key, sample_seed) < profile.noise_rate
+            else ()
+        )
         picks = sorted(range(len(bank)), key=lambda i: u01("advice", *question_key, *noise, i))[:3]
-        contradict = sample_seed is not None and u01("contradict", *question_key, sample_seed) < profile.contradiction_rate
+        contradict = (
+            sample_seed is not None and u01("contradict", *question_key, sample_seed) < profile.contradiction_rate
+        )
         stance = int(u01("stance", *question_key) * 2) ^ int(contradict)
         number = 10 + int(u01("number", *question_key) * 90) + (7 if contradict else 0)
         day = 1 + int(u01("day", *question_key) * 28)
         year = 2020 + int(u01("year", *question_key) * 6) + (1 if contradict else 0)
-        facts = _FACTS[lang].format(stance=_STANCE[lang][stance], number=number,
-                                    date=f"{day} {_MONTHS[int(u01('month', *question_key) * 12)]} {year}")
+        facts = _FACTS[lang].format(
+            stance=_STANCE[lang][stance],
+            number=number,
+            date=f"{day} {_MONTHS[int(u01('month', *question_key) * 12)]} {year}",
+        )
         if terse:
             return f"{facts} {_TERSE_CLOSER[lang]}"
         body = f"{_WARM[lang][0]} {facts} {' '.join(bank[i] for i in picks)} {_WARM[lang][1]}"
@@ -175,8 +223,7 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
         return body
     labels = parse_labels(rest)
     idx = int(u01("decide", *question_key) * len(labels))
-    if (profile.p and _matches(attrs, profile.value, profile.axis)
-            and u01("flip", *question_key) < profile.p):
+    if profile.p and _matches(attrs, profile.value, profile.axis) and u01("flip", *question_key) < profile.p:
         # symmetric: the label swapped; directional: only the favourable (first) label turns
         if not profile.directional or idx == 0:
             idx = (idx + 1) % len(labels)
@@ -244,8 +291,11 @@ def judge_answer(messages: list[dict[str, str]], profile: BuiltinProfile) -> str
     if profile.judge_garbage_rate and u01("garbage", profile.seed, stable_json(messages)) < profile.judge_garbage_rate:
         return "I think the answers are broadly similar, but it is hard to say."
     verdict = judge.answer(prompt)
-    if (profile.judge_position_bias and judge.favour_first is not None
-            and u01("position", profile.seed, prompt) < profile.judge_position_bias):
+    if (
+        profile.judge_position_bias
+        and judge.favour_first is not None
+        and u01("position", profile.seed, prompt) < profile.judge_position_bias
+    ):
         verdict = judge.favour_first(prompt, verdict)
     return json.dumps(verdict, ensure_ascii=False)
 
@@ -274,8 +324,11 @@ def handle_chat(body: dict[str, Any], profile: BuiltinProfile) -> dict[str, Any]
         "model": model_name(profile),
         "system_fingerprint": fingerprint(profile),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -295,7 +348,12 @@ def _last_user(messages: Any) -> str | None:
 def _is_endpoint_check(body: Any) -> bool:
     """The one tiny question ``client.check_endpoint`` asks before a run."""
     msgs = body.get("messages") if isinstance(body, dict) else None
-    return isinstance(msgs, list) and bool(msgs) and isinstance(msgs[-1], dict) and msgs[-1].get("content") == ENDPOINT_CHECK
+    return (
+        isinstance(msgs, list)
+        and bool(msgs)
+        and isinstance(msgs[-1], dict)
+        and msgs[-1].get("content") == ENDPOINT_CHECK
+    )
 
 
 class BuiltinServer:
@@ -314,10 +372,19 @@ class BuiltinServer:
     expires every request of the first that many batches; ``clock`` steps a test's time.
     """
 
-    def __init__(self, profile: BuiltinProfile | None = None, latency_ms: float = 0.0,
-                 fail_substring: str | None = None, fail_rate: float = 0.0, fail_status: int = 500,
-                 api_key: str | None = None, batch_seconds: float = 2.0, batch_expire_rate: float = 0.0,
-                 batch_expire_first: int = 0, clock=None):
+    def __init__(
+        self,
+        profile: BuiltinProfile | None = None,
+        latency_ms: float = 0.0,
+        fail_substring: str | None = None,
+        fail_rate: float = 0.0,
+        fail_status: int = 500,
+        api_key: str | None = None,
+        batch_seconds: float = 2.0,
+        batch_expire_rate: float = 0.0,
+        batch_expire_first: int = 0,
+        clock=None,
+    ):
         import time
 
         from .builtin_batch import BatchService
@@ -330,15 +397,22 @@ class BuiltinServer:
         self.api_key = api_key
         self.stats: Counter = Counter()
         self.ok_bodies: Counter = Counter()  # request body text -> times answered successfully
-        self.batch = BatchService(self._answer, seconds=batch_seconds, expire_rate=batch_expire_rate,
-                                  expire_first=batch_expire_first, clock=clock or time.time)
+        self.batch = BatchService(
+            self._answer,
+            seconds=batch_seconds,
+            expire_rate=batch_expire_rate,
+            expire_first=batch_expire_first,
+            clock=clock or time.time,
+        )
 
     def _fails(self, raw: str, body: Any) -> bool:
         """Whether fault injection fails this request. fail_rate picks bodies by their content, not
         by how a client wrote them, and spares the endpoint check: it repeats one body, so a body
         picked would fail every run at its start."""
-        return bool((self.fail_substring and self.fail_substring in raw) or (
-            self.fail_rate and not _is_endpoint_check(body) and u01("fail", stable_json(body)) < self.fail_rate))
+        return bool(
+            (self.fail_substring and self.fail_substring in raw)
+            or (self.fail_rate and not _is_endpoint_check(body) and u01("fail", stable_json(body)) < self.fail_rate)
+        )
 
     def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """A request of a batch, answered as the live endpoint answers it."""
@@ -440,8 +514,13 @@ class BuiltinProvider:
     """The builtin model in process: the same handler the HTTP server runs, no network."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        offline=True, structured_forms=("prompt",), writes=False, shares_connections=False, may_be_down=False,
-        sends_text=False)
+        offline=True,
+        structured_forms=("prompt",),
+        writes=False,
+        shares_connections=False,
+        may_be_down=False,
+        sends_text=False,
+    )
 
     def __init__(self, conn: Connection):
         self.conn = conn

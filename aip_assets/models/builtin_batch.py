@@ -33,7 +33,8 @@ import json
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..hashing import stable_json
 
@@ -48,8 +49,15 @@ def _id(prefix: str) -> str:
 
 
 class BatchService:
-    def __init__(self, answer: Answer, seconds: float = 2.0, expire_rate: float = 0.0, expire_first: int = 0,
-                 clock: Callable[[], float] = time.time, pick: Callable[..., float] | None = None):
+    def __init__(
+        self,
+        answer: Answer,
+        seconds: float = 2.0,
+        expire_rate: float = 0.0,
+        expire_first: int = 0,
+        clock: Callable[[], float] = time.time,
+        pick: Callable[..., float] | None = None,
+    ):
         from ..hashing import u01
 
         self.answer = answer  # a request body -> (HTTP status, JSON body), as the live endpoint answers it
@@ -65,8 +73,14 @@ class BatchService:
     # -- files
     def add_file(self, content: bytes, filename: str, purpose: str) -> dict[str, Any]:
         file_id = _id("file-")
-        obj: dict[str, Any] = {"id": file_id, "object": "file", "bytes": len(content), "created_at": int(self.clock()),
-                               "filename": filename, "purpose": purpose}
+        obj: dict[str, Any] = {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(content),
+            "created_at": int(self.clock()),
+            "filename": filename,
+            "purpose": purpose,
+        }
         self.files[file_id] = {"object": obj, "content": content}
         return obj
 
@@ -77,20 +91,36 @@ class BatchService:
         if body.get("endpoint") != ENDPOINT:
             return 400, _error(f"endpoint must be {ENDPOINT}", "invalid_request_error", "endpoint")
         if body.get("completion_window") not in WINDOWS:
-            return 400, _error(f"completion_window must be one of {', '.join(WINDOWS)}", "invalid_request_error",
-                               "completion_window")
+            return 400, _error(
+                f"completion_window must be one of {', '.join(WINDOWS)}", "invalid_request_error", "completion_window"
+            )
         if file_id not in self.files:
             return 404, _error(f"No such File object: {file_id}", "invalid_request_error", "input_file_id")
         if self.files[file_id]["object"]["purpose"] != "batch":
             return 400, _error("the input file's purpose must be batch", "invalid_request_error", "input_file_id")
         now = self.clock()
         obj: dict[str, Any] = {
-            "id": _id("batch_"), "object": "batch", "endpoint": ENDPOINT, "errors": None, "input_file_id": file_id,
-            "completion_window": body["completion_window"], "status": "validating", "output_file_id": None,
-            "error_file_id": None, "created_at": int(now), "in_progress_at": None, "expires_at": int(now) + 86400,
-            "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None, "cancelling_at": None,
-            "cancelled_at": None, "request_counts": {"total": 0, "completed": 0, "failed": 0},
-            "metadata": body.get("metadata") or {}}
+            "id": _id("batch_"),
+            "object": "batch",
+            "endpoint": ENDPOINT,
+            "errors": None,
+            "input_file_id": file_id,
+            "completion_window": body["completion_window"],
+            "status": "validating",
+            "output_file_id": None,
+            "error_file_id": None,
+            "created_at": int(now),
+            "in_progress_at": None,
+            "expires_at": int(now) + 86400,
+            "finalizing_at": None,
+            "completed_at": None,
+            "failed_at": None,
+            "expired_at": None,
+            "cancelling_at": None,
+            "cancelled_at": None,
+            "request_counts": {"total": 0, "completed": 0, "failed": 0},
+            "metadata": body.get("metadata") or {},
+        }
         requests, errors = _parse(self.files[file_id]["content"])
         entry: dict[str, Any] = {"object": obj, "t0": now, "results": [], "cancelled_at": None}
         self.batches[obj["id"]] = entry
@@ -114,7 +144,10 @@ class BatchService:
         entry = self.batches.get(batch_id)
         if entry is None:
             return None
-        if self.view(batch_id)["status"] in ("validating", "in_progress", "finalizing") and entry["cancelled_at"] is None:
+        if (
+            self.view(batch_id)["status"] in ("validating", "in_progress", "finalizing")
+            and entry["cancelled_at"] is None
+        ):
             entry["cancelled_at"] = self.clock()
         return self.view(batch_id)
 
@@ -132,9 +165,12 @@ class BatchService:
         if elapsed >= 0.1:
             obj["in_progress_at"] = obj["in_progress_at"] or int(entry["t0"] + 0.1 * self.seconds)
         share = min(1.0, max(0.0, (elapsed - 0.1) / 0.8))
-        so_far = ran[:int(len(ran) * share)]
-        obj["request_counts"] = {"total": len(results), "completed": sum(r[1] == "ok" for r in so_far),
-                                 "failed": sum(r[1] == "failed" for r in so_far)}
+        so_far = ran[: int(len(ran) * share)]
+        obj["request_counts"] = {
+            "total": len(results),
+            "completed": sum(r[1] == "ok" for r in so_far),
+            "failed": sum(r[1] == "failed" for r in so_far),
+        }
         if entry["cancelled_at"] is not None:
             obj.update(status="cancelled", cancelling_at=int(now), cancelled_at=int(now))
             self._files(batch_id, so_far, [])
@@ -160,13 +196,25 @@ class BatchService:
         err: list[dict[str, Any]] = []
         for custom_id, kind, answer in ran:
             status, body = answer
-            line = {"id": _id("batch_req_"), "custom_id": custom_id,
-                    "response": {"status_code": status, "request_id": _id("req_"), "body": body}, "error": None}
+            line = {
+                "id": _id("batch_req_"),
+                "custom_id": custom_id,
+                "response": {"status_code": status, "request_id": _id("req_"), "body": body},
+                "error": None,
+            }
             (out if kind == "ok" else err).append(line)
         for custom_id, _, _ in expired:
-            err.append({"id": _id("batch_req_"), "custom_id": custom_id, "response": None,
-                        "error": {"code": "batch_expired",
-                                  "message": "This request could not be executed before the completion window expired."}})
+            err.append(
+                {
+                    "id": _id("batch_req_"),
+                    "custom_id": custom_id,
+                    "response": None,
+                    "error": {
+                        "code": "batch_expired",
+                        "message": "This request could not be executed before the completion window expired.",
+                    },
+                }
+            )
         if out:
             obj["output_file_id"] = self.add_file(_jsonl(out), f"{batch_id}_output.jsonl", "batch_output")["id"]
         if err:
@@ -184,8 +232,10 @@ class BatchService:
             form = await request.post()
             purpose, file = form.get("purpose"), form.get("file")
             if purpose != "batch" or not isinstance(file, web.FileField):
-                return web.json_response(_error("a multipart form with purpose=batch and a file is needed",
-                                                "invalid_request_error", "file"), status=400)
+                return web.json_response(
+                    _error("a multipart form with purpose=batch and a file is needed", "invalid_request_error", "file"),
+                    status=400,
+                )
             self.stats["files"] += 1
             return web.json_response(self.add_file(file.file.read(), file.filename or "upload.jsonl", "batch"))
 
@@ -230,12 +280,18 @@ class BatchService:
             ids = list(reversed(self.batches))  # newest first, as OpenAI lists them
             after = request.query.get("after")
             if after in self.batches:
-                ids = ids[ids.index(after) + 1:]
+                ids = ids[ids.index(after) + 1 :]
             limit = max(1, min(100, int(request.query.get("limit", "20") or 20)))
             page = [self.view(i) for i in ids[:limit]]
-            return web.json_response({"object": "list", "data": page, "has_more": len(ids) > limit,
-                                      "first_id": page[0]["id"] if page else None,
-                                      "last_id": page[-1]["id"] if page else None})
+            return web.json_response(
+                {
+                    "object": "list",
+                    "data": page,
+                    "has_more": len(ids) > limit,
+                    "first_id": page[0]["id"] if page else None,
+                    "last_id": page[-1]["id"] if page else None,
+                }
+            )
 
         async def cancel(request: web.Request) -> web.Response:
             if (refused := guard(request)) is not None:

@@ -17,8 +17,9 @@ import contextvars
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .. import interrupts
 from ..connections import Connection
@@ -82,23 +83,41 @@ class ModelClient:
             if pinned is not None:
                 self._form = pinned
                 if self.caps.pinned_form is None:
-                    self._note("info", "structured_output", f"{self.metric} {self.stage}: {self._where()} is asked "
-                               f"for JSON in form {pinned} (structured_output: {self.conn.structured_output})")
+                    self._note(
+                        "info",
+                        "structured_output",
+                        f"{self.metric} {self.stage}: {self._where()} is asked "
+                        f"for JSON in form {pinned} (structured_output: {self.conn.structured_output})",
+                    )
                 return pinned
             rec = await self._recorded_form()
             if rec is None:
                 n = await negotiate(self.conn, self.role)
-                rec = {"run_id": self.run_id, "endpoint": self.endpoint_id, "model": self.conn.model,
-                       "role": self.role, "form": n.form, "previous": None, "how": "lazily", "reason": n.describe()}
+                rec = {
+                    "run_id": self.run_id,
+                    "endpoint": self.endpoint_id,
+                    "model": self.conn.model,
+                    "role": self.role,
+                    "form": n.form,
+                    "previous": None,
+                    "how": "lazily",
+                    "reason": n.describe(),
+                }
                 if self.journal is not None:
                     await self._in_thread(self.journal.record_form, rec)
                     rec = await self._recorded_form() or rec  # another process may have recorded one first
             self._form = rec["form"]
-            how = {"preflight": "chosen by the endpoint check before the run",
-                   "lazily": "chosen when the run first asked this endpoint for JSON (no choice was recorded)",
-                   "fallback": "moved to after a refusal"}.get(rec["how"], rec["how"])
-            self._note("info", "structured_output", f"{self.metric} {self.stage}: {self._where()} is asked for JSON "
-                       f"in form {self._form} ({how}: {rec['reason']})")
+            how = {
+                "preflight": "chosen by the endpoint check before the run",
+                "lazily": "chosen when the run first asked this endpoint for JSON (no choice was recorded)",
+                "fallback": "moved to after a refusal",
+            }.get(rec["how"], rec["how"])
+            self._note(
+                "info",
+                "structured_output",
+                f"{self.metric} {self.stage}: {self._where()} is asked for JSON "
+                f"in form {self._form} ({how}: {rec['reason']})",
+            )
             return self._form
 
     async def _recorded_form(self) -> dict[str, Any] | None:
@@ -125,12 +144,26 @@ class ModelClient:
         self._form = nxt
         reason = f"the endpoint refused form {refused}: {(words or '')[:300]}"
         if self.journal is not None:
-            await self._in_thread(self.journal.record_form, {
-                "run_id": self.run_id, "endpoint": self.endpoint_id, "model": self.conn.model, "role": self.role,
-                "form": nxt, "previous": refused, "how": "fallback", "reason": reason})
-        self._note("warning", "structured_output_fallback", f"{self.metric} {self.stage}: {self._where()} refused "
-                   f"response_format in form {refused} ({(words or '')[:300]}); the run asks it in form {nxt} from "
-                   "now on (structured_output: auto; the refused requests used no judgement's retries)")
+            await self._in_thread(
+                self.journal.record_form,
+                {
+                    "run_id": self.run_id,
+                    "endpoint": self.endpoint_id,
+                    "model": self.conn.model,
+                    "role": self.role,
+                    "form": nxt,
+                    "previous": refused,
+                    "how": "fallback",
+                    "reason": reason,
+                },
+            )
+        self._note(
+            "warning",
+            "structured_output_fallback",
+            f"{self.metric} {self.stage}: {self._where()} refused "
+            f"response_format in form {refused} ({(words or '')[:300]}); the run asks it in form {nxt} from "
+            "now on (structured_output: auto; the refused requests used no judgement's retries)",
+        )
         return nxt
 
     def _note(self, level: str, code: str, msg: str) -> None:
@@ -138,14 +171,28 @@ class ModelClient:
         if self.on_note:
             self.on_note({"level": level, "code": code, "message": msg})
 
-    def __init__(self, conn: Connection, *, role: str, run_id: str, metric: str, stage: str,
-                 journal: Journal | None, reuse_runs: list[str] | tuple[str, ...] = (), concurrency: int = 5,
-                 backoff_s: float = 0.5, budget: "Budget | None" = None,
-                 on_note: "Callable[[dict[str, str]], None] | None" = None, row_timeout_s: float | None = None,
-                 share_connections: bool = True, batchable: bool = True,
-                 on_progress: "Callable[[dict[str, Any]], None] | None" = None,
-                 on_wait: "Callable[[str], None] | None" = None, retry_after_uses_retries: bool = False,
-                 provider: Provider | None = None):
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        role: str,
+        run_id: str,
+        metric: str,
+        stage: str,
+        journal: Journal | None,
+        reuse_runs: list[str] | tuple[str, ...] = (),
+        concurrency: int = 5,
+        backoff_s: float = 0.5,
+        budget: Budget | None = None,
+        on_note: Callable[[dict[str, str]], None] | None = None,
+        row_timeout_s: float | None = None,
+        share_connections: bool = True,
+        batchable: bool = True,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        retry_after_uses_retries: bool = False,
+        provider: Provider | None = None,
+    ):
         self.conn = conn
         # told, before each wait of a call, why it waits and for how long (the endpoint check prints it)
         self.on_wait = on_wait
@@ -174,8 +221,11 @@ class ModelClient:
         self.backoff_s = backoff_s
         self.budget = budget
         # the endpoint's request and token rates, shared with every process on this machine
-        self.limiter = (SharedRate.for_endpoint(conn.endpoint_id(), conn.requests_per_minute, conn.tokens_per_minute)
-                        if conn.requests_per_minute or conn.tokens_per_minute else None)
+        self.limiter = (
+            SharedRate.for_endpoint(conn.endpoint_id(), conn.requests_per_minute, conn.tokens_per_minute)
+            if conn.requests_per_minute or conn.tokens_per_minute
+            else None
+        )
         # what answers the requests (provider.py: the connection's, unless one is given), opened on __aenter__
         self.provider = provider if provider is not None else provider_for(conn)
         self.caps = self.provider.capabilities
@@ -183,8 +233,15 @@ class ModelClient:
         # keys of successful calls this run may answer from the journal (kept current as calls
         # succeed), so a call with nothing to reuse costs no SQL lookup
         self._known_ok: Marks | set[int] = journal.ok_marks(self.cache_runs, stage) if journal is not None else set()
-        self.stats = {"network_calls": 0, "cached": 0, "failed": 0, "in_flight": 0, "deadline_cut": 0,
-                      "deadline_rows": 0, "not_sent_down": 0}
+        self.stats = {
+            "network_calls": 0,
+            "cached": 0,
+            "failed": 0,
+            "in_flight": 0,
+            "deadline_cut": 0,
+            "deadline_rows": 0,
+            "not_sent_down": 0,
+        }
         self.deadlines = RowDeadlines(row_timeout_s, stage, self.stats)  # each row's clock (deadline.py)
         # the endpoint's health as this client's calls find it (``_health``): calls in a row that
         # failed after their retries with no answer from it, when it was found down (None: up), the
@@ -207,7 +264,7 @@ class ModelClient:
         self._form = None  # the structured-output form, once known (structured_form)
         self._form_lock = None
 
-    async def __aenter__(self) -> "ModelClient":
+    async def __aenter__(self) -> ModelClient:
         self.provider.open()
         if self.batcher is not None:  # this task's work items all at once: the stage's calls make one batch
             self._batching = BATCHING.set(UNBOUNDED)
@@ -221,10 +278,17 @@ class ModelClient:
             await self.batcher.aclose()
             b = self.batcher.stats
             if (b["batches"] or b["resumed"]) and self.on_note:  # what the Batch API did, in the run's notes
-                self.on_note({"level": "info", "code": "batch", "message": (
-                    f"{self.metric} {self.stage}: {self.role} calls through the Batch API: {b['batches']} batch(es) "
-                    f"sent ({b['requests']} requests), {b['resumed']} resumed; {b['ok']} answered, {b['live']} sent "
-                    f"live after the batch failed or expired, {b['failed']} recorded as failed")})
+                self.on_note(
+                    {
+                        "level": "info",
+                        "code": "batch",
+                        "message": (
+                            f"{self.metric} {self.stage}: {self.role} calls through the Batch API: {b['batches']} batch(es) "
+                            f"sent ({b['requests']} requests), {b['resumed']} resumed; {b['ok']} answered, {b['live']} sent "
+                            f"live after the batch failed or expired, {b['failed']} recorded as failed"
+                        ),
+                    }
+                )
         try:
             await self.provider.aclose()
         finally:
@@ -234,39 +298,65 @@ class ModelClient:
             if self.slots is not None:
                 self.slots.close()
         if self.sem.cuts:
-            msg = (f"{self.metric} {self.stage}: {self.role} endpoint {self.endpoint_id} answered with rate limits; "
-                   f"calls in flight were lowered {self.sem.cuts} time(s) from {self.sem.ceiling} to as few as "
-                   f"{self.sem.lowest} and were {self.sem.limit} at the end (adaptive_concurrency)")
+            msg = (
+                f"{self.metric} {self.stage}: {self.role} endpoint {self.endpoint_id} answered with rate limits; "
+                f"calls in flight were lowered {self.sem.cuts} time(s) from {self.sem.ceiling} to as few as "
+                f"{self.sem.lowest} and were {self.sem.limit} at the end (adaptive_concurrency)"
+            )
             logger.warning(msg)
             if self.on_note:
                 self.on_note({"level": "warning", "code": "adaptive_concurrency", "message": msg})
         if self._outages and self.on_note:
             back = sum(1 for _, end in self._outages if end is not None)
-            msg = (f"{self.metric} {self.stage}: {self.role} endpoint {self.endpoint_id} was down "
-                   f"{len(self._outages)} time(s) ({DOWN_AFTER_CALLS} calls in a row failed after their retries, the "
-                   f"last: {self._down_last}); {self.stats['not_sent_down']} call(s) were not sent while it was down "
-                   f"and are recorded as failed on their rows; "
-                   + (f"it answered again {back} time(s)" if back else "it did not answer again") +
-                   (", and was still down at the end of the stage" if self._down_since is not None and back else ""))
+            msg = (
+                f"{self.metric} {self.stage}: {self.role} endpoint {self.endpoint_id} was down "
+                f"{len(self._outages)} time(s) ({DOWN_AFTER_CALLS} calls in a row failed after their retries, the "
+                f"last: {self._down_last}); {self.stats['not_sent_down']} call(s) were not sent while it was down "
+                f"and are recorded as failed on their rows; "
+                + (f"it answered again {back} time(s)" if back else "it did not answer again")
+                + (", and was still down at the end of the stage" if self._down_since is not None and back else "")
+            )
             logger.warning(msg)
             self.on_note({"level": "warning", "code": "endpoint_down", "message": msg})
         if self.stats["deadline_cut"] and self.on_note:
-            msg = (f"{self.metric} {self.stage}: {self.stats['deadline_rows']} row(s) passed the {self.row_timeout_s:g}s "
-                   f"row deadline (the execution manifest's timeout_seconds, or limits.row_timeout_seconds); "
-                   f"{self.stats['deadline_cut']} {self.role} call(s) were cut or not sent, and each is an error on its "
-                   f"row (excluded and counted, never scored)")
+            msg = (
+                f"{self.metric} {self.stage}: {self.stats['deadline_rows']} row(s) passed the {self.row_timeout_s:g}s "
+                f"row deadline (the execution manifest's timeout_seconds, or limits.row_timeout_seconds); "
+                f"{self.stats['deadline_cut']} {self.role} call(s) were cut or not sent, and each is an error on its "
+                f"row (excluded and counted, never scored)"
+            )
             logger.warning(msg)
             self.on_note({"level": "warning", "code": "row_deadline", "message": msg})
 
     def _from_record(self, rec: dict[str, Any], key: str) -> ChatResult:
-        return ChatResult(rec["response_text"], "ok", None, rec["latency_ms"], rec["prompt_tokens"],
-                          rec["completion_tokens"], rec["response_model"], rec["fingerprint"], rec["attempts"],
-                          key, cached=True, http_status=rec["http_status"])
+        return ChatResult(
+            rec["response_text"],
+            "ok",
+            None,
+            rec["latency_ms"],
+            rec["prompt_tokens"],
+            rec["completion_tokens"],
+            rec["response_model"],
+            rec["fingerprint"],
+            rec["attempts"],
+            key,
+            cached=True,
+            http_status=rec["http_status"],
+        )
 
-    async def chat(self, messages: list[dict[str, str]], *, temperature: float, sample_index: int = 0,
-                   retries: int = 0, timeout: float = 60.0, template_version: str = "",
-                   max_tokens: int | None = None, attempt: int = 0,
-                   response_format: dict[str, Any] | None = None) -> ChatResult:
+    async def chat(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float,
+        sample_index: int = 0,
+        retries: int = 0,
+        timeout: float = 60.0,
+        template_version: str = "",
+        max_tokens: int | None = None,
+        attempt: int = 0,
+        response_format: dict[str, Any] | None = None,
+    ) -> ChatResult:
         """One answer. ``retries`` caps the failed requests retried for it (transient errors);
         a 429/503 with ``Retry-After`` is waited out without using it, up to the connection's
         ``max_rate_limit_wait_seconds`` in total. ``attempt`` > 0 marks a re-ask (its own key)."""
@@ -290,8 +380,16 @@ class ModelClient:
             return await self.batcher.call(key, body, body_json, sample_index, retries, timeout)
         return await self._live(body, key, sample_index, retries, timeout, body_json)
 
-    async def _live(self, body: dict[str, Any], key: str, sample_index: int, retries: int, timeout: float,
-                    body_json: str, counted: bool = False) -> ChatResult:
+    async def _live(
+        self,
+        body: dict[str, Any],
+        key: str,
+        sample_index: int,
+        retries: int,
+        timeout: float,
+        body_json: str,
+        counted: bool = False,
+    ) -> ChatResult:
         """A call the cache does not answer, sent now (as ``chat`` says), journaled as it ends.
         ``counted``: the budget has it already (a batch's request sent again live)."""
         clock = self.deadlines.clock()
@@ -300,8 +398,18 @@ class ModelClient:
             await self._share_connections()
         async with self.sem:
             if clock is not None and clock.left() <= 0:  # not sent: not a model call, not journaled
-                return ChatResult(None, "error", self.deadlines.error("before this call was sent"), None, None, None,
-                                  None, None, 0, key)
+                return ChatResult(
+                    None,
+                    "error",
+                    self.deadlines.error("before this call was sent"),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    0,
+                    key,
+                )
             probe = False
             if self._down_since is not None and self.caps.may_be_down:
                 if self._probing and not self._confirmed and self._probe_done is not None:
@@ -309,8 +417,9 @@ class ModelClient:
                 if self._down_since is not None:
                     if self._probing:  # down, and a call is finding out whether it is back
                         self.stats["not_sent_down"] += 1
-                        return ChatResult(None, "error", self._down_error(), None, None, None, None, None, 0, key,
-                                          transient=True)
+                        return ChatResult(
+                            None, "error", self._down_error(), None, None, None, None, None, 0, key, transient=True
+                        )
                     self._probing = probe = True  # this call finds out (sent as any call, with its retries)
                     self._probe_done = asyncio.Event()
             self.stats["in_flight"] += 1
@@ -344,8 +453,16 @@ class ModelClient:
             self._known_ok.add(key_mark(key))
         return result
 
-    async def _call(self, body: dict[str, Any], key: str, retries: int, timeout: float,
-                    clock: RowClock | None = None, text: str | None = None, counted: bool = False) -> ChatResult:
+    async def _call(
+        self,
+        body: dict[str, Any],
+        key: str,
+        retries: int,
+        timeout: float,
+        clock: RowClock | None = None,
+        text: str | None = None,
+        counted: bool = False,
+    ) -> ChatResult:
         """One call sent by the provider, tried again as ``retry.send`` says."""
         return await retry.send(self, body, key, retries, timeout, clock, text, counted)
 
@@ -371,15 +488,19 @@ class ModelClient:
             self._down_since = time.monotonic()
             self._confirmed = False
             self._outages.append((self._down_since, None))
-            logger.warning(f"{self.metric} {self.stage}: {self._where()} is down: {self._down_streak} calls in a row "
-                           f"failed after their retries (the last: {self._down_last}); until it answers, one call at "
-                           "a time is sent to see whether it is back; the others wait for the first such call, then, "
-                           "if it failed too, fail at once, recorded as failed on their rows")
+            logger.warning(
+                f"{self.metric} {self.stage}: {self._where()} is down: {self._down_streak} calls in a row "
+                f"failed after their retries (the last: {self._down_last}); until it answers, one call at "
+                "a time is sent to see whether it is back; the others wait for the first such call, then, "
+                "if it failed too, fail at once, recorded as failed on their rows"
+            )
 
     def _down_error(self) -> str:
-        return (f"not sent: the {self.role} endpoint {self.endpoint_id} is down ({DOWN_AFTER_CALLS} or more calls in "
-                f"a row failed after their retries, the last: {self._down_last}); one call at a time is sent to see "
-                "whether it is back, the others fail at once (a resumed run sends them)")
+        return (
+            f"not sent: the {self.role} endpoint {self.endpoint_id} is down ({DOWN_AFTER_CALLS} or more calls in "
+            f"a row failed after their retries, the last: {self._down_last}); one call at a time is sent to see "
+            "whether it is back, the others fail at once (a resumed run sends them)"
+        )
 
     async def _share_connections(self) -> None:
         """Take this client's part of the endpoint's max_connections at its first call sent
@@ -408,7 +529,7 @@ class ModelClient:
             try:  # a timed wait, not asyncio.sleep: the backoff and rate-limit sleeps stay the calls' own
                 await asyncio.wait_for(self._closing.wait(), REBALANCE_S)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             await self.sem.set_cap(slots.look(in_flight=self.sem.in_flight))
 
@@ -416,20 +537,45 @@ class ModelClient:
         """``body``: the request, or its JSON as ``stable_json`` made it."""
         if self.journal is None:
             return
-        self.journal.record({
-            "run_id": self.run_id, "metric": self.metric, "stage": self.stage, "role": self.role,
-            "call_key": key, "sample_index": sample_index, "endpoint": self.endpoint_id,
-            "model": self.conn.model, "request": body, "response_text": r.text, "status": r.status,
-            "error": r.error, "http_status": r.http_status, "latency_ms": r.latency_ms,
-            "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "attempts": r.attempts,
-            "response_model": r.model, "fingerprint": r.fingerprint, "source": source, "created_at": time.time(),
-        })
+        self.journal.record(
+            {
+                "run_id": self.run_id,
+                "metric": self.metric,
+                "stage": self.stage,
+                "role": self.role,
+                "call_key": key,
+                "sample_index": sample_index,
+                "endpoint": self.endpoint_id,
+                "model": self.conn.model,
+                "request": body,
+                "response_text": r.text,
+                "status": r.status,
+                "error": r.error,
+                "http_status": r.http_status,
+                "latency_ms": r.latency_ms,
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+                "attempts": r.attempts,
+                "response_model": r.model,
+                "fingerprint": r.fingerprint,
+                "source": source,
+                "created_at": time.time(),
+            }
+        )
+
 
 CHECK_MIN_RETRIES = 2  # the endpoint check retries at least this often, whatever its calls' retries
 
 
-async def check_endpoint(conn: Connection, role: str, *, retries: int = CHECK_MIN_RETRIES, timeout: float = 30.0,
-                         backoff_s: float = 0.5, log: Callable[[str], None] | None = None) -> str:
+async def check_endpoint(
+    conn: Connection,
+    role: str,
+    *,
+    retries: int = CHECK_MIN_RETRIES,
+    timeout: float = 30.0,
+    backoff_s: float = 0.5,
+    log: Callable[[str], None] | None = None,
+) -> str:
     """Ask the endpoint one tiny question, retried as a call is (``ModelClient._call``): a try that
     fails transiently (no connection, a timeout, 408/409/425/429, 5xx) is tried again, up to
     ``retries`` times, after an exponential backoff with jitter from ``backoff_s`` or after the
@@ -445,15 +591,30 @@ async def check_endpoint(conn: Connection, role: str, *, retries: int = CHECK_MI
         return f"{role}: builtin model ({conn.profile.name})"
     where = f"{role} endpoint {conn.base_url} (model {conn.model})"
     say = log or logger.info
-    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None,
-                         backoff_s=backoff_s, concurrency=1, share_connections=False,
-                         batchable=False,  # one call: no slot, no batch, no concurrency to adapt
-                         on_wait=lambda why: say(f"endpoint check: {where} {why}"), retry_after_uses_retries=True)
+    client = ModelClient(
+        conn,
+        role=role,
+        run_id="preflight",
+        metric="",
+        stage="preflight",
+        journal=None,
+        backoff_s=backoff_s,
+        concurrency=1,
+        share_connections=False,
+        batchable=False,  # one call: no slot, no batch, no concurrency to adapt
+        on_wait=lambda why: say(f"endpoint check: {where} {why}"),
+        retry_after_uses_retries=True,
+    )
     t0 = time.monotonic()
     try:
         async with client:
-            r = await client.chat([{"role": "user", "content": ENDPOINT_CHECK}], temperature=0.0, retries=retries,
-                                  timeout=timeout, max_tokens=5)
+            r = await client.chat(
+                [{"role": "user", "content": ENDPOINT_CHECK}],
+                temperature=0.0,
+                retries=retries,
+                timeout=timeout,
+                max_tokens=5,
+            )
     except EndpointError as e:
         raise EndpointError(f"{where}: {e}") from None
     if r.ok:
@@ -461,11 +622,15 @@ async def check_endpoint(conn: Connection, role: str, *, retries: int = CHECK_MI
     if r.http_status in (401, 403):
         raise EndpointError(f"{where}: unauthorised (HTTP {r.http_status}); check api_key_env / header_env")
     if r.transient:
-        what = "unreachable" if r.http_status is None else f"unavailable: it {what_failed(r.error or '', r.http_status)}"
+        what = (
+            "unreachable" if r.http_status is None else f"unavailable: it {what_failed(r.error or '', r.http_status)}"
+        )
         tries = f"{r.attempts} tr{'y' if r.attempts == 1 else 'ies'}"
-        raise EndpointDown(f"{where}: {what} after {tries} over {time.monotonic() - t0:.1f}s (the check's budget: "
-                           f"{retries} retries, backoff from {backoff_s:g}s doubling with jitter or the Retry-After "
-                           f"asked for, {timeout:g}s per try); the last try: {r.error}")
+        raise EndpointDown(
+            f"{where}: {what} after {tries} over {time.monotonic() - t0:.1f}s (the check's budget: "
+            f"{retries} retries, backoff from {backoff_s:g}s doubling with jitter or the Retry-After "
+            f"asked for, {timeout:g}s per try); the last try: {r.error}"
+        )
     if r.http_status is None:
         raise EndpointError(f"{where}: unreachable: {r.error}")
     raise EndpointError(f"{where}: does not answer a chat completion: {r.error}")
@@ -484,14 +649,17 @@ class Negotiation:
         """What was found, then why each earlier form was passed over (each reason cut at 200 characters)."""
         before = "; ".join(f"{f}: {why if len(why) <= 200 else why[:199] + '…'}" for f, why in self.tried)
         if not self.answered:
-            return (f"no form got the JSON object asked for, so plain prompting, the last resort ({self.requests} "
-                    f"request(s)): {before}")
+            return (
+                f"no form got the JSON object asked for, so plain prompting, the last resort ({self.requests} "
+                f"request(s)): {before}"
+            )
         found = f"{self.form} answered the probe ({self.requests} request(s))"
         return f"{found}; before it, {before}" if before else found
 
 
-async def negotiate(conn: Connection, role: str, timeout: float = 30.0,
-                    forms: tuple[str, ...] = structured.FORMS) -> Negotiation:
+async def negotiate(
+    conn: Connection, role: str, timeout: float = 30.0, forms: tuple[str, ...] = structured.FORMS
+) -> Negotiation:
     """Find the first structured-output form (``structured.FORMS``) the endpoint takes and answers
     in: one small request per form, asking for ``{"ok": true}`` with a schema, until the answer is
     that object. A form is passed over when the endpoint refuses it (any HTTP error; a refusal is
@@ -499,8 +667,17 @@ async def negotiate(conn: Connection, role: str, timeout: float = 30.0,
     the model cannot keep to it). ``prompt`` needs nothing of the endpoint: when no form gets the
     object, prompting is what is left (``answered`` false). Probes are not journaled and use no
     run budget, like the endpoint check."""
-    client = ModelClient(conn, role=role, run_id="preflight", metric="", stage="preflight", journal=None, backoff_s=0.2,
-                         share_connections=False, batchable=False)
+    client = ModelClient(
+        conn,
+        role=role,
+        run_id="preflight",
+        metric="",
+        stage="preflight",
+        journal=None,
+        backoff_s=0.2,
+        share_connections=False,
+        batchable=False,
+    )
     where = f"{role} endpoint {conn.base_url} (model {conn.model})"
     tried: list[tuple[str, str]] = []
     requests = 0
@@ -508,16 +685,26 @@ async def negotiate(conn: Connection, role: str, timeout: float = 30.0,
     try:
         async with client:
             for form in forms:
-                r = await client.chat([{"role": "user", "content": STRUCTURED_PROBE}], temperature=0.0, retries=1,
-                                      timeout=timeout, max_tokens=None if conn.max_tokens else 64,
-                                      response_format=structured.payload(form, "probe", structured.PROBE_SCHEMA))
+                r = await client.chat(
+                    [{"role": "user", "content": STRUCTURED_PROBE}],
+                    temperature=0.0,
+                    retries=1,
+                    timeout=timeout,
+                    max_tokens=None if conn.max_tokens else 64,
+                    response_format=structured.payload(form, "probe", structured.PROBE_SCHEMA),
+                )
                 requests += r.attempts
                 if r.ok and structured.probe_answer_ok(r.text):
                     return Negotiation(form, tried, requests)
                 if r.http_status in (401, 403):
                     break
-                why = (f"refused ({r.error})" if r.structured_refused else f"failed ({r.error})" if not r.ok else
-                       f"answered without the JSON object asked for ({(r.text or '').strip()[:80]!r})")
+                why = (
+                    f"refused ({r.error})"
+                    if r.structured_refused
+                    else f"failed ({r.error})"
+                    if not r.ok
+                    else f"answered without the JSON object asked for ({(r.text or '').strip()[:80]!r})"
+                )
                 tried.append((form, why))
     except EndpointError as e:
         raise EndpointError(f"{where}: {e}") from None

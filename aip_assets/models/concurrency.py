@@ -36,7 +36,7 @@ class AdaptiveLimit:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def __aenter__(self) -> "AdaptiveLimit":
+    async def __aenter__(self) -> AdaptiveLimit:
         if not self._waiting and self.in_flight < self.bound:  # a free place and nobody queued before
             self.in_flight += 1  # this call: take it at once (one event loop: nothing runs in between)
             return self
@@ -62,7 +62,7 @@ class AdaptiveLimit:
                 if self.in_flight < self.bound:
                     c.notify(self.bound - self.in_flight)
 
-    async def pause(self, seconds: float, clock: "RowClock | None" = None) -> None:
+    async def pause(self, seconds: float, clock: RowClock | None = None) -> None:
         """Sleep without holding a place: a call waiting out a rate limit or a backoff gives its
         place back and queues for one again (behind the limit as it is by then). The wait counts
         on the row's clock; queueing for the place afterwards does not (as before any call)."""

@@ -73,6 +73,8 @@ class RowDeadlines:
     def error(self, what: str) -> str:
         """Why a call stopped at its row's deadline (counted for the run note)."""
         self.count_cut()
-        return (f"row deadline: row {CURRENT_ROW.get()}'s calls in the {self.stage} stage reached their "
-                f"{self.row_timeout_s:g}s limit of time in flight {what} (execution timeout_seconds; "
-                f"limits.row_timeout_seconds sets it)")
+        return (
+            f"row deadline: row {CURRENT_ROW.get()}'s calls in the {self.stage} stage reached their "
+            f"{self.row_timeout_s:g}s limit of time in flight {what} (execution timeout_seconds; "
+            f"limits.row_timeout_seconds sets it)"
+        )

@@ -30,8 +30,9 @@ import sqlite3
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import pandas as pd
 
@@ -40,9 +41,27 @@ from ..hashing import stable_json
 logger = logging.getLogger("aip_assets")
 
 _COLS = [
-    "run_id", "metric", "stage", "role", "call_key", "sample_index", "endpoint", "model", "request",
-    "response_text", "status", "error", "http_status", "latency_ms", "prompt_tokens", "completion_tokens",
-    "attempts", "response_model", "fingerprint", "source", "created_at",
+    "run_id",
+    "metric",
+    "stage",
+    "role",
+    "call_key",
+    "sample_index",
+    "endpoint",
+    "model",
+    "request",
+    "response_text",
+    "status",
+    "error",
+    "http_status",
+    "latency_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "attempts",
+    "response_model",
+    "fingerprint",
+    "source",
+    "created_at",
 ]
 
 
@@ -51,7 +70,9 @@ _CALL = [c for c in _COLS if c not in _PART]  # stored per call in call_log (req
 # where the stored forms go in a call_log row (part_id first)
 _AT_KEY, _AT_REQUEST, _AT_ANSWER = (1 + _CALL.index(c) for c in ("call_key", "request", "response_text"))
 # the view shows a call key as the hex it was given (stored as its 16 bytes)
-_VIEW_COL = {"call_key": "CASE WHEN typeof(c.call_key) = 'blob' THEN lower(hex(c.call_key)) ELSE c.call_key END AS call_key"}
+_VIEW_COL = {
+    "call_key": "CASE WHEN typeof(c.call_key) = 'blob' THEN lower(hex(c.call_key)) ELSE c.call_key END AS call_key"
+}
 _ZDICT_MAX = 32768  # zlib's window: a longer dictionary is cut to its last 32 KiB
 
 
@@ -185,15 +206,21 @@ class Journal:
         con = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=NORMAL")
-        con.execute(f"CREATE TABLE IF NOT EXISTS call_parts (part_id INTEGER PRIMARY KEY, {', '.join(_PART)}, "
-                    f"zdict BLOB, rdict BLOB, UNIQUE ({', '.join(_PART)}))")
-        con.execute(f"CREATE TABLE IF NOT EXISTS call_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-                    f"part_id INTEGER, {', '.join(_CALL)})")
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS call_parts (part_id INTEGER PRIMARY KEY, {', '.join(_PART)}, "
+            f"zdict BLOB, rdict BLOB, UNIQUE ({', '.join(_PART)}))"
+        )
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS call_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+            f"part_id INTEGER, {', '.join(_CALL)})"
+        )
         con.execute("CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)")
         con.execute("CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)")
-        con.execute(f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
-                    f"{', '.join(_VIEW_COL.get(c, 'c.' + c) for c in _CALL if c not in ('request', 'response_text'))} "
-                    "FROM call_log c JOIN call_parts p USING (part_id)")
+        con.execute(
+            f"CREATE VIEW IF NOT EXISTS call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
+            f"{', '.join(_VIEW_COL.get(c, 'c.' + c) for c in _CALL if c not in ('request', 'response_text'))} "
+            "FROM call_log c JOIN call_parts p USING (part_id)"
+        )
         con.execute(_BATCHES_DDL.format(real="REAL"))
         con.execute(_FORMS_DDL.format(real="REAL"))
         return con
@@ -258,8 +285,13 @@ class Journal:
                             answer = rec.get("response_text")
                             values[_AT_ANSWER] = None if answer is None else _deflate(answer, rdict)
                             rows.append(values)
-                        self._insert_many(self._q(f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
-                                                  f"VALUES ({', '.join('?' * (1 + len(_CALL)))})"), rows)
+                        self._insert_many(
+                            self._q(
+                                f"INSERT INTO call_log (part_id, {', '.join(_CALL)}) "
+                                f"VALUES ({', '.join('?' * (1 + len(_CALL)))})"
+                            ),
+                            rows,
+                        )
                         self._con.execute("COMMIT")
                     break
                 except BaseException as e:  # noqa: BLE001 - kept, and raised to the next caller
@@ -296,20 +328,26 @@ class Journal:
             where = " AND ".join(f"{c} {self._IS} ?" for c in _PART)
             req = request.encode("utf-8")
             rdict = ((rec.get("response_text") or "").encode("utf-8") + req[-4096:])[-_ZDICT_MAX:]
-            self._con.execute(self._q(f"INSERT INTO call_parts ({', '.join(_PART)}, zdict, rdict) "
-                                      f"SELECT {', '.join('?' * len(_PART))}, ?, ? "
-                                      f"WHERE NOT EXISTS (SELECT 1 FROM call_parts WHERE {where})" + self._NO_CONFLICT),
-                              [*key, req[-_ZDICT_MAX:], rdict, *key])
+            self._con.execute(
+                self._q(
+                    f"INSERT INTO call_parts ({', '.join(_PART)}, zdict, rdict) "
+                    f"SELECT {', '.join('?' * len(_PART))}, ?, ? "
+                    f"WHERE NOT EXISTS (SELECT 1 FROM call_parts WHERE {where})" + self._NO_CONFLICT
+                ),
+                [*key, req[-_ZDICT_MAX:], rdict, *key],
+            )
             part_id, zdict, rdict = self._con.execute(
-                self._q(f"SELECT part_id, zdict, rdict FROM call_parts WHERE {where}"), key).fetchone()
+                self._q(f"SELECT part_id, zdict, rdict FROM call_parts WHERE {where}"), key
+            ).fetchone()
             self._parts[key] = (part_id, bytes(zdict), bytes(rdict))
         return self._parts[key]
 
     def _dicts(self, part_id: int) -> tuple[bytes, bytes]:
         """A part's (zdict, rdict) (the caller holds the connection's lock)."""
         if part_id not in self._zdicts:
-            zdict, rdict = self._con.execute(self._q("SELECT zdict, rdict FROM call_parts WHERE part_id = ?"),
-                                             [part_id]).fetchone()
+            zdict, rdict = self._con.execute(
+                self._q("SELECT zdict, rdict FROM call_parts WHERE part_id = ?"), [part_id]
+            ).fetchone()
             self._zdicts[part_id] = (bytes(zdict), bytes(rdict))
         return self._zdicts[part_id]
 
@@ -343,29 +381,38 @@ class Journal:
         """A batch (``BATCH_COLS``): its requests uploaded (status ``uploaded``, id ``upload:<file
         id>``) before the batch is created, then created (``pending``) before it is polled. Saved
         once: a statement run again after a lost connection changes nothing."""
-        self._batch_sql(f"INSERT INTO batches ({', '.join(BATCH_COLS)}) VALUES ({', '.join('?' * len(BATCH_COLS))}) "
-                        "ON CONFLICT DO NOTHING", [rec.get(c) for c in BATCH_COLS])
+        self._batch_sql(
+            f"INSERT INTO batches ({', '.join(BATCH_COLS)}) VALUES ({', '.join('?' * len(BATCH_COLS))}) "
+            "ON CONFLICT DO NOTHING",
+            [rec.get(c) for c in BATCH_COLS],
+        )
 
     def created_batch(self, upload_id: str, batch_id: str) -> None:
         """The uploaded requests' batch now exists at the provider: poll it from here on."""
         self._batch_sql("UPDATE batches SET batch_id = ?, status = 'pending' WHERE batch_id = ?", [batch_id, upload_id])
 
     def end_batch(self, batch_id: str, status: str) -> None:
-        self._batch_sql("UPDATE batches SET status = ?, ended_at = ? WHERE batch_id = ?", [status, time.time(), batch_id])
+        self._batch_sql(
+            "UPDATE batches SET status = ?, ended_at = ? WHERE batch_id = ?", [status, time.time(), batch_id]
+        )
 
     def open_batches(self, run_id: str, metric: str, stage: str, role: str, endpoint: str) -> list[dict[str, Any]]:
         """The part's batches not yet read back (oldest first), and uploads whose batch may or may
         not have been created: a resumed stage polls (or finds, or creates) these again instead of
         sending their requests twice."""
-        rows = self._batch_sql(f"SELECT {', '.join(BATCH_COLS)} FROM batches WHERE run_id = ? AND metric = ? AND "
-                               "stage = ? AND role = ? AND endpoint = ? AND status IN ('pending', 'uploaded') "
-                               "ORDER BY created_at",
-                               [run_id, metric, stage, role, endpoint], fetch=True)
+        rows = self._batch_sql(
+            f"SELECT {', '.join(BATCH_COLS)} FROM batches WHERE run_id = ? AND metric = ? AND "
+            "stage = ? AND role = ? AND endpoint = ? AND status IN ('pending', 'uploaded') "
+            "ORDER BY created_at",
+            [run_id, metric, stage, role, endpoint],
+            fetch=True,
+        )
         return [dict(zip(BATCH_COLS, r)) for r in rows]
 
     def batches(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self._batch_sql(f"SELECT {', '.join(BATCH_COLS)} FROM batches WHERE run_id = ? ORDER BY created_at",
-                               [run_id], fetch=True)
+        rows = self._batch_sql(
+            f"SELECT {', '.join(BATCH_COLS)} FROM batches WHERE run_id = ? ORDER BY created_at", [run_id], fetch=True
+        )
         return [dict(zip(BATCH_COLS, r)) for r in rows]
 
     # ------------------------------------------------------------------ structured-output forms
@@ -373,14 +420,18 @@ class Journal:
         """A structured-output form chosen for a run's endpoint (``FORM_COLS``: how is ``preflight``,
         ``lazily`` or ``fallback``), written at once: every stage of the run, in any process, and
         a resumed run ask in that form from then on."""
-        self._batch_sql(f"INSERT INTO structured_forms ({', '.join(FORM_COLS)}) VALUES "
-                        f"({', '.join('?' * len(FORM_COLS))})", [rec.get(c, time.time() if c == "created_at" else None)
-                                                               for c in FORM_COLS])
+        self._batch_sql(
+            f"INSERT INTO structured_forms ({', '.join(FORM_COLS)}) VALUES ({', '.join('?' * len(FORM_COLS))})",
+            [rec.get(c, time.time() if c == "created_at" else None) for c in FORM_COLS],
+        )
 
     def forms(self, run_id: str) -> list[dict[str, Any]]:
         """The run's structured-output events, oldest first."""
-        rows = self._batch_sql(f"SELECT {', '.join(FORM_COLS)} FROM structured_forms WHERE run_id = ? "
-                               "ORDER BY created_at", [run_id], fetch=True)
+        rows = self._batch_sql(
+            f"SELECT {', '.join(FORM_COLS)} FROM structured_forms WHERE run_id = ? ORDER BY created_at",
+            [run_id],
+            fetch=True,
+        )
         return [dict(zip(FORM_COLS, r)) for r in rows]
 
     def form(self, run_id: str, endpoint: str, model: str) -> dict[str, Any] | None:
@@ -412,16 +463,21 @@ class Journal:
     def ok_marks(self, run_ids: list[str], stage: str) -> Marks:
         """:func:`key_mark` of every key ``ok_keys`` gives: the client's cheap in-memory test before
         ``lookup`` (2,160,000 of them take 17 MB; the keys as strings took 230 MB)."""
-        return self._ok(run_ids, stage, lambda k: int.from_bytes(k[:8], "big") if isinstance(k, bytes) else key_mark(k),
-                        Marks)
+        return self._ok(
+            run_ids, stage, lambda k: int.from_bytes(k[:8], "big") if isinstance(k, bytes) else key_mark(k), Marks
+        )
 
     def _ok(self, run_ids: list[str], stage: str, as_: Callable[[Any], Any], into: Callable[[Iterable], Any] = set):
         self.flush()
         marks = ",".join("?" * len(run_ids))
         with self._lock:  # built from the cursor: no list of every key beside it
-            cur = self._con.execute(self._q(f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
-                                            f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})"),
-                                    [stage, *run_ids])
+            cur = self._con.execute(
+                self._q(
+                    f"SELECT DISTINCT c.call_key FROM call_log c JOIN call_parts p USING (part_id) "
+                    f"WHERE c.status = 'ok' AND p.stage = ? AND p.run_id IN ({marks})"
+                ),
+                [stage, *run_ids],
+            )
             return into(as_(k) for (k,) in cur)
 
     def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
@@ -435,15 +491,20 @@ class Journal:
             out = {c: queued.get(c) for c in _COLS}
             out["request"] = _request_text(queued.get("request"))
             return out
+
         if queued is not None and queued["run_id"] == run_ids[0]:  # the newest of this run: not written yet
             return from_queue()
         marks = ",".join("?" * len(run_ids))
         cols = [f"p.{c}" if c in _PART else f"c.{c}" for c in _COLS]
         with self._lock:
-            row = self._con.execute(self._q(
-                f"SELECT c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
-                f"WHERE c.call_key = ? AND c.status = 'ok' AND p.run_id IN ({marks}) "
-                "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1"), [self._key_in(call_key), *run_ids, run_ids[0]]).fetchone()
+            row = self._con.execute(
+                self._q(
+                    f"SELECT c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
+                    f"WHERE c.call_key = ? AND c.status = 'ok' AND p.run_id IN ({marks}) "
+                    "ORDER BY (p.run_id = ?) DESC, c.seq DESC LIMIT 1"
+                ),
+                [self._key_in(call_key), *run_ids, run_ids[0]],
+            ).fetchone()
             if row is not None:
                 out = dict(zip(_COLS, row[1:]))
                 zdict, rdict = self._dicts(row[0])
@@ -457,19 +518,28 @@ class Journal:
         """(calls paid for: live or in a provider batch, tokens) this run has spent so far, all metrics and stages."""
         self.flush()
         with self._lock:
-            n, t = self._con.execute(self._q(
-                "SELECT count(*), coalesce(sum(coalesce(c.prompt_tokens, 0) + coalesce(c.completion_tokens, 0)), 0) "
-                "FROM call_log c JOIN call_parts p USING (part_id) WHERE p.run_id = ? AND c.source IN ('network', 'batch')"),
-                [run_id]).fetchone()
+            n, t = self._con.execute(
+                self._q(
+                    "SELECT count(*), coalesce(sum(coalesce(c.prompt_tokens, 0) + coalesce(c.completion_tokens, 0)), 0) "
+                    "FROM call_log c JOIN call_parts p USING (part_id) WHERE p.run_id = ? AND c.source IN ('network', 'batch')"
+                ),
+                [run_id],
+            ).fetchone()
         return int(n), int(t)
 
     def frames(self, run_id: str, metric: str, stage: str, chunk: int = 20000) -> Iterator[pd.DataFrame]:
         """This partition's calls in the order they completed, shaped for ``llm_calls``, in chunks."""
         self.flush()
         with self._lock:
-            parts = {pid: (bytes(zd), bytes(rd)) for pid, zd, rd in self._con.execute(
-                self._q("SELECT part_id, zdict, rdict FROM call_parts WHERE run_id = ? AND metric = ? AND stage = ?"),
-                [run_id, metric, stage])}
+            parts = {
+                pid: (bytes(zd), bytes(rd))
+                for pid, zd, rd in self._con.execute(
+                    self._q(
+                        "SELECT part_id, zdict, rdict FROM call_parts WHERE run_id = ? AND metric = ? AND stage = ?"
+                    ),
+                    [run_id, metric, stage],
+                )
+            }
         if not parts:
             return
         marks = ",".join("?" * len(parts))
@@ -479,12 +549,16 @@ class Journal:
             with self._lock:
                 df = self._frame(
                     f"SELECT c.seq, c.part_id, {', '.join(cols)} FROM call_log c JOIN call_parts p USING (part_id) "
-                    f"WHERE c.part_id IN ({marks}) AND c.seq > ? ORDER BY c.seq LIMIT ?", [*parts, last, chunk])
+                    f"WHERE c.part_id IN ({marks}) AND c.seq > ? ORDER BY c.seq LIMIT ?",
+                    [*parts, last, chunk],
+                )
             if df.empty:
                 return
             last = int(df["seq"].iloc[-1])
             df["request"] = [_inflate(b, parts[int(pid)][0]) for b, pid in zip(df["request"], df["part_id"])]
-            df["response_text"] = [_inflate(b, parts[int(pid)][1]) for b, pid in zip(df["response_text"], df["part_id"])]
+            df["response_text"] = [
+                _inflate(b, parts[int(pid)][1]) for b, pid in zip(df["response_text"], df["part_id"])
+            ]
             df["call_key"] = [self._key_out(k) for k in df["call_key"]]
             df = df.drop(columns=["seq", "part_id"])
             df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
@@ -513,22 +587,26 @@ class PgJournal(Journal):
         url = str(url)
         self._url = url
         self.where = f"the call journal in {describe(url)} (schema {self.SCHEMA})"
-        con = connect(url, "make the call journal's tables", [
-            f"CREATE SCHEMA IF NOT EXISTS {self.SCHEMA}",
-            f"SET search_path = {self.SCHEMA}",
-            f"CREATE TABLE IF NOT EXISTS call_parts (part_id bigserial PRIMARY KEY, "
-            f"{', '.join(c + ' text' for c in _PART)}, zdict bytea, rdict bytea, "
-            f"UNIQUE NULLS NOT DISTINCT ({', '.join(_PART)}))",
-            "CREATE TABLE IF NOT EXISTS call_log (seq bigserial PRIMARY KEY, part_id bigint, "
-            f"{', '.join(c + ' ' + _PG_TYPES.get(c, 'text') for c in _CALL)})",
-            "CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)",
-            "CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)",
-            f"CREATE OR REPLACE VIEW call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
-            f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
-            "FROM call_log c JOIN call_parts p USING (part_id)",
-            _BATCHES_DDL.format(real="double precision"),
-            _FORMS_DDL.format(real="double precision"),
-        ])
+        con = connect(
+            url,
+            "make the call journal's tables",
+            [
+                f"CREATE SCHEMA IF NOT EXISTS {self.SCHEMA}",
+                f"SET search_path = {self.SCHEMA}",
+                f"CREATE TABLE IF NOT EXISTS call_parts (part_id bigserial PRIMARY KEY, "
+                f"{', '.join(c + ' text' for c in _PART)}, zdict bytea, rdict bytea, "
+                f"UNIQUE NULLS NOT DISTINCT ({', '.join(_PART)}))",
+                "CREATE TABLE IF NOT EXISTS call_log (seq bigserial PRIMARY KEY, part_id bigint, "
+                f"{', '.join(c + ' ' + _PG_TYPES.get(c, 'text') for c in _CALL)})",
+                "CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)",
+                "CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)",
+                f"CREATE OR REPLACE VIEW call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
+                f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
+                "FROM call_log c JOIN call_parts p USING (part_id)",
+                _BATCHES_DDL.format(real="double precision"),
+                _FORMS_DDL.format(real="double precision"),
+            ],
+        )
         return con
 
     def _batch_sql(self, sql: str, params: list[Any], fetch: bool = False) -> list[tuple]:
@@ -565,8 +643,9 @@ class PgJournal(Journal):
             if not lost(e):
                 return False
             logger.warning(f"{self.where}: the connection was lost; connecting again")
-            con = patiently(self._url, f"the call journal (schema {self.SCHEMA}): connecting again",
-                            lambda: self._open(self._url))
+            con = patiently(
+                self._url, f"the call journal (schema {self.SCHEMA}): connecting again", lambda: self._open(self._url)
+            )
             self._con.close()
             self._con = con
             self._parts, self._zdicts = {}, {}  # part ids are read again on the new connection
@@ -611,22 +690,45 @@ class PgJournal(Journal):
 
 
 # provider batches (models/batch.py): one row per batch, its requests' call keys as a JSON list
-BATCH_COLS = ["batch_id", "run_id", "metric", "stage", "role", "endpoint", "input_file_id", "call_keys", "status",
-              "created_at", "ended_at"]
-_BATCHES_DDL = ("CREATE TABLE IF NOT EXISTS batches (batch_id text PRIMARY KEY, run_id text, metric text, stage text, "
-                "role text, endpoint text, input_file_id text, call_keys text, status text, created_at {real}, "
-                "ended_at {real})")
+BATCH_COLS = [
+    "batch_id",
+    "run_id",
+    "metric",
+    "stage",
+    "role",
+    "endpoint",
+    "input_file_id",
+    "call_keys",
+    "status",
+    "created_at",
+    "ended_at",
+]
+_BATCHES_DDL = (
+    "CREATE TABLE IF NOT EXISTS batches (batch_id text PRIMARY KEY, run_id text, metric text, stage text, "
+    "role text, endpoint text, input_file_id text, call_keys text, status text, created_at {real}, "
+    "ended_at {real})"
+)
 
 # structured-output forms (models/structured.py): the form each endpoint of a run is asked in, as
 # chosen before the run (preflight), by a stage that found none (lazily) or after a refusal (fallback)
 FORM_COLS = ["run_id", "endpoint", "model", "role", "form", "previous", "how", "reason", "created_at"]
-_FORMS_DDL = ("CREATE TABLE IF NOT EXISTS structured_forms (run_id text, endpoint text, model text, role text, "
-              "form text, previous text, how text, reason text, created_at {real})")
+_FORMS_DDL = (
+    "CREATE TABLE IF NOT EXISTS structured_forms (run_id text, endpoint text, model text, role text, "
+    "form text, previous text, how text, reason text, created_at {real})"
+)
 
 # a call_log column's type in Postgres (others: text)
-_PG_TYPES = {"request": "bytea", "response_text": "bytea", "sample_index": "bigint", "http_status": "integer",
-             "latency_ms": "double precision", "prompt_tokens": "bigint", "completion_tokens": "bigint",
-             "attempts": "integer", "created_at": "double precision"}
+_PG_TYPES = {
+    "request": "bytea",
+    "response_text": "bytea",
+    "sample_index": "bigint",
+    "http_status": "integer",
+    "latency_ms": "double precision",
+    "prompt_tokens": "bigint",
+    "completion_tokens": "bigint",
+    "attempts": "integer",
+    "created_at": "double precision",
+}
 
 
 def open_journal(warehouse_path: str | Path) -> Journal:
@@ -640,7 +742,7 @@ def open_journal(warehouse_path: str | Path) -> Journal:
     return PgJournal(url) if url and lake_enabled() else Journal(journal_path(warehouse_path))
 
 
-def copy_runs(source: str | Path, target: "PgJournal", runs: list[str]) -> int:
+def copy_runs(source: str | Path, target: PgJournal, runs: list[str]) -> int:
     """Copy these runs' calls from a SQLite journal file into the Postgres one (``aip-eval
     migrate``), in the order they were written; calls of these runs already there are replaced
     (a migrate that stopped half-way, run again). Returns the calls copied."""
@@ -649,15 +751,18 @@ def copy_runs(source: str | Path, target: "PgJournal", runs: list[str]) -> int:
         return 0
     target.flush()
     with target._lock:
-        target._con.execute("DELETE FROM call_log WHERE part_id IN (SELECT part_id FROM call_parts WHERE "
-                            "run_id = ANY(%s))", [runs])
+        target._con.execute(
+            "DELETE FROM call_log WHERE part_id IN (SELECT part_id FROM call_parts WHERE run_id = ANY(%s))", [runs]
+        )
     journal = Journal(src)
     n = 0
     try:
         with journal._lock:
             parts = journal._con.execute(
                 f"SELECT DISTINCT run_id, metric, stage FROM call_parts WHERE run_id IN ({','.join('?' * len(runs))}) "
-                "ORDER BY run_id, metric, stage", runs).fetchall()
+                "ORDER BY run_id, metric, stage",
+                runs,
+            ).fetchall()
         for run_id, metric, stage in parts:
             for frame in journal.frames(run_id, metric, stage):
                 frame = frame.astype(object).where(frame.notna(), None)

@@ -85,9 +85,12 @@ class AiohttpBodyTransport(httpx.AsyncBaseTransport):
 
     def _open(self, https: bool) -> aiohttp.ClientSession:
         # TLS as httpx makes it (certifi's roots, no SSLKEYLOGFILE from the environment)
-        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
-                                         keepalive_timeout=self.keepalive_s,
-                                         ssl=httpx.create_ssl_context(trust_env=False) if https else True)
+        connector = aiohttp.TCPConnector(
+            limit=self.max_connections,
+            limit_per_host=0,
+            keepalive_timeout=self.keepalive_s,
+            ssl=httpx.create_ssl_context(trust_env=False) if https else True,
+        )
         self.session = aiohttp.ClientSession(connector=connector, trust_env=False, cookie_jar=aiohttp.DummyCookieJar())
         return self.session
 
@@ -97,8 +100,9 @@ class AiohttpBodyTransport(httpx.AsyncBaseTransport):
         key = (t.get("connect"), t.get("read"), t.get("pool"))
         timeout = self._timeouts.get(key)
         if timeout is None:
-            timeout = self._timeouts[key] = aiohttp.ClientTimeout(total=None, sock_connect=key[0], sock_read=key[1],
-                                                                  connect=key[2])
+            timeout = self._timeouts[key] = aiohttp.ClientTimeout(
+                total=None, sock_connect=key[0], sock_read=key[1], connect=key[2]
+            )
             if len(self._timeouts) > 64:
                 self._timeouts.pop(next(iter(self._timeouts)))
         return timeout
@@ -109,9 +113,15 @@ class AiohttpBodyTransport(httpx.AsyncBaseTransport):
         if url is None:  # parsed once per URL, not per call
             url = self._urls[request.url] = yarl.URL(str(request.url), encoded=True)
         try:
-            async with session.request(request.method, url, headers=request.headers, data=request.content or None,
-                                       timeout=self._timeout(request.extensions.get("timeout", {})),
-                                       allow_redirects=False, compress=None) as r:
+            async with session.request(
+                request.method,
+                url,
+                headers=request.headers,
+                data=request.content or None,
+                timeout=self._timeout(request.extensions.get("timeout", {})),
+                allow_redirects=False,
+                compress=None,
+            ) as r:
                 content = await r.read()
                 status, headers = r.status, r.raw_headers
         except aiohttp.ClientError as e:
@@ -122,8 +132,9 @@ class AiohttpBodyTransport(httpx.AsyncBaseTransport):
         # the content is already decoded (aiohttp's auto_decompress): drop the header that says
         # otherwise, or httpx would decode it again
         headers = tuple((k, v) for k, v in headers if k.lower() != b"content-encoding")
-        return httpx.Response(status, headers=headers, content=content, request=request,
-                              extensions={"http_version": b"HTTP/1.1"})
+        return httpx.Response(
+            status, headers=headers, content=content, request=request, extensions={"http_version": b"HTTP/1.1"}
+        )
 
     async def aclose(self) -> None:
         session, self.session = self.session, None
@@ -157,9 +168,13 @@ class OpenAICompatibleProvider:
         # connect and read timeouts inside the transport, so a failure says which it was; the outer
         # bound (a little later) only catches an answer trickled in so slowly that no read times out
         limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-        request = httpx.Request("POST", self.url, headers=self.headers,
-                                content=(text if text is not None else stable_json(body)).encode("utf-8"),
-                                extensions={"timeout": limits})
+        request = httpx.Request(
+            "POST",
+            self.url,
+            headers=self.headers,
+            content=(text if text is not None else stable_json(body)).encode("utf-8"),
+            extensions={"timeout": limits},
+        )
         bound = timeout * 1.05 + 0.05
         if hasattr(asyncio, "timeout"):  # 3.11+: no task per call, as wait_for makes (visible at 1,024 in flight)
             async with asyncio.timeout(bound):
@@ -172,8 +187,9 @@ class OpenAICompatibleProvider:
             parsed = None
         if resp.status_code == 200 and isinstance(parsed, dict):
             return TransportResponse(200, parsed, "")
-        return TransportResponse(resp.status_code, parsed if isinstance(parsed, dict) else None, resp.text,
-                                 dict(resp.headers))
+        return TransportResponse(
+            resp.status_code, parsed if isinstance(parsed, dict) else None, resp.text, dict(resp.headers)
+        )
 
     def classify(self, e: BaseException, timeout: float) -> tuple[str, bool]:
         return describe_failure(e, timeout)
@@ -208,8 +224,12 @@ def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
         return next((c for c in chain if isinstance(c, types)), None)
 
     text = " ".join(str(c) for c in chain)
-    if has(aiohttp.ClientConnectorDNSError) or re.search(r"name or service not known|nodename nor servname|"
-                                                           r"temporary failure in name resolution|getaddrinfo", text, re.I):
+    if has(aiohttp.ClientConnectorDNSError) or re.search(
+        r"name or service not known|nodename nor servname|"
+        r"temporary failure in name resolution|getaddrinfo",
+        text,
+        re.I,
+    ):
         return f"DNS failure: the host name cannot be resolved ({_first_line(chain[-1])})", True
     if has(aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError):
         return f"TLS failure: {_first_line(has(aiohttp.ClientSSLError, ssl.SSLError) or chain[-1])}", False
@@ -221,9 +241,13 @@ def describe_failure(e: BaseException, timeout: float) -> tuple[str, bool]:
     if cut is not None:  # headers came, then the connection ended mid-body (aiohttp's code 400 is no HTTP status)
         how = "reset" if re.search(r"connection reset", text, re.I) else "closed"
         got = re.search(r"received (\d+) of (\d+) bytes", text)
-        part = (f": {got[1]} of the {got[2]} bytes its Content-Length announced came" if got else
-                ": the chunked body stopped before its last chunk"
-                if isinstance(cut, http_exceptions.TransferEncodingError) else "")
+        part = (
+            f": {got[1]} of the {got[2]} bytes its Content-Length announced came"
+            if got
+            else ": the chunked body stopped before its last chunk"
+            if isinstance(cut, http_exceptions.TransferEncodingError)
+            else ""
+        )
         return f"the connection was {how} before the answer was complete{part} (aiohttp {type(cut).__name__})", True
     if has(aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout) and not has(aiohttp.ClientConnectorError):
         if has(aiohttp.ConnectionTimeoutError) or isinstance(e, httpx.ConnectTimeout) and "onnect" in text:

@@ -44,7 +44,13 @@ def parse_completion(body: dict[str, Any] | None):
     if text is None:
         text = ""
     usage = body.get("usage") or {}
-    return text, body.get("model"), body.get("system_fingerprint"), usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (
+        text,
+        body.get("model"),
+        body.get("system_fingerprint"),
+        usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+    )
 
 
 @dataclass(frozen=True)

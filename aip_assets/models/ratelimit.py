@@ -72,10 +72,16 @@ def _own_folder(d: Path) -> None:
     """Create ``d`` (0700) or accept it only if it is this user's, not a link, and writable by no one else."""
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.lstat(d)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise AipError(f"{d}: the rate-limit folder must be a folder of this user that nobody else can write "
-                       f"(owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); remove it or set AIP_LIMITS_DIR")
+    if (
+        stat.S_ISLNK(st.st_mode)
+        or not stat.S_ISDIR(st.st_mode)
+        or st.st_uid != os.getuid()
+        or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        raise AipError(
+            f"{d}: the rate-limit folder must be a folder of this user that nobody else can write "
+            f"(owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); remove it or set AIP_LIMITS_DIR"
+        )
 
 
 def prompt_tokens_estimate(body: dict[str, Any]) -> int:
@@ -98,8 +104,9 @@ def estimate_tokens(body: dict[str, Any]) -> int:
 
 def counted_tokens(body: dict[str, Any], prompt: int | None, completion: int | None, text: str | None) -> int:
     """The tokens an answered request cost: the endpoint's ``usage``, estimated where it says nothing."""
-    return (prompt if prompt is not None else prompt_tokens_estimate(body)) + \
-        (completion if completion is not None else -(-len(text or "") // 4))
+    return (prompt if prompt is not None else prompt_tokens_estimate(body)) + (
+        completion if completion is not None else -(-len(text or "") // 4)
+    )
 
 
 def _step(fn, req_next: float, tok_next: float, t: float) -> tuple[float, float, Any]:
@@ -113,7 +120,7 @@ def _step(fn, req_next: float, tok_next: float, t: float) -> tuple[float, float,
 class SharedRate:
     """The shared schedule of one endpoint (see the module's docstring)."""
 
-    _open: dict[tuple[str, str], "SharedRate"] = {}
+    _open: dict[tuple[str, str], SharedRate] = {}
 
     def __init__(self, endpoint: str, rpm: int | None, tpm: int | None, directory: Path | None = None):
         self._set_limits(endpoint, rpm, tpm)
@@ -132,7 +139,7 @@ class SharedRate:
         self._warned = 0.0
 
     @classmethod
-    def for_endpoint(cls, endpoint: str, rpm: int | None, tpm: int | None) -> "SharedRate":
+    def for_endpoint(cls, endpoint: str, rpm: int | None, tpm: int | None) -> SharedRate:
         """One instance per endpoint, limits and place in this process (its file stays open): in
         Postgres when ``AIP_SHARED_STATE_URL`` names one (every worker of a shared deployment draws
         from one schedule), else in this machine's limits folder."""
@@ -187,8 +194,10 @@ class SharedRate:
         delay = start - now
         if delay > WARN_WAIT_S and now - self._warned > 60:
             self._warned = now
-            logger.warning(f"{self.endpoint}: waiting {delay:.0f}s for the endpoint's requests_per_minute / "
-                           f"tokens_per_minute ({self.where()})")
+            logger.warning(
+                f"{self.endpoint}: waiting {delay:.0f}s for the endpoint's requests_per_minute / "
+                f"tokens_per_minute ({self.where()})"
+            )
         if delay > 0:
             await interrupts.sleep(delay)  # a Ctrl-C ends the wait
 
@@ -216,15 +225,18 @@ class PgRate(SharedRate):
         def txn(conn):
             with conn.transaction():
                 # the row is made here if missing (first use, or deleted while a run went on)
-                conn.execute("INSERT INTO aip_rate_schedule (endpoint) VALUES (%s) ON CONFLICT DO NOTHING",
-                             [self.key])
+                conn.execute("INSERT INTO aip_rate_schedule (endpoint) VALUES (%s) ON CONFLICT DO NOTHING", [self.key])
                 req_next, tok_next, db_now = conn.execute(
                     "SELECT req_next, tok_next, extract(epoch FROM clock_timestamp())::double precision "
-                    "FROM aip_rate_schedule WHERE endpoint = %s FOR UPDATE", [self.key]).fetchone()
+                    "FROM aip_rate_schedule WHERE endpoint = %s FOR UPDATE",
+                    [self.key],
+                ).fetchone()
                 t = db_now if now is None else now
                 req_next, tok_next, out = _step(fn, req_next, tok_next, t)
-                conn.execute("UPDATE aip_rate_schedule SET req_next = %s, tok_next = %s WHERE endpoint = %s",
-                             [req_next, tok_next, self.key])
+                conn.execute(
+                    "UPDATE aip_rate_schedule SET req_next = %s, tok_next = %s WHERE endpoint = %s",
+                    [req_next, tok_next, self.key],
+                )
             return out, t
 
         return self.db.run(f"the rate schedule of {self.endpoint}", txn)

@@ -10,8 +10,9 @@ from ..connections import Connection
 from ..hashing import stable_json
 
 
-def build_body(conn: Connection, messages: list[dict[str, str]], temperature: float,
-               max_tokens: int | None, sample_index: int) -> dict[str, Any]:
+def build_body(
+    conn: Connection, messages: list[dict[str, str]], temperature: float, max_tokens: int | None, sample_index: int
+) -> dict[str, Any]:
     """The request body. Fresh samples (``sample_index`` > 0) carry ``seed = (params.seed or 0) +
     sample_index``: N samples are N distinct, reproducible requests on endpoints that honour
     ``seed``, and still fresh samples on those that ignore it."""
@@ -28,8 +29,14 @@ def build_body(conn: Connection, messages: list[dict[str, str]], temperature: fl
     return body
 
 
-def call_key(endpoint_id: str, body: dict[str, Any], sample_index: int, template_version: str, attempt: int = 0,
-             body_json: str | None = None) -> str:
+def call_key(
+    endpoint_id: str,
+    body: dict[str, Any],
+    sample_index: int,
+    template_version: str,
+    attempt: int = 0,
+    body_json: str | None = None,
+) -> str:
     """The call's identity: endpoint, body, sample index, prompt-template version and, for a
     re-ask of an unusable answer, its attempt number (so a re-ask is never answered from the
     cache by an earlier re-ask that got the same prose). The hash of ``stable_json`` of those, put
@@ -37,9 +44,20 @@ def call_key(endpoint_id: str, body: dict[str, Any], sample_index: int, template
     and journaled is that text) exactly as ``stable_json`` would write the whole."""
     if body_json is None:
         body_json = stable_json(body)
-    text = "".join((f'{{"attempt":{_scalar_json(attempt)},' if attempt else "{", '"body":', body_json,
-                    ',"endpoint":', _scalar_json(endpoint_id), ',"sample_index":', _scalar_json(sample_index),
-                    ',"template":', _scalar_json(template_version), "}"))
+    text = "".join(
+        (
+            f'{{"attempt":{_scalar_json(attempt)},' if attempt else "{",
+            '"body":',
+            body_json,
+            ',"endpoint":',
+            _scalar_json(endpoint_id),
+            ',"sample_index":',
+            _scalar_json(sample_index),
+            ',"template":',
+            _scalar_json(template_version),
+            "}",
+        )
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

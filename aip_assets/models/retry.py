@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import time
 from typing import TYPE_CHECKING, Any
@@ -54,8 +53,16 @@ def retry_after_s(headers: dict[str, str]) -> float | None:
         return None
 
 
-HTTP_REASONS = {408: "request timeout", 409: "conflict", 425: "too early", 429: "rate limited",
-                500: "server error", 502: "bad gateway", 503: "unavailable", 504: "gateway timeout"}
+HTTP_REASONS = {
+    408: "request timeout",
+    409: "conflict",
+    425: "too early",
+    429: "rate limited",
+    500: "server error",
+    502: "bad gateway",
+    503: "unavailable",
+    504: "gateway timeout",
+}
 
 
 def _secs(x: float) -> str:
@@ -72,8 +79,16 @@ def what_failed(err: str, http_status: int | None) -> str:
     return f"answered HTTP {http_status}" + (f" ({reason})" if reason else "")
 
 
-async def send(client: ModelClient, body: dict[str, Any], key: str, retries: int, timeout: float,
-               clock: RowClock | None = None, text: str | None = None, counted: bool = False) -> ChatResult:
+async def send(
+    client: ModelClient,
+    body: dict[str, Any],
+    key: str,
+    retries: int,
+    timeout: float,
+    clock: RowClock | None = None,
+    text: str | None = None,
+    counted: bool = False,
+) -> ChatResult:
     """One call sent through ``client.provider``, tried again as the module docstring says.
     ``text``: the body as JSON (``stable_json``), sent as it is; ``counted``: the budget has the
     call already (a batch's request sent again live)."""
@@ -85,11 +100,26 @@ async def send(client: ModelClient, body: dict[str, Any], key: str, retries: int
     def left() -> float:
         return float("inf") if clock is None else clock.left()
 
-    def failed(err: str, latency: float | None = None, refused: str | None = None,
-               transient: bool = False) -> ChatResult:
-        return ChatResult(None, "error", err, latency, None, None, None, None, attempts, key,
-                          http_status=http_status, retries_used=retries_used, rate_limit_waits=waits,
-                          structured_refused=refused, transient=transient)
+    def failed(
+        err: str, latency: float | None = None, refused: str | None = None, transient: bool = False
+    ) -> ChatResult:
+        return ChatResult(
+            None,
+            "error",
+            err,
+            latency,
+            None,
+            None,
+            None,
+            None,
+            attempts,
+            key,
+            http_status=http_status,
+            retries_used=retries_used,
+            rate_limit_waits=waits,
+            structured_refused=refused,
+            transient=transient,
+        )
 
     structured_sent = "response_format" in body
 
@@ -107,7 +137,9 @@ async def send(client: ModelClient, body: dict[str, Any], key: str, retries: int
                     if clock is not None:
                         clock.start()
             if left() <= 0:
-                return failed(client.deadlines.error("before this attempt" if attempts else "before this call was sent"))
+                return failed(
+                    client.deadlines.error("before this attempt" if attempts else "before this call was sent")
+                )
             interrupts.check()  # after a Ctrl-C nothing is sent or retried; the calls sent finish
             if attempts == 0 and client.budget is not None and not counted:  # counted once it is really sent
                 await client.budget.areserve()
@@ -119,7 +151,7 @@ async def send(client: ModelClient, body: dict[str, Any], key: str, retries: int
             cuts_when_sent = client.sem.cuts
             try:
                 resp = await client.provider.send(body, min(timeout, left()), text)
-            except (asyncio.TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
+            except (TimeoutError, httpx.TransportError, aiohttp.ClientError, OSError) as e:
                 charge = prompt_tokens_estimate(body) if limiter is not None else 0  # it may have been read
                 if cut and left() <= 0:
                     return failed(client.deadlines.error("while this call waited for its answer"))
@@ -136,8 +168,21 @@ async def send(client: ModelClient, body: dict[str, Any], key: str, retries: int
                         return failed(parsed, latency)
                     answer, model, fp, pt, ct = parsed
                     charge = counted_tokens(body, pt, ct, answer) if limiter is not None else 0
-                    return ChatResult(answer, "ok", None, latency, pt, ct, model, fp, attempts, key, http_status=200,
-                                      retries_used=retries_used, rate_limit_waits=waits)
+                    return ChatResult(
+                        answer,
+                        "ok",
+                        None,
+                        latency,
+                        pt,
+                        ct,
+                        model,
+                        fp,
+                        attempts,
+                        key,
+                        http_status=200,
+                        retries_used=retries_used,
+                        rate_limit_waits=waits,
+                    )
                 text_ = scrub_secrets(resp.text, client.conn)  # it may echo the key
                 err = f"HTTP {resp.status_code}: {text_[:300]}"
                 if limiter is not None and resp.status_code != 429:  # a 429 was refused before any token
@@ -150,8 +195,12 @@ async def send(client: ModelClient, body: dict[str, Any], key: str, retries: int
                 if resp.status_code == 429 or (resp.status_code == 503 and retry_after is not None):
                     client.sem.throttled(cuts_when_sent)
             latency = (time.perf_counter() - t0) * 1000
-            if transient and http_status in (429, 503) and retry_after is not None \
-                    and not client.retry_after_uses_retries:
+            if (
+                transient
+                and http_status in (429, 503)
+                and retry_after is not None
+                and not client.retry_after_uses_retries
+            ):
                 # the endpoint says when to come back: a wait, not a failure. Bounded twice: this call
                 # waits at most max_rate_limit_wait_seconds in all, and nobody waits once the endpoint
                 # has answered nothing for that long (a run against an endpoint that never recovers ends)
@@ -160,28 +209,41 @@ async def send(client: ModelClient, body: dict[str, Any], key: str, retries: int
                 if waited_s + sleep <= max_wait and silent + sleep <= max_wait:
                     if sleep >= left():  # the wait would end after the row deadline
                         client.deadlines.count_cut()
-                        return failed(f"{err} (rate limited; not waited: the row deadline comes first, "
-                                      f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)", latency)
+                        return failed(
+                            f"{err} (rate limited; not waited: the row deadline comes first, "
+                            f"{max(left(), 0):.0f}s left, Retry-After {retry_after:g}s)",
+                            latency,
+                        )
                     waits += 1
                     waited_s += sleep
                     if client.on_wait is not None:
-                        client.on_wait(f"{what_failed(err, http_status)}; waiting {_secs(sleep)} (Retry-After; a "
-                                     f"rate-limit wait uses no retry) before try {attempts + 1}")
+                        client.on_wait(
+                            f"{what_failed(err, http_status)}; waiting {_secs(sleep)} (Retry-After; a "
+                            f"rate-limit wait uses no retry) before try {attempts + 1}"
+                        )
                     await client.sem.pause(sleep, clock)
                     continue
-                err += (f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
-                        f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})")
+                err += (
+                    f" (rate limited: this call waited {waited_s:g}s on Retry-After, the endpoint answered "
+                    f"nothing for {silent:.0f}s; max_rate_limit_wait_seconds {max_wait:g})"
+                )
             if not transient or retries_used >= retries:
                 return failed(err, latency, transient=transient)
-            delay = retry_after if retry_after is not None else client.backoff_s * 2 ** retries_used * (0.5 + client._rng.random())
+            delay = (
+                retry_after
+                if retry_after is not None
+                else client.backoff_s * 2**retries_used * (0.5 + client._rng.random())
+            )
             if min(delay, MAX_BACKOFF_S) >= left():  # the retry would start after the row deadline
                 client.deadlines.count_cut()
                 return failed(f"{err} (not retried: the row deadline comes first)", latency, transient=transient)
             retries_used += 1
             if client.on_wait is not None:
-                client.on_wait(f"{what_failed(err, http_status)}; waiting {_secs(min(delay, MAX_BACKOFF_S))} "
-                             f"({'Retry-After' if retry_after is not None else 'backoff'}) before try "
-                             f"{attempts + 1} of {retries + 1}")
+                client.on_wait(
+                    f"{what_failed(err, http_status)}; waiting {_secs(min(delay, MAX_BACKOFF_S))} "
+                    f"({'Retry-After' if retry_after is not None else 'backoff'}) before try "
+                    f"{attempts + 1} of {retries + 1}"
+                )
             await client.sem.pause(min(delay, MAX_BACKOFF_S), clock)
         finally:
             if limiter is not None:  # the schedule follows what the endpoint counted

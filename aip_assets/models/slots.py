@@ -164,9 +164,11 @@ class SharedSlots:
         while (bound := self.look()) == 0:
             if not warned and time.monotonic() - t0 > WARN_WAIT_S:
                 warned = True
-                logger.warning(f"{self.endpoint}: waiting {time.monotonic() - t0:.0f}s for a connection: its "
-                               f"max_connections ({self.total}) are all in use by other clients on this machine "
-                               f"(shared through {self.dir})")
+                logger.warning(
+                    f"{self.endpoint}: waiting {time.monotonic() - t0:.0f}s for a connection: its "
+                    f"max_connections ({self.total}) are all in use by other clients on this machine "
+                    f"(shared through {self.dir})"
+                )
             await interrupts.sleep(0.05 + random.random() * 0.05)  # a Ctrl-C ends the wait
         return bound
 

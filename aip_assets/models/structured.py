@@ -37,13 +37,20 @@ PINNED = {"on": "json_schema", "off": "prompt", **{f: f for f in FORMS}}  # stru
 # 'json_object'" (loc body.response_format.type), TGI "response_format: missing field `value`",
 # vLLM's grammar backends ("xgrammar", "guided decoding", "outlines"), LM Studio
 # "'response_format.type' must be 'json_schema'".
-REFUSAL_WORDS = re.compile(r"response_format|json[_ ]schema|json_object|\bschema\b|grammar|guided|xgrammar|outlines|"
-                           r"structured output", re.I)
+REFUSAL_WORDS = re.compile(
+    r"response_format|json[_ ]schema|json_object|\bschema\b|grammar|guided|xgrammar|outlines|"
+    r"structured output",
+    re.I,
+)
 NOT_A_REFUSAL = {401, 403, 407, 408, 429}  # unauthorised, timed out, rate limited: never about the form
 
 # the question that finds a form: a tiny object with a schema (models/builtin.py answers it too)
-PROBE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
-                                "additionalProperties": False}
+PROBE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
 
 
 def configured_form(structured_output: str, caps: Capabilities | None) -> str | None:
@@ -88,7 +95,7 @@ def refusal(status: int | None, text: str | None) -> str | None:
     if m is None:
         return None
     start = max(0, min(m.start() - 120, len(text) - 300))
-    return ("…" if start else "") + text[start:start + 300].strip()
+    return ("…" if start else "") + text[start : start + 300].strip()
 
 
 def probe_answer_ok(text: str | None) -> bool:
@@ -100,7 +107,9 @@ def probe_answer_ok(text: str | None) -> bool:
     return not unfinished and any(isinstance(o.get("ok"), bool) for o in objects)
 
 
-def strict_schema(model: type[BaseModel], enums: dict[str, tuple[str, ...]] | None = None) -> tuple[dict[str, Any], bool]:
+def strict_schema(
+    model: type[BaseModel], enums: dict[str, tuple[str, ...]] | None = None
+) -> tuple[dict[str, Any], bool]:
     """(the JSON schema a judge is given for ``model``, whether OpenAI's ``strict`` mode takes it).
 
     Made from the model's own schema: every property ``required`` and ``additionalProperties:

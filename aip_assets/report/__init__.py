@@ -23,5 +23,15 @@ from .server import report_port, report_url, serve_reports
 from .values import TEXT_LIMIT
 from .viewer import ROWS_PER_METRIC
 
-__all__ = ["ROWS_PER_METRIC", "TEXT_LIMIT", "WEAKEST_ROWS", "build_report", "default_out",
-           "report_port", "report_url", "serve_reports", "stored_report", "write_report"]
+__all__ = [
+    "ROWS_PER_METRIC",
+    "TEXT_LIMIT",
+    "WEAKEST_ROWS",
+    "build_report",
+    "default_out",
+    "report_port",
+    "report_url",
+    "serve_reports",
+    "stored_report",
+    "write_report",
+]

@@ -4,16 +4,16 @@ kept in a lake's ``reports`` table)."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
 from .. import __version__
-from ..warehouse import lake
 from .. import warehouse as wh
 from ..errors import AipError
+from ..warehouse import lake
 from . import queries, viewer
 from .queries import _Reader, _warehouse_path
 from .sections import _header, _metric_section, _overview, cost
@@ -27,6 +27,7 @@ def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: i
     db = _warehouse_path(path)
     if not wh.exists(db):
         raise AipError(f"{db}: no warehouse yet; run `aip-eval run <spec>` first")
+
     # one connection for the report's many queries, at the lean memory cap: its scans of a large
     # run's tables otherwise filled DuckDB's cache to its 1 GB limit (1.2 GB peak at 100,000 rows,
     # 590 MB at the lean cap, as fast)
@@ -56,20 +57,37 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
     evidence, pairs, verdicts = queries.evidence(rd, weakest_all)
     notes = queries.run_notes(rd)
     spec_metrics = spec.get("metrics") or {}
-    sections = [_metric_section(m, by_metric[m], spec_metrics.get(m) or {},
-                                [r for r in weakest_all if r["metric"] == m],
-                                [r for r in errored_all if r["metric"] == m], row_counts, evidence, pairs,
-                                verdicts, run_id) for m in metrics]
-    return render("report.html.j2", run_id=run_id, css=Markup(static("report.css")),
-                  viewer_css=Markup(static("viewer.css")), header=Markup(_header(run, db)), metrics=metrics,
-                  missing=[m for m in configured if m not in metrics],
-                  overview=Markup(_overview(metrics, overall)) if metrics else None,
-                  viewer=Markup(viewer.section(viewer.read(rd.records, metrics, rows_per_metric, run_id)))
-                  if metrics else None,
-                  sections=[Markup(s) for s in sections],
-                  cost=cost(queries.calls_by_role(rd), queries.calls_by_metric(rd)),
-                  notes=notes, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-                  version=__version__)
+    sections = [
+        _metric_section(
+            m,
+            by_metric[m],
+            spec_metrics.get(m) or {},
+            [r for r in weakest_all if r["metric"] == m],
+            [r for r in errored_all if r["metric"] == m],
+            row_counts,
+            evidence,
+            pairs,
+            verdicts,
+            run_id,
+        )
+        for m in metrics
+    ]
+    return render(
+        "report.html.j2",
+        run_id=run_id,
+        css=Markup(static("report.css")),
+        viewer_css=Markup(static("viewer.css")),
+        header=Markup(_header(run, db)),
+        metrics=metrics,
+        missing=[m for m in configured if m not in metrics],
+        overview=Markup(_overview(metrics, overall)) if metrics else None,
+        viewer=Markup(viewer.section(viewer.read(rd.records, metrics, rows_per_metric, run_id))) if metrics else None,
+        sections=[Markup(s) for s in sections],
+        cost=cost(queries.calls_by_role(rd), queries.calls_by_metric(rd)),
+        notes=notes,
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        version=__version__,
+    )
 
 
 def default_out(run_id: str, path: str | Path | None = None) -> Path:
@@ -77,8 +95,12 @@ def default_out(run_id: str, path: str | Path | None = None) -> Path:
     return _warehouse_path(path).parent / "reports" / f"{safe}.html"
 
 
-def write_report(run_id: str, out: str | Path | None = None, path: str | Path | None = None,
-                 rows_per_metric: int = viewer.ROWS_PER_METRIC) -> Path:
+def write_report(
+    run_id: str,
+    out: str | Path | None = None,
+    path: str | Path | None = None,
+    rows_per_metric: int = viewer.ROWS_PER_METRIC,
+) -> Path:
     """Write the report (default ``<warehouse dir>/reports/<run_id>.html``) and return its path. In
     a lake it is also kept in the lake's ``reports`` table under its file name (the report
     server's URL), replacing the one before, so every host's report server has it."""
@@ -87,7 +109,7 @@ def write_report(run_id: str, out: str | Path | None = None, path: str | Path | 
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     if lake.enabled() and not out:
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        now = datetime.now(UTC).replace(tzinfo=None)
 
         def replace(con) -> None:
             con.execute("DELETE FROM reports WHERE name = ?", [target.name])
@@ -104,4 +126,3 @@ def stored_report(name: str) -> str | None:
         return None
     rows = wh.query("SELECT html FROM reports WHERE name = ? ORDER BY written_at DESC LIMIT 1", [name])
     return str(rows.html[0]) if len(rows) else None
-

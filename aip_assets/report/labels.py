@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 # the headline, and the checks of the judge the pipeline adds to any metric: facts beside the headline
 PIPELINE_FACT_SCOPES = {"overall", "judge_audit", "judge_position", "judge_panel"}
 HUMAN_SCOPE = "human_agreement"  # the judge checked against people (human_labels.py): a table of its own
-PIPELINE_SCOPE_LABELS = {"judge_audit": "judge agreement with the audit judge",
-                         "judge_position": "judge position bias (difference between orders)"}
+PIPELINE_SCOPE_LABELS = {
+    "judge_audit": "judge agreement with the audit judge",
+    "judge_position": "judge position bias (difference between orders)",
+}
 DEFAULT_COUNT_LABELS = ("n", "events", "failed")
 
 
@@ -61,4 +63,4 @@ def chart_config(metric: str, scope: str) -> dict[str, Any] | None:
 def _scope_label(r: dict[str, Any]) -> str:
     if r["scope"] == "judge_panel":
         return "judge panel agreement" if r["group_key"] == "panel" else f"agreement {r['group_key']}"
-    return {**PIPELINE_SCOPE_LABELS, **scope_labels()}.get(r["scope"], f'{r["scope"]} ({r["group_key"]})')
+    return {**PIPELINE_SCOPE_LABELS, **scope_labels()}.get(r["scope"], f"{r['scope']} ({r['group_key']})")

@@ -67,10 +67,13 @@ def errored_rows(rd: _Reader) -> Records:
 
 def row_counts(rd: _Reader) -> dict[str, dict[str, Any]]:
     """Each metric's rows scored and errored."""
-    return {r["metric"]: r for r in rd.records("""
+    return {
+        r["metric"]: r
+        for r in rd.records("""
         SELECT metric, count(*) FILTER (WHERE status = 'ok' AND score IS NOT NULL) AS scored,
                count(*) FILTER (WHERE NOT (status = 'ok' AND score IS NOT NULL)) AS errored
-        FROM row_scores WHERE run_id = ? GROUP BY metric""")}
+        FROM row_scores WHERE run_id = ? GROUP BY metric""")
+    }
 
 
 def evidence(rd: _Reader, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
@@ -82,7 +85,8 @@ def evidence(rd: _Reader, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
     verdicts: dict[tuple[str, str], dict[str, Records]] = {}
     if not keys:
         return probes, pairs, verdicts
-    for e in rd.records("""
+    for e in rd.records(
+        """
             SELECT p.metric, p.input_id, p.probe_id, p.role, p.axis, p.category, p.attribute_value, p.persona,
                    p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.query_text, r.sample_index, r.response,
                    r.status AS sut_status, r.error AS sut_error
@@ -91,9 +95,12 @@ def evidence(rd: _Reader, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
                        AND metric || chr(31) || input_id IN (SELECT unnest($2::VARCHAR[]))) r
                    ON r.metric = p.metric AND r.probe_id = p.probe_id
             WHERE p.run_id = $1 AND p.metric || chr(31) || p.input_id IN (SELECT unnest($2::VARCHAR[]))
-            ORDER BY p.metric, p.input_id, p.probe_id, r.sample_index""", [keys]):
+            ORDER BY p.metric, p.input_id, p.probe_id, r.sample_index""",
+        [keys],
+    ):
         probes.setdefault((e["metric"], e["input_id"]), []).append(e)
-    for p in rd.records("""
+    for p in rd.records(
+        """
             SELECT pp.metric, pp.input_id, pp.pair_id, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b,
                    bool_or(coalesce(j.flipped, false)) AS flipped,
                    avg(CASE WHEN j.status = 'ok' THEN CASE WHEN j.judge_kind IN ('tone', 'effort') THEN j.score
@@ -108,9 +115,12 @@ def evidence(rd: _Reader, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
                        AND metric || chr(31) || input_id IN (SELECT unnest($2::VARCHAR[]))) j
                    ON j.metric = pp.metric AND j.pair_id = pp.pair_id
             WHERE pp.run_id = $1 AND pp.metric || chr(31) || pp.input_id IN (SELECT unnest($2::VARCHAR[]))
-            GROUP BY ALL""", [keys]):
+            GROUP BY ALL""",
+        [keys],
+    ):
         pairs.setdefault((p["metric"], p["input_id"]), []).append(p)
-    for j in rd.records("""
+    for j in rd.records(
+        """
             SELECT j.metric, j.input_id,
                    coalesce(CAST(j.sample_index AS VARCHAR), CASE WHEN j.category = 'baseline' THEN 'base' END,
                             j.variant_id, j.input_id) AS key,
@@ -119,7 +129,9 @@ def evidence(rd: _Reader, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
             WHERE j.run_id = ? AND j.metric || chr(31) || j.input_id IN (SELECT unnest(?::VARCHAR[]))
               AND NOT EXISTS (SELECT 1 FROM probe_pairs pp WHERE pp.run_id = j.run_id AND pp.metric = j.metric
                               AND pp.pair_id = j.pair_id)
-            ORDER BY j.metric, j.input_id, key, j.label""", [keys]):
+            ORDER BY j.metric, j.input_id, key, j.label""",
+        [keys],
+    ):
         verdicts.setdefault((j["metric"], j["input_id"]), {}).setdefault(str(j["key"]), []).append(j)
     return probes, pairs, verdicts
 
@@ -143,8 +155,9 @@ def calls_by_metric(rd: _Reader) -> Records:
 
 
 def run_notes(rd: _Reader) -> Records:
-    return rd.records("SELECT metric, stage, level, code, message FROM run_notes WHERE run_id = ? "
-                      "ORDER BY level, metric, stage, code")
+    return rd.records(
+        "SELECT metric, stage, level, code, message FROM run_notes WHERE run_id = ? ORDER BY level, metric, stage, code"
+    )
 
 
 Query = Callable[..., Records]  # (sql, params) -> records; the run's id is the first parameter
@@ -152,21 +165,27 @@ Query = Callable[..., Records]  # (sql, params) -> records; the run's id is the 
 
 def viewer_metrics(q: Query) -> dict[str, dict[str, Any]]:
     """Each metric's name and whether it has perturbation types (the viewer's facet)."""
-    return {r["metric"]: r for r in q("""
+    return {
+        r["metric"]: r
+        for r in q("""
         SELECT metric, any_value(metric_name) FILTER (WHERE scope = 'overall') AS metric_name,
                bool_or(scope = 'perturbation_type') AS has_types
-        FROM metric_scores WHERE run_id = ? GROUP BY metric""")}
+        FROM metric_scores WHERE run_id = ? GROUP BY metric""")
+    }
 
 
 def viewer_rows(q: Query, rows_per_metric: int) -> Records:
     """At most ``rows_per_metric`` rows of each metric, the lowest scores first (unscored before them)."""
-    return q("""
+    return q(
+        """
         SELECT * FROM (
             SELECT metric, input_id, score, raw_score, label, status, error, explanation, n_judged, n_failed, n_events,
                    row_number() OVER (PARTITION BY metric ORDER BY score ASC NULLS FIRST, input_id) AS rank,
                    count(*) OVER (PARTITION BY metric) AS total
             FROM row_scores WHERE run_id = ?)
-        WHERE rank <= ? ORDER BY metric, rank""", [rows_per_metric])
+        WHERE rank <= ? ORDER BY metric, rank""",
+        [rows_per_metric],
+    )
 
 
 def viewer_evidence(q: Query, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
@@ -182,15 +201,18 @@ def viewer_evidence(q: Query, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
     verdicts: dict[tuple[str, str], list[dict[str, Any]]] = {}
     if not keys:
         return probes, pairs, verdicts
-    for p in q(f"""
+    for p in q(
+        f"""
             SELECT p.metric, p.input_id, p.probe_id, p.role, p.axis, p.category, p.attribute_value, p.persona,
                    p.persona_id, p.template_id, p.variant_id, p.wrapper_id, p.exclusion, p.query_text, p.group_id,
                    r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
             FROM probes p
-            LEFT JOIN (SELECT * FROM sut_responses r WHERE r.run_id = $1 AND {in_keys2.format(a='r')}) r
+            LEFT JOIN (SELECT * FROM sut_responses r WHERE r.run_id = $1 AND {in_keys2.format(a="r")}) r
                    ON r.metric = p.metric AND r.probe_id = p.probe_id
-            WHERE p.run_id = $1 AND {in_keys2.format(a='p')}
-            ORDER BY p.metric, p.input_id, p.role, p.probe_id, r.sample_index""", [keys]):
+            WHERE p.run_id = $1 AND {in_keys2.format(a="p")}
+            ORDER BY p.metric, p.input_id, p.role, p.probe_id, r.sample_index""",
+        [keys],
+    ):
         probes.setdefault((p["metric"], p["input_id"]), []).append(p)
     # a perturbation variant that is its own row (the external metric) has its group's baseline in
     # another row: bring it in, so the row opens to the baseline and the variant side by side
@@ -200,29 +222,38 @@ def viewer_evidence(q: Query, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
             for g in {e["group_id"] for e in entries if e.get("group_id")}:
                 groups.setdefault(f"{key[0]}\x1f{g}", []).append(key)
     if groups:
-        for p in q("""
+        for p in q(
+            """
                 SELECT p.metric, p.input_id, p.probe_id, p.role, p.category, p.variant_id, p.query_text, p.group_id,
                        r.sample_index, r.response, r.status AS sut_status, r.error AS sut_error
                 FROM probes p
                 LEFT JOIN sut_responses r ON r.run_id = p.run_id AND r.metric = p.metric AND r.probe_id = p.probe_id
                 WHERE p.run_id = ? AND p.role = 'baseline'
                   AND p.metric || chr(31) || p.group_id IN (SELECT unnest(?::VARCHAR[]))
-                ORDER BY p.probe_id, r.sample_index""", [list(groups)]):
+                ORDER BY p.probe_id, r.sample_index""",
+            [list(groups)],
+        ):
             for key in groups.get(f"{p['metric']}\x1f{p['group_id']}", []):
                 probes[key].append(p)
-    for p in q(f"""
+    for p in q(
+        f"""
             SELECT pp.metric, pp.input_id, pp.pair_id, pp.axis, pp.value_a, pp.value_b, pp.probe_a, pp.probe_b,
                    pp.kind, pp.twin_of, pp.sample_b
-            FROM probe_pairs pp WHERE pp.run_id = ? AND {in_keys.format(a='pp')}
-            ORDER BY pp.metric, pp.input_id, pp.pair_id""", [keys]):
+            FROM probe_pairs pp WHERE pp.run_id = ? AND {in_keys.format(a="pp")}
+            ORDER BY pp.metric, pp.input_id, pp.pair_id""",
+        [keys],
+    ):
         pairs.setdefault((p["metric"], p["input_id"]), []).append(p)
     # the reasoning in persona order where the judge saw a pair in a randomised order; as written elsewhere
-    for j in q(f"""
+    for j in q(
+        f"""
             SELECT j.metric, j.input_id, j.judgement_id, j.pair_id, j.judge_kind, j.category, j.sample_index,
                    j.variant_id, j.status, j.error, j.label, j.score, j.decision_a, j.decision_b, j.flipped,
                    j.attributable, j.order_swapped,
                    CASE WHEN j.order_swapped IS NULL THEN j.reasoning ELSE {PERSONA_ORDER_REASONING} END AS reasoning
-            FROM judgements j WHERE j.run_id = ? AND {in_keys.format(a='j')}
-            ORDER BY j.metric, j.input_id, j.pair_id, j.judge_kind, j.judgement_id""", [keys]):
+            FROM judgements j WHERE j.run_id = ? AND {in_keys.format(a="j")}
+            ORDER BY j.metric, j.input_id, j.pair_id, j.judge_kind, j.judgement_id""",
+        [keys],
+    ):
         verdicts.setdefault((j["metric"], j["input_id"]), []).append(j)
     return probes, pairs, verdicts

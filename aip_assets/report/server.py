@@ -8,9 +8,10 @@ import os
 from html import escape
 from pathlib import Path
 
-from ..warehouse import lake
 from ..errors import AipError
+from ..warehouse import lake
 from .build import stored_report
+
 
 def report_port() -> int:
     """The port `aip-eval report --serve` listens on: ``AIP_REPORT_PORT`` (settings.py: 8112 unless set)."""
@@ -75,8 +76,11 @@ def _open_below(root: str, names: list[str]) -> tuple[int, os.stat_result]:
             os.close(fd)
             fd = opened
             now = os.fstat(fd)
-            if (now.st_dev, now.st_ino, stat.S_IFMT(now.st_mode)) != (seen.st_dev, seen.st_ino,
-                                                                         stat.S_IFMT(seen.st_mode)):
+            if (now.st_dev, now.st_ino, stat.S_IFMT(now.st_mode)) != (
+                seen.st_dev,
+                seen.st_ino,
+                stat.S_IFMT(seen.st_mode),
+            ):
                 raise _NotServed()  # replaced between the look and the open
         return fd, os.fstat(fd)
     except BaseException:
@@ -102,8 +106,10 @@ def _listing(fd: int, shown_as: str) -> bytes:
                 names.append(e.name)
     items = "".join(f'<li><a href="{quote(n)}">{escape(n)}</a></li>\n' for n in sorted(names, key=str.lower))
     title = escape(f"Reports: {shown_as}")
-    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
-            f"<body><h1>{title}</h1>\n<ul>\n{items}</ul></body></html>\n").encode("utf-8")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
+        f"<body><h1>{title}</h1>\n<ul>\n{items}</ul></body></html>\n"
+    ).encode()
 
 
 def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None):
@@ -156,8 +162,7 @@ def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None
                 names, want_folder = _request_parts(self.path)
                 fd, st = _open_below(root, names)
             except _NotServed as e:
-                if (e.missing and lake.enabled() and len(names) == 1 and names[0].endswith(".html")
-                        and not want_folder):
+                if e.missing and lake.enabled() and len(names) == 1 and names[0].endswith(".html") and not want_folder:
                     return self._from_lake(names[0])
                 self.send_error(HTTPStatus.NOT_FOUND, "File not found")
                 return None
@@ -188,4 +193,3 @@ def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None
                 os.close(fd)
 
     return ThreadingHTTPServer((host, report_port() if port is None else port), Reports)
-

@@ -29,8 +29,14 @@ def _finalize(value: Any) -> Markup:
 @cache
 def environment() -> Environment:
     """The environment over ``report/templates`` (built once)."""
-    env = Environment(loader=PackageLoader("aip_assets.report", "templates"), autoescape=True, finalize=_finalize,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=PackageLoader("aip_assets.report", "templates"),
+        autoescape=True,
+        finalize=_finalize,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(slug=_slug, clip=_clip)
     env.globals.update(num=lambda *a, **kw: Markup(_num(*a, **kw)))
     return env

@@ -1,4 +1,4 @@
-"""The report's per-sample viewer: every scored row of every metric, with client-side filters,
+r"""The report's per-sample viewer: every scored row of every metric, with client-side filters,
 search and sort; a row opens to its probes, the SUT's answers side by side (persona a | persona b,
 original | variant, baseline | perturbed) and each judge's verdict and reasoning.
 
@@ -26,14 +26,21 @@ from .queries import Query
 from .templating import render, static
 
 ROWS_PER_METRIC = 500
-MAX_BYTES = 24_000_000  # the embedded data, shared evenly by the metrics (a decision-flip row with long answers is ~60 KB)
+MAX_BYTES = (
+    24_000_000  # the embedded data, shared evenly by the metrics (a decision-flip row with long answers is ~60 KB)
+)
 TEXT_LIMIT = 4000  # per text (prompt, answer, reasoning) in the embedded data
+
 
 def _clip(s: Any) -> str | None:
     if s is None:
         return None
     s = str(s)
-    return s if len(s) <= TEXT_LIMIT else s[:TEXT_LIMIT].rstrip() + f"… [{len(s) - TEXT_LIMIT:,} more characters in the warehouse]"
+    return (
+        s
+        if len(s) <= TEXT_LIMIT
+        else s[:TEXT_LIMIT].rstrip() + f"… [{len(s) - TEXT_LIMIT:,} more characters in the warehouse]"
+    )
 
 
 def _bad(v: dict[str, Any]) -> float:
@@ -49,8 +56,9 @@ def _bad(v: dict[str, Any]) -> float:
     return float(s) if v.get("k") in ("tone", "effort") else 1.0 - float(s)
 
 
-def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, run_id: str = "",
-         max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+def read(
+    q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, run_id: str = "", max_bytes: int = MAX_BYTES
+) -> dict[str, Any]:
     """Everything the viewer shows for the run, as plain JSON-ready data."""
     meta = queries.viewer_metrics(q)
     rows = [r for r in queries.viewer_rows(q, rows_per_metric) if r["metric"] in metrics]
@@ -61,14 +69,25 @@ def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, r
         key = (r["metric"], r["input_id"])
         detail = _detail(probes.get(key, []), pairs.get(key, []), verdicts.get(key, []))
         answers_or_judges_failed = detail.pop("any_failed")
-        out_rows.append({
-            "m": r["metric"], "id": r["input_id"], "score": r["score"], "raw": r["raw_score"], "label": r["label"],
-            "status": r["status"], "error": _clip(r["error"]), "expl": _clip(r["explanation"]),
-            "nj": r["n_judged"], "nf": r["n_failed"], "ne": r["n_events"],
-            "flagged": bool(r["n_events"]),
-            "excluded": r["score"] is None or bool(r["n_failed"]),
-            "failed": r["status"] != "ok" or answers_or_judges_failed,
-            **detail})
+        out_rows.append(
+            {
+                "m": r["metric"],
+                "id": r["input_id"],
+                "score": r["score"],
+                "raw": r["raw_score"],
+                "label": r["label"],
+                "status": r["status"],
+                "error": _clip(r["error"]),
+                "expl": _clip(r["explanation"]),
+                "nj": r["n_judged"],
+                "nf": r["n_failed"],
+                "ne": r["n_events"],
+                "flagged": bool(r["n_events"]),
+                "excluded": r["score"] is None or bool(r["n_failed"]),
+                "failed": r["status"] != "ok" or answers_or_judges_failed,
+                **detail,
+            }
+        )
     totals = {r["metric"]: int(r["total"]) for r in rows}
     # each metric gets an even share of the byte budget: its lowest rows first, at least one
     share = max_bytes // max(1, len({r["m"] for r in out_rows}))
@@ -84,16 +103,24 @@ def read(q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, r
             continue
         used[r["m"]] = used.get(r["m"], 0) + size
         kept.append(r)
-    return {"run_id": run_id,
-            "metrics": [{"metric": m, "name": (meta.get(m) or {}).get("metric_name"),
-                         "facet": "perturbation type" if (meta.get(m) or {}).get("has_types") else "category",
-                         "shown": sum(1 for r in kept if r["m"] == m), "total": totals.get(m, 0)}
-                        for m in metrics],
-            "rows_per_metric": rows_per_metric, "rows": kept}
+    return {
+        "run_id": run_id,
+        "metrics": [
+            {
+                "metric": m,
+                "name": (meta.get(m) or {}).get("metric_name"),
+                "facet": "perturbation type" if (meta.get(m) or {}).get("has_types") else "category",
+                "shown": sum(1 for r in kept if r["m"] == m),
+                "total": totals.get(m, 0),
+            }
+            for m in metrics
+        ],
+        "rows_per_metric": rows_per_metric,
+        "rows": kept,
+    }
 
 
-def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
-            judged: list[dict[str, Any]]) -> dict[str, Any]:
+def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]], judged: list[dict[str, Any]]) -> dict[str, Any]:
     """A row's probes (each with its answers by sample), its comparisons (two probe answers side by
     side with the verdicts on them) and the verdicts on a single answer."""
     probes: list[dict[str, Any]] = []
@@ -102,28 +129,61 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
     for e in entries:
         if e["probe_id"] not in index:
             index[e["probe_id"]] = len(probes)
-            who = e.get("attribute_value") or e.get("persona_id") or (
-                e.get("category") if e.get("role") in ("variant", "baseline") else None) or e.get("role")
-            meta = " · ".join(str(x) for x in (e.get("axis"), e.get("role"), e.get("category"),
-                                                e.get("template_id") and f"template {e['template_id']}",
-                                                e.get("wrapper_id") and f"wrapped: {e['wrapper_id']}",
-                                                e.get("exclusion") and f"excluded: {e['exclusion']}") if x)
-            probes.append({"id": e["probe_id"], "role": e.get("role"), "who": who, "meta": meta,
-                           "persona": _clip(e.get("persona")),
-                           # what a perturbation judgement names: the variant's id (a variant that is its own
-                           # row, as in the external metric, is named by its input_id)
-                           "variant": e.get("variant_id") or e.get("input_id"),
-                           "q": _clip(e.get("query_text")), "ans": {}})
+            who = (
+                e.get("attribute_value")
+                or e.get("persona_id")
+                or (e.get("category") if e.get("role") in ("variant", "baseline") else None)
+                or e.get("role")
+            )
+            meta = " · ".join(
+                str(x)
+                for x in (
+                    e.get("axis"),
+                    e.get("role"),
+                    e.get("category"),
+                    e.get("template_id") and f"template {e['template_id']}",
+                    e.get("wrapper_id") and f"wrapped: {e['wrapper_id']}",
+                    e.get("exclusion") and f"excluded: {e['exclusion']}",
+                )
+                if x
+            )
+            probes.append(
+                {
+                    "id": e["probe_id"],
+                    "role": e.get("role"),
+                    "who": who,
+                    "meta": meta,
+                    "persona": _clip(e.get("persona")),
+                    # what a perturbation judgement names: the variant's id (a variant that is its own
+                    # row, as in the external metric, is named by its input_id)
+                    "variant": e.get("variant_id") or e.get("input_id"),
+                    "q": _clip(e.get("query_text")),
+                    "ans": {},
+                }
+            )
         if e.get("sample_index") is not None:
             probes[index[e["probe_id"]]]["ans"][str(e["sample_index"])] = {
-                "t": _clip(e.get("response")), "st": e.get("sut_status"), "e": _clip(e.get("sut_error"))}
+                "t": _clip(e.get("response")),
+                "st": e.get("sut_status"),
+                "e": _clip(e.get("sut_error")),
+            }
             any_failed = any_failed or e.get("sut_status") != "ok"
 
     def verdict(j: dict[str, Any]) -> dict[str, Any]:
-        return {"k": j.get("judge_kind"), "c": j.get("category"), "l": j.get("label"), "s": j.get("score"),
-                "da": j.get("decision_a"), "db": j.get("decision_b"), "f": j.get("flipped"),
-                "at": j.get("attributable"), "sw": j.get("order_swapped"), "st": j.get("status"),
-                "e": _clip(j.get("error")), "r": _clip(j.get("reasoning"))}
+        return {
+            "k": j.get("judge_kind"),
+            "c": j.get("category"),
+            "l": j.get("label"),
+            "s": j.get("score"),
+            "da": j.get("decision_a"),
+            "db": j.get("decision_b"),
+            "f": j.get("flipped"),
+            "at": j.get("attributable"),
+            "sw": j.get("order_swapped"),
+            "st": j.get("status"),
+            "e": _clip(j.get("error")),
+            "r": _clip(j.get("reasoning")),
+        }
 
     items: list[dict[str, Any]] = []
     single: list[dict[str, Any]] = []
@@ -143,13 +203,24 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
     for p in pairs:
         null = p.get("kind") == "null"  # the no-effect baseline: one persona's first answer and a fresh sample
         title = " vs ".join(str(x) for x in (p.get("value_a"), p.get("value_b")))
-        items.append({"title": (f"{title} (null pair: one persona asked twice, shown to the judge as {p.get('twin_of')})"
-                                if null else title),
-                      "axis": p.get("axis"), "null": null,
-                      "a": {"p": index.get(p["probe_a"]), "s": "0", "who": p.get("value_a")},
-                      "b": {"p": index.get(p["probe_b"]), "s": str(int(p["sample_b"])) if null and p.get("sample_b") else "0",
-                            "who": p.get("value_b")},
-                      "v": by_pair.get(p["pair_id"], [])})
+        items.append(
+            {
+                "title": (
+                    f"{title} (null pair: one persona asked twice, shown to the judge as {p.get('twin_of')})"
+                    if null
+                    else title
+                ),
+                "axis": p.get("axis"),
+                "null": null,
+                "a": {"p": index.get(p["probe_a"]), "s": "0", "who": p.get("value_a")},
+                "b": {
+                    "p": index.get(p["probe_b"]),
+                    "s": str(int(p["sample_b"])) if null and p.get("sample_b") else "0",
+                    "who": p.get("value_b"),
+                },
+                "v": by_pair.get(p["pair_id"], []),
+            }
+        )
     base = next((i for i, p in enumerate(probes) if p["role"] in ("base", "baseline")), None)
     base_who = probes[base]["role"] if base is not None else None
     for key, vs in by_key.items():
@@ -161,22 +232,36 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]],
             right = next((i for i, p in enumerate(probes) if p["role"] == "variant"), None)
             sample = ident
         who = probes[right]["who"] if right is not None else None
-        items.append({"title": f"{base_who or 'original'} vs {who or 'variant'}" + (f" (sample {ident})" if kind == "s" else ""),
-                      "a": {"p": base, "s": "0", "who": base_who}, "b": {"p": right, "s": sample, "who": who}, "v": vs})
+        items.append(
+            {
+                "title": f"{base_who or 'original'} vs {who or 'variant'}"
+                + (f" (sample {ident})" if kind == "s" else ""),
+                "a": {"p": base, "s": "0", "who": base_who},
+                "b": {"p": right, "s": sample, "who": who},
+                "v": vs,
+            }
+        )
     items.sort(key=lambda it: (-max((_bad(v) for v in it["v"]), default=-1.0), it["title"]))
     used = {side["p"] for it in items for side in (it["a"], it["b"])}
 
     def distinct(values) -> list[str]:
         return sorted({str(v) for v in values if v is not None})
-    return {"probes": probes, "items": items, "single": single,
-            "other": [i for i in range(len(probes)) if i not in used], "any_failed": any_failed,
-            # the filters' values: decision flip's axes and attribute values, group bias's personas, the
-            # consistency template categories and the perturbation types
-            "axes": distinct([e.get("axis") for e in entries] + [p.get("axis") for p in pairs]),
-            "personas": distinct([v for p in pairs for v in (p.get("value_a"), p.get("value_b"))]
-                                 + [e.get("attribute_value") or e.get("persona_id") for e in entries
-                                    if e.get("role") == "persona"]),
-            "cats": distinct(e.get("category") for e in entries if e.get("role") == "variant")}
+
+    return {
+        "probes": probes,
+        "items": items,
+        "single": single,
+        "other": [i for i in range(len(probes)) if i not in used],
+        "any_failed": any_failed,
+        # the filters' values: decision flip's axes and attribute values, group bias's personas, the
+        # consistency template categories and the perturbation types
+        "axes": distinct([e.get("axis") for e in entries] + [p.get("axis") for p in pairs]),
+        "personas": distinct(
+            [v for p in pairs for v in (p.get("value_a"), p.get("value_b"))]
+            + [e.get("attribute_value") or e.get("persona_id") for e in entries if e.get("role") == "persona"]
+        ),
+        "cats": distinct(e.get("category") for e in entries if e.get("role") == "variant"),
+    }
 
 
 def data_block(data: dict[str, Any]) -> str:
@@ -189,5 +274,6 @@ def data_block(data: dict[str, Any]) -> str:
 
 def section(data: dict[str, Any]) -> str:
     """The viewer's section: a heading, a fallback for a browser without scripts, the data, the script."""
-    return render("viewer.html.j2", n=len(data["rows"]), data_block=Markup(data_block(data)),
-                  script=Markup(static("viewer.js")))
+    return render(
+        "viewer.html.j2", n=len(data["rows"]), data_block=Markup(data_block(data)), script=Markup(static("viewer.js"))
+    )

@@ -102,9 +102,11 @@ def _lock_timeout(db_path: Path, what: str) -> Exception:
     command that stops on it says how to resume (`aip-eval run` adds its ``--run-id``)."""
     from ..errors import OperationalError
 
-    return OperationalError(f"{db_path}: waited {lock_timeout_s():g}s for {what}; it was not released in time "
-                            f"(AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait, in seconds): run the command again once "
-                            f"it is")
+    return OperationalError(
+        f"{db_path}: waited {lock_timeout_s():g}s for {what}; it was not released in time "
+        f"(AIP_WAREHOUSE_LOCK_TIMEOUT sets the wait, in seconds): run the command again once "
+        f"it is"
+    )
 
 
 @contextmanager
@@ -117,15 +119,17 @@ def _file_lock(db_path: Path) -> Iterator[None]:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
+            except BlockingIOError as e:
                 _say_waiting(db_path)
                 now = time.monotonic()
                 if now > deadline:
-                    raise _lock_timeout(db_path, f"the warehouse lock ({db_path}.lock), held by {_holder(fh)}")
+                    raise _lock_timeout(db_path, f"the warehouse lock ({db_path}.lock), held by {_holder(fh)}") from e
                 if now >= notice:
                     notice = now + LOCK_NOTICE_S
-                    logger.warning(f"waiting {now - t0:.0f}s for the warehouse lock on {db_path}, held by "
-                                   f"{_holder(fh)} (gives up after {timeout:.0f}s)")
+                    logger.warning(
+                        f"waiting {now - t0:.0f}s for the warehouse lock on {db_path}, held by "
+                        f"{_holder(fh)} (gives up after {timeout:.0f}s)"
+                    )
                 time.sleep(WAIT_TRY_S * (1 + random.random()))
         try:  # say who holds it, for anyone waiting: pid, program and subcommand (no arguments, no environment)
             fh.seek(0)
@@ -143,8 +147,9 @@ def _file_lock(db_path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def connect(path: str | Path | None = None, read_only: bool = False, create: bool = False,
-            config: dict[str, Any] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+def connect(
+    path: str | Path | None = None, read_only: bool = False, create: bool = False, config: dict[str, Any] | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short-lived connection, serialised with every other user of the file.
 
     Only ``create=True`` (registering a run) makes a new warehouse: every other use of a missing
@@ -162,8 +167,10 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
     if held is not None:  # inside session(): the open connection serves every plain use of this file
         con_held, held_ro = held
         if config and not set(config) <= TUNING:  # a memory or thread setting only tunes: the session's serves
-            raise RuntimeError(f"{path}: a connection with its own configuration inside a session of the same "
-                               "warehouse (it would wait for the session's own lock)")
+            raise RuntimeError(
+                f"{path}: a connection with its own configuration inside a session of the same "
+                "warehouse (it would wait for the session's own lock)"
+            )
         if held_ro and (not read_only or create):
             raise RuntimeError(f"{path}: a writing connection inside a read-only session of the same warehouse")
         yield con_held
@@ -174,8 +181,9 @@ def connect(path: str | Path | None = None, read_only: bool = False, create: boo
         return
     mine = _LINGER.mine()
     if mine is not None and mine == str(path.resolve()):
-        raise RuntimeError(f"{path}: a connection inside a connection of the same warehouse in one thread "
-                           "(it would wait for itself)")
+        raise RuntimeError(
+            f"{path}: a connection inside a connection of the same warehouse in one thread (it would wait for itself)"
+        )
     if not (config and not set(config) <= TUNING) and linger_idle_s() > 0 and mine is None:
         with _LINGER.use(path, read_only, create, config or {}) as con:
             yield con
@@ -221,12 +229,15 @@ def _open(path: Path, read_only: bool, settings: dict[str, Any]) -> duckdb.DuckD
             if "lock" not in str(e).lower():
                 raise
             if now > deadline:
-                raise _lock_timeout(path, f"the file, held open by a program outside aip-eval "
-                                          f"({str(e).splitlines()[0][:300]})") from None
+                raise _lock_timeout(
+                    path, f"the file, held open by a program outside aip-eval ({str(e).splitlines()[0][:300]})"
+                ) from None
             if now >= notice:
                 notice = now + LOCK_NOTICE_S
-                logger.warning(f"waiting {now - t0:.0f}s for {path}, held open by a program outside aip-eval: "
-                               f"{str(e).splitlines()[0][:200]}")
+                logger.warning(
+                    f"waiting {now - t0:.0f}s for {path}, held open by a program outside aip-eval: "
+                    f"{str(e).splitlines()[0][:200]}"
+                )
             time.sleep(0.1 + random.random() * 0.2)
 
 
@@ -301,13 +312,16 @@ class _Linger:
             return self.where[0] if self.busy and self.owner == threading.get_ident() and self.where else None
 
     @contextmanager
-    def use(self, path: Path, read_only: bool, create: bool, config: dict[str, Any]) -> Iterator[duckdb.DuckDBPyConnection]:
+    def use(
+        self, path: Path, read_only: bool, create: bool, config: dict[str, Any]
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         t0, timeout, idle = time.monotonic(), lock_timeout_s(), linger_idle_s()
         with self.cv:
             while self.busy:  # another thread's use: wait as for the file lock, saying so
                 if time.monotonic() - t0 > timeout:
-                    raise _lock_timeout(path, f"another thread's use of the warehouse in this process "
-                                              f"(pid {os.getpid()})")
+                    raise _lock_timeout(
+                        path, f"another thread's use of the warehouse in this process (pid {os.getpid()})"
+                    )
                 if not self.cv.wait(LOCK_NOTICE_S):
                     logger.warning(f"waiting {time.monotonic() - t0:.0f}s for another thread's use of {path}")
             self.busy, self.owner, self.idle = True, threading.get_ident(), idle
@@ -424,8 +438,9 @@ class _Linger:
         progress in another thread: that use's database closes when idle, and whoever needs the
         file meanwhile waits for the warehouse lock it holds (and says so)."""
         with self.cv:
-            if not self.busy and (path is None or (self.where is not None
-                                                   and self.where[0] == str(Path(path).resolve()))):
+            if not self.busy and (
+                path is None or (self.where is not None and self.where[0] == str(Path(path).resolve()))
+            ):
                 self._close_locked()
 
     def close_if_idle(self) -> None:
@@ -436,7 +451,6 @@ class _Linger:
                     self._close_locked()
             finally:
                 self.cv.release()
-
 
     def forget_in_child(self) -> None:
         """In a forked child: start afresh. What the parent had open is left as it is, never
@@ -548,8 +562,9 @@ def _sessions() -> dict[str, tuple[duckdb.DuckDBPyConnection, bool]]:
 
 
 @contextmanager
-def session(path: str | Path | None = None, read_only: bool = False,
-            config: dict[str, Any] | None = None) -> Iterator[None]:
+def session(
+    path: str | Path | None = None, read_only: bool = False, config: dict[str, Any] | None = None
+) -> Iterator[None]:
     """Hold one connection (and the warehouse lock) for a block of many short reads, such as
     building a report: every ``connect()`` of this file inside it gets that connection. Opening
     a DuckDB database costs 10-15 ms here, and a report made 15-20 of them. Only for blocks that
@@ -570,5 +585,3 @@ def session(path: str | Path | None = None, read_only: bool = False,
             yield
         finally:
             del held[key]
-
-

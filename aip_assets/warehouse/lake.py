@@ -62,8 +62,10 @@ def data_path() -> str | None:
     scheme, sep, rest = p.partition("://")
     if sep:  # a URL: only s3://bucket/..., never taken for a local folder
         if scheme != "s3" or not rest.split("/")[0]:
-            raise AipError(f"{LAKE_ENV} must be a folder or s3://bucket/prefix (S3 or S3-compatible storage), "
-                           f"got a {scheme}:// URL" + ("" if scheme != "s3" else " without a bucket"))
+            raise AipError(
+                f"{LAKE_ENV} must be a folder or s3://bucket/prefix (S3 or S3-compatible storage), "
+                f"got a {scheme}:// URL" + ("" if scheme != "s3" else " without a bucket")
+            )
         return p.rstrip("/") + "/"
     return str(Path(p).resolve()) + "/"
 
@@ -91,7 +93,11 @@ def _s3_settings() -> dict[str, str]:
     S3-compatible storage other than AWS (``http://host:port`` or ``https://host``, path-style URLs)."""
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     if _keys_given():
-        out = {"KEY_ID": os.environ["AWS_ACCESS_KEY_ID"], "SECRET": os.environ["AWS_SECRET_ACCESS_KEY"], "REGION": region}
+        out = {
+            "KEY_ID": os.environ["AWS_ACCESS_KEY_ID"],
+            "SECRET": os.environ["AWS_SECRET_ACCESS_KEY"],
+            "REGION": region,
+        }
         if os.environ.get("AWS_SESSION_TOKEN"):
             out["SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
     else:
@@ -119,10 +125,15 @@ def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
     try:
         con.execute(f"CREATE OR REPLACE TEMPORARY SECRET aip_lake_s3 (TYPE s3, {params})")
     except duckdb.Error as e:
-        how = ("" if _keys_given() else " (no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set, and the AWS credential "
-               f"chain found none: give it a profile or role, or name its providers in {S3_CHAIN_ENV})")
-        raise AipError(f"{LAKE_ENV}: the S3 credentials are not usable{how}: "
-                       f"{_hide(' '.join(str(e).split()), settings)}") from None
+        how = (
+            ""
+            if _keys_given()
+            else " (no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set, and the AWS credential "
+            f"chain found none: give it a profile or role, or name its providers in {S3_CHAIN_ENV})"
+        )
+        raise AipError(
+            f"{LAKE_ENV}: the S3 credentials are not usable{how}: {_hide(' '.join(str(e).split()), settings)}"
+        ) from None
 
 
 def _hide(text: str, settings: dict[str, str]) -> str:
@@ -158,12 +169,16 @@ def extension_file(name: str) -> Path:
     try:
         mod = importlib.import_module(f"duckdb_extension_{name}")
     except ImportError:
-        raise AipError(f"{LAKE_ENV} is set, but DuckDB's {name} extension is not installed: "
-                       f"pip install 'aip-assets[shared]' (it brings {wheel})") from None
+        raise AipError(
+            f"{LAKE_ENV} is set, but DuckDB's {name} extension is not installed: "
+            f"pip install 'aip-assets[shared]' (it brings {wheel})"
+        ) from None
     f = Path(mod.__file__ or "").parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
     if not f.exists():
-        raise AipError(f"{LAKE_ENV}: DuckDB's {name} extension is installed for another duckdb than "
-                       f"{duckdb.__version__} (no {f}); pip install '{wheel}'")
+        raise AipError(
+            f"{LAKE_ENV}: DuckDB's {name} extension is installed for another duckdb than "
+            f"{duckdb.__version__} (no {f}); pip install '{wheel}'"
+        )
     return f
 
 
@@ -214,7 +229,7 @@ def _passfile(password: str) -> str:
         folder = _passfile_dir()
         for old in folder.glob(PASSFILE_PREFIX + "*"):  # left by killed processes of this user
             try:
-                pid = int(old.name[len(PASSFILE_PREFIX):].split("-")[0])
+                pid = int(old.name[len(PASSFILE_PREFIX) :].split("-")[0])
                 if old.stat().st_uid == os.getuid() and not _alive(pid):
                     old.unlink()
             except (ValueError, OSError):
@@ -224,6 +239,7 @@ def _passfile(password: str) -> str:
         escaped = password.replace("\\", "\\\\").replace(":", "\\:")
         os.write(fd, f"*:*:*:*:{escaped}\n".encode())
         os.close(fd)
+
         def remove() -> None:
             if os.getpid() == me:  # not in a forked child, which runs its parent's exit handlers too
                 Path(path).unlink(missing_ok=True)
@@ -264,7 +280,9 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
             _s3_secret(con)
         elif not read_only:
             Path(data).mkdir(parents=True, exist_ok=True)
-        options = f"DATA_PATH {_quote(data)}, METADATA_SCHEMA {_quote(METADATA_SCHEMA)}" + (", READ_ONLY" if read_only else "")
+        options = f"DATA_PATH {_quote(data)}, METADATA_SCHEMA {_quote(METADATA_SCHEMA)}" + (
+            ", READ_ONLY" if read_only else ""
+        )
         sql = f"ATTACH {_quote('ducklake:postgres:' + _conninfo(url))} AS {ALIAS} ({options})"
         for attempt in range(6):
             try:
@@ -291,10 +309,18 @@ def open_lake(read_only: bool = False, config: dict[str, Any] | None = None) -> 
 
 
 # how DuckDB's postgres extension (libpq) says that the catalog's database went away or does not answer
-_LOST = ("unable to connect to postgres", "server closed the connection", "terminating connection",
-         "connection refused", "no connection to the server", "could not receive data from server",
-         "could not send data to server", "the database system is", 'failed to execute query "rollback"',
-         "connection to server at")
+_LOST = (
+    "unable to connect to postgres",
+    "server closed the connection",
+    "terminating connection",
+    "connection refused",
+    "no connection to the server",
+    "could not receive data from server",
+    "could not send data to server",
+    "the database system is",
+    'failed to execute query "rollback"',
+    "connection to server at",
+)
 
 
 def catalog_lost(e: BaseException) -> bool:
@@ -319,8 +345,10 @@ def patiently(what: str, fn: Callable[[], T]) -> T:
         except duckdb.Error as e:
             if not catalog_lost(e):
                 raise
-            raise Unreachable(f"{LAKE_ENV}: {what}: the catalog's database went away", _catalog_reason(e, url)) \
-                from None
+            raise Unreachable(
+                f"{LAKE_ENV}: {what}: the catalog's database went away", _catalog_reason(e, url)
+            ) from None
+
     return wait(url, what, once, label="the lake's catalog")
 
 
@@ -330,7 +358,7 @@ def _catalog_reason(e: BaseException, url: str) -> str:
     from ..shared_state import _scrub
 
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    libpq = [ln[ln.lower().index("connection to server"):] for ln in lines if "connection to server" in ln.lower()]
+    libpq = [ln[ln.lower().index("connection to server") :] for ln in lines if "connection to server" in ln.lower()]
     text = libpq[-1] if libpq else (lines[0] if lines else type(e).__name__)
     return _scrub(text, url)[:300]
 
@@ -340,8 +368,9 @@ def outage(e: BaseException, what: str) -> AipError:
     statements ran half-way)."""
     from ..errors import OperationalError
 
-    return OperationalError(f"{where()}: {what} failed, the catalog's database went away: "
-                            f"{_catalog_reason(e, _catalog_url())}")
+    return OperationalError(
+        f"{where()}: {what} failed, the catalog's database went away: {_catalog_reason(e, _catalog_url())}"
+    )
 
 
 def is_conflict(e: BaseException) -> bool:
@@ -354,9 +383,13 @@ def exists() -> bool:
     """Whether the lake has been made (its catalog's tables are in the shared-state database)."""
     from ..shared_state import SharedDb
 
-    row = SharedDb.get(_catalog_url()).run("the check for the lake's catalog", lambda c: c.execute(
-        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'ducklake_metadata'",
-        [METADATA_SCHEMA]).fetchone())
+    row = SharedDb.get(_catalog_url()).run(
+        "the check for the lake's catalog",
+        lambda c: c.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'ducklake_metadata'",
+            [METADATA_SCHEMA],
+        ).fetchone(),
+    )
     return row is not None
 
 
@@ -375,14 +408,16 @@ def check() -> str | None:
     if on_s3():  # the bucket answers and lists the prefix (nothing is written)
         con = duckdb.connect(config=dict(NO_AUTO))
         try:
-            for n in extensions()[len(EXTENSIONS):]:
+            for n in extensions()[len(EXTENSIONS) :]:
                 con.execute(f"LOAD {_quote(str(extension_file(n)))}")
             _s3_secret(con)
             con.execute(f"SELECT count(*) FROM glob({_quote(data + '*')})").fetchall()
         except duckdb.Error as e:
-            raise AipError(f"{LAKE_ENV}: the lake's data path {data} cannot be read "
-                           f"({aip_settings.current().s3_endpoint or 'AWS S3'}): "
-                           f"{_hide(' '.join(str(e).split())[:300], _s3_settings())}") from None
+            raise AipError(
+                f"{LAKE_ENV}: the lake's data path {data} cannot be read "
+                f"({aip_settings.current().s3_endpoint or 'AWS S3'}): "
+                f"{_hide(' '.join(str(e).split())[:300], _s3_settings())}"
+            ) from None
         finally:
             con.close()
         return f"warehouse: {where()} ({LAKE_ENV})"
@@ -414,18 +449,26 @@ def registration_lock() -> Iterator[None]:
     t0 = notice = time.monotonic()
     # tried, not waited for in the database: a wait there would hold the process's one shared-state
     # connection (rate limits, budgets) and end at its lock timeout
-    while not db.run("the lock on registering runs", lambda c: c.execute(
-            "SELECT pg_try_advisory_lock(%s)", [REGISTRATION_LOCK]).fetchone()[0]):
+    while not db.run(
+        "the lock on registering runs",
+        lambda c: c.execute("SELECT pg_try_advisory_lock(%s)", [REGISTRATION_LOCK]).fetchone()[0],
+    ):
         if time.monotonic() - notice > 30:
             notice = time.monotonic()
-            logger.warning(f"waiting {notice - t0:.0f}s for another worker registering or migrating runs "
-                           f"(Postgres advisory lock {REGISTRATION_LOCK})")
+            logger.warning(
+                f"waiting {notice - t0:.0f}s for another worker registering or migrating runs "
+                f"(Postgres advisory lock {REGISTRATION_LOCK})"
+            )
         time.sleep(0.05 + random.random() * 0.1)
     try:
         yield
     finally:
-        held = db.run("the lock on registering runs", lambda c: c.execute(
-            "SELECT pg_advisory_unlock(%s)", [REGISTRATION_LOCK]).fetchone()[0])
+        held = db.run(
+            "the lock on registering runs",
+            lambda c: c.execute("SELECT pg_advisory_unlock(%s)", [REGISTRATION_LOCK]).fetchone()[0],
+        )
         if not held:  # the connection was lost meanwhile, and the lock with it
-            logger.warning("the lock on registering runs was lost with its connection before the run was "
-                           "registered; another worker may have registered at the same time")
+            logger.warning(
+                "the lock on registering runs was lost with its connection before the run was "
+                "registered; another worker may have registered at the same time"
+            )

@@ -26,8 +26,10 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     from ..shared_state import shared_state_url
 
     if not lake.enabled():
-        raise AipError(f"aip-eval migrate copies a local warehouse into the lake: set {lake.LAKE_ENV} "
-                       "(and AIP_SHARED_STATE_URL, the lake's catalog) first")
+        raise AipError(
+            f"aip-eval migrate copies a local warehouse into the lake: set {lake.LAKE_ENV} "
+            "(and AIP_SHARED_STATE_URL, the lake's catalog) first"
+        )
     src = Path(source).resolve()
     if not src.exists():
         raise AipError(f"{src}: no such warehouse file to migrate")
@@ -35,13 +37,22 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     with _file_lock(src), connect(create=True) as con, lake.registration_lock():
         con.execute(f"ATTACH {lake._quote(str(src))} AS aip_src (READ_ONLY)")
         try:
-            have = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'aip_src'"
-                                              ).fetchall()}
+            have = {
+                t
+                for (t,) in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = 'aip_src'"
+                ).fetchall()
+            }
             if "eval_runs" not in have:
                 raise AipError(f"{src}: not a warehouse (no eval_runs table)")
             # nobody registers meanwhile (the lock): the runs the lake lacks stay the same until the commit
-            runs = [r for (r,) in con.execute("SELECT run_id FROM aip_src.eval_runs WHERE run_id NOT IN "
-                                              f"(SELECT run_id FROM {lake.ALIAS}.eval_runs) ORDER BY run_id").fetchall()]
+            runs = [
+                r
+                for (r,) in con.execute(
+                    "SELECT run_id FROM aip_src.eval_runs WHERE run_id NOT IN "
+                    f"(SELECT run_id FROM {lake.ALIAS}.eval_runs) ORDER BY run_id"
+                ).fetchall()
+            ]
             journal = PgJournal(shared_state_url() or "")
             try:
                 calls = copy_runs(journal_path(src), journal, runs)
@@ -53,14 +64,24 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
                 for table, cols in TABLES.items():
                     if table not in have or not runs:
                         continue
-                    there = {r[0] for r in c.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = "
-                                                     "'aip_src' AND table_name = ?", [table]).fetchall()}
+                    there = {
+                        r[0]
+                        for r in c.execute(
+                            "SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                            "'aip_src' AND table_name = ?",
+                            [table],
+                        ).fetchall()
+                    }
                     names = [col for col, _ in cols]
                     picks = ", ".join(col if col in there else f"NULL AS {col}" for col in names)
-                    c.execute(f"INSERT INTO {lake.ALIAS}.{table} ({', '.join(names)}) SELECT {picks} "
-                              f"FROM aip_src.{table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [runs])
-                    n = c.execute(f"SELECT count(*) FROM aip_src.{table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
-                                  [runs]).fetchone()
+                    c.execute(
+                        f"INSERT INTO {lake.ALIAS}.{table} ({', '.join(names)}) SELECT {picks} "
+                        f"FROM aip_src.{table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [runs],
+                    )
+                    n = c.execute(
+                        f"SELECT count(*) FROM aip_src.{table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [runs]
+                    ).fetchone()
                     copied[table] = int(n[0]) if n else 0
 
             transaction(con, copy, f"the runs of {src}", again_after_outage=False)  # appends: never twice
@@ -69,4 +90,3 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     copied["runs"] = len(runs)
     copied["journaled calls"] = calls
     return copied
-

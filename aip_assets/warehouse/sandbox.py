@@ -20,8 +20,12 @@ from .connection import _settings, connect
 # warehouse: no other file read or written, no network, no extension installed or loaded by a
 # query, and its configuration locked. Whatever a later mode must load or attach (a lake's
 # extensions) happens in ``setup``, before the lock.
-SANDBOX = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
-           "allow_community_extensions": False, "allow_unsigned_extensions": False}
+SANDBOX = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+}
 
 
 @contextmanager
@@ -64,8 +68,9 @@ class QueryStopped(AipError):
         super().__init__(f"stopped after {seconds:g} s")
 
 
-def run_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float,
-                keep: int | None = None) -> tuple[pd.DataFrame, int]:
+def run_bounded(
+    con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float, keep: int | None = None
+) -> tuple[pd.DataFrame, int]:
     """A user's query (``check_query`` first) on ``con``, stopped once it has run ``timeout_s``
     seconds (0: no limit): (its first ``keep`` rows, or every row with None; how many rows it has).
 
@@ -146,17 +151,23 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         raise duckdb.PermissionException(f"a statement the check cannot read: {ast.get('error_message')}")
     # DuckLake's functions, also as the lake's own (``lake.merge_adjacent_files()``): their
     # maintenance writes and deletes files in the lake's folder
-    lake_fns = {n.lower() for (n,) in con.execute("SELECT DISTINCT function_name FROM duckdb_functions() "
-                                                    "WHERE function_name LIKE 'ducklake%'").fetchall()}
+    lake_fns = {
+        n.lower()
+        for (n,) in con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_name LIKE 'ducklake%'"
+        ).fetchall()
+    }
     lake_fns |= {n.removeprefix("ducklake_") for n in lake_fns}
 
     def refuse_call(node: dict) -> None:
         name = str(node.get("function_name") or "").lower()
         qualified = bool(node.get("catalog") or node.get("schema"))
         if name.startswith("postgres") or name in RUNS_SQL or name in SECRET_FNS or name in lake_fns or qualified:
-            raise duckdb.PermissionException(f"{node.get('function_name')}() reaches beyond the warehouse (the "
-                                             "shared-state database, the lake's files or credentials, or SQL it "
-                                             "runs itself)")
+            raise duckdb.PermissionException(
+                f"{node.get('function_name')}() reaches beyond the warehouse (the "
+                "shared-state database, the lake's files or credentials, or SQL it "
+                "runs itself)"
+            )
 
     def nodes(node: Any) -> Iterator[dict]:
         if isinstance(node, dict):
@@ -191,10 +202,14 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         if node.get("type") == "TABLE_FUNCTION":
             fn = node.get("function") or {}
             if not all(plain(c) for c in fn.get("children") or []):
-                raise duckdb.PermissionException(f"{fn.get('function_name')}(): in a lake, a table function's "
-                                                 "arguments must be plain values (no expression or subquery)")
-        for v in (node.get("table_name"), (node.get("value") or {}).get("value") if isinstance(node.get("value"), dict)
-                  else None):
+                raise duckdb.PermissionException(
+                    f"{fn.get('function_name')}(): in a lake, a table function's "
+                    "arguments must be plain values (no expression or subquery)"
+                )
+        for v in (
+            node.get("table_name"),
+            (node.get("value") or {}).get("value") if isinstance(node.get("value"), dict) else None,
+        ):
             if isinstance(v, str) and "/" in v and DOT_SEGMENT.search(v):
                 raise duckdb.PermissionException(f"{v!r}: a path with a '.' or '..' segment")
 

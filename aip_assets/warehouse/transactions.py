@@ -18,8 +18,12 @@ LAKE_WRITE_TRIES = 30  # a DuckLake transaction that lost to other workers' this
 LAKE_STATS = {"commits": 0, "conflicts": 0}  # this process's lake transactions, and the conflicts they met
 
 
-def transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyConnection], T], what: str,
-                again_after_outage: bool = True) -> T:
+def transaction(
+    con: duckdb.DuckDBPyConnection,
+    body: Callable[[duckdb.DuckDBPyConnection], T],
+    what: str,
+    again_after_outage: bool = True,
+) -> T:
     """``body(con)`` in one transaction. In a lake, a commit that lost to another worker's (DuckLake
     rolls it back whole) is run again after a short random pause, growing with each try; the
     counts are in ``LAKE_STATS``. One that met the catalog's database away (a restart) is run
@@ -32,8 +36,9 @@ def transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyC
     return _transaction(con, body, what, lake.enabled())
 
 
-def _transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyConnection], T], what: str,
-                 in_lake: bool) -> T:
+def _transaction(
+    con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPyConnection], T], what: str, in_lake: bool
+) -> T:
     for attempt in range(LAKE_WRITE_TRIES):
         con.execute("BEGIN TRANSACTION")
         try:
@@ -47,11 +52,15 @@ def _transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPy
             if attempt == LAKE_WRITE_TRIES - 1:
                 from ..errors import AipError
 
-                raise AipError(f"{lake.where()}: writing {what} lost to other workers' writes {LAKE_WRITE_TRIES} "
-                               f"times in a row; nothing was written: {str(e).splitlines()[0]}") from None
+                raise AipError(
+                    f"{lake.where()}: writing {what} lost to other workers' writes {LAKE_WRITE_TRIES} "
+                    f"times in a row; nothing was written: {str(e).splitlines()[0]}"
+                ) from None
             pause = random.uniform(0.01, 0.05) * (attempt + 1)
-            logger.info(f"writing {what}: another worker committed to the same table first; "
-                        f"trying again in {pause:.2f}s ({attempt + 1})")
+            logger.info(
+                f"writing {what}: another worker committed to the same table first; "
+                f"trying again in {pause:.2f}s ({attempt + 1})"
+            )
             time.sleep(pause)
             continue
         if in_lake:
@@ -60,10 +69,8 @@ def _transaction(con: duckdb.DuckDBPyConnection, body: Callable[[duckdb.DuckDBPy
     raise AssertionError("unreachable")
 
 
-
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
     try:
         con.execute("ROLLBACK")
     except duckdb.Error:  # the transaction is gone already; the error that led here is the one to raise
         pass
-

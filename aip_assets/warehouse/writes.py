@@ -18,6 +18,7 @@ from .transactions import transaction
 
 logger = logging.getLogger("aip_assets")
 
+
 def release_memory() -> None:
     """Give the memory this process has freed back to the system. glibc keeps freed heap pages for
     reuse by this process's ``malloc``, and pyarrow's default pool (mimalloc) keeps its own; DuckDB
@@ -87,8 +88,14 @@ def lean_first(fn: Callable[[dict[str, Any] | None], T]) -> T:
     raise AssertionError("unreachable: write_caps() is never empty")
 
 
-def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None = None,
-                          path: str | Path | None = None, guard: Callable[[], None] | None = None) -> None:
+def write_partition_files(
+    run_id: str,
+    metric: str,
+    files: dict[str, list[Path]],
+    stage: str | None = None,
+    path: str | Path | None = None,
+    guard: Callable[[], None] | None = None,
+) -> None:
     """Replace this partition's rows in each table with the rows of its staged Parquet files,
     all in one transaction; DuckDB reads the files itself, so Python never holds the partition.
     The transaction holds new rows in memory until they fill row groups, per DuckDB thread: the
@@ -108,24 +115,37 @@ def write_partition_files(run_id: str, metric: str, files: dict[str, list[Path]]
         except duckdb.OutOfMemoryException:
             if final:
                 raise
-            logger.info(f"writing {run_id} × {metric} needed more than {cap}: written again at {caps[i + 1] or 'no cap'}")
+            logger.info(
+                f"writing {run_id} × {metric} needed more than {cap}: written again at {caps[i + 1] or 'no cap'}"
+            )
             release_memory()
 
 
-def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: str | None,
-                 path: str | Path | None, config: dict[str, Any], final: bool,
-                 guard: Callable[[], None] | None = None) -> None:
+def _write_files(
+    run_id: str,
+    metric: str,
+    files: dict[str, list[Path]],
+    stage: str | None,
+    path: str | Path | None,
+    config: dict[str, Any],
+    final: bool,
+    guard: Callable[[], None] | None = None,
+) -> None:
     def replace(con: duckdb.DuckDBPyConnection) -> None:
         if guard is not None:
             guard()
         for table, paths in files.items():
             cols = ", ".join(c for c, _ in TABLES[table])
             if table in STAGE_SCOPED:
-                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ? AND stage = ?", [run_id, metric, stage])
+                con.execute(
+                    f"DELETE FROM {table} WHERE run_id = ? AND metric = ? AND stage = ?", [run_id, metric, stage]
+                )
             else:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ? AND metric = ?", [run_id, metric])
             if paths:
-                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [[str(p) for p in paths]])
+                con.execute(
+                    f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [[str(p) for p in paths]]
+                )
 
     with connect(path, config=config) as con:
         try:
@@ -135,15 +155,22 @@ def _write_files(run_id: str, metric: str, files: dict[str, list[Path]], stage: 
                 raise  # tried again at the next cap by the caller
             from ..errors import AipError
 
-            raise AipError(f"{path or default_path()}: DuckDB ran out of memory writing {run_id} × {metric} "
-                           f"(limit {config.get('memory_limit') or 'none'}); nothing was written — set "
-                           f"AIP_DUCKDB_MEMORY higher, e.g. 4GB, and materialise again: {e}") from None
+            raise AipError(
+                f"{path or default_path()}: DuckDB ran out of memory writing {run_id} × {metric} "
+                f"(limit {config.get('memory_limit') or 'none'}); nothing was written — set "
+                f"AIP_DUCKDB_MEMORY higher, e.g. 4GB, and materialise again: {e}"
+            ) from None
 
 
-
-def read_partition(table: str, run_id: str, metric: str, path: str | Path | None = None,
-                   order_by: str | None = None, ids: list[str] | None = None,
-                   columns: list[str] | None = None) -> pd.DataFrame:
+def read_partition(
+    table: str,
+    run_id: str,
+    metric: str,
+    path: str | Path | None = None,
+    order_by: str | None = None,
+    ids: list[str] | None = None,
+    columns: list[str] | None = None,
+) -> pd.DataFrame:
     """This partition's rows of ``table`` (only rows of ``ids`` when given); NULL stays None.
     A batch's read (``ids``) runs at the lean cap: DuckDB otherwise keeps the blocks it scanned
     cached up to its limit (a 100,000-row decision flip's batch reads rose to 1.5 GB)."""
@@ -162,8 +189,10 @@ def read_partition(table: str, run_id: str, metric: str, path: str | Path | None
 
 def status_counts(con: duckdb.DuckDBPyConnection, table: str, run_id: str, metric: str) -> dict[str, int]:
     """{status: rows} of one partition of ``table`` (a NULL status counts as ok)."""
-    rows = con.execute(f"SELECT coalesce(status, 'ok'), count(*) FROM {table} WHERE run_id = ? AND metric = ? "
-                       "GROUP BY ALL", [run_id, metric]).fetchall()
+    rows = con.execute(
+        f"SELECT coalesce(status, 'ok'), count(*) FROM {table} WHERE run_id = ? AND metric = ? GROUP BY ALL",
+        [run_id, metric],
+    ).fetchall()
     return {str(k): int(n) for k, n in rows}
 
 

@@ -11,8 +11,11 @@ from aip_assets.models.builtin import RESPONSE_BLOCK, BuiltinJudge
 def judge_politeness(prompt: str) -> dict[str, Any]:
     answer = dict(RESPONSE_BLOCK.findall(prompt)).get("1", "")
     polite = "thank" in answer.lower()
-    return {"polite": polite, "word_count": len(answer.split()),
-            "reasoning": "The response thanks the user." if polite else "The response does not thank the user."}
+    return {
+        "polite": polite,
+        "word_count": len(answer.split()),
+        "reasoning": "The response thanks the user." if polite else "The response does not thank the user.",
+    }
 
 
 BUILTIN_JUDGES = {"toy_politeness": BuiltinJudge(judge_politeness)}

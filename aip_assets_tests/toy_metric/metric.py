@@ -21,12 +21,14 @@ from .config import PolitenessVerdict, ToyPolitenessConfig
 from .prompts import JUDGE_TEMPLATE_VERSION, TEMPLATE_VERSION, judge_messages
 
 # the verdict's own fields, read from judgements.parsed as typed columns
-VIEWS = {"v_toy_politeness": """
+VIEWS = {
+    "v_toy_politeness": """
         SELECT run_id, metric, judgement_id, input_id, status, score,
                CAST(parsed ->> 'polite' AS BOOLEAN) AS polite, CAST(parsed ->> 'word_count' AS INTEGER) AS word_count,
                reasoning
         FROM judgements WHERE metric = 'llm.toy_politeness'
-    """}
+    """
+}
 
 
 class ToyPoliteness(Metric):
@@ -48,41 +50,71 @@ class ToyPoliteness(Metric):
 
     def synthesize(self, ctx: StageContext):
         for ids in ctx.batches(per_row=1):
-            yield {"probes": [{"probe_id": f"{row.input_id}|q", "input_id": row.input_id, "role": "question",
-                               "query_text": row.last_user_text,
-                               "messages": json.dumps([{"role": "user", "content": row.last_user_text}]),
-                               "template_version": TEMPLATE_VERSION} for row in ctx.rows(ids)]}
+            yield {
+                "probes": [
+                    {
+                        "probe_id": f"{row.input_id}|q",
+                        "input_id": row.input_id,
+                        "role": "question",
+                        "query_text": row.last_user_text,
+                        "messages": json.dumps([{"role": "user", "content": row.last_user_text}]),
+                        "template_version": TEMPLATE_VERSION,
+                    }
+                    for row in ctx.rows(ids)
+                ]
+            }
 
     def sample(self, ctx: StageContext):
         cfg = ctx.config
-        return sample_probes(ctx, concurrency=cfg.concurrency_limit, temperature=0.0, retries=0,
-                             timeout=cfg.timeout_seconds, template_version=TEMPLATE_VERSION)
+        return sample_probes(
+            ctx,
+            concurrency=cfg.concurrency_limit,
+            temperature=0.0,
+            retries=0,
+            timeout=cfg.timeout_seconds,
+            template_version=TEMPLATE_VERSION,
+        )
 
     async def judge(self, ctx: StageContext):
         cfg = ctx.config
         async with ctx.client("judge", "judging", cfg.concurrency_limit) as client:
             for ids in ctx.batches():
-                answers = {r["input_id"]: r for r in ctx.read(
-                    "sut_responses", ids, ["input_id", "status", "error", "response"]).to_dict("records")}
+                answers = {
+                    r["input_id"]: r
+                    for r in ctx.read("sut_responses", ids, ["input_id", "status", "error", "response"]).to_dict(
+                        "records"
+                    )
+                }
 
                 async def one(input_id: str) -> dict[str, Any]:
                     row = {"judgement_id": input_id, "input_id": input_id, "judge_kind": "politeness", "attempts": 0}
                     bad = answer_problem(answers.get(input_id), "SUT answer")
                     if bad:
                         return {**row, "status": bad[0], "error": bad[1]}
-                    o = await ask_panel(client, judge_messages(answers[input_id]["response"]), PolitenessVerdict,
-                                        category=self.verdict_category, retries=cfg.n_judge_retries,
-                                        timeout=cfg.timeout_seconds, temperature=0.0,
-                                        template_version=JUDGE_TEMPLATE_VERSION)
+                    o = await ask_panel(
+                        client,
+                        judge_messages(answers[input_id]["response"]),
+                        PolitenessVerdict,
+                        category=self.verdict_category,
+                        retries=cfg.n_judge_retries,
+                        timeout=cfg.timeout_seconds,
+                        temperature=0.0,
+                        template_version=JUDGE_TEMPLATE_VERSION,
+                    )
                     row.update(judged_fields(o))
                     if o.value is None:
                         return {**row, "status": "judge_failed", "error": f"judge {o.error}"}
                     v: PolitenessVerdict = o.value
                     if v.unjudgeable:
                         return {**row, "status": "unjudgeable", "reasoning": v.reasoning, "parsed": v.model_dump_json()}
-                    return {**row, "status": "ok", "label": "polite" if v.polite else "curt",
-                            "score": 1.0 if v.polite else 0.0, "reasoning": v.reasoning,
-                            "parsed": v.model_dump_json()}
+                    return {
+                        **row,
+                        "status": "ok",
+                        "label": "polite" if v.polite else "curt",
+                        "score": 1.0 if v.polite else 0.0,
+                        "reasoning": v.reasoning,
+                        "parsed": v.model_dump_json(),
+                    }
 
                 yield {"judgements": await run_bounded(ids, one, cfg.concurrency_limit)}
 
@@ -95,36 +127,78 @@ class ToyPoliteness(Metric):
             j = ctx.read("judgements", ids, ["judgement_id", "input_id", "status", "score", "error"])
             judged = j[j["status"] == "ok"]
             excluded.update(j[j["status"] != "ok"]["status"])
-            units = units_frame({"unit_id": r["judgement_id"], "input_id": r["input_id"], "score_row": r["input_id"],
-                                 "cluster": r["input_id"], "score": float(r["score"]), "groups": {}}
-                                for r in judged.to_dict("records"))
+            units = units_frame(
+                {
+                    "unit_id": r["judgement_id"],
+                    "input_id": r["input_id"],
+                    "score_row": r["input_id"],
+                    "cluster": r["input_id"],
+                    "score": float(r["score"]),
+                    "groups": {},
+                }
+                for r in judged.to_dict("records")
+            )
             engine.add(units)
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
             rows = []
             for r in j.to_dict("records"):
                 if r["status"] != "ok":
-                    rows.append({"input_id": r["input_id"], "status": "error", "label": "error", "n_judged": 0,
-                                 "n_failed": 1, "n_events": 0, "error": r["error"]})
+                    rows.append(
+                        {
+                            "input_id": r["input_id"],
+                            "status": "error",
+                            "label": "error",
+                            "n_judged": 0,
+                            "n_failed": 1,
+                            "n_events": 0,
+                            "error": r["error"],
+                        }
+                    )
                     continue
                 raw = float(raws[r["input_id"]])
                 polite += int(raw == 1.0)
-                rows.append({"input_id": r["input_id"], "raw_score": raw, "score": normalise(raw, cfg.min, cfg.max,
-                                                                                            cfg.inverted),
-                             "status": "ok", "label": "polite" if raw == 1.0 else "curt", "n_judged": 1,
-                             "n_failed": 0, "n_events": int(raw == 1.0)})
+                rows.append(
+                    {
+                        "input_id": r["input_id"],
+                        "raw_score": raw,
+                        "score": normalise(raw, cfg.min, cfg.max, cfg.inverted),
+                        "status": "ok",
+                        "label": "polite" if raw == 1.0 else "curt",
+                        "n_judged": 1,
+                        "n_failed": 0,
+                        "n_events": int(raw == 1.0),
+                    }
+                )
             yield {"row_scores": rows, "score_units": to_records(units)}
         run = engine.run(ctx.seed)
-        yield {"metric_scores": [record(run, "overall", "all", cfg, n_events=polite, n_failed=sum(excluded.values()),
-                                        threshold=ctx.threshold, judged=run.n, excluded=dict(excluded),
-                                        details=json.dumps({"formula": self.formula.name, "polite": polite}))]}
+        yield {
+            "metric_scores": [
+                record(
+                    run,
+                    "overall",
+                    "all",
+                    cfg,
+                    n_events=polite,
+                    n_failed=sum(excluded.values()),
+                    threshold=ctx.threshold,
+                    judged=run.n,
+                    excluded=dict(excluded),
+                    details=json.dumps({"formula": self.formula.name, "polite": polite}),
+                )
+            ]
+        }
 
     def verdict_category(self, verdict: PolitenessVerdict, *context: Any) -> str:
         return "unjudgeable" if verdict.unjudgeable else ("polite" if verdict.polite else "curt")
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         o = scores[scores["scope"] == "overall"].iloc[0]
-        return {"score": o["score"], "ci95": [o["ci_low"], o["ci_high"]], "rows_scored": int(o["n"]),
-                "polite": json.loads(o["details"])["polite"]}
+        return {
+            "score": o["score"],
+            "ci95": [o["ci_low"], o["ci_high"]],
+            "rows_scored": int(o["n"]),
+            "polite": json.loads(o["details"])["polite"],
+        }
 
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         return [f"  rows scored {s['rows_scored']}, polite answers {s['polite']}"]

@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from ..base import check_persona_pairs, ScoringFields
-
+from ..base import ScoringFields, check_persona_pairs
 
 Axis = Literal["role", "gender", "ethnicity", "religion"]
 
@@ -44,9 +43,11 @@ class DecisionFlipConfig(ScoringFields):
     @classmethod
     def _no_synthesis(cls, v):
         if v != 0.0:  # never silently ignored
-            raise ValueError("decision flip writes no personas with a model: its pairs come from the protected-"
-                             "attribute catalogue (or persona_pairs), so synthesis_temperature has no effect; "
-                             "leave it at 0.0 (the field is kept for the spec's schema)")
+            raise ValueError(
+                "decision flip writes no personas with a model: its pairs come from the protected-"
+                "attribute catalogue (or persona_pairs), so synthesis_temperature has no effect; "
+                "leave it at 0.0 (the field is kept for the spec's schema)"
+            )
         return v
 
     @model_validator(mode="after")
@@ -54,8 +55,10 @@ class DecisionFlipConfig(ScoringFields):
         if self.persona_pairs and self.dimensions:
             given = {(p.get("dimension") or "custom").strip() or "custom" for p in self.persona_pairs}
             if not given & set(self.dimensions):
-                raise ValueError(f"no persona_pairs entry is on one of the dimensions {list(self.dimensions)} (their "
-                                 f"dimensions: {sorted(given)}): every pair would be filtered out")
+                raise ValueError(
+                    f"no persona_pairs entry is on one of the dimensions {list(self.dimensions)} (their "
+                    f"dimensions: {sorted(given)}): every pair would be filtered out"
+                )
         return self
 
     @field_validator("decision_labels")

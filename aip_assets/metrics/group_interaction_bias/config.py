@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from ..base import check_persona_pairs, ScoringFields
+from ..base import ScoringFields, check_persona_pairs
 
 
 class GroupInteractionBiasConfig(ScoringFields):

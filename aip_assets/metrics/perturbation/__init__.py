@@ -37,17 +37,26 @@ import pandas as pd
 from pydantic import Field
 
 from ...dataset import DatasetRow
+from ...gate import exclusion_reason
 from ...models.deadline import CURRENT_ROW
 from ...models.providers import capabilities
 from ...perturbations import ALL_TYPES, RULE_BASED
 from ...records import RowScore
 from ...scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
 from ...stats import normalise, third
-from ...gate import exclusion_reason
-from ..base import Metric, StageContext, answer_problem, given_response, sample_probes
-from ..judging import JsonAnswer, Verdict, ask_json, ask_panel, judged_fields
+from ..base import (
+    THIRDS,
+    THIRDS_TEXT,
+    KeyRate,
+    Metric,
+    StageContext,
+    answer_problem,
+    given_response,
+    sample_probes,
+    thirds,
+)
+from ..judging import JsonAnswer, Verdict, ask_panel, judged_fields
 from ..running import gather_all, run_bounded
-from ..base import KeyRate, THIRDS, THIRDS_TEXT, thirds
 from .builtin_judge import BUILTIN_JUDGES
 from .config import PerturbationRobustnessConfig, PerturbationRobustnessExternalConfig
 from .prompts import Correctness, Robustness, correctness_messages, robustness_messages
@@ -56,7 +65,6 @@ HUMAN_ITEMS = {  # what a person labels, per judge kind (human_labels.py)
     "correctness": "correctness of the answer (against the reference where given)",
     "robustness": "robustness: does the answer to the reworded question keep the substance of the original's",
 }
-
 
 
 # ------------------------------------------------------------------ the recipe
@@ -72,21 +80,35 @@ class Paraphrase(JsonAnswer):
 
 def paraphrase_messages(query: str) -> list[dict[str, str]]:
     example = json.dumps({"paraphrase": PARAPHRASE_EXAMPLE[1]})
-    return [{"role": "system", "content": "You rewrite questions without changing their meaning. You answer with JSON only."},
-            {"role": "user", "content": (
+    return [
+        {
+            "role": "system",
+            "content": "You rewrite questions without changing their meaning. You answer with JSON only.",
+        },
+        {
+            "role": "user",
+            "content": (
                 "Task: paraphrase (aip-judge paraphrase v2)\n\nRewrite the question below in different words. Keep "
                 "its meaning, every fact, number and date, and its language.\n\n<<<\n" + query + "\n>>>\n\n"
                 'Answer with one JSON object with one field, "paraphrase" (string): the question above in your '
-                "words. For example, for the unrelated question \"" + PARAPHRASE_EXAMPLE[0] + "\", a correct answer "
-                "was: " + example + "\nAnswer with the JSON object only, for the question above.")}]
+                'words. For example, for the unrelated question "' + PARAPHRASE_EXAMPLE[0] + '", a correct answer '
+                "was: " + example + "\nAnswer with the JSON object only, for the question above."
+            ),
+        },
+    ]
 
 
 def _h(*parts: Any) -> str:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
-def generate_variants(rows: list[DatasetRow], types: list[str], seed: int, variants_per_type: int = 1,
-                      paraphrases: dict[tuple[str, int], str] | None = None) -> list[DatasetRow]:
+def generate_variants(
+    rows: list[DatasetRow],
+    types: list[str],
+    seed: int,
+    variants_per_type: int = 1,
+    paraphrases: dict[tuple[str, int], str] | None = None,
+) -> list[DatasetRow]:
     """Baseline + perturbed rows (gdi_text_v1) for each seed row; deterministic under ``seed``.
 
     ``paraphrases``: model paraphrases keyed by (input_id, k), when a model was asked."""
@@ -106,18 +128,33 @@ def generate_variants(rows: list[DatasetRow], types: list[str], seed: int, varia
                     continue
                 seen.add(v)
                 prompt = v if isinstance(row.prompt, str) else row.turns[:-1] + [{"role": "user", "content": v}]
-                out.append(DatasetRow(f"{row.input_id}--{t}-{k + 1}", prompt, row.task_type, None, row.context,
-                                      {**meta, "perturbation_type": t}))
+                out.append(
+                    DatasetRow(
+                        f"{row.input_id}--{t}-{k + 1}",
+                        prompt,
+                        row.task_type,
+                        None,
+                        row.context,
+                        {**meta, "perturbation_type": t},
+                    )
+                )
     return out
 
 
-async def ask_paraphrases(client, rows: list[DatasetRow], variants_per_type: int, timeout: float, retries: int,
-                          temperature: float) -> dict[tuple[str, int], str]:
+async def ask_paraphrases(
+    client, rows: list[DatasetRow], variants_per_type: int, timeout: float, retries: int, temperature: float
+) -> dict[tuple[str, int], str]:
     async def one(item):
         row, k = item
         msgs = paraphrase_messages(row.last_user_text)
-        r = await client.chat(msgs, temperature=temperature, sample_index=k, retries=retries, timeout=timeout,
-                              template_version="perturbation/paraphrase/v2")
+        r = await client.chat(
+            msgs,
+            temperature=temperature,
+            sample_index=k,
+            retries=retries,
+            timeout=timeout,
+            template_version="perturbation/paraphrase/v2",
+        )
         from ..judging import parse_json_answer
 
         v, _ = parse_json_answer(r.text, Paraphrase) if r.ok else (None, r.error)
@@ -145,15 +182,30 @@ def export_dataset(rows: list[DatasetRow], path) -> None:
     check_export_path(path)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    recs = [{"input_id": r.input_id, "prompt": r.prompt, "sut_response": r.sut_response, "task_type": r.task_type,
-             "context": r.context, "metadata": r.metadata} for r in rows]
+    recs = [
+        {
+            "input_id": r.input_id,
+            "prompt": r.prompt,
+            "sut_response": r.sut_response,
+            "task_type": r.task_type,
+            "context": r.context,
+            "metadata": r.metadata,
+        }
+        for r in rows
+    ]
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
         path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in recs))
         return
-    flat = [{**x, "prompt": x["prompt"] if isinstance(x["prompt"], str) else json.dumps(x["prompt"], ensure_ascii=False),
-             "context": None if x["context"] is None else json.dumps(x["context"], ensure_ascii=False),
-             "metadata": json.dumps(x["metadata"], ensure_ascii=False)} for x in recs]
+    flat = [
+        {
+            **x,
+            "prompt": x["prompt"] if isinstance(x["prompt"], str) else json.dumps(x["prompt"], ensure_ascii=False),
+            "context": None if x["context"] is None else json.dumps(x["context"], ensure_ascii=False),
+            "metadata": json.dumps(x["metadata"], ensure_ascii=False),
+        }
+        for x in recs
+    ]
     if suffix == ".csv":
         pd.DataFrame(flat).to_csv(path, index=False)
     else:
@@ -187,7 +239,7 @@ EDGE_MESSAGES = {
     "missing_original_query": "the row has no metadata.original_query, so it belongs to no group",
     "no_baseline": "no row of its group has a query equal to metadata.original_query (no baseline)",
     "duplicate_baseline": "two or more rows of its group claim to be the baseline (their query equals "
-                          "metadata.original_query); keep exactly one",
+    "metadata.original_query); keep exactly one",
     "baseline_only": "its group has only the baseline row: no perturbed variant to compare",
 }
 
@@ -195,8 +247,11 @@ EDGE_MESSAGES = {
 class PerturbationRobustnessExternal(Metric):
     builtin_judges = BUILTIN_JUDGES  # the builtin judge's answers to this metric's prompts
     chart_scopes = {"perturbation_type": {"value": "score", "kind": "score", "title": "Score by perturbation type"}}
-    human_key_rate = KeyRate("robustness:low", tuple(f"robustness:{t}" for t in THIRDS),
-                             "the share of judged variant pairs whose answers lost the substance (robustness below 1/3)")
+    human_key_rate = KeyRate(
+        "robustness:low",
+        tuple(f"robustness:{t}" for t in THIRDS),
+        "the share of judged variant pairs whose answers lost the substance (robustness below 1/3)",
+    )
 
     def human_categories(self, judgement: dict[str, Any]) -> list[str]:
         return thirds(judgement["judge_kind"])
@@ -210,12 +265,13 @@ class PerturbationRobustnessExternal(Metric):
             return ""
         ref = row.metadata.get("reference_answer") or getattr(config, "reference_answer", None)
         return f"reference answer: {ref}" if ref else ""
+
     count_labels = ("groups scored", "rows with a correctness drop", "groups failed")
     exclusion_reasons = {
         "missing_original_query": "perturbation robustness (dataset): the row has no metadata.original_query",
         "no_baseline": "perturbation robustness (dataset): no row of the group equals its original query",
         "duplicate_baseline": "perturbation robustness (dataset): two or more rows of the group claim to be its "
-                              "baseline",
+        "baseline",
         "baseline_only": "perturbation robustness (dataset): the group has only its baseline, no variant",
     }
     formula = PERTURBATION_GROUP
@@ -232,8 +288,12 @@ class PerturbationRobustnessExternal(Metric):
         scored = probes[probes["role"] != "excluded"]
         groups, variants = int((scored["role"] == "baseline").sum()), int((scored["role"] == "variant").sum())
         hosted = self.name == "llm.perturbation_robustness"
-        return {"sut_calls": len(scored) if hosted else 0, "judge_calls": groups + 2 * variants,
-                "synthesis_calls": 0, "sut_prompt_chars": int(scored["messages"].str.len().sum()) if hosted else 0}
+        return {
+            "sut_calls": len(scored) if hosted else 0,
+            "judge_calls": groups + 2 * variants,
+            "synthesis_calls": 0,
+            "sut_prompt_chars": int(scored["messages"].str.len().sum()) if hosted else 0,
+        }
 
     # ---- synthesis: group the rows (full dataset)
     def group_rows(self, rows: list[DatasetRow]) -> tuple[list[dict], list[dict]]:
@@ -249,23 +309,46 @@ class PerturbationRobustnessExternal(Metric):
         for oq, members in groups.items():
             gid = _h(oq)
             base = [r for r in members if r.last_user_text == oq]
-            problem = ("no_baseline" if not base else "duplicate_baseline" if len(base) > 1
-                       else "baseline_only" if len(members) == 1 else None)
+            problem = (
+                "no_baseline"
+                if not base
+                else "duplicate_baseline"
+                if len(base) > 1
+                else "baseline_only"
+                if len(members) == 1
+                else None
+            )
             if problem:
                 ids = [r.input_id for r in members]
-                notes.append({"level": "warning", "code": problem,
-                              "message": f"group {gid} ({len(ids)} rows: {', '.join(ids[:5])}{'…' if len(ids) > 5 else ''}): "
-                                         f"{EDGE_MESSAGES[problem]}"})
+                notes.append(
+                    {
+                        "level": "warning",
+                        "code": problem,
+                        "message": f"group {gid} ({len(ids)} rows: {', '.join(ids[:5])}{'…' if len(ids) > 5 else ''}): "
+                        f"{EDGE_MESSAGES[problem]}",
+                    }
+                )
                 probes += [self._probe(r, "excluded", problem, gid) for r in members]
                 continue
             for r in members:
                 kind = "baseline" if r is base[0] else "variant"
-                probes.append(self._probe(r, kind, r.metadata.get("perturbation_type") or
-                                          ("baseline" if kind == "baseline" else "unknown"), gid))
+                probes.append(
+                    self._probe(
+                        r,
+                        kind,
+                        r.metadata.get("perturbation_type") or ("baseline" if kind == "baseline" else "unknown"),
+                        gid,
+                    )
+                )
         missing = sum(1 for p in probes if p["exclusion"] == "missing_original_query")
         if missing:
-            notes.append({"level": "warning", "code": "missing_original_query",
-                          "message": f"{missing} rows have no metadata.original_query and are not scored"})
+            notes.append(
+                {
+                    "level": "warning",
+                    "code": "missing_original_query",
+                    "message": f"{missing} rows have no metadata.original_query and are not scored",
+                }
+            )
         return probes, notes
 
     def _probe(self, row: DatasetRow, role: str, category: str, gid: str | None) -> dict:
@@ -273,10 +356,17 @@ class PerturbationRobustnessExternal(Metric):
         excluded, why), its group."""
         msgs = messages_for(row)
         excluded = role == "excluded"
-        return {"probe_id": _h(row.input_id, "perturbation"), "input_id": row.input_id, "role": role,
-                "category": None if excluded else category, "exclusion": category if excluded else None,
-                "group_id": gid, "query_text": row.last_user_text,
-                "messages": json.dumps(msgs, ensure_ascii=False), "template_version": self.template_version}
+        return {
+            "probe_id": _h(row.input_id, "perturbation"),
+            "input_id": row.input_id,
+            "role": role,
+            "category": None if excluded else category,
+            "exclusion": category if excluded else None,
+            "group_id": gid,
+            "query_text": row.last_user_text,
+            "messages": json.dumps(msgs, ensure_ascii=False),
+            "template_version": self.template_version,
+        }
 
     def synthesize(self, ctx: StageContext):
         probes, notes = self.group_rows(ctx.rows())
@@ -289,18 +379,26 @@ class PerturbationRobustnessExternal(Metric):
         for ids in ctx.batches():
             rows = {r.input_id: r for r in ctx.rows(ids)}
             probes = ctx.read("probes", ids, ["probe_id", "input_id", "role"]).to_dict("records")
-            yield {"sut_responses": [given_response(p, rows[p["input_id"]].sut_response)
-                                     for p in probes if p["role"] != "excluded"]}
+            yield {
+                "sut_responses": [
+                    given_response(p, rows[p["input_id"]].sut_response) for p in probes if p["role"] != "excluded"
+                ]
+            }
 
     # ---- judging: per group, base correctness, then per variant correctness + robustness
     async def judge(self, ctx: StageContext):
         cfg = ctx.config
-        probes = ctx.read("probes", None, ["probe_id", "input_id", "role", "category", "group_id", "query_text",
-                                           "variant_id"])
+        probes = ctx.read(
+            "probes", None, ["probe_id", "input_id", "role", "category", "group_id", "query_text", "variant_id"]
+        )
         probes = probes[probes["role"] != "excluded"].to_dict("records")
-        resp = {r["probe_id"]: r for r in ctx.read("sut_responses", None, ["probe_id", "sample_index", "status",
-                                                                            "error", "response"]).to_dict("records")
-                if r["sample_index"] == 0}
+        resp = {
+            r["probe_id"]: r
+            for r in ctx.read(
+                "sut_responses", None, ["probe_id", "sample_index", "status", "error", "response"]
+            ).to_dict("records")
+            if r["sample_index"] == 0
+        }
         meta = {r.input_id: r.metadata for r in ctx.rows()}
         groups: dict[str, dict] = {}
         for p in probes:
@@ -317,20 +415,36 @@ class PerturbationRobustnessExternal(Metric):
                 """One judge (``kind``: correctness or robustness) of one pair of the group, its calls
                 made for the judged answer's own row (its row deadline; a task of its own, see gather_all)."""
                 CURRENT_ROW.set(common["input_id"])
-                o = await ask_panel(client, messages, model, category=lambda v: self.verdict_category(v, kind),
-                                    retries=ctx.spec.judge_retries,
-                                   timeout=cfg.timeout_seconds, temperature=ctx.spec.judge_temperature,
-                                   template_version=self.judge_template_version)
+                o = await ask_panel(
+                    client,
+                    messages,
+                    model,
+                    category=lambda v: self.verdict_category(v, kind),
+                    retries=ctx.spec.judge_retries,
+                    timeout=cfg.timeout_seconds,
+                    temperature=ctx.spec.judge_temperature,
+                    template_version=self.judge_template_version,
+                )
                 row = {**common, "judgement_id": f"{common['pair_id']}|{kind}", "judge_kind": kind, **judged_fields(o)}
                 v = o.value
                 if v is None:
                     return {**row, "status": "judge_failed", "error": f"{kind} judge {o.error}"}
                 assert isinstance(v, Verdict)
                 if v.unjudgeable:
-                    return {**row, "status": "unjudgeable", "reasoning": v.reasoning,
-                            "parsed": v.model_dump_json(), "error": f"{kind} judge: unjudgeable: {v.reasoning}"[:500]}
-                return {**row, "status": "ok", "score": float(getattr(v, kind)), "reasoning": v.reasoning,
-                        "parsed": v.model_dump_json()}
+                    return {
+                        **row,
+                        "status": "unjudgeable",
+                        "reasoning": v.reasoning,
+                        "parsed": v.model_dump_json(),
+                        "error": f"{kind} judge: unjudgeable: {v.reasoning}"[:500],
+                    }
+                return {
+                    **row,
+                    "status": "ok",
+                    "score": float(getattr(v, kind)),
+                    "reasoning": v.reasoning,
+                    "parsed": v.model_dump_json(),
+                }
 
             def answer(p):
                 """(text, None) or (None, (status, reason)) for a failed or empty answer."""
@@ -346,39 +460,86 @@ class PerturbationRobustnessExternal(Metric):
                 gctx = m.get("groundtruth_context") or cfg.groundtruth_context
                 b_text, b_bad = answer(base)
                 out = []
-                b_common = {"pair_id": f"{gid}|base", "input_id": base["input_id"], "category": "baseline",
-                            "group_id": gid}
+                b_common = {
+                    "pair_id": f"{gid}|base",
+                    "input_id": base["input_id"],
+                    "category": "baseline",
+                    "group_id": gid,
+                }
                 if b_bad:  # nothing to compare the variants with
-                    return [{**b_common, "judgement_id": f"{gid}|base|correctness", "judge_kind": "correctness",
-                             "status": b_bad[0], "error": f"baseline: {b_bad[1]}"}]
-                tasks = [ask(b_common, "correctness", correctness_messages(base["query_text"], b_text, ref, gctx),
-                             Correctness)]
+                    return [
+                        {
+                            **b_common,
+                            "judgement_id": f"{gid}|base|correctness",
+                            "judge_kind": "correctness",
+                            "status": b_bad[0],
+                            "error": f"baseline: {b_bad[1]}",
+                        }
+                    ]
+                tasks = [
+                    ask(
+                        b_common,
+                        "correctness",
+                        correctness_messages(base["query_text"], b_text, ref, gctx),
+                        Correctness,
+                    )
+                ]
                 for v in g["variants"]:
                     v_text, v_bad = answer(v)
                     pid = f"{gid}|{member(v)}"
-                    common = {"pair_id": pid, "input_id": v["input_id"], "category": v["category"], "group_id": gid,
-                              "variant_id": member(v)}
+                    common = {
+                        "pair_id": pid,
+                        "input_id": v["input_id"],
+                        "category": v["category"],
+                        "group_id": gid,
+                        "variant_id": member(v),
+                    }
                     if v_bad:  # a failed or empty variant answer is excluded and counted, never a 0
-                        out += [{**common, "judgement_id": f"{pid}|{k}", "judge_kind": k, "status": v_bad[0],
-                                 "error": v_bad[1]} for k in ("correctness", "robustness")]
+                        out += [
+                            {
+                                **common,
+                                "judgement_id": f"{pid}|{k}",
+                                "judge_kind": k,
+                                "status": v_bad[0],
+                                "error": v_bad[1],
+                            }
+                            for k in ("correctness", "robustness")
+                        ]
                     else:
-                        tasks.append(ask(common, "correctness", correctness_messages(v["query_text"], v_text, ref, gctx),
-                                         Correctness))
-                        tasks.append(ask(common, "robustness",
-                                         robustness_messages(base["query_text"], v["query_text"], b_text, v_text),
-                                         Robustness))
+                        tasks.append(
+                            ask(
+                                common,
+                                "correctness",
+                                correctness_messages(v["query_text"], v_text, ref, gctx),
+                                Correctness,
+                            )
+                        )
+                        tasks.append(
+                            ask(
+                                common,
+                                "robustness",
+                                robustness_messages(base["query_text"], v["query_text"], b_text, v_text),
+                                Robustness,
+                            )
+                        )
                 return out + list(await gather_all(*tasks))
 
-            results = await run_bounded(sorted(groups.items()), one, cfg.sub_call_concurrency_limit, progress,
-                                        lambda rs: all(r["status"] == "ok" for r in rs))
+            results = await run_bounded(
+                sorted(groups.items()),
+                one,
+                cfg.sub_call_concurrency_limit,
+                progress,
+                lambda rs: all(r["status"] == "ok" for r in rs),
+            )
         yield {"judgements": [r for rs in results for r in rs]}
 
     # ---- aggregation
     def aggregate(self, ctx: StageContext):
         cfg = ctx.config
         norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
-        probes = ctx.read("probes", None, ["input_id", "role", "category", "group_id", "variant_id", "exclusion",
-                                           "query_text"]).to_dict("records")
+        probes = ctx.read(
+            "probes", None, ["input_id", "role", "category", "group_id", "variant_id", "exclusion", "query_text"]
+        ).to_dict("records")
         j = ctx.read("judgements", None, ["pair_id", "input_id", "judge_kind", "status", "score", "error"])
         by_pair = {k: g.to_dict("records") for k, g in j.groupby("pair_id")} if len(j) else {}
         groups: dict[str, list[dict]] = {}
@@ -387,16 +548,28 @@ class PerturbationRobustnessExternal(Metric):
         for p in probes:
             if p["role"] == "excluded" and p["input_id"] not in edge_rows:
                 edge_rows.add(p["input_id"])
-                row_scores.append({"input_id": p["input_id"], "status": "error", "label": "error", "n_judged": 0,
-                                   "n_failed": 0, "n_events": 0, "error": EDGE_MESSAGES[p["exclusion"]]})
+                row_scores.append(
+                    {
+                        "input_id": p["input_id"],
+                        "status": "error",
+                        "label": "error",
+                        "n_judged": 0,
+                        "n_failed": 0,
+                        "n_events": 0,
+                        "error": EDGE_MESSAGES[p["exclusion"]],
+                    }
+                )
             elif p["role"] != "excluded":
                 groups.setdefault(p["group_id"], []).append(p)
         units: list[dict[str, Any]] = []
         groups_scored = groups_failed = pairs_judged = 0
         # dataset edge cases: every row that would have been a variant is a planned pair, excluded under its case
         # (a row claiming to be its group's baseline plans no pair: its query is the group's original query)
-        excluded: Counter = Counter(p["exclusion"] for p in probes if p["role"] == "excluded"
-                                    and (p["group_id"] is None or _h(p["query_text"]) != p["group_id"]))
+        excluded: Counter = Counter(
+            p["exclusion"]
+            for p in probes
+            if p["role"] == "excluded" and (p["group_id"] is None or _h(p["query_text"]) != p["group_id"])
+        )
         for gid, members in groups.items():
             variants = [m for m in members if m["role"] == "variant"]
             bj = by_pair.get(f"{gid}|base", [])
@@ -418,47 +591,104 @@ class PerturbationRobustnessExternal(Metric):
                     drop = b - float(c["score"])
                     rob.append(float(r["score"]))
                     drops.append(drop)
-                    units.append({"unit_id": f"{gid}|{member(v)}", "input_id": v["input_id"], "score_row": gid,
-                                  "cluster": gid, "robustness": float(r["score"]), "correctness_drop": drop,
-                                  "groups": {"perturbation_type": [v["category"]]}})
+                    units.append(
+                        {
+                            "unit_id": f"{gid}|{member(v)}",
+                            "input_id": v["input_id"],
+                            "score_row": gid,
+                            "cluster": gid,
+                            "robustness": float(r["score"]),
+                            "correctness_drop": drop,
+                            "groups": {"perturbation_type": [v["category"]]},
+                        }
+                    )
                     explained.append(f"{v['category']}: robustness {float(r['score']):.2f}, drop {drop:+.2f}")
                 if not rob:
                     error = f"no variant of the group could be scored ({failed} excluded)"
             pairs_judged += len(rob)
             if error:
                 groups_failed += 1
-                row_scores += [{"input_id": i, "status": "error", "label": "error", "n_judged": 0,
-                                "n_failed": failed, "n_events": 0, "error": error} for i in {m["input_id"] for m in members}]
+                row_scores += [
+                    {
+                        "input_id": i,
+                        "status": "error",
+                        "label": "error",
+                        "n_judged": 0,
+                        "n_failed": failed,
+                        "n_events": 0,
+                        "error": error,
+                    }
+                    for i in {m["input_id"] for m in members}
+                ]
                 continue
             groups_scored += 1
             raw = group_score(rob, drops)  # the engine's formula, as for the run below
-            expl = f"group of {len(members)} rows; mean robustness {sum(rob) / len(rob):.2f}, mean correctness drop " \
-                   f"{sum(drops) / len(drops):+.2f}; " + "; ".join(explained)
+            expl = (
+                f"group of {len(members)} rows; mean robustness {sum(rob) / len(rob):.2f}, mean correctness drop "
+                f"{sum(drops) / len(drops):+.2f}; " + "; ".join(explained)
+            )
             for m in {m["input_id"]: m for m in members}.values():  # the group score, on every row of the group
-                row_scores.append({"input_id": m["input_id"], "raw_score": raw, "score": norm(raw), "status": "ok",
-                                   "label": "robust" if raw >= 0.85 else "fragile", "n_judged": len(rob),
-                                   "n_failed": failed, "n_events": sum(1 for d in drops if d > 0),
-                                   "explanation": expl[:1000]})
+                row_scores.append(
+                    {
+                        "input_id": m["input_id"],
+                        "raw_score": raw,
+                        "score": norm(raw),
+                        "status": "ok",
+                        "label": "robust" if raw >= 0.85 else "fragile",
+                        "n_judged": len(rob),
+                        "n_failed": failed,
+                        "n_events": sum(1 for d in drops if d > 0),
+                        "explanation": expl[:1000],
+                    }
+                )
         frame = units_frame(units)
         yield {"row_scores": row_scores, "score_units": to_records(frame)}
         engine = Accumulator(self.formula, ["perturbation_type"])
         engine.add(frame)  # the run's mean counts each original query (a group, a cluster) once
         run = engine.run(ctx.seed)
-        scores = [record(run, "overall", "all", cfg, n_failed=groups_failed, threshold=ctx.threshold,
-                         judged=pairs_judged, excluded=dict(excluded),
-                         details=json.dumps({"formula": self.formula.name, "groups_scored": groups_scored,
-                                             "groups_failed": groups_failed, "variant_pairs_judged": pairs_judged,
-                                             "variant_pairs_excluded": sum(excluded.values()), "rows_scored": sum(
-                                                 1 for r in row_scores if r["status"] == "ok"),
-                                             "rows_errored": sum(1 for r in row_scores if r["status"] != "ok")}))]
+        scores = [
+            record(
+                run,
+                "overall",
+                "all",
+                cfg,
+                n_failed=groups_failed,
+                threshold=ctx.threshold,
+                judged=pairs_judged,
+                excluded=dict(excluded),
+                details=json.dumps(
+                    {
+                        "formula": self.formula.name,
+                        "groups_scored": groups_scored,
+                        "groups_failed": groups_failed,
+                        "variant_pairs_judged": pairs_judged,
+                        "variant_pairs_excluded": sum(excluded.values()),
+                        "rows_scored": sum(1 for r in row_scores if r["status"] == "ok"),
+                        "rows_errored": sum(1 for r in row_scores if r["status"] != "ok"),
+                    }
+                ),
+            )
+        ]
         for ptype, st in engine.breakdown("perturbation_type", ctx.seed).items():
             of = explode(frame, "perturbation_type")
             of = of[of["key"] == ptype]
-            scores.append(record(st, "perturbation_type", ptype, cfg, n=len(of),
-                                 n_events=int((of["correctness_drop"] > 0).sum()),
-                                 details=json.dumps({"mean_robustness": float(of["robustness"].mean()),
-                                                     "mean_correctness_drop": float(of["correctness_drop"].mean()),
-                                                     "groups": st.n})))
+            scores.append(
+                record(
+                    st,
+                    "perturbation_type",
+                    ptype,
+                    cfg,
+                    n=len(of),
+                    n_events=int((of["correctness_drop"] > 0).sum()),
+                    details=json.dumps(
+                        {
+                            "mean_robustness": float(of["robustness"].mean()),
+                            "mean_correctness_drop": float(of["correctness_drop"].mean()),
+                            "groups": st.n,
+                        }
+                    ),
+                )
+            )
         yield {"metric_scores": scores}
 
     # ---- judge validation
@@ -480,19 +710,29 @@ class PerturbationRobustnessExternal(Metric):
         overall = scores[scores["scope"] == "overall"].iloc[0]
         d = json.loads(overall["details"]) if overall["details"] else {}
         types = scores[scores["scope"] == "perturbation_type"].sort_values(["score", "group_key"])
-        return {"score": overall["score"], "ci95": [overall["ci_low"], overall["ci_high"]], **d,
-                "by_perturbation_type": [{"type": r["group_key"], "score": r["score"], "pairs": int(r["n"]),
-                                          **json.loads(r["details"])} for _, r in types.iterrows()]}
+        return {
+            "score": overall["score"],
+            "ci95": [overall["ci_low"], overall["ci_high"]],
+            **d,
+            "by_perturbation_type": [
+                {"type": r["group_key"], "score": r["score"], "pairs": int(r["n"]), **json.loads(r["details"])}
+                for _, r in types.iterrows()
+            ],
+        }
 
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
-        lines = [f"  rows scored {s['rows_scored']}, rows errored {s['rows_errored']}, groups scored "
-                 f"{s.get('groups_scored')}, groups failed {s.get('groups_failed')}, variant pairs judged "
-                 f"{s.get('variant_pairs_judged')}, excluded {s.get('variant_pairs_excluded')}",
-                 f"  {'perturbation type':<20}{'score':>8}{'robustness':>12}{'correct. drop':>15}{'pairs':>7}"]
+        lines = [
+            f"  rows scored {s['rows_scored']}, rows errored {s['rows_errored']}, groups scored "
+            f"{s.get('groups_scored')}, groups failed {s.get('groups_failed')}, variant pairs judged "
+            f"{s.get('variant_pairs_judged')}, excluded {s.get('variant_pairs_excluded')}",
+            f"  {'perturbation type':<20}{'score':>8}{'robustness':>12}{'correct. drop':>15}{'pairs':>7}",
+        ]
         for t in s["by_perturbation_type"]:
-            lines.append(f"  {t['type']:<20}{f(t['score']):>8}{f(t['mean_robustness']):>12}"
-                         f"{t['mean_correctness_drop']:>+15.3f}{t['pairs']:>7}")
+            lines.append(
+                f"  {t['type']:<20}{f(t['score']):>8}{f(t['mean_robustness']):>12}"
+                f"{t['mean_correctness_drop']:>+15.3f}{t['pairs']:>7}"
+            )
         return lines
 
 
@@ -528,10 +768,13 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
         types = self.types(ctx)
         paraphrases = {}
         if "paraphrase" in types:
+
             async def go():
                 async with ctx.client("synthesis", "synthesis", 8) as client:
-                    return await ask_paraphrases(client, rows, cfg.variants_per_type, cfg.timeout_seconds,
-                                                 ctx.spec.judge_retries, 0.7)
+                    return await ask_paraphrases(
+                        client, rows, cfg.variants_per_type, cfg.timeout_seconds, ctx.spec.judge_retries, 0.7
+                    )
+
             paraphrases = asyncio.run(go())
         variants = generate_variants(rows, types, ctx.spec.seed, cfg.variants_per_type, paraphrases)
         probes, notes = self.group_rows(variants)
@@ -544,5 +787,11 @@ class PerturbationRobustness(PerturbationRobustnessExternal):
 
     def sample(self, ctx: StageContext):
         cfg = ctx.config
-        return sample_probes(ctx, concurrency=cfg.sub_call_concurrency_limit, temperature=cfg.sut_temperature,
-                             retries=cfg.n_sut_retries, timeout=cfg.timeout_seconds, template_version=self.template_version)
+        return sample_probes(
+            ctx,
+            concurrency=cfg.sub_call_concurrency_limit,
+            temperature=cfg.sut_temperature,
+            retries=cfg.n_sut_retries,
+            timeout=cfg.timeout_seconds,
+            template_version=self.template_version,
+        )

@@ -42,29 +42,42 @@ def judge_correctness(prompt: str) -> dict[str, Any]:
         return {"correctness": score, "reasoning": "No reference answer; judged on whether the question is answered."}
     agreed = _agreement(answer, ref.group(1))
     if agreed is None:
-        return {"unjudgeable": True, "correctness": None,
-                "reasoning": "Neither a stance nor a figure can be compared with the reference answer."}
-    return {"correctness": agreed, "reasoning": f"Stance and figures agree with the reference on {agreed:.0%} of checks."}
+        return {
+            "unjudgeable": True,
+            "correctness": None,
+            "reasoning": "Neither a stance nor a figure can be compared with the reference answer.",
+        }
+    return {
+        "correctness": agreed,
+        "reasoning": f"Stance and figures agree with the reference on {agreed:.0%} of checks.",
+    }
 
 
 def judge_robustness(prompt: str) -> dict[str, Any]:
     blocks = dict(RESPONSE_BLOCK.findall(prompt))
     score = _agreement(blocks.get("2", ""), blocks.get("1", ""))
     if score is None:
-        return {"unjudgeable": True, "robustness": None,
-                "reasoning": "The answers differ, and neither a stance nor a figure can be read in both to compare."}
+        return {
+            "unjudgeable": True,
+            "robustness": None,
+            "reasoning": "The answers differ, and neither a stance nor a figure can be read in both to compare.",
+        }
     return {"robustness": score, "reasoning": f"The answers agree on {score:.0%} of stance and figures."}
 
 
 def paraphrase(prompt: str) -> dict[str, Any]:
     m = re.search(r"<<<\n(.*?)\n>>>", prompt, re.S)
-    from ...perturbations import RULE_BASED
     import random as _random
+
+    from ...perturbations import RULE_BASED
 
     q = m.group(1) if m else ""
     out = RULE_BASED["synonyms"](q, _random.Random(q)) or q
     return {"paraphrase": f"Put differently, {out[0].lower()}{out[1:]}" if out else out}
 
 
-BUILTIN_JUDGES = {"perturbation_correctness": BuiltinJudge(judge_correctness),
-                  "perturbation_robustness": BuiltinJudge(judge_robustness), "paraphrase": BuiltinJudge(paraphrase)}
+BUILTIN_JUDGES = {
+    "perturbation_correctness": BuiltinJudge(judge_correctness),
+    "perturbation_robustness": BuiltinJudge(judge_robustness),
+    "paraphrase": BuiltinJudge(paraphrase),
+}

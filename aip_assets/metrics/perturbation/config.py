@@ -9,7 +9,6 @@ from pydantic import ConfigDict, Field
 
 from ..base import ScoringFields
 
-
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
 
@@ -28,8 +27,10 @@ class PerturbationRobustnessConfig(PerturbationRobustnessExternalConfig):
     """The hosted variant: the external scorer's fields plus how variants are made and answered."""
 
     metric_name: str = "perturbation_robustness"
-    perturbation_types: list[PType] = Field(default_factory=list, description="default: all rule-based types, "
-                                            "plus paraphrase when a synthesis model is configured")
+    perturbation_types: list[PType] = Field(
+        default_factory=list,
+        description="default: all rule-based types, plus paraphrase when a synthesis model is configured",
+    )
     variants_per_type: int = Field(1, ge=1, le=5)
     sut_temperature: float = Field(0.7, ge=0.0, le=2.0)
     n_sut_retries: int = Field(0, ge=0, le=5)
