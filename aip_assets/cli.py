@@ -1,6 +1,6 @@
 """`aip-eval`: run a spec end to end, query the warehouse, serve the builtin model.
 
-Exit codes (errors.EXIT_*; the README's table), each meaning one thing: 0 every metric passed its
+Exit codes (errors.EXIT_*; docs/concepts/exit-codes.md), each meaning one thing: 0 every metric passed its
 gate; 1 a metric's gate failed (no score, a score below its threshold, coverage below
 min_coverage, too many failed answers or verdicts, a differential refusal, a label mismatch): its
 tables are written, and its Dagster run is marked failed so the UI's Runs list shows it; 2 bad

@@ -43,7 +43,7 @@ class LimitReached(AipError):
     """The run stopped at one of its limits (calls, tokens): exit 4, resumable."""
 
 
-# The exit codes of `aip-eval` (DESIGN.md, "Exit codes"; the README's table): each means one thing.
+# The exit codes of `aip-eval` (DESIGN.md, "Exit codes"; docs/concepts/exit-codes.md): each means one thing.
 EXIT_PASSED = 0  # every metric passed its gate
 EXIT_GATE_FAILED = 1  # a metric's gate failed (its tables are written)
 EXIT_BAD_INPUT = 2  # bad input or configuration: nothing written

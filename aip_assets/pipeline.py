@@ -645,7 +645,7 @@ BUILTIN_JUDGE_NOTE = (
     "the judge is the builtin model, a heuristic reader meant for the offline calibration rig, "
     "while the SUT is {sut}: its verdicts rest on patterns (decision lines, yes/no stances, "
     "figures) and exclude what they cannot read; point `judge:` at an LLM for a real evaluation "
-    '(README, "Judges")'
+    "(docs/judges.md)"
 )
 
 

@@ -1,4 +1,4 @@
-"""The Postgres database workers on several machines share state through (issue 14's shared mode).
+"""The Postgres database workers on several machines share state through (shared mode: docs/shared-mode.md).
 
 ``AIP_SHARED_STATE_URL=postgresql://user:password@host:5432/db``, from the environment only: with
 it, every endpoint's request and token schedule (``aip_rate_schedule``) and every capped run's

@@ -1,4 +1,4 @@
-"""A connection's calls through the provider's Batch API (issue 15): OpenAI's ``/v1/files`` and
+"""A connection's calls through the provider's Batch API (docs/batch-api.md): OpenAI's ``/v1/files`` and
 ``/v1/batches``, about half the price of live calls, answers within the completion window.
 
 With ``batch.enabled`` a client (``ModelClient``) hands every call the cache does not answer to

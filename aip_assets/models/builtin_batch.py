@@ -1,4 +1,4 @@
-"""OpenAI's Batch API, served by the builtin model (issue 15), so the batch path is tested offline.
+"""OpenAI's Batch API, served by the builtin model, so the batch path is tested offline.
 
 The endpoints and shapes of OpenAI's Files and Batches API, for ``/v1/chat/completions`` only:
 

@@ -566,7 +566,7 @@ class Journal:
 
 
 class PgJournal(Journal):
-    """The journal in the shared-state database (``AIP_SHARED_STATE_URL``, issue 14's shared
+    """The journal in the shared-state database (``AIP_SHARED_STATE_URL``, shared
     mode), so every worker of a run reads the calls the others made: a stage resumed on another
     machine answers each successful call from it instead of paying again. The same tables, in
     the schema ``aip_journal`` (``call_parts``, ``call_log``, the view ``call_index``); call keys

@@ -1,6 +1,6 @@
 """Structured output: the forms a judge can be asked to answer JSON in, and the schema it is given.
 
-OpenAI-compatible servers take different subsets of ``response_format`` (README, "Structured
+OpenAI-compatible servers take different subsets of ``response_format`` (docs/judges.md, "Structured
 output"). The forms, in the order a run tries them:
 
 - ``json_schema``: OpenAI's ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``

@@ -360,8 +360,8 @@ def _gate(metric: str, o: dict[str, Any]) -> str:
         )
         parts.append(
             f'<p class="muted">Excluded from the score and counted, by reason (of '
-            f'{_num(o.get("n_planned"), "int", **a, data_field="n_planned")} planned; README, "What a score '
-            f'rests on"):</p><table class="excluded"><tr><th>reason</th><th class="num">units</th></tr>{cells}</table>'
+            f"{_num(o.get('n_planned'), 'int', **a, data_field='n_planned')} planned; docs/concepts/gate.md, "
+            f'"What a score rests on"):</p><table class="excluded"><tr><th>reason</th><th class="num">units</th></tr>{cells}</table>'
         )
     return "".join(parts)
 

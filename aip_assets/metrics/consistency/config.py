@@ -8,7 +8,7 @@ from ..base import ScoringFields
 
 
 class ConsistencyConfig(ScoringFields):
-    """The family's configuration table (the spec page has no schema block; bounds per issue 4)."""
+    """The family's configuration table (the spec page has no schema block: the bounds are the project's, docs/metrics/consistency.md)."""
 
     model_config = ConfigDict(extra="forbid")
     metric_name: str = "consistency"

@@ -909,7 +909,7 @@ class DecisionFlip(Metric):
     def label_mismatch(
         ctx: StageContext, cfg: DecisionFlipConfig, read: int, unread: int, texts: list[str]
     ) -> dict[str, Any] | None:
-        """The README's rule: of the answers that state a decision (the ``read - unread`` whose
+        """The rule (docs/metrics/decision-flip.md, "Labels"): of the answers that state a decision (the ``read - unread`` whose
         decision the judge read as a label, and those that put another word where a label should
         be, e.g. "Decision: accept"), more than a fifth using other words is a label mismatch: the
         labels do not fit the SUT; it fails the gate, naming the words. Fewer other words (a stray
