@@ -83,6 +83,13 @@ def test_every_aip_variable_the_code_names_is_a_setting_or_a_marker():
     assert named - set(settings.MARKERS) == set(settings.VARIABLES), named ^ set(settings.VARIABLES)
 
 
+def test_the_cli_page_documents_every_variable_and_no_other():
+    """docs/concepts/cli.md's table of AIP_* variables is the settings object's fields."""
+    page = (PACKAGE.parent / "docs" / "concepts" / "cli.md").read_text()
+    documented = set(re.findall(r"\bAIP_[A-Z0-9_]*[A-Z0-9]\b", page))
+    assert documented == set(settings.VARIABLES), documented ^ set(settings.VARIABLES)
+
+
 @pytest.mark.parametrize(
     "name, value, message",
     [
