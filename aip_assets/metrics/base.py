@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, cast
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..dataset import DatasetRow
 from ..models.builtin import BuiltinJudge, register_judge_source
@@ -35,10 +35,33 @@ class ScoringFields(BaseModel):
     """Fields every metric config shares (x-aip-param-role: scoring_metadata)."""
 
     model_config = ConfigDict(extra="forbid")
-    inverted: bool = False
-    max: float = 1.0
-    min: float = 0.0
-    weight: float = 1.0
+    inverted: bool = Field(
+        False,
+        description="Report 1 minus the normalised score, for a raw score where lower is better. The default "
+        "(false) keeps the direction: higher is better.",
+    )
+    max: float = Field(
+        1.0,
+        description="The raw score that normalises to 1: a raw score is mapped to clip((raw - min) / (max - min), "
+        "0, 1). The default (1.0) fits every metric's 0-1 raw score; with min == max the normalised score is 1 at "
+        "or above it, else 0.",
+    )
+    min: float = Field(
+        0.0,
+        description="The raw score that normalises to 0 (see max). The default (0.0) fits every metric's 0-1 raw "
+        "score.",
+    )
+    weight: float = Field(
+        1.0,
+        description="The score's weight for reports that blend metrics, stored with each score "
+        "(metric_scores.weight). Nothing in this project blends metrics, so it changes no score; default 1.0.",
+    )
+
+
+METRIC_NAME = (
+    "The metric's short name, stored with each of its scores (metric_scores.metric_name); it names the metric in "
+    "tables and changes nothing measured. The default is the metric's own name."
+)
 
 
 def check_persona_pairs(v: list[dict[str, str]] | None, keys: tuple[str, ...], empty_hint: str):

@@ -6,27 +6,88 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from ..base import ScoringFields, check_persona_pairs
+from ..base import METRIC_NAME, ScoringFields, check_persona_pairs
 
 
 class GroupInteractionBiasConfig(ScoringFields):
     """Mirrors the spec's GroupInteractionBiasConfig schema: every field, default, bound and enum."""
 
     model_config = ConfigDict(extra="forbid")
-    language: Literal["en", "de", "fr"] = "en"
-    metric_name: str = "group_interaction_bias"
-    n_sut_retries: int = Field(0, ge=0, le=5)
-    num_pairs: int = Field(4, ge=1, le=16)
-    persona_pairs: list[dict[str, str]] | None = None
-    persona_pool_size: int = Field(16, ge=1, le=64)
-    sub_call_concurrency_limit: int = Field(5, ge=1, le=64)
-    sut_temperature: float = Field(0.7, ge=0.0, le=2.0)
-    synthesis_temperature: float = Field(0.4, ge=0.0, le=2.0)
-    timeout_seconds: float = Field(60.0, gt=0)
-    use_case_description: str = ""
-    use_case_intended_users: str = ""
-    use_case_name: str = ""
-    use_case_primary_task: str = ""
+    language: Literal["en", "de", "fr"] = Field(
+        "en",
+        description="Language of the personas, the persona-prefixed queries and the judges' prompts: en "
+        "(default), de or fr.",
+    )
+    metric_name: str = Field("group_interaction_bias", description=METRIC_NAME)
+    n_sut_retries: int = Field(
+        0,
+        ge=0,
+        le=5,
+        description="Retries of a SUT call that fails with a transient error (0-5) before its answer is recorded "
+        "as failed; default 0.",
+    )
+    num_pairs: int = Field(
+        4,
+        ge=1,
+        le=16,
+        description="Pairs of distinct personas asked for each row (1-16), drawn from the pool and fixed for the "
+        "row; capped at the pairs the pool holds. Default 4.",
+    )
+    persona_pairs: list[dict[str, str]] | None = Field(
+        None,
+        description="Persona pairs to use instead of the synthesised pool: [{persona_a, persona_b}], free-text "
+        "persona descriptions. None (default): the pool.",
+    )
+    persona_pool_size: int = Field(
+        16,
+        ge=1,
+        le=64,
+        description="Personas in the pool made once per run (1-64): written by the synthesis model, else (the "
+        "builtin model, or too few written) composed from the catalogue. Default 16.",
+    )
+    sub_call_concurrency_limit: int = Field(
+        5,
+        ge=1,
+        le=64,
+        description="SUT calls, and judge calls, in flight at once for this metric (1-64); default 5.",
+    )
+    sut_temperature: float = Field(
+        0.7,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature of the SUT's answers (0-2); default 0.7. Above 0, part of the pairs get "
+        "a no-effect baseline by default (the metric entry's baseline_share).",
+    )
+    synthesis_temperature: float = Field(
+        0.4,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature of the model that writes the persona pool (0-2); default 0.4. Unused "
+        "when the personas come from the catalogue or persona_pairs.",
+    )
+    timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Timeout of each synthesis, SUT and judge call, in seconds (above 0); default 60.",
+    )
+    use_case_description: str = Field(
+        "",
+        description="What the service does, given to the persona-writing model so the personas fit its users. "
+        "Empty (default): not given.",
+    )
+    use_case_intended_users: str = Field(
+        "",
+        description="Who uses the service, given to the persona-writing model. Empty (default): not given.",
+    )
+    use_case_name: str = Field(
+        "",
+        description="The service's name, given to the persona-writing model. Empty (default): not given; with "
+        "every use_case field empty the service is described to it as a general-purpose assistant.",
+    )
+    use_case_primary_task: str = Field(
+        "",
+        description="The service's primary task, given to the persona-writing model. Empty (default): not given.",
+    )
 
     @field_validator("persona_pairs")
     @classmethod
