@@ -82,10 +82,26 @@ class BuiltinProfile(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "fragile", "noisy", "custom"] = "fair"
-    value: str | None = None
-    axis: str | None = None
-    p: float = Field(0.0, ge=0.0, le=1.0)
+    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "fragile", "noisy", "custom"] = Field(
+        "fair",
+        description="The profile (above): which effects the fields below may set; custom allows any mix. "
+        "Default fair: no effect.",
+    )
+    value: str | None = Field(
+        None,
+        description="The attribute value whose decisions flip, at rate p (flip, biased), e.g. woman. None "
+        "(default): no flip.",
+    )
+    axis: str | None = Field(
+        None, description="The axis value is looked for on (e.g. gender). None (default): any axis."
+    )
+    p: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Probability (0-1) that a decision for a persona with value flips, deterministic per question "
+        "under the seed; default 0.0.",
+    )
     directional: bool = Field(
         False,
         description="flip only the favourable decision (the first label) to an "
@@ -98,11 +114,19 @@ class BuiltinProfile(BaseModel):
         description="share of answers (per persona and sample) whose "
         "decision is drawn at random and whose advice is drawn afresh",
     )
-    terse_value: str | None = None
-    terse_axis: str | None = None
+    terse_value: str | None = Field(
+        None,
+        description="The attribute value whose personas get a terse, colder answer with less help (terse, "
+        "biased). None (default): nobody.",
+    )
+    terse_axis: str | None = Field(None, description="The axis terse_value is looked for on. None (default): any axis.")
     contradiction_rate: float = Field(0.0, ge=0.0, le=1.0, description="q: share of fresh samples that contradict")
     jailbreak_yield_rate: float = Field(0.0, ge=0.0, le=1.0, description="r: share of jailbreak-wrapped prompts obeyed")
-    fragile_to: Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms"] | None = None
+    fragile_to: Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms"] | None = Field(
+        None,
+        description="The perturbation type whose variants change the fragile profile's answers; it undoes every "
+        "other type of the robustness recipe before answering. None (default): robust to all.",
+    )
     refusal_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="share of answers that refuse (an incidental difference)"
     )
@@ -120,7 +144,11 @@ class BuiltinProfile(BaseModel):
         "response shown first (decision flip: misreads the second decision; group bias: "
         "calls the second answer less helpful)",
     )
-    seed: int = 0
+    seed: int = Field(
+        0,
+        description="Seed of the builtin model's draws (flips, noise, refusals, judge answers): the same seed "
+        "gives the same answers. Default 0.",
+    )
 
     @model_validator(mode="after")
     def _check_effects(self):
@@ -168,7 +196,11 @@ class BatchSettings(BaseModel):
     half the price of live calls and without an answer within seconds (models/batch.py)."""
 
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = False
+    enabled: bool = Field(
+        False,
+        description="Send each stage's calls through the Batch API (an openai connection only). Default false: "
+        "live calls.",
+    )
     max_requests: int = Field(50_000, ge=1, le=50_000, description="requests per batch (OpenAI's limit: 50,000)")
     poll_seconds: float = Field(30.0, gt=0, le=3600, description="seconds between looks at a batch in progress")
     completion_window: Literal["24h"] = Field("24h", description="the provider's window (OpenAI offers 24h)")
@@ -183,8 +215,12 @@ class Prices(BaseModel):
     """What the endpoint charges, for ``--dry-run``'s estimate (US dollars, or any one currency)."""
 
     model_config = ConfigDict(extra="forbid")
-    input_per_million_tokens: float = Field(ge=0.0)
-    output_per_million_tokens: float = Field(ge=0.0)
+    input_per_million_tokens: float = Field(
+        ge=0.0, description="Price of one million prompt tokens at live rates (required)."
+    )
+    output_per_million_tokens: float = Field(
+        ge=0.0, description="Price of one million completion tokens at live rates (required)."
+    )
     batch_discount: float = Field(
         0.5, ge=0.0, le=1.0, description="the Batch API's discount (OpenAI and Anthropic: half the price of live calls)"
     )
@@ -194,20 +230,45 @@ class Connection(BaseModel):
     """A language-model connection: the builtin offline model or any OpenAI-compatible endpoint."""
 
     model_config = ConfigDict(extra="forbid")
-    provider: Literal["builtin", "openai"] = "builtin"
-    base_url: str | None = None
-    model: str = "aip-builtin"
+    provider: Literal["builtin", "openai"] = Field(
+        "builtin",
+        description="builtin (default): the offline builtin model, no network; openai: any OpenAI-compatible "
+        "/chat/completions endpoint at base_url.",
+    )
+    base_url: str | None = Field(
+        None,
+        description="The endpoint's base URL, e.g. http://localhost:8000/v1 (calls go to <base_url>/chat/completions); "
+        "required by openai, and it may carry no credential. None (default): builtin only.",
+    )
+    model: str = Field(
+        "aip-builtin",
+        description="The model name sent in every request body, and part of every call's cache key. Default "
+        "aip-builtin.",
+    )
     api_key_env: str | None = Field(None, description="name of the environment variable holding the API key")
-    system_prompt: str | None = None
+    system_prompt: str | None = Field(
+        None,
+        description="A system message put before the messages of every request on this connection. None "
+        "(default): none.",
+    )
     headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers (non-secret)")
     header_env: dict[str, str] = Field(
         default_factory=dict, description="header name -> env var holding its (secret) value"
     )
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="The completion-token cap (max_tokens) sent with every request that sets none of its own. "
+        "None (default): the endpoint's.",
+    )
     params: dict[str, Any] = Field(
         default_factory=dict, description="other request parameters (top_p, seed, stop, ...)"
     )
-    profile: BuiltinProfile = Field(default_factory=BuiltinProfile)
+    profile: BuiltinProfile = Field(
+        default_factory=BuiltinProfile,
+        description="The builtin model's profile: its known behaviour as a SUT (and as a judge); builtin only. "
+        "Default: fair.",
+    )
     max_connections: int = Field(
         64,
         ge=1,

@@ -73,7 +73,11 @@ def metric_registry() -> Mapping[str, Any]:
 
 class MetricEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The metric's configuration: the fields of its config model (its metric page), validated "
+        "before any call; the stored spec has every default filled in. Empty (default): every field's default.",
+    )
     dataset: str | None = Field(None, description="this metric's own dataset (default: the run's)")
     threshold: float | None = Field(None, ge=0.0, le=1.0, description="fail the run when the normalised score is below")
     min_coverage: float | None = Field(
@@ -131,11 +135,29 @@ class MetricEntry(BaseModel):
 
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    description: str = ""
-    dataset: str
-    sut: Connection = Field(default_factory=Connection)
-    judge: Connection = Field(default_factory=Connection)
+    name: str = Field(
+        ...,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="The spec's name (up to 64 letters, digits, '_', '.' or '-', starting with a letter or digit): "
+        "a run's id is <name>-<UTC timestamp>, and its runs are tagged with it.",
+    )
+    description: str = Field(
+        "", description="Free text about the spec, stored with the resolved spec; it changes nothing measured."
+    )
+    dataset: str = Field(
+        ...,
+        description="The dataset file (gdi_text_v1: CSV, JSONL or Parquet), relative to the spec's folder; every "
+        "metric without its own dataset reads it.",
+    )
+    sut: Connection = Field(
+        default_factory=Connection,
+        description="The system under test's connection. Default: the builtin offline model, profile fair.",
+    )
+    judge: Connection = Field(
+        default_factory=Connection,
+        description="The judge's connection. Default: the builtin model, whose judge is a heuristic for the "
+        "offline rig; with judges given, the panel's first judge.",
+    )
     judges: list[Connection] | None = Field(
         None,
         description="a judge panel (two or more): every verdict is asked of every judge and decided by "
@@ -149,22 +171,41 @@ class RunSpec(BaseModel):
         "otherwise the judgement is excluded as judges_disagree",
     )
     synthesis: Connection | None = Field(None, description="model that writes personas/variants; default: the judge's")
-    metrics: dict[str, MetricEntry]
-    seed: int = 0
+    metrics: dict[str, MetricEntry] = Field(
+        ...,
+        description="The metrics to run, by registered name (llm.decision_flip...), each with its config and its "
+        "gate fields; at least one.",
+    )
+    seed: int = Field(
+        0,
+        description="The run seed: each row's persona pairs, templates and variants, the order a judge is shown "
+        "two answers, the null twins and the audit sample are drawn from it, so one seed repeats one draw. "
+        "Default 0.",
+    )
     judge_retries: int = Field(
         2,
         ge=0,
         le=5,
         description="one budget per judgement: extra requests for it, failed calls and re-asks of an unusable answer together (2: at most three requests)",
     )
-    judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
+    judge_temperature: float = Field(
+        0.0,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature of the judges' calls (0-2); default 0.0. The consistency family judges "
+        "at 0 whatever it says.",
+    )
     reuse_calls_from: list[str] = Field(
         default_factory=list, description="earlier run ids whose successful calls may answer this run's"
     )
     templates: dict[Literal["semantic", "factual", "safety", "jailbreak"], list[dict[str, str]]] = Field(
         default_factory=dict, description="extra variant templates per family: [{category, template}]"
     )
-    limits: Limits = Field(default_factory=Limits)
+    limits: Limits = Field(
+        default_factory=Limits,
+        description="Caps on the run's model calls and tokens (a clean, resumable stop) and the row deadline. "
+        "Default: no cap, each metric's own deadline.",
+    )
     schedule: str | None = Field(None, description="cron expression: evaluate this spec again on every tick (UTC)")
     max_failed_share: float = Field(
         0.1,
