@@ -231,3 +231,72 @@ def test_the_docs_example_specs_validate():
         assert data["metrics"] and data["sut"]["provider"] == "openai", where
         spec = parse_spec({**data, "dataset": str(demo)}, where=where)
         assert "llm.decision_flip" in spec.metrics, where
+
+
+def _models_in(annotation) -> list[type]:
+    """The pydantic models an annotation holds (``Connection``, ``list[Connection] | None``, ``dict[str, X]``...)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    found = [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+    for arg in typing.get_args(annotation):
+        found += _models_in(arg)
+    return found
+
+
+def _undocumented(roots: list[type]) -> tuple[list[str], set[str]]:
+    """Every ``Model.field`` without a description among ``roots`` and the models their fields hold,
+    recursively, and the names of the models walked."""
+    seen: set[type] = set()
+    missing: list[str] = []
+    todo = list(roots)
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            if not (field.description or "").strip():
+                missing.append(f"{model.__name__}.{name}")
+            todo += _models_in(field.annotation)
+    return sorted(missing), {m.__name__ for m in seen}
+
+
+def test_the_walk_finds_an_undocumented_field_in_a_nested_model():
+    from pydantic import BaseModel, Field
+
+    class Inner(BaseModel):
+        documented: int = Field(0, description="a number")
+        bare: int = 0
+
+    class Outer(BaseModel):
+        inner: list[Inner] | None = Field(None, description="the inners")
+        by_name: dict[str, Inner] = Field(default_factory=dict, description="inners by name")
+
+    missing, walked = _undocumented([Outer])
+    assert missing == ["Inner.bare"]
+    assert walked == {"Outer", "Inner"}
+
+
+def test_every_config_runspec_and_connection_field_has_a_description():
+    """Each metric's config model, the run spec and the connection, with every model they hold
+    (metric entries, limits, the judge audit, the builtin profile, batch settings, prices), document
+    each field with ``Field(description=...)``: the text a reader of the schema or the code sees."""
+    from aip_assets.connections import Connection
+    from aip_assets.runspec import RunSpec
+
+    configs = [REGISTRY[m].config_model for m in sorted(REGISTRY)]
+    missing, walked = _undocumented([*configs, RunSpec, Connection])
+    assert walked >= {
+        *(c.__name__ for c in configs),
+        "RunSpec",
+        "MetricEntry",
+        "Limits",
+        "JudgeAudit",
+        "Connection",
+        "BuiltinProfile",
+        "BatchSettings",
+        "Prices",
+    }, walked
+    assert not missing, "fields without a description: " + ", ".join(missing)
