@@ -249,7 +249,7 @@ def viewer_evidence(q: Query, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
         f"""
             SELECT j.metric, j.input_id, j.judgement_id, j.pair_id, j.judge_kind, j.category, j.sample_index,
                    j.variant_id, j.status, j.error, j.label, j.score, j.decision_a, j.decision_b, j.flipped,
-                   j.attributable, j.order_swapped,
+                   j.attributable, j.order_swapped, j.call_key,
                    CASE WHEN j.order_swapped IS NULL THEN j.reasoning ELSE {PERSONA_ORDER_REASONING} END AS reasoning
             FROM judgements j WHERE j.run_id = ? AND {in_keys.format(a="j")}
             ORDER BY j.metric, j.input_id, j.pair_id, j.judge_kind, j.judgement_id""",
@@ -257,3 +257,42 @@ def viewer_evidence(q: Query, rows: Records) -> tuple[ByRow, ByRow, ByRow]:
     ):
         verdicts.setdefault((j["metric"], j["input_id"]), []).append(j)
     return probes, pairs, verdicts
+
+
+def viewer_personas(q: Query) -> Records:
+    """The run's personas (group bias's pool): what each persona id is, its attributes."""
+    return q("""
+        SELECT metric, persona_id, description, CAST(attributes AS VARCHAR) AS attributes
+        FROM personas WHERE run_id = ? ORDER BY metric, persona_id""")
+
+
+def viewer_judge_calls(q: Query, call_keys: list[str]) -> dict[str, dict[str, Any]]:
+    """The judge's calls behind ``call_keys``: each key's request (its messages) and raw answer, the
+    latest call of a key (a call made again, as a reask or a retry, is recorded again)."""
+    if not call_keys:
+        return {}
+    return {
+        r["call_key"]: r
+        for r in q(
+            """
+            SELECT call_key, CAST(request AS VARCHAR) AS request, response_text, status, error FROM llm_calls
+            WHERE run_id = ? AND call_key IN (SELECT unnest(?::VARCHAR[]))
+            QUALIFY row_number() OVER (PARTITION BY call_key ORDER BY status = 'ok' DESC, created_at DESC) = 1""",
+            [sorted(set(call_keys))],
+        )
+    }
+
+
+def run_list(path: Path) -> Records:
+    """Every registered run, the newest first, with each metric's overall score, threshold and gate
+    (one record per run and metric; a run without scores has one, its metric None)."""
+    return _records(
+        wh.query(
+            """
+            SELECT r.run_id, r.spec_name, r.created_at, m.metric, m.score, m.threshold, m.passed
+            FROM eval_runs r LEFT JOIN metric_scores m ON m.run_id = r.run_id AND m.scope = 'overall'
+            ORDER BY r.created_at DESC, r.run_id, m.metric""",
+            path=path,
+            read_only=True,
+        )
+    )

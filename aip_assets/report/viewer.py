@@ -63,11 +63,12 @@ def read(
     meta = queries.viewer_metrics(q)
     rows = [r for r in queries.viewer_rows(q, rows_per_metric) if r["metric"] in metrics]
     probes, pairs, verdicts = queries.viewer_evidence(q, rows)
+    calls = queries.viewer_judge_calls(q, [j["call_key"] for vs in verdicts.values() for j in vs if j.get("call_key")])
 
     out_rows = []
     for r in rows:
         key = (r["metric"], r["input_id"])
-        detail = _detail(probes.get(key, []), pairs.get(key, []), verdicts.get(key, []))
+        detail = _detail(probes.get(key, []), pairs.get(key, []), verdicts.get(key, []), calls)
         answers_or_judges_failed = detail.pop("any_failed")
         out_rows.append(
             {
@@ -116,13 +117,56 @@ def read(
             for m in metrics
         ],
         "rows_per_metric": rows_per_metric,
+        "personas": _personas(queries.viewer_personas(q)),
         "rows": kept,
     }
 
 
-def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]], judged: list[dict[str, Any]]) -> dict[str, Any]:
+def _personas(records: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """What each persona id of each metric is, for the persona filter: ``{metric: {id: text}}``, the
+    text its attribute values and its description (``p03``: "Muslim, woman, nurse: I am ...")."""
+    out: dict[str, dict[str, str]] = {}
+    for r in records:
+        try:
+            attrs = json.loads(r.get("attributes") or "{}")
+        except ValueError:
+            attrs = {}
+        values = ", ".join(str(v) for _, v in sorted(attrs.items()) if v) if isinstance(attrs, dict) else ""
+        desc = str(r.get("description") or "")
+        out.setdefault(r["metric"], {})[str(r["persona_id"])] = ": ".join(x for x in (values, desc) if x)
+    return out
+
+
+def _prompt_text(request: Any) -> str | None:
+    """A recorded request as the judge read it: each message as ``role:`` and its text."""
+    if request is None:
+        return None
+    try:
+        body = json.loads(request) if isinstance(request, str) else request
+    except ValueError:
+        return str(request)
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return json.dumps(body, ensure_ascii=False)
+    parts = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else m
+        if isinstance(content, list):  # content parts: their text
+            content = "\n".join(str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content)
+        parts.append(f"{m.get('role', '?') if isinstance(m, dict) else '?'}:\n{content}")
+    return "\n\n".join(parts)
+
+
+def _detail(
+    entries: list[dict[str, Any]],
+    pairs: list[dict[str, Any]],
+    judged: list[dict[str, Any]],
+    calls: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A row's probes (each with its answers by sample), its comparisons (two probe answers side by
-    side with the verdicts on them) and the verdicts on a single answer."""
+    side with the verdicts on them) and the verdicts on a single answer; ``calls`` (by call key) give
+    each verdict the judge's prompt and raw answer."""
+    calls = calls or {}
     probes: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     any_failed = False
@@ -170,6 +214,7 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]], judged: 
             any_failed = any_failed or e.get("sut_status") != "ok"
 
     def verdict(j: dict[str, Any]) -> dict[str, Any]:
+        call = calls.get(j.get("call_key") or "") or {}
         return {
             "k": j.get("judge_kind"),
             "c": j.get("category"),
@@ -183,6 +228,9 @@ def _detail(entries: list[dict[str, Any]], pairs: list[dict[str, Any]], judged: 
             "st": j.get("status"),
             "e": _clip(j.get("error")),
             "r": _clip(j.get("reasoning")),
+            # the judge's own prompt and raw answer (its call in llm_calls)
+            "jp": _clip(_prompt_text(call.get("request"))),
+            "jr": _clip(call.get("response_text")),
         }
 
     items: list[dict[str, Any]] = []

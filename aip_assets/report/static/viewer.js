@@ -13,6 +13,49 @@
   function f3(x) { return x === null || x === undefined ? "n/a" : Number(x).toFixed(3); }
   function raw(x) { return x === null || x === undefined ? "" : String(x); }
   function uniq(a) { var s = new Set(); a.forEach(function (x) { if (x !== null && x !== undefined) s.add(String(x)); }); return Array.from(s).sort(); }
+  var KEYS = ["metric", "flagged", "axis", "persona", "label", "category", "q", "open"];  // report/links.py
+  var personas = data.personas || {};
+  function words(s) { return String(s || "").match(/\s+|[^\s]+/g) || []; }
+  // the words of a that b lacks and of b that a lacks (a longest common subsequence of the words,
+  // after the common head and tail; a middle too long to compare is marked whole)
+  function diffWords(a, b) {
+    var x = words(a), y = words(b), i = 0, ex = x.length, ey = y.length;
+    var mx = x.map(function () { return false; }), my = y.map(function () { return false; });
+    while (i < ex && i < ey && x[i] === y[i]) i++;
+    while (ex > i && ey > i && x[ex - 1] === y[ey - 1]) { ex--; ey--; }
+    var n = ex - i, m = ey - i, k, l;
+    if (n * m > 1000000) { for (k = i; k < ex; k++) mx[k] = true; for (k = i; k < ey; k++) my[k] = true; }
+    else {
+      var t = [];  // t[k][l]: the common subsequence's length of x[i+k..] and y[i+l..]
+      for (k = 0; k <= n; k++) t.push(new Int32Array(m + 1));
+      for (k = n - 1; k >= 0; k--) for (l = m - 1; l >= 0; l--)
+        t[k][l] = x[i + k] === y[i + l] ? t[k + 1][l + 1] + 1 : Math.max(t[k + 1][l], t[k][l + 1]);
+      k = 0; l = 0;
+      while (k < n && l < m) {
+        if (x[i + k] === y[i + l]) { k++; l++; }
+        else if (t[k + 1][l] >= t[k][l + 1]) { mx[i + k] = true; k++; }
+        else { my[i + l] = true; l++; }
+      }
+      for (; k < n; k++) mx[i + k] = true;
+      for (; l < m; l++) my[i + l] = true;
+    }
+    return [x.map(function (w, j) { return [w, mx[j] && /\S/.test(w)]; }), y.map(function (w, j) { return [w, my[j] && /\S/.test(w)]; })];
+  }
+  function marked(node, tokens) {  // text, the differing words in <mark>, never markup
+    var run = "";
+    tokens.forEach(function (t) {
+      if (!t[1]) { run += t[0]; return; }
+      if (run) { node.appendChild(document.createTextNode(run)); run = ""; }
+      node.appendChild(el("mark", null, t[0]));
+    });
+    if (run) node.appendChild(document.createTextNode(run));
+    return node;
+  }
+  function personaText(m, id) {
+    var ms = m ? [m] : Object.keys(personas);
+    for (var i = 0; i < ms.length; i++) { var d = (personas[ms[i]] || {})[id]; if (d) return d; }
+    return null;
+  }
   data.rows.forEach(function (r, i) {
     r.i = i;
     var parts = [r.id, r.label, r.expl, r.error];
@@ -48,20 +91,31 @@
   var table = el("table", {"class": "rows"}); root.appendChild(table);
   var more = el("button", {type: "button", id: "viewer-more"}, "show more"); root.appendChild(more);
 
-  function fill(sel, values, all) {
+  function fill(sel, values, all, text) {
     var cur = sel.value; sel.textContent = "";
     sel.appendChild(el("option", {value: ""}, all));
-    values.forEach(function (v) { sel.appendChild(el("option", {value: v}, v)); });
+    values.forEach(function (v) { sel.appendChild(el("option", {value: v}, text ? text(v) : v)); });
     sel.value = values.indexOf(cur) >= 0 ? cur : "";
     sel.disabled = values.length === 0;
+  }
+  function lower(x) { return x === null || x === undefined ? null : String(x).toLowerCase(); }
+  var spelling = {};  // a label's spelling (lower case -> as written), the chosen metric's or the most rows'
+  function labels(rs) {
+    var n = {}; spelling = {};
+    rs.forEach(function (r) { if (r.label === null || r.label === undefined) return; var k = lower(r.label);
+      n[k] = n[k] || {}; n[k][r.label] = (n[k][r.label] || 0) + 1; });
+    Object.keys(n).forEach(function (k) {
+      spelling[k] = Object.keys(n[k]).sort(function (a, b) { return n[k][b] - n[k][a] || (a < b ? -1 : a > b ? 1 : 0); })[0]; });
+    return Object.keys(n).sort();
   }
   function inMetric() { var m = c.metric.value; return data.rows.filter(function (r) { return !m || r.m === m; }); }
   function refreshFacets() {
     var rs = inMetric(), m = c.metric.value;
     fill(c.axis, uniq([].concat.apply([], rs.map(function (r) { return r.axes; }))), "any axis");
-    fill(c.persona, uniq([].concat.apply([], rs.map(function (r) { return r.personas; }))), "any persona");
+    fill(c.persona, uniq([].concat.apply([], rs.map(function (r) { return r.personas; }))), "any persona",
+      function (v) { var d = personaText(m, v); return d ? v + " — " + d : v; });
     fill(c.cat, uniq([].concat.apply([], rs.map(function (r) { return r.cats; }))), "any");
-    fill(c.label, uniq(rs.map(function (r) { return r.label; })), "any label");
+    fill(c.label, labels(rs), "any label", function (v) { return spelling[v]; });
     c.catLabel.firstChild.textContent = (m ? metaBy[m].facet : "category / perturbation type") + " ";
     var caps = data.metrics.filter(function (x) { return (!m || x.metric === m) && x.shown < x.total; });
     note.textContent = caps.length ? caps.map(function (x) {
@@ -72,7 +126,7 @@
     var q = c.search.value.trim().toLowerCase();
     return (!c.metric.value || r.m === c.metric.value) && (!c.axis.value || r.axes.indexOf(c.axis.value) >= 0) &&
       (!c.persona.value || r.personas.indexOf(c.persona.value) >= 0) && (!c.cat.value || r.cats.indexOf(c.cat.value) >= 0) &&
-      (!c.label.value || r.label === c.label.value) && (!c.flagged.checked || r.flagged) &&
+      (!c.label.value || lower(r.label) === c.label.value) && (!c.flagged.checked || r.flagged) &&
       (!c.failed.checked || r.failed) && (!c.excluded.checked || r.excluded) && (!q || r.blob.indexOf(q) >= 0);
   }
   function cmp(a, b) {
@@ -83,8 +137,11 @@
     if (x !== y) return s === "score-desc" ? y - x : x - y;
     return a.i - b.i;
   }
+  var openId = null;  // the input id of the open row (the fragment's open)
   function render() {
     var rs = data.rows.filter(matches).sort(cmp);
+    var at = openId === null ? -1 : rs.findIndex(function (r) { return r.id === openId; });
+    if (at >= shown) shown = (Math.floor(at / PAGE) + 1) * PAGE;  // the open row is on the page
     count.textContent = rs.length + " of " + data.rows.length + " rows match";
     count.setAttribute("data-matching", rs.length);
     table.textContent = "";
@@ -101,20 +158,22 @@
       tr.appendChild(el("td", {"class": "num", "data-field": "n_failed", "data-value": raw(r.nf)}, raw(r.nf)));
       tr.appendChild(el("td", {"class": "num", "data-field": "n_events", "data-value": raw(r.ne)}, raw(r.ne)));
       tr.appendChild(el("td", {"data-field": "status", "class": r.status === "ok" ? "" : "err"}, r.status));
-      tr.addEventListener("click", function () { toggle(tr, r); });
+      tr.addEventListener("click", function () { toggle(tr, r); openId = tr.classList.contains("open") ? r.id : null; write(); });
       table.appendChild(tr);
     });
+    var open = at >= 0 ? table.querySelector("tr.row:nth-child(" + (at + 2) + ")") : null;
+    if (open) toggle(open, rs[at]);
     more.style.display = rs.length > shown ? "" : "none";
     more.textContent = "show " + Math.min(PAGE, rs.length - shown) + " more";
   }
-  function answerBox(r, side) {
+  function answerBox(r, side, words) {
     var d = el("div");
     var p = side.p === null || side.p === undefined ? null : r.probes[side.p];
     d.appendChild(el("div", {"class": "who"}, side.who || (p && p.who) || "—"));
     if (!p) { d.appendChild(el("div", {"class": "muted"}, "(probe not recorded)")); return d; }
     if (p.persona) d.appendChild(el("div", {"class": "muted"}, p.persona));
     d.appendChild(el("div", {"class": "muted"}, "asked:"));
-    d.appendChild(el("div", {"class": "txt", "data-probe-id": p.id}, p.q));
+    d.appendChild(words ? marked(el("div", {"class": "txt", "data-probe-id": p.id}), words) : el("div", {"class": "txt", "data-probe-id": p.id}, p.q));
     var a = p.ans[side.s];
     d.appendChild(el("div", {"class": "muted"}, "answered" + (side.s !== "0" ? " (sample " + side.s + ")" : "") + ":"));
     if (!a) d.appendChild(el("div", {"class": "muted"}, "(no answer recorded)"));
@@ -133,6 +192,15 @@
     else if (v.at === false && v.da !== v.db) d.appendChild(el("span", {"class": "muted"}, " · decisions differ, not due to the persona"));
     if (v.sw !== null && v.sw !== undefined) d.appendChild(el("span", {"class": "muted"}, v.sw ? " · judge saw b first" : " · judge saw a first"));
     if (v.r) d.appendChild(el("div", {"class": "txt", "data-reasoning": "1"}, v.r));
+    if (v.jp || v.jr) {  // the judge's call, behind a toggle
+      var call = el("details", {"class": "judge-call"});
+      call.appendChild(el("summary", null, "the judge's prompt and raw answer"));
+      call.appendChild(el("div", {"class": "muted"}, "prompt:"));
+      call.appendChild(el("div", {"class": "txt", "data-judge-prompt": "1"}, v.jp || "(not recorded)"));
+      call.appendChild(el("div", {"class": "muted"}, "raw answer:"));
+      call.appendChild(el("div", {"class": "txt", "data-judge-raw": "1"}, v.jr || "(not recorded)"));
+      d.appendChild(call);
+    }
     return d;
   }
   function toggle(tr, r) {
@@ -146,11 +214,28 @@
     td.appendChild(el("div", null, info.join(" · ")));
     if (r.expl) td.appendChild(el("div", {"class": "muted"}, r.expl));
     if (r.error) td.appendChild(el("div", {"class": "err"}, r.error));
-    r.items.forEach(function (it) {
+    // a search opens to what it found: the comparisons that match it first
+    var q = c.search.value.trim().toLowerCase();
+    var found = function (it) {
+      var parts = [it.title];
+      [it.a, it.b].forEach(function (side) {
+        var p = side.p === null || side.p === undefined ? null : r.probes[side.p];
+        parts.push(side.who);
+        if (p) { parts.push(p.q, p.persona, p.who, personaText(r.m, p.who)); if (p.ans[side.s]) parts.push(p.ans[side.s].t, p.ans[side.s].e); }
+      });
+      it.v.forEach(function (v) { parts.push(v.r, v.l, v.e); });
+      return parts.filter(function (x) { return x; }).join("\n").toLowerCase().indexOf(q) >= 0;
+    };
+    var items = q ? r.items.filter(found).concat(r.items.filter(function (it) { return !found(it); })) : r.items;
+    items.forEach(function (it) {
       var box = el("div", {"class": "pair"});
+      if (q && found(it)) box.setAttribute("data-match", "1");
       box.appendChild(el("div", {"class": "who"}, (it.axis ? it.axis + ": " : "") + it.title));
       var side = el("div", {"class": "side"});
-      side.appendChild(answerBox(r, it.a)); side.appendChild(answerBox(r, it.b)); box.appendChild(side);
+      var pa = it.a.p === null || it.a.p === undefined ? null : r.probes[it.a.p];
+      var pb = it.b.p === null || it.b.p === undefined ? null : r.probes[it.b.p];
+      var dw = pa && pb && pa.q && pb.q && pa.q !== pb.q ? diffWords(pa.q, pb.q) : [null, null];  // the words that differ
+      side.appendChild(answerBox(r, it.a, dw[0])); side.appendChild(answerBox(r, it.b, dw[1])); box.appendChild(side);
       if (!it.v.length) box.appendChild(el("div", {"class": "muted"}, "not judged"));
       it.v.forEach(function (v) { box.appendChild(verdictBox(v)); });
       td.appendChild(box);
@@ -170,12 +255,46 @@
     }
     tr.parentNode.insertBefore(dr, tr.nextSibling);
   }
-  [c.metric].forEach(function (s) { s.addEventListener("change", function () { refreshFacets(); shown = PAGE; render(); }); });
+  // the view in the URL's fragment (report/links.py): read on load and when the fragment changes,
+  // written back (replacing the history entry) as the user filters, searches or opens a row
+  function view() {
+    var h = window.location.hash;
+    if (h.indexOf("#v:") !== 0) return null;
+    var p = new URLSearchParams(h.slice(3)), v = {};
+    KEYS.forEach(function (k) { if (p.has(k)) v[k] = p.get(k); });
+    return v;
+  }
+  function pick(sel, value) {
+    var ok = value !== undefined && Array.prototype.some.call(sel.options, function (o) { return o.value === value; });
+    sel.value = ok ? value : "";
+  }
+  function apply(v) {
+    pick(c.metric, v.metric); refreshFacets();
+    pick(c.axis, v.axis); pick(c.persona, v.persona); pick(c.cat, v.category);
+    pick(c.label, v.label === undefined ? undefined : v.label.toLowerCase());
+    c.flagged.checked = v.flagged === "1" || v.flagged === "true";
+    c.search.value = v.q || "";
+    openId = v.open || null; shown = PAGE; render();
+    var target = openId !== null ? table.querySelector("tr.row.open") : null;
+    (target || root).scrollIntoView();
+  }
+  function write() {
+    var v = {metric: c.metric.value, flagged: c.flagged.checked ? "1" : "", axis: c.axis.value, persona: c.persona.value,
+      label: c.label.value ? spelling[c.label.value] : "", category: c.cat.value, q: c.search.value.trim(), open: openId};
+    var p = new URLSearchParams();
+    KEYS.forEach(function (k) { if (v[k]) p.append(k, v[k]); });
+    var h = "#v:" + p.toString();
+    if (h !== window.location.hash) history.replaceState(null, "", h);
+  }
+  [c.metric].forEach(function (s) { s.addEventListener("change", function () { refreshFacets(); shown = PAGE; openId = null; render(); write(); }); });
   [c.axis, c.persona, c.cat, c.label, c.flagged, c.failed, c.excluded, c.sort].forEach(function (s) {
-    s.addEventListener("change", function () { shown = PAGE; render(); }); });
+    s.addEventListener("change", function () { shown = PAGE; render(); write(); }); });
   var typing = null;  // search as you type, once the typing pauses
-  c.search.addEventListener("input", function () { clearTimeout(typing); typing = setTimeout(function () { shown = PAGE; render(); }, 150); });
+  c.search.addEventListener("input", function () { clearTimeout(typing); typing = setTimeout(function () { shown = PAGE; render(); write(); }, 150); });
   more.addEventListener("click", function () { shown += PAGE; render(); });
-  refreshFacets(); render();
+  window.addEventListener("hashchange", function () { var v = view(); if (v) apply(v); });
+  refreshFacets();
+  var first = view();
+  if (first) apply(first); else render();
   root.setAttribute("data-ready", "1");
 })();
