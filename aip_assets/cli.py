@@ -614,7 +614,7 @@ def cmd_report(args) -> int:
     if written is not None and written.parent != folder.resolve():
         print(f"note: {written} is outside the reports folder and is not served", file=sys.stderr)
         written = None
-    server = serve_reports(folder, args.host, args.port)
+    server = serve_reports(folder, args.host, args.port, warehouse=path)
     port = server.server_address[1]
     print(
         f"serving {folder} at http://{args.host}:{port}/ (Ctrl-C stops)"

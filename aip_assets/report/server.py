@@ -5,12 +5,15 @@ the folder lacks is served from the lake."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
+from .. import warehouse as wh
 from ..errors import AipError
 from ..warehouse import lake
-from .build import stored_report
+from . import queries
+from .build import default_out, stored_report
 
 
 def report_port() -> int:
@@ -88,8 +91,58 @@ def _open_below(root: str, names: list[str]) -> tuple[int, os.stat_result]:
         raise
 
 
-def _listing(fd: int, shown_as: str) -> bytes:
-    """A folder's page: its folders and the regular files it would serve (no link, nothing else)."""
+def _runs_table(warehouse: Path, served: set[str]) -> str:
+    """The root page's table of runs from the warehouse (a short read-only connection): each run,
+    the newest first, its report's link (a report in ``served``, the folder's files, or the lake's),
+    and each metric's overall score and gate. An empty string when there is no warehouse or it
+    cannot be read: the page then lists the files alone."""
+    from urllib.parse import quote
+
+    if not lake.enabled() and not warehouse.is_file():
+        return ""
+    try:
+        records = queries.run_list(warehouse)
+    except Exception:  # noqa: BLE001 - a warehouse being written, an old schema: the files are listed
+        return ""
+    runs: dict[str, list[dict]] = {}
+    for r in records:
+        runs.setdefault(r["run_id"], []).append(r)
+    if not runs:
+        return ""
+    body = []
+    for run_id, ms in runs.items():
+        name = default_out(run_id, warehouse).name
+        link = (
+            f'<a href="{quote(name)}">{escape(run_id)}</a>'
+            if name in served or lake.enabled()
+            else f"{escape(run_id)} <small>(no report: <code>aip-eval report {escape(run_id)}</code>)</small>"
+        )
+        scored = [m for m in ms if m["metric"] is not None]
+        gates = [m["passed"] for m in scored if m["passed"] is not None]
+        gate = "no gate" if not gates else "passed" if all(gates) else "failed"
+        cells = "".join(
+            f'<li data-metric="{escape(m["metric"])}">{escape(m["metric"])}: '
+            + ("n/a" if m["score"] is None else f"{m['score']:.3f}")
+            + ("" if m["threshold"] is None else f" (threshold {m['threshold']:.3f})")
+            + ("" if m["passed"] is None else " passed" if m["passed"] else " <b>failed</b>")
+            + "</li>"
+            for m in scored
+        )
+        created = "" if ms[0]["created_at"] is None else escape(str(ms[0]["created_at"])[:19])
+        body.append(
+            f'<tr data-run-id="{escape(run_id)}" data-gate="{gate}"><td>{link}</td><td>{created}</td>'
+            f"<td>{gate}</td><td><ul>{cells}</ul></td></tr>\n"
+        )
+    return (
+        "<h2>Runs</h2>\n<table>\n<tr><th>run</th><th>registered</th><th>gate</th><th>metrics: overall score</th></tr>\n"
+        + "".join(body)
+        + "</table>\n<h2>Files</h2>\n"
+    )
+
+
+def _listing(fd: int, shown_as: str, runs: Callable[[set[str]], str] | None = None) -> bytes:
+    """A folder's page: its folders and the regular files it would serve (no link, nothing else);
+    ``runs`` (the root's) puts the table of runs above them, given the names of the files."""
     import stat
     from urllib.parse import quote
 
@@ -106,15 +159,18 @@ def _listing(fd: int, shown_as: str) -> bytes:
                 names.append(e.name)
     items = "".join(f'<li><a href="{quote(n)}">{escape(n)}</a></li>\n' for n in sorted(names, key=str.lower))
     title = escape(f"Reports: {shown_as}")
+    table = runs(set(names)) if runs else ""
     return (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
-        f"<body><h1>{title}</h1>\n<ul>\n{items}</ul></body></html>\n"
+        f"<body><h1>{title}</h1>\n{table}<ul>\n{items}</ul></body></html>\n"
     ).encode()
 
 
-def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None):
+def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None, warehouse: Path | None = None):
     """An HTTP server for the reports folder (read-only: files and a listing, nothing else); in a
-    lake, a report the folder lacks is served from the lake (written by a worker elsewhere).
+    lake, a report the folder lacks is served from the lake (written by a worker elsewhere). Its
+    root lists the runs of ``warehouse`` (default: this process's) with their scores and gates,
+    newest first, above the files.
     It serves only regular files and folders inside the folder: a request whose path names a
     symbolic link at any step, a FIFO, a device or a socket, a file with another hard link, or
     that spells ``..``, ``//`` or a backslash in any encoding, is a 404 that names nothing.
@@ -125,6 +181,7 @@ def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None
 
     folder.mkdir(parents=True, exist_ok=True)
     root = os.path.realpath(folder)
+    db = Path(warehouse).resolve() if warehouse is not None else wh.default_path()
 
     class Reports(SimpleHTTPRequestHandler):
         def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
@@ -188,7 +245,10 @@ def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return None
-                return self._answer(_listing(fd, "/" + "".join(n + "/" for n in names)), "text/html; charset=utf-8")
+                runs = (lambda served: _runs_table(db, served)) if not names else None
+                return self._answer(
+                    _listing(fd, "/" + "".join(n + "/" for n in names), runs), "text/html; charset=utf-8"
+                )
             finally:
                 os.close(fd)
 
