@@ -1090,3 +1090,318 @@ def test_every_template_and_static_file_is_package_data():
         files
     )
     assert all(any(fnmatch.fnmatch(f, pat) for pat in patterns) for f in files), files
+
+
+def _fragment(page) -> dict[str, str]:
+    """The view the page's URL holds (its ``#v:`` fragment), as key -> value."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    fragment = urlsplit(page.url).fragment
+    assert fragment.startswith("v:"), page.url
+    return dict(parse_qsl(fragment[2:]))
+
+
+def test_a_viewer_link_reproduces_its_view_and_the_url_follows_the_view(warehouse, report, tmp_path):
+    """A link made by ``viewer_link`` (a metric, its flagged rows, one open) opens on exactly those
+    rows with that row open; filtering, closing the row and a new fragment (hashchange) keep the URL
+    and the view in step."""
+    from aip_assets.report.links import viewer_fragment, viewer_link
+
+    from .test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = report[0]
+    flagged = q(
+        warehouse,
+        "SELECT input_id FROM row_scores WHERE run_id = ? AND metric = 'llm.decision_flip' AND n_events > 0 "
+        "ORDER BY score, input_id",
+        [RUN],
+    )
+    every = q(
+        warehouse, "SELECT count(*) AS n FROM row_scores WHERE run_id = ? AND metric = 'llm.decision_flip'", [RUN]
+    )
+    assert len(flagged) >= 2 and every.n[0] > len(flagged)
+    opened = flagged.input_id[1]  # not the first row: the link, not the order, opens it
+    persona = q(
+        warehouse,
+        """SELECT v AS persona, count(DISTINCT input_id) AS n FROM (
+               SELECT input_id, unnest([value_a, value_b]) AS v FROM probe_pairs
+               WHERE run_id = ? AND metric = 'llm.group_interaction_bias')
+           GROUP BY v ORDER BY n, v LIMIT 1""",
+        [RUN],
+    )
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            errors = _console_errors(page)
+            page.goto(viewer_link(f"file://{out}", metric="llm.decision_flip", flagged=True, open=opened))
+            page.wait_for_selector("#viewer[data-ready='1']")
+            rows = lambda: page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.inputId)")  # noqa: E731
+            is_open = lambda: page.eval_on_selector_all("#viewer tr.row.open", "rs => rs.map(r => r.dataset.inputId)")  # noqa: E731
+            assert rows() == list(flagged.input_id) and is_open() == [opened]
+            assert page.locator(f"#viewer td.detail[data-input-id='{opened}'] .pair").count() >= 1
+            assert page.input_value("select[data-filter=metric]") == "llm.decision_flip"
+            assert page.is_checked("input[data-filter=flagged]")
+            assert page.locator(f"#viewer tr.row.open[data-input-id='{opened}']").is_visible()  # scrolled to it
+            page.screenshot(path=str(tmp_path / "viewer_link.png"))
+            # every row of the metric; the open row stays open, and the URL says so
+            page.uncheck("input[data-filter=flagged]")
+            assert len(rows()) == every.n[0] and is_open() == [opened]
+            assert _fragment(page) == {"metric": "llm.decision_flip", "open": opened}
+            page.select_option("select[data-filter=label]", "flipped")
+            assert _fragment(page) == {"metric": "llm.decision_flip", "label": "flipped", "open": opened}
+            page.click(f"#viewer tr.row[data-input-id='{opened}']")  # closed
+            assert is_open() == [] and _fragment(page) == {"metric": "llm.decision_flip", "label": "flipped"}
+            page.click(f"#viewer tr.row[data-input-id='{flagged.input_id[0]}']")
+            assert _fragment(page)["open"] == flagged.input_id[0]
+            # a new fragment in the address bar: the view follows it
+            page.evaluate(
+                "h => { location.hash = h; }",
+                viewer_fragment(metric="llm.group_interaction_bias", persona=persona.persona[0]),
+            )
+            page.wait_for_function(f"document.getElementById('viewer-count').dataset.matching === '{persona.n[0]}'")
+            assert page.input_value("select[data-filter=persona]") == persona.persona[0]
+            assert page.input_value("select[data-filter=label]") == "" and is_open() == []
+        finally:
+            browser.close()
+    assert errors == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / "viewer_link.png", ARTIFACTS / "viewer_link.png")
+
+
+def test_viewer_labels_once_each_and_personas_with_what_they_are(warehouse, report):
+    """The label filter offers each label once whatever its case (in the chosen metric's spelling)
+    and finds it in every spelling; the persona filter says what each persona id is."""
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    labels = q(
+        warehouse,
+        """SELECT lower(label) AS key, count(*) AS n, count(DISTINCT label) AS spellings FROM row_scores
+           WHERE run_id = ? AND label IS NOT NULL GROUP BY ALL ORDER BY key""",
+        [RUN],
+    )
+    two = labels[labels.spellings > 1]
+    assert len(two), "the run has a label in two spellings"  # else this test tests nothing
+    key = two.key.iloc[0]
+    spelt = q(
+        warehouse,
+        "SELECT DISTINCT metric, label FROM row_scores WHERE run_id = ? AND lower(label) = ? ORDER BY metric",
+        [RUN, key],
+    )
+    personas = q(
+        warehouse,
+        """SELECT persona_id, description, CAST(attributes AS VARCHAR) AS attributes FROM personas
+           WHERE run_id = ? AND metric = 'llm.group_interaction_bias' ORDER BY persona_id""",
+        [RUN],
+    )
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = _console_errors(page)
+            page.goto(f"file://{report[0]}")
+            page.wait_for_selector("#viewer[data-ready='1']")
+            options = lambda sel: page.eval_on_selector_all(  # noqa: E731
+                f"select[data-filter={sel}] option", "os => os.map(o => [o.value, o.textContent])"
+            )
+            assert [v for v, _ in options("label")] == ["", *labels.key]
+            page.select_option("select[data-filter=label]", key)
+            assert int(page.get_attribute("#viewer-count", "data-matching")) == int(two.n.iloc[0])
+            for metric, label in spelt.itertuples(index=False, name=None):
+                page.select_option("select[data-filter=metric]", metric)
+                assert dict(options("label"))[key] == label
+            page.select_option("select[data-filter=metric]", "llm.group_interaction_bias")
+            shown = dict(options("persona"))
+            assert len(shown) > 2
+            for pid, description, attributes in personas.itertuples(index=False, name=None):
+                if pid in shown:
+                    values = ", ".join(v for _, v in sorted(json.loads(attributes).items()))
+                    assert shown[pid] == f"{pid} — {values}: {description}"
+        finally:
+            browser.close()
+    assert errors == []
+
+
+def test_a_viewer_search_opens_the_row_on_the_pair_it_matched(warehouse, report):
+    """A search for a persona's description, on a row whose worst pair does not have that persona:
+    the opened row shows first the pairs that have it."""
+    from aip_assets.report.links import viewer_link
+
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    data = viewer_data(report[1])
+    descriptions = dict(
+        q(
+            warehouse,
+            "SELECT persona_id, description FROM personas WHERE run_id = ? AND metric = 'llm.group_interaction_bias'",
+            [RUN],
+        ).itertuples(index=False, name=None)
+    )
+    found = None
+    for r in (r for r in data["rows"] if r["m"] == "llm.group_interaction_bias"):
+        in_pair = [{r["probes"][it[s]["p"]]["who"] for s in ("a", "b")} for it in r["items"] if not it.get("null")]
+        later = [p for p in set().union(*in_pair[1:]) - in_pair[0] if p in descriptions] if len(in_pair) > 1 else []
+        # a description no other persona's contains
+        later = [p for p in sorted(later) if sum(descriptions[p] in d for d in descriptions.values()) == 1]
+        if later:
+            found = r["id"], later[0]
+            break
+    assert found, "a row whose first pair lacks a persona of a later pair"
+    row, persona = found
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = _console_errors(page)
+            url = viewer_link(
+                f"file://{report[0]}", metric="llm.group_interaction_bias", q=descriptions[persona], open=row
+            )
+            page.goto(url)
+            page.wait_for_selector("#viewer[data-ready='1']")
+            boxes = page.locator(f"#viewer td.detail[data-input-id='{row}'] .pair")
+            assert boxes.first.get_attribute("data-match") == "1"
+            assert descriptions[persona] in boxes.first.inner_text()
+            matched = [boxes.nth(i).get_attribute("data-match") for i in range(boxes.count())]
+            assert matched == sorted(matched, key=lambda m: m is None)  # the matches first, then the rest
+        finally:
+            browser.close()
+    assert errors == []
+
+
+def test_viewer_marks_the_words_that_differ_and_shows_the_judges_call(warehouse, report, tmp_path):
+    """An opened decision-flip row: each prompt shown whole, the words one has and the other lacks
+    in <mark> (what is left unmarked is the same in both); behind a toggle, the judge's prompt and
+    raw answer as llm_calls recorded them for that verdict's call."""
+    from aip_assets.report.links import viewer_link
+
+    from .test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    first = q(
+        warehouse,
+        "SELECT input_id FROM row_scores WHERE run_id = ? AND metric = 'llm.decision_flip' AND n_events > 0 "
+        "ORDER BY score, input_id LIMIT 1",
+        [RUN],
+    ).input_id[0]
+    top = q(
+        warehouse,
+        """SELECT v.*, j.call_key FROM v_pair_verdicts v JOIN judgements j
+               ON j.run_id = v.run_id AND j.metric = v.metric AND j.pair_id = v.pair_id
+           WHERE v.run_id = ? AND v.input_id = ? AND v.flipped ORDER BY v.value_a || ' vs ' || v.value_b LIMIT 1""",
+        [RUN, first],
+    )
+    call = q(
+        warehouse,
+        "SELECT CAST(request AS VARCHAR) AS request, response_text FROM llm_calls WHERE run_id = ? AND call_key = ? "
+        "ORDER BY status = 'ok' DESC, created_at DESC LIMIT 1",
+        [RUN, top.call_key[0]],
+    )
+    prompts = q(
+        warehouse,
+        """SELECT a.query_text AS a, b.query_text AS b FROM probe_pairs pp
+           JOIN probes a ON a.run_id = pp.run_id AND a.metric = pp.metric AND a.probe_id = pp.probe_a
+           JOIN probes b ON b.run_id = pp.run_id AND b.metric = pp.metric AND b.probe_id = pp.probe_b
+           WHERE pp.run_id = ? AND pp.metric = 'llm.decision_flip' AND pp.pair_id = ?""",
+        [RUN, top.pair_id[0]],
+    )
+    messages = json.loads(call.request[0])["messages"]
+    expected_prompt = "\n\n".join(f"{m['role']}:\n{m['content']}" for m in messages)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1600})
+            errors = _console_errors(page)
+            page.goto(viewer_link(f"file://{report[0]}", metric="llm.decision_flip", flagged=True, open=first))
+            page.wait_for_selector("#viewer[data-ready='1']")
+            box = page.locator(f"#viewer td.detail[data-input-id='{first}'] .pair").first
+            shown = box.locator("[data-probe-id]")
+            parts = [
+                shown.nth(i).evaluate("e => Array.from(e.childNodes).map(n => [n.nodeName === 'MARK', n.textContent])")
+                for i in (0, 1)
+            ]
+            for side, (text, nodes) in enumerate(zip((prompts.a[0], prompts.b[0]), parts, strict=True)):
+                assert "".join(t for _, t in nodes) == _clipped(text), side  # the prompt whole
+                assert all(t.strip() == t and t for m, t in nodes if m)  # words, not spaces
+            assert any(m for nodes in parts for m, _ in nodes)  # a word one prompt has and the other lacks
+            unmarked = [" ".join(t for m, t in nodes if not m).split() for nodes in parts]
+            assert unmarked[0] == unmarked[1]  # what both prompts have in common
+            assert MARK in box.inner_text()  # the dataset's markup, shown as text
+            # the judge's call, from its toggle
+            verdict = box.locator(".verdict-box[data-verdict=decision]")
+            assert not verdict.locator("[data-judge-prompt]").is_visible()
+            verdict.locator("details.judge-call summary").click()
+            assert verdict.locator("[data-judge-prompt]").evaluate("e => e.textContent") == _clipped(expected_prompt)
+            assert verdict.locator("[data-judge-raw]").evaluate("e => e.textContent") == _clipped(call.response_text[0])
+            page.screenshot(path=str(tmp_path / "viewer_judge_call.png"))
+        finally:
+            browser.close()
+    assert errors == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / "viewer_judge_call.png", ARTIFACTS / "viewer_judge_call.png")
+
+
+def test_the_report_servers_root_lists_the_runs_with_their_scores_and_gates(warehouse, report, tmp_path):
+    """The root of the report server: the warehouse's runs, the newest first, each with its report's
+    link (or how to write it), each metric's overall score and gate, and the files below; without a
+    warehouse, the files alone."""
+    import threading
+    import urllib.request
+
+    import duckdb
+
+    from aip_assets.report import serve_reports
+
+    db = tmp_path / "wh" / "warehouse.duckdb"
+    db.parent.mkdir()
+    with duckdb.connect(str(db)) as con:  # a copy with a newer run that has no scores and no report
+        con.execute(f"ATTACH '{warehouse}' AS src (READ_ONLY)")
+        for table in ("eval_runs", "metric_scores"):
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM src.{table}")
+        con.execute(
+            "INSERT INTO eval_runs (run_id, spec_name, created_at) "
+            "SELECT 'rep-newer', 'rep', max(created_at) + INTERVAL 1 HOUR FROM eval_runs"
+        )
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    shutil.copy(report[0], folder / report[0].name)
+    scores = q(
+        warehouse,
+        "SELECT metric, score, passed FROM metric_scores WHERE run_id = ? AND scope = 'overall' ORDER BY metric",
+        [RUN],
+    )
+    pages = []
+    for where in (db, tmp_path / "none" / "warehouse.duckdb"):
+        server = serve_reports(folder, port=0, warehouse=where)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/", timeout=30) as r:
+                pages.append(Doc(r.read().decode("utf-8")))
+        finally:
+            server.shutdown()
+            server.server_close()
+    listed, files_only = pages
+    runs = listed.find("tr")
+    assert [r["attrs"]["data-run-id"] for r in runs if "data-run-id" in r["attrs"]] == ["rep-newer", RUN]
+    ours = next(r for r in runs if r["attrs"].get("data-run-id") == RUN)
+    expected_gate = "passed" if scores.passed.all() else "failed"
+    assert ours["attrs"]["data-gate"] == expected_gate
+    for metric, score, passed in scores.itertuples(index=False, name=None):
+        item = next(li for li in listed.find("li") if li["attrs"].get("data-metric") == metric)
+        assert item["text"].startswith(f"{metric}: {score:.3f}")
+        assert item["text"].endswith(" passed" if passed else " failed")
+    links = [a["attrs"]["href"] for a in listed.find("a")]
+    assert links.count(f"{RUN}.html") == 2  # the run's link and the file's
+    newer = next(r for r in runs if r["attrs"].get("data-run-id") == "rep-newer")
+    assert newer["attrs"]["data-gate"] == "no gate" and "aip-eval report rep-newer" in newer["text"]
+    assert files_only.find("tr") == [] and [a["attrs"]["href"] for a in files_only.find("a")] == [f"{RUN}.html"]

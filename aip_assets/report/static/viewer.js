@@ -41,13 +41,15 @@
     }
     return [x.map(function (w, j) { return [w, mx[j] && /\S/.test(w)]; }), y.map(function (w, j) { return [w, my[j] && /\S/.test(w)]; })];
   }
-  function marked(node, tokens) {  // text, the differing words in <mark>, never markup
-    var run = "";
-    tokens.forEach(function (t) {
-      if (!t[1]) { run += t[0]; return; }
-      if (run) { node.appendChild(document.createTextNode(run)); run = ""; }
-      node.appendChild(el("mark", null, t[0]));
+  function marked(node, tokens) {  // text, each run of differing words in one <mark>, never markup
+    var run = "", hit = "";
+    tokens.forEach(function (t, j) {
+      var on = t[1] || (hit && /^\s+$/.test(t[0]) && tokens[j + 1] && tokens[j + 1][1]);  // a space inside a run
+      if (on) { if (run) { node.appendChild(document.createTextNode(run)); run = ""; } hit += t[0]; return; }
+      if (hit) { node.appendChild(el("mark", null, hit)); hit = ""; }
+      run += t[0];
     });
+    if (hit) node.appendChild(el("mark", null, hit));
     if (run) node.appendChild(document.createTextNode(run));
     return node;
   }
@@ -194,7 +196,7 @@
     if (v.r) d.appendChild(el("div", {"class": "txt", "data-reasoning": "1"}, v.r));
     if (v.jp || v.jr) {  // the judge's call, behind a toggle
       var call = el("details", {"class": "judge-call"});
-      call.appendChild(el("summary", null, "the judge's prompt and raw answer"));
+      call.appendChild(el("summary", null, "the judge's prompt and raw answer" + (v.sw ? " (it saw b first: its response 1 is b)" : "")));
       call.appendChild(el("div", {"class": "muted"}, "prompt:"));
       call.appendChild(el("div", {"class": "txt", "data-judge-prompt": "1"}, v.jp || "(not recorded)"));
       call.appendChild(el("div", {"class": "muted"}, "raw answer:"));
