@@ -233,3 +233,40 @@ def test_the_viewer_marks_the_differing_words_describes_personas_and_shows_the_j
         finally:
             browser.close()
     assert errors == []
+
+
+def test_in_a_lake_the_servers_root_lists_the_lakes_runs_with_their_reports(tmp_path, builtin_http, lake, monkeypatch):
+    """In a lake the root of a report server whose own folder is empty lists the lake's runs, each
+    linking its report, which the server answers from the lake."""
+    import threading
+    import urllib.request
+
+    from aip_assets import warehouse as wh
+    from aip_assets.report import serve_reports, write_report
+
+    from .conftest import make_spec, run_all, write_dataset
+    from .test_pipeline import FLIP
+
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    url, _ = builtin_http(FLIP)
+    run_all(make_spec(ds, sut={"provider": "openai", "base_url": url, "model": "m"}), "rep-1")
+    html = write_report("rep-1").read_text(encoding="utf-8")
+    scores = wh.query("SELECT metric, score FROM metric_scores WHERE run_id = 'rep-1' AND scope = 'overall'")
+    wh.release()
+    elsewhere = tmp_path / "other-host"
+    monkeypatch.setenv("AIP_DATA_DIR", str(elsewhere))
+    monkeypatch.setenv("AIP_WAREHOUSE", str(elsewhere / "warehouse.duckdb"))
+    server = serve_reports(elsewhere / "reports", port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        root = f"http://127.0.0.1:{server.server_address[1]}/"
+        with urllib.request.urlopen(root, timeout=30) as r:
+            page = r.read().decode("utf-8")
+        assert '<tr data-run-id="rep-1"' in page and '<a href="rep-1.html">rep-1</a>' in page
+        for metric, score in scores.itertuples(index=False, name=None):
+            assert f'<li data-metric="{metric}">{metric}: {score:.3f}' in page
+        with urllib.request.urlopen(root + "rep-1.html", timeout=30) as r:
+            assert r.read().decode("utf-8") == html
+    finally:
+        server.shutdown()
+        server.server_close()
