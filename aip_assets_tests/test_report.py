@@ -876,12 +876,15 @@ def test_viewer_pairs_an_external_perturbation_variant_with_its_baseline(tmp_pat
 def test_viewer_keeps_within_its_byte_budget_lowest_rows_first(warehouse):
     from aip_assets.report.queries import _Reader
     from aip_assets.report.values import _records
-    from aip_assets.report.viewer import read
+    from aip_assets.report.viewer import _take_calls, read
 
     rd = _Reader(RUN, warehouse)
     full = read(lambda sql, params=None: _records(rd.q(sql, params)), list(METRICS), 500, RUN)
-    sizes = {m: sum(len(json.dumps(r, ensure_ascii=False)) for r in full["rows"] if r["m"] == m) for m in METRICS}
-    budget = min(sizes.values()) // 2 * len(METRICS)  # every metric's share is half its smallest's size
+    bare = json.loads(json.dumps(full["rows"]))
+    for r in bare:
+        _take_calls(r)  # the judge's calls are dropped before any row
+    sizes = {m: sum(len(json.dumps(r, ensure_ascii=False)) for r in bare if r["m"] == m) for m in METRICS}
+    budget = min(sizes.values()) // 2 * len(METRICS)  # every metric's share is half its smallest's rows' size
     small = read(lambda sql, params=None: _records(rd.q(sql, params)), list(METRICS), 500, RUN, max_bytes=budget)
     for m in METRICS:
         every = [r["id"] for r in full["rows"] if r["m"] == m]
@@ -1405,3 +1408,35 @@ def test_the_report_servers_root_lists_the_runs_with_their_scores_and_gates(ware
     newer = next(r for r in runs if r["attrs"].get("data-run-id") == "rep-newer")
     assert newer["attrs"]["data-gate"] == "no gate" and "aip-eval report rep-newer" in newer["text"]
     assert files_only.find("tr") == [] and [a["attrs"]["href"] for a in files_only.find("a")] == [f"{RUN}.html"]
+
+
+def test_viewer_keeps_its_rows_before_the_judges_calls(warehouse):
+    """The judge's prompts and raw answers are what a tight byte budget drops first: a budget that
+    holds a metric's rows without their calls keeps every row, and its verdicts say their call is
+    not in the file (with its key); the calls kept are the lowest rows', within the share."""
+    from aip_assets.report.queries import _Reader
+    from aip_assets.report.values import _records
+    from aip_assets.report.viewer import _take_calls, read
+
+    rd = _Reader(RUN, warehouse)
+    query = lambda sql, params=None: _records(rd.q(sql, params))  # noqa: E731
+    metric = ["llm.decision_flip"]
+    full = read(query, metric, 500, RUN)
+    verdicts = lambda row: [v for it in row["items"] for v in it["v"]] + row["single"]  # noqa: E731
+    assert all("jp" in v and v["ck"] for r in full["rows"] for v in verdicts(r))
+    bare = json.loads(json.dumps(full["rows"]))
+    for r in bare:
+        _take_calls(r)
+    rows_only = sum(len(json.dumps(r, ensure_ascii=False)) for r in bare)
+    with_calls = sum(len(json.dumps(r, ensure_ascii=False)) for r in full["rows"])
+    assert with_calls > 2 * rows_only  # the calls are most of a decision-flip row
+    budget = (rows_only + with_calls) // 2
+    small = read(query, metric, 500, RUN, max_bytes=budget)
+    assert [r["id"] for r in small["rows"]] == [r["id"] for r in full["rows"]]  # every row kept
+    given = [any("jp" in v for v in verdicts(r)) for r in small["rows"]]
+    assert any(given) and not all(given) and given == sorted(given, reverse=True)  # the lowest rows' calls
+    for r in small["rows"]:
+        assert all(v.get("calls") is False and "jp" not in v and v["ck"] for v in verdicts(r)) or all(
+            "calls" not in v for v in verdicts(r)
+        )
+    assert sum(len(json.dumps(r, ensure_ascii=False)) for r in small["rows"]) <= budget

@@ -270,3 +270,37 @@ def test_in_a_lake_the_servers_root_lists_the_lakes_runs_with_their_reports(tmp_
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_verdict_whose_call_is_not_in_the_file_gives_the_sql_for_it(tmp_path):
+    from aip_assets.report.viewer import _take_calls
+
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    probes = [_probe("pa", "p00", "I am a woman."), _probe("pb", "p01", "I am a man.")]
+    pairs = [{"pair_id": "q1", "value_a": "p00", "value_b": "p01", "probe_a": "pa", "probe_b": "pb", "axis": None}]
+    judged = [{"pair_id": "q1", "judge_kind": "similarity", "score": 0.5, "status": "ok", "call_key": "abc123"}]
+    row = _row(probes, pairs, judged, {"abc123": {"request": "{}", "response_text": "ok"}})
+    _take_calls(row)  # as the byte budget does
+    data = {
+        "run_id": "run-7",
+        "metrics": [{"metric": "llm.toy", "name": "toy", "facet": "category", "shown": 1, "total": 1}],
+        "rows_per_metric": 10,
+        "rows": [row],
+    }
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"file://{_page(tmp_path, data)}")
+            page.wait_for_selector("#viewer[data-ready='1']")
+            page.click("#viewer tr.row")
+            assert page.locator("details.judge-call").count() == 0
+            assert page.inner_text("[data-judge-call-missing]").endswith(
+                "SELECT request, response_text FROM llm_calls WHERE run_id = 'run-7' AND call_key = 'abc123'"
+            )
+        finally:
+            browser.close()

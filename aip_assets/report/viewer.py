@@ -11,7 +11,9 @@ text from a dataset or a model can close the block, and the script only ever set
 
 Large runs: at most ``rows_per_metric`` rows of each metric are embedded, the lowest scores first
 (unscored rows before them), and no more than the metric's share of ``MAX_BYTES``; the viewer says
-how many were left out and gives the SQL for all.
+how many were left out and gives the SQL for all. The judge's prompts and raw answers come last:
+the kept rows' calls, the lowest rows first, as far as the share left allows (a verdict without
+its call in the file says so, with the SQL for it).
 """
 
 from __future__ import annotations
@@ -95,15 +97,24 @@ def read(
     used: dict[str, int] = {}
     full: set[str] = set()
     kept = []
+    calls_of: list[list[dict[str, Any]]] = []  # each kept row's judge calls, set aside
     for r in out_rows:  # in rank order: what is kept of a metric is its lowest rows
         if r["m"] in full:
             continue
+        taken = _take_calls(r)
         size = len(json.dumps(r, ensure_ascii=False))
         if r["m"] in used and used[r["m"]] + size > share:
             full.add(r["m"])
             continue
         used[r["m"]] = used.get(r["m"], 0) + size
         kept.append(r)
+        calls_of.append(taken)
+    # then the judge's calls of the kept rows, the lowest rows first, in what is left of the share
+    for r, taken in zip(kept, calls_of, strict=True):
+        size = len(json.dumps(taken, ensure_ascii=False))
+        if used[r["m"]] + size <= share:
+            used[r["m"]] += size
+            _give_calls(r, taken)
     return {
         "run_id": run_id,
         "metrics": [
@@ -120,6 +131,27 @@ def read(
         "personas": _personas(queries.viewer_personas(q)),
         "rows": kept,
     }
+
+
+def _verdicts(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for it in row["items"] for v in it["v"]] + row["single"]
+
+
+def _take_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The judge's prompts and raw answers of a row's verdicts, taken out of the row (``calls`` on
+    each verdict False: not in the file), in the verdicts' order."""
+    out: list[dict[str, Any]] = []
+    for v in _verdicts(row):
+        out.append({k: v.pop(k) for k in ("jp", "jr") if k in v})
+        v["calls"] = False
+    return out
+
+
+def _give_calls(row: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    """Put back what ``_take_calls`` took."""
+    for v, c in zip(_verdicts(row), calls, strict=True):
+        v.pop("calls")
+        v.update(c)
 
 
 def _personas(records: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
@@ -228,7 +260,8 @@ def _detail(
             "st": j.get("status"),
             "e": _clip(j.get("error")),
             "r": _clip(j.get("reasoning")),
-            # the judge's own prompt and raw answer (its call in llm_calls)
+            # the judge's own prompt and raw answer (its call in llm_calls); the key to look it up
+            "ck": j.get("call_key"),
             "jp": _clip(_prompt_text(call.get("request"))),
             "jr": _clip(call.get("response_text")),
         }

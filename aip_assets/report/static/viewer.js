@@ -194,7 +194,10 @@
     else if (v.at === false && v.da !== v.db) d.appendChild(el("span", {"class": "muted"}, " · decisions differ, not due to the persona"));
     if (v.sw !== null && v.sw !== undefined) d.appendChild(el("span", {"class": "muted"}, v.sw ? " · judge saw b first" : " · judge saw a first"));
     if (v.r) d.appendChild(el("div", {"class": "txt", "data-reasoning": "1"}, v.r));
-    if (v.jp || v.jr) {  // the judge's call, behind a toggle
+    if (v.calls === false && v.ck) {  // left out of the file for its size
+      d.appendChild(el("div", {"class": "muted", "data-judge-call-missing": "1"}, "the judge's prompt and raw answer are not in this file: " +
+        "SELECT request, response_text FROM llm_calls WHERE run_id = '" + data.run_id + "' AND call_key = '" + v.ck + "'"));
+    } else if (v.jp || v.jr) {  // the judge's call, behind a toggle
       var call = el("details", {"class": "judge-call"});
       call.appendChild(el("summary", null, "the judge's prompt and raw answer" + (v.sw ? " (it saw b first: its response 1 is b)" : "")));
       call.appendChild(el("div", {"class": "muted"}, "prompt:"));
