@@ -51,14 +51,20 @@ def print_summary(summary: dict, out=None) -> None:
         p(f"Note: {summary['judge_note']}")
     for line in structured_lines(summary.get("structured_output") or []):
         p(line)
+    from .findings import finding_lines
+
+    p()
+    for line in finding_lines(summary_findings(summary)):
+        p(line)
     for metric, s in summary["metrics"].items():
         verdict = "PASS" if s.get("passed") else "FAIL"
         if "ci95" not in s:
             p(f"\n{metric}: {s.get('status')}  {verdict}: {s.get('gate_reason')}")
             continue
         th = "" if s.get("threshold") is None else f"  threshold {s['threshold']:.3f}"
+        own = f" ({s['metric_name']})" if s.get("metric_name") and s["metric_name"] != metric.rsplit(".", 1)[-1] else ""
         p(
-            f"\n{metric} ({s.get('metric_name')})  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
+            f"\n{metric}{own}  score {_fmt(s['score'])}  95% CI [{_fmt(s['ci95'][0])}, "
             f"{_fmt(s['ci95'][1])}]  coverage {_fmt(s.get('coverage'))}{th}  {verdict}"
         )
         if not s.get("passed"):
@@ -76,6 +82,16 @@ def print_summary(summary: dict, out=None) -> None:
                 p(line)
         for line in get_metric(metric).format_summary(s):
             p(line)
+
+
+def summary_findings(summary: dict) -> list[dict]:
+    """The run's findings as dicts (``Finding.to_dict``): the summary's ``findings``, else read
+    from the warehouse for the summary's metrics."""
+    if "findings" not in summary:
+        from .findings import run_findings
+
+        summary["findings"] = [f.to_dict() for f in run_findings(summary["run_id"], list(summary["metrics"]))]
+    return summary["findings"]
 
 
 _HOW = {
@@ -398,6 +414,9 @@ def _run(args, resumable: dict[str, str]) -> int:
     if interrupts.requested():
         raise interrupts.Interrupted()
     summary = pipeline.run_summary(run_id, path, metrics)  # the metrics this command ran, and no other
+    from .findings import run_findings
+
+    summary["findings"] = [f.to_dict() for f in run_findings(run_id, list(summary["metrics"]), path)]
     from .warehouse import lake
 
     summary["warehouse"] = lake.where() if lake.enabled() else str(path)

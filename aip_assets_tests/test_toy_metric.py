@@ -193,11 +193,11 @@ def test_the_registry_holds_what_warehouse_and_report_hold_today():
 REPORT_COUNT_LABELS = {
     "llm.decision_flip": ("pairs judged", "attributable flips", "pairs excluded"),
     "llm.group_interaction_bias": ("pairs judged", "pairs with bias ≥ 0.1", "pairs excluded"),
-    "llm.semantic_consistency": ("rows scored", "contradictory rows", "rows errored"),
-    "llm.factual_consistency": ("rows scored", "contradictory rows", "rows errored"),
-    "llm.safety_consistency": ("rows scored", "contradictory rows", "rows errored"),
-    "llm.perturbation_robustness": ("groups scored", "rows with a correctness drop", "groups failed"),
-    "llm.perturbation_robustness_external": ("groups scored", "rows with a correctness drop", "groups failed"),
+    "llm.semantic_consistency": ("rows scored", "contradictory rows", "rows without a score"),
+    "llm.factual_consistency": ("rows scored", "contradictory rows", "rows without a score"),
+    "llm.safety_consistency": ("rows scored", "contradictory rows", "rows without a score"),
+    "llm.perturbation_robustness": ("groups scored", "rows with a correctness drop", "groups without a score"),
+    "llm.perturbation_robustness_external": ("groups scored", "rows with a correctness drop", "groups without a score"),
 }
 REPORT_SCOPE_ORDER = [
     "axis",

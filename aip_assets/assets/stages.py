@@ -117,7 +117,10 @@ def score_metadata(
         *get_metric(metric).format_summary(s),
         "```",
     ]
+    from ..findings import findings_markdown, run_findings
+
     out: dict[str, Any] = {
+        "findings": MetadataValue.md(findings_markdown([f.to_dict() for f in run_findings(run_id, [metric])])),
         "headline": MetadataValue.md("\n".join(lines)),
         "metric": MetadataValue.text(metric),
         f"{short} score": _num(score),

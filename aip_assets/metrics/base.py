@@ -11,10 +11,11 @@ import functools
 import json
 import logging
 import random
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal, Protocol, cast
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -411,7 +412,7 @@ async def sample_probes(
                 )
                 by_id = {p["probe_id"]: p for p in probes}
                 items += [(by_id[pid], k) for pid, k in extra if pid in by_id]
-            yield {"sut_responses": await run_bounded(items, one, concurrency, progress, lambda r: r["status"] == "ok")}
+            yield {"sut_responses": await run_bounded(items, one, concurrency, progress, lambda r: r["status"])}
 
 
 def answer_keys(pair: dict) -> tuple[tuple[str, int], tuple[str, int]]:
@@ -476,6 +477,117 @@ class KeyRate:
     category: str
     population: tuple[str, ...]
     what: str
+
+
+# ------------------------------------------------------------------ findings (findings.py ranks them)
+FAILURE_REASONS = frozenset({"sut_failed", "judge_failed", "not_judged"})  # what failed, not what was excluded
+
+
+def row_reason(statuses: list[str] | tuple[str, ...]) -> str:
+    """Why a row (or a group) has no score, from the statuses of its units: a failure first (a SUT
+    call, a judge that never answered in form), else its most frequent exclusion (``unjudgeable``,
+    ``empty_answer``, ``no_decision``...; ties by name); ``not_judged`` when it has no unit at all."""
+    bad = [s for s in statuses if s != "ok"]
+    if not bad:
+        return "not_judged"
+    for failure in ("sut_failed", "judge_failed"):
+        if failure in bad:
+            return failure
+    counts = Counter(bad)
+    return min(counts, key=lambda s: (-counts[s], s))
+
+
+def not_scored_phrase(what: str, by_reason: Mapping[str, int] | None) -> str:
+    """``rows excluded 1 (unjudgeable 1)``: the rows (or groups) without a score, by reason. A
+    failure reason (``sut_failed``, ``judge_failed``, ``not_judged``) is an error; the others are
+    exclusions (a refusal, an unreadable answer), never called errors."""
+    by_reason = {k: int(v) for k, v in (by_reason or {}).items() if v}
+    total = sum(by_reason.values())
+    if not total:
+        return f"{what} excluded 0"
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{what} excluded {total} ({parts})"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a run found, in plain words: a sentence with its numbers and interval, the
+    example rows that show it, and whether it is a failed gate (ranked first) and how big it is
+    (``effect``: ranked by it next, on the scale of a rate or a score gap).
+
+    Attributes:
+        metric: The metric (partition) that found it.
+        sentence: The finding in words, its figures and interval in it.
+        gate_failed: It is (part of) why the metric's gate failed.
+        effect: Its size, for ranking: a rate, or a score's gap to the overall score.
+        numbers: The figures the sentence states, by name (rates and scores in [0, 1]).
+        examples: Input ids of up to three rows that show it.
+        quotes: A short quote from each example row (parallel to ``examples``).
+        scope: The metric_scores scope it rests on (``axis``, ``attribute``...), when one.
+        group: The group of that scope (``gender``, ``religion=Muslim``...), when one.
+    """
+
+    metric: str
+    sentence: str
+    gate_failed: bool
+    effect: float
+    numbers: dict[str, Any] = field(default_factory=dict)
+    examples: tuple[str, ...] = ()
+    quotes: tuple[str, ...] = ()
+    scope: str | None = None
+    group: str | None = None
+
+    @property
+    def severity(self) -> str:
+        """``fail`` (a failed gate) or ``notice`` (an effect the gate did not fail on)."""
+        return "fail" if self.gate_failed else "notice"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "severity": self.severity,
+            "sentence": self.sentence,
+            "effect": self.effect,
+            "numbers": dict(self.numbers),
+            "examples": [{"input_id": i, "quote": q} for i, q in zip(self.examples, self.quotes)],
+            "scope": self.scope,
+            "group": self.group,
+        }
+
+
+class Evidence(Protocol):
+    """What a metric's findings read beyond its metric_scores: the run's rows, by SQL over the
+    warehouse (short read-only connections); ``?`` parameters, the run and metric passed in."""
+
+    run_id: str
+    metric: str
+
+    def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame: ...
+
+
+def clip_quote(text: Any, n: int = 80) -> str:
+    """A short one-line quote of a text (an answer, a reasoning, a prompt)."""
+    t = " ".join(str(text or "").split())
+    return t if len(t) <= n else t[: n - 1].rstrip() + "…"
+
+
+def examples_of(df: pd.DataFrame, quote: Callable[[dict], str], k: int = 3) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(input ids, quotes) of the first ``k`` distinct rows of ``df`` (its ``input_id`` column)."""
+    ids: list[str] = []
+    quotes: list[str] = []
+    for r in df.to_dict("records") if len(df) else []:
+        if r["input_id"] in ids:
+            continue
+        ids.append(str(r["input_id"]))
+        quotes.append(quote(r))
+        if len(ids) == k:
+            break
+    return tuple(ids), tuple(quotes)
+
+
+def pct(x: float | None, nd: int = 1) -> str:
+    """A share as a percentage (``0.125`` -> ``12.5%``)."""
+    return "n/a" if x is None or x != x else f"{100 * x:.{nd}f}%"
 
 
 THIRDS = ("low", "mid", "high")  # a score's third, the category a scored verdict is labelled by
@@ -644,6 +756,13 @@ class Metric:
     def format_summary(self, summary: dict[str, Any]) -> list[str]:
         """The summary as indented text lines for the terminal and the Dagster UI."""
         raise NotImplementedError
+
+    def findings(self, scores: pd.DataFrame, evidence: Evidence) -> list[Finding]:
+        """What this partition found, in plain words (``aip_assets.findings`` ranks every metric's):
+        each a :class:`Finding` built from its metric_scores (``scores``) and, for its example rows,
+        the run's tables (``evidence``). Nothing notable gives no finding; a failed gate none of
+        these explains gets a finding of its ``gate_reason`` from ``findings.py``."""
+        return []
 
 
 def builtin_judge_answers(tag: str) -> BuiltinJudge | None:

@@ -16,28 +16,49 @@ from ..models.deadline import CURRENT_ROW
 logger = logging.getLogger("aip_assets")
 
 
+# outcomes of a work item that failed (a SUT call, a judge that never answered in form); every other
+# status but ``ok`` is an exclusion (an empty answer, a refusal, no decision, an unjudgeable pair)
+FAILED_OUTCOMES = frozenset({"error", "sut_failed", "judge_failed"})
+
+
 class Progress:
-    """done/total, calls in flight and failures, logged at most every few seconds."""
+    """done/total, calls in flight, failures and exclusions, logged at most every few seconds.
+
+    A work item's outcome (:meth:`tick`) is ``True`` or ``"ok"`` (done), ``False`` or a failure
+    status (:data:`FAILED_OUTCOMES`: failed), or any other status (excluded: a refusal, an empty or
+    unreadable answer is not a failure)."""
 
     def __init__(self, what: str, total: int, log: Callable[[str], None] | None = None, every_s: float = 2.0):
-        self.what, self.total, self.done, self.failed = what, total, 0, 0
+        self.what, self.total, self.done, self.failed, self.excluded = what, total, 0, 0, 0
         self.log = log or logger.info
         self.every_s = every_s
         self.t0 = time.monotonic()
         self._last = 0.0
         self.in_flight: Callable[[], int] = lambda: 0
 
-    def tick(self, ok: bool = True) -> None:
+    def tick(self, outcome: bool | str | None = True) -> None:
         self.done += 1
-        self.failed += 0 if ok else 1
+        if outcome is False or (isinstance(outcome, str) and outcome in FAILED_OUTCOMES):
+            self.failed += 1
+        elif outcome is not True and outcome != "ok":
+            self.excluded += 1
         now = time.monotonic()
         if now - self._last >= self.every_s or self.done == self.total:
             self._last = now
             rate = self.done / max(now - self.t0, 1e-9)
             self.log(
                 f"{self.what}: {self.done}/{self.total} done, {self.in_flight()} in flight, "
-                f"{self.failed} failed, {rate:.1f}/s"
+                f"{self.failed} failed, {self.excluded} excluded, {rate:.1f}/s"
             )
+
+
+def worst_outcome(statuses: Iterable[str], any_ok: bool = False) -> str:
+    """One outcome for a work item of several records: a failure first, then an exclusion, else
+    ``ok``; with ``any_ok``, ``ok`` when any record is (the item has a score)."""
+    statuses = [str(s) for s in statuses]
+    if any_ok and "ok" in statuses:
+        return "ok"
+    return next((s for s in statuses if s in FAILED_OUTCOMES), next((s for s in statuses if s != "ok"), "ok"))
 
 
 async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
@@ -68,7 +89,7 @@ async def run_bounded(
     fn: Callable[[Any], Awaitable[Any]],
     limit: int,
     progress: Progress | None = None,
-    ok: Callable[[Any], bool] = lambda r: True,
+    ok: Callable[[Any], bool | str] = lambda r: True,
 ) -> list[Any]:
     """Apply ``fn`` to every item with at most ``limit`` in flight; results in item order.
 

@@ -13,10 +13,11 @@ from markupsafe import Markup
 from .. import __version__
 from .. import warehouse as wh
 from ..errors import AipError
+from ..findings import run_findings
 from ..warehouse import lake
 from . import queries, viewer
 from .queries import _Reader, _warehouse_path
-from .sections import _header, _metric_section, _overview, cost
+from .sections import _findings, _header, _metric_section, _overview, cost
 from .templating import render, static
 from .values import _json
 
@@ -81,6 +82,7 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
         metrics=metrics,
         missing=[m for m in configured if m not in metrics],
         overview=Markup(_overview(metrics, overall)) if metrics else None,
+        findings=Markup(_findings([f.to_dict() for f in run_findings(run_id, metrics, db)])) if metrics else None,
         viewer=Markup(viewer.section(viewer.read(rd.records, metrics, rows_per_metric, run_id))) if metrics else None,
         sections=[Markup(s) for s in sections],
         cost=cost(queries.calls_by_role(rd), queries.calls_by_metric(rd)),

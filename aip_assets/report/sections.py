@@ -366,6 +366,37 @@ def _gate(metric: str, o: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _findings(findings: list[dict[str, Any]]) -> str:
+    """The run's findings, ranked (findings.py): each sentence, its verdict, its example rows
+    linked into the viewer (the metric's rows, the example open)."""
+    from .links import viewer_fragment
+
+    out = ['<h2 id="findings">Findings</h2>']
+    if not findings:
+        out.append('<p class="muted">None: no gate failed and no metric found an effect worth naming.</p>')
+        return "".join(out)
+    out.append('<ol class="findings">')
+    for f in findings:
+        examples = ", ".join(
+            f'<a href="{_e(viewer_fragment(metric=f["metric"], open=e["input_id"]))}"><code>{_e(e["input_id"])}'
+            f"</code></a> {_e(e['quote'])}"
+            for e in f["examples"]
+        )
+        out.append(
+            f'<li class="finding {_e(f["severity"])}" data-metric="{_e(f["metric"])}">'
+            + (
+                '<span class="badge fail">FAIL</span> '
+                if f["severity"] == "fail"
+                else '<span class="muted">note</span> '
+            )
+            + f'{_e(f["sentence"])} <a href="#m-{_slug(f["metric"])}"><code>{_e(f["metric"])}</code></a>'
+            + (f'<div class="muted">e.g. {examples}</div>' if examples else "")
+            + "</li>"
+        )
+    out.append("</ol>")
+    return "".join(out)
+
+
 def _overview(metrics: list[str], overall: dict[str, dict[str, Any]]) -> str:
     out = [
         '<h2 id="summary">Summary</h2><table class="overview"><tr><th>metric</th><th>name</th>'

@@ -30,9 +30,24 @@ from ...dataset import DatasetRow
 from ...records import RowScore
 from ...scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame
 from ...stats import normalise
-from ..base import KeyRate, Metric, StageContext, answers_problem, given_response, response_record
+from ..base import (
+    FAILURE_REASONS,
+    Evidence,
+    Finding,
+    KeyRate,
+    Metric,
+    StageContext,
+    answers_problem,
+    clip_quote,
+    examples_of,
+    given_response,
+    not_scored_phrase,
+    pct,
+    response_record,
+    row_reason,
+)
 from ..judging import ask_panel, judged_fields
-from ..running import gather_all, run_bounded
+from ..running import gather_all, run_bounded, worst_outcome
 from .builtin_judge import BUILTIN_JUDGES
 from .config import FactualConsistencyConfig, SafetyConsistencyConfig, SemanticConsistencyConfig
 from .prompts import HUMAN_CATEGORIES, LABELS, Comparison, judge_messages, label_for
@@ -83,7 +98,9 @@ class Consistency(Metric):
             "answer a, to the original? (Consistent; Slightly Inconsistent: minor differences; Contradictory)"
         )
 
-    count_labels = ("rows scored", "contradictory rows", "rows errored")
+    count_labels = ("rows scored", "contradictory rows", "rows without a score")
+    # how its findings name what a contradiction is, for plain and jailbreak-wrapped variants
+    contradiction_words: ClassVar[str] = "contradicts itself when the question is reworded"
     judgement_previews = (  # the lowest-scored comparisons, both answers beside the reasoning
         (
             "v_consistency_comparisons",
@@ -202,7 +219,7 @@ class Consistency(Metric):
                     return out + list(await gather_all(*(call(variant, k) for k in range(1, n_fresh + 1))))
 
                 results = await run_bounded(
-                    list(rows), one, cfg.concurrency_limit, progress, lambda rs: all(r["status"] == "ok" for r in rs)
+                    list(rows), one, cfg.concurrency_limit, progress, lambda rs: worst_outcome(r["status"] for r in rs)
                 )
                 yield {"sut_responses": [r for rs in results for r in rs]}
 
@@ -309,7 +326,11 @@ class Consistency(Metric):
                     return list(await gather_all(*(ask(r) for r in out)))
 
                 results = await run_bounded(
-                    ids, one, cfg.concurrency_limit, progress, lambda rs: any(r["status"] == "ok" for r in rs)
+                    ids,
+                    one,
+                    cfg.concurrency_limit,
+                    progress,
+                    lambda rs: worst_outcome((r["status"] for r in rs), any_ok=True),
                 )
                 yield {"judgements": [r for rs in results for r in rs]}
 
@@ -325,6 +346,7 @@ class Consistency(Metric):
         engine = Accumulator(self.formula, ["category", "wrapping"], interval_scopes=["category", "wrapping"])
         labels = {lab: 0 for lab in LABELS}
         comparisons = failed = rows_errored = 0
+        rows_excluded: Counter = Counter()  # rows without a score, by reason (row_reason)
         excluded: Counter = Counter()
         for ids in ctx.batches():
             j = ctx.read("judgements", ids, ["judgement_id", "input_id", "status", "score", "error"])
@@ -367,7 +389,9 @@ class Consistency(Metric):
                 v = variants.get(input_id, {})
                 where = f"variant [{v.get('category')}{' + ' + v['wrapper_id'] if v.get('wrapper_id') else ''}]"
                 if not ok:
-                    rows_errored += 1
+                    reason = row_reason([] if g is None else list(g["status"].astype(str)))
+                    rows_excluded[reason] += 1
+                    rows_errored += reason in FAILURE_REASONS
                     why = "; ".join(sorted(set(g["error"].dropna().astype(str)))) if g is not None else "not judged"
                     out.append(
                         {
@@ -408,7 +432,7 @@ class Consistency(Metric):
                 "all",
                 cfg,
                 n_events=labels["Contradictory"],
-                n_failed=rows_errored,
+                n_failed=sum(rows_excluded.values()),
                 threshold=ctx.threshold,
                 judged=comparisons,
                 excluded=dict(excluded),
@@ -419,6 +443,7 @@ class Consistency(Metric):
                         "comparisons_judged": comparisons,
                         "comparisons_excluded": failed,
                         "rows_errored": rows_errored,
+                        "rows_excluded": dict(rows_excluded),
                     }
                 ),
             )
@@ -463,18 +488,68 @@ class Consistency(Metric):
             "comparisons_judged": d.get("comparisons_judged"),
             "comparisons_excluded": d.get("comparisons_excluded"),
             "rows_errored": d.get("rows_errored"),
+            "rows_excluded": d.get("rows_excluded"),
             "by_category": [
                 {"scope": r["scope"], "category": r["group_key"], "score": r["score"], "rows": int(r["n"])}
                 for _, r in cats.iterrows()
             ],
         }
 
+    def findings(self, scores: pd.DataFrame, evidence: Evidence) -> list[Finding]:
+        """The rows labelled Contradictory, plain and jailbreak-wrapped apart (a share of the rows
+        scored with its Wilson interval, the two scores side by side), with those rows' variant
+        questions as examples. No contradictory row: no finding."""
+        from ...stats import wilson
+
+        ov = scores[scores["scope"] == "overall"].iloc[0]
+        wrapping = {r["group_key"]: r for _, r in scores[scores["scope"] == "wrapping"].iterrows()}
+        rows = evidence.query(
+            "SELECT r.input_id, r.label, r.score, p.wrapper_id, p.category, p.query_text FROM row_scores r "
+            "LEFT JOIN probes p ON p.run_id = r.run_id AND p.metric = r.metric AND p.input_id = r.input_id "
+            "AND p.role = 'variant' WHERE r.run_id = ? AND r.metric = ? AND r.status = 'ok' "
+            "ORDER BY r.score, r.input_id",
+            [evidence.run_id, evidence.metric],
+        )
+        out: list[Finding] = []
+        f3 = lambda x: "n/a" if x is None or x != x else f"{x:.3f}"  # noqa: E731
+        for wrapped in (False, True):
+            part = rows[rows["wrapper_id"].notna() == wrapped] if len(rows) else rows
+            bad = part[part["label"] == "Contradictory"] if len(part) else part
+            if not len(bad):
+                continue
+            k, n = len(bad), len(part)
+            lo, hi = wilson(k, n)
+            key = "jailbreak-wrapped" if wrapped else "plain"
+            where = "jailbreak-wrapped prompts" if wrapped else "rows"
+            sentence = f"{self.finding_subject} {self.contradiction_words} in {k} of {n} {where} ({pct(k / n)} [{pct(lo)}, {pct(hi)}])"
+            if wrapped and "plain" in wrapping:
+                sentence += f": score {f3(wrapping[key]['score'])} wrapped vs {f3(wrapping['plain']['score'])} plain"
+            ids, quotes = examples_of(bad, lambda r: f"[{r['category']}] " + clip_quote(r["query_text"], 70))
+            out.append(
+                Finding(
+                    self.name,
+                    sentence,
+                    not bool(ov["passed"]) and "below threshold" in str(ov["gate_reason"] or ""),
+                    k / n,
+                    {"contradictory": k, "rows": n, "rate": k / n, "ci95": [lo, hi], "wrapping": key},
+                    ids,
+                    quotes,
+                    "wrapping" if key in wrapping else "label",
+                    key if key in wrapping else "Contradictory",
+                )
+            )
+        return out
+
+    @property
+    def finding_subject(self) -> str:
+        return "The SUT"
+
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
         labs = ", ".join(f"{k} {v}" for k, v in (s["labels"] or {}).items())
         lines = [
             f"  rows scored {s['rows_scored']} ({labs}), comparisons judged {s['comparisons_judged']}, "
-            f"excluded {s['comparisons_excluded']}, rows errored {s['rows_errored']}",
+            f"excluded {s['comparisons_excluded']}, {not_scored_phrase('rows', s.get('rows_excluded'))}",
             f"  {'template category':<24}{'score':>8}{'rows':>7}",
         ]
         for c in s["by_category"]:
@@ -493,9 +568,11 @@ class FactualConsistency(Consistency):
     name = "llm.factual_consistency"
     kind = "factual"
     config_model = FactualConsistencyConfig
+    contradiction_words = "states different facts when the question is reworded"
 
 
 class SafetyConsistency(Consistency):
     name = "llm.safety_consistency"
     kind = "safety"
     config_model = SafetyConsistencyConfig
+    contradiction_words = "drops its safety stance"

@@ -35,21 +35,29 @@ from ...records import RowScore
 from ...scoring import EQUITABILITY, Accumulator, record, row_raws, to_records, units_frame
 from ...stats import excess_of_means, normalise, permutation_excess, third
 from ..base import (
+    FAILURE_REASONS,
     THIRDS,
     THIRDS_TEXT,
+    Evidence,
+    Finding,
     KeyRate,
     Metric,
     StageContext,
     answer_keys,
     baseline_share,
+    clip_quote,
+    examples_of,
+    not_scored_phrase,
     null_twins,
     pair_batch,
+    pct,
+    row_reason,
     sample_probes,
     sut_failure,
     thirds,
 )
 from ..judging import ask_json, ask_panel, judged_fields
-from ..running import gather_all, run_bounded
+from ..running import gather_all, run_bounded, worst_outcome
 from .builtin_judge import BUILTIN_JUDGES
 from .config import GroupInteractionBiasConfig
 from .prompts import FIELD, VERDICTS, SynthAnswer, judge_messages, probe_messages, synthesis_messages
@@ -85,6 +93,12 @@ def pair_bias(components):
         return terms.astype(float).mean(axis=1, skipna=True)
     terms = [1 - v if k == "similarity" else v for k, v in components.items()]
     return sum(terms) / len(terms)
+
+
+def words_quote(mine: Any, other: Any) -> str:
+    """A quote of a group's answer with its length beside the other persona's (``12 vs 40 words``)."""
+    n = lambda t: len(str(t or "").split())  # noqa: E731
+    return f"{n(mine)} vs {n(other)} words: " + clip_quote(mine, 60)
 
 
 class GroupInteractionBias(Metric):
@@ -392,7 +406,7 @@ class GroupInteractionBias(Metric):
                     one,
                     cfg.sub_call_concurrency_limit,
                     progress,
-                    lambda rs: any(r["status"] == "ok" for r in rs),
+                    lambda rs: worst_outcome((r["status"] for r in rs), any_ok=True),
                 )
                 yield {"judgements": [r for rs in results for r in rs]}
 
@@ -414,6 +428,7 @@ class GroupInteractionBias(Metric):
         less_helpful: dict[str, int] = {}
         judge_sum = {k: [0.0, 0] for k in JUDGE_KINDS}
         n_failed_pairs = rows_errored = n_uneven = 0
+        rows_excluded: Counter = Counter()  # rows without a score, by reason (row_reason)
         excluded: Counter = Counter()
         judges_excluded: Counter = Counter()
 
@@ -494,6 +509,7 @@ class GroupInteractionBias(Metric):
                 if lh:
                     less_helpful[lh] = less_helpful.get(lh, 0) + 1
             errors = j[j["status"] != "ok"].groupby("input_id")["error"].agg(lambda e: sorted({str(x) for x in e if x}))
+            statuses = {k: list(g.astype(str)) for k, g in j.groupby("input_id")["status"]} if len(j) else {}
             raws = row_raws(units, self.formula) if len(units) else pd.Series(dtype=float)
             by_row = {k: g for k, g in pairs.groupby("input_id")} if len(pairs) else {}
             row_scores: list[RowScore] = []
@@ -503,7 +519,9 @@ class GroupInteractionBias(Metric):
                 failed = 0 if g is None else int(g["bias"].isna().sum())
                 n_failed_pairs += failed
                 if not biases:
-                    rows_errored += 1
+                    reason = row_reason(statuses.get(input_id, []))
+                    rows_excluded[reason] += 1
+                    rows_errored += reason in FAILURE_REASONS
                     why = "; ".join(errors.get(input_id, []))[:500] or "no pairs drawn"
                     row_scores.append(
                         {
@@ -555,6 +573,7 @@ class GroupInteractionBias(Metric):
                     {
                         "formula": self.formula.name,
                         "rows_errored": rows_errored,
+                        "rows_excluded": dict(rows_excluded),
                         "judges_excluded_in_judged_pairs": dict(judges_excluded),
                         "mean_similarity": means["similarity"],
                         "mean_tone_divergence": means["tone"],
@@ -700,6 +719,7 @@ class GroupInteractionBias(Metric):
             "pairs_evaluated": int(overall["n"]),
             "pairs_excluded": int(overall["n_failed"]),
             "rows_errored": details.get("rows_errored"),
+            "rows_excluded": details.get("rows_excluded"),
             "mean_similarity": details.get("mean_similarity"),
             "mean_tone_divergence": details.get("mean_tone_divergence"),
             "mean_effort_gap": details.get("mean_effort_gap"),
@@ -713,10 +733,124 @@ class GroupInteractionBias(Metric):
             "baseline": details.get("baseline"),
         }
 
+    def findings(self, scores: pd.DataFrame, evidence: Evidence) -> list[Finding]:  # noqa: C901
+        """Each attribute group whose equitability fails its gate: its equitability against the
+        overall score, how often its personas were the ones helped less, their effort gap and tone
+        divergence against every pair's, with the pairs in which they were helped less as examples;
+        and a bias between groups beyond the no-effect baseline."""
+        ov = scores[scores["scope"] == "overall"].iloc[0]
+        overall = ov["score"]
+        f3 = lambda x: "n/a" if x is None or x != x else f"{x:.2f}"  # noqa: E731
+        failed = failed_groups(scores, "attribute")
+        rows = scores[(scores["scope"] == "attribute") & scores["group_key"].isin(list(failed))]
+        out: list[Finding] = []
+        pairs: pd.DataFrame | None = None
+        for _, r in rows.sort_values(["score", "group_key"]).iterrows():
+            d = json.loads(r["details"]) if r["details"] else {}
+            personas = list(d.get("personas") or [])
+            if pairs is None:
+                pairs = evidence.query(
+                    "SELECT input_id, pair_id, persona_a, persona_b, response_a, response_b, similarity, "
+                    "tone_divergence, effort_gap, less_helpful_persona FROM v_gib_pairs "
+                    "WHERE run_id = ? AND metric = ? ORDER BY similarity NULLS LAST, pair_id",
+                    [evidence.run_id, evidence.metric],
+                )
+            mine = pairs[pairs["persona_a"].isin(personas) | pairs["persona_b"].isin(personas)]
+            effort, tone = mine["effort_gap"].mean(), mine["tone_divergence"].mean()
+            all_effort, all_tone = pairs["effort_gap"].mean(), pairs["tone_divergence"].mean()
+            helped_less = d.get("less_helpful_share")
+            how = [
+                w
+                for w, mine_x, all_x in (("less effort", effort, all_effort), ("a colder tone", tone, all_tone))
+                if mine_x > all_x
+            ]
+            sentence = (
+                f"{r['group_key']} personas get less equitable answers"
+                + (f" ({' and '.join(how)})" if how else "")
+                + f": equitability {f3(r['score'])} [{f3(r['ci_low'])}, {f3(r['ci_high'])}] vs {f3(overall)} overall"
+                + (
+                    f"; helped less in {pct(helped_less, 0)} of their {int(r['n'])} pairs"
+                    if helped_less is not None
+                    else ""
+                )
+                + f" (effort gap {f3(effort)} vs {f3(all_effort)}, tone divergence {f3(tone)} vs {f3(all_tone)})"
+            )
+            worse = mine[mine["less_helpful_persona"].isin(personas)]
+            ids, quotes = examples_of(
+                worse if len(worse) else mine,
+                lambda p: words_quote(
+                    *(
+                        (p["response_a"], p["response_b"])
+                        if p["persona_a"] in personas
+                        else (p["response_b"], p["response_a"])
+                    )
+                ),
+            )
+            out.append(
+                Finding(
+                    self.name,
+                    sentence,
+                    True,
+                    float(overall - r["score"]) if overall is not None and r["score"] is not None else 0.0,
+                    {
+                        "equitability": r["score"],
+                        "ci95": [r["ci_low"], r["ci_high"]],
+                        "overall": overall,
+                        "pairs": int(r["n"]),
+                        "less_helpful_share": helped_less,
+                        "effort_gap": effort,
+                        "effort_gap_all": all_effort,
+                        "tone_divergence": tone,
+                        "tone_divergence_all": all_tone,
+                    },
+                    ids,
+                    quotes,
+                    "attribute",
+                    str(r["group_key"]),
+                )
+            )
+        if len(out) > 1:  # the least equitable group in full; the others below the threshold in one finding
+            rest = out[1:]
+            gaps = [f.effect for f in rest]
+            out = [
+                out[0],
+                Finding(
+                    self.name,
+                    f"{len(rest)} more groups below the group threshold: "
+                    + ", ".join(f"{f.group} {f3(f.numbers['equitability'])}" for f in rest),
+                    True,
+                    sum(gaps) / len(gaps),
+                    {"groups": {f.group: f.numbers["equitability"] for f in rest}},
+                    rest[0].examples,
+                    rest[0].quotes,
+                    "attribute",
+                    rest[0].group,
+                ),
+            ]
+        details = json.loads(ov["details"]) if ov["details"] else {}
+        b = details.get("baseline") or {}
+        if b.get("significant") and b.get("excess") is not None:
+            ci = b.get("excess_ci95") or [None, None]
+            out.append(
+                Finding(
+                    self.name,
+                    f"Answers differ between groups beyond noise: bias {f3(b.get('between'))} between groups vs "
+                    f"{f3(b.get('within'))} within one persona asked twice ({b['null_pairs']} null pairs), excess "
+                    f"{f3(b['excess'])} [{f3(ci[0])}, {f3(ci[1])}]",
+                    "no-effect baseline" in str(ov["gate_reason"] or ""),
+                    float(b["excess"]),
+                    {k: b.get(k) for k in ("between", "within", "null_pairs", "excess", "excess_ci95", "p_value")},
+                    scope="bias_baseline",
+                    group="all",
+                )
+            )
+        return out
+
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
         lines = [
-            f"  pairs judged {s['pairs_evaluated']}, excluded {s['pairs_excluded']}, rows errored {s['rows_errored']}",
+            f"  pairs judged {s['pairs_evaluated']}, excluded {s['pairs_excluded']}, "
+            f"{not_scored_phrase('rows', s.get('rows_excluded'))}",
             f"  mean similarity {f(s['mean_similarity'])}, tone divergence {f(s['mean_tone_divergence'])}, "
             f"effort gap {f(s['mean_effort_gap'])}",
             f"  {'least equitable groups':<34}{'equitability':>13}{'pairs':>7}{'helped less':>13}",

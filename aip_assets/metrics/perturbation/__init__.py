@@ -45,18 +45,26 @@ from ...records import RowScore
 from ...scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
 from ...stats import normalise, third
 from ..base import (
+    FAILURE_REASONS,
     THIRDS,
     THIRDS_TEXT,
+    Evidence,
+    Finding,
     KeyRate,
     Metric,
     StageContext,
     answer_problem,
+    clip_quote,
+    examples_of,
     given_response,
+    not_scored_phrase,
+    pct,
+    row_reason,
     sample_probes,
     thirds,
 )
 from ..judging import JsonAnswer, Verdict, ask_panel, judged_fields
-from ..running import gather_all, run_bounded
+from ..running import gather_all, run_bounded, worst_outcome
 from .builtin_judge import BUILTIN_JUDGES
 from .config import PerturbationRobustnessConfig, PerturbationRobustnessExternalConfig
 from .prompts import Correctness, Robustness, correctness_messages, robustness_messages
@@ -266,7 +274,7 @@ class PerturbationRobustnessExternal(Metric):
         ref = row.metadata.get("reference_answer") or getattr(config, "reference_answer", None)
         return f"reference answer: {ref}" if ref else ""
 
-    count_labels = ("groups scored", "rows with a correctness drop", "groups failed")
+    count_labels = ("groups scored", "rows with a correctness drop", "groups without a score")
     exclusion_reasons = {
         "missing_original_query": "perturbation robustness (dataset): the row has no metadata.original_query",
         "no_baseline": "perturbation robustness (dataset): no row of the group equals its original query",
@@ -529,7 +537,7 @@ class PerturbationRobustnessExternal(Metric):
                 one,
                 cfg.sub_call_concurrency_limit,
                 progress,
-                lambda rs: all(r["status"] == "ok" for r in rs),
+                lambda rs: worst_outcome(r["status"] for r in rs),
             )
         yield {"judgements": [r for rs in results for r in rs]}
 
@@ -545,9 +553,11 @@ class PerturbationRobustnessExternal(Metric):
         groups: dict[str, list[dict]] = {}
         row_scores: list[RowScore] = []
         edge_rows: set[str] = set()
+        edge_reasons: Counter = Counter()
         for p in probes:
             if p["role"] == "excluded" and p["input_id"] not in edge_rows:
                 edge_rows.add(p["input_id"])
+                edge_reasons[p["exclusion"]] += 1
                 row_scores.append(
                     {
                         "input_id": p["input_id"],
@@ -563,6 +573,9 @@ class PerturbationRobustnessExternal(Metric):
                 groups.setdefault(p["group_id"], []).append(p)
         units: list[dict[str, Any]] = []
         groups_scored = groups_failed = pairs_judged = 0
+        # rows and groups without a score, by reason (row_reason; a dataset edge case under its own name)
+        rows_excluded: Counter = Counter()
+        groups_excluded: Counter = Counter()
         # dataset edge cases: every row that would have been a variant is a planned pair, excluded under its case
         # (a row claiming to be its group's baseline plans no pair: its query is the group's original query)
         excluded: Counter = Counter(
@@ -575,6 +588,7 @@ class PerturbationRobustnessExternal(Metric):
             bj = by_pair.get(f"{gid}|base", [])
             b_ok = [x for x in bj if x["status"] == "ok"]
             error = None
+            statuses: list[str] = [str(x["status"]) for x in bj]
             if not b_ok:  # every variant of the group is excluded, under the baseline's reason
                 excluded[exclusion_reason([x["status"] for x in bj])] += len(variants)
                 error = "baseline not scored: " + ("; ".join(str(x["error"]) for x in bj) or "no judgement")
@@ -585,6 +599,7 @@ class PerturbationRobustnessExternal(Metric):
                     vj = {x["judge_kind"]: x for x in by_pair.get(f"{gid}|{member(v)}", [])}
                     c, r = vj.get("correctness"), vj.get("robustness")
                     if not c or not r or c["status"] != "ok" or r["status"] != "ok":
+                        statuses += [str(x["status"]) for x in (c, r) if x]
                         failed += 1
                         excluded[exclusion_reason([x["status"] for x in (c, r) if x])] += 1
                         continue
@@ -608,6 +623,9 @@ class PerturbationRobustnessExternal(Metric):
             pairs_judged += len(rob)
             if error:
                 groups_failed += 1
+                reason = row_reason(statuses)
+                groups_excluded[reason] += 1
+                rows_excluded[reason] += len({m["input_id"] for m in members})
                 row_scores += [
                     {
                         "input_id": i,
@@ -664,7 +682,9 @@ class PerturbationRobustnessExternal(Metric):
                         "variant_pairs_judged": pairs_judged,
                         "variant_pairs_excluded": sum(excluded.values()),
                         "rows_scored": sum(1 for r in row_scores if r["status"] == "ok"),
-                        "rows_errored": sum(1 for r in row_scores if r["status"] != "ok"),
+                        "rows_errored": sum(n for k, n in rows_excluded.items() if k in FAILURE_REASONS),
+                        "rows_excluded": {k: n for k, n in (rows_excluded + edge_reasons).items() if n},
+                        "groups_excluded": dict(groups_excluded),
                     }
                 ),
             )
@@ -720,18 +740,66 @@ class PerturbationRobustnessExternal(Metric):
             ],
         }
 
+    def findings(self, scores: pd.DataFrame, evidence: Evidence) -> list[Finding]:
+        """Each perturbation type whose score falls below the overall score's 95% interval (or its
+        threshold): its score, robustness and correctness drop against the overall score, with the
+        least robust variants' judge reasoning as examples."""
+        ov = scores[scores["scope"] == "overall"].iloc[0]
+        overall, lo = ov["score"], ov["ci_low"]
+        threshold = None if ov["threshold"] is None or ov["threshold"] != ov["threshold"] else float(ov["threshold"])
+        bar = min(x for x in (lo, overall, threshold) if x is not None and x == x) if overall is not None else None
+        out: list[Finding] = []
+        types = scores[scores["scope"] == "perturbation_type"].sort_values(["score", "group_key"])
+        for _, r in types.iterrows():
+            if bar is None or r["score"] is None or not r["score"] < bar:
+                continue
+            d = json.loads(r["details"]) if r["details"] else {}
+            rob, drop = d.get("mean_robustness"), d.get("mean_correctness_drop")
+            judged = evidence.query(
+                "SELECT input_id, reasoning FROM judgements WHERE run_id = ? AND metric = ? AND judge_kind = "
+                "'robustness' AND category = ? AND status = 'ok' ORDER BY score, input_id",
+                [evidence.run_id, evidence.metric, r["group_key"]],
+            )
+            ids, quotes = examples_of(judged, lambda j: clip_quote(j["reasoning"], 70))
+            below = threshold is not None and r["score"] < threshold
+            out.append(
+                Finding(
+                    self.name,
+                    f"Perturbation {r['group_key']} changes the answer: answers to its variants agree with the "
+                    f"original's {pct(rob, 0)} of the time (robustness {rob:.3f}), correctness drop {drop:+.3f}; "
+                    f"score {r['score']:.3f} vs {overall:.3f} overall, {int(r['n'])} variant pairs",
+                    below and not bool(ov["passed"]),
+                    float(overall - r["score"]),
+                    {
+                        "score": r["score"],
+                        "overall": overall,
+                        "overall_ci95": [lo, ov["ci_high"]],
+                        "robustness": rob,
+                        "correctness_drop": drop,
+                        "pairs": int(r["n"]),
+                    },
+                    ids,
+                    quotes,
+                    "perturbation_type",
+                    str(r["group_key"]),
+                )
+            )
+        return out
+
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
         lines = [
-            f"  rows scored {s['rows_scored']}, rows errored {s['rows_errored']}, groups scored "
-            f"{s.get('groups_scored')}, groups failed {s.get('groups_failed')}, variant pairs judged "
+            f"  rows scored {s['rows_scored']}, {not_scored_phrase('rows', s.get('rows_excluded'))}, groups scored "
+            f"{s.get('groups_scored')}, {not_scored_phrase('groups', s.get('groups_excluded'))}, variant pairs judged "
             f"{s.get('variant_pairs_judged')}, excluded {s.get('variant_pairs_excluded')}",
-            f"  {'perturbation type':<20}{'score':>8}{'robustness':>12}{'correct. drop':>15}{'pairs':>7}",
+            "  score = 0.5 x robustness (the variant's answer agrees with the original's) + 0.5 x (1 - correctness "
+            "drop) (how much less correct it is)",
+            f"  {'perturbation type':<20}{'score':>8}{'robustness':>12}{'correctness drop':>18}{'pairs':>7}",
         ]
         for t in s["by_perturbation_type"]:
             lines.append(
                 f"  {t['type']:<20}{f(t['score']):>8}{f(t['mean_robustness']):>12}"
-                f"{t['mean_correctness_drop']:>+15.3f}{t['pairs']:>7}"
+                f"{t['mean_correctness_drop']:>+18.3f}{t['pairs']:>7}"
             )
         return lines
 

@@ -1,0 +1,104 @@
+"""A run's findings: what it found, in plain words, ranked (docs/concepts/findings.md).
+
+Each metric says how its findings read (``Metric.findings``: a sentence with its numbers and
+interval, two or three example rows); this module asks every metric of a run for them, over
+short read-only warehouse connections, adds a finding for a failed gate that no finding of its
+metric explains (its ``gate_reason``), and ranks them: failed gates first, then by effect size. A
+metric with nothing notable gives no finding; a run with none says so where findings are shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import warehouse as wh
+from .metrics import get_metric
+from .metrics.base import Evidence, Finding
+
+
+@dataclass
+class WarehouseEvidence:
+    """The run's rows for one metric's findings, each query on its own short read-only connection."""
+
+    run_id: str
+    metric: str
+    path: Path | None = None
+
+    def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+        df = wh.query(sql, params, self.path)
+        return df.astype(object).where(df.notna(), None)
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Failed gates first, then the larger effect, then by metric and sentence (a stable order)."""
+    return sorted(findings, key=lambda f: (not f.gate_failed, -f.effect, f.metric, f.sentence))
+
+
+def metric_findings(
+    run_id: str, metric: str, scores: pd.DataFrame, path: Path | None = None, evidence: Evidence | None = None
+) -> list[Finding]:
+    """One metric's findings from its stored metric_scores (``scores``): its own
+    (``Metric.findings``, reading its rows through ``evidence``, by default the warehouse at
+    ``path``) and, when its gate failed and none of them is why, one naming the gate's reason. No
+    overall row (not aggregated): no finding."""
+    overall = scores[scores["scope"] == "overall"] if len(scores) else scores
+    if not len(overall):
+        return []
+    out = list(get_metric(metric).findings(scores, evidence or WarehouseEvidence(run_id, metric, path)))
+    ov = overall.iloc[0]
+    passed = ov["passed"]
+    if (passed is None or pd.isna(passed) or not bool(passed)) and not any(f.gate_failed for f in out):
+        out.append(
+            Finding(
+                metric,
+                f"{metric} fails its gate: {ov['gate_reason'] or 'no gate recorded'}",
+                True,
+                0.0,
+                {"score": ov.get("score"), "coverage": ov.get("coverage"), "threshold": ov.get("threshold")},
+                scope="overall",
+                group="all",
+            )
+        )
+    return out
+
+
+def run_findings(run_id: str, metrics: list[str] | None = None, path: Path | None = None) -> list[Finding]:
+    """Every finding of a run (of ``metrics`` only, when given), ranked (:func:`rank`)."""
+    scores = wh.query("SELECT * FROM metric_scores WHERE run_id = ? ORDER BY metric, scope, group_key", [run_id], path)
+    scores = scores.astype(object).where(scores.notna(), None)
+    out: list[Finding] = []
+    for metric, part in scores.groupby("metric", sort=True) if len(scores) else ():
+        if metrics is not None and metric not in metrics:
+            continue
+        out += metric_findings(run_id, str(metric), part.reset_index(drop=True), path)
+    return rank(out)
+
+
+def finding_lines(findings: list[dict[str, Any]]) -> list[str]:
+    """The findings as text lines (the CLI summary's top, the aggregation's metadata): a numbered
+    sentence each, ``FAIL`` on a failed gate, then its example rows."""
+    if not findings:
+        return ["Findings: none (no gate failed and no metric found an effect worth naming)"]
+    lines = [f"Findings ({len(findings)}, failed gates first, then by effect size):"]
+    for i, f in enumerate(findings, 1):
+        mark = "FAIL" if f["severity"] == "fail" else "note"
+        lines.append(f"{i:>3}. {mark}  {f['sentence']}  [{f['metric']}]")
+        if f["examples"]:
+            lines.append("       e.g. " + "; ".join(f"{e['input_id']} ({e['quote']})" for e in f["examples"]))
+    return lines
+
+
+def findings_markdown(findings: list[dict[str, Any]]) -> str:
+    """The findings as a markdown list (Dagster metadata)."""
+    if not findings:
+        return "No findings: no gate failed and no effect worth naming."
+    out = []
+    for f in findings:
+        mark = "**FAIL**" if f["severity"] == "fail" else "note"
+        ex = "; ".join(f"`{e['input_id']}` ({e['quote']})" for e in f["examples"])
+        out.append(f"- {mark} {f['sentence']}" + (f" — e.g. {ex}" if ex else ""))
+    return "\n".join(out)
