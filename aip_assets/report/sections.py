@@ -377,7 +377,7 @@ def _findings(findings: list[dict[str, Any]]) -> str:
         return "".join(out)
     out.append('<ol class="findings">')
     for f in findings:
-        examples = ", ".join(
+        examples = "; ".join(
             f'<a href="{_e(viewer_fragment(metric=f["metric"], open=e["input_id"]))}"><code>{_e(e["input_id"])}'
             f"</code></a> {_e(e['quote'])}"
             for e in f["examples"]
