@@ -528,8 +528,10 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
         "variant_pairs_judged": 4,
         "variant_pairs_excluded": 3,
         "rows_scored": 6,
-        "rows_errored": 4,
+        "rows_errored": 3,  # g3's rows: a judge failed; the lone row is a dataset edge case, excluded
     }
+    assert d["rows_excluded"] == {"judge_failed": 3, "missing_original_query": 1}
+    assert d["groups_excluded"] == {"judge_failed": 1}
     # per type: g1's typos (r .5, drop .4); g2's filler (r .8, drop -.4)
     ty = s[("perturbation_type", "typos")]
     assert ty["raw_score"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.6) and ty["n"] == 1 and ty["n_events"] == 1

@@ -319,4 +319,4 @@ def test_metric_reports_only_the_metrics_asked_for(tmp_path, capsys):
     assert list(out["metrics"]) == [SECOND] and out["metrics"][SECOND]["score"] is not None
     print_summary(out)  # what the command prints without --json
     text = capsys.readouterr().out
-    assert f"\n{SECOND} (" in text and FIRST not in text and "not aggregated" not in text
+    assert f"\n{SECOND}  score" in text and FIRST not in text and "not aggregated" not in text

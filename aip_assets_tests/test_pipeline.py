@@ -278,7 +278,10 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     # read first: a headline with score, interval, threshold and verdict; then one typed entry each,
     # named by the metric (so a plot of one is that metric's history); the full summary last
     keys = list(agg)
-    assert keys[0] == "headline" and keys[-1] == "summary"
+    assert keys[:2] == ["headline", "findings"] and keys[-1] == "summary"
+    from aip_assets.findings import findings_markdown, run_findings
+
+    assert agg["findings"].md_str == findings_markdown([f.to_dict() for f in run_findings("dg", ["llm.decision_flip"])])
     ov = table("metric_scores", "dg", "scope").query("scope == 'overall'").iloc[0]
     assert agg["decision_flip score"].value == round(ov.score, 4)
     assert (agg["decision_flip ci_low"].value, agg["decision_flip ci_high"].value) == (

@@ -120,8 +120,8 @@ def score_metadata(
     from ..findings import findings_markdown, run_findings
 
     out: dict[str, Any] = {
-        "findings": MetadataValue.md(findings_markdown([f.to_dict() for f in run_findings(run_id, [metric])])),
         "headline": MetadataValue.md("\n".join(lines)),
+        "findings": MetadataValue.md(findings_markdown([f.to_dict() for f in run_findings(run_id, [metric])])),
         "metric": MetadataValue.text(metric),
         f"{short} score": _num(score),
         f"{short} ci_low": _num(lo),
