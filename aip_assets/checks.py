@@ -116,6 +116,24 @@ def _f(x) -> MetadataValue:
 
 
 def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = None) -> list[AssetCheckResult]:
+    """The stage's check results for one partition, each named with it: a ``partition`` entry
+    (``<run>|<metric>``), and a description that begins with the metric and the run (the gate's
+    is its reason, as the run's failure says it), so a result read beside another partition's
+    ("threshold: Failed" beside a latest execution that passed) says whose it is."""
+    from .partitions import partition_key
+
+    key = partition_key(run_id, metric)
+    whose = f"{metric} (run {run_id})"
+    out = []
+    for r in _evaluate(stage, run_id, metric, spec, path):
+        desc = r.description
+        if r.check_name != GATE and not (desc or "").startswith(whose):
+            desc = f"{whose}: {desc}" if desc else f"{whose}: {'passed' if r.passed else 'failed'}"
+        out.append(r._replace(description=desc, metadata={"partition": MetadataValue.text(key), **(r.metadata or {})}))
+    return out
+
+
+def _evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None) -> list[AssetCheckResult]:
     with wh.connect(path) as con:
 
         def q(sql: str) -> Any:

@@ -18,7 +18,7 @@ from .. import checks
 from .. import warehouse as wh
 from ..errors import AipError
 from ..metrics import get_metric
-from ..partitions import evaluations, split_key
+from ..partitions import evaluations, partition_key, split_key
 from ..pipeline import load_run, logger, run_stage
 from ..resources import Warehouse
 from .tables import STAGE_TABLES, table_key, table_materialization_metadata
@@ -128,7 +128,7 @@ def score_metadata(
         f"{short} ci_high": _num(hi),
         f"{short} threshold": _num(thr),
         "passed": MetadataValue.bool(bool(g.get("passed"))),
-        "coverage": _num(g.get("coverage")),
+        f"{short} coverage": _num(g.get("coverage")),
         "gate_reason": MetadataValue.text(g.get("gate_reason") or ""),
         "excluded": MetadataValue.json(g.get("excluded") or {}),
     }
@@ -138,9 +138,54 @@ def score_metadata(
     out["report"] = MetadataValue.path(str(report))
     out["report_url"] = MetadataValue.url(report_url(report))  # opens while `aip-eval report --serve` runs
     out["report_how"] = MetadataValue.text(
-        "run `aip-eval report --serve` in the project, then open report_url"
+        "`aip-eval ui` serves the reports beside Dagster (else run `aip-eval report --serve`), then open report_url"
         + ("" if write else " (written when the run's last metric ends)")
     )
+    out.update(evidence_links(run_id, metric, report_url(report)))
+    return out
+
+
+def judgements_partition_path(run_id: str, metric: str) -> str:
+    """The Dagster UI's page of this partition of the ``warehouse/judgements`` table asset (its
+    preview of the pairs that matter), as the UI addresses it (``/assets/<key>?view=partitions&
+    partition=<key>``); relative, so it opens on whichever host and port serve the UI."""
+    from urllib.parse import quote, urlencode
+
+    key = table_key("judgements")
+    path = "/".join(quote(p, safe="") for p in key.path)
+    return f"/assets/{path}?" + urlencode({"view": "partitions", "partition": partition_key(run_id, metric)})
+
+
+def failing_groups(run_id: str, metric: str) -> list[tuple[str, str, str]]:
+    """The breakdowns of a metric that failed their threshold, worst first: (scope, group_key,
+    the viewer's key and value for it). An axis (decision flip's ``gender``) is the viewer's
+    ``axis``; an attribute (group bias's ``religion=Muslim``) its ``persona`` value (``Muslim``)."""
+    with wh.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT scope, group_key FROM metric_scores WHERE run_id = ? AND metric = ? AND NOT passed "
+            "AND scope IN ('axis', 'attribute') ORDER BY score ASC NULLS FIRST, scope, group_key",
+            [run_id, metric],
+        ).fetchall()
+    out = []
+    for scope, group in rows:
+        if scope == "axis":
+            out.append((scope, group, f"axis={group}"))
+        else:
+            out.append((scope, group, f"persona={group.split('=', 1)[-1]}"))
+    return out
+
+
+def evidence_links(run_id: str, metric: str, report: str) -> dict[str, Any]:
+    """Links from a score to its evidence: the report's viewer on this metric's flagged rows
+    (``viewer``), one per breakdown that failed its threshold (``viewer <group>``), and the
+    judgements partition in the Dagster UI (``judgements``)."""
+    from ..report.links import viewer_link
+
+    out: dict[str, Any] = {"viewer": MetadataValue.url(viewer_link(report, metric=metric, flagged=True))}
+    for _, group, view in failing_groups(run_id, metric):
+        key, value = view.split("=", 1)
+        out[f"viewer {group}"] = MetadataValue.url(viewer_link(report, metric=metric, flagged=True, **{key: value}))
+    out["judgements"] = MetadataValue.url(judgements_partition_path(run_id, metric))
     return out
 
 

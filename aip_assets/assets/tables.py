@@ -7,7 +7,9 @@ the write). A table asset's materialisation carries the partition's row count
 SQL that reads the partition, and a preview of a few rows: for judgements, the pairs that
 matter most (decision flip: flipped pairs, both answers in persona order and the judge's
 reasoning; group bias: the most biased pairs; the consistency and perturbation metrics: the
-lowest-scored comparisons).
+lowest-scored comparisons). Where a preview shows the two prompts of a pair (``query_a`` and
+``query_b``; group bias's persona descriptions ``description_a`` and ``description_b``), the
+words that differ between them are in **bold**, so a pair reads at a glance.
 
 ``llm_calls`` and ``run_notes`` are written by several stages, so they are no table asset of
 one; each stage's own metadata counts its rows there.
@@ -33,6 +35,9 @@ PREFIX = "warehouse"  # table assets are keyed warehouse/<table>
 PREVIEW_ROWS = 5
 MD_SPECIAL = set("\\`*_{}[]()<>#+!|~")
 CELL = 160  # characters per preview cell
+PROMPT_CELL = 400  # characters per prompt cell of a pair (its differing words are why it is shown)
+# the columns of a preview that are the two prompts of a pair: their differing words are marked
+MARKED_PAIRS = (("query_a", "query_b"), ("description_a", "description_b"))
 
 
 def table_key(table: str) -> AssetKey:
@@ -47,14 +52,63 @@ def _cell(v: Any) -> str:
     text = " ".join(str(v).split())
     text = text if len(text) <= CELL else text[: CELL - 1] + "…"
     # model output is text here, never markup: no link, image, emphasis or HTML renders from it
+    return _escape(text)
+
+
+def _escape(text: str) -> str:
     return "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in text)
 
 
+def mark_differences(a: Any, b: Any, limit: int = PROMPT_CELL) -> tuple[str, str]:
+    """Two prompts as preview cells with the words that differ between them in **bold** (the
+    words escaped, as every cell is); each cut at a word to about ``limit`` characters.
+
+    Args:
+        a: The pair's first prompt (None is empty).
+        b: Its second prompt.
+        limit: Characters of each prompt kept.
+
+    Returns:
+        The two cells, ``("As a **woman**, …", "As a **man**, …")``.
+    """
+    from difflib import SequenceMatcher
+
+    wa, wb = str(a or "").split(), str(b or "").split()
+    marked: tuple[list[tuple[str, bool]], list[tuple[str, bool]]] = ([], [])  # (word, differs)
+    for op, i1, i2, j1, j2 in SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes():
+        marked[0].extend((w, op != "equal") for w in wa[i1:i2])
+        marked[1].extend((w, op != "equal") for w in wb[j1:j2])
+
+    def cell(words: list[tuple[str, bool]]) -> str:
+        kept, n = [], 0
+        for w, differs in words:
+            if kept and n + len(w) > limit:
+                kept.append(("…", False))
+                break
+            kept.append((_escape(w), differs))
+            n += len(w) + 1
+        runs: list[str] = []  # consecutive words that differ in one bold run
+        for i, (w, differs) in enumerate(kept):
+            opens = differs and (i == 0 or not kept[i - 1][1])
+            closes = differs and (i == len(kept) - 1 or not kept[i + 1][1])
+            runs.append(("**" if opens else "") + w + ("**" if closes else ""))
+        return " ".join(runs)
+
+    return cell(marked[0]), cell(marked[1])
+
+
 def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """Rows as a markdown table of escaped, one-line cells; the two prompts of a pair
+    (``MARKED_PAIRS``) with their differing words in bold."""
     if not rows:
         return "(no rows)"
+    pairs = [(x, y) for x, y in MARKED_PAIRS if x in columns and y in columns]
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
+    for r in rows:
+        cells = {c: _cell(r.get(c)) for c in columns}
+        for x, y in pairs:
+            cells[x], cells[y] = mark_differences(r.get(x), r.get(y))
+        out.append("| " + " | ".join(cells[c] for c in columns) + " |")
     return "\n".join(out)
 
 

@@ -167,10 +167,21 @@ class DecisionFlip(Metric):
     lower_is_better = frozenset({"axis"})  # the axis breakdown is a flip rate
     count_labels = ("pairs judged", "attributable flips", "pairs excluded")
     rate_label = "flip rate"
-    judgement_previews = (  # the flipped pairs first, else the pairs whose decisions differ
+    judgement_previews = (  # the flipped pairs first, else the pairs whose decisions differ; both prompts
         (
             "v_flipped_pairs",
-            ("axis", "value_a", "value_b", "decision_a", "decision_b", "response_a", "response_b", "reasoning"),
+            (
+                "axis",
+                "value_a",
+                "value_b",
+                "decision_a",
+                "decision_b",
+                "query_a",
+                "query_b",
+                "response_a",
+                "response_b",
+                "reasoning",
+            ),
             "axis, pair_id",
             "TRUE",
         ),
@@ -183,6 +194,8 @@ class DecisionFlip(Metric):
                 "decision_a",
                 "decision_b",
                 "label",
+                "query_a",
+                "query_b",
                 "response_a",
                 "response_b",
                 "reasoning",

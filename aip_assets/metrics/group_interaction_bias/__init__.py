@@ -146,12 +146,14 @@ class GroupInteractionBias(Metric):
         return f"{HUMAN_ITEMS.get(kind, kind)} ({THIRDS_TEXT})"
 
     count_labels = ("pairs judged", "pairs with bias ≥ 0.1", "pairs excluded")
-    judgement_previews = (  # the most biased pairs first
+    judgement_previews = (  # the most biased pairs first, both personas' descriptions
         (
             "v_gib_pairs",
             (
                 "persona_a",
                 "persona_b",
+                "description_a",
+                "description_b",
                 "similarity",
                 "tone_divergence",
                 "effort_gap",
