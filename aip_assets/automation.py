@@ -13,8 +13,8 @@ reported in the sensor's log with the validation error and launches nothing. Bot
 turn them on in the UI.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations` here: Dagster reads register_and_evaluate's Config
+# annotation as the class itself
 import json
 import logging
 import re
@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import (
+    Config,
     DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
@@ -37,6 +38,7 @@ from dagster import (
     schedule,
     sensor,
 )
+from pydantic import Field
 
 from .errors import AipError
 from .hashing import file_sha256
@@ -73,14 +75,31 @@ def launch_request(spec: RunSpec, spec_path: Path, run_id: str, trigger: str) ->
     )
 
 
+class LaunchConfig(Config):
+    """What a launch of ``aip_launch`` evaluates: the UI's launchpad shows these fields with their
+    descriptions and defaults (the demo spec, a run id to fill in)."""
+
+    spec_path: str = Field(
+        default="data/runs/demo.yaml",
+        description="the run spec (YAML) to evaluate, relative to the folder the UI was started in",
+    )
+    run_id: str = Field(
+        default="demo-launchpad-1",
+        description="the run's id, new for a new run (a registered id resumes that run with its stored spec); "
+        "schedules and the sensor name it <spec>-<UTC time>",
+    )
+    trigger: str = Field(
+        default="launchpad",
+        description="who launched it, kept as the aip/trigger tag: schedule, sensor, or launchpad",
+    )
+
+
 @op(
-    config_schema={"spec_path": str, "run_id": str, "trigger": str},
     description="register the run (eval_runs and its partitions), check the endpoints, then evaluate each "
     "configured metric as a run of the evaluate job",
 )
-def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> None:
-    cfg = context.op_config
-    path, run_id = Path(cfg["spec_path"]), cfg["run_id"]
+def register_and_evaluate(context, config: LaunchConfig, sut: SutConnection, warehouse: Warehouse) -> None:
+    path, run_id = Path(config.spec_path), config.run_id
     try:
         resume = run_exists(run_id)  # this launch re-executed (a metric failed, or it crashed): resume the run
         if resume:
@@ -97,7 +116,7 @@ def register_and_evaluate(context, sut: SutConnection, warehouse: Warehouse) -> 
             record_forms(run_id, checked.forms)
     except AipError as e:
         raise Failure(description=f"{path}: nothing launched: {e}") from None
-    tags = {"aip/spec": spec.name, "aip/trigger": cfg["trigger"], "aip/launched_by": context.run_id}
+    tags = {"aip/spec": spec.name, "aip/trigger": config.trigger, "aip/launched_by": context.run_id}
     from .dagster_home import shared
 
     if shared():  # a lake: one queued run per metric, wherever the run launcher starts it

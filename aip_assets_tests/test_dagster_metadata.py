@@ -4,6 +4,7 @@ metric's name in every plotted number, and check results that name their partiti
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from dagster import materialize
@@ -17,6 +18,8 @@ from aip_assets.report.links import viewer_link
 from aip_assets.resources import Warehouse
 
 from .conftest import make_spec, table, write_dataset
+
+REPO = Path(__file__).resolve().parents[1]
 
 # every woman's favourable decision turned: the gender axis fails a 0.9 threshold
 FLIP = {"name": "flip", "value": "woman", "axis": "gender", "p": 1.0}
@@ -83,3 +86,50 @@ def test_the_differing_words_of_two_prompts_are_marked():
     assert a.endswith(" …") and a.count("**") == 2 and len(a) < 40  # cut at a word, the run closed
     md = markdown_table([{"query_a": "a woman", "query_b": "a man", "n": 1.0}], ["query_a", "query_b", "n"])
     assert md.splitlines()[2] == "| a **woman** | a **man** | 1.000 |"
+
+
+def test_the_launchpad_shows_each_field_with_its_default_and_description(tmp_path):
+    """`aip_launch`'s op config is a Config class: the launchpad scaffolds a default for every field
+    and shows what each one is; a tick's run config (automation.launch_request) still fits it."""
+    from dagster import validate_run_config
+
+    from aip_assets.automation import LaunchConfig, launch_job, launch_request
+    from aip_assets.runspec import load_spec
+
+    fields = launch_job.get_config_schema_snapshot().all_config_snaps_by_key
+    op = next(
+        snap
+        for snap in fields.values()
+        if snap.fields and {f.name for f in snap.fields} == set(LaunchConfig.model_fields)
+    )
+    for f in op.fields:
+        assert f.description and f.default_provided, f.name
+    assert {f.name: f.default_value_as_json_str for f in op.fields}["spec_path"] == '"data/runs/demo.yaml"'
+    spec = load_spec(REPO / "data" / "runs" / "demo.yaml")
+    request = launch_request(spec, REPO / "data" / "runs" / "demo.yaml", "demo-x", "schedule")
+    assert validate_run_config(launch_job, request.run_config)["ops"]["register_and_evaluate"]["config"] == {
+        "spec_path": str(REPO / "data" / "runs" / "demo.yaml"),
+        "run_id": "demo-x",
+        "trigger": "schedule",
+    }
+    assert validate_run_config(launch_job, {})["ops"]["register_and_evaluate"]["config"]["trigger"] == "launchpad"
+
+
+def test_the_demo_spec_carries_a_schedule_to_uncomment(tmp_path):
+    """The demo spec's commented `schedule:` line is a valid schedule once uncommented (and the demo,
+    commented, has none)."""
+    import yaml
+
+    from aip_assets.runspec import load_spec
+
+    demo = REPO / "data" / "runs" / "demo.yaml"
+    assert load_spec(demo).schedule is None
+    text = demo.read_text()
+    [line] = [x for x in text.splitlines() if x.startswith("# schedule:")]
+    data = yaml.safe_load(text.replace(line, line[2:]))
+    data["dataset"] = str((demo.parent / data["dataset"]).resolve())
+    data["metrics"]["llm.perturbation_robustness_external"]["dataset"] = str(
+        (demo.parent / data["metrics"]["llm.perturbation_robustness_external"]["dataset"]).resolve()
+    )
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    assert load_spec(tmp_path / "s.yaml").schedule == "0 6 * * *"
