@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -537,7 +538,67 @@ def cmd_daemon(args) -> int:
     return _dagster("daemon", [])
 
 
+def _serve_beside(parent: int, host: str, port: int) -> None:
+    """The report server's process beside the UI: it serves the reports folder (as `report
+    --serve`) until its parent, the UI, ends. Says ``ready <port>`` or ``busy <why>`` on stdout
+    once, then nothing."""
+    import threading
+    import time
+
+    from .report import default_out, serve_reports
+
+    try:
+        server = serve_reports(default_out("x").parent, host, port)
+    except OSError as e:  # the port is taken (a `report --serve` already running?)
+        print(f"busy {e.strerror or e}", flush=True)
+        return
+    print(f"ready {server.server_address[1]}", flush=True)
+    sys.stdout.close()
+
+    def watch() -> None:  # the parent gone (the UI ended, however): stop serving
+        while os.getppid() == parent:
+            time.sleep(1)
+        server.shutdown()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+def start_report_server(host: str, port: int | None = None) -> tuple[subprocess.Popen | None, str]:
+    """Start the report server beside the UI, in a child process that ends when this process (or
+    the program it becomes: `dagster dev`) ends, so the metadata's report and viewer links open.
+
+    Args:
+        host: The interface to listen on.
+        port: Its port (default ``AIP_REPORT_PORT``).
+
+    Returns:
+        (the child process, or None when it could not listen; the line to print about it).
+    """
+    from .report import report_port
+
+    port = report_port() if port is None else port
+    code = f"from aip_assets.cli import _serve_beside; _serve_beside({os.getpid()}, {host!r}, {port})"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    assert child.stdout is not None
+    said = child.stdout.readline().strip()
+    child.stdout.close()
+    if said.startswith("ready "):
+        return child, f"reports: http://{host}:{said.split()[1]}/ (the metadata's report_url and viewer links)"
+    child.wait()
+    why = said.removeprefix("busy ") or f"it exited with {child.returncode}"
+    return None, (
+        f"note: no report server started on {host}:{port} ({why}); if another `aip-eval report --serve` "
+        "is not serving there, set AIP_REPORT_PORT"
+    )
+
+
 def cmd_ui(args) -> int:
+    _, line = start_report_server(args.host)
+    print(line, flush=True)
     return _dagster("ui", ["--host", args.host, "--port", str(args.port)])
 
 
