@@ -80,7 +80,8 @@ def mark_differences(a: Any, b: Any, limit: int = PROMPT_CELL) -> tuple[str, str
         marked[1].extend((w, op != "equal") for w in wb[j1:j2])
 
     def cell(words: list[tuple[str, bool]]) -> str:
-        kept, n = [], 0
+        kept: list[tuple[str, bool]] = []
+        n = 0
         for w, differs in words:
             if kept and n + len(w) > limit:
                 kept.append(("…", False))
