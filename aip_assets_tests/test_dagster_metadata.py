@@ -11,7 +11,7 @@ from dagster import materialize
 
 from aip_assets import pipeline
 from aip_assets.assets import STAGE_ASSETS
-from aip_assets.assets.tables import mark_differences, markdown_table
+from aip_assets.assets.tables import mark_differences, markdown_table, table_key
 from aip_assets.dagster_home import get_instance
 from aip_assets.partitions import partition_key, register_partitions
 from aip_assets.report.links import viewer_link
@@ -63,6 +63,19 @@ def test_a_score_links_to_its_evidence_and_names_its_partition(tmp_path):
     pair = table("v_flipped_pairs", "md", "axis, pair_id").iloc[0]
     a, b = mark_differences(pair.query_a, pair.query_b)
     assert f"| {a} | {b} |" in preview and "**" in a and "**" in b
+
+    # the probes asset's preview, once judged: the flipped pairs' probes, both of each pair, their
+    # differing words in bold (an observation of the partition, logged by the aggregation)
+    [obs] = [r.asset_observation for r in get_instance().fetch_observations(table_key("probes"), limit=10).records]
+    assert obs.partition == key
+    flipped = table("v_flipped_pairs", "md", "pair_id")
+    lines = obs.metadata["preview"].md_str.splitlines()[4:]
+    shown = [line.split(" | ")[0].removeprefix("| ").replace("\\|", "|") for line in lines]
+    assert len(flipped) >= 3 and len(shown) == 6 and set(shown) <= set(flipped.pair_id)
+    assert all(shown.count(p) == 2 for p in shown)
+    pair = flipped.set_index("pair_id").loc[shown[0]]
+    assert lines[0].endswith(f" | {mark_differences(pair.query_a, pair.query_b)[0]} |")
+    assert lines[1].endswith(f" | {mark_differences(pair.query_a, pair.query_b)[1]} |")
 
     # every check result says which partition it judged
     evals = res.get_asset_check_evaluations()

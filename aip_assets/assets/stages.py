@@ -1,6 +1,7 @@
 """The five stage assets, each partitioned by (run, metric) (partitions.py), with the warehouse tables each writes
 as table assets (assets/tables.py). Thin: the pipeline does the work."""
 
+from functools import partial
 from typing import Any
 
 from dagster import (
@@ -21,7 +22,7 @@ from ..metrics import get_metric
 from ..partitions import evaluations, partition_key, split_key
 from ..pipeline import load_run, logger, run_stage
 from ..resources import Warehouse
-from .tables import STAGE_TABLES, table_key, table_materialization_metadata
+from .tables import STAGE_TABLES, table_key, table_materialization_metadata, weakest_probes_preview
 
 GROUP = "evaluation"
 # A run of several metrics (jobs.evaluate_run) writes its report once, after the last one: it
@@ -203,6 +204,11 @@ STAGES = [  # (asset name, pipeline stage, the stage before, description)
 ]
 
 
+def _read_weakest(config, *, run_id: str, metric: str) -> str | None:
+    with wh.connect(read_only=True, config=config) as con:
+        return weakest_probes_preview(con, run_id, metric)
+
+
 def _stage_asset(name: str, stage: str, before: str | None, description: str):
     """One stage as a multi_asset: the stage itself (its checks, its summary) and the warehouse
     tables it writes, each a table asset downstream of it (assets/tables.py). A failed gate (the
@@ -246,6 +252,16 @@ def _stage_asset(name: str, stage: str, before: str | None, description: str):
         metas = wh.lean_first(read)
         for t, meta in metas.items():
             yield MaterializeResult(asset_key=table_key(t), metadata=meta)
+        if stage == "aggregation":  # judged now: the probes asset's preview of the pairs that matter
+            weakest = wh.lean_first(partial(_read_weakest, run_id=run_id, metric=metric))
+            if weakest is not None:
+                context.log_event(
+                    AssetObservation(
+                        asset_key=table_key("probes"),
+                        partition=context.partition_key,
+                        metadata={"preview": MetadataValue.md(weakest)},
+                    )
+                )
         failed = checks.gate_failure(run_id, metric, result.check_results)
         if failed is not None:  # everything is written and reported: now the run fails, saying why
             raise failed

@@ -104,13 +104,19 @@ def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     if not rows:
         return "(no rows)"
     pairs = [(x, y) for x, y in MARKED_PAIRS if x in columns and y in columns]
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    shown = []
     for r in rows:
         cells = {c: _cell(r.get(c)) for c in columns}
         for x, y in pairs:
             cells[x], cells[y] = mark_differences(r.get(x), r.get(y))
-        out.append("| " + " | ".join(cells[c] for c in columns) + " |")
-    return "\n".join(out)
+        shown.append(cells)
+    return _table(shown, columns)
+
+
+def _table(cells: list[dict[str, str]], columns: list[str]) -> str:
+    """Cells made (escaped, marked) as a markdown table."""
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(out + ["| " + " | ".join(r[c] for c in columns) + " |" for r in cells])
 
 
 _GENERIC = (
@@ -131,6 +137,49 @@ def _preview_query(table: str, metric: str) -> list[tuple[str, list[str], str, s
         return [(view, list(cols), order, where) for view, cols, order, where in declared] or [_GENERIC]
     cols = [c for c, _ in wh.TABLES[table] if c not in ("run_id", "metric", "messages", "request")][:8]
     return [(table, cols, "1", "TRUE")]
+
+
+WEAKEST_PAIRS = 3  # pairs (or rows) whose probes the probes preview shows once they are scored
+_PAIR_PROBES = f"""
+    WITH w AS (
+        SELECT pp.pair_id, pp.probe_a, pp.probe_b, min(j.score) AS worst, bool_or(coalesce(j.flipped, false)) AS flipped
+        FROM probe_pairs pp
+        JOIN judgements j ON j.run_id = pp.run_id AND j.metric = pp.metric AND j.pair_id = pp.pair_id
+        WHERE pp.run_id = $run AND pp.metric = $metric AND coalesce(pp.kind, 'persona') <> 'null'
+        GROUP BY ALL ORDER BY flipped DESC, worst ASC NULLS LAST, pair_id LIMIT {WEAKEST_PAIRS})
+    SELECT w.pair_id, w.flipped, w.worst AS pair_score, p.probe_id, p.axis,
+           coalesce(p.attribute_value, p.persona_id) AS persona, p.query_text
+    FROM w JOIN probes p ON p.run_id = $run AND p.metric = $metric AND p.probe_id IN (w.probe_a, w.probe_b)
+    ORDER BY w.flipped DESC, w.worst ASC NULLS LAST, w.pair_id, p.probe_id = w.probe_b
+"""
+_ROW_PROBES = f"""
+    WITH w AS (
+        SELECT input_id, score FROM row_scores WHERE run_id = $run AND metric = $metric
+        ORDER BY score ASC NULLS LAST, input_id LIMIT {WEAKEST_PAIRS})
+    SELECT w.input_id, w.score AS row_score, p.probe_id, p.role, p.category, p.query_text
+    FROM w JOIN probes p ON p.run_id = $run AND p.metric = $metric AND p.input_id = w.input_id
+    ORDER BY w.score ASC NULLS LAST, w.input_id, p.probe_id
+"""
+
+
+def weakest_probes_preview(con, run_id: str, metric: str) -> str | None:
+    """The probes of a partition's flagged or weakest pairs as a preview, once they are judged:
+    a paired metric's flipped pairs first, then its lowest-scored (both probes of each); another
+    metric's lowest-scored rows' probes. None before anything is judged or scored."""
+    for sql, what in ((_PAIR_PROBES, "flipped or lowest-scored pairs"), (_ROW_PROBES, "lowest-scored rows")):
+        rows = con.execute(sql, {"run": run_id, "metric": metric}).df()
+        if not len(rows):
+            continue
+        records, columns = rows.to_dict("records"), list(rows.columns)
+        cells = [{c: _cell(r[c]) for c in columns} for r in records]
+        if "pair_id" in columns:  # a pair's two probes, one after the other: their differing words in bold
+            for i in range(len(records) - 1):
+                if records[i]["pair_id"] == records[i + 1]["pair_id"]:
+                    q = mark_differences(records[i]["query_text"], records[i + 1]["query_text"])
+                    cells[i]["query_text"], cells[i + 1]["query_text"] = q
+        head = f"the probes of the {rows.iloc[:, 0].nunique()} {what} of this partition"
+        return f"{head}\n\n{_table(cells, columns)}"
+    return None
 
 
 def table_materialization_metadata(con, table: str, run_id: str, metric: str) -> dict[str, Any]:
@@ -154,5 +203,13 @@ def table_materialization_metadata(con, table: str, run_id: str, metric: str) ->
         "dagster/column_schema": MetadataValue.table_schema(schema),
         "dagster/table_name": MetadataValue.text(f"{lake.ALIAS if lake.enabled() else 'warehouse'}.main.{table}"),
         "query": MetadataValue.md(f"```sql\n{sql}\n```"),
-        "preview": MetadataValue.md(f"first {PREVIEW_ROWS} of `{source}` for this partition\n\n{preview}"),
+        "preview": MetadataValue.md(
+            f"first {PREVIEW_ROWS} of `{source}` for this partition\n\n{preview}"
+            + (
+                "\n\n(once the partition is judged, its aggregation adds an observation here with the "
+                "probes of the flagged or weakest pairs)"
+                if table == "probes"
+                else ""
+            )
+        ),
     }
