@@ -146,3 +146,19 @@ def test_the_demo_spec_carries_a_schedule_to_uncomment(tmp_path):
     )
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
     assert load_spec(tmp_path / "s.yaml").schedule == "0 6 * * *"
+
+
+def test_a_failing_group_opens_the_viewer_on_its_rows():
+    """An axis is the viewer's axis filter; a group of group bias (several personas) its search."""
+    from aip_assets.assets.stages import group_view
+
+    assert group_view("axis", "gender") == {"axis": "gender"}
+    assert group_view("attribute", "religion=Muslim") == {"q": "Muslim"}
+    assert group_view("attribute", "gender=transgender woman") == {"q": "transgender woman"}
+    link = viewer_link(
+        "http://127.0.0.1:8112/r.html",
+        metric="llm.group_interaction_bias",
+        flagged=True,
+        **group_view("attribute", "religion=Muslim"),
+    )
+    assert link.endswith("#v:metric=llm.group_interaction_bias&flagged=1&q=Muslim")

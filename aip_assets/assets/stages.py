@@ -157,23 +157,26 @@ def judgements_partition_path(run_id: str, metric: str) -> str:
     return f"/assets/{path}?" + urlencode({"view": "partitions", "partition": partition_key(run_id, metric)})
 
 
-def failing_groups(run_id: str, metric: str) -> list[tuple[str, str, str]]:
-    """The breakdowns of a metric that failed their threshold, worst first: (scope, group_key,
-    the viewer's key and value for it). An axis (decision flip's ``gender``) is the viewer's
-    ``axis``; an attribute (group bias's ``religion=Muslim``) its ``persona`` value (``Muslim``)."""
+def group_view(scope: str, group: str) -> dict[str, str]:
+    """The viewer's view of one breakdown: an axis (decision flip's ``gender``) is the viewer's
+    ``axis`` filter; a group (group bias's ``religion=Muslim``) spans several personas, and the
+    viewer's persona filter holds one persona id, so its view is the search for the group's value
+    (``q=Muslim``: the rows whose personas say it)."""
+    if scope == "axis":
+        return {"axis": group}
+    return {"q": group.split("=", 1)[-1]}
+
+
+def failing_groups(run_id: str, metric: str) -> list[tuple[str, dict[str, str]]]:
+    """The breakdowns of a metric that failed their threshold, worst first: (group_key, its view
+    in the viewer, ``group_view``)."""
     with wh.connect(read_only=True) as con:
         rows = con.execute(
             "SELECT scope, group_key FROM metric_scores WHERE run_id = ? AND metric = ? AND NOT passed "
             "AND scope IN ('axis', 'attribute') ORDER BY score ASC NULLS FIRST, scope, group_key",
             [run_id, metric],
         ).fetchall()
-    out = []
-    for scope, group in rows:
-        if scope == "axis":
-            out.append((scope, group, f"axis={group}"))
-        else:
-            out.append((scope, group, f"persona={group.split('=', 1)[-1]}"))
-    return out
+    return [(group, group_view(scope, group)) for scope, group in rows]
 
 
 def evidence_links(run_id: str, metric: str, report: str) -> dict[str, Any]:
@@ -183,9 +186,8 @@ def evidence_links(run_id: str, metric: str, report: str) -> dict[str, Any]:
     from ..report.links import viewer_link
 
     out: dict[str, Any] = {"viewer": MetadataValue.url(viewer_link(report, metric=metric, flagged=True))}
-    for _, group, view in failing_groups(run_id, metric):
-        key, value = view.split("=", 1)
-        out[f"viewer {group}"] = MetadataValue.url(viewer_link(report, metric=metric, flagged=True, **{key: value}))
+    for group, view in failing_groups(run_id, metric):
+        out[f"viewer {group}"] = MetadataValue.url(viewer_link(report, metric=metric, flagged=True, **view))
     out["judgements"] = MetadataValue.url(judgements_partition_path(run_id, metric))
     return out
 
