@@ -63,6 +63,15 @@ METRIC_NAME = (
     "The metric's short name, stored with each of its scores (metric_scores.metric_name); it names the metric in "
     "tables and changes nothing measured. The default is the metric's own name."
 )
+# descriptions of fields several metrics' configs declare alike
+N_SUT_RETRIES = (
+    "Retries of a SUT call that fails with a transient error (0-5) before its answer is recorded as failed; default 0."
+)
+PAIR_CONCURRENCY = "SUT calls, and judge calls, in flight at once for this metric (1-64); default 5."
+PAIR_SUT_TEMPERATURE = (
+    "Sampling temperature of the SUT's answers (0-2); default 0.7. Above 0, part of the pairs get a no-effect "
+    "baseline by default (the metric entry's baseline_share)."
+)
 
 
 def check_persona_pairs(v: list[dict[str, str]] | None, keys: tuple[str, ...], empty_hint: str):

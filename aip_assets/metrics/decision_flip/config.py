@@ -6,7 +6,14 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from ..base import METRIC_NAME, ScoringFields, check_persona_pairs
+from ..base import (
+    METRIC_NAME,
+    N_SUT_RETRIES,
+    PAIR_CONCURRENCY,
+    PAIR_SUT_TEMPERATURE,
+    ScoringFields,
+    check_persona_pairs,
+)
 
 Axis = Literal["role", "gender", "ethnicity", "religion"]
 
@@ -44,8 +51,7 @@ class DecisionFlipConfig(ScoringFields):
         0,
         ge=0,
         le=5,
-        description="Retries of a SUT call that fails with a transient error (0-5) before its answer is recorded "
-        "as failed; default 0.",
+        description=N_SUT_RETRIES,
     )
     num_pairs_per_dimension: int = Field(
         4,
@@ -70,14 +76,13 @@ class DecisionFlipConfig(ScoringFields):
         5,
         ge=1,
         le=64,
-        description="SUT calls, and judge calls, in flight at once for this metric (1-64); default 5.",
+        description=PAIR_CONCURRENCY,
     )
     sut_temperature: float = Field(
         0.7,
         ge=0.0,
         le=2.0,
-        description="Sampling temperature of the SUT's answers (0-2); default 0.7. Above 0, part of the pairs get "
-        "a no-effect baseline by default (the metric entry's baseline_share).",
+        description=PAIR_SUT_TEMPERATURE,
     )
     synthesis_temperature: float = Field(
         0.0,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from ..base import METRIC_NAME, ScoringFields
+from ..base import METRIC_NAME, N_SUT_RETRIES, ScoringFields
 
 PType = Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms", "paraphrase"]
 
@@ -68,6 +68,5 @@ class PerturbationRobustnessConfig(PerturbationRobustnessExternalConfig):
         0,
         ge=0,
         le=5,
-        description="Retries of a SUT call that fails with a transient error (0-5) before its answer is recorded "
-        "as failed; default 0.",
+        description=N_SUT_RETRIES,
     )
