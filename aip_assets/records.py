@@ -13,14 +13,14 @@ class RowScore(TypedDict, total=False):
     """A ``row_scores`` record: one dataset row's score, or why it has none."""
 
     input_id: Required[str]
-    status: Required[Literal["ok", "error"]]
-    label: Required[str]  # the metric's row label, "error" when the row has no score
+    status: Required[Literal["ok", "error", "excluded"]]  # no score: "error" (a failure) or "excluded"
+    label: Required[str]  # the metric's row label; the status when the row has no score
     n_judged: Required[int]  # units of the row scored
     n_failed: Required[int]  # units of the row excluded
     n_events: Required[int]  # units that count as an event (a flip, an uneven pair, a drop...)
     raw_score: float
     score: float | None  # normalised (none only when the raw score is)
-    error: str  # why the row has no score (status "error")
+    error: str  # why the row has no score (status "error" or "excluded")
     explanation: str
 
 

@@ -239,7 +239,10 @@ def test_edge_cases_have_clear_outcomes(tmp_path):
     assert "no baseline" in rs.loc["nobase"].error
     assert "claim to be the baseline" in rs.loc["dup1"].error and "claim to be the baseline" in rs.loc["dup2"].error
     assert "only the baseline row" in rs.loc["alone"].error
-    assert "baseline: the SUT answer: empty" in rs.loc["emptybase"].error and rs.loc["emptybase-v"].status == "error"
+    assert "baseline: the SUT answer: empty" in rs.loc["emptybase"].error
+    # nothing failed in these rows: each is excluded (status and label), never an error
+    edge = rs.loc[["nometa", "nobase", "dup1", "dup2", "alone", "emptybase", "emptybase-v"]]
+    assert (edge.status == "excluded").all() and (edge.label == "excluded").all()
     # the good group: the empty variant is excluded and counted without a judge call, never scored as 0
     good = rs.loc[["good", "good-t", "good-e"]]
     assert (good.status == "ok").all() and good.raw_score.nunique() == 1

@@ -506,6 +506,14 @@ def row_reason(statuses: list[str] | tuple[str, ...]) -> str:
     return min(counts, key=lambda s: (-counts[s], s))
 
 
+def unscored_status(reason: str) -> Literal["error", "excluded"]:
+    """A ``row_scores`` status (and label) for a row without a score, from its ``row_reason``:
+    ``error`` when something failed (``FAILURE_REASONS``: a SUT call, a judge, a row never judged),
+    ``excluded`` when what it holds cannot be judged (a refusal, an unreadable answer, an edge case
+    of the dataset): an exclusion is never called an error."""
+    return "error" if reason in FAILURE_REASONS else "excluded"
+
+
 def not_scored_phrase(what: str, by_reason: Mapping[str, int] | None) -> str:
     """``rows excluded 1 (unjudgeable 1)``: the rows (or groups) without a score, by reason. A
     failure reason (``sut_failed``, ``judge_failed``, ``not_judged``) is an error; the others are

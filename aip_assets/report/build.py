@@ -53,7 +53,7 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
     overall = {m: next(r for r in by_metric[m] if r["scope"] == "overall") for m in metrics}
 
     weakest_all = queries.weakest_rows(rd)
-    errored_all = queries.errored_rows(rd)
+    unscored_all = queries.unscored_rows(rd)
     row_counts = queries.row_counts(rd)
     evidence, pairs, verdicts = queries.evidence(rd, weakest_all)
     notes = queries.run_notes(rd)
@@ -64,7 +64,7 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
             by_metric[m],
             spec_metrics.get(m) or {},
             [r for r in weakest_all if r["metric"] == m],
-            [r for r in errored_all if r["metric"] == m],
+            [r for r in unscored_all if r["metric"] == m],
             row_counts,
             evidence,
             pairs,

@@ -59,19 +59,21 @@ def weakest_rows(rd: _Reader) -> Records:
         WHERE rank <= {WEAKEST_ROWS} ORDER BY metric, rank""")
 
 
-def errored_rows(rd: _Reader) -> Records:
+def unscored_rows(rd: _Reader) -> Records:
+    """The rows without a score: excluded (nothing could be judged) or errored (a failure)."""
     return rd.records("""
         SELECT metric, input_id, status, error, explanation FROM row_scores
         WHERE run_id = ? AND NOT (status = 'ok' AND score IS NOT NULL) ORDER BY metric, input_id""")
 
 
 def row_counts(rd: _Reader) -> dict[str, dict[str, Any]]:
-    """Each metric's rows scored and errored."""
+    """Each metric's rows scored, excluded (status ``excluded``) and errored (the other unscored)."""
     return {
         r["metric"]: r
         for r in rd.records("""
         SELECT metric, count(*) FILTER (WHERE status = 'ok' AND score IS NOT NULL) AS scored,
-               count(*) FILTER (WHERE NOT (status = 'ok' AND score IS NOT NULL)) AS errored
+               count(*) FILTER (WHERE status = 'excluded') AS excluded,
+               count(*) FILTER (WHERE NOT (status = 'ok' AND score IS NOT NULL) AND status <> 'excluded') AS errored
         FROM row_scores WHERE run_id = ? GROUP BY metric""")
     }
 

@@ -498,7 +498,7 @@ def _metric_section(
     scores: list[dict[str, Any]],
     spec_metric: dict[str, Any],
     weakest: list[dict[str, Any]],
-    errored: list[dict[str, Any]],
+    unscored: list[dict[str, Any]],
     row_counts: dict[str, Any],
     evidence: dict[tuple[str, str], list[dict[str, Any]]],
     pairs: dict[tuple[str, str], list[dict[str, Any]]],
@@ -534,7 +534,8 @@ def _metric_section(
 
     rc = row_counts.get(metric) or {}
     out.append(
-        f'<h3>Weakest rows</h3><p class="muted">{_int(rc.get("scored"))} rows scored, {_int(rc.get("errored"))} errored;'
+        f'<h3>Weakest rows</h3><p class="muted">{_int(rc.get("scored"))} rows scored, {_int(rc.get("excluded"))} excluded, '
+        f"{_int(rc.get('errored'))} errored;"
         f" the {len(weakest)} lowest scores, lowest first, with up to {EVIDENCE_PER_ROW} of their probes and the "
         f"SUT's answers.</p>"
     )
@@ -553,21 +554,25 @@ def _metric_section(
             f'<div class="expl">{_e(_clip(r.get("explanation"), 400))}</div></div>'
             f"{_evidence_table(chosen, len(entries), metric, r['input_id'])}</div>"
         )
-    if errored:
+    if unscored:
+        failed = sum(1 for r in unscored if r.get("status") != "excluded")
+        title = f"Rows without a score ({len(unscored)}: {len(unscored) - failed} excluded, {failed} errored)"
         out.append(
-            f'<h4 class="err">Errored rows ({len(errored)})</h4><table class="errored"><tr><th>input_id</th>'
-            "<th>status</th><th>error</th><th>explanation</th></tr>"
+            f'<h4 class="{"err" if failed else "muted"}">{title}</h4><table class="errored"><tr><th>input_id</th>'
+            "<th>status</th><th>why</th><th>explanation</th></tr>"
         )
-        for r in errored[:50]:
+        for r in unscored[:50]:
+            why = "muted" if r.get("status") == "excluded" else "err"
             out.append(
-                f"<tr{_attrs(data_metric=metric, data_input_id=r['input_id'])}><td><code>{_e(r['input_id'])}</code></td>"
-                f'<td>{_e(r.get("status"))}</td><td class="err">{_e(_clip(r.get("error"), 400))}</td>'
+                f"<tr{_attrs(data_metric=metric, data_input_id=r['input_id'], data_status=r.get('status'))}>"
+                f"<td><code>{_e(r['input_id'])}</code></td>"
+                f'<td>{_e(r.get("status"))}</td><td class="{why}">{_e(_clip(r.get("error"), 400))}</td>'
                 f"<td>{_e(_clip(r.get('explanation'), 200))}</td></tr>"
             )
         out.append("</table>")
-        if len(errored) > 50:
+        if len(unscored) > 50:
             out.append(
-                f'<p class="muted">{len(errored) - 50} more: <code>SELECT * FROM row_scores WHERE run_id = '
+                f'<p class="muted">{len(unscored) - 50} more: <code>SELECT * FROM row_scores WHERE run_id = '
                 f"'{_e(run_id)}' AND metric = '{_e(metric)}' AND status &lt;&gt; 'ok'</code></p>"
             )
     if spec_metric.get("config"):

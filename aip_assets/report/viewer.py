@@ -87,7 +87,7 @@ def read(
                 "ne": r["n_events"],
                 "flagged": bool(r["n_events"]),
                 "excluded": r["score"] is None or bool(r["n_failed"]),
-                "failed": r["status"] != "ok" or answers_or_judges_failed,
+                "failed": r["status"] == "error" or answers_or_judges_failed,
                 **detail,
             }
         )

@@ -45,6 +45,7 @@ from ..base import (
     pct,
     response_record,
     row_reason,
+    unscored_status,
 )
 from ..judging import ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
@@ -396,8 +397,8 @@ class Consistency(Metric):
                     out.append(
                         {
                             "input_id": input_id,
-                            "status": "error",
-                            "label": "error",
+                            "status": unscored_status(reason),
+                            "label": unscored_status(reason),
                             "n_judged": 0,
                             "n_failed": nf,
                             "n_events": 0,

@@ -48,6 +48,7 @@ from ..base import (
     row_reason,
     sample_probes,
     sut_failure,
+    unscored_status,
 )
 from ..judging import ask_panel, judged_fields
 from ..running import run_bounded
@@ -620,11 +621,11 @@ class DecisionFlip(Metric):
                     row_scores.append(
                         {
                             "input_id": input_id,
-                            "status": "error",
+                            "status": unscored_status(why),
                             "n_judged": 0,
                             "n_failed": nf,
                             "n_events": 0,
-                            "label": "error",
+                            "label": unscored_status(why),
                             "error": f"no pair of this row could be judged ({nf} excluded): {reasons}",
                         }
                     )

@@ -55,6 +55,7 @@ from ..base import (
     sample_probes,
     sut_failure,
     thirds,
+    unscored_status,
 )
 from ..judging import ask_json, ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
@@ -528,8 +529,8 @@ class GroupInteractionBias(Metric):
                     row_scores.append(
                         {
                             "input_id": input_id,
-                            "status": "error",
-                            "label": "error",
+                            "status": unscored_status(reason),
+                            "label": unscored_status(reason),
                             "n_judged": 0,
                             "n_failed": failed,
                             "n_events": 0,

@@ -62,6 +62,7 @@ from ..base import (
     row_reason,
     sample_probes,
     thirds,
+    unscored_status,
 )
 from ..judging import JsonAnswer, Verdict, ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
@@ -561,8 +562,8 @@ class PerturbationRobustnessExternal(Metric):
                 row_scores.append(
                     {
                         "input_id": p["input_id"],
-                        "status": "error",
-                        "label": "error",
+                        "status": "excluded",  # a dataset edge case: nothing failed
+                        "label": "excluded",
                         "n_judged": 0,
                         "n_failed": 0,
                         "n_events": 0,
@@ -629,8 +630,8 @@ class PerturbationRobustnessExternal(Metric):
                 row_scores += [
                     {
                         "input_id": i,
-                        "status": "error",
-                        "label": "error",
+                        "status": unscored_status(reason),
+                        "label": unscored_status(reason),
                         "n_judged": 0,
                         "n_failed": failed,
                         "n_events": 0,

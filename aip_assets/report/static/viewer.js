@@ -159,7 +159,7 @@
       tr.appendChild(el("td", {"class": "num", "data-field": "n_judged", "data-value": raw(r.nj)}, raw(r.nj)));
       tr.appendChild(el("td", {"class": "num", "data-field": "n_failed", "data-value": raw(r.nf)}, raw(r.nf)));
       tr.appendChild(el("td", {"class": "num", "data-field": "n_events", "data-value": raw(r.ne)}, raw(r.ne)));
-      tr.appendChild(el("td", {"data-field": "status", "class": r.status === "ok" ? "" : "err"}, r.status));
+      tr.appendChild(el("td", {"data-field": "status", "class": r.status === "error" ? "err" : r.status === "ok" ? "" : "muted"}, r.status));
       tr.addEventListener("click", function () { toggle(tr, r); openId = tr.classList.contains("open") ? r.id : null; write(); });
       table.appendChild(tr);
     });
