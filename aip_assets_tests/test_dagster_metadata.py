@@ -149,16 +149,60 @@ def test_the_demo_spec_carries_a_schedule_to_uncomment(tmp_path):
 
 
 def test_a_failing_group_opens_the_viewer_on_its_rows():
-    """An axis is the viewer's axis filter; a group of group bias (several personas) its search."""
+    """An axis is the viewer's axis filter; a group of group bias (several personas) its group filter."""
     from aip_assets.assets.stages import group_view
 
     assert group_view("axis", "gender") == {"axis": "gender"}
-    assert group_view("attribute", "religion=Muslim") == {"q": "Muslim"}
-    assert group_view("attribute", "gender=transgender woman") == {"q": "transgender woman"}
+    assert group_view("attribute", "religion=Muslim") == {"group": "religion=Muslim"}
+    assert group_view("attribute", "gender=transgender woman") == {"group": "gender=transgender woman"}
     link = viewer_link(
         "http://127.0.0.1:8112/r.html",
         metric="llm.group_interaction_bias",
         flagged=True,
         **group_view("attribute", "religion=Muslim"),
     )
-    assert link.endswith("#v:metric=llm.group_interaction_bias&flagged=1&q=Muslim")
+    assert link.endswith("#v:metric=llm.group_interaction_bias&flagged=1&group=religion%3DMuslim")
+
+
+def test_a_link_in_the_metadata_opens_the_viewer_on_its_rows(tmp_path):
+    """The aggregation partition's `viewer gender` link, as Dagster stores it, opened in headless
+    Chromium from the report server: the viewer on decision flip, flagged rows, the gender axis,
+    showing exactly the rows whose pairs flipped (the profile flips gender alone)."""
+    import threading
+
+    import pytest
+
+    from aip_assets.report import default_out, serve_reports
+
+    from .test_report import _console_errors
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    _key, _res, mats = _materialise(tmp_path)
+    link = urlsplit(mats["aggregation"]["viewer gender"].url)
+    flipped = sorted(set(table("v_flipped_pairs", "md", "pair_id").input_id))
+    assert flipped
+    server = serve_reports(default_out("md").parent, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = link._replace(netloc=f"127.0.0.1:{server.server_address[1]}").geturl()
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                errors = _console_errors(page)
+                page.goto(url)
+                page.wait_for_selector("#viewer[data-ready='1']")
+                shown = page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.inputId)")
+                assert sorted(shown) == flipped
+                assert page.input_value("select[data-filter=metric]") == "llm.decision_flip"
+                assert page.input_value("select[data-filter=axis]") == "gender"
+                assert page.is_checked("input[data-filter=flagged]")
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert errors == []

@@ -1175,6 +1175,67 @@ def test_a_viewer_link_reproduces_its_view_and_the_url_follows_the_view(warehous
     shutil.copy(tmp_path / "viewer_link.png", ARTIFACTS / "viewer_link.png")
 
 
+def test_a_group_link_matches_the_group_whole_and_the_url_keeps_every_filter(warehouse, report, tmp_path):
+    """``group=gender=woman`` shows the group bias rows with a woman among their personas, not those
+    of a transgender woman alone (a search for "woman" finds those too); the failed and excluded
+    checkboxes and the sort go into the URL and come back from it."""
+    from aip_assets.report.links import viewer_link
+
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+
+    def rows_with(where: str) -> set[str]:
+        return set(
+            q(
+                warehouse,
+                f"""SELECT DISTINCT x.input_id FROM (
+                       SELECT run_id, metric, input_id, persona_id AS pid FROM probes WHERE role = 'persona'
+                       UNION SELECT run_id, metric, input_id, unnest([value_a, value_b]) FROM probe_pairs) x
+                    JOIN personas pe ON pe.run_id = x.run_id AND pe.metric = x.metric AND pe.persona_id = x.pid
+                    WHERE x.run_id = ? AND x.metric = 'llm.group_interaction_bias' AND {where}""",
+                [RUN],
+            ).input_id
+        )
+
+    woman = rows_with("json_extract_string(pe.attributes, '$.gender') = 'woman'")
+    sounds_like = rows_with("json_extract_string(pe.attributes, '$.gender') LIKE '%woman%'")
+    assert woman and sounds_like > woman  # a transgender woman in rows without a woman
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            errors = _console_errors(page)
+            page.goto(viewer_link(f"file://{report[0]}", metric="llm.group_interaction_bias", group="gender=woman"))
+            page.wait_for_selector("#viewer[data-ready='1']")
+            shown = page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.inputId)")
+            assert set(shown) == woman and len(shown) == len(woman)
+            assert page.input_value("select[data-filter=group]") == "gender=woman"
+            page.select_option("select[data-filter=sort]", "id")
+            page.check("input[data-filter=excluded]")
+            assert _fragment(page) == {
+                "metric": "llm.group_interaction_bias",
+                "excluded": "1",
+                "group": "gender=woman",
+                "sort": "id",
+            }
+            page.uncheck("input[data-filter=excluded]")
+            page.check("input[data-filter=failed]")
+            assert _fragment(page)["failed"] == "1" and "excluded" not in _fragment(page)
+            # and back from a link: the checkboxes and the sort as the URL says
+            page.goto(viewer_link(f"file://{report[0]}", metric="llm.decision_flip", excluded=True, sort="score-desc"))
+            page.reload()
+            page.wait_for_selector("#viewer[data-ready='1']")
+            assert page.is_checked("input[data-filter=excluded]") and not page.is_checked("input[data-filter=failed]")
+            assert page.input_value("select[data-filter=sort]") == "score-desc"
+            assert page.input_value("select[data-filter=group]") == ""
+        finally:
+            browser.close()
+    assert errors == []
+
+
 def test_viewer_labels_once_each_and_personas_with_what_they_are(warehouse, report):
     """The label filter offers each label once whatever its case (in the chosen metric's spelling)
     and finds it in every spelling; the persona filter says what each persona id is."""

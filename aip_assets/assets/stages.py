@@ -159,12 +159,11 @@ def judgements_partition_path(run_id: str, metric: str) -> str:
 
 def group_view(scope: str, group: str) -> dict[str, str]:
     """The viewer's view of one breakdown: an axis (decision flip's ``gender``) is the viewer's
-    ``axis`` filter; a group (group bias's ``religion=Muslim``) spans several personas, and the
-    viewer's persona filter holds one persona id, so its view is the search for the group's value
-    (``q=Muslim``: the rows whose personas say it)."""
+    ``axis`` filter; a group (group bias's ``religion=Muslim``) spans several personas, so its view
+    is the viewer's ``group`` filter, which matches the attribute and value whole."""
     if scope == "axis":
         return {"axis": group}
-    return {"q": group.split("=", 1)[-1]}
+    return {"group": group}
 
 
 def failing_groups(run_id: str, metric: str) -> list[tuple[str, dict[str, str]]]:

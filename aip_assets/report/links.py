@@ -6,8 +6,12 @@ or as a file. The fragment is ``#v:`` followed by URL-encoded ``key=value`` pair
 
 - ``metric``: the metric's name (``llm.decision_flip``);
 - ``flagged``: ``1`` for the rows the metric flags (flipped pairs, biased pairs, contradictions);
+- ``failed``, ``excluded``: ``1`` for the rows with a failed call or judge, with excluded units;
 - ``axis``, ``persona``, ``label``, ``category``: a facet's value;
-- ``q``: the search text; ``open``: the ``input_id`` of the row that is open.
+- ``group``: an attribute and its value, ``religion=Muslim``: the rows whose pairs or personas hold
+  it, matched whole (``gender=man`` is not ``gender=woman``);
+- ``q``: the search text; ``sort``: ``score-asc`` (the default), ``score-desc``, ``id`` or
+  ``failed``; ``open``: the ``input_id`` of the row that is open.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 FRAGMENT_PREFIX = "#v:"
-KEYS = ("metric", "flagged", "axis", "persona", "label", "category", "q", "open")
+KEYS = ("metric", "flagged", "failed", "excluded", "axis", "persona", "group", "label", "category", "q", "sort", "open")
 
 
 def viewer_fragment(**view: str | int | bool | None) -> str:

@@ -67,11 +67,16 @@ def read(
     probes, pairs, verdicts = queries.viewer_evidence(q, rows)
     calls = queries.viewer_judge_calls(q, [j["call_key"] for vs in verdicts.values() for j in vs if j.get("call_key")])
 
+    persona_records = queries.viewer_personas(q)
+    attrs = _persona_groups(persona_records)
     out_rows = []
     for r in rows:
         key = (r["metric"], r["input_id"])
         detail = _detail(probes.get(key, []), pairs.get(key, []), verdicts.get(key, []), calls)
         answers_or_judges_failed = detail.pop("any_failed")
+        # a group bias row's groups: its personas' attributes (``religion=Muslim``)
+        mine = attrs.get(r["metric"], {})
+        detail["groups"] = sorted(set(detail["groups"]).union(*(mine.get(p, ()) for p in detail["personas"])))
         out_rows.append(
             {
                 "m": r["metric"],
@@ -128,7 +133,7 @@ def read(
             for m in metrics
         ],
         "rows_per_metric": rows_per_metric,
-        "personas": _personas(queries.viewer_personas(q)),
+        "personas": _personas(persona_records),
         "rows": kept,
     }
 
@@ -166,6 +171,20 @@ def _personas(records: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         values = ", ".join(str(v) for _, v in sorted(attrs.items()) if v) if isinstance(attrs, dict) else ""
         desc = str(r.get("description") or "")
         out.setdefault(r["metric"], {})[str(r["persona_id"])] = ": ".join(x for x in (values, desc) if x)
+    return out
+
+
+def _persona_groups(records: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """Each persona's groups, ``attribute=value`` (``religion=Muslim``), by metric and persona id:
+    what the viewer's group filter matches."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for r in records:
+        try:
+            attrs = json.loads(r.get("attributes") or "{}")
+        except ValueError:
+            attrs = {}
+        if isinstance(attrs, dict):
+            out.setdefault(r["metric"], {})[str(r["persona_id"])] = [f"{k}={v}" for k, v in sorted(attrs.items()) if v]
     return out
 
 
@@ -342,6 +361,11 @@ def _detail(
             + [e.get("attribute_value") or e.get("persona_id") for e in entries if e.get("role") == "persona"]
         ),
         "cats": distinct(e.get("category") for e in entries if e.get("role") == "variant"),
+        # the group filter's values, ``axis=value`` (decision flip's ``gender=woman``); a group bias
+        # row's come from its personas' attributes (``read``)
+        "groups": distinct(
+            f"{p['axis']}={v}" for p in pairs if p.get("axis") for v in (p.get("value_a"), p.get("value_b")) if v
+        ),
     }
 
 

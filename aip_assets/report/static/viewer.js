@@ -13,7 +13,7 @@
   function f3(x) { return x === null || x === undefined ? "n/a" : Number(x).toFixed(3); }
   function raw(x) { return x === null || x === undefined ? "" : String(x); }
   function uniq(a) { var s = new Set(); a.forEach(function (x) { if (x !== null && x !== undefined) s.add(String(x)); }); return Array.from(s).sort(); }
-  var KEYS = ["metric", "flagged", "axis", "persona", "label", "category", "q", "open"];  // report/links.py
+  var KEYS = ["metric", "flagged", "failed", "excluded", "axis", "persona", "group", "label", "category", "q", "sort", "open"];  // report/links.py
   var personas = data.personas || {};
   function words(s) { return String(s || "").match(/\s+|[^\s]+/g) || []; }
   // the words of a that b lacks and of b that a lacks (a longest common subsequence of the words,
@@ -74,6 +74,7 @@
   c.metric.appendChild(el("option", {value: ""}, "all metrics"));
   data.metrics.forEach(function (m) { c.metric.appendChild(el("option", {value: m.metric}, m.metric)); });
   c.axis = el("select", {"data-filter": "axis"}); c.persona = el("select", {"data-filter": "persona"});
+  c.group = el("select", {"data-filter": "group"});
   c.cat = el("select", {"data-filter": "category"}); c.label = el("select", {"data-filter": "label"});
   c.flagged = el("input", {type: "checkbox", "data-filter": "flagged"});
   c.failed = el("input", {type: "checkbox", "data-filter": "failed"});
@@ -83,7 +84,7 @@
   [["score-asc", "score, lowest first"], ["score-desc", "score, highest first"], ["id", "input id"], ["failed", "most excluded first"]]
     .forEach(function (o) { c.sort.appendChild(el("option", {value: o[0]}, o[1])); });
   bar.appendChild(control("metric", c.metric)); bar.appendChild(control("axis", c.axis));
-  bar.appendChild(control("persona", c.persona)); c.catLabel = control("category / perturbation type", c.cat);
+  bar.appendChild(control("persona", c.persona)); bar.appendChild(control("group", c.group)); c.catLabel = control("category / perturbation type", c.cat);
   bar.appendChild(c.catLabel); bar.appendChild(control("label", c.label));
   bar.appendChild(control("flipped / flagged", c.flagged)); bar.appendChild(control("failed", c.failed));
   bar.appendChild(control("excluded", c.excluded)); bar.appendChild(c.search); bar.appendChild(control("sort", c.sort));
@@ -116,6 +117,7 @@
     fill(c.axis, uniq([].concat.apply([], rs.map(function (r) { return r.axes; }))), "any axis");
     fill(c.persona, uniq([].concat.apply([], rs.map(function (r) { return r.personas; }))), "any persona",
       function (v) { var d = personaText(m, v); return d ? v + " — " + d : v; });
+    fill(c.group, uniq([].concat.apply([], rs.map(function (r) { return r.groups || []; }))), "any group");
     fill(c.cat, uniq([].concat.apply([], rs.map(function (r) { return r.cats; }))), "any");
     fill(c.label, labels(rs), "any label", function (v) { return spelling[v]; });
     c.catLabel.firstChild.textContent = (m ? metaBy[m].facet : "category / perturbation type") + " ";
@@ -127,7 +129,8 @@
   function matches(r) {
     var q = c.search.value.trim().toLowerCase();
     return (!c.metric.value || r.m === c.metric.value) && (!c.axis.value || r.axes.indexOf(c.axis.value) >= 0) &&
-      (!c.persona.value || r.personas.indexOf(c.persona.value) >= 0) && (!c.cat.value || r.cats.indexOf(c.cat.value) >= 0) &&
+      (!c.persona.value || r.personas.indexOf(c.persona.value) >= 0) &&
+      (!c.group.value || (r.groups || []).indexOf(c.group.value) >= 0) && (!c.cat.value || r.cats.indexOf(c.cat.value) >= 0) &&
       (!c.label.value || lower(r.label) === c.label.value) && (!c.flagged.checked || r.flagged) &&
       (!c.failed.checked || r.failed) && (!c.excluded.checked || r.excluded) && (!q || r.blob.indexOf(q) >= 0);
   }
@@ -275,24 +278,29 @@
   }
   function apply(v) {
     pick(c.metric, v.metric); refreshFacets();
-    pick(c.axis, v.axis); pick(c.persona, v.persona); pick(c.cat, v.category);
+    pick(c.axis, v.axis); pick(c.persona, v.persona); pick(c.group, v.group); pick(c.cat, v.category);
     pick(c.label, v.label === undefined ? undefined : v.label.toLowerCase());
     c.flagged.checked = v.flagged === "1" || v.flagged === "true";
+    c.failed.checked = v.failed === "1" || v.failed === "true";
+    c.excluded.checked = v.excluded === "1" || v.excluded === "true";
+    pick(c.sort, v.sort); if (!c.sort.value) c.sort.value = "score-asc";
     c.search.value = v.q || "";
     openId = v.open || null; shown = PAGE; render();
     var target = openId !== null ? table.querySelector("tr.row.open") : null;
     (target || root).scrollIntoView();
   }
   function write() {
-    var v = {metric: c.metric.value, flagged: c.flagged.checked ? "1" : "", axis: c.axis.value, persona: c.persona.value,
-      label: c.label.value ? spelling[c.label.value] : "", category: c.cat.value, q: c.search.value.trim(), open: openId};
+    var v = {metric: c.metric.value, flagged: c.flagged.checked ? "1" : "", failed: c.failed.checked ? "1" : "",
+      excluded: c.excluded.checked ? "1" : "", axis: c.axis.value, persona: c.persona.value, group: c.group.value,
+      label: c.label.value ? spelling[c.label.value] : "", category: c.cat.value, q: c.search.value.trim(),
+      sort: c.sort.value === "score-asc" ? "" : c.sort.value, open: openId};
     var p = new URLSearchParams();
     KEYS.forEach(function (k) { if (v[k]) p.append(k, v[k]); });
     var h = "#v:" + p.toString();
     if (h !== window.location.hash) history.replaceState(null, "", h);
   }
   [c.metric].forEach(function (s) { s.addEventListener("change", function () { refreshFacets(); shown = PAGE; openId = null; render(); write(); }); });
-  [c.axis, c.persona, c.cat, c.label, c.flagged, c.failed, c.excluded, c.sort].forEach(function (s) {
+  [c.axis, c.persona, c.group, c.cat, c.label, c.flagged, c.failed, c.excluded, c.sort].forEach(function (s) {
     s.addEventListener("change", function () { shown = PAGE; render(); write(); }); });
   var typing = null;  // search as you type, once the typing pauses
   c.search.addEventListener("input", function () { clearTimeout(typing); typing = setTimeout(function () { shown = PAGE; render(); write(); }, 150); });
