@@ -266,6 +266,10 @@ def test_the_report_server_serves_a_report_and_lists_the_reports(site):
     status, _, listing = get("/")
     assert status == 200 and f'href="{RUN}.html"'.encode() in listing and b'href="old/"' in listing
     assert get(f"/{RUN}.html/")[0] == 404 and get("/nope.html")[0] == 404
+    # the icon a browser asks for with every page: no content, not an error in its console
+    assert get("/favicon.ico")[:3:2] == (204, b"") and get("/old/favicon.ico")[0] == 404
+    (folder / "favicon.ico").write_bytes(b"icon")
+    assert get("/favicon.ico")[::2] == (200, b"icon")
 
 
 @pytest.mark.parametrize(

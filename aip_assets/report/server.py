@@ -219,6 +219,11 @@ def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None
                 names, want_folder = _request_parts(self.path)
                 fd, st = _open_below(root, names)
             except _NotServed as e:
+                if e.missing and names == ["favicon.ico"]:  # what a browser asks of every page: no icon
+                    self.send_response(HTTPStatus.NO_CONTENT)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
                 if e.missing and lake.enabled() and len(names) == 1 and names[0].endswith(".html") and not want_folder:
                     return self._from_lake(names[0])
                 self.send_error(HTTPStatus.NOT_FOUND, "File not found")
