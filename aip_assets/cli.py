@@ -722,6 +722,11 @@ def cmd_compare(args) -> int:
         run_a, run_b = args.runs
     else:
         raise AipError("compare needs two run ids (RUN_A RUN_B) or --latest SPEC_NAME")
+    if args.html and not args.html.endswith(".html"):
+        raise AipError(
+            f"--html PATH must name a .html file, got {args.html!r} (for the reports folder, put --html after "
+            "the run ids: `aip-eval compare RUN_A RUN_B --html`)"
+        )
     df, warnings = compare.compare_runs(run_a, run_b, path, alpha=args.alpha)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -735,13 +740,21 @@ def cmd_compare(args) -> int:
                     "alpha": args.alpha,
                     "warnings": warnings,
                     "significant_drops": len(drops),
-                    "rows": json.loads(df.to_json(orient="records")),
+                    "rows": compare.json_rows(df),
                 },
                 indent=2,
             )
         )
     else:
         print(compare.format_table(df, run_a, run_b, args.alpha))
+    if args.html is not None:  # the page's path on stderr: stdout stays the table or the JSON
+        from .report import default_out, report_url
+        from .report.comparison import write_comparison
+
+        page = write_comparison(run_a, run_b, df, warnings, args.alpha, out=args.html or None, path=path)
+        print(f"comparison page: {page}", file=sys.stderr)
+        if page.parent == default_out("x", path).parent.resolve():
+            print(f"served by `aip-eval report --serve` at {report_url(page)}", file=sys.stderr)
     return 1 if args.fail_on_drop and drops else 0
 
 
@@ -976,6 +989,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print the comparison as JSON")
     c.add_argument("--fail-on-drop", action="store_true", help="exit 1 when any score dropped significantly")
     c.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (Holm), default 0.05")
+    c.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="also write the comparison page, the two runs side by side (default <warehouse dir>/reports/"
+        "compare--<A>--<B>.html; its path on stderr)",
+    )
     c.add_argument("--warehouse")
     c.set_defaults(fn=cmd_compare)
 

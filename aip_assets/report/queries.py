@@ -298,3 +298,17 @@ def run_list(path: Path) -> Records:
             read_only=True,
         )
     )
+
+
+def comparison_list(path: Path) -> Records:
+    """Every stored comparison of two runs (``run_comparisons``), the newest first: its runs, when it
+    was made and how many of its scores changed significantly."""
+    return _records(
+        wh.query(
+            """
+            SELECT run_a, run_b, max(created_at) AS created_at, count(*) FILTER (WHERE significant) AS significant
+            FROM run_comparisons GROUP BY run_a, run_b ORDER BY max(created_at) DESC, run_a, run_b""",
+            path=path,
+            read_only=True,
+        )
+    )

@@ -136,8 +136,34 @@ def _runs_table(warehouse: Path, served: set[str]) -> str:
     return (
         "<h2>Runs</h2>\n<table>\n<tr><th>run</th><th>registered</th><th>gate</th><th>metrics: overall score</th></tr>\n"
         + "".join(body)
-        + "</table>\n<h2>Files</h2>\n"
+        + "</table>\n"
+        + _comparisons(warehouse, served)
+        + "<h2>Files</h2>\n"
     )
+
+
+def _comparisons(warehouse: Path, served: set[str]) -> str:
+    """The root page's list of comparison pages (``aip-eval compare A B --html``) in the folder:
+    each pair of runs whose page is one of ``served``, the newest comparison first."""
+    from urllib.parse import quote
+
+    from .comparison import default_out as comparison_out
+
+    try:
+        records = queries.comparison_list(warehouse)
+    except Exception:  # noqa: BLE001 - an old schema: the files are listed
+        return ""
+    items = []
+    for r in records:
+        name = comparison_out(r["run_a"], r["run_b"], warehouse).name
+        if name not in served:
+            continue
+        items.append(
+            f'<li data-run-a="{escape(r["run_a"])}" data-run-b="{escape(r["run_b"])}"><a href="{quote(name)}">'
+            f"{escape(r['run_b'])} vs {escape(r['run_a'])}</a> ({r['significant']} significant change"
+            f"{'' if r['significant'] == 1 else 's'}; compared {escape(str(r['created_at'])[:19])})</li>\n"
+        )
+    return "<h2>Comparisons</h2>\n<ul>\n" + "".join(items) + "</ul>\n" if items else ""
 
 
 def _listing(fd: int, shown_as: str, runs: Callable[[set[str]], str] | None = None) -> bytes:

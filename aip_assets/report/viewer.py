@@ -369,12 +369,12 @@ def _detail(
     }
 
 
-def data_block(data: dict[str, Any]) -> str:
-    """The data as a JSON script block that no text inside it can end early."""
+def data_block(data: dict[str, Any], element_id: str = "aip-viewer-data") -> str:
+    """The data as a JSON script block (of id ``element_id``) that no text inside it can end early."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-    return f'<script type="application/json" id="aip-viewer-data">{text}</script>'
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
 def section(data: dict[str, Any]) -> str:
