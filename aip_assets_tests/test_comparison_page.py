@@ -430,3 +430,85 @@ def test_side_by_side_in_headless_chromium_equals_compare_json(warehouse, capsys
     assert errors == []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy(tmp_path / "comparison_row.png", ARTIFACTS / "comparison_row.png")
+
+
+def test_the_comparison_script_on_hand_made_rows_pages_opens_and_keeps_text(tmp_path):
+    """static/compare.js on data made by hand (paired and aligned as the page's are): no console
+    error, 100 rows at a time with a button for the rest, a row past the first page opened from the
+    URL, a row whose verdicts are not in the file and a comparison one run lacks each saying so, the
+    rows in one run only listed, and markup from the data shown as text, never as elements."""
+    from aip_assets.report.templating import static
+    from aip_assets.report.viewer import data_block
+
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    evil = '<img src=x onerror="document.title=1">'
+    m = "llm.m"
+    rows_a = [row(m, f"r{i:03d}", 1.0, "ok") for i in range(150)] + [row(m, "gone", 0.5, evil)]
+    rows_b = [row(m, f"r{i:03d}", 1.0 - i / 1000, "ok" if i else evil) for i in range(150)]
+    paired = pair_rows(rows_a, rows_b, [m])
+    same = verdict("same_decision", 1.0, "YES", "YES", False, reasoning=f"a says {evil}")
+    for n, p in enumerate(paired["pairs"]):
+        a = detail([("man vs woman", "gender", 0, 1, [same])])
+        b = detail([("man vs woman", "gender", 0, 1, [verdict("flip", 0.0, "NO", "YES", True)])] if n == 0 else [])
+        p["v"] = False if p["id"] == "r010" else align(a, b)
+        p["la"], p["lb"] = viewer_link("a.html", metric=m, open=p["id"]), None
+    for r in paired["only"]:
+        r["link"] = viewer_link("a.html", metric=m, open=r["id"])
+    data = {
+        "run_a": evil,
+        "run_b": "b",
+        "reports": {"a": "a.html", "b": None},
+        "rows_per_metric": 500,
+        "metrics": [{"metric": m, "name": "m", "shown": 150, **paired["counts"][m]}],
+        "rows": paired["pairs"],
+        "only": paired["only"],
+    }
+    page_path = tmp_path / "c.html"
+    page_path.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title></head><body><div id="sbs"></div>'
+        + data_block(data, "aip-compare-data")
+        + "<script>"
+        + static("dom.js")
+        + static("compare.js")
+        + "</script></body></html>"
+    )
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.goto(comparison_link(f"file://{page_path}", open="r010"))  # the 141st row
+            page.wait_for_selector("#sbs[data-ready='1']")
+            ids = page.eval_on_selector_all("#sbs tr.row", "rs => rs.map(r => r.dataset.inputId)")
+            assert ids[:3] == ["r000", "r149", "r148"] and ids[140] == "r010"  # a changed label, then by |diff|
+            assert len(ids) == 150 and page.locator("#sbs tr.row.open").get_attribute("data-input-id") == "r010"
+            assert page.locator("#sbs [data-verdicts-missing]").count() == 1
+            page.goto(f"file://{page_path}#v:")
+            page.reload()
+            page.wait_for_selector("#sbs[data-ready='1']")
+            assert page.locator("#sbs tr.row").count() == 100 and page.is_visible("#sbs-more")
+            page.click("#sbs-more")
+            assert page.locator("#sbs tr.row").count() == 150 and not page.is_visible("#sbs-more")
+            page.click("#sbs tr.row[data-input-id='r000']")
+            first = page.locator("#sbs td.detail[data-input-id='r000'] .pair")
+            assert first.count() == 1 and first.get_attribute("data-changed") == "1"
+            assert "flipped, due to the persona" in first.locator("[data-side=b]").inner_text()
+            page.click("#sbs tr.row[data-input-id='r001']")
+            other = page.locator("#sbs td.detail[data-input-id='r001'] .pair [data-side=b]")
+            assert "no such comparison in this run" in other.inner_text()
+            assert page.locator("#sbs-only tr.only").count() == 1 and "(1)" in page.inner_text("#sbs-only-head")
+            assert page.get_attribute("#sbs-only tr.only a", "href") == viewer_link("a.html", metric=m, open="gone")
+            # the markup of labels, reasoning and run ids is text: in the page's text, never an element
+            text = page.inner_text("#sbs")
+            assert text.count(evil) >= 4 and page.locator("#sbs img").count() == 0 and page.title() == "t"
+            page.check("input[data-filter=changed]")
+            assert int(page.get_attribute("#sbs-count", "data-matching")) == paired["counts"][m]["changed"] == 150
+        finally:
+            browser.close()
+    assert errors == []
