@@ -221,6 +221,17 @@ def test_cli_writes_the_page_beside_the_reports_and_keeps_its_output(warehouse, 
     elsewhere = warehouse.parent.parent / "elsewhere" / "c.html"
     doc, err = compared(warehouse, capsys, "--html", str(elsewhere))
     assert elsewhere.is_file() and err.splitlines() == [f"comparison page: {elsewhere.resolve()}"]
+    # a page outside the reports folder links to the reports by their file URLs
+    text = elsewhere.read_text()
+    block = text[text.index('id="aip-compare-data">') + len('id="aip-compare-data">') : text.index("</script>")]
+    reports = json.loads(block)["reports"]
+    assert reports == {
+        s: (warehouse.parent / "reports" / f"{r}.html").resolve().as_uri() for s, r in (("a", A), ("b", B))
+    }
+    assert json.loads(page.read_text().split('id="aip-compare-data">')[1].split("</script>")[0])["reports"] == {
+        "a": f"{A}.html",
+        "b": f"{B}.html",
+    }
     df, warnings = compare.compare_runs(A, B, warehouse, persist=False)
     assert doc["warnings"] == warnings == [] and len(doc["rows"]) == len(df)
     longer = 0

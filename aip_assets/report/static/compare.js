@@ -124,6 +124,7 @@
     if (v.da !== null || v.db !== null) t += " · decisions a: " + (v.da || "none") + ", b: " + (v.db || "none");
     d.appendChild(el("span", {"data-verdict-label": v.l === null ? "" : v.l}, t));
     if (v.f) d.appendChild(el("span", {"class": "flag"}, " · flipped, due to the persona"));
+    else if (v.at === false && v.da !== v.db) d.appendChild(el("span", {"class": "muted"}, " · decisions differ, not due to the persona"));
     if (v.r) d.appendChild(el("div", {"class": "txt", "data-reasoning": "1"}, v.r));
     return d;
   }
