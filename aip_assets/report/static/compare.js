@@ -57,7 +57,7 @@
     tr.appendChild(el("td", {"class": cls, "data-field": "label_" + side}, s.label));
     tr.appendChild(el("td", {"class": "num " + cls, "data-field": "judged_" + side, "data-judged": raw(s.nj), "data-failed": raw(s.nf)},
       raw(s.nj) + " / " + raw(s.nf)));
-    tr.appendChild(el("td", {"class": cls + (s.status === "ok" ? "" : " err"), "data-field": "status_" + side}, s.status));
+    tr.appendChild(el("td", {"class": cls + (s.status === "error" ? " err" : s.status === "ok" ? "" : " muted"), "data-field": "status_" + side}, s.status));
   }
   function links(td, pairs) {
     pairs.forEach(function (p) {
@@ -111,7 +111,8 @@
       tr.appendChild(el("td", null, r.m.replace(/^llm\./, ""))); tr.appendChild(el("td", null, r.id));
       tr.appendChild(el("td", null, r.side.toUpperCase()));
       tr.appendChild(el("td", {"class": "num", "data-field": "score", "data-value": raw(r.score)}, f3(r.score)));
-      tr.appendChild(el("td", null, r.label)); tr.appendChild(el("td", {"class": r.status === "ok" ? "" : "err"}, r.status));
+      tr.appendChild(el("td", null, r.label));
+      tr.appendChild(el("td", {"class": r.status === "error" ? "err" : r.status === "ok" ? "" : "muted"}, r.status));
       var lt = el("td"); links(lt, [[r.side.toUpperCase(), r.link]]); tr.appendChild(lt);
       onlyTable.appendChild(tr);
     });
