@@ -43,10 +43,15 @@ def use_project_of(spec_path: str | Path) -> Path:
     """Fix the data folder for this process from the spec's project (``AIP_DATA_DIR``), so every
     stage, check and report of the run finds the same warehouse and Dagster storage. Written to the
     environment (with the marker ``AIP_DATA_DIR_SET``: ours, not the user's), so the worker
-    processes a run starts (``--parallel``) find it too."""
-    if os.environ.get("AIP_DATA_DIR") and os.environ["AIP_DATA_DIR"] == os.environ.get("AIP_DATA_DIR_SET"):
+    processes a run starts (``--parallel``) find it too. A folder the user set is kept, run after
+    run, and never marked ours."""
+    now = os.environ.get("AIP_DATA_DIR")
+    ours = bool(now) and now == os.environ.get("AIP_DATA_DIR_SET")
+    if ours:
         del os.environ["AIP_DATA_DIR"]  # set by an earlier run in this process, not by the user: find it again
     d = data_dir(Path(spec_path).resolve().parent)
+    if now and not ours:  # the user's: left as set, unmarked
+        return d
     os.environ["AIP_DATA_DIR"] = os.environ["AIP_DATA_DIR_SET"] = str(d)
     return d
 

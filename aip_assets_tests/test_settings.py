@@ -365,3 +365,26 @@ def test_the_check_sees_every_form_of_write(tmp_path):
         ("m.py", "os.putenv", "'E'"),
         ("m.py", "setdefault", "'F'"),
     }
+
+
+def test_a_data_folder_the_user_set_holds_run_after_run(tmp_path, monkeypatch):
+    """`aip-eval run` fixes the data folder from the spec's project unless the user set one: the
+    user's holds for every run of the process, and one the code found is found again next time."""
+    from aip_assets.dagster_home import use_project_of
+
+    project = tmp_path / "proj"
+    (project / "runs").mkdir(parents=True)
+    (project / "workspace.yaml").write_text("load_from: []\n")
+    spec = project / "runs" / "s.yaml"
+    monkeypatch.delenv("AIP_DATA_DIR_SET", raising=False)
+    monkeypatch.setenv("AIP_DATA_DIR", str(tmp_path / "mine"))
+    assert use_project_of(spec) == use_project_of(spec) == (tmp_path / "mine").resolve()
+    assert os.environ["AIP_DATA_DIR"] == str(tmp_path / "mine") and "AIP_DATA_DIR_SET" not in os.environ
+    monkeypatch.setenv("AIP_DATA_DIR_SET", str(tmp_path / "earlier"))  # an earlier run's, not the user's
+    assert use_project_of(spec) == (tmp_path / "mine").resolve()
+    monkeypatch.delenv("AIP_DATA_DIR")  # none set: the project's data/, marked ours, found again
+    assert use_project_of(spec) == (project / "data").resolve() == Path(os.environ["AIP_DATA_DIR_SET"])
+    other = tmp_path / "other" / "runs"
+    other.mkdir(parents=True)
+    (other.parent / "dagster.yaml").write_text("")
+    assert use_project_of(other / "t.yaml") == (other.parent / "data").resolve()
