@@ -42,7 +42,7 @@ from pydantic import Field
 
 from .errors import AipError
 from .hashing import file_sha256
-from .pipeline import load_run, new_run_id, preflight, record_forms, register_run, run_exists
+from .pipeline import RUN_TIME, load_run, new_run_id, preflight, record_forms, register_run, run_exists
 from .resources import SutConnection, Warehouse
 from .runspec import RunSpec, load_spec
 
@@ -204,7 +204,7 @@ def make_schedule(spec_path: Path, spec: RunSpec, job) -> ScheduleDefinition:
         if busy:
             return SkipReason(f"the previous run of {current.name} ({busy[0]}) is still going")
         tick = context.scheduled_execution_time or datetime.now(UTC)
-        run_id = f"{current.name}-{tick.astimezone(UTC):%Y%m%dT%H%MZ}"
+        run_id = f"{current.name}-{tick.astimezone(UTC).strftime(RUN_TIME)}"
         if run_exists(run_id):
             return SkipReason(f"run {run_id} is already registered")
         return launch_request(current, spec_path, run_id, "schedule")

@@ -338,7 +338,7 @@ def _run(args, resumable: dict[str, str]) -> int:
             )
         base = run_id = run_id or pipeline.new_run_id(spec)
         n = 1
-        while not args.run_id and pipeline.run_exists(run_id, path):  # two runs of one spec within a second
+        while not args.run_id and pipeline.run_exists(run_id, path):  # two runs of one spec within a minute
             n += 1
             run_id = f"{base}-{n}"
         while True:

@@ -144,38 +144,38 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     assert sched.cron_schedule == "0 2 * * *"
     t1, t2 = datetime(2026, 11, 1, 2, tzinfo=UTC), datetime(2026, 11, 2, 2, tzinfo=UTC)
     first = _tick(sched, instance, t1)
-    assert [r.tags["aip/run_id"] for r in first.run_requests] == ["nightly-20261101T0200Z"]
+    assert [r.tags["aip/run_id"] for r in first.run_requests] == ["nightly-261101-0200"]
     # evaluating a tick (as "Preview tick result" does) changes nothing: no run, no partition
     assert _tick(sched, instance, t1).run_requests == first.run_requests
-    assert not pipeline.run_exists("nightly-20261101T0200Z")
+    assert not pipeline.run_exists("nightly-261101-0200")
     assert not instance.get_dynamic_partitions(evaluations.name)
     _execute(first.run_requests, instance)
-    assert pipeline.run_exists("nightly-20261101T0200Z")
+    assert pipeline.run_exists("nightly-261101-0200")
     evaluated = [r for r in instance.get_runs() if r.job_name == "evaluate"]
     assert [r.tags["dagster/partition"] for r in evaluated] == [
-        partition_key("nightly-20261101T0200Z", "llm.decision_flip")
+        partition_key("nightly-261101-0200", "llm.decision_flip")
     ]
     assert evaluated[0].tags["aip/trigger"] == "schedule" and evaluated[0].is_success
     # a tick while the previous run of the spec is still going skips with the reason
     import aip_assets.automation as automation
 
     real = automation.still_going
-    monkeypatch.setattr(automation, "still_going", lambda inst, name: ["nightly-20261101T0200Z"])
+    monkeypatch.setattr(automation, "still_going", lambda inst, name: ["nightly-261101-0200"])
     busy = _tick(sched, instance, t2)
     assert not busy.run_requests and "still going" in busy.skip_message
     monkeypatch.setattr(automation, "still_going", real)
     second = _tick(sched, instance, t2)
     _execute(second.run_requests, instance)
     assert instance.get_dynamic_partitions(evaluations.name) == [
-        "nightly-20261101T0200Z|llm.decision_flip",
-        "nightly-20261102T0200Z|llm.decision_flip",
+        "nightly-261101-0200|llm.decision_flip",
+        "nightly-261102-0200|llm.decision_flip",
     ]
     s = wh.query(
         "SELECT run_id, scope, group_key, score, n, n_events FROM metric_scores ORDER BY scope, group_key, run_id"
     )
     a, b = (
-        s[s.run_id.str.endswith("1101T0200Z")].drop(columns="run_id"),
-        s[s.run_id.str.endswith("1102T0200Z")].drop(columns="run_id"),
+        s[s.run_id.str.endswith("1101-0200")].drop(columns="run_id"),
+        s[s.run_id.str.endswith("1102-0200")].drop(columns="run_id"),
     )
     assert a.reset_index(drop=True).equals(b.reset_index(drop=True))  # same SUT, same spec: zero difference
     # the same tick again does not overwrite the run
@@ -186,9 +186,9 @@ def test_schedule_ticks_register_distinct_runs_and_skip_while_busy(tmp_path, mon
     _execute(third.run_requests, instance)
     from aip_assets.compare import compare_runs
 
-    same, warnings = compare_runs("nightly-20261101T0200Z", "nightly-20261102T0200Z")
+    same, warnings = compare_runs("nightly-261101-0200", "nightly-261102-0200")
     assert (same["diff"].fillna(0) == 0).all() and not same.significant.any()
-    drop, _ = compare_runs("nightly-20261102T0200Z", "nightly-20261103T0200Z")
+    drop, _ = compare_runs("nightly-261102-0200", "nightly-261103-0200")
     sig = drop[drop.significant]
     assert set(zip(sig.scope, sig.group_key)) >= {("axis", "gender")}
     assert not sig[(sig.scope == "axis") & (sig.group_key != "gender")].shape[0]

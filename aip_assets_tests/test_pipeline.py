@@ -969,3 +969,20 @@ def test_a_process_does_not_step_back_for_its_own_wait(tmp_path, monkeypatch):
     whc._say_waiting(db)  # now another process waits: the next use ends by closing
     wh.query("SELECT x FROM t", path=db)
     assert whc._LINGER.base is None
+
+
+def test_a_new_run_id_is_short_enough_for_its_partition_keys_to_read_whole():
+    """``<name>-<yymmdd-hhmm>`` in UTC: the Dagster UI's list of materialisations shows about 37
+    characters of a key whole (seen: ``ui-20261201T110201Z|llm.decision_flip`` at 1600 px), and
+    the demo's decision flip key is 34."""
+    from datetime import UTC, datetime, timedelta, timezone
+    from pathlib import Path
+
+    from aip_assets.partitions import partition_key
+    from aip_assets.runspec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "data" / "runs" / "demo.yaml")
+    at = datetime(2026, 12, 1, 21, 3, 46, tzinfo=UTC)
+    assert pipeline.new_run_id(spec, at) == "demo-261201-2103"
+    assert pipeline.new_run_id(spec, at.astimezone(timezone(timedelta(hours=5)))) == "demo-261201-2103"  # in UTC
+    assert len(partition_key(pipeline.new_run_id(spec, at), "llm.decision_flip")) == 34
