@@ -50,7 +50,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
@@ -64,6 +64,7 @@ SCOPE = "human_agreement"
 
 MIN_PER_SIDE = 10  # labels each side (people's c and not c) the corrected rate needs
 KAPPA_BOOT = 2000
+Records = Callable[[str, list[Any]], Iterable[dict[str, Any]]]
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting so as a formula
 
 
@@ -93,6 +94,133 @@ def match_category(text: str, categories: Iterable[str]) -> str | None:
     "same decision", "slightly-inconsistent"); None when it is none of them."""
     want = _canon(text)
     return next((c for c in categories if _canon(c) == want), None)
+
+
+# ------------------------------------------------------------------ what a person is shown
+# the columns of the file people fill in (``label_files``): what they are shown, the judge's verdict
+# (``--show-verdict``), what they write
+EXPORT_COLUMNS = [
+    "judgement_id",
+    "run_id",
+    "metric",
+    "input_id",
+    "item",
+    "persona_a",
+    "question_a",
+    "answer_a",
+    "persona_b",
+    "question_b",
+    "answer_b",
+    "context",
+    "allowed",
+    "shown_hash",
+]
+VERDICT_COLUMNS = ["judge_category", "judge_reasoning"]
+PERSON_COLUMNS = ["human_label", "labeller", "note"]
+SHOWN = ("question_a", "answer_a", "question_b", "answer_b")
+
+
+def shown_hash(content: dict[str, Any]) -> str:
+    """A fingerprint of the questions and answers a row shows ("sha256:" and 16 hex digits, which
+    no spreadsheet reads as a number): the import refuses a label whose item no longer shows them
+    (answers sampled again, another run's)."""
+    text = "\x1f".join(str(content.get(k) or "") for k in SHOWN)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def shown_contents(metric: str, ids: list[str], records: Records) -> dict[str, dict[str, Any]]:
+    """What the judge compared for each judgement: personas (or variants), questions, answers.
+
+    Args:
+        metric: The metric of the judgements.
+        ids: The judgement ids.
+        records: Runs a query of one run: ``records(sql, params)`` binds the run's id as the first
+            parameter, then ``params``, and returns the rows as dicts.
+
+    Returns:
+        ``{judgement_id: {persona_a, question_a, answer_a, persona_b, question_b, answer_b}}`` (the
+        ``_b`` fields absent where the judge read one answer), None for what was not recorded.
+    """
+    from .metrics import get_metric
+
+    p = [metric, ids]
+    shown = get_metric(metric).human_shown  # what the judge compared: persona pairs, or a row and its variant
+    if shown == "pairs":
+        rows = records(
+            """
+            SELECT j.judgement_id, pa.persona AS persona_a, pb.persona AS persona_b, pp.value_a, pp.value_b,
+                   pa.query_text AS question_a, pb.query_text AS question_b, ra.response AS answer_a, rb.response AS answer_b
+            FROM judgements j
+            JOIN probe_pairs pp ON pp.run_id = j.run_id AND pp.metric = j.metric AND pp.pair_id = j.pair_id
+            JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
+            JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
+            LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a
+                 AND ra.sample_index = 0
+            LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b
+                 AND rb.sample_index = coalesce(pp.sample_b, 0)
+            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
+            p,
+        )
+        recs = list(rows)
+        for r in recs:
+            r["persona_a"] = f"{r.pop('value_a')}: {r['persona_a']}"
+            r["persona_b"] = f"{r.pop('value_b')}: {r['persona_b']}"
+    elif shown == "variants":
+        rows = records(
+            """
+            SELECT j.judgement_id, 'original question' AS persona_a, 'reworded question (' || coalesce(pv.category, '?')
+                   || coalesce(', template ' || pv.template_id, '') || coalesce(', wrapped: ' || pv.wrapper_id, '')
+                   || '), answer ' || j.sample_index AS persona_b,
+                   pb.query_text AS question_a, pv.query_text AS question_b, b.response AS answer_a, a.response AS answer_b
+            FROM judgements j
+            JOIN probes pb ON pb.run_id = j.run_id AND pb.metric = j.metric AND pb.input_id = j.input_id AND pb.role = 'base'
+            JOIN probes pv ON pv.run_id = j.run_id AND pv.metric = j.metric AND pv.input_id = j.input_id AND pv.role = 'variant'
+            LEFT JOIN sut_responses b ON b.run_id = j.run_id AND b.metric = j.metric AND b.probe_id = pb.probe_id
+                 AND b.sample_index = 0
+            LEFT JOIN sut_responses a ON a.run_id = j.run_id AND a.metric = j.metric AND a.probe_id = pv.probe_id
+                 AND a.sample_index = j.sample_index
+            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
+            p,
+        )
+        recs = list(rows)
+    else:  # perturbation groups: a correctness judgement reads one answer; a robustness one, baseline and variant
+        rows = records(
+            """
+            SELECT j.judgement_id, j.judge_kind, j.variant_id, j.category, bp.query_text AS base_q, br.response AS base_a,
+                   vp.query_text AS var_q, vr.response AS var_a
+            FROM judgements j
+            LEFT JOIN probes bp ON bp.run_id = j.run_id AND bp.metric = j.metric AND bp.group_id = j.group_id
+                 AND bp.role = 'baseline'
+            LEFT JOIN sut_responses br ON br.run_id = bp.run_id AND br.metric = bp.metric AND br.probe_id = bp.probe_id
+                 AND br.sample_index = 0
+            LEFT JOIN probes vp ON vp.run_id = j.run_id AND vp.metric = j.metric AND vp.group_id = j.group_id
+                 AND vp.role = 'variant' AND coalesce(vp.variant_id, vp.input_id) = j.variant_id
+            LEFT JOIN sut_responses vr ON vr.run_id = vp.run_id AND vr.metric = vp.metric AND vr.probe_id = vp.probe_id
+                 AND vr.sample_index = 0
+            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
+            p,
+        )
+        recs = []
+        for r in rows:
+            variant = {
+                "persona_a": f"reworded question ({r['category']})",
+                "question_a": r["var_q"],
+                "answer_a": r["var_a"],
+            }
+            base = {"persona_a": "original question", "question_a": r["base_q"], "answer_a": r["base_a"]}
+            if r["judge_kind"] == "robustness":
+                recs.append(
+                    {
+                        "judgement_id": r["judgement_id"],
+                        **base,
+                        "persona_b": variant["persona_a"],
+                        "question_b": r["var_q"],
+                        "answer_b": r["var_a"],
+                    }
+                )
+            else:
+                recs.append({"judgement_id": r["judgement_id"], **(variant if pd.notna(r["variant_id"]) else base)})
+    return {str(r["judgement_id"]): {k: (None if pd.isna(v) else v) for k, v in r.items()} for r in recs}
 
 
 # ------------------------------------------------------------------ the population and the sample

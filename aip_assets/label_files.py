@@ -5,7 +5,6 @@ and stores its labels (the estimates and the sampling: ``human_labels``)."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
@@ -19,13 +18,18 @@ import pandas as pd
 
 from .errors import AipError
 from .human_labels import (
+    EXPORT_COLUMNS,
     FORMULA_PREFIXES,
     JUDGEMENT_COLUMNS,
+    PERSON_COLUMNS,
     SCOPE,
+    VERDICT_COLUMNS,
     agreement_records,
     draw,
     match_category,
     population,
+    shown_contents,
+    shown_hash,
 )
 from .metrics.base import THIRDS_TEXT
 
@@ -37,91 +41,10 @@ def _item(metric: str, r: dict[str, Any]) -> str:
 
 
 def _contents(run_id: str, metric: str, ids: list[str], path: Path) -> dict[str, dict[str, Any]]:
-    """What the judge compared for each judgement: personas (or variants), questions, answers."""
+    """What the judge compared for each judgement (``human_labels.shown_contents``), from the warehouse at ``path``."""
     from . import warehouse as wh
-    from .metrics import get_metric
 
-    p = [run_id, metric, ids]
-    shown = get_metric(metric).human_shown  # what the judge compared: persona pairs, or a row and its variant
-    if shown == "pairs":
-        df = wh.query(
-            """
-            SELECT j.judgement_id, pa.persona AS persona_a, pb.persona AS persona_b, pp.value_a, pp.value_b,
-                   pa.query_text AS question_a, pb.query_text AS question_b, ra.response AS answer_a, rb.response AS answer_b
-            FROM judgements j
-            JOIN probe_pairs pp ON pp.run_id = j.run_id AND pp.metric = j.metric AND pp.pair_id = j.pair_id
-            JOIN probes pa ON pa.run_id = pp.run_id AND pa.metric = pp.metric AND pa.probe_id = pp.probe_a
-            JOIN probes pb ON pb.run_id = pp.run_id AND pb.metric = pp.metric AND pb.probe_id = pp.probe_b
-            LEFT JOIN sut_responses ra ON ra.run_id = pp.run_id AND ra.metric = pp.metric AND ra.probe_id = pp.probe_a
-                 AND ra.sample_index = 0
-            LEFT JOIN sut_responses rb ON rb.run_id = pp.run_id AND rb.metric = pp.metric AND rb.probe_id = pp.probe_b
-                 AND rb.sample_index = coalesce(pp.sample_b, 0)
-            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
-            p,
-            path,
-        )
-        recs = df.to_dict("records")
-        for r in recs:
-            r["persona_a"] = f"{r.pop('value_a')}: {r['persona_a']}"
-            r["persona_b"] = f"{r.pop('value_b')}: {r['persona_b']}"
-    elif shown == "variants":
-        df = wh.query(
-            """
-            SELECT j.judgement_id, 'original question' AS persona_a, 'reworded question (' || coalesce(pv.category, '?')
-                   || coalesce(', template ' || pv.template_id, '') || coalesce(', wrapped: ' || pv.wrapper_id, '')
-                   || '), answer ' || j.sample_index AS persona_b,
-                   pb.query_text AS question_a, pv.query_text AS question_b, b.response AS answer_a, a.response AS answer_b
-            FROM judgements j
-            JOIN probes pb ON pb.run_id = j.run_id AND pb.metric = j.metric AND pb.input_id = j.input_id AND pb.role = 'base'
-            JOIN probes pv ON pv.run_id = j.run_id AND pv.metric = j.metric AND pv.input_id = j.input_id AND pv.role = 'variant'
-            LEFT JOIN sut_responses b ON b.run_id = j.run_id AND b.metric = j.metric AND b.probe_id = pb.probe_id
-                 AND b.sample_index = 0
-            LEFT JOIN sut_responses a ON a.run_id = j.run_id AND a.metric = j.metric AND a.probe_id = pv.probe_id
-                 AND a.sample_index = j.sample_index
-            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
-            p,
-            path,
-        )
-        recs = df.to_dict("records")
-    else:  # perturbation groups: a correctness judgement reads one answer; a robustness one, baseline and variant
-        df = wh.query(
-            """
-            SELECT j.judgement_id, j.judge_kind, j.variant_id, j.category, bp.query_text AS base_q, br.response AS base_a,
-                   vp.query_text AS var_q, vr.response AS var_a
-            FROM judgements j
-            LEFT JOIN probes bp ON bp.run_id = j.run_id AND bp.metric = j.metric AND bp.group_id = j.group_id
-                 AND bp.role = 'baseline'
-            LEFT JOIN sut_responses br ON br.run_id = bp.run_id AND br.metric = bp.metric AND br.probe_id = bp.probe_id
-                 AND br.sample_index = 0
-            LEFT JOIN probes vp ON vp.run_id = j.run_id AND vp.metric = j.metric AND vp.group_id = j.group_id
-                 AND vp.role = 'variant' AND coalesce(vp.variant_id, vp.input_id) = j.variant_id
-            LEFT JOIN sut_responses vr ON vr.run_id = vp.run_id AND vr.metric = vp.metric AND vr.probe_id = vp.probe_id
-                 AND vr.sample_index = 0
-            WHERE j.run_id = ? AND j.metric = ? AND j.judgement_id IN (SELECT unnest(?::VARCHAR[]))""",
-            p,
-            path,
-        )
-        recs = []
-        for r in df.to_dict("records"):
-            variant = {
-                "persona_a": f"reworded question ({r['category']})",
-                "question_a": r["var_q"],
-                "answer_a": r["var_a"],
-            }
-            base = {"persona_a": "original question", "question_a": r["base_q"], "answer_a": r["base_a"]}
-            if r["judge_kind"] == "robustness":
-                recs.append(
-                    {
-                        "judgement_id": r["judgement_id"],
-                        **base,
-                        "persona_b": variant["persona_a"],
-                        "question_b": r["var_q"],
-                        "answer_b": r["var_a"],
-                    }
-                )
-            else:
-                recs.append({"judgement_id": r["judgement_id"], **(variant if pd.notna(r["variant_id"]) else base)})
-    return {str(r["judgement_id"]): {k: (None if pd.isna(v) else v) for k, v in r.items()} for r in recs}
+    return shown_contents(metric, ids, lambda sql, params: wh.query(sql, [run_id, *params], path).to_dict("records"))
 
 
 def _context(metric: str, spec, rows: dict[str, Any], r: dict[str, Any]) -> str:
@@ -134,40 +57,15 @@ def _context(metric: str, spec, rows: dict[str, Any], r: dict[str, Any]) -> str:
     return get_metric(metric).human_context(spec.metric_config(metric), row, r)
 
 
-EXPORT_COLUMNS = [
-    "judgement_id",
-    "run_id",
-    "metric",
-    "input_id",
-    "item",
-    "persona_a",
-    "question_a",
-    "answer_a",
-    "persona_b",
-    "question_b",
-    "answer_b",
-    "context",
-    "allowed",
-    "shown_hash",
-]
-SHOWN = ("question_a", "answer_a", "question_b", "answer_b")
-
-
-def shown_hash(content: dict[str, Any]) -> str:
-    """A fingerprint of the questions and answers a row shows ("sha256:" and 16 hex digits, which
-    no spreadsheet reads as a number): the import refuses a label whose item no longer shows them
-    (answers sampled again, another run's)."""
-    text = "\x1f".join(str(content.get(k) or "") for k in SHOWN)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-VERDICT_COLUMNS = ["judge_category", "judge_reasoning"]
-PERSON_COLUMNS = ["human_label", "labeller", "note"]
-
-
 def _safe_cell(v: Any) -> Any:
     """A text cell as a spreadsheet shows it, never run as a formula (a leading ' where it would be)."""
     return "'" + v if isinstance(v, str) and v.startswith(FORMULA_PREFIXES) else v
+
+
+def _plain_cell(v: str) -> str:
+    """A CSV cell as it was before :func:`_safe_cell` guarded it (the ' before a formula-looking
+    text taken off), so a note such as "- too strict" reads back as written."""
+    return v[1:] if v.startswith("'") and v[1:].startswith(FORMULA_PREFIXES) else v
 
 
 def _load(run_id: str, metric: str, path: Path, where: Callable[[str], str] = lambda field: ""):
@@ -284,7 +182,8 @@ REQUIRED = ("judgement_id", "run_id", "metric", "human_label")
 
 def read_filled(file: str | Path) -> list[tuple[int, dict[str, str]]]:
     """The rows of a filled-in file as (row number, {column: text}): a CSV's rows numbered as a
-    spreadsheet shows them (the header is row 1), a JSONL's lines from 1."""
+    spreadsheet shows them (the header is row 1), its cells as written before export's guard
+    against formulas (:func:`_plain_cell`); a JSONL's lines from 1."""
     p = Path(file)
     if not p.exists():
         raise AipError(f"{p}: no such file")
@@ -308,7 +207,7 @@ def read_filled(file: str | Path) -> list[tuple[int, dict[str, str]]]:
         for i, r in enumerate(reader, start=2):
             if None in r:
                 raise AipError(f"{p}: row {i}: more cells than the header has columns")
-            rows.append((i, {k: ("" if v is None else str(v)) for k, v in r.items()}))
+            rows.append((i, {k: _plain_cell("" if v is None else str(v)) for k, v in r.items()}))
     else:
         for i, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
