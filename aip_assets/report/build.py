@@ -83,7 +83,13 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
         missing=[m for m in configured if m not in metrics],
         overview=Markup(_overview(metrics, overall)) if metrics else None,
         findings=Markup(_findings([f.to_dict() for f in run_findings(run_id, metrics, db)])) if metrics else None,
-        viewer=Markup(viewer.section(viewer.read(rd.records, metrics, rows_per_metric, run_id))) if metrics else None,
+        viewer=Markup(
+            viewer.section(
+                viewer.read(rd.records, metrics, rows_per_metric, run_id, labels_dir=str(db.parent / "labels"))
+            )
+        )
+        if metrics
+        else None,
         sections=[Markup(s) for s in sections],
         cost=cost(queries.calls_by_role(rd), queries.calls_by_metric(rd)),
         notes=notes,

@@ -9,6 +9,11 @@ resource, so the file works offline. Every ``<`` inside the JSON is written as `
 text from a dataset or a model can close the block, and the script only ever sets text
 (``textContent``), never markup.
 
+A verdict a person may check (a verdict of the judge that ``aip-eval label import`` takes: the
+run × metric's ``human_labels.population``) carries its judgement id, the judge's category, its
+allowed categories (an index into its metric's ``allowed`` lists) and the ``shown_hash`` export
+would write for it, so the viewer can mark it right or wrong and write a file the import reads.
+
 Large runs: at most ``rows_per_metric`` rows of each metric are embedded, the lowest scores first
 (unscored rows before them), and no more than the metric's share of ``MAX_BYTES``; the viewer says
 how many were left out and gives the SQL for all. The judge's prompts and raw answers come last:
@@ -21,8 +26,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pandas as pd
 from markupsafe import Markup
 
+from .. import human_labels
+from ..errors import AipError
 from . import queries
 from .queries import Query
 from .templating import render, static
@@ -59,20 +67,27 @@ def _bad(v: dict[str, Any]) -> float:
 
 
 def read(
-    q: Query, metrics: list[str], rows_per_metric: int = ROWS_PER_METRIC, run_id: str = "", max_bytes: int = MAX_BYTES
+    q: Query,
+    metrics: list[str],
+    rows_per_metric: int = ROWS_PER_METRIC,
+    run_id: str = "",
+    max_bytes: int = MAX_BYTES,
+    labels_dir: str = "",
 ) -> dict[str, Any]:
-    """Everything the viewer shows for the run, as plain JSON-ready data."""
+    """Everything the viewer shows for the run, as plain JSON-ready data (``labels_dir``: where
+    ``aip-eval label export`` writes, named in the viewer's hint for a file of marks)."""
     meta = queries.viewer_metrics(q)
     rows = [r for r in queries.viewer_rows(q, rows_per_metric) if r["metric"] in metrics]
     probes, pairs, verdicts = queries.viewer_evidence(q, rows)
     calls = queries.viewer_judge_calls(q, [j["call_key"] for vs in verdicts.values() for j in vs if j.get("call_key")])
+    checkable, allowed = _checkable(q, metrics, pairs, verdicts)
 
     persona_records = queries.viewer_personas(q)
     attrs = _persona_groups(persona_records)
     out_rows = []
     for r in rows:
         key = (r["metric"], r["input_id"])
-        detail = _detail(probes.get(key, []), pairs.get(key, []), verdicts.get(key, []), calls)
+        detail = _detail(probes.get(key, []), pairs.get(key, []), verdicts.get(key, []), calls, checkable)
         answers_or_judges_failed = detail.pop("any_failed")
         # a group bias row's groups: its personas' attributes (``religion=Muslim``)
         mine = attrs.get(r["metric"], {})
@@ -129,13 +144,69 @@ def read(
                 "facet": "perturbation type" if (meta.get(m) or {}).get("has_types") else "category",
                 "shown": sum(1 for r in kept if r["m"] == m),
                 "total": totals.get(m, 0),
+                "allowed": allowed.get(m, []),
             }
             for m in metrics
         ],
         "rows_per_metric": rows_per_metric,
+        # the file of a person's marks: export's columns (with the verdict shown), its guard against formulas
+        "label_file": {
+            "columns": human_labels.EXPORT_COLUMNS + human_labels.VERDICT_COLUMNS + human_labels.PERSON_COLUMNS,
+            "formula_prefixes": list(human_labels.FORMULA_PREFIXES),
+            "dir": labels_dir,
+        },
         "personas": _personas(persona_records),
         "rows": kept,
     }
+
+
+def _checkable(
+    q: Query,
+    metrics: list[str],
+    pairs: dict[tuple[str, str], list[dict[str, Any]]],
+    verdicts: dict[tuple[str, str], list[dict[str, Any]]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[list[str]]]]:
+    """The verdicts of ``verdicts`` a person may mark: those ``aip-eval label import`` takes (the
+    metric's ``human_labels.population``), each ``{"j": judgement id, "jc": the judge's category,
+    "la": index into its metric's allowed lists, "sh": the shown_hash export writes}``; and each
+    metric's allowed lists (``{metric: [[category, ...], ...]}``). A metric whose verdicts have no
+    categories for people has none."""
+    from ..metrics import get_metric
+
+    out: dict[str, dict[str, Any]] = {}
+    allowed: dict[str, list[list[str]]] = {}
+    for m in metrics:
+        js = [j for (metric, _), vs in verdicts.items() if metric == m for j in vs]
+        if not js:
+            continue
+        try:
+            plugin = get_metric(m)
+        except KeyError:  # a metric this install does not have: its verdicts are shown, not marked
+            continue
+        pp = pd.DataFrame(
+            [p for (metric, _), ps in pairs.items() if metric == m for p in ps], columns=["pair_id", "kind"]
+        )
+        try:
+            pop = human_labels.population(m, plugin, pd.DataFrame(js), pp)
+        except AipError:  # its verdicts have no categories for people
+            continue
+        if not len(pop):
+            continue
+        shown = human_labels.shown_contents(m, list(pop["judgement_id"]), q)
+        lists: list[list[str]] = []
+        for r in pop.to_dict("records"):
+            cats = list(r["allowed"])
+            if cats not in lists:
+                lists.append(cats)
+            jid = str(r["judgement_id"])
+            out[jid] = {
+                "j": jid,
+                "jc": r["judge_category"],
+                "la": lists.index(cats),
+                "sh": human_labels.shown_hash(shown.get(jid, {})),
+            }
+        allowed[m] = lists
+    return out, allowed
 
 
 def _verdicts(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -213,11 +284,14 @@ def _detail(
     pairs: list[dict[str, Any]],
     judged: list[dict[str, Any]],
     calls: dict[str, dict[str, Any]] | None = None,
+    checkable: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A row's probes (each with its answers by sample), its comparisons (two probe answers side by
     side with the verdicts on them) and the verdicts on a single answer; ``calls`` (by call key) give
-    each verdict the judge's prompt and raw answer."""
+    each verdict the judge's prompt and raw answer, ``checkable`` (by judgement id, ``_checkable``'s)
+    what a person needs to mark it."""
     calls = calls or {}
+    checkable = checkable or {}
     probes: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     any_failed = False
@@ -283,6 +357,7 @@ def _detail(
             "ck": j.get("call_key"),
             "jp": _clip(_prompt_text(call.get("request"))),
             "jr": _clip(call.get("response_text")),
+            **checkable.get(str(j.get("judgement_id")), {}),
         }
 
     items: list[dict[str, Any]] = []

@@ -189,7 +189,7 @@
   function verdictBox(v) {
     var d = el("div", {"class": "verdict-box", "data-verdict": v.k});
     var head = (v.k || "judge") + (v.c && v.c !== "baseline" ? "" : v.c ? " (baseline)" : "") + ": ";
-    if (v.st !== "ok") { d.appendChild(el("span", {"class": "err"}, head + v.st + (v.e ? " — " + v.e : ""))); return d; }
+    if (v.st !== "ok") { d.appendChild(el("span", {"class": "err"}, head + v.st + (v.e ? " — " + v.e : ""))); if (v.j) d.appendChild(markBox(v)); return d; }
     var t = head + (v.l || "") + (v.s !== null && v.s !== undefined ? " score " + f3(v.s) : "");
     if (v.da !== null || v.db !== null) t += " · decisions a: " + (v.da || "none") + ", b: " + (v.db || "none");
     d.appendChild(el("span", null, t));
@@ -209,6 +209,7 @@
       call.appendChild(el("div", {"class": "txt", "data-judge-raw": "1"}, v.jr || "(not recorded)"));
       d.appendChild(call);
     }
+    if (v.j) d.appendChild(markBox(v));  // a verdict a person may check: judge right or wrong
     return d;
   }
   function toggle(tr, r) {
@@ -263,6 +264,119 @@
     }
     tr.parentNode.insertBefore(dr, tr.nextSibling);
   }
+  // a person's check of the judge's verdicts (report/viewer.py: a checkable verdict's j, jc, la, sh):
+  // "judge right" or "judge wrong" and the right category, with a note; kept in this browser's
+  // localStorage by run, downloaded as the file `aip-eval label import` reads (export's columns)
+  var lf = data.label_file || {columns: [], formula_prefixes: [], dir: ""};
+  var markStore = "aip-viewer-marks:" + data.run_id, marks = {}, marksKept = true, byJ = {};
+  function storage(get, key, value) {  // localStorage, or null where the browser keeps none
+    try { if (get) return window.localStorage.getItem(key); window.localStorage.setItem(key, value); }
+    catch (e) { marksKept = false; }
+    return null;
+  }
+  try { var saved = JSON.parse(storage(true, markStore) || "{}"); if (saved && saved.marks && typeof saved.marks === "object") marks = saved.marks; }
+  catch (e) { marks = {}; }
+  data.rows.forEach(function (r) {  // each checkable verdict's row and comparison, for its mark and its file row
+    r.items.forEach(function (it) { it.v.forEach(function (v) { if (v.j) { v.row = r; v.item = it; byJ[v.j] = v; } }); });
+    r.single.forEach(function (v) { if (v.j) { v.row = r; byJ[v.j] = v; } });
+  });
+  var markBar = el("span", {"class": "marks", id: "viewer-marks"});
+  c.labeller = el("input", {type: "text", size: 14, placeholder: "your name", "data-mark": "labeller"});
+  c.labeller.value = storage(true, "aip-viewer-labeller") || "";
+  c.labeller.addEventListener("input", function () { storage(false, "aip-viewer-labeller", c.labeller.value.trim()); });
+  markBar.appendChild(control("labeller", c.labeller));
+  var markCount = el("span", {id: "viewer-marked"}); markBar.appendChild(markCount);
+  var download = el("button", {type: "button", "data-mark": "download"}, "Download labels"); markBar.appendChild(download);
+  bar.appendChild(markBar);
+  var markMsg = el("div", {"class": "mark-msg", id: "viewer-marks-msg"}); bar.parentNode.insertBefore(markMsg, bar.nextSibling);
+  function countMarks() {
+    var n = Object.keys(marks).length;
+    markCount.textContent = n + (n === 1 ? " verdict" : " verdicts") + " marked" +
+      (marksKept ? "" : " (this browser keeps no marks for the page: download them before you leave it)");
+    markCount.setAttribute("data-marked", n);
+    download.disabled = n === 0;
+  }
+  function saveMarks() { storage(false, markStore, JSON.stringify({marks: marks})); countMarks(); }
+  function markBox(v) {
+    var r = v.row, cats = ((metaBy[r.m] || {}).allowed || [])[v.la] || [], wrongOpen = false;
+    var box = el("div", {"class": "mark", "data-mark-for": v.j});
+    var right = el("button", {type: "button", "data-mark": "right"}, "judge right");
+    var wrong = el("button", {type: "button", "data-mark": "wrong"}, "judge wrong");
+    var pick = el("select", {"data-mark": "category"});
+    pick.appendChild(el("option", {value: ""}, "the right category:"));
+    cats.forEach(function (x) { if (x !== v.jc) pick.appendChild(el("option", {value: x}, x)); });
+    var note = el("input", {type: "text", size: 30, placeholder: "note (optional)", "data-mark": "note"});
+    var state = el("span", {"data-mark": "state"});
+    var clear = el("button", {type: "button", "data-mark": "clear"}, "clear");
+    [state, right, wrong, pick, note, clear].forEach(function (x) { box.appendChild(x); });
+    function show() {
+      var mk = marks[v.j], ok = mk && mk.h === mk.jc;
+      box.setAttribute("data-marked", mk ? (ok ? "right" : "wrong") : "");
+      state.textContent = !mk ? "the judge says " + v.jc + ": " : ok ? "marked: the judge is right (" + mk.h + ") " :
+        "marked: the judge is wrong (it says " + mk.jc + "), it is " + mk.h + " ";
+      pick.style.display = wrongOpen || (mk && !ok) ? "" : "none";
+      pick.value = mk && !ok ? mk.h : "";
+      if (mk) note.value = mk.n || "";
+      clear.style.display = mk ? "" : "none";
+    }
+    function set(h) {
+      marks[v.j] = {m: r.m, i: r.id, jc: v.jc, h: h, n: note.value.trim(), sh: v.sh, al: cats};
+      saveMarks(); show();
+    }
+    right.addEventListener("click", function () { wrongOpen = false; set(v.jc); });
+    wrong.addEventListener("click", function () {
+      wrongOpen = true;
+      if (marks[v.j] && marks[v.j].h === marks[v.j].jc) { delete marks[v.j]; saveMarks(); }
+      show(); pick.focus();
+    });
+    pick.addEventListener("change", function () { if (pick.value) set(pick.value); });
+    note.addEventListener("input", function () { if (marks[v.j]) { marks[v.j].n = note.value.trim(); saveMarks(); } });
+    clear.addEventListener("click", function () { delete marks[v.j]; wrongOpen = false; note.value = ""; saveMarks(); show(); });
+    show();
+    return box;
+  }
+  function csvCell(x) {  // as label_files writes a cell: a ' before formula-looking text, quoted as Python's csv quotes
+    var s = x === null || x === undefined ? "" : String(x);
+    if (lf.formula_prefixes.some(function (p) { return s.indexOf(p) === 0; })) s = "'" + s;
+    return /[",\r\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+  }
+  function fileRow(jid, mk, who) {  // the mark as a row of the file: what the import reads, and what the viewer showed
+    var v = byJ[jid], out = {judgement_id: jid, run_id: data.run_id, metric: mk.m, input_id: mk.i, allowed: (mk.al || []).join(" | "),
+      shown_hash: mk.sh, judge_category: mk.jc, judge_reasoning: v ? v.r : "", human_label: mk.h, labeller: who, note: mk.n};
+    if (v && v.item) {
+      [["a", v.item.a], ["b", v.item.b]].forEach(function (x) {
+        var side = x[1], p = side.p === null || side.p === undefined ? null : v.row.probes[side.p], a = p ? p.ans[side.s] : null;
+        out["persona_" + x[0]] = [side.who || (p && p.who), p && p.persona].filter(function (t) { return t; }).join(": ");
+        out["question_" + x[0]] = p ? p.q : "";
+        out["answer_" + x[0]] = !a ? "" : a.st === "ok" ? a.t : a.st + ": " + (a.e || "");
+      });
+    }
+    return out;
+  }
+  download.addEventListener("click", function () {
+    var who = c.labeller.value.trim();
+    markMsg.textContent = "";
+    if (!who) { markMsg.appendChild(el("span", {"class": "err"}, "Write your name in labeller first: aip-eval label import needs one for each label.")); c.labeller.focus(); return; }
+    var byMetric = {};
+    Object.keys(marks).sort().forEach(function (jid) { (byMetric[marks[jid].m] = byMetric[marks[jid].m] || []).push(jid); });
+    var dir = lf.dir ? lf.dir.replace(/\/*$/, "/") : "<warehouse dir>/labels/", ms = Object.keys(byMetric).sort();
+    markMsg.appendChild(el("div", null, "Move the file" + (ms.length > 1 ? "s" : "") + " to " + dir +
+      " (where aip-eval label export writes), then import " + (ms.length > 1 ? "each" : "it") + ":"));
+    ms.forEach(function (m) {
+      var lines = [lf.columns.map(csvCell).join(",")].concat(byMetric[m].map(function (jid) {
+        var row = fileRow(jid, marks[jid], who);
+        return lf.columns.map(function (k) { return csvCell(row[k]); }).join(",");
+      }));
+      var name = data.run_id + "--" + m + "--viewer.csv";  // UTF-8 with a byte-order mark, as export writes
+      var blob = new Blob(["\ufeff" + lines.join("\r\n") + "\r\n"], {type: "text/csv;charset=utf-8"});
+      var a = el("a", {href: URL.createObjectURL(blob), download: name, "data-mark-file": m}, name);
+      var line = el("div"); line.appendChild(a);
+      line.appendChild(el("code", {"data-mark-command": m}, "aip-eval label import " + dir + name));
+      markMsg.appendChild(line);
+      a.click();
+    });
+  });
+  countMarks();
   // the view in the URL's fragment (report/links.py): read on load and when the fragment changes,
   // written back (replacing the history entry) as the user filters, searches or opens a row
   function view() {
