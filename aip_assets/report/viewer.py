@@ -87,7 +87,9 @@ def read(
     out_rows = []
     for r in rows:
         key = (r["metric"], r["input_id"])
-        detail = _detail(probes.get(key, []), pairs.get(key, []), verdicts.get(key, []), calls, checkable)
+        detail = _detail(
+            probes.get(key, []), pairs.get(key, []), verdicts.get(key, []), calls, checkable.get(r["metric"])
+        )
         answers_or_judges_failed = detail.pop("any_failed")
         # a group bias row's groups: its personas' attributes (``religion=Muslim``)
         mine = attrs.get(r["metric"], {})
@@ -165,15 +167,16 @@ def _checkable(
     metrics: list[str],
     pairs: dict[tuple[str, str], list[dict[str, Any]]],
     verdicts: dict[tuple[str, str], list[dict[str, Any]]],
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[list[str]]]]:
+) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, list[list[str]]]]:
     """The verdicts of ``verdicts`` a person may mark: those ``aip-eval label import`` takes (the
-    metric's ``human_labels.population``), each ``{"j": judgement id, "jc": the judge's category,
-    "la": index into its metric's allowed lists, "sh": the shown_hash export writes}``; and each
-    metric's allowed lists (``{metric: [[category, ...], ...]}``). A metric whose verdicts have no
+    metric's ``human_labels.population``), by metric and judgement id (an id is one metric's: the
+    consistency metrics share theirs), each ``{"j": judgement id, "jc": the judge's category, "la":
+    index into its metric's allowed lists, "sh": the shown_hash export writes}``; and each metric's
+    allowed lists (``{metric: [[category, ...], ...]}``). A metric whose verdicts have no
     categories for people has none."""
     from ..metrics import get_metric
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     allowed: dict[str, list[list[str]]] = {}
     for m in metrics:
         js = [j for (metric, _), vs in verdicts.items() if metric == m for j in vs]
@@ -199,7 +202,7 @@ def _checkable(
             if cats not in lists:
                 lists.append(cats)
             jid = str(r["judgement_id"])
-            out[jid] = {
+            out.setdefault(m, {})[jid] = {
                 "j": jid,
                 "jc": r["judge_category"],
                 "la": lists.index(cats),

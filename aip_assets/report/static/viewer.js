@@ -276,9 +276,10 @@
   }
   try { var saved = JSON.parse(storage(true, markStore) || "{}"); if (saved && saved.marks && typeof saved.marks === "object") marks = saved.marks; }
   catch (e) { marks = {}; }
+  function markKey(m, j) { return m + "\u001f" + j; }  // a judgement id is one metric's (the consistency metrics share theirs)
   data.rows.forEach(function (r) {  // each checkable verdict's row and comparison, for its mark and its file row
-    r.items.forEach(function (it) { it.v.forEach(function (v) { if (v.j) { v.row = r; v.item = it; byJ[v.j] = v; } }); });
-    r.single.forEach(function (v) { if (v.j) { v.row = r; byJ[v.j] = v; } });
+    r.items.forEach(function (it) { it.v.forEach(function (v) { if (v.j) { v.row = r; v.item = it; byJ[markKey(r.m, v.j)] = v; } }); });
+    r.single.forEach(function (v) { if (v.j) { v.row = r; byJ[markKey(r.m, v.j)] = v; } });
   });
   var markBar = el("span", {"class": "marks", id: "viewer-marks"});
   c.labeller = el("input", {type: "text", size: 14, placeholder: "your name", "data-mark": "labeller"});
@@ -298,8 +299,8 @@
   }
   function saveMarks() { storage(false, markStore, JSON.stringify({marks: marks})); countMarks(); }
   function markBox(v) {
-    var r = v.row, cats = ((metaBy[r.m] || {}).allowed || [])[v.la] || [], wrongOpen = false;
-    var box = el("div", {"class": "mark", "data-mark-for": v.j});
+    var r = v.row, cats = ((metaBy[r.m] || {}).allowed || [])[v.la] || [], wrongOpen = false, key = markKey(r.m, v.j);
+    var box = el("div", {"class": "mark", "data-mark-for": v.j, "data-mark-metric": r.m});
     var right = el("button", {type: "button", "data-mark": "right"}, "judge right");
     var wrong = el("button", {type: "button", "data-mark": "wrong"}, "judge wrong");
     var pick = el("select", {"data-mark": "category"});
@@ -310,7 +311,7 @@
     var clear = el("button", {type: "button", "data-mark": "clear"}, "clear");
     [state, right, wrong, pick, note, clear].forEach(function (x) { box.appendChild(x); });
     function show() {
-      var mk = marks[v.j], ok = mk && mk.h === mk.jc;
+      var mk = marks[key], ok = mk && mk.h === mk.jc;
       box.setAttribute("data-marked", mk ? (ok ? "right" : "wrong") : "");
       state.textContent = !mk ? "the judge says " + v.jc + ": " : ok ? "marked: the judge is right (" + mk.h + ") " :
         "marked: the judge is wrong (it says " + mk.jc + "), it is " + mk.h + " ";
@@ -320,18 +321,18 @@
       clear.style.display = mk ? "" : "none";
     }
     function set(h) {
-      marks[v.j] = {m: r.m, i: r.id, jc: v.jc, h: h, n: note.value.trim(), sh: v.sh, al: cats};
+      marks[key] = {m: r.m, j: v.j, i: r.id, jc: v.jc, h: h, n: note.value.trim(), sh: v.sh, al: cats};
       saveMarks(); show();
     }
     right.addEventListener("click", function () { wrongOpen = false; set(v.jc); });
     wrong.addEventListener("click", function () {
       wrongOpen = true;
-      if (marks[v.j] && marks[v.j].h === marks[v.j].jc) { delete marks[v.j]; saveMarks(); }
+      if (marks[key] && marks[key].h === marks[key].jc) { delete marks[key]; saveMarks(); }
       show(); pick.focus();
     });
     pick.addEventListener("change", function () { if (pick.value) set(pick.value); });
-    note.addEventListener("input", function () { if (marks[v.j]) { marks[v.j].n = note.value.trim(); saveMarks(); } });
-    clear.addEventListener("click", function () { delete marks[v.j]; wrongOpen = false; note.value = ""; saveMarks(); show(); });
+    note.addEventListener("input", function () { if (marks[key]) { marks[key].n = note.value.trim(); saveMarks(); } });
+    clear.addEventListener("click", function () { delete marks[key]; wrongOpen = false; note.value = ""; saveMarks(); show(); });
     show();
     return box;
   }
@@ -340,8 +341,8 @@
     if (lf.formula_prefixes.some(function (p) { return s.indexOf(p) === 0; })) s = "'" + s;
     return /[",\r\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
   }
-  function fileRow(jid, mk, who) {  // the mark as a row of the file: what the import reads, and what the viewer showed
-    var v = byJ[jid], out = {judgement_id: jid, run_id: data.run_id, metric: mk.m, input_id: mk.i, allowed: (mk.al || []).join(" | "),
+  function fileRow(key, mk, who) {  // the mark as a row of the file: what the import reads, and what the viewer showed
+    var v = byJ[key], out = {judgement_id: mk.j, run_id: data.run_id, metric: mk.m, input_id: mk.i, allowed: (mk.al || []).join(" | "),
       shown_hash: mk.sh, judge_category: mk.jc, judge_reasoning: v ? v.r : "", human_label: mk.h, labeller: who, note: mk.n};
     if (v && v.item) {
       [["a", v.item.a], ["b", v.item.b]].forEach(function (x) {
@@ -358,13 +359,13 @@
     markMsg.textContent = "";
     if (!who) { markMsg.appendChild(el("span", {"class": "err"}, "Write your name in labeller first: aip-eval label import needs one for each label.")); c.labeller.focus(); return; }
     var byMetric = {};
-    Object.keys(marks).sort().forEach(function (jid) { (byMetric[marks[jid].m] = byMetric[marks[jid].m] || []).push(jid); });
+    Object.keys(marks).sort().forEach(function (k) { (byMetric[marks[k].m] = byMetric[marks[k].m] || []).push(k); });
     var dir = lf.dir ? lf.dir.replace(/\/*$/, "/") : "<warehouse dir>/labels/", ms = Object.keys(byMetric).sort();
     markMsg.appendChild(el("div", null, "Move the file" + (ms.length > 1 ? "s" : "") + " to " + dir +
       " (where aip-eval label export writes), then import " + (ms.length > 1 ? "each" : "it") + ":"));
     ms.forEach(function (m) {
-      var lines = [lf.columns.map(csvCell).join(",")].concat(byMetric[m].map(function (jid) {
-        var row = fileRow(jid, marks[jid], who);
+      var lines = [lf.columns.map(csvCell).join(",")].concat(byMetric[m].map(function (k) {
+        var row = fileRow(k, marks[k], who);
         return lf.columns.map(function (k) { return csvCell(row[k]); }).join(",");
       }));
       var name = data.run_id + "--" + m + "--viewer.csv";  // UTF-8 with a byte-order mark, as export writes
