@@ -5,6 +5,7 @@ one ``aip-eval label import`` takes unchanged (in headless Chromium, on a real r
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -115,7 +116,7 @@ def test_marks_in_headless_chromium_survive_a_reload_and_import_unchanged(wareho
     and holds a comma and quotes), and one of group bias; reload (the marks are kept); download: a
     file per metric that ``label import`` takes as it is, its labels those marked. A file whose
     answers were sampled again since is refused by its shown_hash."""
-    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+    from .test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
@@ -176,6 +177,8 @@ def test_marks_in_headless_chromium_survive_a_reload_and_import_unchanged(wareho
             assert second.get_attribute("data-marked") == "wrong"
             assert second.locator("[data-mark=note]").input_value() == note
             assert second.locator("[data-mark=category]").input_value() == options[0]
+            page.locator("#viewer td.detail .pair").nth(1).scroll_into_view_if_needed()
+            page.screenshot(path=str(tmp_path / "viewer_marks.png"))
 
             downloads = []
             page.on("download", lambda d: downloads.append(d))
@@ -193,6 +196,8 @@ def test_marks_in_headless_chromium_survive_a_reload_and_import_unchanged(wareho
         finally:
             browser.close()
     assert errors == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / "viewer_marks.png", ARTIFACTS / "viewer_marks.png")
     labels = warehouse.parent / "labels"
     assert sorted(files) == [f"{RUN}--{FLIP}--viewer.csv", f"{RUN}--{GIB}--viewer.csv"]
     assert commands == [f"aip-eval label import {labels}/{name}" for name in sorted(files)]
