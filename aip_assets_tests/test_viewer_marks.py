@@ -224,7 +224,8 @@ def test_marks_in_headless_chromium_survive_a_reload_and_import_unchanged(wareho
         assert (result["metric"], result["imported"], result["blank"]) == (metric, 2 if metric == FLIP else 1, 0)
     stored = q(
         warehouse,
-        "SELECT judgement_id, category, judge_category, labeller, note FROM human_labels WHERE run_id = ?",
+        "SELECT judgement_id, category, judge_category, labeller, note FROM human_labels WHERE run_id = ? "
+        "AND labeller = 'ann'",
         [RUN],
     ).to_dict("records")
     got = {
@@ -261,3 +262,54 @@ def test_marks_in_headless_chromium_survive_a_reload_and_import_unchanged(wareho
         label_files.import_labels(flip_file, path=warehouse)
     after = q(warehouse, "SELECT count(*) AS n, max(imported_at) AS t FROM human_labels WHERE run_id = ?", [RUN])
     assert after.to_dict("records") == before.to_dict("records")
+
+
+def test_marks_download_from_the_report_server_too(warehouse, report, tmp_path):  # noqa: F811
+    """Served by ``aip-eval report --serve`` (read-only: it has no way to write), the page makes the
+    file itself: a mark downloads as the same file, which the import takes."""
+    import threading
+
+    from aip_assets.report import report_url, serve_reports
+
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = report[0]
+    before = sorted(p.name for p in out.parent.iterdir())
+    server = serve_reports(out.parent, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_context(accept_downloads=True).new_page()
+                page.goto(report_url(out, server.server_address[1]))
+                page.wait_for_selector("#viewer[data-ready='1']")
+                assert page.inner_text("#viewer-marked") == "0 verdicts marked"  # another origin: its own marks
+                _open_first_flagged(page, FLIP)
+                box = page.locator("#viewer td.detail .mark").first
+                jid = box.get_attribute("data-mark-for")
+                box.locator("[data-mark=right]").click()
+                page.fill("[data-mark=labeller]", "bo")
+                with page.expect_download() as d:
+                    page.click("[data-mark=download]")
+                file = tmp_path / d.value.suggested_filename
+                d.value.save_as(file)
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert file.name == f"{RUN}--{FLIP}--viewer.csv"
+    assert sorted(p.name for p in out.parent.iterdir()) == before  # nothing written beside the reports
+    result = label_files.import_labels(file, path=warehouse)
+    assert result["imported"] == 1
+    got = q(
+        warehouse,
+        "SELECT category, judge_category FROM human_labels WHERE run_id = ? AND metric = ? AND judgement_id = ? "
+        "AND labeller = 'bo'",
+        [RUN, FLIP, jid],
+    )
+    assert got.to_dict("records") == [{"category": "flip", "judge_category": "flip"}]
