@@ -313,3 +313,50 @@ def test_marks_download_from_the_report_server_too(warehouse, report, tmp_path):
         [RUN, FLIP, jid],
     )
     assert got.to_dict("records") == [{"category": "flip", "judge_category": "flip"}]
+
+
+def test_a_mark_made_on_other_answers_is_shown_stale_and_left_out(report, tmp_path):  # noqa: F811
+    """A mark kept from a report built before the run's answers were sampled again (its shown_hash
+    is not this report's) is shown as such and left out of the file, which the import would refuse
+    whole; marked again, it is in the file."""
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(accept_downloads=True).new_page()
+            page.goto(f"file://{report[0]}")
+            page.wait_for_selector("#viewer[data-ready='1']")
+            _open_first_flagged(page, FLIP)
+            box = page.locator("#viewer td.detail .mark").first
+            jid = box.get_attribute("data-mark-for")
+            old = {"m": FLIP, "j": jid, "i": "x", "jc": "flip", "h": "flip", "n": "", "sh": "sha256:0000000000000000"}
+            page.evaluate(
+                "([key, mark]) => localStorage.setItem(key, JSON.stringify({marks: {[mark.m + '\\u001f' + mark.j]: mark}}))",
+                [f"aip-viewer-marks:{RUN}", old],
+            )
+            page.reload()
+            page.wait_for_selector("#viewer[data-ready='1']")
+            _open_first_flagged(page, FLIP)
+            box = page.locator(f"#viewer td.detail .mark[data-mark-for='{jid}']")
+            assert box.get_attribute("data-marked") == "stale"
+            assert "since sampled again" in box.locator("[data-mark=state]").inner_text()
+            page.fill("[data-mark=labeller]", "cy")
+            page.click("[data-mark=download]")
+            assert page.get_attribute("[data-mark-stale]", "data-mark-stale") == "1"
+            assert page.locator("[data-mark-file]").count() == 0  # nothing left to write
+            box.locator("[data-mark=right]").click()
+            assert box.get_attribute("data-marked") == "right"
+            with page.expect_download() as d:
+                page.click("[data-mark=download]")
+            file = tmp_path / d.value.suggested_filename
+            d.value.save_as(file)
+            assert page.locator("[data-mark-stale]").count() == 0
+        finally:
+            browser.close()
+    with open(file, encoding="utf-8-sig", newline="") as fh:
+        [row] = list(csv.DictReader(fh))
+    assert row["judgement_id"] == jid and row["shown_hash"] != old["sh"] and row["shown_hash"].startswith("sha256:")

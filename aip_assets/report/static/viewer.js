@@ -312,9 +312,10 @@
     [state, right, wrong, pick, note, clear].forEach(function (x) { box.appendChild(x); });
     function show() {
       var mk = marks[key], ok = mk && mk.h === mk.jc;
-      box.setAttribute("data-marked", mk ? (ok ? "right" : "wrong") : "");
-      state.textContent = !mk ? "the judge says " + v.jc + ": " : ok ? "marked: the judge is right (" + mk.h + ") " :
-        "marked: the judge is wrong (it says " + mk.jc + "), it is " + mk.h + " ";
+      box.setAttribute("data-marked", mk ? (stale(key) ? "stale" : ok ? "right" : "wrong") : "");
+      state.textContent = (mk && stale(key) ? "marked on answers since sampled again (left out of the file: mark it again); " : "") +
+        (!mk ? "the judge says " + v.jc + ": " : ok ? "marked: the judge is right (" + mk.h + ") " :
+        "marked: the judge is wrong (it says " + mk.jc + "), it is " + mk.h + " ");
       pick.style.display = wrongOpen || (mk && !ok) ? "" : "none";
       pick.value = mk && !ok ? mk.h : "";
       if (mk) note.value = mk.n || "";
@@ -356,13 +357,22 @@
     }
     return out;
   }
+  // a mark made on other answers than this report's (it was rebuilt after the run's answers were
+  // sampled again): the import would refuse its file by its shown_hash
+  function stale(key) { return !!byJ[key] && byJ[key].sh !== marks[key].sh; }
   download.addEventListener("click", function () {
     var who = c.labeller.value.trim();
     markMsg.textContent = "";
     if (!who) { markMsg.appendChild(el("span", {"class": "err"}, "Write your name in labeller first: aip-eval label import needs one for each label.")); c.labeller.focus(); return; }
-    var byMetric = {};
-    Object.keys(marks).sort().forEach(function (k) { (byMetric[marks[k].m] = byMetric[marks[k].m] || []).push(k); });
+    var byMetric = {}, left = 0;
+    Object.keys(marks).sort().forEach(function (k) {
+      if (stale(k)) { left++; return; }
+      (byMetric[marks[k].m] = byMetric[marks[k].m] || []).push(k);
+    });
     var dir = lf.dir ? lf.dir.replace(/\/*$/, "/") : "<warehouse dir>/labels/", ms = Object.keys(byMetric).sort();
+    if (left) markMsg.appendChild(el("div", {"class": "err", "data-mark-stale": left}, left + (left === 1 ? " mark was" : " marks were") +
+      " made on answers since sampled again, and left out: open " + (left === 1 ? "its verdict" : "their verdicts") + " and mark again."));
+    if (!ms.length) return;
     markMsg.appendChild(el("div", null, "Move the file" + (ms.length > 1 ? "s" : "") + " to " + dir +
       " (where aip-eval label export writes), then import " + (ms.length > 1 ? "each" : "it") + ":"));
     ms.forEach(function (m) {
