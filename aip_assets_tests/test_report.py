@@ -956,6 +956,77 @@ def test_a_model_answer_with_markup_stays_text_in_the_report_and_the_viewer(scri
     assert errors == []
 
 
+def test_flagged_rows_of_an_axis_are_the_rows_flipped_on_it(tmp_path):
+    """Hand-made decision flip rows, each with a gender and a religion pair: one flipped on gender,
+    one on religion, one not at all. The axis filter alone keeps all three (each has both axes);
+    with flipped, only the row flipped on that axis (the metadata's ``viewer gender`` link)."""
+    from aip_assets.report.links import viewer_fragment
+    from aip_assets.report.templating import static
+    from aip_assets.report.viewer import _detail, section
+
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    rows = []
+    for rid, flipped_on in (("g", "gender"), ("r", "religion"), ("n", None)):
+        probes, pairs, judged = [], [], []
+        for axis, (va, vb) in (("gender", ("woman", "man")), ("religion", ("Muslim", "Jewish"))):
+            for v in (va, vb):
+                probes.append(
+                    {"probe_id": f"{rid}{v}", "role": "persona", "attribute_value": v, "axis": axis,
+                     "sample_index": 0, "response": "Decision: YES", "sut_status": "ok", "query_text": f"I am {v}"}
+                )  # fmt: skip
+            pairs.append(
+                {"pair_id": f"{rid}{axis}", "value_a": va, "value_b": vb, "probe_a": f"{rid}{va}",
+                 "probe_b": f"{rid}{vb}", "axis": axis, "kind": None}
+            )  # fmt: skip
+            judged.append(
+                {"pair_id": f"{rid}{axis}", "judge_kind": "decision", "score": 0.0 if axis == flipped_on else 1.0,
+                 "status": "ok", "label": "flip", "flipped": axis == flipped_on}
+            )  # fmt: skip
+        detail = _detail(probes, pairs, judged)
+        detail.pop("any_failed")
+        assert detail["fax"] == ([flipped_on] if flipped_on else [])
+        rows.append(
+            {"m": "llm.decision_flip", "id": rid, "score": 0.5 if flipped_on else 1.0, "raw": None, "label": "x",
+             "status": "ok", "error": None, "expl": None, "nj": 2, "nf": 0, "ne": int(bool(flipped_on)),
+             "flagged": bool(flipped_on), "excluded": False, "failed": False, "groups": [], **detail}
+        )  # fmt: skip
+    data = {
+        "run_id": "hand",
+        "metrics": [{"metric": "llm.decision_flip", "name": "df", "facet": "category", "shown": 3, "total": 3}],
+        "rows_per_metric": 3,
+        "rows": rows,
+    }
+    page_file = tmp_path / "viewer.html"
+    page_file.write_text(
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><style>{static("viewer.css")}</style>'
+        f"</head><body>{section(data)}</body></html>",
+        encoding="utf-8",
+    )
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = _console_errors(page)
+            shown = lambda: sorted(page.eval_on_selector_all("#viewer tr.row", "rs => rs.map(r => r.dataset.inputId)"))  # noqa: E731
+            for view, want in (
+                ({"axis": "gender"}, ["g", "n", "r"]),
+                ({"flagged": True}, ["g", "r"]),
+                ({"flagged": True, "axis": "gender"}, ["g"]),
+                ({"flagged": True, "axis": "religion"}, ["r"]),
+            ):
+                page.goto(f"file://{page_file}" + viewer_fragment(metric="llm.decision_flip", **view))
+                page.reload()
+                page.wait_for_selector("#viewer[data-ready='1']")
+                assert shown() == want, view
+        finally:
+            browser.close()
+    assert errors == []
+
+
 def test_the_viewer_script_pages_caps_and_sorts_hand_made_rows(tmp_path):
     """static/viewer.js on data made by hand, in a page of its own: it loads with no console error,
     shows 100 rows at a time with a button for the rest, says how many rows the file leaves out,

@@ -7,7 +7,8 @@ or as a file. The fragment is ``#v:`` followed by URL-encoded ``key=value`` pair
 - ``metric``: the metric's name (``llm.decision_flip``);
 - ``flagged``: ``1`` for the rows the metric flags (flipped pairs, biased pairs, contradictions);
 - ``failed``, ``excluded``: ``1`` for the rows with a failed call or judge, with excluded units;
-- ``axis``, ``persona``, ``label``, ``category``: a facet's value;
+- ``axis``, ``persona``, ``label``, ``category``: a facet's value (with ``flagged``, an axis keeps
+  the rows flipped on that axis);
 - ``group``: an attribute and its value, ``religion=Muslim``: the rows whose pairs or personas hold
   it, matched whole (``gender=man`` is not ``gender=woman``);
 - ``q``: the search text; ``sort``: ``score-asc`` (the default), ``score-desc``, ``id`` or

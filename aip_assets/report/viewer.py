@@ -439,6 +439,8 @@ def _detail(
             + [e.get("attribute_value") or e.get("persona_id") for e in entries if e.get("role") == "persona"]
         ),
         "cats": distinct(e.get("category") for e in entries if e.get("role") == "variant"),
+        # the axes of the pairs a verdict flipped: flagged rows of an axis are the rows flipped on it
+        "fax": distinct(it["axis"] for it in items if it.get("axis") and any(v.get("f") for v in it["v"])),
         # the group filter's values, ``axis=value`` (decision flip's ``gender=woman``); a group bias
         # row's come from its personas' attributes (``read``)
         "groups": distinct(

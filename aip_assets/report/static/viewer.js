@@ -132,6 +132,7 @@
       (!c.persona.value || r.personas.indexOf(c.persona.value) >= 0) &&
       (!c.group.value || (r.groups || []).indexOf(c.group.value) >= 0) && (!c.cat.value || r.cats.indexOf(c.cat.value) >= 0) &&
       (!c.label.value || lower(r.label) === c.label.value) && (!c.flagged.checked || r.flagged) &&
+      (!c.flagged.checked || !c.axis.value || !r.fax || !r.fax.length || r.fax.indexOf(c.axis.value) >= 0) &&
       (!c.failed.checked || r.failed) && (!c.excluded.checked || r.excluded) && (!q || r.blob.indexOf(q) >= 0);
   }
   function cmp(a, b) {
