@@ -416,7 +416,8 @@ def test_consistency_run_score_is_the_mean_of_row_scores(tmp_path):
     assert s[("category", "formal")]["raw_score"] == pytest.approx(0.6)  # (.2 + 1.0) / 2
     rs = {r["input_id"]: r for r in out["row_scores"]}
     assert rs["r1"]["raw_score"] == pytest.approx(0.2) and rs["r1"]["n_judged"] == 1 and rs["r1"]["n_failed"] == 1
-    assert rs["r2"]["status"] == "error" and "no comparison could be judged (2 excluded)" in rs["r2"]["error"]
+    # r2's comparisons: an empty answer and an unjudgeable pair, nothing failed: excluded, not an error
+    assert rs["r2"]["status"] == "excluded" and "no comparison could be judged (2 excluded)" in rs["r2"]["error"]
 
 
 # ------------------------------------------------------------------ perturbation robustness
@@ -563,7 +564,8 @@ def test_perturbation_group_formula_with_negative_drops_and_exclusions(tmp_path)
     for i in ("Q3?-b", "Q3?-v0", "Q3?-v1"):
         assert pick(rs[i]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 2, "n_events": 0}
         assert rs[i]["error"] == "no variant of the group could be scored (2 excluded)"
-    assert pick(rs["lone"]) == {"status": "error", "label": "error", "n_judged": 0, "n_failed": 0, "n_events": 0}
+    # a dataset edge case: nothing failed, so excluded, not an error
+    assert pick(rs["lone"]) == {"status": "excluded", "label": "excluded", "n_judged": 0, "n_failed": 0, "n_events": 0}
     assert rs["lone"]["error"] == "the row has no metadata.original_query, so it belongs to no group"
     units = {u["unit_id"]: u for u in out["score_units"]}
     assert len(units) == 4 and all(u["cluster"] == u["score_row"] for u in units.values())

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -439,7 +440,7 @@ def test_cli_run_json_threshold_exit_code_and_sql(tmp_path, capsys):
     m = out["metrics"]["llm.decision_flip"]
     assert m["passed"] is False and m["axes"]["gender"]["flips"] > 0 and m["axes"]["role"]["flips"] == 0
     run_id = out["run_id"]
-    assert run_id.startswith("cli-") and run_id.endswith("Z")
+    assert re.fullmatch(r"cli-\d{6}-\d{4}", run_id), run_id  # <name>-<yymmdd-hhmm>
     # resume the same run: nothing is called again, same summary
     assert main(["run", str(spec), "--run-id", run_id, "--json", "--quiet"]) == 1
     again = json.loads(capsys.readouterr().out)

@@ -718,10 +718,9 @@ def test_viewer_in_headless_chromium_filters_and_opens_a_row(warehouse, report, 
             # an axis narrows to the rows with a pair on that axis
             axis = q(
                 warehouse,
-                """SELECT axis, count(DISTINCT p.input_id) AS n FROM probe_pairs p
-                                   JOIN row_scores r USING (run_id, metric, input_id)
-                                   WHERE run_id = ? AND metric = 'llm.decision_flip' AND r.n_events > 0
-                                   GROUP BY axis ORDER BY axis LIMIT 1""",
+                # flipped rows of an axis: the rows flipped on it
+                """SELECT axis, count(DISTINCT input_id) AS n FROM v_flipped_pairs
+                                   WHERE run_id = ? GROUP BY axis ORDER BY axis LIMIT 1""",
                 [RUN],
             )
             page.select_option("select[data-filter=axis]", axis.axis[0])
