@@ -460,5 +460,8 @@ def data_block(data: dict[str, Any], element_id: str = "aip-viewer-data") -> str
 def section(data: dict[str, Any]) -> str:
     """The viewer's section: a heading, a fallback for a browser without scripts, the data, the script."""
     return render(
-        "viewer.html.j2", n=len(data["rows"]), data_block=Markup(data_block(data)), script=Markup(static("viewer.js"))
+        "viewer.html.j2",
+        n=len(data["rows"]),
+        data_block=Markup(data_block(data)),
+        script=Markup(static("dom.js") + "\n" + static("viewer.js")),
     )

@@ -1,4 +1,4 @@
-// What the report's scripts share (the comparison page's today): elements whose text is only ever
+// What the report's scripts share (the viewer's and the comparison page's): elements whose text is only ever
 // text, numbers formatted as the report formats them, and a view in the URL's fragment (`#v:` and
 // URL-encoded key=value pairs, report/links.py).
 var aipDom = (function () {

@@ -4,14 +4,7 @@
   var root = document.getElementById("viewer");
   var metaBy = {}; data.metrics.forEach(function (m) { metaBy[m.metric] = m; });
   var PAGE = 100, shown = PAGE;
-  function el(tag, attrs, text) {
-    var e = document.createElement(tag);
-    if (attrs) Object.keys(attrs).forEach(function (k) { if (attrs[k] !== null && attrs[k] !== undefined) e.setAttribute(k, attrs[k]); });
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    return e;
-  }
-  function f3(x) { return x === null || x === undefined ? "n/a" : Number(x).toFixed(3); }
-  function raw(x) { return x === null || x === undefined ? "" : String(x); }
+  var el = aipDom.el, f3 = aipDom.f3, raw = aipDom.raw;  // static/dom.js, inlined before this script
   function uniq(a) { var s = new Set(); a.forEach(function (x) { if (x !== null && x !== undefined) s.add(String(x)); }); return Array.from(s).sort(); }
   var KEYS = ["metric", "flagged", "failed", "excluded", "axis", "persona", "group", "label", "category", "q", "sort", "open"];  // report/links.py
   var personas = data.personas || {};
@@ -393,13 +386,7 @@
   countMarks();
   // the view in the URL's fragment (report/links.py): read on load and when the fragment changes,
   // written back (replacing the history entry) as the user filters, searches or opens a row
-  function view() {
-    var h = window.location.hash;
-    if (h.indexOf("#v:") !== 0) return null;
-    var p = new URLSearchParams(h.slice(3)), v = {};
-    KEYS.forEach(function (k) { if (p.has(k)) v[k] = p.get(k); });
-    return v;
-  }
+  function view() { return aipDom.readView(KEYS); }
   function pick(sel, value) {
     var ok = value !== undefined && Array.prototype.some.call(sel.options, function (o) { return o.value === value; });
     sel.value = ok ? value : "";
@@ -422,10 +409,7 @@
       excluded: c.excluded.checked ? "1" : "", axis: c.axis.value, persona: c.persona.value, group: c.group.value,
       label: c.label.value ? spelling[c.label.value] : "", category: c.cat.value, q: c.search.value.trim(),
       sort: c.sort.value === "score-asc" ? "" : c.sort.value, open: openId};
-    var p = new URLSearchParams();
-    KEYS.forEach(function (k) { if (v[k]) p.append(k, v[k]); });
-    var h = "#v:" + p.toString();
-    if (h !== window.location.hash) history.replaceState(null, "", h);
+    aipDom.writeView(KEYS, v);
   }
   [c.metric].forEach(function (s) { s.addEventListener("change", function () { refreshFacets(); shown = PAGE; openId = null; render(); write(); }); });
   [c.axis, c.persona, c.group, c.cat, c.label, c.flagged, c.failed, c.excluded, c.sort].forEach(function (s) {
