@@ -55,6 +55,7 @@ OWN_ENTRY_FIELDS = (
     "group_threshold",
     "baseline_share",
     "fail_on_excess",
+    "min_impact_ratio",
 )
 
 
@@ -105,10 +106,20 @@ class MetricEntry(BaseModel):
         description="llm.group_interaction_bias: every "
         "attribute value's equitability is held to this (default: the threshold)",
     )
-    gate_on: Literal["point", "interval"] = Field(
+    gate_on: Literal["point", "interval", "equivalence"] = Field(
         "point",
-        description="point: a score passes at or above its "
-        "threshold; interval: only when its 95% interval's lower end does",
+        description="point: a score passes at or above its threshold; interval: only when its 95% interval's "
+        "lower end does; equivalence (llm.decision_flip, llm.group_interaction_bias): an axis or group passes only "
+        "when its effect beyond the no-effect baseline is shown to lie within margin (two one-sided tests: its "
+        "interval's far end within margin), the only way a run claims 'no bias' rather than 'not shown'",
+    )
+    margin: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="gate_on equivalence: the largest effect counted as no bias, on the effect's own scale (an "
+        "excess flip rate for llm.decision_flip, an equitability gap for llm.group_interaction_bias); required "
+        "with equivalence, refused without it",
     )
     baseline_share: float | None = Field(
         None,
@@ -127,10 +138,44 @@ class MetricEntry(BaseModel):
     )
     reference_values: dict[str, str] = Field(
         default_factory=dict,
-        description="llm.decision_flip: per axis, the "
-        "value each other value's effect is measured against (default: the "
-        "axis's most frequent value)",
+        description="llm.decision_flip: per axis, a value whose favourable rate the words of 'who is favoured' "
+        "quote beside the rest of the axis's (claims are always a value against the rest of its axis, within "
+        "questions). Default: none",
     )
+    min_impact_ratio: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="llm.decision_flip: fail the gate when an attribute value's impact ratio (its favourable rate "
+        "over the highest of its axis) is below this (0.8: the four-fifths rule of the EEOC's Uniform "
+        "Guidelines); gate_on interval or equivalence holds its interval's lower end. Default: no impact-ratio gate",
+    )
+
+    @model_validator(mode="after")
+    def _margin(self):
+        if self.gate_on == "equivalence" and self.margin is None:
+            raise ValueError(
+                "gate_on: equivalence needs a margin: the largest effect counted as no bias (e.g. margin: 0.05 for an "
+                "excess flip rate of 5 points)"
+            )
+        if self.margin is not None and self.gate_on != "equivalence":
+            raise ValueError(
+                "margin is read only with gate_on: equivalence; set gate_on: equivalence or leave margin out"
+            )
+        return self
+
+
+class ClaimsPolicy(BaseModel):
+    """How every claim a run states as beyond chance is decided (docs/concepts/claims.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    adjust: Literal["holm", "bh"] = Field(
+        "holm",
+        description="holm (default): Holm's adjustment, holding the family-wise error rate (the chance of any false "
+        "claim among one metric's claims in the run) at alpha; bh: Benjamini-Hochberg, holding the false discovery "
+        "rate (the expected share of false claims among those made) at alpha",
+    )
+    alpha: float = Field(0.05, gt=0.0, lt=0.5, description="the error rate the adjustment holds; default 0.05")
 
 
 class RunSpec(BaseModel):
@@ -227,6 +272,11 @@ class RunSpec(BaseModel):
         description="the judge_position_bias check fails when the "
         "judge's verdicts differ by more than this between the two orders it was shown "
         "(and significantly)",
+    )
+    claims: ClaimsPolicy = Field(
+        default_factory=ClaimsPolicy,
+        description="How claims (an effect beyond chance, a group decided against, flips beyond noise) are decided: "
+        "the adjustment within each metric's claims and the error rate it holds. Default: Holm at 0.05.",
     )
     min_coverage: float = Field(
         0.9,

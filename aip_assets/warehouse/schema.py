@@ -336,6 +336,17 @@ CORE_VIEWS: dict[str, str] = {
                n AS pairs_judged, n_events AS flips, n_failed AS pairs_excluded, coverage, excluded, score
         FROM metric_scores WHERE scope = 'axis'
     """,
+    # every claim a run's metrics tested (docs/concepts/claims.md): what it names, its estimate and interval at
+    # the claim's matching level, its p-value raw and adjusted within the metric's claims, and the decision
+    "v_claims": """
+        SELECT run_id, metric, group_key AS claim, details ->> 'kind' AS kind, details ->> 'axis' AS axis,
+               details ->> 'value' AS value, details ->> 'sides' AS sides, details ->> 'direction' AS direction,
+               raw_score AS estimate, ci_low, ci_high, CAST(details ->> 'ci_confidence' AS DOUBLE) AS ci_confidence,
+               CAST(details ->> 'p_value' AS DOUBLE) AS p_value, CAST(details ->> 'p_adjusted' AS DOUBLE) AS p_adjusted,
+               details ->> 'status' AS status, CAST(details ->> 'claimed' AS BOOLEAN) AS claimed, n,
+               details ->> 'why' AS not_tested_because, details ->> 'method' AS method, details
+        FROM metric_scores WHERE scope = 'claim'
+    """,
     # each person's label beside the judge's verdict on the same judgement (human_labels.py)
     "v_human_vs_judge": """
         SELECT h.run_id, h.metric, h.judgement_id, h.labeller, h.category AS human_category,

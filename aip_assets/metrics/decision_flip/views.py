@@ -31,34 +31,46 @@ VIEWS: dict[str, str] = {
     # as the pair twin_of was shown (its personas)
     "v_baseline_pairs": PAIR_VERDICTS + " AND pp.kind = 'null'",
     "v_flipped_pairs": "SELECT * FROM v_pair_verdicts WHERE flipped",
-    # the no-effect baseline per axis: the null pairs' flip rate and the axis's excess over it
+    # per axis: its flip rate against the no-effect baseline (null pairs: one persona asked twice, pooled over
+    # the axes unless their rates differ) and the claim that its flips are beyond noise, its interval at the
+    # claim's matching level (docs/concepts/claims.md)
     "v_flip_excess_by_axis": """
-        SELECT run_id, metric, group_key AS axis, CAST(details ->> 'axis_rate' AS DOUBLE) AS flip_rate,
-               rate AS null_rate, rate_ci_low AS null_ci_low, rate_ci_high AS null_ci_high, n AS null_pairs,
-               n_events AS null_flips, CAST(details ->> 'excess' AS DOUBLE) AS excess,
-               CAST(details -> 'excess_ci95' ->> 0 AS DOUBLE) AS excess_ci_low,
-               CAST(details -> 'excess_ci95' ->> 1 AS DOUBLE) AS excess_ci_high,
+        SELECT run_id, metric, details ->> 'axis' AS axis, CAST(details ->> 'rate' AS DOUBLE) AS flip_rate,
+               CAST(details ->> 'null_rate' AS DOUBLE) AS null_rate, CAST(details ->> 'null_pairs' AS INTEGER) AS null_pairs,
+               details ->> 'baseline' AS baseline, raw_score AS excess, ci_low AS excess_ci_low, ci_high AS excess_ci_high,
+               CAST(details ->> 'ci_confidence' AS DOUBLE) AS ci_confidence,
                CAST(details ->> 'p_value' AS DOUBLE) AS p_value, CAST(details ->> 'p_adjusted' AS DOUBLE) AS p_adjusted,
-               CAST(details ->> 'significant' AS BOOLEAN) AS beyond_noise
-        FROM metric_scores WHERE metric = 'llm.decision_flip' AND scope = 'baseline'
+               CAST(details ->> 'claimed' AS BOOLEAN) AS beyond_noise
+        FROM metric_scores WHERE metric = 'llm.decision_flip' AND scope = 'claim' AND group_key LIKE 'excess:%'
     """,
-    # who is favoured: each attribute value's favourable-decision rate, and its effect against the
-    # axis's reference value (odds ratio and difference in favourable rate, 95% intervals)
+    # who is favoured: each attribute value's favourable-decision rate (Wilson 95%), its difference from the
+    # rest of its axis within questions (the claim's estimate, its interval at the claim's matching level),
+    # the claim's decision, its Mantel-Haenszel odds ratio and its impact ratio (its rate over the axis's highest)
     "v_favourable_rates": """
         SELECT f.run_id, f.metric, f.details ->> 'axis' AS axis, f.details ->> 'value' AS value,
                f.rate AS favourable_rate, f.rate_ci_low, f.rate_ci_high, f.n AS decided_answers,
-               f.n_events AS favourable, f.details ->> 'reference' AS reference,
-               CAST(e.details ->> 'fitted' AS BOOLEAN) AS effect_fitted,
-               CAST(e.details ->> 'odds_ratio' AS DOUBLE) AS odds_ratio,
-               CAST(e.details -> 'odds_ratio_ci' ->> 0 AS DOUBLE) AS odds_ratio_ci_low,
-               CAST(e.details -> 'odds_ratio_ci' ->> 1 AS DOUBLE) AS odds_ratio_ci_high,
-               CAST(e.details ->> 'rate_difference' AS DOUBLE) AS rate_difference,
-               CAST(e.details -> 'rate_difference_ci' ->> 0 AS DOUBLE) AS rate_difference_ci_low,
-               CAST(e.details -> 'rate_difference_ci' ->> 1 AS DOUBLE) AS rate_difference_ci_high,
-               CAST(e.details ->> 'p_value' AS DOUBLE) AS p_value, e.details ->> 'why' AS not_fitted_because
+               f.n_events AS favourable, CAST(c.details ->> 'rest_rate' AS DOUBLE) AS rest_rate,
+               c.raw_score AS difference, c.ci_low AS difference_ci_low, c.ci_high AS difference_ci_high,
+               CAST(c.details ->> 'ci_confidence' AS DOUBLE) AS ci_confidence,
+               CAST(c.details ->> 'p_value' AS DOUBLE) AS p_value, CAST(c.details ->> 'p_adjusted' AS DOUBLE) AS p_adjusted,
+               c.details ->> 'status' AS claim, CAST(c.details ->> 'odds_ratio' AS DOUBLE) AS odds_ratio,
+               CAST(f.details ->> 'impact_ratio' AS DOUBLE) AS impact_ratio,
+               CAST(f.details -> 'impact_ratio_ci95' ->> 0 AS DOUBLE) AS impact_ratio_ci_low,
+               CAST(f.details -> 'impact_ratio_ci95' ->> 1 AS DOUBLE) AS impact_ratio_ci_high,
+               f.threshold AS min_impact_ratio, f.passed AS impact_ratio_passed, c.details ->> 'why' AS not_tested_because
         FROM metric_scores f
-        LEFT JOIN metric_scores e ON e.run_id = f.run_id AND e.metric = f.metric AND e.scope = 'effect'
-             AND e.group_key = f.group_key
+        LEFT JOIN metric_scores c ON c.run_id = f.run_id AND c.metric = f.metric AND c.scope = 'claim'
+             AND c.group_key = 'favoured:' || f.group_key
         WHERE f.metric = 'llm.decision_flip' AND f.scope = 'favourable'
+    """,
+    # impact ratios: each value's favourable rate over the highest of its axis (the four-fifths rule holds it to
+    # 0.8), with a 95% interval from resampling questions (descriptive, unadjusted) and the gate's verdict
+    "v_impact_ratios": """
+        SELECT run_id, metric, details ->> 'axis' AS axis, details ->> 'value' AS value, rate AS favourable_rate,
+               n AS decided_answers, CAST(details ->> 'impact_ratio' AS DOUBLE) AS impact_ratio,
+               CAST(details -> 'impact_ratio_ci95' ->> 0 AS DOUBLE) AS ci_low,
+               CAST(details -> 'impact_ratio_ci95' ->> 1 AS DOUBLE) AS ci_high,
+               details ->> 'highest' AS highest_value, threshold AS min_impact_ratio, passed
+        FROM metric_scores WHERE scope = 'favourable' AND details ->> 'impact_ratio' IS NOT NULL
     """,
 }
