@@ -148,6 +148,18 @@ def _dry_run(spec, as_json: bool) -> int:
             print(f"  over the spec's limits {est['limits']}: the run would stop at the cap (resumable)")
         for line in _batch_lines(spec, est["sent"]):
             print(line)
+        for m, e in est["metrics"].items():
+            plan = e.get("detectable")
+            if not plan:
+                continue
+            print(
+                f"What {m} can detect with 80% power (each claim at Holm's first step over its "
+                f"{plan['claims']} planned claims, alpha {plan['alpha']:g}):"
+            )
+            for line in plan["lines"]:
+                print(line)
+            for w in plan["warnings"]:
+                print(f"  warning: {w['message']}")
     return 0
 
 

@@ -583,6 +583,10 @@ def _run_stage(
         elif stage in ("sampling", "judging"):
             if stage == "sampling" and plugin.calls_sut:
                 stage_endpoint_check(ctx, stage, spec.sut, "sut")
+            if stage == "sampling":  # what the run can detect, said before its first SUT call
+                for w in (plugin.plan(ctx) or {}).get("warnings", []):
+                    log(w["message"])
+                    ctx.notes.append(w)
             for i, conn in enumerate(spec.panel() if stage == "judging" else []):  # every judge of a panel
                 stage_endpoint_check(ctx, stage, conn, panel_role(i))
             _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.run_judge(ctx), staged)
@@ -788,9 +792,13 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
                 config=spec.metric_config(metric),
                 journal=None,
                 reader=WarehouseReader("dry-run", metric, path),
+                threshold=spec.metrics[metric].threshold,
                 batch_rows=spec.batch_rows,
             )
             e = plugin.estimate(ctx)
+            plan = plugin.plan(ctx)
+            if plan is not None:
+                e["detectable"] = plan
             asked = e["judge_calls"]
             e["judge_calls"] *= len(spec.panel())  # a panel: every judge asked every verdict
             if spec.judge_audit is not None:  # the audit judge asks a share of the judgements again
@@ -800,7 +808,8 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
             e["judge_prompt_tokens"] = e["judge_calls"] * (JUDGE_PROMPT_TOKENS + 2 * sut_answer)
             e["judge_completion_tokens"] = e["judge_calls"] * JUDGE_ANSWER_TOKENS
             out["metrics"][metric] = e
-    tot = {k: sum(m[k] for m in out["metrics"].values()) for k in next(iter(out["metrics"].values()))}
+    first = next(iter(out["metrics"].values()))
+    tot = {k: sum(m[k] for m in out["metrics"].values()) for k in first if k != "detectable"}
     tot["calls"] = tot["sut_calls"] + tot["judge_calls"] + tot["synthesis_calls"]
     tot["tokens"] = sum(v for k, v in tot.items() if k.endswith("_tokens"))
     out["total"] = tot

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from .claims import Claim
-from .permutation import excess_test, group_tests, seed_of
-from .regression import StraddleModel
+from .permutation import N_PERM, excess_test, group_tests, seed_of
+from .regression import N_BOOT, StraddleModel
 
 HOMOGENEITY_ALPHA = 0.05  # null pairs are compared per axis only when their rates differ at this level
 T975 = {}  # Student's t 97.5% quantiles by degrees of freedom (filled on first use)
@@ -41,24 +41,22 @@ def _t975(df: int) -> float:
 
 def mantel_haenszel(y, x, strata) -> float | None:
     """The Mantel–Haenszel odds ratio of y (0/1) for x = 1 against x = 0, stratified (a value
-    against the rest of its axis within questions); None when it has no finite value."""
-    df = pd.DataFrame({"y": np.asarray(y, float), "x": np.asarray(x, float), "s": np.asarray(strata)})
-    num = den = 0.0
-    for _, g in df.groupby("s"):
-        n = len(g)
-        a = ((g.x == 1) & (g.y == 1)).sum()
-        b = ((g.x == 1) & (g.y == 0)).sum()
-        c = ((g.x == 0) & (g.y == 1)).sum()
-        d = ((g.x == 0) & (g.y == 0)).sum()
-        num += a * d / n
-        den += b * c / n
-    if num <= 0 or den <= 0:
+    against the rest of its axis within questions): 0 when the value is never favourable where the
+    rest is; None when it has no finite value (the rest never favourable where the value is)."""
+    y, x = np.asarray(y, float), np.asarray(x, float)
+    _, s = np.unique(np.asarray([str(v) for v in strata]), return_inverse=True)
+    s = s.ravel()
+    n = np.bincount(s).astype(float)
+    cell = lambda xv, yv: np.bincount(s, ((x == xv) & (y == yv)).astype(float), minlength=len(n))  # noqa: E731
+    a, b, c, d = cell(1, 1), cell(1, 0), cell(0, 1), cell(0, 0)
+    num, den = float((a * d / n).sum()), float((b * c / n).sum())
+    if den <= 0:
         return None
     return float(num / den)
 
 
 def answer_claims(
-    answers: pd.DataFrame, outcome: str, kind: str, sides: str, seed: int, method_words: str
+    answers: pd.DataFrame, outcome: str, kind: str, sides: str, seed: int, method_words: str, n_perm: int = N_PERM
 ) -> list[Claim]:
     """Per axis, an omnibus claim (``kind:axis``: the outcome depends on the value) and one claim
     per value (``kind:axis=value``: its outcome against the rest of the axis, within questions,
@@ -68,7 +66,7 @@ def answer_claims(
         axis = str(axis)
         if a["value"].nunique() < 2:
             continue
-        gt = group_tests(a[outcome].to_numpy(float), a["value"], a["question"], seed_of(kind, axis, seed))
+        gt = group_tests(a[outcome].to_numpy(float), a["value"], a["question"], seed_of(kind, axis, seed), n_perm)
         parent = f"{kind}:{axis}"
         out.append(
             Claim(
@@ -114,7 +112,9 @@ def answer_claims(
     return out
 
 
-def excess_claims(pairs: pd.DataFrame, seed: int, what: str = "flip") -> tuple[list[Claim], dict[str, Any]]:
+def excess_claims(
+    pairs: pd.DataFrame, seed: int, what: str = "flip", n_perm: int = N_PERM
+) -> tuple[list[Claim], dict[str, Any]]:
     """Per axis, the claim that its persona pairs' ``what`` exceeds the null pairs' (one-sided):
     ``excess:axis``. ``pairs``: columns axis, row, kind (persona / null), ``what``. The null
     pairs of every axis form one baseline unless their rates differ between axes beyond chance
@@ -127,7 +127,7 @@ def excess_claims(pairs: pd.DataFrame, seed: int, what: str = "flip") -> tuple[l
         return [], info
     axes_with_nulls = nulls["axis"].nunique()
     if axes_with_nulls > 1:
-        h = group_tests(nulls[what].to_numpy(float), nulls["axis"], nulls["row"], seed_of("homogeneity", seed))
+        h = group_tests(nulls[what].to_numpy(float), nulls["axis"], nulls["row"], seed_of("homogeneity", seed), n_perm)
         info["homogeneity_p"] = h.omnibus_p
         info["pooled"] = not (h.omnibus_p is not None and h.omnibus_p < HOMOGENEITY_ALPHA)
     info["null_rate"] = float(nulls[what].mean())
@@ -150,7 +150,7 @@ def excess_claims(pairs: pd.DataFrame, seed: int, what: str = "flip") -> tuple[l
             "baseline": "pooled" if info["pooled"] else "axis",
         }
         units = pd.concat([g.assign(first=1.0), base.assign(first=0.0)])
-        shift = excess_test(units[what], units["first"], units["row"], seed_of("excess", axis, seed))
+        shift = excess_test(units[what], units["first"], units["row"], seed_of("excess", axis, seed), n_perm)
         out.append(
             Claim(
                 f"excess:{axis}",
@@ -244,7 +244,7 @@ def straddle_columns(pairs: pd.DataFrame, attrs: dict[str, dict[str, str]]) -> t
 
 
 def group_claims(
-    pairs: pd.DataFrame, attrs: dict[str, dict[str, str]], seed: int
+    pairs: pd.DataFrame, attrs: dict[str, dict[str, str]], seed: int, n_boot: int = N_BOOT
 ) -> tuple[list[Claim], dict[str, dict[str, Any]], dict[str, Any]]:
     """Per attribute value, the claim that pairs straddling it differ more than pairs that do not,
     adjusted for every other value (``group:axis=value``, one-sided), under an omnibus claim per
@@ -258,7 +258,7 @@ def group_claims(
     cols, persona_axis = straddle_columns(pairs, attrs)
     null = (pairs["kind"] == "null").to_numpy()
     y = pairs["bias"].to_numpy(float)
-    model = StraddleModel(y, cols, pairs["row"].to_numpy(), seed_of("groups", seed))
+    model = StraddleModel(y, cols, pairs["row"].to_numpy(), seed_of("groups", seed), n_boot)
     claims: list[Claim] = []
     levels: dict[str, dict[str, Any]] = {}
     axes: dict[str, list[str]] = {}
@@ -267,7 +267,7 @@ def group_claims(
     t = _t975(max(1, model.G - 1))
     for axis, keys in sorted(axes.items()):
         parent = f"group:{axis}"
-        testable = [k for k in keys if model.estimable.get(k)]
+        p_axis = model.joint(keys, seed_of(parent, seed) % 100_000)
         claims.append(
             Claim(
                 parent,
@@ -275,11 +275,12 @@ def group_claims(
                 axis,
                 None,
                 "two-sided",
-                "the values of the axis at once: a Wald test of their adjusted effects (CR1 covariance by question), "
-                f"its null from {model.n_boot:,} wild cluster bootstrap draws (Rademacher weights per question, the "
-                "null imposed)",
-                p_value=model.wald(keys, seed_of(parent, seed) % 100_000) if testable else None,
-                why=None if testable else "no value of the axis can be told apart from the others in this pool",
+                "the values of the axis at once: how much they improve the fit of the pairs' bias beyond every other "
+                f"value (the fall in the residual sum of squares), its null from {model.n_boot:,} wild cluster "
+                "bootstrap draws (Rademacher weights per question, the axis left out); measured even when the pool "
+                "cannot say which value it is",
+                p_value=p_axis,
+                why=None if p_axis is not None else "the pairs judged never differ on this axis within a question",
                 facts={"n": int((~null).sum()), "values": len(keys)},
             )
         )

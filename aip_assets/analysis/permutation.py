@@ -47,12 +47,22 @@ def _codes(strata) -> np.ndarray:
 
 def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:
     """``k`` within-stratum permutations of positions (k x n): row b, position i holds the unit
-    whose value lands on i (sorting each stratum's positions by a uniform key)."""
+    whose value lands on i. Each stratum's positions sit in a row of a padded table and are sorted
+    by uniform keys (pads last), so a draw sorts a few short rows, not the whole line of units."""
+    n = len(codes)
+    cnt = np.bincount(codes)
+    width = int(cnt.max()) if len(cnt) else 0
     order = np.argsort(codes, kind="stable")  # positions grouped by stratum
-    keys = codes[order][None, :] + rng.random((k, len(codes)))
-    shuffled = order[np.argsort(keys, axis=1, kind="stable")]  # a random order of the same positions, per stratum
-    out = np.empty_like(shuffled)
-    out[:, order] = shuffled  # position order[j] receives the unit shuffled[b, j]
+    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    slot = np.arange(n) - start[codes[order]]  # each position's place within its stratum
+    table = np.full((len(cnt), width), -1)
+    table[codes[order], slot] = order
+    valid = table >= 0
+    keys = rng.random((k, len(cnt), width))
+    keys[:, ~valid] = 2.0  # pads sort after every real key
+    drawn = np.take_along_axis(np.broadcast_to(table, keys.shape), np.argsort(keys, axis=2), axis=2)
+    out = np.empty((k, n), dtype=np.int64)
+    out[:, table[valid]] = drawn[:, valid]  # position table[s, j] receives the unit drawn into that slot
     return out
 
 
@@ -67,11 +77,12 @@ class Dual:
     def p(self, delta: float, sides: Sides) -> float:
         raise NotImplementedError
 
-    def bound(self, level: float, lower: bool) -> float | None:
+    def bound(self, level: float, lower: bool) -> float:
         """The interval's end at one-sided level ``level``: the lower end is the smallest effect the
         'greater' test does not reject at ``level`` (the upper end, the 'less' test). The search
         walks from the estimate through 0 outward, so 0 lies beyond the end exactly when the
-        test of 0 rejects. None when no shift moves the statistic (nothing to compare)."""
+        test of 0 rejects. Infinite when no shift is ever rejected on that side (too few shuffles
+        move past the observed statistic to reach the level)."""
         sides: Sides = "greater" if lower else "less"
         step = (-1 if lower else 1) * max(self.scale, 1e-6)
         inside = self.d
@@ -91,8 +102,8 @@ class Dual:
                 outside = cand
             else:
                 inside, k = cand, k * 2
-            if k > 2**40:
-                return None  # the statistic does not move with the shift
+            if k > 2**40:  # too few shuffles ever move past the observed one: no end on this side
+                return -math.inf if lower else math.inf
         for _ in range(60):
             mid = (inside + outside) / 2
             if self.p(mid, sides) <= level:
@@ -103,7 +114,7 @@ class Dual:
                 break
         return inside
 
-    def interval(self, level: float, sides: Sides) -> tuple[float | None, float | None]:
+    def interval(self, level: float, sides: Sides) -> tuple[float, float]:
         """The dual interval: for a two-sided test at ``level`` its ends are the one-sided bounds at
         ``level / 2`` (confidence ``1 - level``); for a one-sided claim at ``level`` (its matching
         end), the other end at the same level (a ``1 - 2 level`` interval, as two one-sided tests

@@ -201,36 +201,38 @@ class StraddleModel:
             A0.append(self.scale * (s1 * s1).sum(axis=1))
         return WildShift(est, se, *(np.concatenate(x) for x in (al, be, A0, A1, A2)))
 
-    def wald(self, cols: list[str], salt: int) -> float | None:
-        """The wild restricted bootstrap p-value of the joint test that every estimable column of
-        ``cols`` is 0 (a Wald statistic with the CR1 covariance). None without one."""
-        idx = [self.names.index(c) for c in cols if self.estimable.get(c)]
+    def joint(self, cols: list[str], salt: int) -> float | None:
+        """The wild restricted bootstrap p-value of the joint hypothesis that ``cols`` add nothing to the
+        fit (every combination of them the pairs can measure is 0): the statistic is the squared
+        length of the data's projection on what the columns add beyond the others (the fall in the
+        residual sum of squares), its null from the bootstrap with the columns left out. Defined
+        whether or not each column is estimable on its own (an axis of two values, whose columns are
+        equal, still has one combination: does differing on the axis matter?). None when the columns
+        add nothing the others do not already span."""
+        idx = [self.names.index(c) for c in cols if c in self.names]
         if not idx:
             return None
-        A = self.pinv[idx]  # k_a x n
-
-        def stat(coef: np.ndarray, resid: np.ndarray) -> np.ndarray:
-            # coef: B x k_a, resid: B x n -> B Wald statistics
-            s = np.einsum("bn,kn,ng->bgk", resid, A, self.cl)
-            V = self.scale * np.einsum("bgk,bgl->bkl", s, s)
-            Vi = np.linalg.pinv(V, rcond=1e-10)
-            return np.einsum("bk,bkl,bl->b", coef, Vi, coef)
-
-        obs = float(stat((A @ self.yw)[None, :], self.resid[None, :])[0])
         keep = [i for i in range(len(self.names)) if i not in idx]
         Xr = self.X[:, keep]
-        er = self.yw - Xr @ (np.linalg.pinv(Xr, rcond=TOL) @ self.yw) if keep else self.yw.copy()
-        W = self._weights(10_000 + sum(idx))
+        Xa = self.X[:, idx]
+        if keep:
+            pr = np.linalg.pinv(Xr, rcond=TOL)
+            Xa = Xa - Xr @ (pr @ Xa)
+            er = self.yw - Xr @ (pr @ self.yw)
+        else:
+            er = self.yw.copy()
+        u, sv, _ = np.linalg.svd(Xa, full_matrices=False)
+        q = u[:, sv > TOL * 100 * max(1.0, float(sv.max(initial=0.0)))]
+        if not q.shape[1]:
+            return None
+        obs = float(((self.yw @ q) ** 2).sum())
+        W = self._weights(10_000 + salt)
         n = len(self.y)
-        chunk = max(1, min(self.n_boot, BOOT_CELLS // max(1, n * max(1, self.G) // 8)))
-        draws = []
-        for start in range(0, self.n_boot, chunk):
-            U = W[start : start + chunk][:, self.codes] * er
-            draws.append(stat(U @ A.T, self._resid_of(U)))
-        d = np.concatenate(draws)
-        if not np.isfinite(obs):
-            return 1.0 / (len(d) + 1)
-        return (1 + int(np.sum(d >= obs - EPS * max(1.0, abs(obs))))) / (len(d) + 1)
+        chunk = max(1, min(self.n_boot, BOOT_CELLS // max(1, n)))
+        draws = np.concatenate(
+            [(((W[start : start + chunk][:, self.codes] * er) @ q) ** 2).sum(axis=1) for start in range(0, self.n_boot, chunk)]
+        )
+        return (1 + int(np.sum(draws >= obs - EPS * max(1.0, abs(obs))))) / (len(draws) + 1)
 
     def group_level(self, v: str, members: np.ndarray) -> tuple[float, float] | None:
         """The mean measure of the units ``members`` (the pairs that straddle ``v``) with every

@@ -736,6 +736,13 @@ class Metric:
 
     judges_per_pair: ClassVar[int] = 1
 
+    def plan(self, ctx: StageContext) -> dict[str, Any] | None:
+        """What the run can detect, from its synthesised design (``analysis.power``): a dict with
+        ``lines`` (for ``aip-eval run --dry-run``), ``warnings`` (run notes said before the first SUT
+        call: a threshold asking for less than the run can show, values the pool cannot tell apart)
+        and the figures. None: the metric makes no claims."""
+        return None
+
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         """Headline numbers for the CLI and Dagster metadata from this partition's metric_scores."""
         raise NotImplementedError

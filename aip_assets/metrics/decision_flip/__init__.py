@@ -42,7 +42,7 @@ from ..base import (
 from ..judging import ask_panel, judged_fields
 from ..running import run_bounded
 from . import words
-from .aggregate import aggregate
+from .aggregate import aggregate, plan
 from .builtin_judge import BUILTIN_JUDGES
 from .config import DecisionFlipConfig
 from .prompts import (
@@ -487,6 +487,9 @@ class DecisionFlip(Metric):
     # ---- aggregation (aggregate.py) and words (words.py)
     def aggregate(self, ctx: StageContext):
         return aggregate(self, ctx)
+
+    def plan(self, ctx: StageContext) -> dict[str, Any] | None:
+        return plan(ctx)
 
     def summary(self, scores: pd.DataFrame) -> dict[str, Any]:
         return words.summary(scores)

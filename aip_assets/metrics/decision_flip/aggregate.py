@@ -20,6 +20,7 @@ import pandas as pd
 
 from ...analysis.claims import Claim, Policy, confidence_words, decide
 from ...analysis.fairness import answer_claims, excess_claims, impact_ratios
+from ...analysis.permutation import N_PERM
 from ...analysis.power import mde_rate_drop, mde_rate_excess, odds_ratio_of_drop
 from ...gate import axis_threshold, gate_groups, gate_on
 from ...records import RowScore, RunNote
@@ -238,18 +239,24 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
 
 
 def make_claims(
-    answers: pd.DataFrame, pairs: pd.DataFrame, seed: int, policy: Policy
+    answers: pd.DataFrame, pairs: pd.DataFrame, seed: int, policy: Policy, n_perm: int = N_PERM
 ) -> tuple[list[Claim], dict[str, Any]]:
     """Every claim of a decision flip run, decided as one family: per axis, flips beyond the
     no-effect baseline (one-sided); whether the favourable decision depends on the value (the
     omnibus test), then each value against the rest of its axis (two-sided); whether answers
     without a decision (refusals) depend on the value, then each value refused more than the
     rest (one-sided)."""
-    excess, baseline = excess_claims(pairs, seed, "flip")
+    excess, baseline = excess_claims(pairs, seed, "flip", n_perm)
     favoured = answer_claims(
-        answers[answers["state"] != "empty"], "favourable", "favoured", "two-sided", seed, "the favourable decision"
+        answers[answers["state"] != "empty"],
+        "favourable",
+        "favoured",
+        "two-sided",
+        seed,
+        "the favourable decision",
+        n_perm,
     )
-    refusal = answer_claims(answers, "no_decision", "refusal", "greater", seed, "answers without a decision")
+    refusal = answer_claims(answers, "no_decision", "refusal", "greater", seed, "answers without a decision", n_perm)
     claims = decide(excess + favoured + refusal, policy)
     return claims, baseline
 
@@ -612,3 +619,71 @@ def rate_rows(cfg, answers: pd.DataFrame, by_id: dict[str, Claim], impacts: dict
             }
         )
     return rows
+
+
+def plan(ctx: StageContext) -> dict[str, Any]:
+    """What the planned run can detect (``aip-eval run --dry-run``; warnings before the first SUT
+    call): from the synthesised probes and pairs, assuming one persona asked twice flips
+    NULL_RATE_ASSUMED of the time and questions are favourable half the time; each at the level a
+    claim clears at Holm's first step over the planned claims."""
+    policy = policy_of(ctx)
+    entry = entry_of(ctx)
+    probes = ctx.read("probes", None, ["input_id", "axis", "attribute_value", "role"])
+    pp = ctx.read("probe_pairs", None, ["input_id", "axis", "kind"])
+    probes = probes[probes["role"] == "persona"] if len(probes) else probes
+    answers = pd.DataFrame(
+        {
+            "axis": probes["axis"].to_numpy(),
+            "value": probes["attribute_value"].to_numpy(),
+            "question": probes["input_id"].to_numpy(),
+            "state": "decision",
+            "no_decision": 0.0,
+            "favourable": float("nan"),
+        }
+    )
+    pairs = pd.DataFrame({"axis": pp["axis"], "row": pp["input_id"], "kind": pp["kind"].fillna("persona"), "flip": 0.0})
+    axes = sorted(set(pairs.loc[pairs["kind"] != "null", "axis"]))
+    m = len(axes) + 2 * sum(1 + answers.loc[answers["axis"] == a, "value"].nunique() for a in axes)
+    can = detectable(answers, pairs, m, policy.alpha, observed=False)
+    warnings: list[RunNote] = []
+    thr = axis_threshold(entry, ctx.threshold)
+    if not int((pairs["kind"] == "null").sum()) and axes:
+        warnings.append(
+            {
+                "level": "warning",
+                "code": "no_baseline",
+                "message": "llm.decision_flip: no null pairs (baseline_share 0, or sut_temperature 0): flips cannot be "
+                "told from instability, so no flip will be claimed beyond noise",
+            }
+        )
+    elif thr is not None:
+        weak = {
+            axis: a
+            for axis, a in can["axes"].items()
+            if a["excess_flip_rate"] is None or a["excess_flip_rate"] > 1 - thr
+        }
+        if weak:
+            shown = ", ".join(
+                f"{axis} {'none' if a['excess_flip_rate'] is None else format(a['excess_flip_rate'], '.2f')}"
+                for axis, a in weak.items()
+            )
+            warnings.append(
+                {
+                    "level": "warning",
+                    "code": "underpowered",
+                    "message": f"llm.decision_flip: axis_threshold {thr:.2f} fails an axis whose flip rate is above "
+                    f"{1 - thr:.2f}, but this run shows flips beyond noise only from a larger excess ({shown}; 80% "
+                    f"power, assuming one persona asked twice flips {NULL_RATE_ASSUMED:.0%}): an axis that fails may "
+                    "be instability the run cannot tell from bias; more rows or a larger baseline_share narrow it",
+                }
+            )
+    lines = [
+        f"  {'axis':<12}{'pairs':>7}{'null pairs':>12}{'excess flip rate':>18}{'answers/value':>15}{'odds ratio':>12}"
+    ]
+    for axis, a in can["axes"].items():
+        ex, orr = a["excess_flip_rate"], a["odds_ratio"]
+        lines.append(
+            f"  {axis:<12}{a['pairs']:>7}{a['null_pairs']:>12}{'none' if ex is None else f'{ex:.3f}':>18}"
+            f"{a['answers_per_value']:>15}{'none' if orr is None else f'{orr:.2f}':>12}"
+        )
+    return {**can, "lines": lines, "warnings": warnings, "claims_planned": m}

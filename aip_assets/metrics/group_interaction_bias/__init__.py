@@ -50,7 +50,7 @@ from ..base import (
 from ..judging import ask_json, ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
 from . import words
-from .aggregate import aggregate, pair_bias  # noqa: F401 - pair_bias: the formula tests import it here
+from .aggregate import aggregate, pair_bias, plan  # noqa: F401 - pair_bias: the formula tests import it here
 from .builtin_judge import BUILTIN_JUDGES
 from .config import GroupInteractionBiasConfig
 from .prompts import FIELD, VERDICTS, SynthAnswer, judge_messages, probe_messages, synthesis_messages
@@ -395,6 +395,9 @@ class GroupInteractionBias(Metric):
 
     def aggregate(self, ctx: StageContext):
         return aggregate(self, ctx)
+
+    def plan(self, ctx: StageContext) -> dict[str, Any] | None:
+        return plan(ctx)
 
     # ---- judge validation
     def audit_model(self, judgement):

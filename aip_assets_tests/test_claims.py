@@ -1,0 +1,400 @@
+"""The analysis layer (aip_assets/analysis): adjustment, decisions, the tests and their dual
+intervals, on hand-derived uneven inputs; and a fast simulation of the analysis on counts (the
+benchmark, benchmarks/bench_claims.py, runs the whole pipeline hundreds of times)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from aip_assets.analysis.claims import Claim, Policy, adjusted, confidence_words, decide
+from aip_assets.analysis.fairness import (
+    alias_words,
+    answer_claims,
+    excess_claims,
+    group_claims,
+    impact_ratios,
+    mantel_haenszel,
+    standardised_rates,
+)
+from aip_assets.analysis.permutation import Dual, excess_test, group_tests
+from aip_assets.analysis.power import mde_coefficients, mde_rate_drop, mde_rate_excess, odds_ratio_of_drop
+from aip_assets.analysis.regression import StraddleModel
+from aip_assets.metrics.decision_flip.aggregate import make_claims
+
+N = NormalDist()
+
+
+# ------------------------------------------------------------------ adjustment and decisions
+def test_holm_and_bh_by_hand_on_unsorted_pvalues():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 -> 0.02, 0.03, 0.06, 0.04 -> monotone 0.02, 0.03, 0.06, 0.06
+    assert adjusted(p, "holm") == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # BH: p m / rank -> 0.02, 0.02, 0.04, 0.04, the running minimum from the largest
+    assert adjusted(p, "bh") == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert adjusted([0.9, 0.8], "holm") == pytest.approx([1.0, 1.0])  # capped at 1
+    assert adjusted([], "holm") == []
+
+
+class NormalShift(Dual):
+    """A test whose p-value is the normal's: the interval is d +- z se, known in closed form."""
+
+    def __init__(self, d: float, se: float):
+        self.d, self.se, self.scale = d, se, se
+
+    def p(self, delta, sides):
+        z = (self.d - delta) / self.se
+        ge, le = 1 - N.cdf(z), N.cdf(z)
+        return ge if sides == "greater" else le if sides == "less" else min(1.0, 2 * min(ge, le))
+
+
+def test_decide_matches_each_interval_to_its_adjusted_decision():
+    claims = [
+        Claim("a", "favoured", "ax", None, "two-sided", "m", test=NormalShift(0.30, 0.08)),  # p 1.8e-4
+        Claim("b", "favoured", "ax", None, "two-sided", "m", test=NormalShift(0.10, 0.05)),  # p 0.0455
+        Claim("c", "excess", "ax", None, "greater", "m", test=NormalShift(0.02, 0.05)),  # p 0.34
+    ]
+    decide(claims, Policy("holm", 0.05))
+    a, b, c = claims
+    assert a.claimed and not b.claimed and not c.claimed
+    assert a.p_adjusted == pytest.approx(3 * a.p_value)
+    assert b.p_adjusted == pytest.approx(max(2 * b.p_value, a.p_adjusted))
+    for cl in claims:
+        level = 0.05 * cl.p_value / cl.p_adjusted
+        assert cl.level == pytest.approx(level)
+        z = N.inv_cdf(1 - level / 2) if cl.sides == "two-sided" else N.inv_cdf(1 - level)
+        assert cl.ci[0] == pytest.approx(cl.test.d - z * cl.test.se, abs=1e-6)
+        assert cl.ci[1] == pytest.approx(cl.test.d + z * cl.test.se, abs=1e-6)
+        # the interval excludes 0 exactly when the claim is made
+        assert (cl.ci[0] > 0 or cl.ci[1] < 0) == cl.claimed
+    # a one-sided claim's interval is 1 - 2 level; a two-sided one's 1 - level
+    assert c.ci_confidence == pytest.approx(1 - 2 * c.level)
+    assert a.ci_confidence == pytest.approx(1 - a.level)
+
+
+def test_a_value_is_never_beyond_chance_when_its_axis_is_not():
+    omni = Claim("favoured:ax", "favoured", "ax", None, "two-sided", "m", p_value=0.2)
+    val = Claim(
+        "favoured:ax=v", "favoured", "ax", "v", "two-sided", "m", test=NormalShift(0.5, 0.1), parent="favoured:ax"
+    )
+    other = Claim("excess:ax", "excess", "ax", None, "greater", "m", test=NormalShift(0.0, 0.1))
+    decide([omni, val, other], Policy())
+    assert val.p_value < 1e-5 and not val.claimed
+    assert val.status == "gated" and val.p_adjusted == pytest.approx(omni.p_adjusted)
+    assert val.ci[0] < 0 < val.ci[1] or val.ci[0] <= 0  # its interval, at the gated level, holds 0
+    untested = Claim("favoured:ax=w", "favoured", "ax", "w", "two-sided", "m", why="no shared question")
+    decide([untested], Policy())
+    assert untested.status == "not tested" and not untested.claimed and untested.p_adjusted is None
+
+
+def test_bh_makes_more_claims_than_holm_on_the_same_pvalues():
+    ps = [0.001, 0.02, 0.021, 0.022, 0.5]
+
+    def made(adjust):
+        cl = [Claim(f"c{i}", "k", None, None, "two-sided", "m", p_value=p) for i, p in enumerate(ps)]
+        return sum(c.claimed for c in decide(cl, Policy(adjust, 0.05)))
+
+    assert made("holm") == 1 and made("bh") == 4  # Holm: 4 x 0.02 > 0.05; BH: 0.022 x 5 / 4 <= 0.05
+
+
+def test_confidence_words():
+    assert confidence_words(0.95) == "95%"
+    assert confidence_words(0.9862) == "98.6%"
+    assert confidence_words(0.99871) == "99.87%"
+    assert confidence_words(None) == "n/a"
+
+
+# ------------------------------------------------------------------ permutation tests
+def test_group_tests_estimate_and_exact_pvalue_by_enumeration():
+    # three questions, uneven: q1 asks a, b, c; q2 a, b; q3 a, c
+    y = [1, 0, 0, 1, 0, 1, 1]
+    v = ["a", "b", "c", "a", "b", "a", "c"]
+    q = ["q1", "q1", "q1", "q2", "q2", "q3", "q3"]
+    gt = group_tests(y, v, q, seed=3, n_perm=20000)
+    # within-question difference of a from the rest: (2/3 + 1/2 + 0) / (6/9 + 1/2 + 1/2) = 0.7
+    assert gt.shifts["a"].d == pytest.approx(0.7)
+    import statsmodels.api as sm
+
+    X = pd.get_dummies(pd.DataFrame({"a": [x == "a" for x in v], "q": q}), columns=["q"], dtype=float)
+    assert sm.OLS(np.array(y, float), X.astype(float)).fit().params["a"] == pytest.approx(0.7)
+    # exact: every within-question permutation of the values (3! * 2 * 2 = 24, equally likely)
+    stats = []
+    for p1 in itertools.permutations(v[0:3]):
+        for p2 in itertools.permutations(v[3:5]):
+            for p3 in itertools.permutations(v[5:7]):
+                vv = list(p1) + list(p2) + list(p3)
+                stats.append(group_tests(y, vv, q, seed=0, n_perm=1).shifts["a"].d)
+    stats = np.array(stats)
+    ge, le = np.mean(stats >= 0.7 - 1e-9), np.mean(stats <= 0.7 + 1e-9)
+    exact = min(1.0, 2 * min(ge, le))
+    assert gt.p("a", "two-sided") == pytest.approx(exact, abs=0.02)
+    assert gt.p("a", "greater") == pytest.approx(ge, abs=0.01)
+
+
+def test_group_tests_without_variation_or_a_shared_question():
+    # every answer of a question is the same: nothing varies with the value, so p is 1
+    gt = group_tests([1, 1, 0, 0], ["a", "b", "a", "b"], ["q1", "q1", "q2", "q2"], seed=1, n_perm=99)
+    assert gt.p("a", "two-sided") == 1.0 and gt.omnibus_p == 1.0
+    # c was asked only in a question of its own: it cannot be compared within a question
+    gt = group_tests([1, 0, 1], ["a", "b", "c"], ["q1", "q1", "q2"], seed=1, n_perm=99)
+    assert gt.shifts["c"] is None and "nothing to compare within a question" in gt.why["c"]
+
+
+def test_excess_keeps_the_kinds_of_strata_with_one_kind_only():
+    # r1: persona pairs 1, 1 and a null pair 0; r2: a persona pair only (0): its kind never moves
+    s = excess_test([1, 1, 0, 0], [1, 1, 0, 1], ["r1", "r1", "r1", "r2"], seed=5, n_perm=30000)
+    assert s.d == pytest.approx(2 / 3)  # persona mean 2/3 against null 0
+    # the null label lands on one of r1's three units: on the 0 (as observed) in 1 of 3 shuffles
+    assert s.p(0.0, "greater") == pytest.approx(1 / 3, abs=0.01)
+    assert excess_test([1, 0], [1, 1], ["r1", "r1"], seed=1) is None  # no null pair
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_interval_excludes_zero_exactly_when_its_test_rejects(seed):
+    rng = np.random.default_rng(seed)
+    n_q = 12
+    y, v, q = [], [], []
+    for i in range(n_q):
+        for val in rng.choice(["a", "b", "c", "d"], size=3, replace=False):
+            shift = 0.35 if (val == "a" and seed % 2) else 0.0
+            y.append(float(rng.random() < 0.5 - shift))
+            v.append(val)
+            q.append(f"q{i}")
+    gt = group_tests(y, v, q, seed=seed, n_perm=999)
+    for g in gt.groups:
+        sh = gt.shifts[g]
+        if sh is None:
+            continue
+        for level in (0.002, 0.01, 0.05, 0.2):
+            p = sh.p(0.0, "two-sided")
+            lo, hi = sh.interval(level, "two-sided")
+            assert (lo > 0 or hi < 0) == (p <= level), (g, level, p, lo, hi)
+            assert lo <= sh.d <= hi
+
+
+# ------------------------------------------------------------------ adjusted group effects
+def _pairs(rows, personas, spec, rng, effect=None, noise=0.02):
+    """Pairs of personas on ``rows`` questions: ``spec`` lists (a, b) per row; a null pair of a's."""
+    recs = []
+    for r in range(rows):
+        for a, b in spec:
+            bias = rng.normal(0.1, noise)
+            if effect and (effect(personas[a]) != effect(personas[b])):
+                bias += 0.5
+            recs.append({"row": f"r{r}", "kind": "persona", "persona_a": a, "persona_b": b, "bias": bias})
+        a = spec[r % len(spec)][0]
+        recs.append({"row": f"r{r}", "kind": "null", "persona_a": a, "persona_b": a, "bias": rng.normal(0.1, noise)})
+    return pd.DataFrame(recs)
+
+
+PERSONAS = {  # the Muslim personas are a nurse and a lawyer
+    "p0": {"religion": "Muslim", "role": "nurse"},
+    "p1": {"religion": "Muslim", "role": "lawyer"},
+    "p2": {"religion": "Christian", "role": "nurse"},
+    "p3": {"religion": "Christian", "role": "cleaner"},
+    "p4": {"religion": "Jewish", "role": "lawyer"},
+    "p5": {"religion": "Jewish", "role": "cleaner"},
+}
+
+
+def test_a_group_effect_is_adjusted_for_what_its_personas_also_carry():
+    rng = np.random.default_rng(0)
+    spec = list(itertools.combinations(sorted(PERSONAS), 2))
+    pairs = _pairs(8, PERSONAS, spec, rng, effect=lambda p: p["religion"] == "Muslim")
+    claims, levels, info = group_claims(pairs, PERSONAS, seed=1, n_boot=999)
+    c = {x.id: x for x in decide(claims, Policy())}
+    assert c["group:religion=Muslim"].claimed and c["group:religion=Muslim"].estimate == pytest.approx(0.5, abs=0.03)
+    # the nurses and lawyers share the Muslim personas' pairs, but their own effect is nil, as is the other
+    # religions' (a Christian-Muslim pair is the Muslim persona's)
+    for v in ("role=nurse", "role=lawyer", "role=cleaner", "religion=Christian", "religion=Jewish"):
+        assert not c[f"group:{v}"].claimed and abs(c[f"group:{v}"].estimate) < 0.03
+    assert c["group:religion"].claimed and not c["group:role"].claimed
+    # the adjusted level of nurse's pairs: their mean bias less the religion values' contributions
+    cols = info["columns"]
+    mem = cols["role=nurse"] > 0
+    y = pairs["bias"].to_numpy()
+    model = StraddleModel(y, cols, pairs["row"].to_numpy(), seed=0, n_boot=9)
+    coef = dict(zip(model.names, model.coef))
+    by_hand = y[mem].mean() - sum(coef[k] * cols[k][mem].mean() for k in model.names if k != "role=nurse")
+    assert levels["role=nurse"]["level"] == pytest.approx(by_hand)
+    assert levels["role=nurse"]["level"] == pytest.approx(0.1, abs=0.03)  # no more than the null pairs' bias
+
+
+def test_a_value_the_pool_cannot_separate_is_reported_and_never_tested():
+    personas = {  # every nurse is Muslim and every Muslim a nurse
+        "p0": {"religion": "Muslim", "role": "nurse"},
+        "p1": {"religion": "Christian", "role": "lawyer"},
+        "p2": {"religion": "Jewish", "role": "lawyer"},
+    }
+    rng = np.random.default_rng(1)
+    pairs = _pairs(10, personas, [("p0", "p1"), ("p1", "p2"), ("p0", "p2")], rng, lambda p: p["religion"] == "Muslim")
+    claims, levels, _ = group_claims(pairs, personas, seed=2, n_boot=99)
+    c = {x.id: x for x in decide(claims, Policy())}
+    for v, other in (("religion=Muslim", "role=nurse"), ("role=nurse", "religion=Muslim")):
+        assert c[f"group:{v}"].status == "inseparable" and not c[f"group:{v}"].claimed
+        assert other in c[f"group:{v}"].facts["aliases"]
+        assert levels[v]["level"] is None
+        assert "every persona with" in c[f"group:{v}"].why
+    words = alias_words("role=nurse", ["religion=Muslim"], personas, False)
+    assert "every persona with role=nurse has religion=Muslim and every one with religion=Muslim has role=nurse" in words
+    nested = {"p0": {"r": "Sikh", "j": "cw"}, "p1": {"r": "Sikh", "j": "x"}, "p2": {"r": "a", "j": "x"}}
+    assert "every persona with j=cw has r=Sikh" in alias_words("j=cw", ["r=Sikh"], nested, False)
+
+
+def test_personas_without_attributes_are_their_own_groups():
+    rng = np.random.default_rng(2)
+    personas = {"A": {}, "B": {}, "C": {}}
+    pairs = _pairs(10, personas, [("A", "B"), ("B", "C"), ("A", "C")], rng)
+    claims, levels, _ = group_claims(pairs, personas, seed=3, n_boot=99)
+    assert {c.id for c in claims if c.value} == {"group:persona=A", "group:persona=B", "group:persona=C"}
+    assert all(c.why is None for c in claims)
+    # two personas only ever asked together: which of them the SUT treats differently cannot be said,
+    # but whether differing persona matters at all can
+    only = _pairs(10, {"A": {}, "B": {}}, [("A", "B")], rng, effect=lambda p: p is personas["A"])
+    claims, _, _ = group_claims(only, {"A": {}, "B": {}}, seed=1, n_boot=99)
+    c = {x.id: x for x in decide(claims, Policy())}
+    assert "only ever asked in pairs together" in c["group:persona=A"].why and c["group:persona=A"].status == "inseparable"
+    assert c["group:persona"].p_value is not None
+
+
+# ------------------------------------------------------------------ impact ratios, odds ratios, power
+def test_impact_ratios_compare_values_over_the_same_questions():
+    # within each question every value is decided alike; a was asked the favourable questions more
+    answers = pd.DataFrame(
+        {
+            "axis": "g",
+            "value": ["a", "b", "b", "c", "a", "c", "a", "b"],
+            "question": ["q1", "q1", "q2", "q2", "q3", "q3", "q4", "q4"],
+            "favourable": [1, 1, 0, 0, 1, 1, 1, 1],
+        }
+    )
+    raw = answers.groupby("value")["favourable"].mean()
+    assert raw["a"] == 1.0 and raw["b"] < 1.0  # a raw ratio would blame b and c
+    ir = impact_ratios(answers, seed=0, n_boot=200)
+    for v in "abc":
+        assert ir[f"g={v}"]["impact_ratio"] == pytest.approx(1.0)
+    answers.loc[(answers["value"] == "b") & (answers["question"] == "q1"), "favourable"] = 0
+    answers.loc[(answers["value"] == "b") & (answers["question"] == "q4"), "favourable"] = 0
+    ir = impact_ratios(answers, seed=0, n_boot=200)
+    assert ir["g=b"]["impact_ratio"] < 0.5 and ir["g=b"]["highest"] in ("a", "c")
+    lo, hi = ir["g=b"]["ci95"]
+    assert lo <= ir["g=b"]["impact_ratio"] <= hi
+
+
+def test_standardised_rates_by_hand():
+    # q1: a 1, b 0; q2: a 1, b 1, c 0 -> value effects (a reference) b -1/2... solved by least squares
+    y = np.array([1, 0, 1, 1, 0], float)
+    vals = ["a", "b", "c"]
+    v = np.array([0, 1, 0, 1, 2])
+    q = np.array([0, 0, 1, 1, 1])
+    r = standardised_rates(y, vals, v, q, 2)[0]
+    import statsmodels.api as sm
+
+    X = np.column_stack([q == 0, q == 1, v == 1, v == 2]).astype(float)
+    b = sm.OLS(y, X).fit().params
+    level = np.mean(b[q])  # the answers' mean question effect
+    assert r == pytest.approx(np.clip([level, level + b[2], level + b[3]], 0, 1))
+
+
+def test_mantel_haenszel_by_hand():
+    # stratum 1: a=2 b=1 c=1 d=2 (n 6); stratum 2: a=1 b=1 c=0 d=2 (n 4)
+    y = [1, 1, 0, 1, 0, 0] + [1, 0, 0, 0]
+    x = [1, 1, 1, 0, 0, 0] + [1, 1, 0, 0]
+    s = ["s1"] * 6 + ["s2"] * 4
+    assert mantel_haenszel(y, x, s) == pytest.approx((2 * 2 / 6 + 1 * 2 / 4) / (1 * 1 / 6 + 1 * 0 / 4))
+    assert mantel_haenszel([0, 1], [1, 0], ["s", "s"]) == 0.0  # never favourable where the rest is
+    assert mantel_haenszel([1, 0], [1, 0], ["s", "s"]) is None  # the rest never favourable where it is
+
+
+def test_power_figures_by_hand():
+    # two rates: z_c sqrt(p0 q0 (1/n1 + 1/n0)) + z_p sqrt(p1 q1/n1 + p0 q0/n0) = d at the solution
+    d = mde_rate_excess(200, 100, 0.1, 0.05, 5)
+    zc, zp = N.inv_cdf(1 - 0.01), N.inv_cdf(0.8)
+    lhs = zc * math.sqrt(0.09 * (1 / 200 + 1 / 100)) + zp * math.sqrt((0.1 + d) * (0.9 - d) / 200 + 0.09 / 100)
+    assert lhs == pytest.approx(d, abs=1e-6)
+    assert mde_rate_excess(200, 0, 0.1, 0.05, 5) is None
+    drop = mde_rate_drop(30, 120, 0.5, 0.05, 10)
+    assert 0 < drop < 0.5 and odds_ratio_of_drop(0.5, drop) == pytest.approx((0.5 - drop) / (0.5 + drop))
+    # a design that cannot separate two columns has no detectable effect for them
+    X = np.array([[1, 1, 0], [0, 0, 1], [1, 1, 1], [0, 0, 0]], float)
+    out = mde_coefficients(X, ["r1", "r1", "r2", "r2"], 0.2, 0.05, 3)
+    assert out[0] is None and out[1] is None
+
+
+# ------------------------------------------------------------------ a fast simulation on counts
+def _simulate_gender(rng, n_q=32, target=None, p=0.0):
+    """One run's decision-flip facts on the gender axis alone: per question, four pairs drawn from
+    the ten gender pairs, each distinct persona answers once (favourable at the question's rate,
+    a directional flip against the target at rate p); null pairs at a share of 0.25."""
+    values = ["woman", "man", "non-binary person", "transgender woman", "transgender man"]
+    pool = list(itertools.combinations(values, 2))
+    answers, pairs = [], []
+    for qi in range(n_q):
+        base = rng.uniform(0.2, 0.8)
+        drawn = [pool[i] for i in rng.choice(len(pool), 4, replace=False)]
+        dec = {}
+        for v in sorted({x for pr in drawn for x in pr}):
+            fav = rng.random() < base
+            if v == target and fav and rng.random() < p:
+                fav = False
+            dec[v] = fav
+            answers.append({"axis": "gender", "value": v, "question": f"q{qi}", "state": "decision",
+                            "no_decision": 0.0, "favourable": float(fav)})
+        for a, b in drawn:
+            pairs.append({"axis": "gender", "row": f"q{qi}", "kind": "persona", "flip": float(dec[a] != dec[b])})
+            if rng.random() < 0.25:
+                again = rng.random() < base
+                pairs.append({"axis": "gender", "row": f"q{qi}", "kind": "null", "flip": float(again != dec[a])})
+    return pd.DataFrame(answers), pd.DataFrame(pairs)
+
+
+def test_simulated_runs_hold_the_false_claim_rate_and_find_an_injected_effect():
+    """The decision-flip analysis on simulated counts: a SUT deciding at each question's own rate
+    whatever the persona makes a claim in few runs (the family-wise rate is 0.05: 7 or more of 40
+    would be improbable, P < 0.02), and one that turns 95% of women's favourable decisions makes
+    the claim against women in nearly every run, and never against anyone else."""
+    rng = np.random.default_rng(35)
+    false_runs = 0
+    for r in range(40):
+        answers, pairs = _simulate_gender(rng)
+        claims, _ = make_claims(answers, pairs, seed=r, policy=Policy(), n_perm=999)
+        false_runs += any(c.claimed for c in claims)
+    assert false_runs <= 6
+    found = blamed = 0
+    for r in range(10):
+        answers, pairs = _simulate_gender(rng, target="woman", p=0.95)
+        claims, _ = make_claims(answers, pairs, seed=r, policy=Policy(), n_perm=999)
+        made = {c.id: c for c in claims if c.claimed}
+        found += "favoured:gender=woman" in made and made["favoured:gender=woman"].direction == "less"
+        blamed += any(c.value not in (None, "woman") and c.direction == "less" for c in made.values())
+    assert found >= 8 and blamed == 0
+
+
+def test_excess_claims_pool_the_null_pairs_unless_their_axes_differ():
+    rng = np.random.default_rng(4)
+    rows = []
+    for axis in ("gender", "role"):
+        for i in range(120):
+            rows.append({"axis": axis, "row": f"q{i % 30}", "kind": "null", "flip": float(rng.random() < 0.2)})
+            rows.append({"axis": axis, "row": f"q{i % 30}", "kind": "persona", "flip": float(rng.random() < 0.2)})
+    claims, info = excess_claims(pd.DataFrame(rows), seed=1, n_perm=499)
+    assert info["pooled"] and all(c.facts["null_pairs"] == 240 for c in claims)
+    rows = [r if not (r["axis"] == "role" and r["kind"] == "null") else {**r, "flip": 1.0} for r in rows]
+    claims, info = excess_claims(pd.DataFrame(rows), seed=1, n_perm=499)
+    assert not info["pooled"] and all(c.facts["null_pairs"] == 120 and c.facts["baseline"] == "axis" for c in claims)
+
+
+def test_answer_claims_name_the_value_against_the_rest_of_its_axis():
+    rng = np.random.default_rng(7)
+    answers, _ = _simulate_gender(rng, target="man", p=0.9)
+    claims = decide(answer_claims(answers, "favourable", "favoured", "two-sided", 1, "x", n_perm=999), Policy())
+    c = {x.id: x for x in claims}
+    man = c["favoured:gender=man"]
+    assert man.claimed and man.direction == "less" and man.parent == "favoured:gender"
+    assert man.facts["rate"] < man.facts["rest_rate"] and man.facts["odds_ratio"] < 1
+    assert c["favoured:gender"].claimed
