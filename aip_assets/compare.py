@@ -48,8 +48,9 @@ import pandas as pd
 
 from . import scoring
 from . import warehouse as wh
+from .analysis.claims import adjusted
 from .errors import AipError
-from .stats import holm, normalise_array, wilson  # noqa: F401 - holm is part of this module's API
+from .stats import normalise_array, wilson
 
 COLUMNS = [
     "metric",
@@ -67,6 +68,11 @@ COLUMNS = [
     "n_b",
     "method",
 ]
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (the analysis layer's, ``analysis.claims.adjusted``)."""
+    return adjusted(list(pvalues), "holm")
 
 
 def lower_is_better(metric: str, scope: str) -> bool:

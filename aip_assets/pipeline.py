@@ -795,7 +795,7 @@ def estimate(spec: RunSpec) -> dict[str, Any]:
                 threshold=spec.metrics[metric].threshold,
                 batch_rows=spec.batch_rows,
             )
-            e = plugin.estimate(ctx)
+            e: dict[str, Any] = dict(plugin.estimate(ctx))
             plan = plugin.plan(ctx)
             if plan is not None:
                 e["detectable"] = plan

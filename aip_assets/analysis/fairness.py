@@ -28,7 +28,7 @@ from .permutation import N_PERM, excess_test, group_tests, seed_of
 from .regression import N_BOOT, StraddleModel
 
 HOMOGENEITY_ALPHA = 0.05  # null pairs are compared per axis only when their rates differ at this level
-T975 = {}  # Student's t 97.5% quantiles by degrees of freedom (filled on first use)
+T975: dict[int, float] = {}  # Student's t 97.5% quantiles by degrees of freedom (filled on first use)
 
 
 def _t975(df: int) -> float:

@@ -50,19 +50,19 @@ def _demean(M: np.ndarray, codes: np.ndarray, cnt: np.ndarray) -> np.ndarray:
 @dataclass
 class WildShift(Dual):
     """A coefficient's observed t and its bootstrap counterparts under the shift ``delta``:
-    observed ``(est - delta) / se``; draw b ``(al_b - delta be_b) / sqrt(A2_b - 2 delta A1_b + delta^2 A0_b)``."""
+    observed ``(d - delta) / se``; draw b ``(al_b - delta be_b) / sqrt(A2_b - 2 delta A1_b + delta^2 A0_b)``."""
 
-    est: float
+    d: float  # the estimate
     se: float
     al: np.ndarray
     be: np.ndarray
     A0: np.ndarray
     A1: np.ndarray
     A2: np.ndarray
+    scale: float = 0.0  # the interval search's step: the standard error
 
-    @property
-    def scale(self) -> float:
-        return self.se if self.se > 0 else max(abs(self.est), 1e-3)
+    def __post_init__(self):
+        self.scale = self.se if self.se > 0 else max(abs(self.d), 1e-3)
 
     def _t(self, delta: float) -> tuple[float, np.ndarray]:
         num = self.al - delta * self.be
@@ -70,9 +70,9 @@ class WildShift(Dual):
         with np.errstate(divide="ignore", invalid="ignore"):
             ts = np.where(q > 1e-30, num / np.sqrt(q), np.where(np.abs(num) < 1e-15, 0.0, np.sign(num) * np.inf))
         if self.se > 0:
-            obs = (self.est - delta) / self.se
+            obs = (self.d - delta) / self.se
         else:
-            obs = 0.0 if abs(self.est - delta) < 1e-12 else math.copysign(math.inf, self.est - delta)
+            obs = 0.0 if abs(self.d - delta) < 1e-12 else math.copysign(math.inf, self.d - delta)
         return obs, ts
 
     def p(self, delta: float, sides: Sides) -> float:
@@ -85,10 +85,6 @@ class WildShift(Dual):
         if sides == "less":
             return le
         return min(1.0, 2 * min(ge, le))
-
-    @property
-    def d(self) -> float:  # the estimate, under the name the interval search reads
-        return self.est
 
 
 @dataclass
@@ -199,7 +195,8 @@ class StraddleModel:
             A2.append(self.scale * (s0 * s0).sum(axis=1))
             A1.append(self.scale * (s0 * s1).sum(axis=1))
             A0.append(self.scale * (s1 * s1).sum(axis=1))
-        return WildShift(est, se, *(np.concatenate(x) for x in (al, be, A0, A1, A2)))
+        cat = np.concatenate
+        return WildShift(est, se, cat(al), cat(be), cat(A0), cat(A1), cat(A2))
 
     def joint(self, cols: list[str], salt: int) -> float | None:
         """The wild restricted bootstrap p-value of the joint hypothesis that ``cols`` add nothing to the
@@ -230,7 +227,10 @@ class StraddleModel:
         n = len(self.y)
         chunk = max(1, min(self.n_boot, BOOT_CELLS // max(1, n)))
         draws = np.concatenate(
-            [(((W[start : start + chunk][:, self.codes] * er) @ q) ** 2).sum(axis=1) for start in range(0, self.n_boot, chunk)]
+            [
+                (((W[start : start + chunk][:, self.codes] * er) @ q) ** 2).sum(axis=1)
+                for start in range(0, self.n_boot, chunk)
+            ]
         )
         return (1 + int(np.sum(draws >= obs - EPS * max(1.0, abs(obs))))) / (len(draws) + 1)
 

@@ -309,7 +309,7 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
     for c in counts.values():
         excluded_all.update(c.excluded)
     axis_stats = engine.breakdown("axis", ctx.seed)
-    scores: list[dict] = [
+    scores: list[Any] = [
         record(
             axis_stats.get(axis) or Stat(None),
             "axis",

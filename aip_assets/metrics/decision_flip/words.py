@@ -165,7 +165,7 @@ def favoured(scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None = No
     out: dict[str, dict[str, Any]] = {}
     for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
         d = _j(r["details"])
-        axis = d.get("axis")
+        axis = str(d.get("axis"))
         omni = claims.get(f"favoured:{axis}") or {}
         ax = out.setdefault(
             axis,

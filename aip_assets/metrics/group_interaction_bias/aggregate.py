@@ -537,15 +537,15 @@ def plan(ctx: StageContext) -> dict[str, Any] | None:
             }
         )
     thr = group_threshold(entry, ctx.threshold)
-    weak = [k for k, v in per.items() if v is not None and thr is not None and v > 1 - thr]
-    if weak:
+    weak = {k: v for k, v in per.items() if v is not None and thr is not None and v > 1 - thr}
+    if weak and thr is not None:
         warnings.append(
             {
                 "level": "warning",
                 "code": "underpowered",
                 "message": f"llm.group_interaction_bias: group_threshold {thr:.2f} fails a group whose pairs' bias is above "
                 f"{1 - thr:.2f}, but this run shows a group less equitable beyond chance only from a gap of "
-                f"{max(per[k] for k in weak):.2f} for {len(weak)} value(s) ({', '.join(weak[:4])}{', ...' if len(weak) > 4 else ''}; "
+                f"{max(weak.values()):.2f} for {len(weak)} value(s) ({', '.join(list(weak)[:4])}{', ...' if len(weak) > 4 else ''}; "
                 f"80% power, assuming a pair's bias spreads {BIAS_SD_ASSUMED}): more rows or num_pairs narrow it",
             }
         )

@@ -33,6 +33,21 @@ VIEWS: dict[str, str] = {
                CAST(details ->> 'less_helpful_share' AS DOUBLE) AS less_helpful_share, details
         FROM metric_scores WHERE metric = 'llm.group_interaction_bias' AND scope IN ('persona', 'attribute', 'pair')
     """,
+    # each attribute value's effect with every other attribute its personas carry held (docs/concepts/claims.md):
+    # its adjusted equitability (the group gate's figure, 95% interval) beside its pairs' raw one, its gap and
+    # the claim's decision (the gap's interval at the claim's matching level); a value the pool cannot tell apart
+    # from another has none, and says why
+    "v_group_effects": """
+        SELECT run_id, metric, group_key AS value, score AS adjusted_equitability, ci_low, ci_high,
+               CAST(details ->> 'raw_equitability' AS DOUBLE) AS raw_equitability,
+               CAST(details ->> 'gap' AS DOUBLE) AS gap, CAST(details -> 'gap_ci' ->> 0 AS DOUBLE) AS gap_ci_low,
+               CAST(details -> 'gap_ci' ->> 1 AS DOUBLE) AS gap_ci_high,
+               CAST(details ->> 'gap_ci_confidence' AS DOUBLE) AS gap_ci_confidence,
+               CAST(details ->> 'p_adjusted' AS DOUBLE) AS p_adjusted, details ->> 'status' AS claim,
+               n AS pairs, CAST(details ->> 'less_helpful_share' AS DOUBLE) AS less_helpful_share,
+               threshold, passed, gate_reason, details ->> 'inseparable' AS inseparable
+        FROM metric_scores WHERE metric = 'llm.group_interaction_bias' AND scope = 'group'
+    """,
     # the judges' numbers are gathered per pair first (no text in the grouping: at 100,000 rows a
     # GROUP BY over the answers' text ran DuckDB out of its memory cap), then the texts joined
     # group interaction bias's persona pairs, each judge's number beside both answers
