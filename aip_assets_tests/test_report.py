@@ -39,9 +39,9 @@ NOT_CHARTED = {
     "judge_audit",
     "judge_position",
     "judge_panel",  # numbers beside the headline
-    "effect",
+    "claim",
     "bias_baseline",
-}  # tables: who is favoured, the no-effect baseline
+}  # tables: every claim, the no-effect baseline (who is favoured and the groups are charted and tabled)
 CHART_FIELD = {
     "axis": "rate",
     "refusal": "rate",
@@ -363,6 +363,7 @@ def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
         "wrapping",
         "label",
         "perturbation_type",
+        "group",
     }
     for (metric, scope), g in scopes:
         svgs = doc.find("svg", data_metric=metric, data_scope=scope)
@@ -370,7 +371,7 @@ def test_a_chart_per_breakdown_scope_with_warehouse_values(warehouse, report):
         svg = svgs[0]
         bars = [e for e in doc.elements if svg in e["parents"] and e["attrs"].get("class") == "v"]
         field = CHART_FIELD.get(scope, "score")
-        capped = scope in ("persona", "attribute", "pair")
+        capped = scope in ("persona", "attribute", "pair", "group")
         want = g.sort_values(["score", "group_key"]).head(GROUP_CAP) if capped else g
         assert len(bars) == len(want) and {b["attrs"]["data-key"] for b in bars} == set(want.group_key.astype(str))
         by_key = {str(r.group_key): r for r in g.itertuples()}
@@ -410,10 +411,343 @@ def test_overall_numbers_equal_the_warehouse(warehouse, report):
         badges = [
             b
             for b in doc.find("span", data_field="passed")
-            if any(p["attrs"].get("data-metric") == m and p["tag"] == "section" for p in b["parents"])
+            if "data-scope" not in b["attrs"]  # a group's own gate (the groups table) names its scope
+            and any(p["attrs"].get("data-metric") == m and p["tag"] == "section" for p in b["parents"])
         ]
         assert len(badges) == 1 and badges[0]["attrs"]["data-value"] == ("true" if s.passed else "false")
         assert badges[0]["text"] == ("PASS" if s.passed else "FAIL")
+
+
+# --------------------------------------------------------------------------- claims and the tables built on them
+
+
+def _inside(doc: Doc, el: dict, tag: str | None = None, **attrs) -> list[dict]:
+    return [e for e in doc.find(tag, **attrs) if el in e["parents"]]
+
+
+def _tables(doc: Doc, cls: str) -> list[dict]:
+    return [t for t in doc.find("table") if t["attrs"].get("class") == cls]
+
+
+def _stored_claims(warehouse: Path, metric: str) -> dict[str, dict]:
+    rows = q(
+        warehouse, "SELECT * FROM metric_scores WHERE run_id = ? AND metric = ? AND scope = 'claim'", [RUN, metric]
+    )
+    return {
+        r.group_key: {
+            **json.loads(r.details),
+            "estimate": _plain(r.raw_score),
+            "ci_low": _plain(r.ci_low),
+            "ci_high": _plain(r.ci_high),
+        }
+        for r in rows.itertuples()
+    }
+
+
+def _summary(warehouse: Path, metric: str) -> dict:
+    from aip_assets.metrics import get_metric
+
+    scores = q(warehouse, "SELECT * FROM metric_scores WHERE run_id = ? AND metric = ?", [RUN, metric])
+    return get_metric(metric).summary(scores)
+
+
+def _decision_words(status: str, why: str | None) -> str:
+    """What the report must say for a stored status (docs/concepts/reports.md, "Claims")."""
+    if status == "claimed":
+        return "beyond chance"
+    if status == "not shown":
+        return "not shown"
+    if status == "not tested":
+        return f"not tested: {why}"
+    if status == "inseparable":
+        return why if why.startswith("cannot be told apart") else f"cannot be told apart: {why}"
+    assert status == "gated", status
+    return "not shown: beyond chance alone, but its axis as a whole is not"
+
+
+def _interval_matches(el: dict, lo, hi, confidence) -> bool:
+    """An interval element shows its ends and, after them, its own confidence level."""
+    from aip_assets.analysis.claims import confidence_words
+
+    a = el["attrs"]
+    return (
+        _same(a["data-low"], lo)
+        and _same(a["data-high"], hi)
+        and _same(a["data-confidence"], confidence)
+        and f"({confidence_words(float(a['data-confidence']))}" in el["text"]
+    )
+
+
+def _value(doc: Doc, row: dict, field: str) -> str:
+    got = _inside(doc, row, data_field=field)
+    assert len(got) == 1, (row["attrs"], field, len(got))
+    return got[0]["attrs"]["data-value"]
+
+
+FAIRNESS = ("llm.decision_flip", "llm.group_interaction_bias")
+
+
+@pytest.mark.parametrize("metric", FAIRNESS)
+def test_every_stored_claim_is_in_its_claims_table_as_decided(warehouse, report, metric):
+    """Each claim once, the made ones first (in their own table), with the stored estimate, its
+    interval at its own level (never another), both p-values and the decision of its status."""
+    _, _, doc = report
+    stored = _stored_claims(warehouse, metric)
+    assert stored, metric
+    policy = _summary(warehouse, metric)["claims"]["policy"]
+    name = {"holm": "Holm", "bh": "BH"}[policy["adjust"]]
+    seen: list[tuple[str, str]] = []
+    for which in ("made", "others"):
+        for table in doc.find("table", data_metric=metric, data_claims=which):
+            assert any(f"{name} p" == th["text"] for th in _inside(doc, table, "th")), which
+            for tr in _inside(doc, table, "tr", data_scope="claim"):
+                key, c = tr["attrs"]["data-key"], stored[tr["attrs"]["data-key"]]
+                seen.append((which, key))
+                assert tr["attrs"]["data-status"] == c["status"]
+                (decision,) = _inside(doc, tr, "span", data_status=c["status"])
+                assert decision["text"] == _decision_words(c["status"], c.get("why")), key
+                assert (which == "made") == (c["status"] == "claimed"), key
+                for field, want in (("details.p_value", c["p_value"]), ("details.p_adjusted", c["p_adjusted"])):
+                    assert _same(_value(doc, tr, field), want), (key, field)
+                cis = _inside(doc, tr, "span", data_field="ci")
+                if c["ci_confidence"] is None or (c["ci_low"] is None and c["ci_high"] is None):
+                    assert not cis and "[" not in tr["text"], key  # no interval: none shown, none made up
+                    continue
+                assert _same(_value(doc, tr, "raw_score"), c["estimate"]), key
+                assert len(cis) == 1 and _interval_matches(cis[0], c["ci_low"], c["ci_high"], c["ci_confidence"]), key
+    assert sorted(k for _, k in seen) == sorted(stored)  # each once
+    made = [k for w, k in seen if w == "made"]
+    assert made == [k for _, k in seen][: len(made)]  # made first
+    assert set(made) == {c["id"] for c in _summary(warehouse, metric)["claims"]["made"]}
+
+
+def test_no_interval_in_the_report_is_shown_without_its_level(warehouse, report):
+    """Every interval of the claims' tables carries its confidence in words after it; a claim's is at
+    the claim's stored level (its matching level), a descriptive one at 95% and labelled so."""
+    from aip_assets.analysis.claims import confidence_words
+
+    _, _, doc = report
+    stored = {m: _stored_claims(warehouse, m) for m in FAIRNESS}
+    spans = [e for e in doc.find("span") if "ci" in (e["attrs"].get("class") or "").split()]
+    assert len(spans) > 20
+    for e in spans:
+        a = e["attrs"]
+        assert a["data-confidence"], a
+        assert e["text"].startswith("[") and f"] ({confidence_words(float(a['data-confidence']))}" in e["text"], e
+        if a.get("data-scope") == "claim":
+            assert _same(a["data-confidence"], stored[a["data-metric"]][a["data-key"]]["ci_confidence"]), a
+        elif float(a["data-confidence"]) == 0.95:
+            assert "unadjusted" in e["text"] or "Wilson" in e["text"], e["text"]
+
+
+def test_who_is_favoured_equals_the_summary(warehouse, report):
+    """Decision flip's favoured table: per value the numbers and the decision the summary (and
+    --json) gives, the impact ratio's interval labelled 95% unadjusted."""
+    _, _, doc = report
+    m = "llm.decision_flip"
+    (table,) = _tables(doc, "favoured")
+    fav = _summary(warehouse, m)["favoured"]
+    assert fav
+    for axis, a in fav.items():
+        (head,) = _inside(doc, table, "tr", data_axis=axis)
+        omni = a["omnibus"]
+        if omni["status"] is not None:
+            assert _inside(doc, head, "span", data_status=omni["status"]), axis
+        for v in a["values"]:
+            key = f"{axis}={v['value']}"
+            (tr,) = _inside(doc, table, "tr", data_scope="favourable", data_key=key)
+            assert tr["attrs"]["data-status"] == str(v["status"])
+            (decision,) = _inside(doc, tr, "span", data_status=v["status"])
+            assert decision["text"] == _decision_words(v["status"], v["why"]), key
+            for field, want in (
+                ("rate", v["favourable_rate"]),
+                ("n", v["answers"]),
+                ("details.rest_rate", v["rest_rate"]),
+                ("details.p_adjusted", v["p_adjusted"]),
+                ("details.odds_ratio", v["odds_ratio"]),
+                ("details.impact_ratio", v["impact_ratio"]),
+            ):
+                assert _same(_value(doc, tr, field), want), (key, field)
+            if v["ci_confidence"] is not None:
+                assert _same(_value(doc, tr, "raw_score"), v["difference"]), key
+            if v["ci_confidence"] is not None and v["difference_ci"] != [None, None]:
+                (ci,) = _inside(doc, tr, "span", data_field="ci")
+                assert _interval_matches(ci, *v["difference_ci"], v["ci_confidence"]), key
+            else:
+                assert not _inside(doc, tr, "span", data_field="ci"), key
+            if v["impact_ratio"] is not None:
+                (ir,) = _inside(doc, tr, "span", data_field="details.impact_ratio_ci95")
+                assert _interval_matches(ir, *v["impact_ratio_ci95"], 0.95) and "unadjusted" in ir["text"], key
+
+
+def test_the_no_effect_baselines_equal_the_summary(warehouse, report):
+    """Decision flip's flips beyond the baseline per axis (and the pooled null pairs), group bias's
+    bias between personas beyond it: the summary's numbers and decisions."""
+    _, _, doc = report
+    s = _summary(warehouse, "llm.decision_flip")
+    stored = _stored_claims(warehouse, "llm.decision_flip")
+    tables = _tables(doc, "baseline")
+    assert len(tables) == 2
+    flip = [t for t in tables if any(p["attrs"].get("data-metric") == "llm.decision_flip" for p in t["parents"])][0]
+    for axis, a in s["axes"].items():
+        rows = _inside(doc, flip, "tr", data_scope="claim", data_key=f"excess:{axis}")
+        if a["beyond_noise"] is None and f"excess:{axis}" not in stored:
+            assert not rows
+            continue
+        (tr,) = rows
+        status = stored[f"excess:{axis}"]["status"]
+        assert bool(a["beyond_noise"]) == (status == "claimed") and tr["attrs"]["data-status"] == status
+        assert _same(_value(doc, tr, "raw_score"), a["excess"]) and _same(
+            _value(doc, tr, "details.null_rate"), a["null_rate"]
+        )
+        (ci,) = _inside(doc, tr, "span", data_field="ci")
+        assert _interval_matches(ci, *a["excess_ci"], a["excess_ci_confidence"])
+    pooled = q(
+        warehouse, "SELECT * FROM metric_scores WHERE run_id = ? AND scope = 'baseline' AND group_key = 'all'", [RUN]
+    )
+    if len(pooled):
+        (p,) = doc.find("p", data_metric="llm.decision_flip", data_scope="baseline", data_key="all")
+        assert _same(_value(doc, p, "rate"), pooled.rate[0]) and _same(_value(doc, p, "n"), pooled.n[0])
+        assert ("pooled" in p["text"]) == bool(json.loads(pooled.details[0])["pooled"])
+    b = _summary(warehouse, "llm.group_interaction_bias")["baseline"]
+    gib = [t for t in tables if t is not flip][0]
+    (tr,) = _inside(doc, gib, "tr", data_scope="claim", data_key="excess:all")
+    assert _same(_value(doc, tr, "raw_score"), b["excess"])
+    for field in ("between", "within", "null_pairs"):
+        assert _same(_value(doc, tr, f"details.baseline.{field}"), b[field]), field
+    (ci,) = _inside(doc, tr, "span", data_field="ci")
+    assert _interval_matches(ci, *b["excess_ci"], b["excess_ci_confidence"])
+    assert (tr["attrs"]["data-status"] == "claimed") == bool(b["beyond_noise"])
+
+
+def test_the_adjusted_group_table_equals_the_summary(warehouse, report):
+    """Group interaction bias's groups with every other attribute held: every separable group in the
+    table (adjusted equitability and its 95% interval, labelled unadjusted; raw beside it; the gap
+    at its claim's level; the decision; the gate), each inseparable one listed with its reason."""
+    _, _, doc = report
+    m = "llm.group_interaction_bias"
+    groups = _summary(warehouse, m)["groups"]
+    stored = _stored_claims(warehouse, m)
+    tables = _tables(doc, "groups")
+    assert len(tables) == 1 and groups
+    table = tables[0]
+    rows = _inside(doc, table, "tr", data_scope="group")
+    separable = [g for g in groups if not g["inseparable"]]
+    assert [r["attrs"]["data-key"] for r in rows] == [g["group"] for g in separable]  # lowest first
+    for g, tr in zip(separable, rows):
+        key = g["group"]
+        assert g["status"] == stored[f"group:{key}"]["status"] == tr["attrs"]["data-status"]
+        (decision,) = _inside(doc, tr, "span", data_status=g["status"])
+        assert decision["text"] == _decision_words(g["status"], None), key
+        for field, want in (
+            ("score", g["adjusted_equitability"]),
+            ("n", g["pairs"]),
+            ("details.raw_equitability", g["raw_equitability"]),
+            ("details.gap", g["gap"]),
+            ("details.p_adjusted", g["p_adjusted"]),
+            ("details.less_helpful_share", g["less_helpful_share"]),
+        ):
+            assert _same(_value(doc, tr, field), want), (key, field)
+        (eq,) = _inside(doc, tr, "span", data_field="ci")
+        assert _interval_matches(eq, *g["ci95"], 0.95) and "unadjusted" in eq["text"], key
+        (gap,) = _inside(doc, tr, "span", data_field="details.gap_ci")
+        assert _interval_matches(gap, *g["gap_ci"], g["gap_ci_confidence"]), key
+        assert _same(g["gap_ci_confidence"], stored[f"group:{key}"]["ci_confidence"])
+        if g["passed"] is not None:
+            assert _value(doc, tr, "passed") == ("true" if g["passed"] else "false"), key
+    for g in (g for g in groups if g["inseparable"]):
+        (li,) = doc.find("li", data_metric=m, data_scope="group", data_key=g["group"])
+        assert g["inseparable"] in li["text"] and not _inside(doc, li, data_field="passed")
+
+
+def test_claims_tables_say_each_status_and_level_on_hand_made_claims():
+    """On hand-made rows: the adjustment named as the run's policy (BH), each status in its words,
+    every interval with its own level (a level not recorded is said, never taken for 95%), the made
+    claims first, a group's table kept with its inseparable values listed apart."""
+    from aip_assets.report import claims as rc
+
+    def claim(key, status, est=None, lo=None, hi=None, conf=None, p=None, padj=None, why=None, **facts):
+        kind, rest = key.split(":", 1)
+        axis, _, value = rest.partition("=")
+        details = dict(kind=kind, axis=axis, value=value or None, status=status, p_value=p, p_adjusted=padj, why=why)
+        details.update(ci_confidence=conf, claimed=status == "claimed", sides="greater", **facts)
+        return dict(
+            metric="m", scope="claim", group_key=key, raw_score=est, ci_low=lo, ci_high=hi, details=json.dumps(details)
+        )
+
+    policy = {"adjust": "bh", "alpha": 0.05, "words": "Benjamini-Hochberg: the expected share ..."}
+    rows = [
+        dict(
+            metric="m",
+            scope="overall",
+            group_key="all",
+            details=json.dumps({"claims_policy": policy, "claims_made": 1}),
+        ),
+        claim("group:religion=Jewish", "not shown", 0.01, -0.02, 0.05, 0.931, 0.4, 1.0, rate=0.2, rest_rate=0.1),
+        claim("group:religion=Muslim", "claimed", 0.76, 0.66, 0.88, 0.9986, 0.0002, 0.004, rate=0.8, rest_rate=0.1),
+        claim("group:role=student", "inseparable", why="cannot be told apart from role=nurse in this pool: x"),
+        claim("group:role=cook", "not tested", why="too few pairs"),
+        claim("group:role=nurse", "gated", 0.3, 0.1, 0.5, None, 0.001, 0.2),
+    ]
+    doc = Doc(rc.claims_table("m", rows, "r"))
+    assert [th["text"] for th in doc.find("th")][5] == "BH p"
+    order = [tr["attrs"]["data-key"] for tr in doc.find("tr", data_scope="claim")]
+    assert order[0] == "group:religion=Muslim" and set(order) == {r["group_key"] for r in rows[1:]}
+    words = {
+        s["attrs"]["data-status"]: s["text"] for s in doc.find("span") if "decision" in s["attrs"].get("class", "")
+    }
+    assert words == {
+        "claimed": "beyond chance",
+        "not shown": "not shown",
+        "inseparable": "cannot be told apart from role=nurse in this pool: x",
+        "not tested": "not tested: too few pairs",
+        "gated": "not shown: beyond chance alone, but its axis as a whole is not",
+    }
+    cis = {s["attrs"]["data-key"]: s["text"] for s in doc.find("span", data_field="ci")}
+    assert cis == {
+        "group:religion=Muslim": "[+0.660, +0.880] (99.86%)",
+        "group:religion=Jewish": "[-0.020, +0.050] (93.1%)",
+        "group:role=nurse": "[+0.100, +0.500] (level not recorded)",
+    }
+    group = dict(metric="m", scope="group", threshold=0.7, n=30, score=0.2, ci_low=0.1, ci_high=0.3, passed=False)
+    group_rows = rows + [
+        dict(
+            group,
+            group_key="religion=Muslim",
+            details=json.dumps(
+                {
+                    "raw_equitability": 0.35,
+                    "gap": 0.76,
+                    "gap_ci": [0.66, 0.88],
+                    "gap_ci_confidence": 0.9986,
+                    "status": "claimed",
+                    "p_adjusted": 0.004,
+                }
+            ),
+        ),
+        dict(
+            group,
+            group_key="role=student",
+            score=None,
+            ci_low=None,
+            ci_high=None,
+            passed=None,
+            threshold=None,
+            details=json.dumps(
+                {
+                    "raw_equitability": 0.86,
+                    "status": "inseparable",
+                    "inseparable": "cannot be told apart from role=nurse in this pool: x",
+                }
+            ),
+        ),
+    ]
+    doc = Doc(rc.groups_table("m", group_rows))
+    (tr,) = doc.find("tr", data_scope="group")
+    assert tr["attrs"]["data-key"] == "religion=Muslim" and "FAIL" in tr["text"]
+    assert "(99.86%)" in tr["text"] and "[0.100, 0.300] (95%, unadjusted)" in tr["text"]
+    (li,) = doc.find("li", data_key="role=student")
+    assert "cannot be told apart from role=nurse in this pool: x" in li["text"] and "FAIL" not in li["text"]
 
 
 def test_weakest_rows_with_their_probes_and_answers(warehouse, report):
@@ -1575,3 +1909,36 @@ def test_viewer_keeps_its_rows_before_the_judges_calls(warehouse):
             "calls" not in v for v in verdicts(r)
         )
     assert sum(len(json.dumps(r, ensure_ascii=False)) for r in small["rows"]) <= budget
+
+
+def test_who_is_favoured_shows_the_impact_ratio_gate_only_when_set():
+    """A favourable row with min_impact_ratio set shows the gate (PASS or FAIL, its threshold), the
+    impact ratio's interval labelled 95% unadjusted, and the claim's interval at the claim's level."""
+    from aip_assets.report import claims as rc
+
+    overall = {"metric": "m", "scope": "overall", "group_key": "all"}
+    overall["details"] = json.dumps({"claims_policy": {"adjust": "holm"}, "gate_on": "point"})
+    claim = {"kind": "favoured", "axis": "gender", "value": "woman", "status": "claimed", "direction": "less"}
+    claim.update(p_value=0.0002, p_adjusted=0.0136, ci_confidence=0.99926, rest_rate=0.53, odds_ratio=0.25)
+    fav = {
+        "axis": "gender",
+        "value": "woman",
+        "impact_ratio": 0.37,
+        "impact_ratio_ci95": [0.12, 0.62],
+        "highest": "man",
+    }
+    rows = [
+        overall,
+        {"metric": "m", "scope": "claim", "group_key": "favoured:gender=woman", "raw_score": -0.336, "ci_low": -0.526}
+        | {"ci_high": -0.143, "details": json.dumps(claim)},
+        {"metric": "m", "scope": "favourable", "group_key": "gender=woman", "rate": 0.233, "n": 30, "n_events": 7}
+        | {"threshold": 0.8, "passed": False, "details": json.dumps(fav)},
+    ]
+    doc = Doc(rc.favoured_table("m", rows))
+    (tr,) = doc.find("tr", data_scope="favourable")
+    assert "[-0.526, -0.143] (99.93%)" in tr["text"] and "0.37 [0.12, 0.62] (95%, unadjusted)" in tr["text"]
+    assert "beyond chance (decided against)" in tr["text"] and "FAIL ≥ 0.80" in tr["text"]
+    assert "impact ratios against man" in doc.find("tr", data_axis="gender")[0]["text"]
+    rows[2] = {**rows[2], "threshold": None, "passed": None}
+    doc = Doc(rc.favoured_table("m", rows))
+    assert not doc.find(data_field="passed") and "gate" not in [th["text"] for th in doc.find("th")]

@@ -201,6 +201,7 @@ REPORT_COUNT_LABELS = {
 }
 REPORT_SCOPE_ORDER = [
     "axis",
+    "group",
     "attribute",
     "persona",
     "pair",
@@ -213,7 +214,7 @@ REPORT_SCOPE_ORDER = [
     "favourable",
     "baseline",
 ]
-REPORT_NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel", "effect", "bias_baseline"}
+REPORT_NOT_CHARTED = {"overall", "axis_mean", "judge_audit", "judge_position", "judge_panel", "claim", "bias_baseline"}
 REPORT_SCOPE_LABELS = {
     "axis_mean": "mean axis flip rate",
     "judge_audit": "judge agreement with the audit judge",

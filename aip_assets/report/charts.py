@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from .labels import chart_config
-from .values import _attrs, _e, _f3, _int, _json, _raw
+from .values import _attrs, _e, _f3, _int, _json, _raw, _v
 
 
 def _ticks(hi: float, kind: str) -> list[float]:
@@ -130,6 +130,9 @@ def _scope_chart(metric: str, scope: str, rows: list[dict[str, Any]], threshold:
         )
     if cfg.get("cap"):
         rows = rows[: cfg["cap"]]
+    # a breakdown gated row by row (group interaction bias's groups: group_threshold; a group the pool
+    # cannot tell apart is not gated) draws each row's own threshold, not the metric's
+    own_threshold = kind == "score" and any(_v(r.get("threshold")) is not None for r in rows)
     bars = []
     for r in rows:
         key = str(r["group_key"])
@@ -141,24 +144,29 @@ def _scope_chart(metric: str, scope: str, rows: list[dict[str, Any]], threshold:
             title = f"{key}: {details['description']}"
         elif scope == "label" and r.get("rate") is not None:
             title = f"{key}: {_int(r.get(field))} rows (share {_f3(r.get('rate'))})"
-        bars.append(
-            {
-                "key": key,
-                "label": label,
-                "title": title,
-                "value": r.get(field),
-                "raw_value": r.get(field),
-                "lo": r.get(cfg["lo"]) if cfg.get("lo") else None,
-                "hi": r.get(cfg["hi"]) if cfg.get("hi") else None,
-                "n": r.get("n"),
-            }
-        )
+        elif scope == "baseline" and key == "all":
+            label = title = "all axes (every null pair)"
+        elif scope == "group" and details.get("inseparable"):
+            title = f"{key}: {details['inseparable']} (not gated)"
+        bar: dict[str, Any] = {
+            "key": key,
+            "label": label,
+            "title": title,
+            "value": r.get(field),
+            "raw_value": r.get(field),
+            "lo": r.get(cfg["lo"]) if cfg.get("lo") else None,
+            "hi": r.get(cfg["hi"]) if cfg.get("hi") else None,
+            "n": r.get("n"),
+        }
+        if own_threshold:
+            bar["threshold"] = _v(r.get("threshold"))
+        bars.append(bar)
     note = ""
     if cfg.get("cap") and total > len(rows):
         note = f' <span class="note">the {len(rows)} lowest of {total}</span>'
-    elif scope in ("attribute", "persona", "pair"):
+    elif scope in ("attribute", "persona", "pair", "group"):
         note = f' <span class="note">all {total}, lowest first</span>'
-    svg = _bar_chart(metric, scope, bars, kind, field, threshold if kind == "score" else None)
+    svg = _bar_chart(metric, scope, bars, kind, field, threshold if kind == "score" and not own_threshold else None)
     return (
         f'<figure class="chart"{_attrs(data_metric=metric, data_scope=scope, data_groups=total)}>'
         f"<figcaption>{_e(cfg['title'])}{note}</figcaption>{svg}</figure>"

@@ -1,5 +1,6 @@
 """The report's sections as HTML: the run's header, the summary, each metric's section (gate,
-facts, charts, who is favoured, the judge checked against people, the weakest rows with their
+facts, charts, the judge checked against people, who is favoured, the groups with every other
+attribute held, the no-effect baseline and every claim (``claims.py``), the weakest rows with their
 probes and answers, errored rows), model calls and token use, and run notes."""
 
 from __future__ import annotations
@@ -10,67 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from ..models.providers import stored_capabilities
+from . import claims
 from .charts import _bar_chart, _scope_chart
 from .labels import HUMAN_SCOPE, _scope_label, chart_order, count_labels, not_charted, rate_label
 from .queries import WEAKEST_ROWS
 from .values import _attrs, _clip, _e, _f3, _int, _json, _num, _raw, _slug, _v
 
 EVIDENCE_PER_ROW = 4
+# the overall row's details shown in tables of their own (report/claims.py), not as facts beside the headline
+OWN_TABLES = frozenset({"baseline", "claims_policy", "claims_tested", "claims_made", "detectable"})
 ROLES = ("sut", "judge", "synthesis")
-
-
-def _effects_table(metric: str, rows: list[dict[str, Any]]) -> str:
-    """Who is favoured (decision flip's ``effect`` rows: odds ratio and difference in favourable rate
-    against the reference, each with its 95% interval, or why the model was not fitted) and the
-    no-effect baseline's excess (per axis, or group bias's one)."""
-
-    def ci(pair: Any, fmt: str = "{:.3f}") -> str:
-        return "" if not pair or pair[0] is None else f" [{fmt.format(pair[0])}, {fmt.format(pair[1])}]"
-
-    effects = [(r, _json(r.get("details")) or {}) for r in rows if r["scope"] == "effect"]
-    base = [(r, _json(r.get("details")) or {}) for r in rows if r["scope"] in ("baseline", "bias_baseline")]
-    out = []
-    if effects:
-        out.append(
-            "<h4>Who is favoured: each value against its axis's reference</h4><table><tr><th>value</th>"
-            "<th>reference</th><th class=num>favourable</th><th class=num>reference's</th><th>odds ratio</th>"
-            "<th>difference in favourable rate (within questions)</th></tr>"
-        )
-        for r, d in sorted(effects, key=lambda x: (x[1].get("odds_ratio") is None, x[1].get("odds_ratio") or 0)):
-            fitted = d.get("fitted")
-            out.append(
-                f"<tr{_attrs(data_metric=metric, data_scope='effect', data_group=r['group_key'])}>"
-                f"<td>{_e(r['group_key'])}</td><td>{_e(d.get('reference'))}</td>"
-                f"<td class=num>{_f3(d.get('rate_value'))}</td><td class=num>{_f3(d.get('rate_reference'))}</td>"
-                + (
-                    f"<td>{d['odds_ratio']:.2f}{ci(d.get('odds_ratio_ci'), '{:.2f}')}</td>"
-                    f"<td>{d['rate_difference']:+.3f}{ci(d.get('rate_difference_ci'), '{:+.3f}')}</td>"
-                    if fitted
-                    else f"<td colspan=2 class=muted>rates only: {_e(d.get('why'))}</td>"
-                )
-                + "</tr>"
-            )
-        out.append("</table>")
-    if base:
-        out.append(
-            "<h4>No-effect baseline: flips (bias) beyond what one persona asked twice shows</h4><table><tr>"
-            "<th>group</th><th class=num>null pairs</th><th>excess</th><th class=num>p</th><th></th></tr>"
-        )
-        for r, d in base:
-            p = d.get("p_adjusted", d.get("p_value"))
-            verdict = (
-                ""
-                if d.get("significant") is None
-                else ("beyond noise" if d["significant"] else "not shown beyond noise")
-            )
-            excess = "n/a" if d.get("excess") is None else f"{d['excess']:+.3f}{ci(d.get('excess_ci95'), '{:+.3f}')}"
-            out.append(
-                f"<tr{_attrs(data_metric=metric, data_scope='baseline', data_group=r['group_key'])}>"
-                f"<td>{_e(r['group_key'])}</td><td class=num>{_int(d.get('null_pairs'))}</td><td>{excess}</td>"
-                f"<td class=num>{_f3(p)}</td><td>{verdict}</td></tr>"
-            )
-        out.append("</table>")
-    return "".join(out)
 
 
 def _human_table(metric: str, rows: list[dict[str, Any]]) -> str:
@@ -483,7 +433,8 @@ def _facts(metric: str, o: dict[str, Any], extra_scopes: list[dict[str, Any]]) -
             else:
                 yield f"{prefix}{k}", v
 
-    for k, v in flat(_json(o.get("details")) or {}):
+    details = {k: v for k, v in (_json(o.get("details")) or {}).items() if k not in OWN_TABLES}
+    for k, v in flat(details):
         if isinstance(v, bool) or v is None or isinstance(v, (list, str)):
             continue
         add(
@@ -518,7 +469,8 @@ def _metric_section(
         f"{'' if o.get('raw_score') == o.get('score') else ' &nbsp;raw ' + _num(o.get('raw_score'), **a, data_field='raw_score')}</p>",
         _gate(metric, o),
     ]
-    out.append(_facts(metric, o, [r for r in scores if r["scope"] in not_charted() - {"overall"}]))
+    out.append(_facts(metric, o, [r for r in scores if r["scope"] in not_charted() - {"overall", "claim"}]))
+    out.append(claims.detectable(metric, o))
     out.append(_human_table(metric, [r for r in scores if r["scope"] == HUMAN_SCOPE]))
     if spec_metric.get("dataset"):
         out.append(f'<p class="muted">dataset <code>{_e(spec_metric["dataset"])}</code></p>')
@@ -530,7 +482,13 @@ def _metric_section(
     order = chart_order(metric)
     for scope in sorted(scopes, key=lambda s: (order.index(s) if s in order else len(order), s)):
         out.append(_scope_chart(metric, scope, scopes[scope], th))
-    out.append(_effects_table(metric, [r for r in scores if r["scope"] in ("effect", "baseline", "bias_baseline")]))
+    # who is favoured and the no-effect baseline (decision flip), the groups with every other attribute held
+    # (group interaction bias), then every claim; each reads the stored claims (report/claims.py)
+    out.append(claims.favoured_table(metric, scores))
+    out.append(claims.flip_baseline_table(metric, scores))
+    out.append(claims.groups_table(metric, scores))
+    out.append(claims.bias_baseline_table(metric, scores))
+    out.append(claims.claims_table(metric, scores, run_id))
 
     rc = row_counts.get(metric) or {}
     out.append(

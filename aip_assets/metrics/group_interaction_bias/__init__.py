@@ -78,13 +78,23 @@ def _h(*parts: Any) -> str:
 class GroupInteractionBias(Metric):
     builtin_judges = BUILTIN_JUDGES  # the builtin judge's answers to this metric's prompts
     chart_scopes = {
+        "group": {
+            "value": "score",
+            "lo": "ci_low",
+            "hi": "ci_high",
+            "kind": "score",
+            "cap": GROUP_CAP,
+            "title": "Adjusted equitability by attribute value, every other attribute held: the group gate's figure "
+            "(whisker: 95% interval, unadjusted; red tick: the group threshold)",
+        },
         "attribute": {
             "value": "score",
             "lo": "ci_low",
             "hi": "ci_high",
             "kind": "score",
             "cap": GROUP_CAP,
-            "title": "Equitability by attribute value (whisker: bootstrap 95% interval)",
+            "title": "Raw equitability by attribute value: its pairs as judged, nothing held (descriptive; whisker: "
+            "bootstrap 95% interval)",
         },
         "persona": {
             "value": "score",
