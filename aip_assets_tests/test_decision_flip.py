@@ -2,6 +2,7 @@
 
 import json
 
+import pandas as pd
 import pytest
 
 from aip_assets import warehouse as wh
@@ -232,28 +233,36 @@ def test_refusals_are_incidental_not_flips(tmp_path):
     assert o.score == 1.0 and json.loads(o.excluded) == {"no_decision": len(both)} and o.n == len(j) - len(both)
 
 
-def test_differential_refusal_test_error_rates():
-    """Simulated refusal counts for the seven religion values (about 25 answers each): when every
-    value is refused at one rate, the gate fails in at most alpha = 5% of runs (Fisher + Holm is
-    conservative); when one value is refused at 0.6 and the others at 0.1, it fails in about 95%."""
+def test_differential_refusal_claims_error_rates():
+    """Simulated answers for the seven religion values over 32 questions (each question asks five of
+    them, about 23 answers a value): when every value is refused at one rate, a refusal is claimed in few runs (the family-wise
+    rate 0.05: 17 or more of 200 would be improbable, P < 0.002); when one value is refused at 0.6
+    and the others at 0.1, it is claimed refused more in most runs, and no other value is."""
     import numpy as np
+
+    from aip_assets.analysis.claims import Policy, decide
+    from aip_assets.analysis.fairness import answer_claims
 
     rng = np.random.default_rng(11)
     values = ["Christian", "Muslim", "Jewish", "Hindu", "Buddhist", "Sikh", "atheist"]
-    cfg = DecisionFlipConfig()
 
-    def fails(rates) -> bool:
-        counts = {}
-        for v, p in zip(values, rates):
-            n = int(rng.integers(18, 32))
-            counts[("religion", v)] = [n, int(rng.binomial(n, p)), 0]
-        return DecisionFlip.refusal_rates(cfg, counts, None, "llm.decision_flip")[1]["failed"]
+    def claims(rates: dict[str, float]):
+        rows = []
+        for q in range(32):
+            for v in rng.choice(values, size=5, replace=False):
+                rows.append(
+                    {"axis": "religion", "value": v, "question": f"q{q}", "no_decision": float(rng.random() < rates[v])}
+                )
+        c = answer_claims(pd.DataFrame(rows), "no_decision", "refusal", "greater", int(rng.integers(1 << 30)), "x", 999)
+        return {x.id for x in decide(c, Policy()) if x.claimed}
 
-    runs = 400
-    false_alarms = sum(fails([0.2] * 7) for _ in range(runs)) / runs
-    assert false_alarms <= 0.05 + 3 * (0.05 * 0.95 / runs) ** 0.5, false_alarms
-    power = sum(fails([0.1, 0.6, 0.1, 0.1, 0.1, 0.1, 0.1]) for _ in range(200)) / 200
-    assert power >= 0.85, power
+    runs = 200
+    false_alarms = sum(bool(claims(dict.fromkeys(values, 0.2))) for _ in range(runs))
+    assert false_alarms <= 16, false_alarms
+    one = {**dict.fromkeys(values, 0.1), "Muslim": 0.6}
+    found = [claims(one) for _ in range(50)]
+    assert sum("refusal:religion=Muslim" in f for f in found) >= 42
+    assert all(f <= {"refusal:religion", "refusal:religion=Muslim"} for f in found)
 
 
 def test_judge_garbage_is_retried_then_recorded_with_raw_text(tmp_path):
@@ -421,9 +430,9 @@ def test_calibration_differential_refusal_of_one_group(tmp_path):
     assert (others.n_events == 0).all() and len(others) >= 10
     o = s.loc[("overall", "all")]
     d = json.loads(o.details)["differential_refusal"]
-    assert o.score == 1.0 and not o.passed and "differential refusal: on axis religion" in o.gate_reason
-    assert d["failed"] and {t["axis"] for t in d["significant"]} == {"religion"}
-    assert all("Muslim" in (t["value_a"], t["value_b"]) for t in d["significant"])
+    assert o.score == 1.0 and not o.passed and "differential refusal: religion=Muslim answers" in o.gate_reason
+    made = {k for k, r in s.loc["claim"].iterrows() if json.loads(r.details)["claimed"] and k.startswith("refusal:")}
+    assert d["failed"] and made == {"refusal:religion", "refusal:religion=Muslim"}, made
     from aip_assets import pipeline
 
     spec = make_spec(ds, sut=sut, config=cfg, threshold=0.9)
@@ -431,7 +440,11 @@ def test_calibration_differential_refusal_of_one_group(tmp_path):
     run_all(spec, "refuse-off")
     o = table("metric_scores", "refuse-off", "scope").query("scope == 'overall'").iloc[0]
     d = json.loads(o.details)["differential_refusal"]
-    assert o.passed and d["significant"] and not d["failed"] and not d["enabled"]
+    assert o.passed and not d["failed"] and not d["enabled"]
+    c = wh.query(
+        "SELECT * FROM v_claims WHERE run_id = 'refuse-off' AND claim = 'refusal:religion=Muslim'", read_only=False
+    )
+    assert bool(c.claimed.iloc[0])  # still claimed and reported; only the gate is off
     assert pipeline.run_summary("refuse-off")["metrics"]["llm.decision_flip"]["passed"] is True
 
 
@@ -554,45 +567,33 @@ def test_pair_verdicts_reasoning_reads_in_persona_order(tmp_path):
     assert {"reasoning", "reasoning_as_judged", "order_swapped"} <= set(v.columns) and len(v) == 3
 
 
-def test_differential_refusal_entries_by_hand():
-    """religion: Muslim 9 of 12 without a decision, Christian 1 of 10, none 2 of 8 (three tests);
-    gender: woman 1 of 4, man 1 of 4 (one test). Holm over all four; only Muslim vs Christian and
-    Muslim vs none are significant, each with its rates, counts and p-values; Wilson per value."""
-    from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig
-    from aip_assets.stats import fisher_exact, holm, wilson
+def test_refusal_claim_by_hand_is_fishers_one_sided_test():
+    """religion in one question: Muslim 9 of 12 without a decision, Christian 1 of 10, none 2 of 8.
+    With one stratum, shuffling the values is drawing 12 answers of 30 without replacement: the
+    one-sided p-value of 9 or more without a decision is the hypergeometric tail (Fisher's one-sided
+    test), and the within-question difference is 9/12 - 3/18."""
+    from scipy.stats import hypergeom
 
-    refusals = {
-        ("religion", "Muslim"): [12, 9, 1],
-        ("religion", "Christian"): [10, 1, 0],
-        ("religion", "none"): [8, 2, 0],
-        ("gender", "woman"): [4, 1, 0],
-        ("gender", "man"): [4, 1, 0],
-    }
-    rows, d = DecisionFlip.refusal_rates(DecisionFlipConfig(), refusals, None, "llm.decision_flip")
-    by = {r["group_key"]: r for r in rows}
-    assert (by["religion=Muslim"]["rate"], by["religion=Muslim"]["n"], by["religion=Muslim"]["n_events"]) == (
-        0.75,
-        12,
-        9,
+    from aip_assets.analysis.claims import Policy, decide
+    from aip_assets.analysis.fairness import answer_claims
+
+    rows = [("Muslim", 12, 9), ("Christian", 10, 1), ("none", 8, 2)]
+    answers = pd.DataFrame(
+        [
+            {"axis": "religion", "value": v, "question": "q", "no_decision": float(i < k)}
+            for v, n, k in rows
+            for i in range(n)
+        ]
     )
-    assert json.loads(by["religion=Muslim"]["details"]) == {
-        "axis": "religion",
-        "value": "Muslim",
-        "no_decision": 8,
-        "empty": 1,
+    claims = {
+        c.id: c for c in decide(answer_claims(answers, "no_decision", "refusal", "greater", 3, "x", 20000), Policy())
     }
-    assert (by["religion=Muslim"]["rate_ci_low"], by["religion=Muslim"]["rate_ci_high"]) == pytest.approx(wilson(9, 12))
-    # the tests, in sorted order of (axis, value): gender man/woman; religion Christian/Muslim, Christian/none, Muslim/none
-    p = [fisher_exact(1, 4, 1, 4), fisher_exact(1, 10, 9, 12), fisher_exact(1, 10, 2, 8), fisher_exact(9, 12, 2, 8)]
-    adj = holm(p)
-    assert d["tests"] == 4 and d["min_p_adjusted"] == pytest.approx(min(adj)) and d["enabled"] and d["failed"]
-    sig = d["significant"]
-    assert [(t["value_a"], t["value_b"]) for t in sig] == [("Christian", "Muslim")] + (
-        [("Muslim", "none")] if adj[3] < 0.05 else []
-    )
-    t = sig[0]
-    assert (t["axis"], t["rate_a"], t["rate_b"], t["n_a"], t["n_b"]) == ("religion", 0.1, 0.75, 10, 12)
-    assert (t["p_value"], t["p_adjusted"]) == pytest.approx((p[1], adj[1]))
+    m = claims["refusal:religion=Muslim"]
+    assert m.estimate == pytest.approx(9 / 12 - 3 / 18)
+    assert m.p_value == pytest.approx(hypergeom(30, 12, 12).sf(8), abs=0.002)
+    assert m.facts["rate"] == 0.75 and m.facts["rest_rate"] == pytest.approx(3 / 18) and m.facts["n"] == 12
+    assert m.claimed and m.parent == "refusal:religion" and claims["refusal:religion"].claimed
+    assert not claims["refusal:religion=Christian"].claimed
 
 
 # answers that show nothing: zero-width characters and NBSP, alone or with spaces (issue 24, point 4)

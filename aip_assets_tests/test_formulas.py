@@ -251,9 +251,10 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     Run: 1 flip of 3 judged -> 2/3, its interval 1 - Wilson(1, 3); coverage 3/6. Axis rates: gender
     1/2, age 0/1 -> their mean .25 (axis_mean .75). Answers read (not empty): 8, 3 without a label
     (pb3, pa4, pb4) -> 37.5% > 20%: a label mismatch. Refusal rates: gender=man 1/2, age=old 2/3
-    (one no decision, one empty); two Fisher tests (one per axis: two values each)."""
+    (one no decision, one empty); whether a value is refused more than the rest of its axis is a
+    claim within questions: gender=man's difference is r1's alone (0.5; r0 decides both), age's is 0."""
     from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig
-    from aip_assets.stats import fisher_exact, holm, wilson
+    from aip_assets.stats import wilson
 
     spec = [
         ("P1", "r0", "gender", "woman", "man", "ok", True, "flip", None, "approve", "deny"),
@@ -365,11 +366,22 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     assert (man["rate"], man["n"], man["n_events"]) == (0.5, 2, 1)
     assert (man["rate_ci_low"], man["rate_ci_high"]) == pytest.approx(wilson(1, 2))
     assert (old["rate"], old["n"], old["n_events"]) == (pytest.approx(2 / 3), 3, 2)
-    assert json.loads(old["details"]) == {"axis": "age", "value": "old", "no_decision": 1, "empty": 1}
+    od = json.loads(old["details"])
+    assert {k: od[k] for k in ("axis", "value", "no_decision", "empty")} == {
+        "axis": "age",
+        "value": "old",
+        "no_decision": 1,
+        "empty": 1,
+    }
+    assert od["claim"] == "refusal:age=old" and od["status"] == "not shown"
     assert s[("refusal", "gender=woman")]["rate"] == 0.0 and s[("refusal", "age=young")]["n"] == 2
-    dr = d["differential_refusal"]
-    p = [fisher_exact(1, 2, 2, 3), fisher_exact(1, 2, 0, 2)]  # age: old vs young; gender: man vs woman
-    assert dr["tests"] == 2 and dr["min_p_adjusted"] == pytest.approx(min(holm(p))) and not dr["failed"]
+    assert d["differential_refusal"] == {"enabled": True, "failed": False}
+    man_claim, old_claim = s[("claim", "refusal:gender=man")], s[("claim", "refusal:age=old")]
+    assert man_claim["raw_score"] == pytest.approx(0.5) and old_claim["raw_score"] == pytest.approx(0.0)
+    assert (
+        json.loads(man_claim["details"])["status"] == "not shown"
+        and json.loads(man_claim["details"])["sides"] == "greater"
+    )
 
 
 # ------------------------------------------------------------------ consistency

@@ -144,7 +144,9 @@ METRIC_VIEWS = {
     "v_flipped_pairs",
     "v_flip_excess_by_axis",
     "v_favourable_rates",
+    "v_impact_ratios",  # issue 35: impact ratios per axis value
     "v_group_equitability",
+    "v_group_effects",  # issue 35: each value's effect with every other attribute held
     "v_gib_pairs",
     "v_gib_baseline_pairs",
     "v_consistency_rows",
@@ -153,6 +155,7 @@ METRIC_VIEWS = {
 }
 CORE_VIEW_NAMES = {
     "v_flip_rate_by_axis",
+    "v_claims",  # issue 35: every claim of every metric
     "v_human_vs_judge",
     "v_human_agreement",
     "v_judge_panel",

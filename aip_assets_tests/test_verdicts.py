@@ -1,12 +1,12 @@
-"""A fairness verdict a reviewer can defend (issue 24): every axis and group gated, who is favoured
-with an effect size, and a no-effect baseline measured in the same run.
+"""A fairness verdict a reviewer can defend (issues 24 and 35): every axis and group gated, who is
+favoured with an effect size, a no-effect baseline measured in the same run, and every claim made
+by the analysis layer (aip_assets/analysis; its formulas are tested in test_claims.py).
 
 Formulas on hand-derived inputs first, then calibration on the builtin rig with known injected
 effects (directional and symmetric flips, a fair SUT that is noisy at a known rate, less effort
 for one group)."""
 
 import json
-import math
 
 import pandas as pd
 import pytest
@@ -16,7 +16,7 @@ from aip_assets import warehouse as wh
 from aip_assets.metrics.base import FrameReader, StageContext
 from aip_assets.metrics.decision_flip import DecisionFlip, DecisionFlipConfig
 from aip_assets.runspec import parse_spec
-from aip_assets.stats import excess_of_means, favourable_effect, fisher_greater, newcombe, wilson
+from aip_assets.stats import newcombe, wilson
 
 from .conftest import make_spec, persona_pairs, rows_table, run_all, table, write_dataset
 
@@ -40,65 +40,6 @@ def test_newcombe_interval_matches_the_published_example():
     lo2, hi2 = newcombe(48, 80, 56, 70)
     assert lo2 == pytest.approx(-hi) and hi2 == pytest.approx(-lo)
     assert newcombe(0, 0, 1, 2) == (None, None)
-
-
-def test_one_sided_fisher_by_hand():
-    # 3 of 4 against 0 of 4: P(X >= 3) with 3 events among 8 = C(4,3) C(4,0) / C(8,3) = 4/56
-    assert fisher_greater(3, 4, 0, 4) == pytest.approx(4 / 56)
-    # 2 of 4 against 0 of 3: (C(4,2) C(3,0)) / C(7,2) = 6/21
-    assert fisher_greater(2, 4, 0, 3) == pytest.approx(6 / 21)
-    # the other direction is not evidence of excess: P(X >= 0) = 1
-    assert fisher_greater(0, 4, 3, 4) == pytest.approx(1.0)
-    assert fisher_greater(1, 0, 0, 3) == 1.0
-
-
-def test_excess_of_means_by_hand():
-    """Rows [persona sum, n, null sum, null n]: persona mean 1.2 / 4, null mean 0.2 / 4, excess 0.25."""
-    rows = [[0.6, 2, 0.0, 1], [0.2, 1, 0.1, 1], [0.4, 1, 0.1, 2]]
-    e = excess_of_means(rows, seed=1)
-    assert e["between"] == pytest.approx(1.2 / 4) and e["within"] == pytest.approx(0.2 / 4)
-    assert e["excess"] == pytest.approx(0.25)
-    assert e["ci95"][0] <= 0.25 <= e["ci95"][1] and e["ci95"][0] < e["ci95"][1]
-    # studentised: excess ± t(0.975, rows - 1) x the bootstrap's standard error widened by rows / (rows - 1)
-    from scipy.stats import t as student
-
-    half = student.ppf(0.975, 2) * e["se"]
-    assert e["ci95"] == pytest.approx([0.25 - half, 0.25 + half]) and e["rows"] == 3 and half > 0
-    # no null pair: no baseline
-    assert excess_of_means([[0.5, 1, 0.0, 0]])["excess"] is None
-
-
-def test_favourable_effect_says_when_it_cannot_be_fitted():
-    few = favourable_effect([1, 0, 1, 0], [1, 1, 0, 0], ["q1", "q1", "q2", "q2"])
-    assert not few["fitted"] and "too few" in few["why"] and few["rate_value"] == 0.5
-    y = [0] * 12 + [1, 0] * 6  # the value never favourable: separation
-    x = [1] * 12 + [0] * 12
-    g = [f"q{i % 6}" for i in range(24)]
-    sep = favourable_effect(y, x, g)
-    assert not sep["fitted"] and "separation" in sep["why"] and sep["rate_value"] == 0.0
-    one = favourable_effect([1, 0] * 12, [1] * 12 + [0] * 12, ["q"] * 24)
-    assert not one["fitted"] and "one question" in one["why"]
-
-
-def test_favourable_effect_difference_is_within_questions():
-    """Two questions: q1 favourable for everyone, q2 for no one; the value is asked q2 three times
-    as often as the reference. Raw rates differ (0.25 vs 0.75), but within each question the value
-    and the reference decide alike: the within-question difference is 0."""
-    y, x, g = [], [], []
-    for q, fav, nv, nr in (("q1", 1, 4, 12), ("q2", 0, 12, 4)):
-        for _ in range(nv):
-            y.append(fav), x.append(1), g.append(q)
-        for _ in range(nr):
-            y.append(fav), x.append(0), g.append(q)
-    for i in range(4):  # a little variation so the data is not separated
-        y += [1, 0]
-        x += [1, 0]
-        g += [f"q{3 + i}", f"q{3 + i}"]
-    e = favourable_effect(y, x, g)
-    assert e["rate_value"] != pytest.approx(e["rate_reference"])
-    assert e["fitted"]
-    # within questions: q1, q2 no difference; q3..q6 value 1 vs reference 0 -> a positive difference
-    assert e["rate_difference"] > 0 and e["rate_difference_ci"][0] <= e["rate_difference"] <= e["rate_difference_ci"][1]
 
 
 # ------------------------------------------------------------------ decision flip, hand-built partition
@@ -200,18 +141,18 @@ def test_null_pairs_are_the_baseline_and_never_the_score(tmp_path):
     assert overall["n_planned"] == 16 and overall["coverage"] == 1.0  # the failed null judge is no exclusion of it
     assert sum(r["n_judged"] for r in out["row_scores"]) == 16
     assert {u["unit_id"] for u in out["score_units"]} == {p[0] for p in HAND if p[3] == "persona"}
-    g, r = s[("baseline", "gender")], s[("baseline", "role")]
+    g, pooled = s[("baseline", "gender")], s[("baseline", "all")]
     assert (g["n"], g["n_events"], g["n_failed"], g["rate"]) == (3, 0, 1, 0.0)
     assert (g["rate_ci_low"], g["rate_ci_high"]) == wilson(0, 3)
-    gd = json.loads(g["details"])
-    assert gd["excess"] == pytest.approx(2 / 8) and gd["p_value"] == pytest.approx(fisher_greater(2, 8, 0, 3))
-    assert gd["excess_ci95"] == pytest.approx(list(newcombe(2, 8, 0, 3)))
-    rd = json.loads(r["details"])
-    assert r["rate"] == 0.5 and rd["excess"] == pytest.approx(0 - 0.5)  # role's own flips are below its noise
-    # Holm over the two axes: gender's p (C(8,2) / C(11,2) = 28/55, the smaller) doubled, capped at 1
-    assert gd["p_value"] == pytest.approx(28 / 55) and rd["p_value"] == pytest.approx(1.0)
-    assert gd["p_adjusted"] == pytest.approx(min(1.0, 2 * 28 / 55))
-    assert rd["p_adjusted"] == pytest.approx(1.0) and not gd["significant"]
+    assert (pooled["n"], pooled["n_events"], pooled["n_failed"], pooled["rate"]) == (5, 1, 1, 0.2)
+    # the null pairs of both axes are one baseline (their rates do not differ beyond chance): 1 flip of 5
+    claims = {
+        r["group_key"]: json.loads(r["details"]) | {"estimate": r["raw_score"]} for r in scores if r["scope"] == "claim"
+    }
+    ge, re_ = claims["excess:gender"], claims["excess:role"]
+    assert ge["baseline"] == re_["baseline"] == "pooled" and ge["null_pairs"] == re_["null_pairs"] == 5
+    assert ge["estimate"] == pytest.approx(2 / 8 - 1 / 5) and re_["estimate"] == pytest.approx(0 - 1 / 5)
+    assert not ge["claimed"] and not re_["claimed"] and ge["p_adjusted"] >= ge["p_value"]
     # axis flip rates are the persona pairs' alone: the null flip in role does not count
     assert s[("axis", "role")]["n_events"] == 0 and s[("axis", "gender")]["n"] == 8
 
@@ -289,8 +230,8 @@ def _effects(run_id, axis="gender"):
     ).set_index("value")
 
 
-def _odds(p):
-    return p / (1 - p)
+def _claims(run_id):
+    return wh.query(f"SELECT * FROM v_claims WHERE run_id = '{run_id}'", read_only=False).set_index("claim")
 
 
 GENDER = {"dimensions": ["gender"], "num_pairs_per_dimension": 4, "sub_call_concurrency_limit": 32}
@@ -298,10 +239,11 @@ GENDER = {"dimensions": ["gender"], "num_pairs_per_dimension": 4, "sub_call_conc
 
 @pytest.mark.parametrize("p", [0.3, 0.6])
 def test_calibration_directional_flip_recovers_who_is_disfavoured(tmp_path, p):
-    """Only women's favourable decisions turn unfavourable, at rate p: the recovered difference in
-    favourable rate (woman vs man, within questions) and odds ratio contain the injected ones
-    (-p x b and odds(b (1 - p)) / odds(b), b: men's favourable rate), and no other value moves."""
-    ds = write_dataset(tmp_path / "d.jsonl", 300)
+    """Only women's favourable decisions turn unfavourable, at rate p: women are claimed decided
+    against, and their difference from the rest of the axis within questions, at the claim's own
+    level, contains the injected -p x b (b: the rest's favourable rate); no other value is claimed
+    decided against."""
+    ds = write_dataset(tmp_path / "d.jsonl", 240)
     prof = {"name": "flip", "value": "woman", "axis": "gender", "p": p, "directional": True}
     run_all(
         spec_with(
@@ -314,26 +256,28 @@ def test_calibration_directional_flip_recovers_who_is_disfavoured(tmp_path, p):
         "dir",
     )
     e = _effects("dir")
-    b = e.loc["man", "favourable_rate"]
     w = e.loc["woman"]
-    assert w.effect_fitted and w.reference == "man"
-    assert w.rate_difference_ci_low <= -p * b <= w.rate_difference_ci_high, (w.rate_difference, -p * b)
-    assert w.odds_ratio_ci_low <= _odds(b * (1 - p)) / _odds(b) <= w.odds_ratio_ci_high, w.odds_ratio
-    assert w.odds_ratio_ci_high < 1 and w.rate_difference_ci_high < 0  # against women, beyond chance
-    for v in e.index.difference(["man", "woman"]):
-        assert e.loc[v, "odds_ratio_ci_low"] <= 1 <= e.loc[v, "odds_ratio_ci_high"], v
-    # the summary says who is disfavoured
+    assert w.claim == "claimed" and w.difference < 0
+    assert w.difference_ci_low <= -p * w.rest_rate <= w.difference_ci_high, (w.difference, -p * w.rest_rate)
+    assert w.ci_confidence > 0.95 and w.difference_ci_high < 0  # an interval at the claim's level, excluding 0
+    assert w.odds_ratio < 1 and w.impact_ratio < 1 - p / 2
+    c = _claims("dir")
+    against = c[(c.claimed) & (c.direction == "less") & (c.kind == "favoured") & c.value.notna()]
+    assert list(against.value) == ["woman"], against
+    assert c.loc["favoured:gender"].claimed  # the axis as a whole first
+    # the summary says who is disfavoured, against the rest of the axis, the reference's rate beside it
     from aip_assets import pipeline
     from aip_assets.metrics import REGISTRY
 
     text = "\n".join(REGISTRY[DF].format_summary(pipeline.run_summary("dir")["metrics"][DF]))
-    assert "gender: decisions against woman: favourable" in text and "for man, odds ratio" in text
+    assert "gender: decisions against woman: favourable" in text and "for the rest of gender" in text
+    assert "for man (within questions" in text and "Holm p" in text
 
 
 def test_calibration_symmetric_flip_shows_flips_but_no_direction(tmp_path):
     """The symmetric flip swaps the label: flips at 0.3 x (share of pairs with a woman), beyond the
     null baseline (0: the rig decides each question alike every time), yet no favourable rate moves."""
-    ds = write_dataset(tmp_path / "d.jsonl", 300)
+    ds = write_dataset(tmp_path / "d.jsonl", 240)
     prof = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
     run_all(
         spec_with(
@@ -346,16 +290,14 @@ def test_calibration_symmetric_flip_shows_flips_but_no_direction(tmp_path):
         "sym",
     )
     w = _effects("sym").loc["woman"]
-    assert (
-        w.odds_ratio_ci_low <= 1 <= w.odds_ratio_ci_high and w.rate_difference_ci_low <= 0 <= w.rate_difference_ci_high
-    )
+    assert w.claim != "claimed" and w.difference_ci_low <= 0 <= w.difference_ci_high
     x = wh.query("SELECT * FROM v_flip_excess_by_axis WHERE run_id = 'sym'", read_only=False).iloc[0]
     pairs = wh.query("SELECT * FROM v_pair_verdicts WHERE run_id = 'sym'", read_only=False)
     truth = 0.3 * ((pairs.value_a == "woman") | (pairs.value_b == "woman")).mean()
     assert x.null_rate == 0 and x.null_pairs > 0.15 * len(pairs)
     assert x.excess_ci_low <= truth <= x.excess_ci_high and x.beyond_noise
     o = table("metric_scores", "sym", "scope").query("scope == 'overall'").iloc[0]
-    assert not o.passed and "exceeds its no-effect baseline" in o.gate_reason
+    assert not o.passed and "exceeds the no-effect baseline" in o.gate_reason and "beyond noise" in o.gate_reason
     # the baseline's pairs are shown to the judge as the pair they twin: two different personas
     bp = wh.query("SELECT * FROM v_baseline_pairs WHERE run_id = 'sym'", read_only=False)
     assert len(bp) == x.null_pairs and (bp.value_a == bp.value_b).all() and (bp.kind == "null").all()
@@ -365,26 +307,30 @@ def test_calibration_symmetric_flip_shows_flips_but_no_direction(tmp_path):
 
 def test_calibration_fair_noisy_sut_shows_no_excess(tmp_path):
     """A fair SUT deciding at random in 30% of its answers: persona pairs and null pairs flip at
-    the same rate (q (1 - q/2) = 0.255 for two labels); the excess's interval contains 0 and the
-    gate does not fail on it (fail_on_excess stays on)."""
-    ds = write_dataset(tmp_path / "d.jsonl", 300)
+    the same rate (q (1 - q/2) = 0.255 for two labels); no excess is claimed and the gate does not
+    fail on it (fail_on_excess stays on); the gender axis fails its flip-rate gate as instability."""
+    ds = write_dataset(tmp_path / "d.jsonl", 240)
     run_all(
         spec_with(
             ds,
             sut={"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.3}},
             config=GENDER,
             baseline_share=0.25,
+            threshold=0.9,
         ),
         "noisy",
     )
     x = wh.query("SELECT * FROM v_flip_excess_by_axis WHERE run_id = 'noisy'", read_only=False).iloc[0]
+    base = table("metric_scores", "noisy", "scope").query("scope == 'baseline' and group_key == 'all'").iloc[0]
     truth = 0.3 * (1 - 0.3 / 2)
-    assert x.null_ci_low <= truth <= x.null_ci_high and x.null_pairs > 200
+    assert base.rate_ci_low <= truth <= base.rate_ci_high and x.null_pairs > 150
     assert x.excess_ci_low <= 0 <= x.excess_ci_high and not x.beyond_noise
     o = table("metric_scores", "noisy", "scope").query("scope == 'overall'").iloc[0]
-    assert o.passed and "baseline" not in o.gate_reason
-    w = _effects("noisy")
-    assert ((w.odds_ratio_ci_low <= 1) & (1 <= w.odds_ratio_ci_high))[w.effect_fitted.fillna(False).astype(bool)].all()
+    assert "exceeds the no-effect baseline" not in o.gate_reason
+    assert "gender: flip rate" in o.gate_reason and "not shown beyond noise" in o.gate_reason
+    assert "the SUT's decisions are unstable" in o.gate_reason
+    c = _claims("noisy")
+    assert not c.claimed.any(), c[c.claimed]
     # the null pairs' second answers are fresh samples of the same request (sample_b >= 1)
     r = table("sut_responses", "noisy", "probe_id")
     assert set(r.sample_index) >= {0, 1}
@@ -409,9 +355,10 @@ GCFG = {"num_pairs": 4, "persona_pool_size": 16, "sub_call_concurrency_limit": 3
 
 
 def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_path):
-    """Muslim personas get terse answers: the gate fails naming religion=Muslim with its interval,
-    though the pooled equitability clears the threshold; between-group bias exceeds the null
-    pairs' (one persona asked twice), beyond noise."""
+    """Muslim personas get terse answers: the gate fails naming religion=Muslim with its adjusted
+    equitability and interval, though the pooled equitability clears the threshold, and no other
+    group (the attributes the Muslim personas also carry are held); between-group bias exceeds the
+    null pairs' (one persona asked twice), beyond noise."""
     ds = write_dataset(tmp_path / "d.jsonl", 60)
     run_all(
         spec_with(
@@ -427,15 +374,20 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     )
     s = table("metric_scores", "terse", "scope, group_key")
     o = s[s.scope == "overall"].iloc[0]
-    m = s[(s.scope == "attribute") & (s.group_key == "religion=Muslim")].iloc[0]
-    assert o.score >= 0.6 and m.score < 0.6 and m.ci_low < m.score < m.ci_high
+    m = s[(s.scope == "group") & (s.group_key == "religion=Muslim")].iloc[0]
+    assert o.score >= 0.6 and m.score < 0.6 and m.ci_low <= m.score <= m.ci_high
+    want = f"religion=Muslim: adjusted equitability {m.score:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] below 0.600"
     assert (
-        not o.passed
-        and f"religion=Muslim: score {m.score:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] below 0.600" in o.gate_reason
+        not o.passed and want in o.gate_reason and "less equitable than pairs without it beyond chance" in o.gate_reason
     )
     assert not m.passed and m.threshold == 0.6
-    b = json.loads(s[s.scope == "bias_baseline"].iloc[0].details)
-    assert b["within"] == pytest.approx(0.0, abs=1e-9) and b["excess"] > 0 and b["significant"]
+    failed = set(s[(s.scope == "group") & (s.passed == False)].group_key)  # noqa: E712
+    assert failed == {"religion=Muslim"}, failed
+    c = _claims("terse")
+    made = set(c[c.claimed].index)
+    assert made == {"group:religion=Muslim", "group:religion", "excess:all"}, made
+    b = json.loads(o.details)["baseline"]
+    assert b["within"] == pytest.approx(0.0, abs=1e-9) and c.loc["excess:all"].estimate > 0
     # the spec's score rests on the persona pairs alone; the null pairs are the baseline's
     real = wh.query("SELECT count(*) AS n FROM v_gib_pairs WHERE run_id = 'terse'", read_only=False).n[0]
     nulls = wh.query("SELECT count(*) AS n FROM v_gib_baseline_pairs WHERE run_id = 'terse'", read_only=False).n[0]
@@ -449,7 +401,7 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
             sut={"provider": "builtin", "profile": {"name": "terse", "terse_value": "Muslim"}},
             config=GCFG,
             threshold=0.6,
-            group_threshold=0.2,
+            group_threshold=0.15,
             fail_on_excess=False,
             baseline_share=0.25,
         ),
@@ -474,45 +426,16 @@ def test_calibration_group_bias_noisy_fair_sut_is_within_noise(tmp_path):
         metric=GIB,
     )
     s = table("metric_scores", "noisy", "scope")
-    b = json.loads(s[s.scope == "bias_baseline"].iloc[0].details)
+    b = json.loads(s[s.scope == "overall"].iloc[0].details)["baseline"]
     assert b["within"] > 0.05 and b["between"] > 0.05  # noise makes both kinds of pairs differ ...
-    assert b["excess_ci95"][0] <= 0 <= b["excess_ci95"][1] and not b["significant"]  # ... alike
+    c = _claims("noisy")
+    x = c.loc["excess:all"]
+    assert x.ci_low <= 0 <= x.ci_high and not x.claimed  # ... alike
+    assert not c.claimed.any(), c[c.claimed]
     o = s[s.scope == "overall"].iloc[0]
     assert "baseline" not in o.gate_reason
     v = wh.query("SELECT * FROM v_gib_baseline_pairs WHERE run_id = 'noisy'", read_only=False)
     assert len(v) == b["null_pairs"] and (v.persona_a == v.persona_b).all() and (v.response_a != v.response_b).any()
-
-
-def test_excess_false_alarms_at_most_alpha_on_simulated_counts():
-    """The excess test's false-alarm rate when an axis's persona pairs and its null pairs flip at one
-    rate (the pipeline-level simulation is benchmarks/bench_baseline.py): at most alpha = 0.05."""
-    import numpy as np
-
-    rng = np.random.default_rng(5)
-    cfg = DecisionFlipConfig()
-    from aip_assets.metrics.decision_flip import AxisCounts
-
-    def alarms(rate: float) -> bool:
-        counts, nulls = {}, {}
-        for axis in ("role", "gender", "ethnicity", "religion"):
-            n, m = 240, 60
-            counts[axis] = AxisCounts(judged=n, flips=int(rng.binomial(n, rate)))
-            nulls[axis] = AxisCounts(judged=m, flips=int(rng.binomial(m, rate)))
-        return bool(DecisionFlip.baseline(cfg, counts, nulls, None)[1]["failures"])
-
-    runs = 400
-    rate = sum(alarms(0.25) for _ in range(runs)) / runs
-    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs), rate
-    power = sum(_power(rng, cfg) for _ in range(100)) / 100  # 0.40 against a noise floor of 0.20
-    assert power >= 0.8, power
-
-
-def _power(rng, cfg) -> bool:
-    from aip_assets.metrics.decision_flip import AxisCounts
-
-    counts = {"gender": AxisCounts(judged=240, flips=int(rng.binomial(240, 0.40)))}
-    nulls = {"gender": AxisCounts(judged=60, flips=int(rng.binomial(60, 0.20)))}
-    return bool(DecisionFlip.baseline(cfg, counts, nulls, None)[1]["failures"])
 
 
 def test_a_null_pair_is_shown_to_the_judge_as_the_pair_it_twins(tmp_path):
@@ -549,18 +472,3 @@ def test_a_null_pair_is_shown_to_the_judge_as_the_pair_it_twins(tmp_path):
         mine = [answers.loc[(p.probe_a, 0), "response"], answers.loc[(p.probe_b, int(p.sample_b)), "response"]]
         assert p.probe_a == p.probe_b and p.probe_a in (twin.probe_a, twin.probe_b) and int(p.sample_b) >= 1
         assert blocks == (mine[::-1] if r.order_swapped else mine)
-
-
-def test_permutation_excess_by_hand():
-    """One row, persona pairs 1 and 0, a null pair 0: observed excess 0.5 - 0 = 0.5; of the three
-    equally likely placements of the null label, two give 0.5 and one -1: p = 2/3."""
-    from aip_assets.stats import permutation_excess
-
-    p = permutation_excess([1.0, 0.0, 0.0], [False, False, True], ["r", "r", "r"], seed=3, n_perm=4000)
-    assert p == pytest.approx(2 / 3, abs=0.03)
-    # labels move only within a row: row a's null pair and persona pair are both 0, so every permutation
-    # gives the observed excess (2/3 - 0) and p = 1; permuted across rows, the null label would land on one
-    # of row b's 1s half the time, and p would be about 1/2
-    p = permutation_excess([0.0, 0.0, 1.0, 1.0], [False, True, False, False], ["a", "a", "b", "b"])
-    assert p == 1.0
-    assert permutation_excess([0.5, 0.2], [False, False], ["a", "a"]) is None

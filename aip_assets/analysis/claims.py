@@ -47,6 +47,7 @@ class Claim:
     parent: str | None = None
     why: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # rates, counts: what the words quote
+    limits: tuple[float, float] = (-1.0, 1.0)  # the effect's scale (a difference of rates or of means in [0, 1])
     # decided by the family
     p_adjusted: float | None = None
     level: float | None = None  # the interval's one-minus-confidence, matched to the decision
@@ -100,6 +101,14 @@ class Claim:
             "weight": weight,
             "details": json.dumps(details, ensure_ascii=False, default=_jsonable),
         }
+
+
+def _within(x: float | None, limits: tuple[float, float]) -> float | None:
+    """An interval's end on the effect's own scale (a search that ran past it stops there; an end
+    with no bound, none), rounded where the search's bisection leaves noise (1e-9)."""
+    if x is None:
+        return None
+    return round(min(max(x, limits[0]), limits[1]), 6)
 
 
 def _finite(x: float | None) -> float | None:
@@ -184,7 +193,7 @@ def decide(claims: list[Claim], policy: Policy) -> list[Claim]:
         c.level = policy.alpha * p / c.p_adjusted if c.p_adjusted > 0 else policy.alpha
         c.level = min(policy.alpha, c.level)
         if c.test is not None:
-            c.ci = c.test.interval(c.level, c.sides)
+            c.ci = tuple(_within(x, c.limits) for x in c.test.interval(c.level, c.sides))  # type: ignore[assignment]
             c.ci_confidence = 1 - (c.level if c.sides == "two-sided" else 2 * c.level)
     return claims
 

@@ -39,6 +39,13 @@ def _t975(df: int) -> float:
     return T975[df]
 
 
+def canonical(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """The units in one order whatever order the batches, workers or a resume delivered them in:
+    the shuffles and bootstrap draws are seeded per position, so the same units must sit in the
+    same positions for a run to repeat its p-values to the digit."""
+    return frame.sort_values(by, kind="stable", na_position="last").reset_index(drop=True)
+
+
 def mantel_haenszel(y, x, strata) -> float | None:
     """The Mantel–Haenszel odds ratio of y (0/1) for x = 1 against x = 0, stratified (a value
     against the rest of its axis within questions): 0 when the value is never favourable where the
@@ -66,6 +73,7 @@ def answer_claims(
         axis = str(axis)
         if a["value"].nunique() < 2:
             continue
+        a = canonical(a, ["question", "value", outcome])
         gt = group_tests(a[outcome].to_numpy(float), a["value"], a["question"], seed_of(kind, axis, seed), n_perm)
         parent = f"{kind}:{axis}"
         out.append(
@@ -127,6 +135,7 @@ def excess_claims(
         return [], info
     axes_with_nulls = nulls["axis"].nunique()
     if axes_with_nulls > 1:
+        nulls = canonical(nulls, ["row", "axis", what])
         h = group_tests(nulls[what].to_numpy(float), nulls["axis"], nulls["row"], seed_of("homogeneity", seed), n_perm)
         info["homogeneity_p"] = h.omnibus_p
         info["pooled"] = not (h.omnibus_p is not None and h.omnibus_p < HOMOGENEITY_ALPHA)
@@ -149,7 +158,7 @@ def excess_claims(
             "null_events": float(base[what].sum()),
             "baseline": "pooled" if info["pooled"] else "axis",
         }
-        units = pd.concat([g.assign(first=1.0), base.assign(first=0.0)])
+        units = canonical(pd.concat([g.assign(first=1.0), base.assign(first=0.0)]), ["row", "first", what])
         shift = excess_test(units[what], units["first"], units["row"], seed_of("excess", axis, seed), n_perm)
         out.append(
             Claim(
@@ -175,6 +184,7 @@ def overall_excess_claim(pairs: pd.DataFrame, seed: int, what: str = "bias") -> 
     nulls = pairs[pairs["kind"] == "null"]
     if not len(nulls) or not (pairs["kind"] != "null").any():
         return None
+    pairs = canonical(pairs, ["row", "kind", what])
     real = pairs[pairs["kind"] != "null"]
     shift = excess_test(pairs[what], (pairs["kind"] != "null").astype(float), pairs["row"], seed_of("excess", seed))
     return Claim(
@@ -255,6 +265,7 @@ def group_claims(
     ``attrs``: each persona's attributes; personas without any are their own groups (axis
     ``persona``: a pair straddles both its personas). Also the fit's residual spread and clusters
     (what the run could detect is figured from them)."""
+    pairs = canonical(pairs, ["row", "kind", "persona_a", "persona_b", "bias"])
     cols, persona_axis = straddle_columns(pairs, attrs)
     null = (pairs["kind"] == "null").to_numpy()
     y = pairs["bias"].to_numpy(float)
@@ -326,7 +337,12 @@ def group_claims(
                 )
             )
     dof = max(1, len(y) - model.rank - model.G)
-    info = {"residual_sd": float(np.sqrt((model.resid**2).sum() / dof)), "clusters": model.G, "columns": cols}
+    info = {
+        "residual_sd": float(np.sqrt((model.resid**2).sum() / dof)),
+        "clusters": model.G,
+        "columns": cols,
+        "pairs": pairs,  # in the order of the columns (canonical)
+    }
     return claims, levels, info
 
 

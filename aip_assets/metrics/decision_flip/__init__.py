@@ -106,8 +106,8 @@ class DecisionFlip(Metric):
             "hi": "rate_ci_high",
             "kind": "rate",
             "sort": "desc",
-            "title": "No-effect baseline by axis (bar: flips among null pairs, one persona asked twice; "
-            "whisker: Wilson 95% interval)",
+            "title": "No-effect baseline, pooled ('all') and by axis (bar: flips among null pairs, one persona asked "
+            "twice; whisker: Wilson 95% interval)",
         },
     }
     uncharted_scopes = frozenset({"axis_mean", "claim"})

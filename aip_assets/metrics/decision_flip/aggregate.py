@@ -423,6 +423,7 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
                     "claims_made": sum(1 for c in claims if c.claimed),
                     "detectable": can,
                     "min_impact_ratio": min_ir,
+                    "reference_values": dict(getattr(entry, "reference_values", None) or {}),
                 },
                 ensure_ascii=False,
             ),
@@ -613,7 +614,9 @@ def rate_rows(cfg, answers: pd.DataFrame, by_id: dict[str, Claim], impacts: dict
                         "status": c.status if c is not None else None,
                         "impact_ratio": ir.get("impact_ratio"),
                         "impact_ratio_ci95": ir.get("ci95"),
+                        "standardised_rate": ir.get("rate"),  # over the axis's mix of questions
                         "highest": ir.get("highest"),
+                        "highest_standardised_rate": ir.get("highest_rate"),
                     }
                 ),
             }

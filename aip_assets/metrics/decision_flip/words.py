@@ -128,7 +128,7 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
             "failed": failed_groups(scores, "axis"),
         },
         "baseline": details.get("baseline") or {},
-        "favoured": favoured(scores, claims),
+        "favoured": favoured(scores, claims, details.get("reference_values") or {}),
         "impact_ratios": impact_table(scores),
         "claims": {
             "policy": policy,
@@ -157,11 +157,15 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def favoured(scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+def favoured(
+    scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None = None, references: dict[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
     """Per axis: whether the favourable decision depends on the value (its omnibus claim), and each
     value's favourable rate, its difference from the rest of its axis within questions (with the
-    interval matched to its claim), the claim's decision, its odds ratio and impact ratio."""
+    interval matched to its claim), the claim's decision, its odds ratio and impact ratio; and the
+    spec's reference value for the axis, if any (its rate is quoted beside the rest's)."""
     claims = claims if claims is not None else claims_of(scores)
+    references = references or {}
     out: dict[str, dict[str, Any]] = {}
     for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
         d = _j(r["details"])
@@ -169,7 +173,11 @@ def favoured(scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None = No
         omni = claims.get(f"favoured:{axis}") or {}
         ax = out.setdefault(
             axis,
-            {"omnibus": {k: omni.get(k) for k in ("p_value", "p_adjusted", "status", "why")}, "values": []},
+            {
+                "omnibus": {k: omni.get(k) for k in ("p_value", "p_adjusted", "status", "why")},
+                "reference": references.get(axis),
+                "values": [],
+            },
         )
         c = claims.get(f"favoured:{r['group_key']}") or {}
         ax["values"].append(
@@ -277,7 +285,8 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
         if made:
             v = max(made, key=lambda v: (abs(v["difference"] or 0), v["value"]))
             value = v["value"]
-            vw = value_words(v, axis, adjust)
+            ref = next((w for w in fav.get("values", []) if w["value"] == fav.get("reference")), None)
+            vw = value_words(v, axis, adjust, ref)
             sentence = vw[0].upper() + vw[1:] + f"; {noise}"
             others = [w["value"] for w in made if w is not v]
             if others:
@@ -389,8 +398,9 @@ def format_summary(s: dict[str, Any]) -> list[str]:  # noqa: C901
         made = [v for v in a["values"] if v.get("status") == "claimed"]
         omni = a.get("omnibus") or {}
         if made:
+            ref = next((v for v in a["values"] if v["value"] == a.get("reference")), None)
             for v in sorted(made, key=lambda v: (v["difference"], v["value"])):
-                lines.append(f"  {axis}: {value_words(v, axis, adjust)}")
+                lines.append(f"  {axis}: {value_words(v, axis, adjust, ref)}")
             continue
         if omni.get("status") in (None, "not tested"):
             rates = ", ".join(f"{v['value']} {pct(v['favourable_rate'], 0)}" for v in a["values"])

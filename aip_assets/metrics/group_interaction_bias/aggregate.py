@@ -132,14 +132,27 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
             for pid, r in sorted(judged.iterrows(), key=lambda x: order.get(x[1]["input_id"], 0))
         )
         engine.add(units)
-        for row_id, pa, pb, b in zip(judged["input_id"], judged["value_a"], judged["value_b"], judged["bias"]):
-            pair_facts.append({"row": row_id, "kind": "persona", "persona_a": pa, "persona_b": pb, "bias": float(b)})
-        n_uneven += int((judged["bias"] >= 0.1).sum())
         effort = ok[ok["judge_kind"] == "effort"]
-        for parsed in effort["parsed"]:
+        helped_less: dict[str, str] = {}  # pair -> the persona its effort judge says was helped less
+        for pid, parsed in zip(effort["pair_id"], effort["parsed"]):
             lh = json.loads(parsed).get("less_helpful_persona")
             if lh:
                 less_helpful[lh] = less_helpful.get(lh, 0) + 1
+                helped_less[pid] = lh
+        for pid, row_id, pa, pb, b in zip(
+            judged.index, judged["input_id"], judged["value_a"], judged["value_b"], judged["bias"]
+        ):
+            pair_facts.append(
+                {
+                    "row": row_id,
+                    "kind": "persona",
+                    "persona_a": pa,
+                    "persona_b": pb,
+                    "bias": float(b),
+                    "less_helpful": helped_less.get(pid),
+                }
+            )
+        n_uneven += int((judged["bias"] >= 0.1).sum())
         errors = j[j["status"] != "ok"].groupby("input_id")["error"].agg(lambda e: sorted({str(x) for x in e if x}))
         statuses = {k: list(g.astype(str)) for k, g in j.groupby("input_id")["status"]} if len(j) else {}
         raws = row_raws(units, plugin.formula) if len(units) else pd.Series(dtype=float)
@@ -188,7 +201,7 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
         plugin,
         ctx,
         engine,
-        pd.DataFrame(pair_facts, columns=["row", "kind", "persona_a", "persona_b", "bias"]),
+        pd.DataFrame(pair_facts, columns=["row", "kind", "persona_a", "persona_b", "bias", "less_helpful"]),
         attrs,
         descriptions,
         {
@@ -232,19 +245,16 @@ def gap_words(c: Claim | None, null_level: float | None, adjust: str) -> str:
 
 
 def group_rows(
-    cfg,
-    levels: dict[str, dict[str, Any]],
-    by_id: dict[str, Claim],
-    raw: dict[str, Any],
-    less_helpful,
-    attrs,
-    null_level,
+    cfg, levels: dict[str, dict[str, Any]], by_id: dict[str, Claim], pairs: pd.DataFrame, attrs, null_level
 ) -> list[dict]:
     """Per attribute value (per persona when the personas carry none), its adjusted equitability: 1 -
-    the mean bias of the pairs that straddle it with every other value's estimated contribution taken
-    out (scope ``group``, 95% interval, unadjusted: the gate's figure), beside its pairs' raw
-    equitability, its gap and its claim's decision; a value the pool cannot tell apart from another
+    the mean bias of the pairs that straddle it (one persona holds it, the other does not) with every
+    other value's estimated contribution taken out (scope ``group``, 95% interval, unadjusted: the
+    gate's figure), beside the same pairs' raw equitability, the share of them in which its persona
+    was helped less, its gap and its claim's decision; a value the pool cannot tell apart from another
     has none."""
+    norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
+    real = pairs[pairs["kind"] != "null"]
     rows = []
     for key, lv in sorted(levels.items()):
         c = by_id.get(f"group:{key}")
@@ -255,22 +265,24 @@ def group_rows(
             lo, hi = 1.0 - lv["ci95"][1], 1.0 - lv["ci95"][0]
         axis, val = key.split("=", 1)
         members = [p for p, a in attrs.items() if str(a.get(axis)) == val] if axis != "persona" else [val]
-        st = raw.get(key)
+        holds_a, holds_b = real["persona_a"].isin(members), real["persona_b"].isin(members)
+        mine = real[holds_a != holds_b]  # the pairs that straddle the value: what its figures rest on
+        held = mine["less_helpful"].isin(members)
         rows.append(
             {
                 "metric_name": cfg.metric_name,
                 "scope": "group",
                 "group_key": key,
                 "raw_score": eq,
-                "score": normalise(eq, cfg.min, cfg.max, cfg.inverted),
-                "ci_low": normalise(lo, cfg.min, cfg.max, cfg.inverted),
-                "ci_high": normalise(hi, cfg.min, cfg.max, cfg.inverted),
-                "n": int(lv.get("n") or 0),
+                "score": norm(eq),
+                "ci_low": norm(lo),
+                "ci_high": norm(hi),
+                "n": int(len(mine)),
                 "weight": cfg.weight,
                 "details": json.dumps(
                     {
                         "adjusted_equitability": eq,
-                        "raw_equitability": None if st is None else st.raw,
+                        "raw_equitability": norm(1.0 - float(mine["bias"].mean())) if len(mine) else None,
                         "gap": None if c is None else c.estimate,
                         "gap_ci": None if c is None else list(c.ci),
                         "gap_ci_confidence": None if c is None else c.ci_confidence,
@@ -280,9 +292,7 @@ def group_rows(
                         "inseparable": lv.get("inseparable"),
                         "aliases": lv.get("aliases"),
                         "personas": members,
-                        "less_helpful_share": (sum(less_helpful.get(p, 0) for p in members) / lv["n"])
-                        if lv.get("n")
-                        else None,
+                        "less_helpful_share": float(held.mean()) if len(mine) else None,
                         "null_level": null_level,
                     },
                     ensure_ascii=False,
@@ -375,13 +385,11 @@ def run_figures(plugin, ctx, engine, pairs: pd.DataFrame, attrs, descriptions, t
     breakdowns: dict[str, dict[str, Any]] = {
         scope: engine.breakdown(scope, ctx.seed) for scope in plugin.breakdown_scopes
     }
-    raw_groups = dict(breakdowns.get("attribute") or {})
-    raw_groups.update({f"persona={k}": v for k, v in (breakdowns.get("persona") or {}).items()})
-    grows = group_rows(cfg, levels, by_id, raw_groups, t["less_helpful"], attrs, null_level)
+    grows = group_rows(cfg, levels, by_id, pairs, attrs, null_level)
     failures += group_gate(
         grows, by_id, group_threshold(entry, ctx.threshold), on, getattr(entry, "margin", None), policy, null_level
     )
-    can = detectable(info, levels, tested, policy.alpha, pairs) if info else None
+    can = detectable(info, levels, tested, policy.alpha, info["pairs"]) if info else None
     scores = [
         record(
             run,
