@@ -406,10 +406,9 @@ def format_summary(s: dict[str, Any]) -> list[str]:  # noqa: C901
             rates = ", ".join(f"{v['value']} {pct(v['favourable_rate'], 0)}" for v in a["values"])
             lines.append(f"  {axis}: not tested ({omni.get('why') or 'too few answers'}): {rates}")
             continue
-        lowest = min(a["values"], key=lambda v: (v["favourable_rate"], v["value"]))
         lines.append(
-            f"  {axis}: no value decided for or against beyond chance (the axis as a whole: {p_words(omni, adjust)}; "
-            f"lowest {lowest['value']} {pct(lowest['favourable_rate'], 0)})"
+            f"  {axis}: no value decided for or against beyond chance (the axis as a whole: {p_words(omni, adjust)}, "
+            f"{len(a['values'])} values)"
         )
     irs = [ir for ir in s.get("impact_ratios") or [] if ir.get("impact_ratio") is not None]
     if irs:
