@@ -71,6 +71,7 @@ VIEWS: dict[str, str] = {
                CAST(details -> 'impact_ratio_ci95' ->> 0 AS DOUBLE) AS ci_low,
                CAST(details -> 'impact_ratio_ci95' ->> 1 AS DOUBLE) AS ci_high,
                details ->> 'highest' AS highest_value, threshold AS min_impact_ratio, passed
-        FROM metric_scores WHERE scope = 'favourable' AND details ->> 'impact_ratio' IS NOT NULL
+        FROM metric_scores
+        WHERE metric = 'llm.decision_flip' AND scope = 'favourable' AND (details ->> 'impact_ratio') IS NOT NULL
     """,
 }
