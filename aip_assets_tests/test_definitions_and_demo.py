@@ -187,7 +187,7 @@ def test_readme_demo_command_runs_offline(capsys):
     }
     gender = next(f for f in findings if f["metric"] == "llm.decision_flip" and f["group"] == "gender")
     n = gender["numbers"]
-    assert n["flip_rate"] == 0.18 and [round(x, 3) for x in n["ci95"]] == [0.123, 0.255] and n["beyond_noise"]
+    assert n["flip_rate"] == 23 / 128 and [round(x, 3) for x in n["ci95"]] == [0.123, 0.255] and n["beyond_noise"]
     assert n["value"] == "woman" and n["direction"] == "against"
     assert round(n["favourable_rate"], 2) == 0.07 and round(n["rest_rate"], 2) == 0.53
     assert gender["sentence"].startswith(

@@ -25,26 +25,6 @@ def test_cluster_bootstrap_covers_mean():
     assert lo < sum(vals) / len(vals) < hi
 
 
-def test_fisher_exact_known_values():
-    from aip_assets.stats import fisher_exact
-
-    # R: fisher.test(matrix(c(1, 8, 11, 3), 2, byrow=TRUE))$p.value = 0.002759456
-    assert fisher_exact(1, 9, 11, 14) == pytest.approx(0.002759456, rel=1e-6)
-    # the lady tasting tea: 3 of 4 right both ways, two-sided p = 0.4857143
-    assert fisher_exact(3, 4, 1, 4) == pytest.approx(0.4857143, rel=1e-6)
-    assert fisher_exact(0, 16, 4, 16) == pytest.approx(0.1012236, rel=1e-5)
-    assert fisher_exact(3, 10, 3, 10) == pytest.approx(1.0)
-    assert fisher_exact(0, 0, 3, 10) == 1.0  # nothing observed on one side: no evidence
-    assert fisher_exact(0, 30, 30, 30) < 1e-15
-
-
-def test_holm_step_down():
-    from aip_assets.stats import holm
-
-    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert holm([]) == [] and holm([0.7]) == [0.7] and holm([0.6, 0.6]) == [1.0, 1.0]
-
-
 def test_wilson_coverage_is_near_95_percent_exactly_computed():
     """Coverage of the Wilson 95% interval, summed exactly over the binomial law (no simulation
     noise) for n in {20, 50, 200} x p in {0.02, 0.1, 0.3, 0.5}: mean in [0.93, 0.97], none below
@@ -178,14 +158,6 @@ def test_bootstrap_chunks_of_any_size_give_the_same_interval(monkeypatch):
         assert stats.bootstrap(vec, ratio, seed=4, n_boot=300) == want, cells
     assert stats.bootstrap(vec[:1], ratio, seed=4, n_boot=300) == (vec[0, 0], vec[0, 0])
     assert stats.bootstrap([[1.0, 0.0]], lambda s: np.where(s[..., 1] > 0, 1.0, np.nan)) == (None, None)
-
-
-def test_fisher_exact_edges():
-    from aip_assets.stats import fisher_exact
-
-    assert fisher_exact(1, 1, 0, 10) == pytest.approx(1 / 11)  # one answer against ten: p = 1/11
-    assert fisher_exact(0, 10, 1, 1) == pytest.approx(1 / 11)
-    assert fisher_exact(0, 0, 0, 5) == 1.0 and fisher_exact(0, 5, 0, 0) == 1.0
 
 
 @pytest.mark.parametrize(

@@ -182,21 +182,19 @@ class StraddleModel:
         else:
             e0, m = self.yw.copy(), self.X[:, j].copy()
         W = self._weights(j)
-        al, be, A0, A1, A2 = [], [], [], [], []
-        n = len(self.y)
-        chunk = max(1, min(self.n_boot, BOOT_CELLS // max(1, n)))
-        for start in range(0, self.n_boot, chunk):
-            Wu = W[start : start + chunk][:, self.codes]
-            U0, U1 = Wu * e0, Wu * m
-            al.append(U0 @ a)
-            be.append(U1 @ a)
-            s0 = (self._resid_of(U0) * a) @ self.cl
-            s1 = (self._resid_of(U1) * a) @ self.cl
-            A2.append(self.scale * (s0 * s0).sum(axis=1))
-            A1.append(self.scale * (s0 * s1).sum(axis=1))
-            A0.append(self.scale * (s1 * s1).sum(axis=1))
-        cat = np.concatenate
-        return WildShift(est, se, cat(al), cat(be), cat(A0), cat(A1), cat(A2))
+        # everything a draw needs lives in cluster space: with u = w[cluster] * e, the coefficient is
+        # w . (per-cluster sums of a * e), and the full model's residual scores per cluster are
+        # w * (sums of a * e) - (w @ per-cluster sums of e * pinv) @ (per-cluster sums of a * X)
+        c0, c1 = (a * e0) @ self.cl, (a * m) @ self.cl  # G
+        P0, P1 = self.cl.T @ (self.pinv.T * e0[:, None]), self.cl.T @ (self.pinv.T * m[:, None])  # G x k
+        XaCl = (self.X * a[:, None]).T @ self.cl  # k x G
+        s0 = W * c0 - (W @ P0) @ XaCl
+        s1 = W * c1 - (W @ P1) @ XaCl
+        al, be = W @ c0, W @ c1
+        A2 = self.scale * (s0 * s0).sum(axis=1)
+        A1 = self.scale * (s0 * s1).sum(axis=1)
+        A0 = self.scale * (s1 * s1).sum(axis=1)
+        return WildShift(est, se, al, be, A0, A1, A2)
 
     def joint(self, cols: list[str], salt: int) -> float | None:
         """The wild restricted bootstrap p-value of the joint hypothesis that ``cols`` add nothing to the
