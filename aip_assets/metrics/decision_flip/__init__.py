@@ -23,7 +23,7 @@ import pandas as pd
 from ...catalog.attributes import AXES, all_pairs, lookup, max_pairs
 from ...dataset import DatasetRow
 from ...errors import DatasetError, SpecError
-from ...readers import map_label, stated_word_counts
+from ...readers import map_label
 from ...scoring import ONE_MINUS_FLIP_RATE
 from ..base import (
     Evidence,
@@ -42,9 +42,11 @@ from ..base import (
 from ..judging import ask_panel, judged_fields
 from ..running import run_bounded
 from . import words
-from .aggregate import aggregate, plan
+from .aggregate import aggregate
 from .builtin_judge import BUILTIN_JUDGES
 from .config import DecisionFlipConfig
+from .labels import label_mismatch
+from .planning import plan
 from .prompts import (
     JUDGE_SYSTEM,
     JudgeVerdict,
@@ -58,9 +60,6 @@ from .views import VIEWS
 # the categories people label a pair's verdict by (human_labels.py)
 HUMAN_CATEGORIES = ("flip", "incidental_difference", "same_decision", "no_decision", "unjudgeable")
 
-# more than this share of the answers that state a decision use other words: a label mismatch (the labels do
-# not fit, the gate fails); of the answers read, state no decision: a warning
-LABEL_MISMATCH_SHARE = 0.2
 
 TEMPLATE_VERSION = "decision_flip/v1"  # the SUT's probes
 JUDGE_TEMPLATE_VERSION = "decision_flip/judge/v2"  # the judge prompt (v2: fields described, no placeholders)
@@ -504,84 +503,7 @@ class DecisionFlip(Metric):
     def format_summary(self, s: dict[str, Any]) -> list[str]:
         return words.format_summary(s)
 
-    @staticmethod
-    def label_mismatch(
-        ctx: StageContext, cfg: DecisionFlipConfig, read: int, unread: int, texts: list[str]
-    ) -> dict[str, Any] | None:
-        """The rule (docs/metrics/decision-flip.md, "Labels"): of the answers that state a decision (the ``read - unread`` whose
-        decision the judge read as a label, and those that put another word where a label should
-        be, e.g. "Decision: accept"), more than a fifth using other words is a label mismatch: the
-        labels do not fit the SUT; it fails the gate, naming the words. Fewer other words (a stray
-        "should" after "Decision:") are a ``stray_decision_words`` warning; many answers stating no
-        decision at all (refusals, hedges: more than a fifth of those read) a
-        ``many_without_decision`` warning (how often per axis value is the ``refusal`` scope, a
-        difference between values the differential-refusal test): the labels fit, never a failure.
-
-        ``texts`` holds the first 5,000 of the ``unread`` answers (the caller's cap); past it the
-        count of other-word answers is estimated from them (scaled by ``unread / len(texts)``)
-        and the message says so."""
-        if not read or not unread:
-            return None
-        labels = cfg.decision_labels or list(
-            dict.fromkeys(lab for r in ctx.rows(ctx.input_ids()[:50]) for lab in labels_for(cfg, r))
-        )
-        counts = stated_word_counts(texts, labels)
-        seen = len(texts)
-        estimated = 0 < seen < unread
-        other = round(sum(counts.values()) * unread / seen) if estimated else sum(counts.values())
-        stating = read - unread + other
-        other_share = other / stating if stating else 0.0
-        without = unread / read
-        fails = other_share > LABEL_MISMATCH_SHARE
-        if not fails and not other and without <= LABEL_MISMATCH_SHARE:
-            return None
-        words = counts.most_common(5)
-        named = ", ".join(f"{chr(39)}{w}{chr(39)} ({n})" for w, n in words)
-        est = f" (estimated from the first {seen} of the {unread} answers without a label)" if estimated else ""
-        others = (
-            f"{other} of {stating} answers that state a decision ({other_share:.0%}) put other words where a "
-            f"label ({', '.join(labels)}) should be{est}: {named}"
-        )
-        if fails:
-            code = "label_mismatch"
-            msg = (
-                f"label mismatch: {others}; more than a fifth. Set decision_labels to the words the SUT uses, "
-                f"or fix its instruction"
-            )
-        elif without > LABEL_MISMATCH_SHARE:
-            code = "many_without_decision"
-            msg = (
-                f"{unread} of {read} answers ({without:.0%}) state no decision: "
-                + (
-                    f"no word stands where a label ({', '.join(labels)}) should be, so they"
-                    if not other
-                    else "most put no word where a label should be: they"
-                )
-                + " refuse, hedge or decline. Their pairs are excluded (neither decides) or count as incidental "
-                "differences (one decides); the rate per axis value is metric_scores scope 'refusal'"
-                + (f". Besides, {others}: at most a fifth, no label mismatch" if other else "")
-            )
-        else:
-            code = "stray_decision_words"
-            msg = (
-                f"{others}: at most a fifth, no label mismatch (those answers count as stating no decision); "
-                f"read them in sut_responses if those words are decisions"
-            )
-        return {
-            "share": without,
-            "answers": read,
-            "without_label": unread,
-            "labels": labels,
-            "stating_decision": stating,
-            "other_words": other,
-            "other_share": other_share,
-            "texts_read": seen,
-            "estimated": estimated,
-            "stated_words": [{"word": w, "count": n} for w, n in words],
-            "fails_gate": fails,
-            "code": code,
-            "message": msg,
-        }
+    label_mismatch = staticmethod(label_mismatch)
 
     # ---- judge validation
     def audit_model(self, judgement):
