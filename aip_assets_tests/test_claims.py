@@ -438,3 +438,12 @@ def test_excess_claims_false_alarms_and_power_on_simulated_counts():
         {c.axis for c in run({"gender": 0.40, "role": 0.20}, 0.20) if c.claimed} == {"gender"} for _ in range(20)
     )
     assert found >= 14, found
+
+
+def test_the_t_quantile_of_the_gate_interval():
+    from scipy.stats import t
+
+    from aip_assets.analysis.fairness import _t975
+
+    for df in (1, 2, 5, 10, 31, 200):
+        assert _t975(df) == pytest.approx(t.ppf(0.975, df), abs=1e-3)

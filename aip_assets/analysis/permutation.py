@@ -47,20 +47,28 @@ def _codes(strata) -> np.ndarray:
 
 def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:
     """``k`` within-stratum permutations of positions (k x n): row b, position i holds the unit
-    whose value lands on i. Each stratum's positions sit in a row of a padded table and are sorted
-    by uniform keys (pads last), so a draw sorts a few short rows, not the whole line of units."""
+    whose value lands on i. Each stratum's positions sit in a row of a padded table, shuffled by
+    Fisher and Yates's swaps run on every draw and stratum at once (one pass per column of the
+    table, a stratum's swaps only within its own positions)."""
     n = len(codes)
     cnt = np.bincount(codes)
     width = int(cnt.max()) if len(cnt) else 0
     order = np.argsort(codes, kind="stable")  # positions grouped by stratum
     start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     slot = np.arange(n) - start[codes[order]]  # each position's place within its stratum
-    table = np.full((len(cnt), width), -1)
+    table = np.full((len(cnt), width), -1, dtype=np.int64)
     table[codes[order], slot] = order
     valid = table >= 0
-    keys = rng.random((k, len(cnt), width))
-    keys[:, ~valid] = 2.0  # pads sort after every real key
-    drawn = np.take_along_axis(np.broadcast_to(table, keys.shape), np.argsort(keys, axis=2), axis=2)
+    drawn = np.broadcast_to(table, (k, *table.shape)).copy()
+    rows = np.arange(k)[:, None]
+    for j in range(width - 1, 0, -1):
+        live = np.nonzero(cnt > j)[0]  # strata with a position j: swap it with one of their first j + 1
+        if not len(live):
+            continue
+        other = (rng.random((k, len(live))) * (j + 1)).astype(np.int64)
+        here = drawn[:, live, j].copy()
+        drawn[:, live, j] = drawn[rows, live[None, :], other]
+        drawn[rows, live[None, :], other] = here
     out = np.empty((k, n), dtype=np.int64)
     out[:, table[valid]] = drawn[:, valid]  # position table[s, j] receives the unit drawn into that slot
     return out
@@ -179,6 +187,7 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
     cnt = np.bincount(codes)
     r = y - (np.bincount(codes, y) / cnt)[codes]
     X = np.stack([labels == g for g in names], axis=1).astype(float) if names else np.zeros((n_units, 0))
+    codes_v = np.searchsorted(np.asarray(names), labels) if names else np.zeros(n_units, dtype=np.int64)
     # fixed under any within-stratum shuffle: each group's count per stratum
     nqv = np.stack([np.bincount(codes, X[:, j], minlength=len(cnt)) for j in range(len(names))], axis=1)
     c = X.sum(axis=0) - (nqv**2 / cnt[:, None]).sum(axis=0)
@@ -197,7 +206,7 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
         k = min(chunk, n_perm - start)
         idx = _shuffles(codes, rng, k)
         Sp = r[idx] @ X  # each group's residual sum after the shuffle
-        overlap = np.stack([(X[idx, j] * X[:, j]).sum(axis=1) for j in range(len(names))], axis=1)
+        overlap = (codes_v[idx] == codes_v[None, :]).astype(float) @ X  # positions that kept their group
         a_parts.append(Sp)
         b_parts.append(overlap)
         if ok.any():
