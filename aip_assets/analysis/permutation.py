@@ -31,6 +31,8 @@ import numpy as np
 
 Sides = Literal["greater", "less", "two-sided"]
 N_PERM = 9999  # shuffles per test: p-values down to 1e-4, below a Holm step of 0.05 over 70 claims
+FIRST = 999  # shuffles drawn first; the rest only for a test whose p-value is then below EXTEND_BELOW
+EXTEND_BELOW = 0.05  # (no claim can rest on a larger raw p-value: an adjusted one is never smaller)
 CELL_BUDGET = 20_000_000  # shuffled labels held at once (chunk x units); chunks never change a result
 EPS = 1e-9  # ties count as at least as extreme
 
@@ -201,16 +203,38 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
     ok = comparable & (var > 1e-15)  # and something varies there (else its difference is exactly 0)
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_perm, CELL_BUDGET // max(1, n_units)))
-    a_parts, b_parts, q_parts = [], [], []
-    for start in range(0, n_perm, chunk):
-        k = min(chunk, n_perm - start)
-        idx = _shuffles(codes, rng, k)
-        Sp = r[idx] @ X  # each group's residual sum after the shuffle
-        overlap = (codes_v[idx] == codes_v[None, :]).astype(float) @ X  # positions that kept their group
-        a_parts.append(Sp)
-        b_parts.append(overlap)
-        if ok.any():
-            q_parts.append(((Sp[:, ok] ** 2) / var[ok]).sum(axis=1))
+    a_parts: list[np.ndarray] = []
+    b_parts: list[np.ndarray] = []
+    q_parts: list[np.ndarray] = []
+
+    def draw(count: int) -> None:
+        for start in range(0, count, chunk):
+            k = min(chunk, count - start)
+            idx = _shuffles(codes, rng, k)
+            Sp = r[idx] @ X  # each group's residual sum after the shuffle
+            a_parts.append(Sp)
+            b_parts.append((codes_v[idx] == codes_v[None, :]).astype(float) @ X)  # positions that kept their group
+            if ok.any():
+                q_parts.append(((Sp[:, ok] ** 2) / var[ok]).sum(axis=1))
+
+    def smallest_p() -> float:
+        Sp = np.concatenate(a_parts)
+        ps = [
+            (1 + int(np.sum(np.abs(Sp[:, j] - 0) >= abs(S[j]) - EPS))) / (len(Sp) + 1)
+            for j in range(len(names))
+            if ok[j]
+        ]
+        if q_parts:
+            omni = float(((S[ok] ** 2) / var[ok]).sum())
+            qp = np.concatenate(q_parts)
+            ps.append((1 + int(np.sum(qp >= omni - EPS * max(1.0, omni)))) / (len(qp) + 1))
+        return min(ps, default=1.0)
+
+    first = min(n_perm, FIRST)
+    draw(first)
+    if n_perm > first and ok.any() and smallest_p() < EXTEND_BELOW:  # sequential: precision where a claim may rest
+        draw(n_perm - first)
+    n_perm = sum(len(x) for x in a_parts)
     Sp_all = np.concatenate(a_parts) if a_parts else np.zeros((0, len(names)))
     ov_all = np.concatenate(b_parts) if b_parts else np.zeros((0, len(names)))
     shifts: dict[str, Shift | None] = {}
@@ -252,12 +276,21 @@ def excess_test(y, is_first, strata, seed: int, n_perm: int = N_PERM) -> Shift |
     d = float(y[x == 1].mean() - y[x == 0].mean())
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_perm, CELL_BUDGET // max(1, len(y))))
-    a_parts, b_parts = [], []
-    for start in range(0, n_perm, chunk):
-        k = min(chunk, n_perm - start)
-        xp = x[_shuffles(codes, rng, k)]  # the kinds, shuffled within strata
-        # T(delta) = mean over shuffled-first of (y - delta x) - mean over shuffled-second of (y - delta x)
-        a_parts.append((xp @ y) / n1 - ((1 - xp) @ y) / n0)
-        b_parts.append((xp @ x) / n1 - ((1 - xp) @ x) / n0)
+    a_parts: list[np.ndarray] = []
+    b_parts: list[np.ndarray] = []
+
+    def draw(count: int) -> None:
+        for start in range(0, count, chunk):
+            k = min(chunk, count - start)
+            xp = x[_shuffles(codes, rng, k)]  # the kinds, shuffled within strata
+            # T(delta) = mean over shuffled-first of (y - delta x) - mean over shuffled-second of (y - delta x)
+            a_parts.append((xp @ y) / n1 - ((1 - xp) @ y) / n0)
+            b_parts.append((xp @ x) / n1 - ((1 - xp) @ x) / n0)
+
+    first = min(n_perm, FIRST)
+    draw(first)
+    a = np.concatenate(a_parts)
+    if n_perm > first and (1 + int(np.sum(a >= d - EPS))) / (len(a) + 1) < EXTEND_BELOW:
+        draw(n_perm - first)  # sequential: precision where a claim may rest
     a, b = np.concatenate(a_parts), np.concatenate(b_parts)
     return Shift(d, a, b, float(np.std(a)) or 1.0 / max(1.0, min(n1, n0)))
