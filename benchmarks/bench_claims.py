@@ -40,12 +40,14 @@ is appended to ``--progress`` (JSON lines), so an interrupted job resumes where 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
 import platform
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -171,6 +173,7 @@ def _worker_setup() -> dict:
     ):
         os.environ.pop(name, None)
     _WORKER["root"] = Path(tempfile.mkdtemp(prefix="aip-bench-claims-"))
+    atexit.register(shutil.rmtree, _WORKER["root"], True)
     _WORKER["n"] = 0
     return _WORKER
 
@@ -565,7 +568,9 @@ def main() -> int:
     print(f"{len(jobs)} runs, {len(done)} done already, {len(todo)} to go, {args.workers} workers", file=sys.stderr)
     t_start = time.perf_counter()
     ctx = get_context("spawn")
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=ctx) as pool:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the workers are stopped too (below)
+    pool = ProcessPoolExecutor(max_workers=args.workers, mp_context=ctx)
+    try:
         futures = {pool.submit(run_one, j): j for j in todo}
         for k, fut in enumerate(as_completed(futures), 1):
             r = fut.result()
@@ -580,6 +585,12 @@ def main() -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    except BaseException:
+        for proc in list((pool._processes or {}).values()):  # this job's own workers, by their process
+            proc.kill()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     total = time.perf_counter() - t_start
     runs = [done[j["key"]] for j in jobs]
     info = {
