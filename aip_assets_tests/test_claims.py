@@ -154,6 +154,27 @@ def test_excess_keeps_the_kinds_of_strata_with_one_kind_only():
     assert excess_test([1, 0], [1, 1], ["r1", "r1"], seed=1) is None  # no null pair
 
 
+def test_shuffles_go_on_past_the_first_999_only_where_a_claim_may_rest():
+    # 20 questions, each asking a, b, c once; a's answers are 1 everywhere, b's and c's 0: p ~ 1e-4
+    q = [f"q{i}" for i in range(20) for _ in range(3)]
+    v = ["a", "b", "c"] * 20
+    strong = group_tests([1, 0, 0] * 20, v, q, seed=2)
+    assert strong.n_perm == 9999 and strong.p("a", "greater") < 0.001
+    # the same questions, one flip for a in 20 against one for b: nothing near 0.05, so 999 draws
+    y = [0, 0, 0] * 20
+    y[0], y[4] = 1, 1
+    weak = group_tests(y, v, q, seed=2)
+    assert weak.n_perm == 999 and weak.p("a", "two-sided") > 0.5 and weak.omnibus_p > 0.5
+    assert len(weak.shifts["a"].a) == 999
+    # the excess test: 30 rows, a persona pair flipping in 12, the null pair in none
+    rows = [f"r{i}" for i in range(30) for _ in range(2)]
+    first = [1, 0] * 30
+    far = excess_test([x for i in range(30) for x in ((1 if i < 12 else 0), 0)], first, rows, seed=4)
+    assert len(far.a) == 9999 and far.p(0.0, "greater") < 0.001
+    near = excess_test([x for i in range(30) for x in ((1 if i < 1 else 0), 0)], first, rows, seed=4)
+    assert len(near.a) == 999 and near.p(0.0, "greater") > 0.05
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_an_interval_excludes_zero_exactly_when_its_test_rejects(seed):
     rng = np.random.default_rng(seed)

@@ -32,7 +32,7 @@ import numpy as np
 Sides = Literal["greater", "less", "two-sided"]
 N_PERM = 9999  # shuffles per test: p-values down to 1e-4, below a Holm step of 0.05 over 70 claims
 FIRST = 999  # shuffles drawn first; the rest only for a test whose p-value is then below EXTEND_BELOW
-EXTEND_BELOW = 0.05  # (no claim can rest on a larger raw p-value: an adjusted one is never smaller)
+EXTEND_BELOW = 0.05  # (at alpha <= 0.05 no claim rests on a larger raw p-value: an adjusted one is never smaller)
 CELL_BUDGET = 20_000_000  # shuffled labels held at once (chunk x units); chunks never change a result
 EPS = 1e-9  # ties count as at least as extreme
 
