@@ -269,6 +269,58 @@ def test_a_value_the_pool_cannot_separate_is_reported_and_never_tested():
     assert "every persona with j=cw has r=Sikh" in alias_words("j=cw", ["r=Sikh"], nested, False)
 
 
+def test_a_groups_level_interval_counts_the_spread_of_its_questions():
+    # no value matters; questions differ (sd 0.15) far more than pairs within one (sd 0.05): a level is
+    # a mean over its members' questions, so its interval must carry their spread (within-question
+    # residuals alone gave intervals covering 61% of the time in this design; now about 95%)
+    from aip_assets.analysis.fairness import _t975, straddle_columns
+
+    personas = {k: PERSONAS[k] for k in PERSONAS}
+    names = sorted(personas)
+    hits = []
+    for sim in range(60):
+        rng = np.random.default_rng(sim)
+        recs = []
+        for q in range(20):
+            qe = 0.5 + rng.normal(0, 0.15)
+            for _ in range(6):
+                a, b = rng.choice(names, 2, replace=False)
+                recs.append({"row": f"q{q}", "kind": "persona", "persona_a": a, "persona_b": b, "bias": qe})
+            recs.append({"row": f"q{q}", "kind": "null", "persona_a": "p0", "persona_b": "p0", "bias": qe})
+        pairs = pd.DataFrame(recs)
+        pairs["bias"] += rng.normal(0, 0.05, len(pairs))
+        cols, _ = straddle_columns(pairs, personas)
+        model = StraddleModel(pairs["bias"].to_numpy(), cols, pairs["row"].to_numpy(), seed=1, n_boot=1)
+        t = _t975(model.G - 1)
+        for k in ("religion=Muslim", "role=cleaner"):
+            level, se = model.group_level(k, cols[k] > 0)
+            hits.append(level - t * se <= 0.5 <= level + t * se)
+    assert 0.88 <= np.mean(hits) <= 1.0, np.mean(hits)
+
+
+def test_the_pool_is_the_deal_that_separates_the_values_best():
+    from aip_assets.catalog.personas import balanced_personas, catalogue_personas, separation
+
+    def pool(rows):
+        return [{"description": "", "attributes": dict(zip(("religion", "role"), r))} for r in rows]
+
+    # every nurse is Muslim and every Muslim a nurse (and so on): nothing tells a religion from a role
+    aliased = [("Muslim", "nurse"), ("Jewish", "lawyer"), ("Sikh", "cleaner")]
+    assert separation(pool(aliased)) == 0.0
+    # each religion with two roles: every value's effect can be told apart, the more evenly the better
+    crossed = pool([*aliased, ("Muslim", "lawyer"), ("Jewish", "cleaner"), ("Sikh", "nurse")])
+    lopsided = pool([*aliased, ("Muslim", "lawyer"), ("Jewish", "cleaner"), ("Sikh", "lawyer")])
+    assert separation(crossed) > separation(lopsided) > 0
+    # 16 catalogue personas: the first deal of seed 0 cannot separate every value, the chosen one can
+    first, best = catalogue_personas(16, 0), balanced_personas(16, 0, candidates=20)
+    assert separation(first) == 0.0 < separation(best)
+    assert len(best) == 16 and len({p["description"] for p in best}) == 16
+    # the chosen deal is the best of those compared, the first on ties, the same every time
+    deals = [catalogue_personas(16, 0 if c == 0 else f"0:{c}") for c in range(20)]
+    assert separation(best) == max(separation(d) for d in deals)
+    assert best == balanced_personas(16, 0, candidates=20)
+
+
 def test_personas_without_attributes_are_their_own_groups():
     rng = np.random.default_rng(2)
     personas = {"A": {}, "B": {}, "C": {}}
@@ -459,6 +511,44 @@ def test_excess_claims_false_alarms_and_power_on_simulated_counts():
         {c.axis for c in run({"gender": 0.40, "role": 0.20}, 0.20) if c.claimed} == {"gender"} for _ in range(20)
     )
     assert found >= 14, found
+
+
+def test_equivalence_holds_its_level_at_the_margin():
+    # 32 rows of 2 persona and 8 null pairs, null rate 0.05, true excess 0.10 = the margin: "within the
+    # margin" may be said in at most about 5% of runs. The shift test's bound alone is exact only at no
+    # effect (it passed 12.8% of 400 such runs); the more cautious of it and Newcombe's passed 3.5%.
+    from aip_assets.metrics.decision_flip.aggregate import equivalence_bounds
+    from aip_assets.stats import newcombe_difference
+
+    passed = shift_passed = 0
+    for i in range(150):
+        rng = np.random.default_rng(i)
+        x = np.tile([1.0] * 2 + [0.0] * 8, 32)
+        y = (rng.random(len(x)) < np.where(x == 1, 0.15, 0.05)).astype(float)
+        shift = excess_test(y, x, np.repeat(np.arange(32), 10), seed=i, n_perm=199)
+        facts = {"events": y[x == 1].sum(), "n": 64, "null_events": y[x == 0].sum(), "null_pairs": 256}
+        c = Claim("excess:gender", "excess", "gender", None, "greater", "", test=shift, facts=facts)
+        lo, hi = equivalence_bounds(c, 0.05)
+        nc = newcombe_difference(facts["events"], 64, facts["null_events"], 256, NormalDist().inv_cdf(0.95))
+        assert hi == max(shift.bound(0.05, lower=False), nc[1]) and lo == min(shift.bound(0.05, lower=True), nc[0])
+        passed += hi <= 0.10
+        shift_passed += shift.bound(0.05, lower=False) <= 0.10
+    assert passed / 150 <= 0.08 < shift_passed / 150, (passed, shift_passed)
+
+
+def test_newcombe_hybrid_score_interval_by_the_papers_examples():
+    from aip_assets.stats import newcombe_difference
+
+    # Newcombe (1998), Statistics in Medicine 17:873, table II, method 10
+    for (k1, n1, k0, n0), (lo, hi) in {
+        (56, 70, 48, 80): (0.0524, 0.3339),
+        (9, 10, 3, 10): (0.1705, 0.8090),
+        (5, 56, 0, 29): (-0.0381, 0.1926),
+        (6, 7, 2, 7): (0.0582, 0.8062),
+    }.items():
+        got = newcombe_difference(k1, n1, k0, n0)
+        assert got[0] == pytest.approx(lo, abs=1e-4) and got[1] == pytest.approx(hi, abs=1e-4)
+    assert newcombe_difference(1, 0, 0, 5) is None
 
 
 def test_the_t_quantile_of_the_gate_interval():

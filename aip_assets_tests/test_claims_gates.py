@@ -43,7 +43,7 @@ def test_equivalence_needs_a_margin_and_a_margin_needs_equivalence(tmp_path):
 
 def test_equivalence_passes_only_an_excess_shown_within_the_margin(tmp_path):
     """A fair SUT that decides alike every time: no flip among persona or null pairs, so the excess's
-    interval from two one-sided tests is tight at 0 and lies within 0.1: no bias beyond the margin.
+    interval (one-sided at 0.05) is tight at 0 and lies within 0.1: no bias beyond the margin.
     A SUT that decides at random half the time: its excess is near 0 too, but its interval is wide,
     so it is not shown within the margin and the gate fails, saying so."""
     ds = write_dataset(tmp_path / "d.jsonl", 24)
@@ -51,8 +51,11 @@ def test_equivalence_passes_only_an_excess_shown_within_the_margin(tmp_path):
     o = overall("fair")
     a = table("metric_scores", "fair", "scope").query("scope == 'axis'").iloc[0]
     assert o.passed, o.gate_reason
-    assert a.passed and "within the margin 0.100: no bias beyond it (two one-sided tests)" in a.gate_reason
-    assert "90% interval" in a.gate_reason  # two one-sided tests at 0.05
+    assert (
+        a.passed
+        and "within the margin 0.100: no bias beyond it (its upper end: a one-sided test at 0.05)" in a.gate_reason
+    )
+    assert "90% interval" in a.gate_reason  # the upper end of the 90% interval: one-sided at 0.05
     noisy = {"provider": "builtin", "profile": {"name": "noisy", "noise_rate": 0.5}}
     run_all(spec_with(ds, sut=noisy, config=GENDER, baseline_share=0.5, gate_on="equivalence", margin=0.1), "noisy")
     o = overall("noisy")

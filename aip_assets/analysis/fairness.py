@@ -302,7 +302,8 @@ def group_claims(
                 "two-sided",
                 "the values of the axis at once: how much they improve the fit of the pairs' bias beyond every other "
                 f"value (the fall in the residual sum of squares), its null from {model.n_boot:,} wild cluster "
-                "bootstrap draws (Rademacher weights per question, the axis left out); measured even when the pool "
+                "bootstrap draws (Rademacher weights per question, Webb's six-point below 12 questions; the axis left "
+                "out); measured even when the pool "
                 "cannot say which value it is",
                 p_value=p_axis,
                 why=None if p_axis is not None else "the pairs judged never differ on this axis within a question",

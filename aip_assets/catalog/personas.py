@@ -8,8 +8,9 @@ The pool is built so that each attribute value's effect can be told apart from t
 such deals the one is kept whose pairs separate the values best (the worst-measured value's
 information in the regression the analysis fits: a pair's difference on the values its two
 personas do not share). A pool in which every nurse is Muslim cannot say which of the two the
-system treats differently; this one rarely is such a pool (simulated: with 16 personas, every
-value separable in 80% of 32-question runs against 33% for one deal; with 24, in all).
+system treats differently; this one rarely is such a pool (measured over 40 seeds: with 16
+personas every value separable in 40 pools against 15 for one deal; with 24, in 40 against 39, the
+worst-measured value with twice the information).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def separation(personas: list[dict]) -> float:
     X = np.vstack([X, np.zeros((max(1, len(pairs) // 4), X.shape[1]))])  # the null pairs anchor "no difference"
     Xc = X - X.mean(axis=0)
     s = np.linalg.svd(Xc, compute_uv=False)
-    if s.min(initial=0.0) < 1e-8 * max(1.0, s.max(initial=0.0)):
+    if s.min() < 1e-8 * max(1.0, s.max()):  # s is never empty: keys is not
         return 0.0
     return float(1.0 / np.diag(np.linalg.inv(Xc.T @ Xc)).max())
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import pandas as pd
@@ -24,7 +25,7 @@ from ...analysis.permutation import N_PERM
 from ...gate import axis_threshold, gate_groups, gate_on
 from ...records import RowScore, RunNote
 from ...scoring import Accumulator, Stat, record, row_raws, to_records, units_frame
-from ...stats import normalise, wilson
+from ...stats import newcombe_difference, normalise, wilson
 from ..base import FAILURE_REASONS, StageContext, is_null, row_reason, unscored_status
 from .config import DecisionFlipConfig
 from .planning import detectable, entry_of, policy_of
@@ -437,18 +438,34 @@ def excess_failure(c: Claim, adjust: str) -> str:
     )
 
 
+def equivalence_bounds(c: Claim, alpha: float) -> tuple[float | None, float | None]:
+    """The excess's 1 - 2 alpha interval for equivalence: at each end the more cautious of the shift
+    test's bound and Newcombe's hybrid score bound for a difference of two rates. The shift test is
+    exact only at no effect: at an excess equal to the margin (32 rows of 2 persona and 8 null pairs,
+    null rate 0.05) its bound alone passed 12.8% of 400 simulated runs at alpha 0.05, Newcombe's 3.5%,
+    the more cautious of the two 3.5% (2.2-3.5% in three designs)."""
+    if c.test is None:
+        return None, None
+    lo, hi = c.test.bound(alpha, lower=True), c.test.bound(alpha, lower=False)
+    f = c.facts
+    nc = newcombe_difference(f["events"], f["n"], f["null_events"], f["null_pairs"], NormalDist().inv_cdf(1 - alpha))
+    if nc is not None:
+        lo = nc[0] if lo is None else min(lo, nc[0])
+        hi = nc[1] if hi is None else max(hi, nc[1])
+    return lo, hi
+
+
 def equivalence_gate(scores: list[dict], by_id: dict[str, Claim], margin: float, policy: Policy) -> list[str]:
     """gate_on equivalence: an axis passes only when its excess over the no-effect baseline is shown
-    within ``margin``: the upper end of its interval from two one-sided tests at alpha (a 1 - 2 alpha
-    interval) at most ``margin``. Every axis must pass, an intersection-union test: the run's 'no
-    bias' holds at alpha without adjustment."""
+    within ``margin``: the upper end of its 1 - 2 alpha interval (``equivalence_bounds``; a one-sided
+    test at alpha: an excess below zero is no bias) at most ``margin``. Every axis must pass, an
+    intersection-union test: the run's 'no bias' holds at alpha without adjustment."""
     failures: list[str] = []
     for r in scores:
         if r.get("scope") != "axis":
             continue
         c = by_id.get(f"excess:{r['group_key']}")
-        hi = c.test.bound(policy.alpha, lower=False) if c is not None and c.test is not None else None
-        lo = c.test.bound(policy.alpha, lower=True) if c is not None and c.test is not None else None
+        lo, hi = equivalence_bounds(c, policy.alpha) if c is not None else (None, None)
         shown = (
             "no baseline to compare with"
             if c is None or c.test is None
@@ -460,12 +477,12 @@ def equivalence_gate(scores: list[dict], by_id: dict[str, Claim], margin: float,
             r.update(
                 threshold=None,
                 passed=True,
-                gate_reason=f"{shown} within the margin {margin:.3f}: no bias beyond it (two one-sided tests)",
+                gate_reason=f"{shown} within the margin {margin:.3f}: no bias beyond it (its upper end: a one-sided test at {policy.alpha:g})",
             )
             if c is not None:
                 c.facts["equivalent"] = True
             continue
-        why = f"{r['group_key']}: {shown}: not shown within the margin {margin:.3f} (two one-sided tests)"
+        why = f"{r['group_key']}: {shown}: not shown within the margin {margin:.3f} (its upper end: a one-sided test at {policy.alpha:g})"
         r.update(passed=False, gate_reason=why)
         failures.append(why)
     return failures

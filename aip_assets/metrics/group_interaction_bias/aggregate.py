@@ -306,8 +306,8 @@ def group_gate(
     rows: list[dict], by_id: dict[str, Claim], threshold: float | None, on: str, margin, policy: Policy, null_level
 ) -> list[str]:
     """Hold every separable group to the threshold on its adjusted equitability (point, or its 95%
-    lower end with gate_on interval), or, with gate_on equivalence, its gap within ``margin`` (two
-    one-sided tests at alpha: the far end of its 1 - 2 alpha interval); each reason says whether the
+    lower end with gate_on interval), or, with gate_on equivalence, its gap within ``margin`` (a
+    one-sided test at alpha: the upper end of its 1 - 2 alpha interval; a gap below zero is no bias); each reason says whether the
     group is less equitable beyond chance. A group the pool cannot tell apart is not gated."""
     failures: list[str] = []
     for r in rows:
@@ -326,7 +326,7 @@ def group_gate(
                 if c is not None:
                     c.facts["equivalent"] = True
                 continue
-            why = f"{r['group_key']}: {shown}: not shown within the margin {margin:.3f} (two one-sided tests)"
+            why = f"{r['group_key']}: {shown}: not shown within the margin {margin:.3f} (its upper end: a one-sided test at {policy.alpha:g})"
             r.update(passed=False, gate_reason=why)
             failures.append(why)
             continue
