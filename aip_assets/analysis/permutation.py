@@ -232,7 +232,8 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
 
     first = min(n_perm, FIRST)
     draw(first)
-    if n_perm > first and ok.any() and smallest_p() < EXTEND_BELOW:  # sequential: precision where a claim may rest
+    # sequential: precision where a claim may rest (a one-sided claim's p is about half the two-sided one's)
+    if n_perm > first and ok.any() and smallest_p() <= 2 * EXTEND_BELOW:
         draw(n_perm - first)
     n_perm = sum(len(x) for x in a_parts)
     Sp_all = np.concatenate(a_parts) if a_parts else np.zeros((0, len(names)))
@@ -290,7 +291,7 @@ def excess_test(y, is_first, strata, seed: int, n_perm: int = N_PERM) -> Shift |
     first = min(n_perm, FIRST)
     draw(first)
     a = np.concatenate(a_parts)
-    if n_perm > first and (1 + int(np.sum(a >= d - EPS))) / (len(a) + 1) < EXTEND_BELOW:
+    if n_perm > first and (1 + int(np.sum(a >= d - EPS))) / (len(a) + 1) <= EXTEND_BELOW:
         draw(n_perm - first)  # sequential: precision where a claim may rest
     a, b = np.concatenate(a_parts), np.concatenate(b_parts)
     return Shift(d, a, b, float(np.std(a)) or 1.0 / max(1.0, min(n1, n0)))

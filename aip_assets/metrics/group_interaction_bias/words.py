@@ -196,7 +196,7 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
         sentence = (
             f"{g['group']} personas get less equitable answers"
             + (f" ({' and '.join(how)})" if how else "")
-            + f": equitability {f3(g['adjusted_equitability'])} [{f3(lo)}, {f3(hi)}] with every other attribute "
+            + f": equitability {f3(g['adjusted_equitability'])} [{f3(lo)}, {f3(hi)}] (95%) with every other attribute "
             f"held vs {f3(overall)} overall ({gap_words(g, adjust)})"
             + (f"; helped less in {pct(helped, 0)} of their {g['pairs']} pairs" if helped is not None else "")
             + f" (effort gap {f3(effort)} vs {f3(all_effort)}, tone divergence {f3(tone)} vs {f3(all_tone)})"
