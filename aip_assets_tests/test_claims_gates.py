@@ -127,7 +127,7 @@ def test_bh_is_named_and_decides_the_claims(tmp_path):
     from aip_assets.metrics import REGISTRY
 
     text = "\n".join(REGISTRY[DF].format_summary(pipeline.run_summary("bh")["metrics"][DF]))
-    assert "BH p" in text and "(BH at 0.1: the expected share of false claims is at most that" in text
+    assert "BH p" in text and "(BH at 0.1: the expected share of false claims is about that" in text
 
 
 def test_what_a_run_can_detect_is_said_before_its_first_sut_call(tmp_path, capsys):

@@ -23,7 +23,7 @@ from .permutation import Dual, Sides
 Adjust = Literal["holm", "bh"]
 ADJUST_WORDS = {
     "holm": "Holm: the chance of any false claim among this metric's claims in the run is at most alpha",
-    "bh": "Benjamini-Hochberg: the expected share of false claims among those made is at most alpha",
+    "bh": "Benjamini-Hochberg: the expected share of false claims among those made is about alpha (at most, for independent tests)",
 }
 
 

@@ -251,8 +251,9 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
         rate, (lo, hi) = a["flip_rate"], a["ci95"]
         fav = s["favoured"].get(axis) or {}
         made = [v for v in fav.get("values", []) if v.get("status") == "claimed"]
-        gate_failed = (
-            axis in failed_axes or f"{axis}: flip rate" in reason and "exceeds the no-effect baseline" in reason
+        gate_failed = axis in failed_axes or any(  # its own failure, not another axis's
+            part.startswith(f"{axis}: flip rate") and "exceeds the no-effect baseline" in part
+            for part in reason.split("; ")
         )
         if rate is None or not (gate_failed or a["beyond_noise"] or made):
             continue
@@ -437,8 +438,13 @@ def format_summary(s: dict[str, Any]) -> list[str]:  # noqa: C901
     if c.get("tested") is not None:
         lines.append(
             f"  claims: {len(c.get('made') or [])} made of {c['tested']} tested ({pname(pol.get('adjust'))} at "
-            f"{pol.get('alpha', 0.05):g}: {'the chance of any false claim' if pol.get('adjust') != 'bh' else 'the expected share of false claims'} "
-            "is at most that; intervals at each claim's matching level)"
+            f"{pol.get('alpha', 0.05):g}: "
+            + (
+                "the chance of any false claim is at most that"
+                if pol.get("adjust") != "bh"
+                else "the expected share of false claims is about that"
+            )
+            + "; intervals at each claim's matching level)"
         )
     dt = s.get("detectable") or {}
     if dt.get("axes"):
