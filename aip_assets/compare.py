@@ -50,7 +50,8 @@ from . import scoring
 from . import warehouse as wh
 from .analysis.claims import adjusted
 from .errors import AipError
-from .stats import normalise_array, wilson
+from .stats import newcombe as stats_newcombe
+from .stats import normalise_array
 
 COLUMNS = [
     "metric",
@@ -100,13 +101,10 @@ def two_proportion_p(ka: int, na: int, kb: int, nb: int) -> float:
 
 
 def newcombe(ka: int, na: int, kb: int, nb: int, z: float) -> tuple[float, float]:
-    """Newcombe's hybrid Wilson score interval for kb/nb - ka/na (his method 10)."""
-    pa, pb = ka / na, kb / nb
-    la, ua = wilson(ka, na, z)
-    lb, ub = wilson(kb, nb, z)
-    assert la is not None and ua is not None and lb is not None and ub is not None  # na, nb > 0
-    d = pb - pa
-    return d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)
+    """Newcombe's hybrid Wilson score interval for kb/nb - ka/na (his method 10: ``stats.newcombe``)."""
+    lo, hi = stats_newcombe(kb, nb, ka, na, z)
+    assert lo is not None and hi is not None  # na, nb > 0
+    return lo, hi
 
 
 def t_two_sided_p(t: float, df: int) -> float:

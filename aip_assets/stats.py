@@ -116,19 +116,6 @@ def kish_n(weights: Sequence[float]) -> float:
     return 0.0 if s2 == 0 else s * s / s2
 
 
-def newcombe_difference(k1: float, n1: float, k0: float, n0: float, z: float = Z95) -> tuple[float, float] | None:
-    """Newcombe's hybrid score interval (1998, method 10) for the difference of two independent rates
-    k1/n1 - k0/n0, from each rate's Wilson interval at ``z``; None when either count is 0."""
-    if n1 <= 0 or n0 <= 0:
-        return None
-    p1, p0 = k1 / n1, k0 / n0
-    l1, u1 = wilson(k1, n1, z)
-    l0, u0 = wilson(k0, n0, z)
-    assert l1 is not None and u1 is not None and l0 is not None and u0 is not None
-    d = p1 - p0
-    return d - math.sqrt((p1 - l1) ** 2 + (u0 - p0) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p0 - l0) ** 2)
-
-
 def wilson_share(p: float | None, n_eff: float, z: float = Z95) -> tuple[float | None, float | None]:
     """Wilson interval of a weighted share ``p`` at its effective sample size (:func:`kish_n`): the
     usual Wilson interval when every weight is 1."""

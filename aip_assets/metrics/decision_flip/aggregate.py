@@ -25,7 +25,7 @@ from ...analysis.permutation import N_PERM
 from ...gate import axis_threshold, gate_groups, gate_on
 from ...records import RowScore, RunNote
 from ...scoring import Accumulator, Stat, record, row_raws, to_records, units_frame
-from ...stats import newcombe_difference, normalise, wilson
+from ...stats import newcombe, normalise, wilson
 from ..base import FAILURE_REASONS, StageContext, is_null, row_reason, unscored_status
 from .config import DecisionFlipConfig
 from .planning import detectable, entry_of, policy_of
@@ -448,10 +448,10 @@ def equivalence_bounds(c: Claim, alpha: float) -> tuple[float | None, float | No
         return None, None
     lo, hi = c.test.bound(alpha, lower=True), c.test.bound(alpha, lower=False)
     f = c.facts
-    nc = newcombe_difference(f["events"], f["n"], f["null_events"], f["null_pairs"], NormalDist().inv_cdf(1 - alpha))
-    if nc is not None:
-        lo = nc[0] if lo is None else min(lo, nc[0])
-        hi = nc[1] if hi is None else max(hi, nc[1])
+    n_lo, n_hi = newcombe(f["events"], f["n"], f["null_events"], f["null_pairs"], NormalDist().inv_cdf(1 - alpha))
+    if n_lo is not None and n_hi is not None:
+        lo = n_lo if lo is None else min(lo, n_lo)
+        hi = n_hi if hi is None else max(hi, n_hi)
     return lo, hi
 
 
