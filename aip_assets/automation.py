@@ -42,7 +42,16 @@ from pydantic import Field
 
 from .errors import AipError
 from .hashing import file_sha256
-from .pipeline import RUN_TIME, load_run, new_run_id, preflight, record_forms, register_run, run_exists
+from .pipeline import (
+    RUN_TIME,
+    examine,
+    load_run,
+    new_run_id,
+    preflight,
+    record_forms,
+    register_run,
+    run_exists,
+)
 from .resources import SutConnection, Warehouse
 from .runspec import RunSpec, load_spec
 
@@ -110,8 +119,9 @@ def register_and_evaluate(context, config: LaunchConfig, sut: SutConnection, war
         checked = preflight(spec, run_id if resume else None)
         for line in checked:
             context.log.info(line)
-        if not resume:
-            register_run(spec, run_id, forms=checked.forms)
+        if not resume:  # the judge exam before any SUT call; a judge that fails it stops the launch
+            exam = examine(spec, run_id, checked.forms, log=context.log.info)
+            register_run(spec, run_id, forms=checked.forms, exam=exam)
         else:  # forms the check had to choose (none recorded for the run): recorded now
             record_forms(run_id, checked.forms)
     except AipError as e:

@@ -52,6 +52,8 @@ def print_summary(summary: dict, out=None) -> None:
         p(f"Note: {summary['judge_note']}")
     for line in structured_lines(summary.get("structured_output") or []):
         p(line)
+    for e in summary.get("judge_exam") or []:
+        p(e["line"][:1].upper() + e["line"][1:])
     from .findings import finding_lines
 
     p()
@@ -75,6 +77,11 @@ def print_summary(summary: dict, out=None) -> None:
                 "  excluded: "
                 + ", ".join(f"{k} {v}" for k, v in sorted(s["excluded"].items(), key=lambda kv: -kv[1]))
                 + f" (of {s.get('n_planned')} planned)"
+            )
+        for r in s.get("judge_reading") or []:
+            p(
+                f"  judge {r['judge']} ({r['model']}): {r['contradicted']} of {r['asked']} verdicts contradicted a "
+                "decision or stance the answer plainly states (judge_failed, excluded)"
             )
         if s.get("judge_panel"):
             from .judge_panel import format_panel
@@ -120,6 +127,33 @@ def structured_lines(forms: list[dict]) -> list[str]:
         steps = [f"{_HOW.get(e['how'], e['how'])}: {e['reason'][:240]}" for e in f["history"]]
         out.append(head + f"{f['form']} ({'; then '.join(steps)})")
     return out
+
+
+def _dry_exam(spec, as_json: bool) -> int:
+    """``--dry-run --exam``: the endpoint check and the judge exam alone, in a scratch folder (its
+    calls are not kept), printed; exit 2 when a judge fails."""
+    import tempfile
+
+    from . import judge_exam, pipeline
+
+    if not judge_exam.examined(spec):
+        print(
+            f"{spec.name}: no judge takes an exam (the builtin judge, or min_judge_exam: 0 on every metric)",
+            file=sys.stderr,
+        )
+        return 0
+    checked = pipeline.preflight(spec)
+    for line in checked:
+        log.info(line)
+    with tempfile.TemporaryDirectory(prefix="aip-exam-") as tmp:
+        path = Path(tmp) / "exam.duckdb"
+        run_id = f"exam-{spec.name}"
+        pipeline.record_forms(run_id, checked.forms, path)
+        exam = judge_exam.run_exam(spec, run_id, path, log=(lambda m: None) if as_json else log.info)
+    if as_json:
+        print(json.dumps(judge_exam.summary(exam.rows()), indent=2))
+    exam.raise_if_failed()
+    return 0
 
 
 def _dry_run(spec, as_json: bool) -> int:
@@ -298,8 +332,10 @@ def _run(args, resumable: dict[str, str]) -> int:
             "--parallel is for evaluating here; with --submit the daemon runs the metrics at once, "
             "within the queue's limits"
         )
+    if args.exam and not args.dry_run:
+        raise AipError("--exam goes with --dry-run (a run takes the exam anyway, before its first SUT call)")
     if args.dry_run:
-        return _dry_run(spec, args.json)
+        return _dry_exam(spec, args.json) if args.exam else _dry_run(spec, args.json)
     run_id = args.run_id
     resume = run_id is not None and pipeline.run_exists(run_id, path)
     if resume:
@@ -353,9 +389,10 @@ def _run(args, resumable: dict[str, str]) -> int:
         while not args.run_id and pipeline.run_exists(run_id, path):  # two runs of one spec within a minute
             n += 1
             run_id = f"{base}-{n}"
+        exam = pipeline.examine(spec, run_id, checked.forms, path, log.info)  # before any SUT call
         while True:
             try:
-                rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms)
+                rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms, exam=exam)
                 log.info(f"registered run {run_id}: {rec['n_dataset_rows']} rows, metrics {', '.join(spec.metrics)}")
                 break
             except pipeline.AlreadyRegistered:
@@ -931,6 +968,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument(
         "--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing"
+    )
+    r.add_argument(
+        "--exam",
+        action="store_true",
+        help="with --dry-run: check the endpoints and run only the judge exam (exit 2 when a judge fails it); "
+        "nothing is sent to the SUT or written",
     )
     r.add_argument("--max-calls", type=int, help="cap the run's model calls (raises a resumed run's cap)")
     r.add_argument("--max-tokens", type=int, help="cap the run's tokens (raises a resumed run's cap)")

@@ -25,6 +25,8 @@ from . import warehouse as wh
 from .dataset import load_dataset
 from .errors import AipError, SpecError
 from .hashing import file_sha256, stable_json
+from .judge_exam import Exam, exam_tables, examined, reading_checks, run_exam
+from .judge_exam import stored as stored_exam
 from .metrics import REGISTRY, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
@@ -105,6 +107,22 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
         return out
 
     return Preflight(asyncio.run(go()) + shared, forms)
+
+
+def examine(
+    spec: RunSpec, run_id: str, forms: list[dict[str, Any]], path: Path | None = None, log: Log = logger.info
+) -> Exam:
+    """The judge exam of a new run (``judge_exam``), after the endpoint check and before any SUT
+    call: the forms the check chose are recorded for the run first, so the exam asks in them.
+    Raises ``ExamFailed`` (exit 2) when a judge fails; nothing is then written to the warehouse
+    (the exam's calls stay in the run's journal: asked again under the same run id, they are
+    answered from it)."""
+    if not examined(spec):
+        return Exam(run_id)
+    record_forms(run_id, forms, path)
+    exam = run_exam(spec, run_id, path, log)
+    exam.raise_if_failed()
+    return exam
 
 
 def check_policy(spec: RunSpec, role: str, metrics: list[str] | None = None) -> dict[str, Any]:
@@ -242,11 +260,13 @@ def register_run(
     path: Path | None = None,
     n_rows: dict[str, int] | None = None,
     forms: list[dict[str, Any]] | None = None,
+    exam: Exam | None = None,
 ) -> dict[str, Any]:
     """Store the resolved spec (no secrets), metric versions, dataset hash and package version;
     the one step that creates the warehouse. ``n_rows``: the datasets already validated;
     ``forms``: the structured-output forms the endpoint check chose (``preflight(...).forms``),
-    recorded for the run in its journal."""
+    recorded for the run in its journal; ``exam``: the judge exam the run passed (``examine``),
+    stored with it (``judge_exams`` and its calls in ``llm_calls``), in the same transaction."""
     if not run_id or "|" in run_id or run_id != run_id.strip():
         raise SpecError(
             f"run id {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
@@ -269,14 +289,17 @@ def register_run(
         "seed": spec.seed,
         "created_at": datetime.now(UTC).replace(tzinfo=None),
     }
-    df = wh.frame("eval_runs", [rec])
+    tables = {"eval_runs": wh.frame("eval_runs", [rec])}
+    if exam is not None and exam.judges:
+        tables.update(exam_tables(exam, run_id, path))
 
     def insert(con) -> None:  # the check and the insert in one transaction (a lake has no primary key)
         if con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone():
             raise AlreadyRegistered(f"run {run_id} is already registered; pass it to --run-id to resume it")
-        con.register("_incoming", df)
-        con.execute(f"INSERT INTO eval_runs ({', '.join(df.columns)}) SELECT * FROM _incoming")
-        con.unregister("_incoming")
+        for table, df in tables.items():
+            con.register("_incoming", df)
+            con.execute(f"INSERT INTO {table} ({', '.join(df.columns)}) SELECT * FROM _incoming")
+            con.unregister("_incoming")
 
     from .warehouse import lake
 
@@ -679,6 +702,9 @@ def run_summary(run_id: str, path: Path | None = None, metrics: list[str] | None
     forms = structured_summary(spec, run_id, path)
     if forms:
         out["structured_output"] = forms
+    exams = [e for e in stored_exam(run_id, path) if e["metric"] in shown]
+    if exams:
+        out["judge_exam"] = exams
     for metric in shown:
         scores = wh.read_partition("metric_scores", run_id, metric, path)
         if scores.empty:
@@ -700,6 +726,8 @@ def run_summary(run_id: str, path: Path | None = None, metrics: list[str] | None
         s["metric_name"] = ov["metric_name"]
         if notes[shown.index(metric)]:
             s["judge"] = "builtin (heuristic reader for the offline rig)"
+        if reading := reading_checks(run_id, metric, path):
+            s["judge_reading"] = reading
         out["metrics"][metric] = s
     return out
 

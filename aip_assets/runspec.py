@@ -121,6 +121,17 @@ class MetricEntry(BaseModel):
         "excess flip rate for llm.decision_flip, an equitability gap for llm.group_interaction_bias); required "
         "with equivalence, refused without it",
     )
+    min_judge_exam: float = Field(
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description="the share of its qualifying exam an LLM judge must get right before the run makes its first "
+        "SUT call (items whose verdict is known by construction, built from the run's own questions and labels; "
+        "docs/judges.md); below it the run stops with exit 2. 0 skips the exam. Default 0.8",
+    )
+    judge_exam_items: int = Field(
+        3, ge=1, le=20, description="the judge exam's items per kind of item (default 3: 9 to 18 items per judge)"
+    )
     baseline_share: float | None = Field(
         None,
         ge=0.0,

@@ -26,6 +26,7 @@ from ..models.client import ChatResult, ModelClient
 from ..models.journal import Journal
 from ..runspec import Connection, RunSpec, metric_registry  # the registry: metrics/__init__.py
 from ..scoring import Formula
+from .exam import ExamItem
 from .judging import JudgePanel, panel_role, split_panel
 from .running import Progress, run_bounded
 
@@ -688,6 +689,11 @@ class Metric:
     def human_context(self, config: Any, row: DatasetRow, judgement: dict[str, Any]) -> str:
         """What else the judge was given for this judgement (decision labels, a reference answer)."""
         return ""
+
+    def exam_items(self, config: Any, rows: list[DatasetRow], seed: int, n: int) -> list[ExamItem]:
+        """The judge exam's items for this metric (``metrics.exam``): ``n`` of each kind it has,
+        made from the run's own ``rows`` and labels; empty (the default): its judge takes no exam."""
+        return []
 
     def views(self) -> dict[str, str]:
         """This metric's own SQL views, name -> SELECT (each with ``run_id`` and ``metric``), in the

@@ -199,6 +199,28 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("attempts", "INTEGER"),
         ("call_key", "VARCHAR"),
     ],
+    # the judge exam before the run (judge_exam.py): each LLM judge's verdict on each exam item, whose
+    # right verdict is known by construction; status right, wrong (why_wrong) or failed (error)
+    "judge_exams": [
+        ("run_id", "VARCHAR"),
+        ("metric", "VARCHAR"),
+        ("judge", "INTEGER"),
+        ("role", "VARCHAR"),
+        ("endpoint", "VARCHAR"),
+        ("model", "VARCHAR"),
+        ("item_id", "VARCHAR"),
+        ("kind", "VARCHAR"),
+        ("expected", "VARCHAR"),
+        ("status", "VARCHAR"),
+        ("why_wrong", "VARCHAR"),
+        ("error", "VARCHAR"),
+        ("parsed", "JSON"),
+        ("raw_output", "VARCHAR"),
+        ("attempts", "INTEGER"),
+        ("reasks", "INTEGER"),
+        ("call_key", "VARCHAR"),
+        ("min_score", "DOUBLE"),
+    ],
     # the units every score is computed from (scoring.py): a judged pair, comparison or variant pair
     "score_units": [
         ("run_id", "VARCHAR"),
@@ -387,6 +409,22 @@ CORE_VIEWS: dict[str, str] = {
         LEFT JOIN judge_panel c ON c.run_id = p.run_id AND c.metric = p.metric AND c.judgement_id = p.judgement_id
              AND c.chosen
     """,
+    # the judge exam per judge and kind of item: right answers, share and its Wilson 95% interval
+    "v_judge_exams": """
+        WITH k AS (
+            SELECT run_id, metric, judge, role, endpoint, model, kind, count(*) AS n,
+                   count(*) FILTER (WHERE status = 'right') AS n_right,
+                   count(*) FILTER (WHERE status = 'failed') AS n_failed, any_value(min_score) AS min_score
+            FROM judge_exams GROUP BY ALL),
+        w AS (SELECT *, n_right / n AS share, 1.959963984540054 AS z FROM k)
+        SELECT run_id, metric, judge, role, endpoint, model, kind, n, n_right, n_failed, share,
+               (share + z * z / (2 * n) - z * sqrt(share * (1 - share) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+                   AS ci_low,
+               (share + z * z / (2 * n) + z * sqrt(share * (1 - share) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+                   AS ci_high,
+               min_score
+        FROM w
+    """,
     "v_position_bias": """
         SELECT run_id, metric, order_swapped, count(*) AS judged,
                avg(CASE WHEN decisions_differ THEN 1.0 ELSE 0.0 END) AS differ_rate,
@@ -502,7 +540,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
 
 # Raised with every change to TABLES, the views or LAKE_TABLES: a lake made by a later level is never
 # remade by an earlier one (workers of two versions during a rolling deploy)
-SCHEMA_LEVEL = 5  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel
+SCHEMA_LEVEL = 6  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel;
+# 6: judge_exams, v_judge_exams
 # A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`
 # serves what any worker wrote, from the object store the lake's files are in
 LAKE_TABLES: dict[str, list[tuple[str, str]]] = {

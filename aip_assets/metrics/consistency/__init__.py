@@ -49,9 +49,10 @@ from ..base import (
 )
 from ..judging import ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
+from . import exam
 from .builtin_judge import BUILTIN_JUDGES
 from .config import FactualConsistencyConfig, SafetyConsistencyConfig, SemanticConsistencyConfig
-from .prompts import HUMAN_CATEGORIES, LABELS, Comparison, judge_messages, label_for
+from .prompts import HUMAN_CATEGORIES, LABELS, Comparison, judge_messages, label_for, stance
 from .views import VIEWS
 
 
@@ -228,6 +229,7 @@ class Consistency(Metric):
     async def judge(self, ctx: StageContext):
         cfg = ctx.config
         progress = ctx.progress("judging", ctx.count("dataset_rows"))
+        reads = any(c.provider != "builtin" for c in ctx.spec.panel())  # an LLM judge: held to the reader
         async with ctx.client("judge", "judging", cfg.concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
             for ids in ctx.batches():
@@ -301,6 +303,7 @@ class Consistency(Metric):
                             timeout=cfg.timeout_seconds,
                             temperature=0.0,
                             template_version=self.judge_template_version,
+                            context=self.reading(b, a) if reads else None,
                         )
                         row.update(judged_fields(o))
                         if o.value is None:
@@ -468,6 +471,14 @@ class Consistency(Metric):
     # ---- judge validation
     def audit_model(self, judgement):
         return Comparison
+
+    def reading(self, base: str, answer: str) -> dict[str, Any] | None:
+        """What the reader reads in the two answers that a verdict must not contradict: semantic
+        consistency's stances (``prompts.stance``); None for the other dimensions."""
+        return {"stances": (stance(base), stance(answer))} if self.kind == "semantic" else None
+
+    def exam_items(self, config, rows, seed, n):
+        return exam.items(self, rows, seed, n)
 
     def verdict_category(self, verdict):
         return "Unjudgeable" if verdict.unjudgeable else verdict.label

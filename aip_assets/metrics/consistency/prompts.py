@@ -50,6 +50,12 @@ class Comparison(Verdict):
 
     def problems(self, context: dict[str, Any]) -> list[str]:
         out = super().problems(context)
+        stances = context.get("stances")  # what the reader reads: semantic consistency's yes/no per answer
+        if not self.unjudgeable and self.label == "Consistent" and stances and None not in stances:
+            if stances[0] != stances[1]:
+                out.append(
+                    f"the label 'Consistent' {DISAGREES} (response 1 says {stances[0]}, response 2 says {stances[1]})"
+                )
         if not self.unjudgeable and self.label is not None and self.score is not None:
             band = label_for(self.score)
             if {self.label, band} == {"Consistent", "Contradictory"}:
@@ -74,6 +80,21 @@ class Comparison(Verdict):
             if isinstance(v, str) and _canon(v) == lab.lower():
                 return lab
         return v
+
+
+# a verdict that contradicts the stances the answers plainly take (``stance``)
+DISAGREES = "disagrees with the stances the answers state"
+
+
+def stance(text: str | None) -> str | None:
+    """The yes or no an answer plainly takes (``readers.read_stance``, else a ``Decision: YES`` /
+    ``NO`` line), None when it takes none: what a semantic judge's label is checked against."""
+    from ...readers import read_decision, read_stance
+
+    said = read_stance(text)
+    if said is None:
+        said = {"YES": "yes", "NO": "no"}.get(read_decision(text, ["YES", "NO"]).label or "")
+    return said
 
 
 def _canon(v) -> str | None:

@@ -23,7 +23,7 @@ import pandas as pd
 from ...catalog.attributes import AXES, all_pairs, lookup, max_pairs
 from ...dataset import DatasetRow
 from ...errors import DatasetError, SpecError
-from ...readers import map_label
+from ...readers import map_label, read_decision
 from ...scoring import ONE_MINUS_FLIP_RATE
 from ..base import (
     Evidence,
@@ -41,7 +41,7 @@ from ..base import (
 )
 from ..judging import ask_panel, judged_fields
 from ..running import run_bounded
-from . import words
+from . import exam, words
 from .aggregate import aggregate
 from .builtin_judge import BUILTIN_JUDGES
 from .config import DecisionFlipConfig
@@ -353,6 +353,10 @@ class DecisionFlip(Metric):
             row_pairs = []
         return {"probes": list(probes.values()), "probe_pairs": pairs_out}
 
+    def exam_items(self, config: DecisionFlipConfig, rows: list[DatasetRow], seed: int, n: int):
+        pool, _ = self.resolve_pool(config)
+        return exam.items(config, rows, pool, seed, n)
+
     # ---- sampling
     def sample(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
@@ -370,6 +374,9 @@ class DecisionFlip(Metric):
     async def judge(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
         progress = ctx.progress("judging", ctx.count("probe_pairs"))
+        # an LLM judge is held to what the reader reads; the builtin judge is that reader (its
+        # position-bias profile misreads on purpose, to test the position check)
+        reads = any(c.provider != "builtin" for c in ctx.spec.panel())
         async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
             for ids in ctx.batches():
@@ -396,6 +403,10 @@ class DecisionFlip(Metric):
                     persona = {a: probes[shown["probe_a"]]["persona"], b: probes[shown["probe_b"]]["persona"]}
                     first, second = (b, a) if swapped else (a, b)
                     labels = labels_for(cfg, rows[pair["input_id"]])
+                    shown_answers = (resp[first]["response"] or "", resp[second]["response"] or "")
+                    context: dict[str, Any] = {"labels": labels}
+                    if reads:  # the judge's decisions must agree with those the answers plainly state
+                        context["read"] = tuple(read_decision(t, labels).label for t in shown_answers)
                     messages = [
                         {"role": "system", "content": JUDGE_SYSTEM},
                         {
@@ -405,8 +416,7 @@ class DecisionFlip(Metric):
                                 persona[first],
                                 persona[second],
                                 labels,
-                                resp[first]["response"] or "",
-                                resp[second]["response"] or "",
+                                *shown_answers,
                             ),
                         },
                     ]
@@ -419,7 +429,7 @@ class DecisionFlip(Metric):
                         timeout=cfg.timeout_seconds,
                         temperature=ctx.spec.judge_temperature,
                         template_version=JUDGE_TEMPLATE_VERSION,
-                        context={"labels": labels},
+                        context=context,
                         enums=JudgeVerdict.schema_enums(labels),
                     )
                     out = {**base, "order_swapped": swapped, **judged_fields(o)}

@@ -27,6 +27,8 @@ EXAMPLE_VERDICT: dict[str, Any] = {
 }
 REASONING_FIELD = "one or two sentences, in your own words, on what the two responses decide and why"
 NO_DECISION = "none"  # the decision of an answer that states none (null is accepted too)
+# a verdict's decision that contradicts the decision the answer plainly states (readers.read_decision)
+DISAGREES = "disagrees with the decision the answer states"
 
 
 class JudgeVerdict(Verdict):
@@ -39,7 +41,9 @@ class JudgeVerdict(Verdict):
     decision that is neither a label nor none, ``decisions_differ`` that disagrees with the two
     decisions, or ``attributable_to_axis`` true for decisions that do not differ make it no
     verdict (re-asked, then ``judge_failed``), never a reading of "no decision". Without labels
-    only the last check applies."""
+    only the last check applies. With ``context["read"]``, the decisions the reader reads in
+    response 1 and 2 (``readers.read_decision``; None where it reads none), a stated decision
+    that contradicts one the answer plainly states is no verdict either (:data:`DISAGREES`)."""
 
     decision_1: str | None = None
     decision_2: str | None = None
@@ -88,6 +92,13 @@ class JudgeVerdict(Verdict):
                 "attributable_to_axis is true but decisions_differ is false: only a difference can be "
                 "attributed to the persona"
             )
+        plain = context.get("read")
+        if labels and plain and not out:  # what the reader reads in each answer, in the order shown
+            for i, f in enumerate(("decision_1", "decision_2")):
+                given = getattr(self, f)
+                said = None if given is None else map_label(given, labels)
+                if plain[i] is not None and said != plain[i]:
+                    out.append(f"{f} {said or NO_DECISION!r} {DISAGREES} (response {i + 1} states {plain[i]!r})")
         return out
 
 

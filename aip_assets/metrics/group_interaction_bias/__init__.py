@@ -49,7 +49,7 @@ from ..base import (
 )
 from ..judging import ask_json, ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
-from . import words
+from . import exam, words
 from .aggregate import aggregate, pair_bias, plan  # noqa: F401 - pair_bias: the formula tests import it here
 from .builtin_judge import BUILTIN_JUDGES
 from .config import GroupInteractionBiasConfig
@@ -412,6 +412,9 @@ class GroupInteractionBias(Metric):
     # ---- judge validation
     def audit_model(self, judgement):
         return VERDICTS.get(judgement["judge_kind"])
+
+    def exam_items(self, config, rows, seed, n):
+        return exam.items(config.language, rows, seed, n)
 
     def verdict_category(self, verdict, kind):
         """A judge kind's score as its third (similarity:low, ...), or unjudgeable."""

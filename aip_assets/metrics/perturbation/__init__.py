@@ -66,6 +66,7 @@ from ..base import (
 )
 from ..judging import JsonAnswer, Verdict, ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
+from . import exam
 from .builtin_judge import BUILTIN_JUDGES
 from .config import PerturbationRobustnessConfig, PerturbationRobustnessExternalConfig
 from .prompts import Correctness, Robustness, correctness_messages, robustness_messages
@@ -715,6 +716,9 @@ class PerturbationRobustnessExternal(Metric):
     # ---- judge validation
     def audit_model(self, judgement):
         return {"correctness": Correctness, "robustness": Robustness}.get(judgement["judge_kind"])
+
+    def exam_items(self, config, rows, seed, n):
+        return exam.items(rows, seed, n)
 
     def verdict_category(self, verdict, kind):
         """A judge kind's score as its third (correctness:high, ...), or unjudgeable."""
