@@ -9,6 +9,9 @@ At aggregation this module turns those rows into ``metric_scores`` rows of scope
   its interval in ``ci_low`` / ``ci_high``) and the mean observed agreement, the share of agreeing
   judge pairs per judgement (``rate``, interval in ``rate_ci_*``); ``n`` those judgements,
   ``n_events`` the unanimous ones, ``n_failed`` the judgements excluded as ``judges_disagree``.
+  Its ``details`` add the effective number of judges (``n_eff``, interval ``n_eff_ci95``): how many
+  independent judges the panel's agreement is worth, k / (1 + (k - 1) kappa)
+  (:func:`stats.effective_judges`, Kish's design effect), its interval kappa's mapped.
 - ``judge i / judge j``: each pair of judges' percent agreement (``rate``) and Cohen's kappa
   (``raw_score``), over the judgements both gave a verdict for, with the confusion in ``details``.
 
@@ -24,7 +27,16 @@ from collections import Counter
 from itertools import combinations
 from typing import Any
 
-from .stats import bootstrap_sums, cluster_sums, cohen_from_sums, cohen_vectors, fleiss_from_sums, fleiss_vectors
+from .stats import (
+    bootstrap_sums,
+    cluster_sums,
+    cohen_from_sums,
+    cohen_vectors,
+    effective_judges,
+    effective_judges_interval,
+    fleiss_from_sums,
+    fleiss_vectors,
+)
 
 N_BOOT = 2000
 
@@ -47,6 +59,24 @@ def _judges(spec) -> list[dict[str, Any]]:
 
 def _interval(ci: tuple[float | None, float | None]) -> list[float | None]:
     return [ci[0], ci[1]]
+
+
+def n_eff_figures(k: int, kappa: float | None, kappa_ci) -> dict[str, Any]:
+    """The effective number of judges of a panel of ``k`` with Fleiss' ``kappa`` (its interval
+    ``kappa_ci``), as the panel row's ``details`` keep it: ``n_eff``, ``n_eff_ci95`` ([n_eff at kappa's
+    upper bound, at its lower]), ``n_eff_rho`` (the correlation used: kappa clamped to [0, 1]) and, when
+    kappa is below 0, ``n_eff_note`` saying it was counted as 0."""
+    out: dict[str, Any] = {
+        "n_eff": effective_judges(k, kappa),
+        "n_eff_ci95": _interval(effective_judges_interval(k, kappa_ci)),
+        "n_eff_rho": None if kappa is None else min(1.0, max(0.0, kappa)),
+    }
+    if kappa is not None and kappa < 0:
+        out["n_eff_note"] = (
+            f"Fleiss' kappa {kappa:.3f} is below 0 (the judges agree less than chance): counted as 0, "
+            f"n_eff = {k}, the judges' number"
+        )
+    return out
 
 
 def panel_scores(ctx, cfg) -> list[dict[str, Any]]:
@@ -113,6 +143,7 @@ def panel_scores(ctx, cfg) -> list[dict[str, Any]]:
                     "agreement_ci95": _interval(agreement_ci),
                     "fleiss_kappa": kappa,
                     "fleiss_kappa_ci95": _interval(kappa_ci),
+                    **n_eff_figures(n, kappa, kappa_ci),
                     "judgements": len(votes),
                     "rated_by_every_judge": len(full),
                     "unanimous": unanimous,
@@ -200,6 +231,9 @@ def panel_summary(scores) -> dict[str, Any] | None:
         "agreement_ci95": d.get("agreement_ci95"),
         "fleiss_kappa": d.get("fleiss_kappa"),
         "fleiss_kappa_ci95": d.get("fleiss_kappa_ci95"),
+        "n_eff": d.get("n_eff"),
+        "n_eff_ci95": d.get("n_eff_ci95"),
+        **({"n_eff_note": d["n_eff_note"]} if d.get("n_eff_note") else {}),
         "rated_by_every_judge": d.get("rated_by_every_judge"),
         "judges_disagree": d.get("judges_disagree"),
         "judge_failed": d.get("judge_failed"),
@@ -208,14 +242,19 @@ def panel_summary(scores) -> dict[str, Any] | None:
 
 
 def format_panel(p: dict[str, Any]) -> list[str]:
-    """The panel as summary lines: "judges: 3 (majority); agreement 0.87, Fleiss kappa 0.71 [0.60,
-    0.80]; 4 judgements excluded: judges disagree", then a line per pair of judges."""
+    """The panel as summary lines: "judges: 3 (majority); agreement 0.87; 3 judges agree like 1.4
+    [1.3, 1.6] independent ones (Fleiss' kappa 0.71 [0.60, 0.80]); 4 judgements excluded: judges
+    disagree", then a line per pair of judges. Kappa below 0 adds "(kappa below 0 counted as 0)"."""
     f = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+    f1 = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
     ci = p.get("fleiss_kappa_ci95") or [None, None]
+    ne = p.get("n_eff_ci95") or [None, None]
+    k = len(p.get("judges") or [])
+    below = "; kappa below 0 counted as 0" if p.get("n_eff_note") else ""
     lines = [
-        f"  judges: {len(p.get('judges') or [])} ({p.get('rule')}); agreement {f(p.get('agreement'))}, "
-        f"Fleiss kappa {f(p.get('fleiss_kappa'))} [{f(ci[0])}, {f(ci[1])}]; {p.get('judges_disagree') or 0} "
-        "judgements excluded: judges disagree"
+        f"  judges: {k} ({p.get('rule')}); agreement {f(p.get('agreement'))}; {k} judges agree like "
+        f"{f1(p.get('n_eff'))} [{f1(ne[0])}, {f1(ne[1])}] independent ones (Fleiss' kappa {f(p.get('fleiss_kappa'))} "
+        f"[{f(ci[0])}, {f(ci[1])}]{below}); {p.get('judges_disagree') or 0} judgements excluded: judges disagree"
     ]
     for q in p.get("pairs") or []:
         c = q.get("cohen_kappa_ci95") or [None, None]

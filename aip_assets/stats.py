@@ -272,6 +272,30 @@ def fleiss_kappa(counts) -> tuple[float | None, float | None]:
     return float(po), float(k)
 
 
+def effective_judges(k: int, rho: float | None) -> float | None:
+    """How many independent judges a panel of ``k`` is worth when their verdicts correlate on average
+    ``rho``: n_eff = k / (1 + (k - 1) rho), k over Kish's design effect 1 + (k - 1) rho of a cluster of
+    k correlated observations (Kish, *Survey Sampling*, 1965), the denominator of the Spearman-Brown
+    formula for the reliability of a k-rater mean (Spearman, 1910; Brown, 1910). For categorical verdicts ``rho`` is the intraclass correlation Fleiss' kappa estimates (Fleiss,
+    1971; Fleiss & Cuzick, 1979). ``rho`` is clamped to [0, 1]: perfect agreement is worth one judge,
+    independent judges (kappa 0) all k, and agreement below chance (kappa < 0) is counted as 0, so k
+    (no more independent than independent). None without a ``rho``."""
+    if rho is None or (isinstance(rho, float) and math.isnan(rho)):
+        return None
+    r = min(1.0, max(0.0, float(rho)))
+    return k / (1.0 + (k - 1) * r)
+
+
+def effective_judges_interval(
+    k: int, ci: tuple[float | None, float | None] | Sequence[float | None]
+) -> tuple[float | None, float | None]:
+    """The interval of :func:`effective_judges` from ``rho``'s (kappa's) interval: n_eff falls as
+    rho rises, so its interval is [n_eff(hi), n_eff(lo)], the same resamples' percentiles mapped
+    (percentiles commute with a monotone map; clamping keeps it monotone, not strictly)."""
+    lo, hi = ci[0], ci[1]
+    return effective_judges(k, hi), effective_judges(k, lo)
+
+
 def cohen_vectors(a, b, categories):
     """Per item, what Cohen's kappa of two raters sums: ``[agree, 1, a's category one-hot, b's]``."""
     import numpy as np

@@ -79,6 +79,64 @@ def test_fleiss_and_pairwise_kappa_by_hand():
     assert fleiss_kappa([]) == (None, None) and cohen_kappa([], []) == (None, None)
 
 
+def test_effective_number_of_judges_by_hand():
+    """n_eff = k / (1 + (k - 1) kappa), kappa clamped to [0, 1]. Three judges, categories A and B
+    (uneven: A twice as often as B in the first three panels):
+
+    - AAA, AAA, BBB: every item unanimous, P-bar = 1, kappa 1: worth one judge, n_eff 1.
+    - AAA, AAB, ABB: P_i = 1, 1/3, 1/3, P-bar = 5/9; p = (6, 3) / 9, P_e = 4/9 + 1/9 = 5/9: kappa 0,
+      independent judges, n_eff 3.
+    - AAA x3, AAB, ABB, BBB: P-bar = (3 + 1/3 + 1/3 + 1) / 6 = 7/9; p = (12, 6) / 18, P_e = 5/9;
+      kappa = (7/9 - 5/9) / (4/9) = 1/2: n_eff = 3 / (1 + 2 / 2) = 1.5.
+    - AAA, AAB, AAB: P-bar = (1 + 1/3 + 1/3) / 3 = 5/9; p = (7, 2) / 9, P_e = 53/81; kappa = (45 - 53) /
+      (81 - 53) = -2/7, below chance: counted as 0, n_eff 3, with a note."""
+    from aip_assets.judge_panel import format_panel, n_eff_figures
+    from aip_assets.stats import effective_judges, effective_judges_interval
+
+    cases = [
+        ([[3, 0], [3, 0], [0, 3]], 1.0, 1.0),
+        ([[3, 0], [2, 1], [1, 2]], 0.0, 3.0),
+        ([[3, 0]] * 3 + [[2, 1], [1, 2], [0, 3]], 0.5, 1.5),
+        ([[3, 0], [2, 1], [2, 1]], -2 / 7, 3.0),
+    ]
+    for counts, kappa, n_eff in cases:
+        assert fleiss_kappa(counts)[1] == pytest.approx(kappa, abs=1e-12)
+        assert effective_judges(3, fleiss_kappa(counts)[1]) == pytest.approx(n_eff)
+    # four judges at kappa 1/3: 4 / (1 + 3 / 3) = 2; two at 1/2: 2 / 1.5 = 4/3; none without a kappa
+    assert effective_judges(4, 1 / 3) == pytest.approx(2.0) and effective_judges(2, 0.5) == pytest.approx(4 / 3)
+    assert effective_judges(3, None) is None and effective_judges(3, float("nan")) is None
+    # the interval: n_eff falls as kappa rises, so kappa's [0.2, 0.6] with 4 judges maps to
+    # [4 / (1 + 3 x 0.6), 4 / (1 + 3 x 0.2)] = [10/7, 2.5]; a lower bound below 0 maps to k
+    assert effective_judges_interval(4, (0.2, 0.6)) == pytest.approx((10 / 7, 2.5))
+    assert effective_judges_interval(3, (-0.1, 0.5)) == pytest.approx((1.5, 3.0))
+    assert effective_judges_interval(3, (None, None)) == (None, None)
+    # as the panel row keeps it: the point inside its interval; below chance a note, n_eff = k
+    d = n_eff_figures(3, 0.5, (0.25, 1.0))
+    assert d["n_eff"] == pytest.approx(1.5) and d["n_eff_ci95"] == pytest.approx([1.0, 2.0]) and "n_eff_note" not in d
+    d = n_eff_figures(3, -2 / 7, (-0.5, 0.1))
+    assert (d["n_eff"], d["n_eff_rho"]) == (3.0, 0.0) and d["n_eff_ci95"] == pytest.approx([2.5, 3.0])
+    assert "below 0" in d["n_eff_note"] and "counted as 0" in d["n_eff_note"]
+    # the summary line's words
+    p = {
+        "judges": [{}] * 3,
+        "rule": "majority",
+        "agreement": 0.87,
+        "fleiss_kappa": 0.5,
+        "fleiss_kappa_ci95": [0.25, 1.0],
+        "judges_disagree": 4,
+        **n_eff_figures(3, 0.5, (0.25, 1.0)),
+    }
+    assert format_panel(p)[0] == (
+        "  judges: 3 (majority); agreement 0.87; 3 judges agree like 1.5 [1.0, 2.0] independent ones "
+        "(Fleiss' kappa 0.50 [0.25, 1.00]); 4 judgements excluded: judges disagree"
+    )
+    p = {**p, "fleiss_kappa": -2 / 7, "fleiss_kappa_ci95": [-0.5, 0.1], **n_eff_figures(3, -2 / 7, (-0.5, 0.1))}
+    assert (
+        "3 judges agree like 3.0 [2.5, 3.0] independent ones (Fleiss' kappa -0.29 [-0.50, 0.10]; kappa below 0 "
+        "counted as 0)" in format_panel(p)[0]
+    )
+
+
 def test_bootstrap_resamples_whole_clusters():
     """Two clusters (input rows) of summed (sum, count): [1, 1] and [0, 1]. A replicate draws each
     of the two 0, 1 or 2 times, so its mean is 1, 1/2 or 0 with chances 1/4, 1/2, 1/4: the percentile
@@ -371,9 +429,13 @@ def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
 
     print_summary(summary)
     out = capsys.readouterr().out
+    n_eff = lambda k: 3 / (1 + 2 * min(1.0, max(0.0, k)))  # noqa: E731
+    assert d["n_eff"] == pytest.approx(n_eff(head.raw_score)) and jp["n_eff"] == d["n_eff"]
+    assert d["n_eff_ci95"] == pytest.approx([n_eff(head.ci_high), n_eff(head.ci_low)]) == jp["n_eff_ci95"]
     line = (
-        f"judges: 3 (majority); agreement {head.rate:.2f}, Fleiss kappa {head.raw_score:.2f} "
-        f"[{head.ci_low:.2f}, {head.ci_high:.2f}]; {len(tie)} judgements excluded: judges disagree"
+        f"judges: 3 (majority); agreement {head.rate:.2f}; 3 judges agree like {d['n_eff']:.1f} "
+        f"[{d['n_eff_ci95'][0]:.1f}, {d['n_eff_ci95'][1]:.1f}] independent ones (Fleiss' kappa {head.raw_score:.2f} "
+        f"[{head.ci_low:.2f}, {head.ci_high:.2f}]); {len(tie)} judgements excluded: judges disagree"
     )
     assert line in out and f"judges_disagree {len(tie)}" in out
     # the report: the panel in the run's header, its agreement and kappas beside the headline, as stored
@@ -541,6 +603,53 @@ def test_semantic_consistency_panel(tmp_path, scripted):
         assert head.loc["judge 1 / judge 2"].n_events == agree and head.loc["judge 1 / judge 2"].n == len(j)
 
 
+def test_the_effective_number_of_judges_of_a_builtin_panel(tmp_path, capsys):
+    """Three builtin judges, a faithful one and two that misread the answer shown second in 20% and
+    30% of pairs (the docs' panel): the panel row stores n_eff = k / (1 + (k - 1) kappa) from the
+    stored Fleiss' kappa, its interval kappa's mapped ([n_eff at ci_high, at ci_low]); the summary,
+    --json, the Dagster metadata and the report show it beside kappa."""
+    ds = write_dataset(tmp_path / "d.jsonl", 10)
+    judges = [
+        {"provider": "builtin"},
+        {"provider": "builtin", "profile": {"judge_position_bias": 0.2}},
+        {"provider": "builtin", "profile": {"judge_position_bias": 0.3, "seed": 1}},
+    ]
+    run_all(_spec(ds, judges), "neff")
+    s = table("metric_scores", "neff", "scope, group_key")
+    head = s[(s.scope == "judge_panel") & (s.group_key == "panel")].iloc[0]
+    d = json.loads(head.details)
+    assert 0 < head.raw_score < 1 and head.ci_low < head.ci_high, "the biased judges disagree now and then"
+    k = len(d["judges"])
+    assert k == 3 and d["n_eff_rho"] == head.raw_score
+    assert d["n_eff"] == pytest.approx(k / (1 + (k - 1) * head.raw_score))
+    lo, hi = (k / (1 + (k - 1) * min(1.0, max(0.0, x))) for x in (head.ci_high, head.ci_low))
+    assert d["n_eff_ci95"] == pytest.approx([lo, hi]) and lo <= d["n_eff"] <= hi and 1 < d["n_eff"] < 3
+    assert "n_eff_note" not in d
+    summary = pipeline.run_summary("neff")
+    jp = summary["metrics"][DF]["judge_panel"]
+    assert (jp["n_eff"], jp["n_eff_ci95"]) == (d["n_eff"], d["n_eff_ci95"])
+    from aip_assets.cli import print_summary
+
+    print_summary(summary)
+    assert (
+        f"3 judges agree like {d['n_eff']:.1f} [{lo:.1f}, {hi:.1f}] independent ones (Fleiss' kappa "
+        f"{head.raw_score:.2f} [{head.ci_low:.2f}, {head.ci_high:.2f}])" in capsys.readouterr().out
+    )
+    # Dagster's metadata: the aggregation's summary (its `summary` entry, everything) holds the panel
+    from aip_assets.metrics import get_metric
+
+    meta = pipeline._aggregation_meta("neff", DF, get_metric(DF), wh.default_path())
+    assert meta["summary"]["judge_panel"]["n_eff"] == d["n_eff"]
+    # the report, beside Fleiss' kappa, as stored
+    from aip_assets.report import build_report
+
+    html = build_report("neff")
+    shown = re.search(r'data-scope="judge_panel" data-key="panel" data-field="details.n_eff"[^>]*>([^<]+)<', html)
+    assert shown and float(shown.group(1)) == pytest.approx(d["n_eff"], abs=5e-4)
+    assert html.index("Fleiss&#x27; kappa") < html.index("effective number of judges")
+    assert f"the 3 judges agree like {d['n_eff']:.1f} independent ones" in html
+
+
 def test_an_older_warehouse_gets_the_panel_table(tmp_path):
     """A warehouse made before judge panels (no judge_panel table, no view) gains both when a
     newer version opens it; its runs are untouched."""
@@ -603,6 +712,7 @@ def test_a_panel_of_readers_that_agree_changes_no_score(tmp_path, metric, config
     )
     head = s[(s.scope == "judge_panel") & (s.group_key == "panel")].iloc[0]
     assert (head.rate, head.raw_score, head.n, head.n_failed) == (1.0, 1.0, len(asked), 0)
+    assert json.loads(head.details)["n_eff"] == 1.0  # two judges that always agree are worth one
     assert set(panel.judge_kind) == set(asked.judge_kind)
 
 

@@ -423,6 +423,18 @@ def _facts(metric: str, o: dict[str, Any], extra_scopes: list[dict[str, Any]]) -
                     f"[{_num(r.get('ci_low'), **b, data_field='ci_low')}, "
                     f"{_num(r.get('ci_high'), **b, data_field='ci_high')}]",
                 )
+                d = _json(r.get("details")) or {}
+                if r["group_key"] == "panel" and d.get("n_eff") is not None:
+                    n_judges = len(d.get("judges") or [])
+                    lo, hi = (d.get("n_eff_ci95") or [None, None])[:2]
+                    add(
+                        "effective number of judges",
+                        f"{_num(d['n_eff'], **b, data_field='details.n_eff')} 95% CI "
+                        f"[{_num(lo, **b, data_field='details.n_eff_ci95.0')}, "
+                        f"{_num(hi, **b, data_field='details.n_eff_ci95.1')}]: the {n_judges} judges agree like "
+                        f"{d['n_eff']:.1f} independent ones"
+                        + (f" ({_e(d['n_eff_note'])})" if d.get("n_eff_note") else ""),
+                    )
         elif r.get("score") is not None:
             add(lab, _num(r["score"], **b, data_field="score"))
 
