@@ -96,9 +96,9 @@ class JudgeVerdict(Verdict):
         if labels and plain and not out:  # what the reader reads in each answer, in the order shown
             for i, f in enumerate(("decision_1", "decision_2")):
                 given = getattr(self, f)
-                said = None if given is None else map_label(given, labels)
-                if plain[i] is not None and said != plain[i]:
-                    out.append(f"{f} {said or NO_DECISION!r} {DISAGREES} (response {i + 1} states {plain[i]!r})")
+                judged = None if given is None else map_label(given, labels)
+                if plain[i] is not None and judged != plain[i]:
+                    out.append(f"{f} {judged or NO_DECISION!r} {DISAGREES} (response {i + 1} states {plain[i]!r})")
         return out
 
 
