@@ -545,7 +545,9 @@ def _aggregation_meta(run_id: str, metric: str, plugin, path: Path) -> dict[str,
     """An aggregation's summary and gate, as written."""
     scores = wh.read_partition("metric_scores", run_id, metric, path)
     ov = scores[scores["scope"] == "overall"].iloc[0]
+    exam = [e["line"] for e in stored_exam(run_id, path) if e["metric"] == metric]
     return {
+        **({"judge_exam": "\n".join(exam)} if exam else {}),
         "summary": with_panel(plugin.summary(scores), scores),
         "gate": {
             "passed": ov["passed"],

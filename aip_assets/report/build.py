@@ -93,6 +93,7 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
         sections=[Markup(s) for s in sections],
         cost=cost(queries.calls_by_role(rd), queries.calls_by_metric(rd)),
         notes=notes,
+        exams=queries.judge_exams(rd),
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         version=__version__,
     )

@@ -156,6 +156,14 @@ def calls_by_metric(rd: _Reader) -> Records:
         FROM llm_calls WHERE run_id = ? GROUP BY ALL ORDER BY role, metric, stage""")
 
 
+def judge_exams(rd: _Reader) -> Records:
+    """The judge exam before the run, per metric, judge and kind of item (``v_judge_exams``)."""
+    return rd.records(
+        "SELECT metric, judge, model, kind, n_right, n, share, ci_low, ci_high, min_score FROM v_judge_exams "
+        "WHERE run_id = ? ORDER BY metric, judge, kind"
+    )
+
+
 def run_notes(rd: _Reader) -> Records:
     return rd.records(
         "SELECT metric, stage, level, code, message FROM run_notes WHERE run_id = ? ORDER BY level, metric, stage, code"
