@@ -271,8 +271,8 @@ def test_honest_verdicts_share_too_few_words_with_any_example_to_be_copies():
     answer of both corpora (paired with the first ten of the same labels, both ways) and every
     answer pair (each metric's judges), and every string of the 43 synthetic and 69 real judge
     outputs. They share at most 5 words in a row with any example of any verdict (measured when
-    the rule was made); the rule asks for 8, and the English examples cut to 57 characters, as the
-    old re-ask showed them, are 9 words or more."""
+    the rule was made); the rule asks for 8, which the English examples cut to 57 characters, as the
+    old re-ask showed them, reach."""
     import itertools
     import re
 

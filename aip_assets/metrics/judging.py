@@ -78,7 +78,7 @@ def _plain(s: str) -> str:
 # word, "23:10" one), is copied, not written (docs/judges.md has the measurement). Honest verdicts
 # share at most 5 words in a row with any example: the builtin judges' reasoning over the corpora,
 # the 43 synthetic and the 69 real judge outputs. The English examples cut to 57 characters, as the
-# old re-ask showed them, are 9 to 11 words (16 of the 19 examples' cuts, every language, reach 8).
+# old re-ask showed them, are 8 to 11 words (16 of the 19 examples' cuts, every language, reach 8).
 # A verdict written in the example's sentence frame with its own facts can share 8 or 9 words: it
 # is re-asked ("in your own words", as the prompt says), and a judge that can judge rewrites it.
 NEAR_COPY_WORDS = 8
