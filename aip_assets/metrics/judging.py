@@ -96,7 +96,7 @@ def is_copy(reason: str | None) -> bool:
     other failure (JSON that does not parse or match the schema, fields that disagree, a call that
     failed) and for None. Every copy's reason says "repeats the prompt's example" (or placeholder,
     template words) or "repeats the re-ask's text" (``COPY_REASON``), and no other reason does."""
-    return bool(reason) and COPY_REASON.search(reason) is not None
+    return reason is not None and COPY_REASON.search(reason) is not None
 
 
 class Problem(str):
@@ -438,8 +438,13 @@ async def ask_json(
         attempt += 1
         # the reason without the passage it quotes: a judge shown its copy copies it again
         why = getattr(err, "told", err)
-        re_asks.append(f"Your answer could not be used ({why}). Answer again with the JSON object only (attempt {attempt + 1}).")
-        messages = messages[:2] + [{"role": "assistant", "content": raw or ""}, {"role": "user", "content": re_asks[-1]}]
+        re_asks.append(
+            f"Your answer could not be used ({why}). Answer again with the JSON object only (attempt {attempt + 1})."
+        )
+        messages = messages[:2] + [
+            {"role": "assistant", "content": raw or ""},
+            {"role": "user", "content": re_asks[-1]},
+        ]
     return JsonOutcome(value, None if err is None else str(err), raw, attempts, last, reasks, net, waits)
 
 
