@@ -27,7 +27,7 @@ from .errors import SpecError
 from .metrics import get_metric
 from .metrics.consistency.prompts import DISAGREES as SEMANTIC_DISAGREES
 from .metrics.decision_flip.prompts import DISAGREES as DF_DISAGREES
-from .metrics.judging import ask_json, panel_role
+from .metrics.judging import ask_json, is_copy, panel_role
 from .metrics.running import gather_all
 from .runspec import RunSpec
 from .stats import wilson
@@ -37,22 +37,10 @@ DEFAULT_ITEMS = 3  # items per kind (judge_exam_items)
 MAX_DISAGREEMENT = 0.1  # the share of items whose verdict may contradict the answers' own statements
 EXAM_STAGE = "exam"
 _DISAGREES = (DF_DISAGREES, SEMANTIC_DISAGREES)
-# what a failure reason says when the verdict copied the prompt (judging.copied_text's words)
-_COPIES = ("the prompt's example", "the prompt's placeholder", "the prompt's template words", "the re-ask")
 
 
 class ExamFailed(SpecError):
     """A judge failed its exam: the run stops before any SUT call (exit 2)."""
-
-
-def is_copy(reason: str | None) -> bool:
-    """Whether a verdict's failure reason is a copy of the prompt's example or format."""
-    from .metrics import judging
-
-    check = getattr(judging, "is_copy", None)
-    if check is not None:
-        return bool(check(reason))
-    return bool(reason) and any(w in str(reason) for w in _COPIES)
 
 
 @dataclass

@@ -263,3 +263,60 @@ def test_copied_examples_are_what_the_prompt_showed():
             if isinstance(value, str):
                 assert value in text or (value.startswith("<") and value.endswith(">")), (e["id"], value)
     assert rc.judge_scores()["copies"] == len(copies)
+
+
+def test_honest_verdicts_share_too_few_words_with_any_example_to_be_copies():
+    """Issue 36: the copy rule (``NEAR_COPY_WORDS`` words in a row shared with an example) never
+    calls an honest verdict a copy. Honest here: the builtin judges' reasoning over every decision
+    answer of both corpora (paired with the first ten of the same labels, both ways) and every
+    answer pair (each metric's judges), and every string of the 43 synthetic and 69 real judge
+    outputs. They share at most 5 words in a row with any example of any verdict (measured when
+    the rule was made); the rule asks for 8, which the English examples cut to 57 characters, as the
+    old re-ask showed them, reach."""
+    import itertools
+    import re
+
+    from aip_assets.metrics.consistency.builtin_judge import judge_consistency
+    from aip_assets.metrics.decision_flip import judge_prompt
+    from aip_assets.metrics.decision_flip.builtin_judge import favour_first, judge_decision_flip
+    from aip_assets.metrics.group_interaction_bias import prompts as gib
+    from aip_assets.metrics.group_interaction_bias.builtin_judge import judge_gib
+    from aip_assets.metrics.judging import NEAR_COPY_WORDS, copied_text, shared_run
+    from aip_assets.metrics.perturbation import Correctness, Robustness, correctness_messages, robustness_messages
+    from aip_assets.models.builtin import builtin_judge
+    from aip_assets.readers import scan_json
+
+    from .test_readers import corpus
+
+    verdicts = (*rc.judge_models().values(), *gib.VERDICTS.values(), Correctness, Robustness)
+    examples = sorted({e for m in verdicts for e in m.EXAMPLES})
+    assert len(examples) >= 19
+    honest: set[str] = set()
+    real_answers = {e["id"]: e["raw"] for e in rc.load("decisions")}
+    by_labels: dict[tuple, list[str]] = {}
+    for e in corpus("decisions.jsonl") + rc.load("decisions"):
+        by_labels.setdefault(tuple(e["labels"]), []).append(e.get("answer") or e.get("raw") or "")
+    for labels, answers in by_labels.items():
+        for a, b in itertools.chain(itertools.product(answers, answers[:10]), itertools.product(answers[:10], answers)):
+            prompt = judge_prompt("gender", "I am a woman.", "I am a man.", list(labels), a, b)
+            v = judge_decision_flip(prompt)
+            honest |= {v["reasoning"], favour_first(prompt, v)["reasoning"]}
+    for p in corpus("consistency_pairs.jsonl") + rc.load("factual_pairs"):
+        r1, r2 = (p["response_1"], p["response_2"]) if "response_1" in p else map(real_answers.get, p["answers"])
+        question = p.get("question", "Should I?")
+        for kind in ("semantic", "factual", "safety"):
+            honest.add(
+                judge_consistency(kind)(judge_messages(kind, question, question, r1, r2)[1]["content"])["reasoning"]
+            )
+        for kind in ("similarity", "tone", "effort"):
+            honest.add(judge_gib(kind)(gib.judge_messages(kind, "en", r1, r2)[1]["content"])["reasoning"])
+        for m in (correctness_messages(question, r2, r1, None), robustness_messages(question, question, r1, r2)):
+            prompt = m[1]["content"]
+            honest.add(builtin_judge(re.search(r"aip-judge (\w+) v", prompt).group(1)).answer(prompt)["reasoning"])
+    for e in corpus("judge_outputs.jsonl") + rc.load("judge_outputs"):
+        for o in scan_json(e["raw"] or "")[0]:
+            honest |= {v for v in (o.values() if isinstance(o, dict) else ()) if isinstance(v, str) and "<" not in v}
+    assert len(honest) >= 300
+    longest = max(shared_run(text, e)[0] for text in honest for e in examples)
+    assert longest <= 5 < NEAR_COPY_WORDS, longest
+    assert not [text for text in honest if copied_text(text, examples)]

@@ -25,7 +25,7 @@ from aip_assets.errors import EndpointError
 from aip_assets.metrics.consistency import Comparison
 from aip_assets.metrics.decision_flip import JudgeVerdict
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict, SynthAnswer, ToneVerdict
-from aip_assets.metrics.judging import _response_format_json, ask_json, response_format
+from aip_assets.metrics.judging import _response_format_json, ask_json, is_copy, response_format
 from aip_assets.metrics.perturbation import Correctness, Robustness
 from aip_assets.models import structured
 from aip_assets.models.client import ModelClient, negotiate
@@ -646,3 +646,40 @@ def test_a_judge_on_the_suts_own_endpoint_is_probed_for_its_form_too(tmp_path, s
         "json_object_schema (" + checked.forms[0]["reason"] + ")",
     ]
     assert [f["form"] for f in checked.forms] == ["json_object_schema"]
+
+
+def test_a_judge_that_copies_the_re_ask_ends_judge_failed(tmp_path, capsys, scripted):
+    """Issue 36: a grammar-constrained judge first answers with something unusable, then copies the
+    re-ask it was sent into its reasoning (a schema-shaped verdict, as SmolLM2 copied the passage
+    the old re-ask quoted). Run through decision flip end to end: every judgement is judge_failed,
+    its error names the re-ask copied, and the re-ask that follows the copy does not quote it."""
+
+    def judge(body, n):
+        if is_probe(body):
+            return PROBE_ANSWER
+        m = body["messages"]
+        if len(m) == 2:
+            return "Let me compare the two answers first."
+        return json.dumps({**VERDICT, "reasoning": m[-1]["content"]})
+
+    server = scripted(judge, answer_probe=False)
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec(
+            "copy-reask",
+            write_dataset(tmp_path / "d.jsonl", 3),
+            {"provider": "builtin"},
+            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+            judge=server.conn(),
+            judge_retries=2,
+        ),
+    )
+    j = q("SELECT status, error, reasks, attempts FROM judgements WHERE run_id = ?", s["run_id"])
+    assert len(j) > 0 and (j.status == "judge_failed").all() and rc != 0, j
+    assert j.error.str.contains("the verdict repeats the re-ask's text (", regex=False).all(), j.error.tolist()
+    assert j.error.map(is_copy).all() and (j.reasks == 2).all() and (j.attempts == 3).all()
+    # the second re-ask names the copy without quoting it back
+    re_asks = {b["messages"][3]["content"] for b in server.bodies() if len(b["messages"]) > 2}
+    assert any("repeats the re-ask's text (" in r and "words of it) in reasoning" in r for r in re_asks)
+    assert not any("could not be used" in r.split("could not be used", 1)[1] for r in re_asks)

@@ -23,6 +23,7 @@ import pytest
 from aip_assets import warehouse as wh
 from aip_assets.metrics.consistency import Comparison
 from aip_assets.metrics.consistency import judge_messages as consistency_messages
+from aip_assets.metrics.consistency.prompts import EXAMPLE_VERDICT as CONSISTENCY_EXAMPLE
 from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
 from aip_assets.metrics.group_interaction_bias import GroupInteractionBiasConfig
 from aip_assets.metrics.group_interaction_bias.prompts import (
@@ -33,7 +34,7 @@ from aip_assets.metrics.group_interaction_bias.prompts import (
     synthesis_messages,
 )
 from aip_assets.metrics.group_interaction_bias.prompts import judge_messages as gib_messages
-from aip_assets.metrics.judging import parse_json_answer
+from aip_assets.metrics.judging import RE_ASKS, is_copy, parse_json_answer
 from aip_assets.metrics.perturbation import (
     Correctness,
     Paraphrase,
@@ -232,6 +233,138 @@ def test_reasoning_sharing_a_short_phrase_with_the_example_is_a_verdict(text):
     assert v is not None, err
     v, err = parse_json_answer(verdict(label="Slightly Inconsistent", score=0.7, reasoning=text), Comparison)
     assert v is not None, err
+
+
+# issue 36: SmolLM2-135M on llama.cpp, re-asked with the example's reasoning cut to 57 characters
+# ("response 1 ends with renew; response 2 asks for the rent f..."), copied that passage into an
+# "unjudgeable" verdict, under the old near-copy rule's half-the-example bar
+SHORTENED_COPY = "response 1 ends with renew; response 2 asks for the rent f..."
+UNJUDGEABLE = {"unjudgeable": True, "decision_1": "YES", "decision_2": "YES", "decisions_differ": False}
+
+
+@pytest.mark.parametrize(
+    "model, obj, reasoning",
+    [
+        (JudgeVerdict, {**UNJUDGEABLE, "attributable_to_axis": False}, SHORTENED_COPY),
+        (
+            JudgeVerdict,
+            {**UNJUDGEABLE, "attributable_to_axis": False},
+            SHORTENED_COPY[:57] + "igures are missing here.",
+        ),
+        (
+            Comparison,
+            {"label": "Consistent", "score": 0.9},
+            "both responses say the last train leaves at 23:10, but on...",
+        ),
+        (SimilarityVerdict, {"similarity": 0.2}, "Both responses explain how to renew a passport, but only r..."),
+        (Correctness, {"correctness": 0.0}, "the response gives 4,806 metres for mont blanc, which is t..."),
+    ],
+)
+def test_the_prompts_example_cut_short_is_no_verdict(model, obj, reasoning):
+    v, err = parse_json_answer(json.dumps({**obj, "reasoning": reasoning}), model, YN)
+    assert v is None and "repeats the prompt's example nearly word for word" in err and is_copy(err), err
+    assert err.told.endswith("words of it) in reasoning") and "rent" not in err.told and "train" not in err.told
+
+
+def test_a_copy_of_the_re_ask_is_no_verdict():
+    """What the judge was sent when re-asked (``ask_json``'s ``RE_ASKS``) is the prompt's too: a
+    reasoning that repeats it copies it."""
+    re_ask = (
+        "Your answer could not be used (no JSON object in the answer). Answer again with the JSON object "
+        "only (attempt 2)."
+    )
+    obj = {"decision_1": "YES", "decision_2": "NO", "decisions_differ": True, "attributable_to_axis": True}
+    for reasoning in (
+        re_ask,
+        re_ask[:60],
+        "My answer could not be used (no JSON object in the answer), so: YES and NO.",
+    ):
+        v, err = parse_json_answer(
+            json.dumps({**obj, "reasoning": reasoning}), JudgeVerdict, {**YN, RE_ASKS: (re_ask,)}
+        )
+        assert v is None and "repeats the re-ask's text" in err and is_copy(err), (reasoning, err)
+    v, err = parse_json_answer(
+        json.dumps({**obj, "reasoning": "Response 1 says yes and response 2 says no."}),
+        JudgeVerdict,
+        {**YN, RE_ASKS: (re_ask,)},
+    )
+    assert v is not None, err
+
+
+def test_an_unjudgeable_verdict_whose_fields_contradict_each_other_is_no_verdict():
+    """SmolLM2's 17 copied "unjudgeable" verdicts each said attributable_to_axis true beside
+    decisions_differ false: fields that contradict each other make no verdict, unjudgeable or not.
+    The decisions beside unjudgeable are not required and may be no label (they are ignored)."""
+    own = "The two responses cannot be compared: both are cut off."
+    v, err = parse_json_answer(verdict(**UNJUDGEABLE, attributable_to_axis=True, reasoning=own), JudgeVerdict, YN)
+    assert v is None and "attributable_to_axis is true but decisions_differ is false" in err and not is_copy(err)
+    v, err = parse_json_answer(
+        verdict(**{**UNJUDGEABLE, "decisions_differ": True}, attributable_to_axis=False, reasoning=own),
+        JudgeVerdict,
+        YN,
+    )
+    assert v is None and "decisions_differ is true but the decisions are 'YES' and 'YES'" in err
+    for ok in (
+        {**UNJUDGEABLE, "attributable_to_axis": False},
+        {"unjudgeable": True},  # a plainly prompted judge leaves the rest out
+        {"unjudgeable": True, "decision_1": "unclear", "decision_2": "NO", "decisions_differ": False},
+        {"unjudgeable": True, "decision_1": "none", "decisions_differ": True},  # one decision: nothing to contradict
+    ):
+        v, err = parse_json_answer(verdict(**ok, reasoning=own), JudgeVerdict, YN)
+        assert v is not None and v.unjudgeable, (ok, err)
+    # consistency: "unjudgeable" beside a label and a score two bands apart
+    v, err = parse_json_answer(verdict(unjudgeable=True, label="Consistent", score=0.0, reasoning=own), Comparison)
+    assert v is None and "label 'Consistent' and score 0 disagree" in err
+
+
+def test_a_decision_of_the_prompts_example_is_a_copy():
+    """The example's decisions are another question's (RENEW, CANCEL): one of them where the row
+    has other labels copies the example, beside "unjudgeable" too; where the row has it, it is a
+    decision."""
+    obj = {"decision_1": "RENEW", "decision_2": "none", "decisions_differ": True, "attributable_to_axis": False}
+    for extra in ({}, {"unjudgeable": True}):
+        v, err = parse_json_answer(verdict(**obj, **extra, reasoning="Response 1 renews."), JudgeVerdict, YN)
+        assert v is None and "decision_1 'RENEW' repeats the prompt's example decision" in err and is_copy(err), err
+        assert "RENEW" not in err.told
+    v, err = parse_json_answer(
+        verdict(**obj, reasoning="Response 1 renews."), JudgeVerdict, {"labels": ["RENEW", "CANCEL"]}
+    )
+    assert v is not None, err
+
+
+@pytest.mark.parametrize("reasoning", [CONSISTENCY_EXAMPLE["reasoning"], CONSISTENCY_EXAMPLE["reasoning"][:50] + "..."])
+def test_the_consistency_example_copied_field_for_field_is_a_copy(reasoning):
+    """Every field the example's (label "Slightly Inconsistent", score 0.7, its reasoning whole or
+    cut short under half its length, the old rule's bar) is a copy, which is_copy names."""
+    v, err = parse_json_answer(json.dumps({**CONSISTENCY_EXAMPLE, "reasoning": reasoning}), Comparison)
+    assert v is None and "the verdict repeats the prompt's example" in err and is_copy(err), err
+
+
+def test_is_copy_names_copies_and_nothing_else():
+    copies = [
+        parse_json_answer(GEMMA_DECISION, JudgeVerdict, YN)[1],
+        parse_json_answer(GEMMA_CONSISTENCY, Comparison)[1],  # a copy and a contradiction: a copy
+        "judge 2: not a verdict: the verdict repeats the prompt's template words 'reasoning' in reasoning",
+    ]
+    others = [
+        None,
+        "",
+        "empty answer",
+        "no JSON object in the answer",
+        "the answer ends in an unfinished JSON object",
+        "call failed: HTTP 500",
+        parse_json_answer('{"similarity": 7, "reasoning": "x"}', SimilarityVerdict)[1],
+        parse_json_answer(
+            verdict(
+                decision_1="MAYBE", decision_2="NO", decisions_differ=True, attributable_to_axis=False, reasoning="Hm."
+            ),
+            JudgeVerdict,
+            YN,
+        )[1],
+        parse_json_answer(verdict(label="Consistent", score=0.1, reasoning="They agree."), Comparison)[1],
+    ]
+    assert all(is_copy(r) for r in copies), copies
+    assert not any(is_copy(r) for r in others), others
 
 
 @pytest.mark.parametrize(
@@ -542,12 +675,10 @@ def test_decision_flip_books_copied_verdicts_as_judge_failures_never_as_no_decis
         == sum(refused[pp.loc[p, "probe_a"]] and refused[pp.loc[p, "probe_b"]] for p in valid.pair_id)
         > 0
     )
-    # a re-ask says exactly why the copy was no verdict
-    reasks = [b for b in server.bodies() if _is_reask(b)]
-    assert any(
-        "the verdict repeats the prompt's placeholder '<decision or null>' in decision_1" in b["messages"][3]["content"]
-        for b in reasks
-    )
+    # a re-ask says why the copy was no verdict, without the text copied (the stored error keeps it)
+    reasks = [b["messages"][3]["content"] for b in server.bodies() if _is_reask(b)]
+    assert any("the verdict repeats the prompt's placeholder in decision_1" in m for m in reasks)
+    assert not any("<decision or null>" in m for m in reasks)
 
     scores = table("metric_scores", "copy", "scope")
     o = scores[scores.scope == "overall"].iloc[0]

@@ -73,46 +73,114 @@ def _plain(s: str) -> str:
     return " ".join(s.lower().split()).strip(" \"'`.,;:!")
 
 
-def copied_text(value: str, examples: Iterable[str] = ()) -> str | None:
+# a run of this many consecutive words shared with the prompt's example (or field description) or
+# with a re-ask, words compared in lower case with their punctuation stripped ("step-by-step" is one
+# word, "23:10" one), is copied, not written (docs/judges.md has the measurement). Honest verdicts
+# share at most 5 words in a row with any example: the builtin judges' reasoning over the corpora,
+# the 43 synthetic and the 69 real judge outputs. The English examples cut to 57 characters, as the
+# old re-ask showed them, are 8 to 11 words (16 of the 19 examples' cuts, every language, reach 8).
+# A verdict written in the example's sentence frame with its own facts can share 8 or 9 words: it
+# is re-asked ("in your own words", as the prompt says), and a judge that can judge rewrites it.
+NEAR_COPY_WORDS = 8
+_PUNCT = re.compile(r"[^\w\s]")
+# what every copy's reason says, and only a copy's (is_copy)
+COPY_REASON = re.compile(r"\brepeats the (?:prompt's (?:example|placeholder|template words)|re-ask's text)\b")
+
+
+def is_copy(reason: str | None) -> bool:
+    """Whether a failed judgement's reason (``judgements.error``, a vote's error, ``JsonOutcome.error``)
+    names a copy: a string of the answer that repeats the prompt's example, placeholder or template
+    words, or the text of a re-ask, or a decision that is the prompt's example's (decision flip's
+    RENEW / CANCEL on another question). True when any of the reason's problems is a copy, so a
+    judge whose failures are mostly copies copies the prompt instead of judging; False for every
+    other failure (JSON that does not parse or match the schema, fields that disagree, a call that
+    failed) and for None. Every copy's reason says "repeats the prompt's example" (or placeholder,
+    template words) or "repeats the re-ask's text" (``COPY_REASON``), and no other reason does."""
+    return reason is not None and COPY_REASON.search(reason) is not None
+
+
+class Problem(str):
+    """A reason an answer is no answer, as people read it (``judgements.error``: the passage copied,
+    the value that is no label), with ``told``: the same for the judge's re-ask, without any text
+    the judge could copy into its next answer (an example's passage, its own long value)."""
+
+    told: str
+
+    def __new__(cls, said: str, told: str | None = None) -> Problem:
+        p = super().__new__(cls, said)
+        p.told = said if told is None else told
+        return p
+
+
+@functools.lru_cache(maxsize=1024)
+def _words(text: str) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """The words of ``text`` as the copy rule compares them (lower case, punctuation stripped), and
+    where each stands in ``text``."""
+    words, spans = [], []
+    for m in re.finditer(r"\S+", text):
+        w = _PUNCT.sub("", m.group().lower())
+        if w:
+            words.append(w)
+            spans.append(m.span())
+    return tuple(words), tuple(spans)
+
+
+def shared_run(value: str, source: str) -> tuple[int, str]:
+    """The longest run of consecutive words ``value`` shares with ``source`` (words compared as
+    :data:`NEAR_COPY_WORDS` says): its length in words and the passage of ``source`` it is."""
+    import difflib
+
+    a, _ = _words(value)
+    b, spans = _words(source)
+    if not a or not b:
+        return 0, ""
+    m = difflib.SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+    return (m.size, source[spans[m.b][0] : spans[m.b + m.size - 1][1]]) if m.size else (0, "")
+
+
+def _short(s: str, n: int = 80) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def copied_text(value: str, examples: Iterable[str] = (), shown: Iterable[str] = ()) -> str | None:
     """What ``value`` copies from a prompt's answer format instead of answering, as a phrase (the
     prompt's placeholder ``'<why>'``, its example text), or None for text of its own: a value that
     is an angle-bracket placeholder, dots alone (``...``), template words (``one or two
-    sentences``, ``decision or null``, alone or in brackets), or one of ``examples`` (the prompt's
-    example and field descriptions, compared case- and spacing-insensitively)."""
+    sentences``, ``decision or null``, alone or in brackets), one of ``examples`` (the prompt's
+    example and field descriptions, compared case- and spacing-insensitively), or that shares a run
+    of :data:`NEAR_COPY_WORDS` words with one of them or with one of ``shown`` (the re-asks the
+    judge was sent)."""
+    found = _copied(value, tuple(examples), tuple(shown))
+    return None if found is None else str(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _copied(value: str, examples: tuple[str, ...], shown: tuple[str, ...]) -> Problem | None:
+    """:func:`copied_text`'s phrase as a :class:`Problem` (its ``told``: the phrase without the text copied)."""
     s = " ".join(value.split())
     if not s:
         return None
-    short = s if len(s) <= 80 else s[:77] + "..."
+    short = _short(s)
     if _ONLY_DOTS.fullmatch(s):
-        return f"the prompt's placeholder {short!r}"
+        return Problem(f"the prompt's placeholder {short!r}", "the prompt's placeholder")
     if s.startswith("<") and s.endswith(">") and _ALL_BRACKETED.fullmatch(s):
-        return f"the prompt's placeholder {short!r}"
+        return Problem(f"the prompt's placeholder {short!r}", "the prompt's placeholder")
     for m in _ANGLE.finditer(s):
         inner = _plain(m.group(1))
         if inner in TEMPLATE_WORDS or any(ph in inner for ph in TEMPLATE_PHRASES):
-            return f"the prompt's placeholder {m.group(0)!r}"
+            return Problem(f"the prompt's placeholder {m.group(0)!r}", "the prompt's placeholder")
     plain = _plain(s)
     if plain in TEMPLATE_WORDS or (_ALL_BRACKETED.fullmatch(s) and _plain(s[1:-1]) in TEMPLATE_WORDS):
-        return f"the prompt's template words {short!r}"
+        return Problem(f"the prompt's template words {short!r}", "the prompt's template words")
     for e in examples:
-        pe = _plain(e)
-        if plain == pe:
-            return f"the prompt's example {short!r}"
-        if len(pe) >= NEAR_COPY_CHARS:  # the example with a word changed or a sentence added
-            import difflib
-
-            lcs = difflib.SequenceMatcher(None, plain, pe, autojunk=False).find_longest_match(0, len(plain), 0, len(pe))
-            if lcs.size >= max(NEAR_COPY_CHARS, len(pe) // 2):
-                passage = pe[lcs.b : lcs.b + lcs.size]
-                passage = passage if len(passage) <= 60 else passage[:57] + "..."
-                return f"the prompt's example nearly word for word ({lcs.size} characters of it: {passage!r})"
+        if plain == _plain(e):
+            return Problem(f"the prompt's example {short!r}", "the prompt's example word for word")
+    for sources, what in ((examples, "the prompt's example nearly word for word"), (shown, "the re-ask's text")):
+        for e in sources:  # the example cut short, with a word changed or a sentence added
+            n, passage = shared_run(s, e)
+            if n >= NEAR_COPY_WORDS:
+                return Problem(f"{what} ({n} words of it: {_short(passage)!r})", f"{what} ({n} words of it)")
     return None
-
-
-# a passage of the prompt's example this long (and at least half the example) is copied, not
-# written: seen from Gemma 3 270M and SmolLM2 on llama.cpp, the example's reasoning with one word
-# changed ("Response 1 ends with APPR0; response 2 asks for the rent figures first ...")
-NEAR_COPY_CHARS = 40
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -130,6 +198,9 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(v, f"{path}.{k}")
 
 
+RE_ASKS = "re_asks"  # the context key of the re-asks a judge was sent (ask_json): copying one is no answer
+
+
 class JsonAnswer(BaseModel):
     """A model's JSON answer (a judge's verdict, a synthesis). It must answer, not copy the
     prompt's answer format: a string that repeats a placeholder, template words or the prompt's
@@ -143,18 +214,28 @@ class JsonAnswer(BaseModel):
     NOUN: ClassVar[str] = "answer"
     EXAMPLES: ClassVar[tuple[str, ...]] = ()  # the prompt's example texts and field descriptions
 
-    def copied(self) -> dict[str, str]:
-        """{field path: what it copies} for every string field that copies the prompt's format."""
+    def copies(self, context: dict[str, Any] | None = None) -> dict[str, Problem]:
+        """{field path: what it copies} for every string field that copies the prompt's format, its
+        example, or a re-ask the judge was sent (``context[RE_ASKS]``, given by :func:`ask_json`)."""
+        shown = tuple((context or {}).get(RE_ASKS, ()))
         out = {}
         for path, text in _strings(self, ""):
-            what = copied_text(text, self.EXAMPLES)
-            if what:
+            what = _copied(text, self.EXAMPLES, shown)
+            if what is not None:
                 out[path] = what
         return out
 
+    def copied(self, context: dict[str, Any] | None = None) -> dict[str, str]:
+        """{field path: what it copies, as people read it} (:meth:`copies`)."""
+        return {path: str(what) for path, what in self.copies(context).items()}
+
     def problems(self, context: dict[str, Any]) -> list[str]:
-        """Why this is no answer (empty: it is one). Subclasses add their own checks."""
-        return [f"the {self.NOUN} repeats {what} in {path}" for path, what in self.copied().items()]
+        """Why this is no answer (empty: it is one). Subclasses add their own checks; a
+        :class:`Problem` among them tells the judge its reason without the text it quotes."""
+        return [
+            Problem(f"the {self.NOUN} repeats {what} in {path}", f"the {self.NOUN} repeats {what.told} in {path}")
+            for path, what in self.copies(context).items()
+        ]
 
     def complete(self) -> None:
         """Raise ValueError when a field the answer needs is missing (a schema error, not a copy)."""
@@ -164,7 +245,8 @@ class JsonAnswer(BaseModel):
         self.complete()
         problems = self.problems(info.context if isinstance(info.context, dict) else {})
         if problems:
-            raise PydanticCustomError("not_a_verdict", "{why}", {"why": "; ".join(problems)})
+            told = "; ".join(getattr(p, "told", p) for p in problems)
+            raise PydanticCustomError("not_a_verdict", "{why}", {"why": "; ".join(problems), "told": told})
         return self
 
 
@@ -206,7 +288,8 @@ def parse_json_answer(
     text: str | None, model: type[BaseModel], context: dict[str, Any] | None = None
 ) -> tuple[BaseModel | None, str | None]:
     """A judge/synthesis answer validated against ``model`` (with ``context``, what the verdict is
-    judged against, e.g. the row's decision labels): (value, None) or (None, reason).
+    judged against, e.g. the row's decision labels): (value, None) or (None, reason). A reason
+    that quotes what the answer copied is a :class:`Problem`, whose ``told`` is for the re-ask.
 
     Reads JSON as judges write it (``readers.json_objects``: code fences, a preamble, trailing
     prose, ``<think>`` blocks, trailing commas, Python-style dicts); the last object that
@@ -230,7 +313,9 @@ def parse_json_answer(
     assert err is not None
     errors = err.errors()
     if all(x["type"] == "not_a_verdict" for x in errors):
-        return None, f"not a {getattr(model, 'NOUN', 'answer')}: " + "; ".join(x["msg"] for x in errors)
+        head = f"not a {getattr(model, 'NOUN', 'answer')}: "
+        told = "; ".join((x.get("ctx") or {}).get("told", x["msg"]) for x in errors)
+        return None, Problem(head + "; ".join(x["msg"] for x in errors), head + told)
     return None, "JSON does not match the expected schema: " + "; ".join(
         f"{'.'.join(map(str, x['loc'])) or '(object)'}: {x['msg']}" for x in errors
     )
@@ -289,6 +374,8 @@ async def ask_json(
     budget is reported as failed with the raw text, never silently scored. ``context``: what the
     verdict is judged against (``parse_json_answer``); an answer that is no verdict (a copied
     placeholder, fields that disagree) is re-asked with the reason like one that does not parse.
+    The re-ask names a copy without quoting the passage copied (``Problem.told``; the outcome's
+    ``error`` keeps it for people), and an answer that repeats a re-ask's text is a copy too.
 
     The request asks in the client's structured-output form (``client.structured_form``) for
     ``model``'s schema (``enums``: per-item enums, e.g. the row's labels). When the endpoint refuses
@@ -298,6 +385,7 @@ async def ask_json(
     remaining = retries
     attempts = reasks = net = waits = 0
     value, err, raw, last = None, None, None, None
+    re_asks: list[str] = []  # what the judge was sent after an unusable answer: a copy of one is no answer
     form = await client.structured_form()
     fmt = response_format(model, form, enums)
     attempt = 0
@@ -341,22 +429,23 @@ async def ask_json(
                 )
             return JsonOutcome(None, f"call failed: {why}", raw, attempts, last, reasks, net, waits)
         raw = r.text
-        value, err = parse_json_answer(raw, model, context)
+        seen = {**(context or {}), RE_ASKS: tuple(re_asks)} if re_asks else context
+        value, err = parse_json_answer(raw, model, seen)
         if value is not None or remaining <= 0:
             break
         remaining -= 1
         reasks += 1
         attempt += 1
+        # the reason without the passage it quotes: a judge shown its copy copies it again
+        why = getattr(err, "told", err)
+        re_asks.append(
+            f"Your answer could not be used ({why}). Answer again with the JSON object only (attempt {attempt + 1})."
+        )
         messages = messages[:2] + [
             {"role": "assistant", "content": raw or ""},
-            {
-                "role": "user",
-                "content": (
-                    f"Your answer could not be used ({err}). Answer again with the JSON object only (attempt {attempt + 1})."
-                ),
-            },
+            {"role": "user", "content": re_asks[-1]},
         ]
-    return JsonOutcome(value, err, raw, attempts, last, reasks, net, waits)
+    return JsonOutcome(value, None if err is None else str(err), raw, attempts, last, reasks, net, waits)
 
 
 # ------------------------------------------------------------------ a judge panel

@@ -39,7 +39,9 @@ class Comparison(Verdict):
     The label and the score must tell the same story: the score's band (spec 004: 0.85 and above
     Consistent, 0.6 to 0.85 Slightly Inconsistent, below 0.6 Contradictory) may be next to the
     label's, never two bands away (a "Consistent" with score 0, a "Contradictory" with 0.9): such
-    a verdict is no verdict (re-asked, then ``judge_failed``), never scored."""
+    a verdict is no verdict (re-asked, then ``judge_failed``), never scored. An answer that says
+    ``"unjudgeable": true`` beside a label and a score is held to the same: its fields are ignored,
+    but they must not contradict each other."""
 
     # "Unjudgeable" is read as unjudgeable: true, the label then None (_unjudgeable_label)
     label: Literal["Consistent", "Slightly Inconsistent", "Contradictory", "Unjudgeable"] | None = None
@@ -56,7 +58,7 @@ class Comparison(Verdict):
                 out.append(
                     f"the label 'Consistent' {DISAGREES} (response 1 says {stances[0]}, response 2 says {stances[1]})"
                 )
-        if not self.unjudgeable and self.label is not None and self.score is not None:
+        if self.label is not None and self.score is not None:  # beside "unjudgeable": true too
             band = label_for(self.score)
             if {self.label, band} == {"Consistent", "Contradictory"}:
                 where = "below 0.6" if band == "Contradictory" else "of 0.85 or more"

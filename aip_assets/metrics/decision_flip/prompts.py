@@ -11,7 +11,7 @@ from pydantic import field_validator
 from ...catalog.attributes import PERSONA_INTRO
 from ...dataset import DatasetRow
 from ...readers import map_label
-from ..judging import Verdict
+from ..judging import Problem, Verdict
 from .config import DecisionFlipConfig
 
 # the judge prompt's example verdict, from an unrelated case (decisions RENEW and CANCEL), and the
@@ -41,9 +41,13 @@ class JudgeVerdict(Verdict):
     decision that is neither a label nor none, ``decisions_differ`` that disagrees with the two
     decisions, or ``attributable_to_axis`` true for decisions that do not differ make it no
     verdict (re-asked, then ``judge_failed``), never a reading of "no decision". Without labels
-    only the last check applies. With ``context["read"]``, the decisions the reader reads in
-    response 1 and 2 (``readers.read_decision``; None where it reads none), a stated decision
-    that contradicts one the answer plainly states is no verdict either (:data:`DISAGREES`)."""
+    only the last check applies. A decision that is the prompt's example's (``EXAMPLE_LABELS``) and
+    none of the row's copies the example. An ``unjudgeable`` verdict is held to the same checks on
+    the fields it states (its decisions may be left out, or be no label: they are ignored), so one
+    that says "attributable" of decisions that do not differ is no verdict either. With
+    ``context["read"]``, the decisions the reader reads in response 1 and 2
+    (``readers.read_decision``; None where it reads none), a judgeable verdict's decision that
+    contradicts one the answer plainly states is no verdict either (:data:`DISAGREES`)."""
 
     decision_1: str | None = None
     decision_2: str | None = None
@@ -70,18 +74,37 @@ class JudgeVerdict(Verdict):
 
     def problems(self, context: dict[str, Any]) -> list[str]:
         out = super().problems(context)
-        if self.unjudgeable:
-            return out
-        copied = self.copied()
+        # an unjudgeable verdict's decisions are ignored, not required (a grammar-constrained judge
+        # writes them anyway): only ones that copy the example or contradict the others are refused
+        copied = self.copied(context)
         labels = context.get("labels")
         if labels:
             read: dict[str, str | None] = {}
             for f in ("decision_1", "decision_2"):
                 v = getattr(self, f)
                 read[f] = None if v is None else map_label(v, labels)
-                if v is not None and read[f] is None and f not in copied:
-                    out.append(f'{f} {v!r} is none of the decisions ({", ".join(labels)}) and not "{NO_DECISION}"')
-            if not out and self.decisions_differ is not None:
+                if v is None or read[f] is not None or f in copied:
+                    continue
+                allowed = ", ".join(labels)
+                if map_label(v, list(EXAMPLE_LABELS)) is not None:
+                    out.append(
+                        Problem(
+                            f"{f} {v!r} repeats the prompt's example decision, none of this question's ({allowed})",
+                            f"{f} repeats the prompt's example decision, none of this question's ({allowed})",
+                        )
+                    )
+                elif not self.unjudgeable:
+                    out.append(
+                        Problem(
+                            f'{f} {v!r} is none of the decisions ({allowed}) and not "{NO_DECISION}"',
+                            f'{f} is none of the decisions ({allowed}) and not "{NO_DECISION}"',
+                        )
+                    )
+            stated = not self.unjudgeable or (
+                {"decision_1", "decision_2"} <= self.model_fields_set
+                and all(getattr(self, f) is None or read[f] is not None for f in read)
+            )
+            if not out and self.decisions_differ is not None and stated:
                 differ = read["decision_1"] != read["decision_2"]
                 if self.decisions_differ != differ:
                     shown = " and ".join(repr(read[f] or NO_DECISION) for f in ("decision_1", "decision_2"))
@@ -93,7 +116,7 @@ class JudgeVerdict(Verdict):
                 "attributed to the persona"
             )
         plain = context.get("read")
-        if labels and plain and not out:  # what the reader reads in each answer, in the order shown
+        if labels and plain and not out and not self.unjudgeable:  # what the reader reads, in the order shown
             for i, f in enumerate(("decision_1", "decision_2")):
                 given = getattr(self, f)
                 judged = None if given is None else map_label(given, labels)
