@@ -836,7 +836,7 @@ def _repair(fragment: str) -> object | None:
 
     fixed = _TRAILING_COMMA.sub(r"\1", fragment)
     try:
-        return json.loads(fixed)
+        return json.loads(fixed, strict=False)  # a raw line break or tab inside a string, as small models write
     except ValueError:
         pass
     try:
@@ -858,13 +858,16 @@ def scan_json(text: str | None) -> tuple[list[dict], bool]:
     after the last one is unfinished). Objects count inside code fences or not, after a preamble,
     before trailing prose, outside ``<think>`` blocks; trailing commas and Python-style dicts are
     repaired. Objects inside a top-level array are not top-level (an array is no verdict). A
-    cut-off final object means the verdict is missing, whatever drafts came before it."""
+    cut-off final object means the verdict is missing, whatever drafts came before it. A raw
+    control character (a line break, a tab) inside a string is read as JSON-with-it, not refused."""
     import json
 
     global _DECODER
     if not text:
         return [], False
-    _DECODER = _DECODER or json.JSONDecoder()
+    # strict=False: a raw line break or tab inside a string ("line one<newline>line two") is read, as
+    # many small models write it; only control characters inside strings are allowed beyond JSON
+    _DECODER = _DECODER or json.JSONDecoder(strict=False)
     body = _FENCE.sub("\n", _THINK.sub(" ", text)).replace("```", "\n")
     out: list[dict] = []
     unfinished = False

@@ -413,3 +413,16 @@ def test_a_bare_option_heading_on_the_last_line_is_no_decision(text, want):
     """Issue 36: a last line "No:" introduces what follows (an option's heading, a list cut off);
     it is no decision. A bare "No", "NO." or "**No**" line, and "Decision: No", still are."""
     assert read_decision(text, ["YES", "NO"]).label == want
+
+
+def test_a_raw_line_break_inside_a_json_string_is_read_and_a_cut_off_object_is_still_unfinished():
+    """Issue 36: many small models write a real newline (or tab) inside a JSON string; python's
+    json reads it with strict=False. It was "no JSON object" or "an unfinished JSON object"; a
+    verdict cut off is still reported as unfinished."""
+    raw = '{"reasoning": "Both give 23:10.\nResponse 2 doesn\'t add\ta day.", "label": "Consistent", "score": 0.9}'
+    v, err = parse_json_answer(raw, Comparison)
+    assert err is None and v.reasoning == "Both give 23:10.\nResponse 2 doesn't add\ta day." and v.score == 0.9
+    v, err = parse_json_answer("```json\n" + raw.replace('"score": 0.9', '"score": 0.9,') + "\n```", Comparison)
+    assert err is None and v.label == "Consistent"  # with a trailing comma too (repaired)
+    v, err = parse_json_answer('{"reasoning": "Both give 23:10.\nResponse 2 is cut', Comparison)
+    assert v is None and err == "the answer ends in an unfinished JSON object"
