@@ -536,8 +536,10 @@ def failed_and_excluded(by_reason: Mapping[str, int] | None) -> list[tuple[str, 
     """Counts by reason split into ("failed", [(reason, n)...]) (``FAILURE_REASONS``) and
     ("excluded", [...]) (the others), each kind only when it has any, each the most frequent first."""
     counts = sorted(((k, int(v)) for k, v in (by_reason or {}).items() if v), key=lambda kv: (-kv[1], kv[0]))
-    kinds = (("failed", [kv for kv in counts if kv[0] in FAILURE_REASONS]),)
-    kinds += (("excluded", [kv for kv in counts if kv[0] not in FAILURE_REASONS]),)
+    kinds = [
+        ("failed", [kv for kv in counts if kv[0] in FAILURE_REASONS]),
+        ("excluded", [kv for kv in counts if kv[0] not in FAILURE_REASONS]),
+    ]
     return [(word, items) for word, items in kinds if items]
 
 
