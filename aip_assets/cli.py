@@ -46,6 +46,7 @@ def _fmt(x, nd=3) -> str:
 def print_summary(summary: dict, out=None) -> None:
     p = lambda s="": print(s, file=out or sys.stdout)  # noqa: E731
     from .metrics import get_metric
+    from .metrics.base import failed_and_excluded, reasons_phrase
 
     p(f"Run {summary['run_id']}  (spec {summary['spec']}, dataset {summary['dataset']})")
     if summary.get("judge_note"):
@@ -72,10 +73,10 @@ def print_summary(summary: dict, out=None) -> None:
         )
         if not s.get("passed"):
             p(f"  gate: {s.get('gate_reason')}")
-        if s.get("excluded"):
+        if kinds := failed_and_excluded(s.get("excluded")):  # failures (stored as errors) apart from exclusions
             p(
-                "  excluded: "
-                + ", ".join(f"{k} {v}" for k, v in sorted(s["excluded"].items(), key=lambda kv: -kv[1]))
+                "  "
+                + "; ".join(f"{word}: {reasons_phrase(items)}" for word, items in kinds)
                 + f" (of {s.get('n_planned')} planned)"
             )
         for r in s.get("judge_reading") or []:

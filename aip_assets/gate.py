@@ -191,7 +191,11 @@ def decide(
 
 
 def finish_scores(ctx, records: list[dict]) -> list[dict]:
-    """Coverage and excluded counts on every record that carries them; the gate on ``overall``."""
+    """Coverage and excluded counts on every record that carries them (``n_excluded``: every unit
+    without a verdict, by reason in ``excluded``; ``n_failed``: those of them that failed, a SUT
+    call or a judge, not the exclusions); the gate on ``overall``."""
+    from .metrics.base import failed_count
+
     out = []
     for r in records:
         r = dict(r)
@@ -203,6 +207,7 @@ def finish_scores(ctx, records: list[dict]) -> list[dict]:
             judged = int(judged or 0)
             r["n_planned"] = judged + sum(excluded.values())
             r["n_excluded"] = sum(excluded.values())
+            r["n_failed"] = failed_count(excluded)
             r["excluded"] = json.dumps(excluded, sort_keys=True)
             r["coverage"] = coverage(judged, excluded)
         if r.get("scope") == "overall":

@@ -22,6 +22,13 @@ def stable_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def wire_json(obj: Any) -> str:
+    """A request body as it is sent and journaled: compact like ``stable_json`` but in the body's own
+    key order, so a schema's properties reach a grammar-constrained judge in the order it declares
+    them (``reasoning`` before the ruling). Keys are made of ``stable_json``, never of this."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def u01(*parts: Any) -> float:
     """A uniform number in [0, 1) from the hash of the parts: the builtin model's only randomness."""
     h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()

@@ -30,6 +30,7 @@ from .judge_exam import stored as stored_exam
 from .metrics import REGISTRY, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
+from .metrics.running import FAILED_OUTCOMES
 from .models.client import check_endpoint
 from .models.journal import open_journal
 from .models.providers import capabilities
@@ -409,7 +410,8 @@ class StagedTables:
         wh.release_memory()  # also puts Arrow on the system allocator, so later releases reach its pages
         self.files: dict[str, list[Path]] = {}
         self.rows: dict[str, int] = {}
-        self.failed: dict[str, int] = {}
+        self.failed: dict[str, int] = {}  # records that failed (FAILED_OUTCOMES: an error, a SUT or judge failure)
+        self.excluded: dict[str, int] = {}  # records excluded (no decision, an empty answer, unjudgeable...)
         self.calls = {"network": 0, "failed": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
     def add(self, tables: dict[str, Any]) -> None:
@@ -426,7 +428,10 @@ class StagedTables:
             if not len(df):
                 continue
             if "status" in df.columns and table != "llm_calls":
-                self.failed[table] = self.failed.get(table, 0) + int((df["status"].fillna("ok") != "ok").sum())
+                status = df["status"].fillna("ok")
+                failed = status.isin(FAILED_OUTCOMES)
+                self.failed[table] = self.failed.get(table, 0) + int(failed.sum())
+                self.excluded[table] = self.excluded.get(table, 0) + int(((status != "ok") & ~failed).sum())
             if table == "llm_calls":
                 self.calls["network"] += len(df)
                 self.calls["failed"] += int((df["status"] != "ok").sum())
@@ -448,6 +453,7 @@ class StagedTables:
     def metadata(self) -> dict[str, Any]:
         meta: dict[str, Any] = {f"rows.{t}": n for t, n in self.rows.items()}
         meta.update({f"failed.{t}": n for t, n in self.failed.items()})
+        meta.update({f"excluded.{t}": n for t, n in self.excluded.items()})
         if "llm_calls" in self.rows:
             meta.update(
                 {

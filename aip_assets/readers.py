@@ -61,6 +61,17 @@ _PLACEHOLDER = re.compile(r"[\s*_`\"'“”]*[<\[{]")
 _STRIP_LEAD = " \t*_`\"'“”„«»‘’[]()<>#:–—-"
 _LIST_ITEM = re.compile(r"^\s*(?:[-•+]|\*\s|\d{1,2}[.)])\s")
 _END_OF_PHRASE = re.compile(r"[.,;!?(\n—–]|\s-\s")
+# a question where a decision should be ("Decision: Should I apply for food assistance …?"): the
+# answer restating what it was asked, no decision in other words. A line ending in "?", or one
+# opening with a question word, or with an auxiliary and then its subject ("Should I", "Can we",
+# "Is it", "Do you"; not "Do not renew", a decision)
+_QUESTION = re.compile(
+    r"[^\n]*\?[\s*_`\"'”’»)]*$|"
+    r"(?:what|which|who|whom|whose|why|how|when|where|whether)\b|"
+    r"(?:should|shall|can|could|may|might|must|will|would|do|does|did|is|are|am|was|were|have|has)\s+"
+    r"(?:i|we|you|he|she|it|they|my|our|your|his|her|its|their|the|this|that|these|those|there|a|an|one|someone)\b",
+    re.I,
+)
 
 
 def _norm(s: str) -> str:
@@ -163,6 +174,8 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
         lab = label_at_start(after, labels)
         if lab is None and _PLACEHOLDER.match(after):  # the instruction echoed: 'of the form "Decision: <label>"'
             continue
+        if lab is None and _QUESTION.match(after.strip(_STRIP_LEAD + " ")):
+            continue  # the question restated ("Decision: Should I apply …?"): no statement, no other word
         phrase = _END_OF_PHRASE.split(after.strip(_STRIP_LEAD + " ").replace("*", "").replace("`", ""), 1)[0]
         words = phrase.split()
         if lab is not None:
@@ -183,9 +196,10 @@ def read_decision(text: str | None, labels: list[str]) -> DecisionReading:
         lab = label_at_start(body[m.end() : len(body) if line_end < 0 else line_end], labels)
         if lab is not None:  # "Answer: it depends" states nothing
             statements.append((m.start(), lab, None))
-    # a bare label alone on one of the last three lines ("**APPROVE**"), not an item of a list
+    # a bare label alone on one of the last three lines ("**APPROVE**"), not an item of a list nor a
+    # heading ("No:", "**Yes:**": an option introducing what follows, perhaps cut off)
     for pos, ln in lines[-3:]:
-        if _LIST_ITEM.match(ln):
+        if _LIST_ITEM.match(ln) or ln.replace("*", "").replace("_", "").rstrip().endswith((":", "：")):
             continue
         core = ln.strip(_STRIP_LEAD + " .!").replace("*", "").strip()
         lab = label_at_start(core, labels)
@@ -822,7 +836,7 @@ def _repair(fragment: str) -> object | None:
 
     fixed = _TRAILING_COMMA.sub(r"\1", fragment)
     try:
-        return json.loads(fixed)
+        return json.loads(fixed, strict=False)  # a raw line break or tab inside a string, as small models write
     except ValueError:
         pass
     try:
@@ -844,13 +858,16 @@ def scan_json(text: str | None) -> tuple[list[dict], bool]:
     after the last one is unfinished). Objects count inside code fences or not, after a preamble,
     before trailing prose, outside ``<think>`` blocks; trailing commas and Python-style dicts are
     repaired. Objects inside a top-level array are not top-level (an array is no verdict). A
-    cut-off final object means the verdict is missing, whatever drafts came before it."""
+    cut-off final object means the verdict is missing, whatever drafts came before it. A raw
+    control character (a line break, a tab) inside a string is read as JSON-with-it, not refused."""
     import json
 
     global _DECODER
     if not text:
         return [], False
-    _DECODER = _DECODER or json.JSONDecoder()
+    # strict=False: a raw line break or tab inside a string ("line one<newline>line two") is read, as
+    # many small models write it; only control characters inside strings are allowed beyond JSON
+    _DECODER = _DECODER or json.JSONDecoder(strict=False)
     body = _FENCE.sub("\n", _THINK.sub(" ", text)).replace("```", "\n")
     out: list[dict] = []
     unfinished = False

@@ -61,6 +61,7 @@ class ScriptedServer:
         self.answer_preflight = answer_preflight
         self.answer_probe = answer_probe
         self.requests: list[dict[str, Any]] = []  # every body received, preflight and probes included, in order
+        self.raw: list[bytes] = []  # the same bodies as the bytes that came on the wire, same order
         self.arrivals: list[float] = []  # time.time() of each, same order
         self.open_now = self.peak_open = 0  # requests received and not yet answered; the most at once
         self._lock = threading.Lock()
@@ -79,9 +80,11 @@ class ScriptedServer:
                 self.open_now -= 1
 
         async def answer(request: web.Request) -> web.Response:
-            body = json.loads(await request.text())
+            raw = await request.read()
+            body = json.loads(raw)
             with self._lock:
                 self.requests.append(body)
+                self.raw.append(raw)
                 self.arrivals.append(time.time())
                 n = len(self.requests)
             if self.answer_preflight and is_preflight(body):

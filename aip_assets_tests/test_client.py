@@ -93,10 +93,11 @@ def test_retry_after_is_honoured_and_uses_no_budget(scripted):
 def test_compressed_answers_and_the_request_as_sent_and_journaled(scripted, tmp_path):
     """The transport hands httpx an answer aiohttp has already inflated: a gzip 200 (non-ASCII
     text) and a gzip 429 (its Retry-After and error text) read as plain ones. The request is
-    sent as the JSON the journal keeps and the call key hashes (one serialisation)."""
+    sent as the JSON the journal keeps, in the body's own key order; the call key hashes its
+    canonical (sorted) form."""
     import json
 
-    from aip_assets.hashing import stable_json
+    from aip_assets.hashing import stable_json, wire_json
     from aip_assets.models.journal import Journal
 
     answers = iter(
@@ -118,7 +119,8 @@ def test_compressed_answers_and_the_request_as_sent_and_journaled(scripted, tmp_
     sent = server.bodies()[-1]
     journal.flush()
     [frame] = journal.frames("r", "m", "s")
-    assert frame.request[0] == stable_json(sent) and json.loads(frame.request[0]) == sent
+    assert frame.request[0] == server.raw[-1].decode("utf-8") and json.loads(frame.request[0]) == sent  # as sent
+    assert frame.request[0] == wire_json(sent) != stable_json(sent)  # the body's own order, not sorted
     assert frame.call_key[0] == r.call_key
     journal.close()
 
@@ -852,7 +854,8 @@ def test_the_journal_answers_the_same_from_sqlite_and_postgres(tmp_path, request
     assert j.lookup(keys[2], [r1]) is None and j.lookup(keys[6], [r2]) is None  # failures answer nothing
     assert j.lookup(keys[0], [r2]) is None  # another run's
     got = j.lookup(keys[1], [r1])
-    assert got["request"] == '{"messages":[{"content":"question 1 x","role":"user"}]}' and got["completion_tokens"] == 2
+    # the request as it was given (and sent): its own key order, compact
+    assert got["request"] == '{"messages":[{"role":"user","content":"question 1 x"}]}' and got["completion_tokens"] == 2
     # network calls of r1: 0, 1, 2 (failed), 5, 3, 8 (4 came from the cache); tokens: prompt + completion
     assert j.totals(r1) == (6, (0 + 0) + (1 + 2) + (2 + 0) + (5 + 6) + (3 + 4) + (8 + 0))
     frame = pd.concat(list(j.frames(r1, "m", "sampling")), ignore_index=True)

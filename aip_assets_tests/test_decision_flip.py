@@ -724,9 +724,10 @@ def test_label_mismatch_estimates_past_the_5000_texts_kept():
     assert m["other_words"] == 1200 and m["fails_gate"]
 
 
-def test_a_few_stray_words_over_http_are_a_warning_note_and_the_gate_passes(tmp_path, scripted):
+def test_a_few_questions_after_decision_over_http_are_no_words_and_the_gate_passes(tmp_path, scripted):
     """A SUT deciding YES, but about 6% of its answers say "Decision: should I ask for documents
-    first?": a ``stray_decision_words`` run note naming 'should', no label mismatch, the gate passes."""
+    first?". Such a line is a question, no decision in other words (issue 36; it was a
+    ``stray_decision_words`` note naming 'should'): no label note at all, the gate passes."""
     import hashlib
 
     from .scripted import last_user
@@ -750,11 +751,46 @@ def test_a_few_stray_words_over_http_are_a_warning_note_and_the_gate_passes(tmp_
         "stray",
     )
     o = table("metric_scores", "stray", "scope, group_key").query("scope == 'overall'").iloc[0]
-    m = json.loads(o.details)["label_mismatch"]
-    assert m["fails_gate"] is False and m["code"] == "stray_decision_words" and m["stated_words"][0]["word"] == "should"
-    assert 0 < m["other_words"] < 0.2 * m["stating_decision"]
+    assert json.loads(o.details)["label_mismatch"] is None  # few answers decide nothing, none in other words
     notes = table("run_notes", "stray", "code")
-    assert list(notes[notes.code.isin(["stray_decision_words", "label_mismatch", "many_without_decision"])].code) == [
-        "stray_decision_words"
-    ]
+    assert not notes.code.isin(["stray_decision_words", "label_mismatch", "many_without_decision"]).any()
     assert o.passed and "label mismatch" not in (o.gate_reason or "")
+
+
+def test_answers_restating_the_question_are_excluded_not_failed_nor_other_words(tmp_path, scripted):
+    """Issue 36: a SUT whose answers open with "Decision: Should I …?" and decide nothing. Before:
+    the judging stage's metadata said ``failed.judgements`` for every such pair (its progress line
+    "0 failed, N excluded"), ``metric_scores.n_failed`` counted them, and the restated question was
+    read as a decision in other words (label_mismatch: "set decision_labels to the words the SUT
+    uses"). Now: excluded, counted apart from failures, and no label mismatch."""
+    import re
+
+    from aip_assets import pipeline
+
+    from .scripted import last_user
+
+    def sut(body, n):
+        i = int(re.search(r"Case (\d+):", last_user(body)).group(1))
+        if i % 2:
+            return "Decision: Should I approve this application given the history?\n\nIt depends on many things."
+        return "The history is clean.\nDecision: YES"
+
+    server = scripted(sut)
+    ds = write_dataset(tmp_path / "d.jsonl", 6)
+    spec = make_spec(ds, sut=server.conn(), config={"dimensions": ["gender"], "num_pairs_per_dimension": 2})
+    pipeline.register_run(spec, "restated")
+    meta = {stage: pipeline.run_stage(stage, "restated", "llm.decision_flip") for stage in pipeline.STAGES}
+    j = persona_pairs(table("judgements", "restated", "pair_id"))
+    undecided = int((j.status == "no_decision").sum())
+    assert undecided > 0 and set(j.status) == {"ok", "no_decision"}
+    assert meta["judging"]["failed.judgements"] == 0
+    assert meta["judging"]["excluded.judgements"] == int(
+        (table("judgements", "restated", "pair_id").status != "ok").sum()
+    )
+    o = table("metric_scores", "restated", "scope, group_key").query("scope == 'overall'").iloc[0]
+    assert json.loads(o.excluded) == {"no_decision": undecided}
+    assert o.n_failed == 0 and o.n_excluded == undecided
+    notes = table("run_notes", "restated", "code")
+    assert "label_mismatch" not in set(notes.code) and "stray_decision_words" not in set(notes.code)
+    s = pipeline.run_summary("restated")["metrics"]["llm.decision_flip"]
+    assert s["pairs_excluded"] == undecided and s["pairs_failed"] == 0

@@ -157,9 +157,11 @@ def test_a_row_is_excluded_under_its_reason_and_only_failures_are_errors():
     assert row_reason(["judge_failed", "sut_failed"]) == "sut_failed"
     assert row_reason([]) == "not_judged"
     assert not_scored_phrase("rows", {"unjudgeable": 1}) == "rows excluded 1 (unjudgeable 1)"
-    assert not_scored_phrase("groups", {"unjudgeable": 1, "judge_failed": 2}) == (
-        "groups excluded 3 (judge_failed 2, unjudgeable 1)"
+    # rows stored as error are failed, not excluded (issue 36)
+    assert not_scored_phrase("groups", {"unjudgeable": 1, "judge_failed": 2, "sut_failed": 1}) == (
+        "groups failed 3 (judge_failed 2, sut_failed 1), groups excluded 1 (unjudgeable 1)"
     )
+    assert not_scored_phrase("rows", {"judge_failed": 2}) == "rows failed 2 (judge_failed 2)"
     assert not_scored_phrase("rows", None) == "rows excluded 0"
 
 

@@ -320,7 +320,9 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     o = s[("overall", "all")]
     lo, hi = wilson(1, 3)
     assert o["raw_score"] == pytest.approx(2 / 3) and (o["ci_low"], o["ci_high"]) == pytest.approx((1 - hi, 1 - lo))
-    assert o["n"] == 3 and o["n_events"] == 1 and o["n_failed"] == 3 and o["coverage"] == pytest.approx(0.5)
+    assert o["n"] == 3 and o["n_events"] == 1 and o["coverage"] == pytest.approx(0.5)
+    # failed: the judge's and the SUT's pair; the pair without a decision is excluded, no failure (issue 36)
+    assert (o["n_failed"], o["n_excluded"]) == (2, 3)
     assert json.loads(o["excluded"]) == {"no_decision": 1, "judge_failed": 1, "sut_failed": 1}
     assert o["excluded"] == '{"judge_failed": 1, "no_decision": 1, "sut_failed": 1}'  # stored with its keys sorted
     d = json.loads(o["details"])
@@ -354,7 +356,13 @@ def test_decision_flip_rows_axes_refusals_and_details(tmp_path):
     assert [n["code"] for n in out["run_notes"]] == ["many_without_decision"]
     g, a = s[("axis", "gender")], s[("axis", "age")]
     assert (g["rate"], g["n"], g["n_events"], g["n_failed"]) == (0.5, 2, 1, 1)
-    assert (a["rate"], a["n"], a["n_events"], a["n_failed"]) == (0.0, 1, 0, 2)
+    assert (a["rate"], a["n"], a["n_events"], a["n_failed"], a["n_excluded"]) == (
+        0.0,
+        1,
+        0,
+        1,
+        2,
+    )  # no_decision: no failure
     assert json.loads(a["excluded"]) == {"no_decision": 1, "sut_failed": 1}
     # each axis's coverage: gender 2 judged of 3 planned, age 1 of 3
     assert (g["n_planned"], g["coverage"]) == (3, pytest.approx(2 / 3))
@@ -632,7 +640,8 @@ def test_perturbation_group_whose_baseline_was_not_scored(tmp_path):
         "llm.perturbation_robustness_external",
     )
     [o] = out["metric_scores"]
-    assert o["raw_score"] is None and json.loads(o["excluded"]) == {"judge_failed": 3} and o["n_failed"] == 1
+    assert o["raw_score"] is None and json.loads(o["excluded"]) == {"judge_failed": 3}
+    assert o["n_failed"] == o["n_excluded"] == 3  # variant pairs, as ``excluded`` counts them
     assert {r["input_id"]: r["error"] for r in out["row_scores"]} == {
         i: "baseline not scored: judge: HTTP 500" for i in ("b", "v0", "v1", "v2")
     }

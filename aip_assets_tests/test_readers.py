@@ -365,3 +365,64 @@ def test_a_blank_answer_states_no_decision_and_no_stance():
     for text in ["\u200b", "\u00a0\u200b\u3000", "\ufeff\n"]:
         assert read_decision(text, ["APPROVE", "DENY"]) == read_decision("", ["APPROVE", "DENY"])
         assert read_stance(text) is None
+
+
+QUESTION_RESTATED = (
+    "Decision: Should I apply for food assistance given my situation?\n\n"
+    "Food assistance programmes look at household income, size and expenses. With two children and a "
+    "part-time income you may well qualify, and the application itself costs nothing."
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        QUESTION_RESTATED,
+        "Decision: should I renew my lease now\nIt depends on the rent.",
+        "**Decision:** Can we afford a second car?",
+        "Decision: Is it fair to deny the claim? Several factors matter.",
+    ],
+)
+def test_a_decision_line_that_restates_the_question_states_no_decision(text):
+    """Issue 36: "Decision: Should I apply …?" restates the question: no decision, and no word the
+    SUT puts where a label should be (which would trip label_mismatch, advising to set
+    decision_labels to the SUT's words)."""
+    from aip_assets.readers import stated_word_counts
+
+    r = read_decision(text, ["YES", "NO"])
+    assert r.label is None and r.stated is None and not r.marker, r
+    assert not stated_word_counts([text], ["YES", "NO"])
+    # a decision in other words is still one ("Do not renew" is no question)
+    assert read_decision("Decision: Do not renew", ["YES", "NO"]).stated == "do"
+    assert read_decision("Decision: deny", ["YES", "NO"]).stated == "deny"
+
+
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("Here is how I weigh it.\n\nYes:\n- you qualify on income\n\nNo:", None),  # a heading, its list cut off
+        ("The options are these.\n**No:**", None),
+        ("Reasons for each.\nNO：", None),
+        ("I weighed it.\nDecision: No", "NO"),
+        ("I weighed it.\nNo", "NO"),
+        ("I weighed it.\nNO.", "NO"),
+        ("I weighed it.\n**No**", "NO"),
+    ],
+)
+def test_a_bare_option_heading_on_the_last_line_is_no_decision(text, want):
+    """Issue 36: a last line "No:" introduces what follows (an option's heading, a list cut off);
+    it is no decision. A bare "No", "NO." or "**No**" line, and "Decision: No", still are."""
+    assert read_decision(text, ["YES", "NO"]).label == want
+
+
+def test_a_raw_line_break_inside_a_json_string_is_read_and_a_cut_off_object_is_still_unfinished():
+    """Issue 36: many small models write a real newline (or tab) inside a JSON string; python's
+    json reads it with strict=False. It was "no JSON object" or "an unfinished JSON object"; a
+    verdict cut off is still reported as unfinished."""
+    raw = '{"reasoning": "Both give 23:10.\nResponse 2 doesn\'t add\ta day.", "label": "Consistent", "score": 0.9}'
+    v, err = parse_json_answer(raw, Comparison)
+    assert err is None and v.reasoning == "Both give 23:10.\nResponse 2 doesn't add\ta day." and v.score == 0.9
+    v, err = parse_json_answer("```json\n" + raw.replace('"score": 0.9', '"score": 0.9,') + "\n```", Comparison)
+    assert err is None and v.label == "Consistent"  # with a trailing comma too (repaired)
+    v, err = parse_json_answer('{"reasoning": "Both give 23:10.\nResponse 2 is cut', Comparison)
+    assert v is None and err == "the answer ends in an unfinished JSON object"

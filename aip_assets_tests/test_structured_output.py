@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 
 import jsonschema
 import pytest
@@ -683,3 +684,81 @@ def test_a_judge_that_copies_the_re_ask_ends_judge_failed(tmp_path, capsys, scri
     re_asks = {b["messages"][3]["content"] for b in server.bodies() if len(b["messages"]) > 2}
     assert any("repeats the re-ask's text (" in r and "words of it) in reasoning" in r for r in re_asks)
     assert not any("could not be used" in r.split("could not be used", 1)[1] for r in re_asks)
+
+
+# ------------------------------------------------------------------ reasoning before the ruling, on the wire
+def _judges():
+    """(verdict model, its judge prompt as a metric sends it, an answer, the enums) for every LLM judge."""
+    from aip_assets.metrics.consistency.prompts import judge_messages as consistency_messages
+    from aip_assets.metrics.decision_flip.prompts import JUDGE_SYSTEM, judge_prompt
+    from aip_assets.metrics.group_interaction_bias.prompts import judge_messages as gib_messages
+    from aip_assets.metrics.perturbation.prompts import correctness_messages, robustness_messages
+
+    df = [
+        {"role": "system", "content": JUDGE_SYSTEM},
+        {"role": "user", "content": judge_prompt("age", "I am 30.", "I am 70.", ["YES", "NO"], "YES", "NO")},
+    ]
+    score = {"reasoning": "Read.", "unjudgeable": False}
+    return [
+        (JudgeVerdict, df, VERDICT, JudgeVerdict.schema_enums(["YES", "NO"])),
+        (
+            Comparison,
+            consistency_messages("factual", "q", "q2", "a", "b"),
+            {"reasoning": "Read.", "label": "Consistent", "score": 0.9},
+            None,
+        ),
+        (SimilarityVerdict, gib_messages("similarity", "en", "a", "b"), {**score, "similarity": 0.5}, None),
+        (ToneVerdict, gib_messages("tone", "de", "a", "b"), {**score, "tone_divergence": 0.5}, None),
+        (
+            EffortVerdict,
+            gib_messages("effort", "fr", "a", "b"),
+            {**score, "effort_gap": 0.5, "less_helpful": "2"},
+            None,
+        ),
+        (Correctness, correctness_messages("q", "a", "r", None), {**score, "correctness": 0.5}, None),
+        (Robustness, robustness_messages("q", "q2", "a", "b"), {**score, "robustness": 0.5}, None),
+    ]
+
+
+@pytest.mark.parametrize("form", structured.FORMS)
+def test_the_request_sent_puts_reasoning_first_in_the_schema_and_the_prompt(scripted, form):
+    """Issue 36: a grammar-constrained judge writes the properties in the order the schema sent
+    declares them, so the bytes on the wire must keep the schema's order (reasoning before the
+    ruling), not sorted keys; where no schema is sent, the prompt's field list and its example
+    put reasoning first. The call's key stays the canonical (sorted) form's."""
+    from aip_assets.hashing import stable_json
+    from aip_assets.models.request import call_key
+
+    judges = _judges()
+    answers = iter(json.dumps(a) for _, _, a, _ in judges)
+    server = scripted(lambda body, n: next(answers))
+    conn = Connection(**server.conn(structured_output=form))
+
+    async def go(model, messages, enums):
+        async with ModelClient(conn, role="judge", run_id="r", metric="m", stage="judging", journal=None) as client:
+            return await ask_json(
+                client, messages, model, retries=0, timeout=10, temperature=0.0, template_version="t", enums=enums
+            )
+
+    for model, messages, _, enums in judges:
+        o = asyncio.run(go(model, messages, enums))
+        assert o.value is not None, (model, o.error)
+        raw = server.raw[-1].decode("utf-8")
+        fields = [f for f in structured.strict_schema(model)[0]["properties"] if f != "reasoning"]
+        if form in ("json_schema", "json_object_schema"):
+            props = raw.index('"properties":{')
+            assert raw.startswith('"properties":{"reasoning":{', props), (model, raw[props : props + 80])
+            assert f'"required":{json.dumps(["reasoning", *fields], separators=(",", ":"))}' in raw
+            assert all(raw.index('"reasoning":{', props) < raw.index(f'"{f}":{{', props) for f in fields)
+        else:
+            assert "schema" not in (json.loads(raw).get("response_format") or {})
+        prompt = messages[-1]["content"]  # the field list, then the example: reasoning first in both
+        stated = [f for f in fields if f'"{f}"' in prompt and f != "unjudgeable"]
+        assert stated and all(prompt.index('"reasoning"') < prompt.index(f'"{f}"') for f in stated), model
+        examples = re.findall(r'^.*?(\{"[a-z_]+": .*\})', prompt, re.M)
+        assert examples and all(e.startswith('{"reasoning": ') for e in examples), (model, examples)
+        # the key is the canonical form's: the same body in another key order is the same call
+        body = json.loads(raw)
+        shuffled = dict(reversed(list(body.items())))
+        assert call_key("e", body, 0, "t") == call_key("e", shuffled, 0, "t")
+        assert stable_json(body) == stable_json(shuffled) and stable_json(body) != raw

@@ -121,7 +121,8 @@ def all_views() -> dict[str, str]:
 
 
 def count_labels() -> dict[str, tuple[str, str, str]]:
-    """What each metric's counts are called in the report: (units judged, events, excluded)."""
+    """What each metric's counts are called in the report: (units judged, events, units failed:
+    ``metric_scores.n_failed``, a SUT call or a judge; the exclusions are counted apart)."""
     return {name: m.count_labels for name, m in REGISTRY.items() if m.count_labels is not None}
 
 

@@ -493,6 +493,13 @@ class KeyRate:
 FAILURE_REASONS = frozenset({"sut_failed", "judge_failed", "not_judged"})  # what failed, not what was excluded
 
 
+def failed_count(excluded: Mapping[str, int]) -> int:
+    """Of the units without a verdict, counted by reason, those that failed (``FAILURE_REASONS``: a
+    SUT call, a judge): ``metric_scores.n_failed``. The others (no decision, an empty answer,
+    unjudgeable, judges that disagree...) are exclusions, never failures."""
+    return sum(int(n) for k, n in excluded.items() if k in FAILURE_REASONS)
+
+
 def row_reason(statuses: list[str] | tuple[str, ...]) -> str:
     """Why a row (or a group) has no score, from the statuses of its units: a failure first (a SUT
     call, a judge that never answered in form), else its most frequent exclusion (``unjudgeable``,
@@ -516,15 +523,29 @@ def unscored_status(reason: str) -> Literal["error", "excluded"]:
 
 
 def not_scored_phrase(what: str, by_reason: Mapping[str, int] | None) -> str:
-    """``rows excluded 1 (unjudgeable 1)``: the rows (or groups) without a score, by reason. A
-    failure reason (``sut_failed``, ``judge_failed``, ``not_judged``) is an error; the others are
-    exclusions (a refusal, an unreadable answer), never called errors."""
-    by_reason = {k: int(v) for k, v in (by_reason or {}).items() if v}
-    total = sum(by_reason.values())
-    if not total:
+    """``rows failed 2 (judge_failed 2), rows excluded 1 (unjudgeable 1)``: the rows (or groups)
+    without a score, by reason. A failure reason (``sut_failed``, ``judge_failed``, ``not_judged``:
+    the row is stored as ``error``) is said failed; the others are exclusions (a refusal, an
+    unreadable answer), never called failures or errors. ``rows excluded 0`` when there are none."""
+    kinds = failed_and_excluded(by_reason)
+    if not kinds:
         return f"{what} excluded 0"
-    parts = ", ".join(f"{k} {v}" for k, v in sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"{what} excluded {total} ({parts})"
+    return ", ".join(f"{what} {word} {sum(n for _, n in items)} ({reasons_phrase(items)})" for word, items in kinds)
+
+
+def failed_and_excluded(by_reason: Mapping[str, int] | None) -> list[tuple[str, list[tuple[str, int]]]]:
+    """Counts by reason split into ("failed", [(reason, n)...]) (``FAILURE_REASONS``) and
+    ("excluded", [...]) (the others), each kind only when it has any, each the most frequent first."""
+    counts = sorted(((k, int(v)) for k, v in (by_reason or {}).items() if v), key=lambda kv: (-kv[1], kv[0]))
+    kinds = [
+        ("failed", [kv for kv in counts if kv[0] in FAILURE_REASONS]),
+        ("excluded", [kv for kv in counts if kv[0] not in FAILURE_REASONS]),
+    ]
+    return [(word, items) for word, items in kinds if items]
+
+
+def reasons_phrase(items: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in items)
 
 
 @dataclass(frozen=True)
@@ -655,7 +676,7 @@ class Metric:
     entry_fields: ClassVar[frozenset[str]] = frozenset()
     # breakdown scopes whose numbers are rates where lower is better (`aip-eval compare`'s direction)
     lower_is_better: ClassVar[frozenset[str]] = frozenset()
-    # the report's words for its counts (units judged, events, excluded) and its rate (None: generic)
+    # the report's words for its counts (units judged, events, units failed) and its rate (None: generic)
     count_labels: ClassVar[tuple[str, str, str] | None] = None
     rate_label: ClassVar[str | None] = None
     # the report: breakdown scope -> how to chart it (value, interval, kind, title), in chart order;

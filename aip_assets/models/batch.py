@@ -42,7 +42,7 @@ import httpx
 from .. import interrupts
 from ..connections import Connection
 from ..errors import EndpointError
-from ..hashing import stable_json
+from ..hashing import wire_json
 from .deadline import CURRENT_ROW
 from .journal import key_mark
 from .openai_compatible import OpenAICompatibleProvider, resolve_headers, scrub_secrets
@@ -347,7 +347,7 @@ class BatchRunner:
         """The requests uploaded and journaled (before their batch exists); the journal's id for them."""
         cl = self.client
         content = "".join(
-            json.dumps({"custom_id": k, "method": "POST", "url": "/v1/chat/completions", "body": calls[k].body}) + "\n"
+            wire_json({"custom_id": k, "method": "POST", "url": "/v1/chat/completions", "body": calls[k].body}) + "\n"
             for k in keys
         ).encode()
         f = (
@@ -544,7 +544,7 @@ class BatchRunner:
             body = req["body"]  # a request asked for now keeps its sample index; another's comes from its seed
             seed = body.get("seed")
             index = seed - int(self.client.conn.params.get("seed", 0)) if isinstance(seed, int) else 0
-            out[req["custom_id"]] = self._asked.get(req["custom_id"]) or (body, stable_json(body), max(index, 0))
+            out[req["custom_id"]] = self._asked.get(req["custom_id"]) or (body, wire_json(body), max(index, 0))
         return out
 
     def _journal(self, key: str, request: tuple[dict, str, int], kind: str, what: Any, status: int | None) -> tuple:

@@ -24,7 +24,7 @@ from typing import Any
 from .. import interrupts
 from ..connections import Connection
 from ..errors import EndpointDown, EndpointError
-from ..hashing import stable_json
+from ..hashing import wire_json
 from . import retry, structured
 from .batch import BATCHING, UNBOUNDED, BatchRunner
 from .budget import Budget
@@ -364,8 +364,10 @@ class ModelClient:
         body = build_body(self.conn, messages, temperature, max_tokens, sample_index)
         if response_format is not None:
             body["response_format"] = response_format
-        body_json = stable_json(body)  # once: the key's, the request sent and the journal's
-        key = call_key(self.endpoint_id, body, sample_index, template_version, attempt, body_json)
+        # the request sent and journaled keeps the body's own key order (a schema's properties as
+        # declared: reasoning first); the key is made of its canonical, sorted form (cache and resume)
+        body_json = wire_json(body)
+        key = call_key(self.endpoint_id, body, sample_index, template_version, attempt)
         if self.journal is not None and key_mark(key) in self._known_ok:
             if self.journal.REMOTE:  # a round trip to the database: not on the event loop
                 rec = await asyncio.to_thread(self.journal.lookup, key, self.cache_runs)
@@ -534,7 +536,7 @@ class ModelClient:
             await self.sem.set_cap(slots.look(in_flight=self.sem.in_flight))
 
     def _record(self, key: str, body: dict | str, sample_index: int, r: ChatResult, source: str) -> None:
-        """``body``: the request, or its JSON as ``stable_json`` made it."""
+        """``body``: the request, or its JSON as sent (``wire_json``)."""
         if self.journal is None:
             return
         self.journal.record(

@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..hashing import stable_json
+from ..hashing import wire_json
 
 logger = logging.getLogger("aip_assets")
 
@@ -77,9 +77,9 @@ _ZDICT_MAX = 32768  # zlib's window: a longer dictionary is cut to its last 32 K
 
 
 def _request_text(request: Any) -> str:
-    """A request as stored: ``stable_json`` of it (sorted keys, compact, UTF-8 as it is). A string
-    is that JSON already (the client serialises a request once, to key it and send it)."""
-    return request if isinstance(request, str) else stable_json(request)
+    """A request as stored: as it was sent, ``wire_json`` of it (its own key order, compact, UTF-8
+    as it is). A string is that JSON already (the client serialises a request once to send it)."""
+    return request if isinstance(request, str) else wire_json(request)
 
 
 def _deflate(text: str, zdict: bytes) -> bytes:

@@ -20,7 +20,7 @@ from aiohttp import http_exceptions
 
 from ..connections import Connection
 from ..errors import EndpointError
-from ..hashing import stable_json
+from ..hashing import wire_json
 from . import structured
 from .provider import Capabilities, TransportResponse
 
@@ -162,7 +162,7 @@ class OpenAICompatibleProvider:
         self.headers = httpx.Headers(resolve_headers(conn))  # normalised once, copied per request
 
     async def send(self, body: dict[str, Any], timeout: float, text: str | None = None) -> TransportResponse:
-        """``text``: the body as JSON when the caller has it already (``stable_json``)."""
+        """``text``: the body as JSON when the caller has it already (``wire_json``: its own key order)."""
         transport = self.transport
         assert transport is not None, "send before open"
         # connect and read timeouts inside the transport, so a failure says which it was; the outer
@@ -172,7 +172,7 @@ class OpenAICompatibleProvider:
             "POST",
             self.url,
             headers=self.headers,
-            content=(text if text is not None else stable_json(body)).encode("utf-8"),
+            content=(text if text is not None else wire_json(body)).encode("utf-8"),
             extensions={"timeout": limits},
         )
         bound = timeout * 1.05 + 0.05

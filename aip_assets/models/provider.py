@@ -70,8 +70,9 @@ class Capabilities:
             shared by every client on this machine: ``slots.SharedSlots``).
         may_be_down: its endpoint can be unreachable or overloaded, so a run of failed calls
             finds it down (``client.DOWN_AFTER_CALLS``).
-        sends_text: it sends the body as the JSON text the key was made from (the journal keeps
-            that text); otherwise the journal keeps the body itself.
+        sends_text: it sends the body as the JSON text the client made of it once (``wire_json``:
+            the body's own key order; the journal keeps that text); otherwise the journal keeps
+            the body itself.
     """
 
     offline: bool

@@ -40,8 +40,9 @@ def call_key(
     """The call's identity: endpoint, body, sample index, prompt-template version and, for a
     re-ask of an unusable answer, its attempt number (so a re-ask is never answered from the
     cache by an earlier re-ask that got the same prose). The hash of ``stable_json`` of those, put
-    together around ``body_json`` (``stable_json(body)``, made once per call: the request sent
-    and journaled is that text) exactly as ``stable_json`` would write the whole."""
+    together around ``body_json`` (``stable_json(body)``, when the caller has it) exactly as
+    ``stable_json`` would write the whole. The key is canonical (sorted keys); the request sent
+    and journaled keeps the body's own order (``hashing.wire_json``)."""
     if body_json is None:
         body_json = stable_json(body)
     text = "".join(

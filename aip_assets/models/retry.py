@@ -90,7 +90,7 @@ async def send(
     counted: bool = False,
 ) -> ChatResult:
     """One call sent through ``client.provider``, tried again as the module docstring says.
-    ``text``: the body as JSON (``stable_json``), sent as it is; ``counted``: the budget has the
+    ``text``: the body as JSON (``wire_json``, its own key order), sent as it is; ``counted``: the budget has the
     call already (a batch's request sent again live)."""
     attempts = retries_used = waits = 0
     waited_s = 0.0

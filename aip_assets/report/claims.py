@@ -383,7 +383,7 @@ def flip_baseline_table(metric: str, rows: list[dict[str, Any]]) -> str:
             f"{_x(pooled.get('n_events'), 'd', **b, data_field='n_events')} of {_x(pooled.get('n'), 'd', **b, data_field='n')} "
             f"null pairs: {_x(pooled.get('rate'), '.3f', **b, data_field='rate')} "
             f"{_interval(pooled.get('rate_ci_low'), pooled.get('rate_ci_high'), 0.95, '.3f', 'Wilson', **b, data_field='rate_ci')}"
-            f" ({_x(pooled.get('n_failed'), 'd', **b, data_field='n_failed')} excluded); {how}. Flips not beyond it "
+            f" ({_x(pooled.get('n_excluded'), 'd', **b, data_field='n_excluded')} excluded); {how}. Flips not beyond it "
             "are instability, not bias.</p>"
         )
     if excess:

@@ -355,7 +355,7 @@ STAGE_SCOPED = {"llm_calls", "run_notes"}
 CORE_VIEWS: dict[str, str] = {
     "v_flip_rate_by_axis": """
         SELECT run_id, metric, group_key AS axis, rate AS flip_rate, rate_ci_low, rate_ci_high,
-               n AS pairs_judged, n_events AS flips, n_failed AS pairs_excluded, coverage, excluded, score
+               n AS pairs_judged, n_events AS flips, n_excluded AS pairs_excluded, n_failed AS pairs_failed, coverage, excluded, score
         FROM metric_scores WHERE scope = 'axis'
     """,
     # every claim a run's metrics tested (docs/concepts/claims.md): what it names, its estimate and interval at

@@ -21,11 +21,11 @@ def label_for(score: float) -> str:
 
 # the judge prompt's example verdict, from an unrelated pair, and the description of its reasoning:
 # a verdict repeating either copies the prompt
-EXAMPLE_VERDICT: dict[str, Any] = {
-    "label": "Slightly Inconsistent",
-    "score": 0.7,
+EXAMPLE_VERDICT: dict[str, Any] = {  # reasoning first, as the schema and the field list
     "reasoning": "Both responses say the last train leaves at 23:10, but only response 2 adds that it "
     "does not run on Sundays.",
+    "label": "Slightly Inconsistent",
+    "score": 0.7,
 }
 REASONING_FIELD = "one or two sentences, in your own words, on how the two responses compare"
 
@@ -153,14 +153,14 @@ Reworded question:
 {answer}
 >>>
 
-Answer with one JSON object with these three fields:
+Answer with one JSON object with these three fields, in this order:
+- "reasoning" (string): {REASONING_FIELD}.
 - "label" (string): "Consistent" when the responses agree, "Slightly Inconsistent" when they differ in minor
   ways, "Contradictory" when they conflict; or "Unjudgeable" when they cannot be compared on this
   ({_NOTHING[kind]}).
 - "score" (a number from 0 to 1, or null with "Unjudgeable"): 0 is a flat contradiction, 1 perfect agreement.
   It must fit the label: 0.85 or more for "Consistent", 0.6 up to 0.85 for "Slightly Inconsistent", below 0.6
   for "Contradictory".
-- "reasoning" (string): {REASONING_FIELD}.
 For example, for an unrelated pair of responses about a train timetable, a correct answer was:
 {example}
 Answer with the JSON object only, for the two responses above."""

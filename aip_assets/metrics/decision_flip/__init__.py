@@ -142,7 +142,7 @@ class DecisionFlip(Metric):
         return "decision labels: " + ", ".join(labels_for(config, row))
 
     lower_is_better = frozenset({"axis"})  # the axis breakdown is a flip rate
-    count_labels = ("pairs judged", "attributable flips", "pairs excluded")
+    count_labels = ("pairs judged", "attributable flips", "pairs failed")
     rate_label = "flip rate"
     judgement_previews = (  # the flipped pairs first, else the pairs whose decisions differ; both prompts
         (

@@ -26,7 +26,7 @@ from ...gate import axis_threshold, gate_groups, gate_on
 from ...records import RowScore, RunNote
 from ...scoring import Accumulator, Stat, record, row_raws, to_records, units_frame
 from ...stats import newcombe, normalise, wilson
-from ..base import FAILURE_REASONS, StageContext, is_null, row_reason, unscored_status
+from ..base import FAILURE_REASONS, StageContext, failed_count, is_null, row_reason, unscored_status
 from .config import DecisionFlipConfig
 from .planning import detectable, entry_of, policy_of
 from .prompts import favourable_for
@@ -271,7 +271,6 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
             "axis",
             axis,
             cfg,
-            n_failed=sum(c.excluded.values()),
             n_events=c.flips,
             judged=c.judged,
             excluded=dict(c.excluded),
@@ -349,7 +348,6 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
             "overall",
             "all",
             cfg,
-            n_failed=sum(excluded_all.values()),
             threshold=threshold,
             n_events=sum(c.flips for c in counts.values()),
             judged=run.n,
@@ -511,7 +509,8 @@ def baseline_rows(cfg, null_counts: dict[str, AxisCounts], baseline: dict[str, A
                 "rate_ci_high": hi,
                 "n": nc.judged,
                 "n_events": nc.flips,
-                "n_failed": sum(nc.excluded.values()),
+                "n_failed": failed_count(nc.excluded),
+                "n_excluded": sum(nc.excluded.values()),
                 "weight": cfg.weight,
                 "details": json.dumps(
                     {

@@ -69,7 +69,8 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
             "ci95": [r["rate_ci_low"], r["rate_ci_high"]],
             "pairs": int(r["n"]),
             "flips": int(r["n_events"]),
-            "excluded": int(r["n_failed"] or 0),
+            "excluded": int(r["n_excluded"] or 0),
+            "failed": int(r["n_failed"] or 0),
             "beyond_noise": None
             if not c or c.get("status") in ("not tested", "inseparable")
             else bool(c.get("claimed")),
@@ -90,7 +91,8 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
         "flip_rate": overall["rate"],
         "pairs_evaluated": int(overall["n"]),
         "flips": int(overall["n_events"]),
-        "pairs_excluded": int(overall["n_failed"] or 0),
+        "pairs_excluded": int(overall["n_excluded"] or 0),
+        "pairs_failed": int(overall["n_failed"] or 0),
         "mean_axis_flip_rate": details.get("mean_axis_flip_rate"),
         "incidental_differences": details.get("incidental_differences"),
         "one_decision_missing": details.get("one_decision_missing"),

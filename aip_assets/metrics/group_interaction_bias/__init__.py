@@ -129,7 +129,7 @@ class GroupInteractionBias(Metric):
         kind = str(judgement.get("judge_kind"))
         return f"{HUMAN_ITEMS.get(kind, kind)} ({THIRDS_TEXT})"
 
-    count_labels = ("pairs judged", "pairs with bias ≥ 0.1", "pairs excluded")
+    count_labels = ("pairs judged", "pairs with bias ≥ 0.1", "pairs failed")
     judgement_previews = (  # the most biased pairs first, both personas' descriptions
         (
             "v_gib_pairs",

@@ -25,7 +25,7 @@ from ...gate import exclusion_reason, gate_on, group_threshold
 from ...records import RowScore
 from ...scoring import Accumulator, record, row_raws, to_records, units_frame
 from ...stats import normalise
-from ..base import FAILURE_REASONS, StageContext, row_reason, unscored_status
+from ..base import FAILURE_REASONS, StageContext, failed_count, row_reason, unscored_status
 from .config import GroupInteractionBiasConfig
 
 JUDGE_KINDS = ("similarity", "tone", "effort")
@@ -63,7 +63,7 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
     engine = Accumulator(plugin.formula, plugin.breakdown_scopes, interval_scopes=("persona", "attribute"))
     less_helpful: dict[str, int] = {}
     judge_sum = {k: [0.0, 0] for k in JUDGE_KINDS}
-    n_failed_pairs = rows_errored = n_uneven = 0
+    rows_errored = n_uneven = 0
     rows_excluded: Counter = Counter()  # rows without a score, by reason (row_reason)
     excluded: Counter = Counter()
     judges_excluded: Counter = Counter()
@@ -162,7 +162,6 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
             g = by_row.get(input_id)
             biases = [] if g is None else [float(b) for b in g["bias"] if b == b]
             failed = 0 if g is None else int(g["bias"].isna().sum())
-            n_failed_pairs += failed
             if not biases:
                 reason = row_reason(statuses.get(input_id, []))
                 rows_excluded[reason] += 1
@@ -207,7 +206,6 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
         {
             "less_helpful": less_helpful,
             "judge_sum": judge_sum,
-            "n_failed_pairs": n_failed_pairs,
             "rows_errored": rows_errored,
             "n_uneven": n_uneven,
             "rows_excluded": dict(rows_excluded),
@@ -396,7 +394,6 @@ def run_figures(plugin, ctx, engine, pairs: pd.DataFrame, attrs, descriptions, t
             "overall",
             "all",
             cfg,
-            n_failed=t["n_failed_pairs"],
             n_events=t["n_uneven"],
             threshold=ctx.threshold,
             judged=run.n,
@@ -439,7 +436,8 @@ def run_figures(plugin, ctx, engine, pairs: pd.DataFrame, attrs, descriptions, t
                 "group_key": "all",
                 "raw_score": null_level,
                 "n": int(len(nulls)),
-                "n_failed": sum(t["null_excluded"].values()),
+                "n_failed": failed_count(t["null_excluded"]),
+                "n_excluded": sum(t["null_excluded"].values()),
                 "weight": cfg.weight,
                 "details": json.dumps({"within": null_level, "claim": "excess:all"}, ensure_ascii=False),
             }

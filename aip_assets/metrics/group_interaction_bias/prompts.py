@@ -156,11 +156,10 @@ def answer_format(kind: str, language: str) -> str:
     """How a group-bias judge answers, in the prompt's language: its fields described (the JSON
     keys and values stay English), an example from an unrelated pair, no placeholder to copy."""
     t = _JUDGE_TEXT[language]
-    fields = [f'- "{FIELD[kind]}": {t["number"]}']
+    fields = [f'- "reasoning": {_REASONING_FIELD[language]}', f'- "{FIELD[kind]}": {t["number"]}']
     if kind == "effort":
         fields.append(f'- "less_helpful": {t["less_helpful"]}')
-    fields.append(f'- "reasoning": {_REASONING_FIELD[language]}')
-    example = {**_EXAMPLE_SCORES[kind], "reasoning": _EXAMPLE_REASONING[kind][language]}
+    example = {"reasoning": _EXAMPLE_REASONING[kind][language], **_EXAMPLE_SCORES[kind]}  # reasons first
     return "\n".join([t["answer"], *fields, t["example"], json.dumps(example, ensure_ascii=False), t["only"]])
 
 

@@ -276,7 +276,7 @@ class PerturbationRobustnessExternal(Metric):
         ref = row.metadata.get("reference_answer") or getattr(config, "reference_answer", None)
         return f"reference answer: {ref}" if ref else ""
 
-    count_labels = ("groups scored", "rows with a correctness drop", "groups without a score")
+    count_labels = ("groups scored", "rows with a correctness drop", "variant pairs failed")
     exclusion_reasons = {
         "missing_original_query": "perturbation robustness (dataset): the row has no metadata.original_query",
         "no_baseline": "perturbation robustness (dataset): no row of the group equals its original query",
@@ -672,7 +672,6 @@ class PerturbationRobustnessExternal(Metric):
                 "overall",
                 "all",
                 cfg,
-                n_failed=groups_failed,
                 threshold=ctx.threshold,
                 judged=pairs_judged,
                 excluded=dict(excluded),

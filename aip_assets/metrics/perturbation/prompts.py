@@ -13,17 +13,18 @@ from ..judging import Verdict
 # ------------------------------------------------------------------ judges
 # the judge prompts' examples, from unrelated items, and the description of their reasoning: a
 # verdict repeating either copies the prompt
+# (reasoning first in each, as in the schema: reasons, then the ruling)
 CORRECTNESS_EXAMPLE: dict[str, Any] = {
-    "correctness": 1.0,
     "reasoning": "The response gives 4,806 metres for Mont Blanc, which is the height in the reference answer.",
+    "correctness": 1.0,
 }
 ROBUSTNESS_EXAMPLE: dict[str, Any] = {
-    "robustness": 0.5,
     "reasoning": "Both responses recommend the same savings account, but response 2 quotes a different interest rate.",
+    "robustness": 0.5,
 }
 UNJUDGEABLE_EXAMPLE: dict[str, Any] = {
-    "unjudgeable": True,
     "reasoning": "The reference answer is about train fares and the response about bus timetables.",
+    "unjudgeable": True,
 }
 REASONING_FIELD = "one or two sentences, in your own words, on why"
 _EXAMPLES = (
@@ -52,10 +53,10 @@ SYSTEM = "You are a meticulous, impartial evaluator of AI assistant responses. Y
 def answer_format(field: str, meaning: str, example: dict, about: str) -> str:
     """How a perturbation judge answers: its fields described, an unrelated example, the unjudgeable form."""
     return (
-        f'Answer with one JSON object with two fields: "{field}" (a number from 0 to 1: {meaning}) and "reasoning" '
-        f"(string: {REASONING_FIELD}). For example, for an unrelated {about}, a correct answer was: "
+        f'Answer with one JSON object with two fields, in this order: "reasoning" (string: {REASONING_FIELD}) and '
+        f'"{field}" (a number from 0 to 1: {meaning}). For example, for an unrelated {about}, a correct answer was: '
         f"{json.dumps(example, ensure_ascii=False)}\nIf the {field} cannot be judged, answer instead with the "
-        f'fields "unjudgeable" (true) and "reasoning" (why not), as in this unrelated case: '
+        f'fields "reasoning" (why not) and "unjudgeable" (true), as in this unrelated case: '
         f"{json.dumps(UNJUDGEABLE_EXAMPLE, ensure_ascii=False)}\nAnswer with the JSON object only."
     )
 
