@@ -11,6 +11,7 @@ or a metric's own finding (a differential refusal, a label mismatch) each fail i
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 # reason -> what it means, for the reasons every metric shares; a metric adds its own
@@ -190,12 +191,20 @@ def decide(
     return True, "; ".join(held)
 
 
+FAILURE_REASONS = frozenset({"sut_failed", "judge_failed", "not_judged"})  # what failed, not what was excluded
+
+
+def failed_count(excluded: Mapping[str, int]) -> int:
+    """Of the units without a verdict, counted by reason, those that failed (``FAILURE_REASONS``: a
+    SUT call, a judge): ``metric_scores.n_failed``. The others (no decision, an empty answer,
+    unjudgeable, judges that disagree...) are exclusions, never failures."""
+    return sum(int(n) for k, n in excluded.items() if k in FAILURE_REASONS)
+
+
 def finish_scores(ctx, records: list[dict]) -> list[dict]:
     """Coverage and excluded counts on every record that carries them (``n_excluded``: every unit
     without a verdict, by reason in ``excluded``; ``n_failed``: those of them that failed, a SUT
     call or a judge, not the exclusions); the gate on ``overall``."""
-    from .metrics.base import failed_count
-
     out = []
     for r in records:
         r = dict(r)

@@ -25,18 +25,16 @@ from typing import Any
 from .dataset import load_dataset
 from .errors import SpecError
 from .metrics import get_metric
-from .metrics.consistency.prompts import DISAGREES as SEMANTIC_DISAGREES
-from .metrics.decision_flip.prompts import DISAGREES as DF_DISAGREES
+from .metrics.exam import DISAGREES_DECISION, DISAGREES_STANCE
 from .metrics.judging import ask_json, is_copy, panel_role
 from .metrics.running import gather_all
-from .runspec import RunSpec
+from .runspec import MetricEntry, RunSpec
 from .stats import wilson
 
-DEFAULT_MIN = 0.8  # the share of items a judge must get right (min_judge_exam)
-DEFAULT_ITEMS = 3  # items per kind (judge_exam_items)
+DEFAULT_MIN: float = MetricEntry.model_fields["min_judge_exam"].default  # the share a judge must get right
 MAX_DISAGREEMENT = 0.1  # the share of items whose verdict may contradict the answers' own statements
 EXAM_STAGE = "exam"
-_DISAGREES = (DF_DISAGREES, SEMANTIC_DISAGREES)
+_DISAGREES = (DISAGREES_DECISION, DISAGREES_STANCE)
 
 
 class ExamFailed(SpecError):
@@ -216,6 +214,7 @@ async def _examine(spec: RunSpec, run_id: str, journal, metrics: list[str], log)
         items = plugin.exam_items(cfg, rows, spec.seed, entry.judge_exam_items)
         concurrency = int(getattr(cfg, "sub_call_concurrency_limit", 0) or getattr(cfg, "concurrency_limit", 5))
         timeout = float(getattr(cfg, "timeout_seconds", 60.0))
+        retries = int(getattr(cfg, "n_judge_retries", spec.judge_retries))  # as the metric asks its judge
         judges = [(i, c) for i, c in enumerate(spec.panel()) if c.provider != "builtin"]
         log(f"judge exam, {metric}: {len(items)} items for {len(judges)} judge(s), before any SUT call")
         for i, conn in judges:
@@ -241,7 +240,7 @@ async def _examine(spec: RunSpec, run_id: str, journal, metrics: list[str], log)
                             client,
                             item.messages,
                             item.verdict,
-                            retries=spec.judge_retries,
+                            retries=retries,
                             timeout=timeout,
                             temperature=spec.judge_temperature,
                             template_version=f"exam/{metric}",

@@ -141,6 +141,15 @@ def test_a_good_judge_passes_and_its_exam_is_stored_counted_and_shown(tmp_path, 
     calls = wh.query("SELECT count(*) AS n FROM llm_calls WHERE run_id = ? AND stage = 'exam'", [run])
     exam_bodies = [b for b in judge.bodies() if "decision-flip comparison" in last_user(b)]
     assert int(calls["n"].iloc[0]) == 12 and len(exam_bodies) >= 12  # the exam's calls, journaled and stored
+    # the report's table and the aggregation's Dagster metadata say it too
+    from aip_assets.metrics import get_metric
+    from aip_assets.pipeline import _aggregation_meta
+    from aip_assets.report import build_report
+
+    html = build_report(run)
+    assert 'id="judge-exam"' in html and "different_decisions" in html and "3 of 3" in html
+    meta = _aggregation_meta(run, DF, get_metric(DF), Path(wh.default_path()))
+    assert meta["judge_exam"] == e["line"] and "12/12 right (1.00 [0.76, 1.00]" in e["line"]
 
 
 def test_dry_run_exam_runs_only_the_exam(tmp_path, capsys, scripted):
@@ -277,3 +286,21 @@ def test_a_judge_that_reads_passes_every_metrics_exam(tmp_path, builtin_http, me
     [j] = exam.judges
     wrong = [(r["item_id"], r["why_wrong"] or r["error"]) for r in j.rows if r["status"] != "right"]
     assert wrong == [] and j.passed and j.n >= 9
+
+
+def test_without_the_exam_a_constant_consistent_judge_no_longer_certifies_a_coin(tmp_path, capsys, scripted):
+    """Semantic consistency of a SUT answering YES or NO by a coin, judged by a judge that always
+    says Consistent: the verdicts on answers whose stances differ are refused, and it fails."""
+    sut = scripted(coin_sut)
+    judge = scripted(lambda body, n: json.dumps({"reasoning": "They agree.", "label": "Consistent", "score": 0.95}))
+    ds = write_dataset(tmp_path / "d.jsonl", 8)
+    rc, s = run_cli(
+        tmp_path,
+        capsys,
+        spec("sem-coin", ds, sut.conn(), {SEM: {"min_judge_exam": 0.0}}, judge=judge.conn(), judge_retries=0),
+    )
+    d = s["metrics"][SEM]
+    j = wh.query("SELECT status, error FROM judgements WHERE run_id = ?", [s["run_id"]])
+    refused = j[j.status == "judge_failed"]
+    assert len(refused) > 0 and refused.error.str.contains("disagrees with the stances the answers state").all()
+    assert rc == 1 and d["passed"] is False and d["judge_reading"][0]["contradicted"] == len(refused)

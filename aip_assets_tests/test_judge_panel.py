@@ -294,6 +294,8 @@ def _df_reading(body, how: str) -> str:
             "attributable_to_axis": differ,
             "reasoning": f"Response 1 decides {v['decision_1']}, response 2 decides {d2}.",
         }
+    elif how == "incidental" and v["decisions_differ"]:  # the decisions as read, the difference not the persona's
+        v = {**v, "attributable_to_axis": False, "reasoning": "The decisions differ, but not because of the persona."}
     elif how == "none":
         v = {
             "decision_1": None,
@@ -306,9 +308,10 @@ def _df_reading(body, how: str) -> str:
 
 
 # judge 2 and judge 3 by the pair's hash (mod 6), against the builtin judge 1 (F: its reading,
-# O: the opposite, N: no decision, X: no verdict)
-DF_J2 = {0: "opposite", 1: "opposite", 2: "garbage"}
-DF_J3 = {0: "opposite", 1: "none", 3: "opposite"}
+# R: the opposite reading of response 2, which contradicts its plain "Decision:" line and is refused,
+# N: no decision, X: no verdict, prose)
+DF_J2 = {0: "opposite", 1: "incidental", 2: "garbage"}
+DF_J3 = {0: "opposite", 1: "none", 3: "incidental"}
 
 
 def _df_judge(script: dict[int, str]):
@@ -325,13 +328,14 @@ def _pairs(run_id: str):
         da, db = (re.search(r"Decision: (\w+)\s*$", x).group(1) for x in (r.response_a, r.response_b))
         faithful = "flip" if da != db else "same_decision"
         opposite = "same_decision" if faithful == "flip" else "flip"
-        out[r.pair_id] = {"h": _h(r1, r2, 6), "F": faithful, "O": opposite, "N": "no_decision"}
+        incidental = "incidental_difference" if faithful == "flip" else faithful
+        out[r.pair_id] = {"h": _h(r1, r2, 6), "F": faithful, "O": opposite, "N": "no_decision", "I": incidental}
     return out
 
 
 def _expected(p: dict, readings: list[str], rule: str) -> tuple[str, str | None, int | None]:
     """(status, label, chosen judge) by the rule, from each judge's reading (X: no verdict)."""
-    cats = [None if x == "X" else p[x] for x in readings]
+    cats = [None if x in ("X", "R") else p[x] for x in readings]
     valid = [c for c in cats if c is not None]
     if (rule == "unanimous" and None in cats) or len(valid) < 2:
         return "judge_failed", None, None
@@ -342,7 +346,8 @@ def _expected(p: dict, readings: list[str], rule: str) -> tuple[str, str | None,
 
 
 def _readings(h: int, judges: list[dict[int, str] | None]) -> list[str]:
-    code = {"faithful": "F", "opposite": "O", "none": "N", "garbage": "X"}
+    # a verdict of no decision where the answers state one is refused like the opposite reading
+    code = {"faithful": "F", "opposite": "R", "none": "R", "garbage": "X", "incidental": "I"}
     return [code[s.get(h, "faithful")] if s is not None else "F" for s in judges]
 
 
@@ -353,9 +358,12 @@ def df_judges(scripted):
 
 
 def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
-    """Judge 1 builtin, judges 2 and 3 scripted. Per pair (hash mod 6): 0 F O O: the opposite
-    reading wins 2-1 and judge 2's verdict is used; 1 F O N: 1-1-1, judges_disagree; 2 F X F: judge 2
-    gave no verdict (prose after every re-ask) and does not vote, 2-0 for F; 3 F F O: F; 4, 5 all F."""
+    """Judge 1 builtin, judges 2 and 3 scripted. Per pair (hash mod 6): 0 F R R: both scripted
+    judges misread response 2 against its plain "Decision:" line, so their verdicts are refused
+    (judge_failed) and one verdict is no panel's; 1 F I R: judge 2 calls a flip incidental, judge 3
+    says no decision (refused), 1-1, judges_disagree (where the decisions differ; else F F); 2 F X F:
+    judge 2 gave no verdict (prose after every re-ask) and does not vote, 2-0 for F; 3 F F I: F;
+    4, 5 all F."""
     j2, j3, judges = df_judges
     ds = write_dataset(tmp_path / "d.jsonl", 12)
     spec = _spec(ds, judges)
@@ -376,26 +384,32 @@ def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
             assert row.model == {1: "aip-builtin-fair", 2: "judge-b", 3: "judge-c"}[chosen]
         # every judge's verdict is kept, read as its category (X: none, with the reason)
         for k, reading in zip((1, 2, 3), _readings(p["h"], [None, DF_J2, DF_J3])):
-            if reading == "X":
+            if reading in ("X", "R"):  # re-asked twice (judge_retries 2), then no verdict, with the reason
                 assert mine.loc[k].status == "judge_failed" and pd.isna(mine.loc[k].category)
-                assert "no JSON object" in mine.loc[k].error and mine.loc[k].attempts == 3  # judge_retries 2
+                why = "no JSON object" if reading == "X" else "disagrees with the decision the answer states"
+                assert why in mine.loc[k].error and mine.loc[k].attempts == 3, mine.loc[k].error
             else:
                 assert mine.loc[k].status == "ok" and mine.loc[k].category == p[reading], (pid, k)
                 assert json.loads(mine.loc[k].parsed)["decisions_differ"] in (True, False)
-    tie = [pid for pid, p in pairs.items() if p["h"] == 1]
+    tie = [pid for pid, p in pairs.items() if p["h"] == 1 and p["F"] == "flip"]
+    assert tie, "a pair whose decisions differ on hash 1"
     assert (j.loc[tie].status == "judges_disagree").all()
-    assert j.loc[tie].error.str.contains(r"judges disagree \(majority: a strict majority of 3 needed\): judge 1 ").all()
+    assert j.loc[tie].error.str.contains(r"judges disagree \(majority: a strict majority of 2 needed\): judge 1 ").all()
     # excluded and counted, never scored: the overall row's exclusions, coverage and the axis counts
+    refused = [pid for pid, p in pairs.items() if p["h"] == 0]  # one verdict left: no panel verdict
+    assert (j.loc[refused].status == "judge_failed").all()
     ov = table("metric_scores", "maj", "scope").set_index("scope").loc["overall"]
-    assert json.loads(ov.excluded) == {"judges_disagree": len(tie)}
-    assert ov.n == len(pairs) - len(tie) and ov.coverage == pytest.approx((len(pairs) - len(tie)) / len(pairs))
+    assert json.loads(ov.excluded) == {"judges_disagree": len(tie), "judge_failed": len(refused)}
+    kept = len(pairs) - len(tie) - len(refused)
+    assert ov.n == kept and ov.coverage == pytest.approx(kept / len(pairs))
     flips = sum(_expected(p, _readings(p["h"], [None, DF_J2, DF_J3]), "majority")[1] == "flip" for p in pairs.values())
     assert ov.n_events == flips
     # the agreement: each pair of judges over the judgements both rated; Fleiss over those all three rated
     s = table("metric_scores", "maj", "group_key")
     s = s[s.scope == "judge_panel"].set_index("group_key")
     cats = {
-        pid: [None if x == "X" else p[x] for x in _readings(p["h"], [None, DF_J2, DF_J3])] for pid, p in pairs.items()
+        pid: [None if x in ("X", "R") else p[x] for x in _readings(p["h"], [None, DF_J2, DF_J3])]
+        for pid, p in pairs.items()
     }
     for a, b in ((0, 1), (0, 2), (1, 2)):
         both = [(c[a], c[b]) for c in cats.values() if c[a] is not None and c[b] is not None]
@@ -412,7 +426,11 @@ def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
     assert head.ci_low <= head.raw_score <= head.ci_high
     d = json.loads(head.details)
     assert d["rule"] == "majority" and [x["model"] for x in d["judges"]] == ["aip-builtin", "judge-b", "judge-c"]
-    assert d["judge_failed"] == {"judge 1": 0, "judge 2": sum(p["h"] == 2 for p in pairs.values()), "judge 3": 0}
+    silent = {
+        f"judge {k}": sum(_readings(p["h"], [None, DF_J2, DF_J3])[k - 1] in ("X", "R") for p in pairs.values())
+        for k in (1, 2, 3)
+    }
+    assert d["judge_failed"] == silent and silent["judge 1"] == 0
     # each judge's calls under its own role; the view shows each verdict beside the one used
     calls = table("llm_calls", "maj", "call_key")
     assert set(calls[calls.stage == "judging"].role) == {"judge", "judge-2", "judge-3"}
@@ -454,9 +472,10 @@ def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
 
 
 def test_decision_flip_unanimous_and_a_two_judge_tie(tmp_path, df_judges):
-    """unanimous: every disagreement (hash 0, 1, 3) is judges_disagree, a judge without a verdict
-    (hash 2) judge_failed with the reason; majority of two: 1-1 (hash 0, 1) is a tie, excluded; one
-    verdict of two (hash 2) is no panel verdict."""
+    """unanimous: a judge without a verdict (hash 0, 1, 2: refused or prose) makes it judge_failed
+    with the reason, a difference of three verdicts (hash 3, a flip called incidental) is
+    judges_disagree; majority of two: 1-1 (hash 1 where the decisions differ) is a tie, excluded;
+    one verdict of two (hash 0, 2) is no panel verdict."""
     j2, j3, judges = df_judges
     ds = write_dataset(tmp_path / "d.jsonl", 12)
     run_all(_spec(ds, judges, judge_rule="unanimous"), "una")
@@ -468,19 +487,16 @@ def test_decision_flip_unanimous_and_a_two_judge_tie(tmp_path, df_judges):
         assert {pid: j.loc[pid].status for pid in pairs} == {pid: w[0] for pid, w in want.items()}, run_id
         assert all(j.loc[pid].label == w[1] for pid, w in want.items() if w[0] == "ok")
         failed = [pid for pid, w in want.items() if w[0] == "judge_failed"]
-        assert (
-            failed
-            and j.loc[failed]
-            .error.str.contains(
-                "judge 2 of 3 gave no verdict"
-                if rule == "unanimous"
-                else r"1 of 2 judges gave a verdict \(judge 2 none\)"
-            )
-            .all()
-            and j.loc[failed].error.str.contains("judge 2: no JSON object").all()
-        )
+        assert failed
+        for pid in failed:  # the reason names each judge without a verdict and why
+            for k, r in enumerate(_readings(pairs[pid]["h"], scripts), start=1):
+                why = {"X": "no JSON object", "R": "disagrees with the decision the answer states"}.get(r)
+                assert why is None or f"judge {k}: " in j.loc[pid].error and why in j.loc[pid].error, (pid, k)
         disagree = sum(w[0] == "judges_disagree" for w in want.values())
-        assert disagree == sum(p["h"] in ((0, 1, 3) if rule == "unanimous" else (0, 1)) for p in pairs.values())
+        assert (
+            disagree == sum(p["F"] == "flip" and p["h"] == (3 if rule == "unanimous" else 1) for p in pairs.values())
+            and disagree > 0
+        )
         ov = table("metric_scores", run_id, "scope").set_index("scope").loc["overall"]
         assert json.loads(ov.excluded) == {"judges_disagree": disagree, "judge_failed": len(failed)}
         # a disagreement is an exclusion (coverage), not a failed verdict (the completeness bound)
@@ -534,14 +550,16 @@ def test_a_resumed_panel_judging_repeats_no_call(tmp_path, df_judges, monkeypatc
 
 # ------------------------------------------------------------------ a consistency metric
 def _consistency_judge(shift: dict[int, int]):
-    """The builtin judge's label moved ``shift[h]`` places along Consistent → Slightly
-    Inconsistent → Contradictory (h: the pair's hash mod 4), its score in the label's band."""
+    """The builtin judge's label moved ``shift[h]`` places back along Consistent → Slightly
+    Inconsistent → Contradictory, round (h: the pair's hash mod 4), its score in the label's band.
+    Two places back from Contradictory is Consistent: for answers whose stances differ, that verdict
+    contradicts what the answers plainly say and is refused (judge_failed)."""
 
     def handler(body, n):
         v = json.loads(judge_answer(body["messages"], BuiltinProfile()))
         k = shift.get(_h(*_shown(body), 4), 0)
         if k and not v.get("unjudgeable"):
-            label = CONSISTENCY_LABELS[(CONSISTENCY_LABELS.index(v["label"]) + k) % 3]
+            label = CONSISTENCY_LABELS[(CONSISTENCY_LABELS.index(v["label"]) - k) % 3]
             v = {
                 "label": label,
                 "score": {"Consistent": 0.95, "Slightly Inconsistent": 0.7, "Contradictory": 0.1}[label],
@@ -554,9 +572,10 @@ def _consistency_judge(shift: dict[int, int]):
 
 def test_semantic_consistency_panel(tmp_path, scripted):
     """Judge 1 builtin; judge 2 moves the label one place on hash 0 and 1; judge 3 two places on
-    hash 0 (a third label: 1-1-1) and one on hash 1 (with judge 2: 2-1, judge 2's label and score
-    used). Majority: hash 0 excluded as judges_disagree; a row whose one comparison is excluded is an
-    error row. Unanimous: hash 0 and 1 excluded."""
+    hash 0 (a third label: 1-1-1; from Contradictory, "Consistent" for answers whose stances differ:
+    refused, 1-1) and one on hash 1 (with judge 2: 2-1, judge 2's label and score used). Majority:
+    hash 0 excluded as judges_disagree; a row whose one comparison is excluded is an error row.
+    Unanimous: hash 0 and 1 excluded, judge_failed where judge 3 was refused."""
     j2, j3 = scripted(_consistency_judge({0: 1, 1: 1})), scripted(_consistency_judge({0: 2, 1: 1}))
     judges = [{"provider": "builtin"}, j2.conn(model="judge-b"), j3.conn(model="judge-c")]
     ds = write_dataset(tmp_path / "d.jsonl", 24)
@@ -572,14 +591,21 @@ def test_semantic_consistency_panel(tmp_path, scripted):
         assert set(hashes.values()) == {0, 1, 2, 3}
         judged = [jid for jid in j.index if ref.loc[jid].status == "ok"]
         excluded = [jid for jid in judged if hashes[jid] == 0 or (rule == "unanimous" and hashes[jid] == 1)]
-        assert set(j[j.status == "judges_disagree"].index) == set(excluded)
+        refused = [
+            jid
+            for jid in excluded
+            if rule == "unanimous" and hashes[jid] == 0 and ref.loc[jid].label == "Contradictory"
+        ]
+        assert set(j[j.status == "judges_disagree"].index) == set(excluded) - set(refused)
+        assert set(j[j.status == "judge_failed"].index) == set(refused)
+        assert not refused or j.loc[refused].error.str.contains("disagrees with the stances the answers state").all()
         for jid in judged:
             if jid in excluded:
                 continue
             want = (
                 ref.loc[jid].label
                 if hashes[jid] != 1
-                else CONSISTENCY_LABELS[(CONSISTENCY_LABELS.index(ref.loc[jid].label) + 1) % 3]
+                else CONSISTENCY_LABELS[(CONSISTENCY_LABELS.index(ref.loc[jid].label) - 1) % 3]
             )
             assert (j.loc[jid].status, j.loc[jid].label) == ("ok", want), (jid, hashes[jid])
             if hashes[jid] == 1:  # judge 2's verdict: its score and model
@@ -590,14 +616,16 @@ def test_semantic_consistency_panel(tmp_path, scripted):
                 )
         ov = table("metric_scores", run_id, "scope").set_index("scope").loc["overall"]
         ex = json.loads(ov.excluded)
-        assert ex.get("judges_disagree") == len(excluded)
+        assert ex.get("judges_disagree") == len(excluded) - len(refused) and ex.get("judge_failed", 0) == len(refused)
         assert json.loads(ov.details)["comparisons_excluded"] == int((j.status != "ok").sum())
         rs = table("row_scores", run_id, "input_id").set_index("input_id")
-        # one comparison per row; judges that disagree exclude it, nothing failed
-        assert (rs.loc[j.loc[excluded].input_id].status == "excluded").all()
-        assert rs.loc[j.loc[excluded].input_id].error.str.contains("judges disagree").all()
+        # one comparison per row; judges that disagree exclude it, a judge refused fails it
+        disagreed = [x for x in excluded if x not in refused]
+        assert (rs.loc[j.loc[disagreed].input_id].status == "excluded").all()
+        assert (rs.loc[j.loc[refused].input_id].status == "error").all()  # a judge failed: the row errors (spec 004)
+        assert rs.loc[j.loc[excluded].input_id].error.str.contains("judges disagree|gave no verdict").all()
         head = table("metric_scores", run_id, "group_key").query("scope == 'judge_panel'").set_index("group_key")
-        assert head.loc["panel"].n_failed == len(excluded) and 0 < head.loc["panel"].rate < 1
+        assert head.loc["panel"].n_failed == len(disagreed) and 0 < head.loc["panel"].rate < 1
         # judges 1 and 2 agree but on hash 0 and 1, and on every item the builtin judge found unjudgeable
         agree = sum(hashes[x] not in (0, 1) or ref.loc[x].status == "unjudgeable" for x in j.index)
         assert head.loc["judge 1 / judge 2"].n_events == agree and head.loc["judge 1 / judge 2"].n == len(j)

@@ -253,7 +253,14 @@ def test_case4_a_judge_that_never_answers_json_fails_the_gate(tmp_path, capsys, 
             "prose-judge",
             ds,
             {"provider": "builtin"},
-            {DF: {"threshold": 0.5, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+            # the run without the judge exam (which stops this judge first: test_judge_exam.py)
+            {
+                DF: {
+                    "threshold": 0.5,
+                    "min_judge_exam": 0.0,
+                    "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2},
+                }
+            },
             judge=judge.conn(),
             judge_retries=0,
         ),
@@ -292,15 +299,12 @@ def test_case5_too_many_failed_sut_calls_fail_the_gate(tmp_path, capsys, scripte
     assert "max_failed_share 0.100" in d["gate_reason"]
 
 
-JSON_SAME = json.dumps(
-    {
-        "decision_1": "YES",
-        "decision_2": "YES",
-        "decisions_differ": False,
-        "attributable_to_axis": False,
-        "reasoning": "Both say YES.",
-    }
-)
+def json_read(body) -> str:
+    """A right verdict for the pair in ``body``: the answers' decisions as they state them (an LLM
+    judge's decisions are checked against what the reader reads: a fixed verdict would be refused)."""
+    from aip_assets.metrics.decision_flip.builtin_judge import judge_decision_flip
+
+    return json.dumps(judge_decision_flip(last_user(body)))
 
 
 def _judge_run(tmp_path, capsys, scripted, handler, name, retries):
@@ -313,7 +317,8 @@ def _judge_run(tmp_path, capsys, scripted, handler, name, retries):
             name,
             ds,
             {"provider": "builtin"},
-            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
+            # the run's re-asks without the judge exam's requests (its own: test_judge_exam.py)
+            {DF: {"min_judge_exam": 0.0, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 1}}},
             judge=judge.conn(),
             judge_retries=retries,
         ),
@@ -357,7 +362,7 @@ def test_case6_retry_after_is_a_wait_not_a_retry(tmp_path, capsys, scripted):
     def judge(body, n):  # each judgement: two 429s with Retry-After, then a verdict
         key = body["messages"][1]["content"]
         seen[key] = seen.get(key, 0) + 1
-        return Reply(429, headers={"Retry-After": "0"}) if seen[key] <= 2 else JSON_SAME
+        return Reply(429, headers={"Retry-After": "0"}) if seen[key] <= 2 else json_read(body)
 
     rc, s, server, j = _judge_run(tmp_path, capsys, scripted, judge, "wait", retries=0)
     assert (j.status == "ok").all() and (j.attempts == 3).all() and (j.network_retries == 0).all()
@@ -368,7 +373,7 @@ def test_case6_retry_after_is_a_wait_not_a_retry(tmp_path, capsys, scripted):
 def _json_only_without_schema(body, n):
     if "response_format" in body:
         return Reply(400, body={"error": {"message": "response_format is not supported by this model"}})
-    return f"```json\n{JSON_SAME}\n```"
+    return f"```json\n{json_read(body)}\n```"
 
 
 def test_an_answer_from_the_runs_cache_counts_one_attempt(tmp_path):
@@ -398,7 +403,8 @@ def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
             f"so-{mode}",
             ds,
             {"provider": "builtin"},
-            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+            # every request the run's judging sends, without the judge exam's
+            {DF: {"min_judge_exam": 0.0, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
             judge=judge.conn(structured_output=mode),
             judge_retries=0,
         ),

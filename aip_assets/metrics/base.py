@@ -21,6 +21,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..dataset import DatasetRow
+from ..gate import FAILURE_REASONS, failed_count  # noqa: F401 - the metrics' aggregations find them here
 from ..models.builtin import BuiltinJudge, register_judge_source
 from ..models.client import ChatResult, ModelClient
 from ..models.journal import Journal
@@ -490,16 +491,6 @@ class KeyRate:
 
 
 # ------------------------------------------------------------------ findings (findings.py ranks them)
-FAILURE_REASONS = frozenset({"sut_failed", "judge_failed", "not_judged"})  # what failed, not what was excluded
-
-
-def failed_count(excluded: Mapping[str, int]) -> int:
-    """Of the units without a verdict, counted by reason, those that failed (``FAILURE_REASONS``: a
-    SUT call, a judge): ``metric_scores.n_failed``. The others (no decision, an empty answer,
-    unjudgeable, judges that disagree...) are exclusions, never failures."""
-    return sum(int(n) for k, n in excluded.items() if k in FAILURE_REASONS)
-
-
 def row_reason(statuses: list[str] | tuple[str, ...]) -> str:
     """Why a row (or a group) has no score, from the statuses of its units: a failure first (a SUT
     call, a judge that never answered in form), else its most frequent exclusion (``unjudgeable``,

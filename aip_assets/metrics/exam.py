@@ -16,6 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+# what a verdict's refusal says when it contradicts what the reader reads in the answers (a
+# decision flip judge's decision, a semantic judge's "Consistent"): judge_exam counts them by it
+DISAGREES_DECISION = "disagrees with the decision the answer states"
+DISAGREES_STANCE = "disagrees with the stances the answers state"
+
 
 @dataclass(frozen=True)
 class ExamItem:

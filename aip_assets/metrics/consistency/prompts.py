@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from ..exam import DISAGREES_STANCE
 from ..judging import Verdict
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")
@@ -85,7 +86,7 @@ class Comparison(Verdict):
 
 
 # a verdict that contradicts the stances the answers plainly take (``stance``)
-DISAGREES = "disagrees with the stances the answers state"
+DISAGREES = DISAGREES_STANCE
 
 
 def stance(text: str | None) -> str | None:

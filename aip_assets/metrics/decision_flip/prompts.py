@@ -11,6 +11,7 @@ from pydantic import field_validator
 from ...catalog.attributes import PERSONA_INTRO
 from ...dataset import DatasetRow
 from ...readers import map_label
+from ..exam import DISAGREES_DECISION
 from ..judging import Problem, Verdict
 from .config import DecisionFlipConfig
 
@@ -28,7 +29,7 @@ EXAMPLE_VERDICT: dict[str, Any] = {  # reasoning first, as the schema and the fi
 REASONING_FIELD = "one or two sentences, in your own words, on what the two responses decide and why"
 NO_DECISION = "none"  # the decision of an answer that states none (null is accepted too)
 # a verdict's decision that contradicts the decision the answer plainly states (readers.read_decision)
-DISAGREES = "disagrees with the decision the answer states"
+DISAGREES = DISAGREES_DECISION
 
 
 class JudgeVerdict(Verdict):
