@@ -74,7 +74,11 @@ def write_spec(tmp_path: Path, judge: ScriptedServer, metrics=(FIRST, SECOND)) -
                 "seed": 3,
                 "sut": {"provider": "builtin"},
                 "judge": judge.conn(),
-                "metrics": {m: {"config": {"responses_per_query": 2, "concurrency_limit": 2}} for m in metrics},
+                # no judge exam: every judge call here is one of the run's, held and counted by the test
+                "metrics": {
+                    m: {"min_judge_exam": 0.0, "config": {"responses_per_query": 2, "concurrency_limit": 2}}
+                    for m in metrics
+                },
                 "retry_backoff_seconds": 0.01,
                 "batch_rows": 4,
             },

@@ -71,8 +71,17 @@ def kind(body: dict) -> str:
     return "json_object_schema" if "schema" in rf else "json_object"
 
 
+def read(body: dict) -> dict:
+    """VERDICT with the answers' decisions as they state them: an LLM judge's decisions are checked
+    against the decision lines (a fixed YES/YES would be refused where an answer says NO)."""
+    from aip_assets.metrics.decision_flip.builtin_judge import judge_decision_flip
+
+    prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    return {**VERDICT, **judge_decision_flip(prompt)}
+
+
 def answer(body: dict) -> str:
-    return PROBE_ANSWER if is_probe(body) else json.dumps(VERDICT)
+    return PROBE_ANSWER if is_probe(body) else json.dumps(read(body))
 
 
 def openai_like(body, n):
@@ -243,11 +252,13 @@ def test_what_counts_as_the_endpoint_refusing_the_form(status, text, refused):
 
 # ------------------------------------------------------------------ end to end: the run and its summary
 def _df_spec(name, ds, judge_conn, **extra):
+    # without the judge exam: these count the requests of the run's judging, in each form (the exam
+    # asks in the same forms: test_judge_exam.py)
     return spec(
         name,
         ds,
         {"provider": "builtin"},
-        {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+        {DF: {"min_judge_exam": 0.0, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
         judge=judge_conn,
         judge_retries=0,
         **extra,
@@ -318,7 +329,7 @@ def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tm
             )
         if kind(body) == "json_object_schema" and next(in_new_form) == 1:
             return "Let me compare the two answers first."
-        return json.dumps(VERDICT)
+        return json.dumps(read(body))
 
     server = scripted(judge, answer_probe=False)
     conn = server.conn(api_key_env="JUDGE_KEY")
@@ -329,7 +340,12 @@ def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tm
             "so-mid",
             write_dataset(tmp_path / "d.jsonl", 4),
             {"provider": "builtin"},
-            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2, "sub_call_concurrency_limit": 1}}},
+            {
+                DF: {
+                    "min_judge_exam": 0.0,
+                    "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2, "sub_call_concurrency_limit": 1},
+                }
+            },
             judge=conn,
             judge_retries=1,
         ),
@@ -671,7 +687,7 @@ def test_a_judge_that_copies_the_re_ask_ends_judge_failed(tmp_path, capsys, scri
             "copy-reask",
             write_dataset(tmp_path / "d.jsonl", 3),
             {"provider": "builtin"},
-            {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+            {DF: {"min_judge_exam": 0.0, "config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
             judge=server.conn(),
             judge_retries=2,
         ),
