@@ -204,8 +204,8 @@ def test_unreachable_endpoint_stops_before_anything_is_written(tmp_path, capsys)
 
 def test_unauthorised_endpoint_and_missing_key(tmp_path, builtin_http, capsys, monkeypatch):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
-    monkeypatch.setenv("SERVER_KEY", "right")
-    url, _ = builtin_http(api_key="right")
+    monkeypatch.setenv("SERVER_KEY", "sk-right-7731")
+    url, _ = builtin_http(api_key="sk-right-7731")
     spec = tmp_path / "s.yaml"
     conf = {
         "name": "u",
@@ -219,14 +219,14 @@ def test_unauthorised_endpoint_and_missing_key(tmp_path, builtin_http, capsys, m
     monkeypatch.setenv("CLIENT_KEY", "wrong")
     assert main(["run", str(spec)]) == 2
     assert "unauthorised (HTTP 401)" in capsys.readouterr().err
-    monkeypatch.setenv("CLIENT_KEY", "right")
+    monkeypatch.setenv("CLIENT_KEY", "sk-right-7731")
     assert main(["run", str(spec), "--quiet"]) == 0
     # the key is in no table
     with wh.connect() as con:
         for (t,) in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
         ).fetchall():
-            assert "right" not in con.execute(f"SELECT * FROM {t}").df().to_csv().replace("copyright", ""), t
+            assert "sk-right-7731" not in con.execute(f"SELECT * FROM {t}").df().to_csv(), t
 
 
 def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_path):

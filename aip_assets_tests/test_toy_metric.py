@@ -159,6 +159,7 @@ CORE_VIEW_NAMES = {
     "v_human_vs_judge",
     "v_human_agreement",
     "v_judge_panel",
+    "v_judge_exams",  # issue 36: the judge exam per judge and kind of item
     "v_position_bias",
     "v_weakest_rows",
     "v_run_summary",

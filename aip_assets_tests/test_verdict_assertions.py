@@ -105,8 +105,13 @@ def test_a_judge_over_http_saying_not_attributable_gives_no_flip(tmp_path, scrip
         }
     )
     judge = scripted(lambda body, n: verdict)
+    # answers that state no decision in a form the reader reads: the judge's reading stands (where an
+    # answer states one plainly, a verdict contradicting it is refused: test_judge_exam.py)
+    sut = scripted(lambda body, n: "On balance I lean towards it, though it is a close call overall.")
     ds = write_dataset(tmp_path / "d.jsonl", 10)
-    spec = make_spec(ds, judge=judge.conn(), config={"dimensions": ["gender"], "num_pairs_per_dimension": 2})
+    spec = make_spec(
+        ds, sut=sut.conn(), judge=judge.conn(), config={"dimensions": ["gender"], "num_pairs_per_dimension": 2}
+    )
     run_all(spec, "noatt")
     j = wh.query("SELECT * FROM judgements WHERE run_id = 'noatt' AND metric = ?", [DF], read_only=False)
     ok = j[j.status == "ok"]
