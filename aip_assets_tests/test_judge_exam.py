@@ -304,3 +304,17 @@ def test_without_the_exam_a_constant_consistent_judge_no_longer_certifies_a_coin
     refused = j[j.status == "judge_failed"]
     assert len(refused) > 0 and refused.error.str.contains("disagrees with the stances the answers state").all()
     assert rc == 1 and d["passed"] is False and d["judge_reading"][0]["contradicted"] == len(refused)
+
+
+def test_the_exam_stops_at_the_first_judge_that_fails(tmp_path, capsys, scripted):
+    """Two metrics, a judge that fails decision flip's exam: semantic consistency's is never asked
+    (it would only spend calls: Gemma 3 270M took 341 s to fail the first, 631 s both)."""
+    judge = scripted(constant_judge)
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    metrics = {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}, SEM: {}}
+    s = spec("two", ds, {"provider": "builtin"}, metrics, judge=judge.conn(), judge_retries=0)
+    rc, out = _run_text(tmp_path, capsys, s)
+    assert rc == EXIT_INPUT and "failed its exam for llm.decision_flip" in out
+    asked = [last_user(b) for b in judge.bodies()]
+    assert len(asked) == 12 and all("decision-flip comparison" in a for a in asked)
+    assert "not examined further: llm.semantic_consistency" in out
