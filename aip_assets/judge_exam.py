@@ -28,8 +28,7 @@ from .dataset import load_dataset
 from .errors import SpecError
 from .metrics import get_metric
 from .metrics.exam import DISAGREES_DECISION, DISAGREES_STANCE
-from .metrics.judging import ask_json, is_copy, panel_role
-from .metrics.running import gather_all
+from .metrics.judging import ask_json, is_copy
 from .runspec import MetricEntry, RunSpec
 from .stats import wilson
 
@@ -208,58 +207,45 @@ def run_exam(
 
 
 async def _examine(spec: RunSpec, run_id: str, journal, metrics: list[str], log) -> list[JudgeExam]:
-    from .models.budget import Budget
-    from .models.client import ModelClient
+    """Each metric's items asked of each LLM judge through the client a judging stage uses
+    (``StageContext.client``: the panel's clients, the run's budget), at the metric's concurrency."""
+    from .metrics.base import StageContext
+    from .metrics.judging import JudgePanel
+    from .metrics.running import run_bounded
 
-    lim = spec.limits
-    budget = Budget.for_run(run_id, journal, lim.max_calls, lim.max_tokens) if lim.max_calls or lim.max_tokens else None
     out: list[JudgeExam] = []
     for metric in metrics:
         plugin, entry, cfg = get_metric(metric), spec.metrics[metric], spec.metric_config(metric)
-        rows = load_dataset(spec.dataset_for(metric))
-        items = plugin.exam_items(cfg, rows, spec.seed, entry.judge_exam_items)
+        items = plugin.exam_items(cfg, load_dataset(spec.dataset_for(metric)), spec.seed, entry.judge_exam_items)
         concurrency = int(getattr(cfg, "sub_call_concurrency_limit", 0) or getattr(cfg, "concurrency_limit", 5))
         timeout = float(getattr(cfg, "timeout_seconds", 60.0))
         retries = int(getattr(cfg, "n_judge_retries", spec.judge_retries))  # as the metric asks its judge
-        judges = [(i, c) for i, c in enumerate(spec.panel()) if c.provider != "builtin"]
-        log(f"judge exam, {metric}: {len(items)} items for {len(judges)} judge(s), before any SUT call")
-        for i, conn in judges:
-            role = panel_role(i)
-            client = ModelClient(
-                conn,
-                role=role,
-                run_id=run_id,
-                metric=metric,
-                stage=EXAM_STAGE,
-                journal=journal,
-                reuse_runs=spec.reuse_calls_from,
-                concurrency=concurrency,
-                backoff_s=spec.retry_backoff_seconds,
-                budget=budget,
-            )
-            async with client:
-                sem = asyncio.Semaphore(concurrency)
+        ctx = StageContext(run_id=run_id, metric=metric, spec=spec, config=cfg, journal=journal, reader=None, log=log)
+        async with ctx.client("judge", EXAM_STAGE, concurrency) as judge:
+            clients = judge.clients if isinstance(judge, JudgePanel) else [judge]
+            examinees = [(i, c) for i, c in enumerate(clients) if c.conn.provider != "builtin"]
+            log(f"judge exam, {metric}: {len(items)} items for {len(examinees)} judge(s), before any SUT call")
+            for i, client in examinees:
 
-                async def one(item, client=client):
-                    async with sem:
-                        o = await ask_json(
-                            client,
-                            item.messages,
-                            item.verdict,
-                            retries=retries,
-                            timeout=timeout,
-                            temperature=spec.judge_temperature,
-                            template_version=f"exam/{metric}",
-                            context=item.context,
-                            enums=item.enums,
-                        )
+                async def one(item, client=client, i=i):
+                    o = await ask_json(
+                        client,
+                        item.messages,
+                        item.verdict,
+                        retries=retries,
+                        timeout=timeout,
+                        temperature=spec.judge_temperature,
+                        template_version=f"exam/{metric}",
+                        context=item.context,
+                        enums=item.enums,
+                    )
                     why = item.grade(o.value) if o.value is not None else None
                     return {
                         "metric": metric,
                         "judge": i + 1,
-                        "role": role,
+                        "role": client.role,
                         "endpoint": client.endpoint_id,
-                        "model": conn.model,
+                        "model": client.conn.model,
                         "item_id": item.item_id,
                         "kind": item.kind,
                         "expected": item.expected,
@@ -274,15 +260,17 @@ async def _examine(spec: RunSpec, run_id: str, journal, metrics: list[str], log)
                         "min_score": entry.min_judge_exam,
                     }
 
-                rows_out = list(await gather_all(*(one(it) for it in items)))
-            out.append(
-                JudgeExam(metric, i + 1, role, client.endpoint_id, conn.model, float(entry.min_judge_exam), rows_out)
-            )
-            if not out[-1].passed:  # the run cannot go on: the rest of the exam would only spend calls
-                rest = metrics[metrics.index(metric) + 1 :]
-                if rest:
-                    log(f"judge exam: {out[-1].who()} failed; not examined further: {', '.join(rest)}")
-                return out
+                progress = ctx.progress(f"judge exam, {metric}, judge {i + 1}", len(items))
+                rows_out = await run_bounded(items, one, concurrency, progress, lambda r: r["status"] != "failed")
+                exam = JudgeExam(
+                    metric, i + 1, client.role, client.endpoint_id, client.conn.model, entry.min_judge_exam, rows_out
+                )
+                out.append(exam)
+                if not exam.passed:  # the run cannot go on: the rest of the exam would only spend calls
+                    rest = metrics[metrics.index(metric) + 1 :]
+                    if rest:
+                        log(f"judge exam: {exam.who()} failed; not examined further: {', '.join(rest)}")
+                    return out
     return out
 
 

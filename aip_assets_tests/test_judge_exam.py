@@ -318,3 +318,22 @@ def test_the_exam_stops_at_the_first_judge_that_fails(tmp_path, capsys, scripted
     asked = [last_user(b) for b in judge.bodies()]
     assert len(asked) == 12 and all("decision-flip comparison" in a for a in asked)
     assert "not examined further: llm.semantic_consistency" in out
+
+
+def test_each_llm_judge_of_a_panel_takes_the_exam(tmp_path, capsys, scripted):
+    """A panel of the builtin judge, a judge that reads and a constant one: the two LLM judges are
+    examined, each under its own role; the constant one (judge 3) fails and stops the run."""
+    good, bad = scripted(good_judge), scripted(constant_judge)
+    ds = write_dataset(tmp_path / "d.jsonl", 4)
+    s = spec(
+        "panel-exam",
+        ds,
+        {"provider": "builtin"},
+        {DF: {"config": {"dimensions": ["gender"], "num_pairs_per_dimension": 2}}},
+        judge_retries=0,
+    )
+    s["judges"] = [{"provider": "builtin"}, good.conn(model="judge-b"), bad.conn(model="judge-c")]
+    del s["judge"]
+    rc, out = _run_text(tmp_path, capsys, s)
+    assert rc == EXIT_INPUT and len(good.bodies()) == 12 and len(bad.bodies()) == 12
+    assert "(model judge-c), judge 3 of the panel failed its exam" in out and "judge-b" not in out

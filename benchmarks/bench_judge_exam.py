@@ -30,10 +30,8 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -42,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(CHECKOUT))
 import _rig  # noqa: E402
 from _common import run_header  # noqa: E402
-from bench_real_models import DATASET  # noqa: E402
+from bench_real_models import DATASET, run_isolated  # noqa: E402
 
 DF, SC, GIB = "llm.decision_flip", "llm.semantic_consistency", "llm.group_interaction_bias"
 OUT = CHECKOUT / "benchmarks" / "results" / "judge_exam_real_models.json"
@@ -97,40 +95,17 @@ def spec_for(name: str, dataset: Path, judge_url: str, metrics: list[str], max_t
 
 def cli(folder: Path, tag: str, spec: dict, *flags: str) -> tuple[int, object, float, dict]:
     """One ``aip-eval run SPEC <flags> --json`` in ``folder``: (exit code, its JSON, seconds, the hook's record)."""
-    import yaml
-
-    path = folder / f"{tag}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
     hook_out = folder / f"{tag}.exam.json"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(CHECKOUT),
-        "AIP_DATA_DIR": str(folder / "data"),
-        "AIP_WAREHOUSE": str(folder / "data" / "warehouse.duckdb"),
-        "AIP_LIMITS_DIR": str(folder / "limits"),
-        "BENCH_EXAM_OUT": str(hook_out),
-        "TMPDIR": str(folder),
-    }
-    for k in ("DAGSTER_HOME", "AIP_DAGSTER_HOME_SET", "AIP_DATA_DIR_SET"):
-        env.pop(k, None)
-    t0 = time.monotonic()
-    with open(folder / f"{tag}.log", "w") as log:
-        p = subprocess.run(
-            [sys.executable, "-c", HOOK, "run", str(path), *flags, "--json"],
-            cwd=folder,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-    seconds = time.monotonic() - t0
-    try:
-        out = json.loads(p.stdout)
-    except ValueError:
-        out = {"unparsed_stdout": p.stdout[-2000:]}
+    rc, out, seconds = run_isolated(
+        folder,
+        tag,
+        spec,
+        [sys.executable, "-c", HOOK],
+        list(flags),
+        {"BENCH_EXAM_OUT": str(hook_out), "TMPDIR": str(folder)},
+    )
     hook = json.loads(hook_out.read_text()) if hook_out.exists() else {}
-    _rig.log(f"bench: {tag} {' '.join(flags)} exited {p.returncode} in {seconds:.0f} s (log {folder / (tag + '.log')})")
-    return p.returncode, out, seconds, hook
+    return rc, out, seconds, hook
 
 
 def chat_requests(log_path: Path) -> Counter:

@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,11 +94,15 @@ def spec_for(run: str, dataset: Path, sut_url: str, judge: dict, reuse: list[str
     }
 
 
-def run_cli(folder: Path, run_id: str, spec: dict) -> tuple[int, dict, float]:
-    """One run of this checkout in ``folder`` (its data folder shared by every run): (exit code, --json summary, seconds)."""
+def run_isolated(
+    folder: Path, tag: str, spec: dict, prefix: list[str], args: list[str], extra_env: dict[str, str] | None = None
+) -> tuple[int, object, float]:
+    """``spec`` written to ``folder/<tag>.yaml`` and run as ``prefix + ["run", SPEC, *args, "--json"]`` by this
+    checkout, its data folder, warehouse and limits in ``folder``, stderr in ``<tag>.log``: (exit code, the JSON
+    it printed, seconds)."""
     import yaml
 
-    path = folder / f"{run_id}.yaml"
+    path = folder / f"{tag}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     env = {
         **os.environ,
@@ -105,13 +110,14 @@ def run_cli(folder: Path, run_id: str, spec: dict) -> tuple[int, dict, float]:
         "AIP_DATA_DIR": str(folder / "data"),
         "AIP_WAREHOUSE": str(folder / "data" / "warehouse.duckdb"),
         "AIP_LIMITS_DIR": str(folder / "limits"),
+        **(extra_env or {}),
     }
     for k in ("DAGSTER_HOME", "AIP_DAGSTER_HOME_SET", "AIP_DATA_DIR_SET"):
         env.pop(k, None)
     t0 = time.monotonic()
-    with open(folder / f"{run_id}.log", "w") as log:
+    with open(folder / f"{tag}.log", "w") as log:
         p = subprocess.run(
-            [sys.executable, "-m", "aip_assets.cli", "run", str(path), "--run-id", run_id, "--json"],
+            [*prefix, "run", str(path), *args, "--json"],
             cwd=folder,
             env=env,
             stdout=subprocess.PIPE,
@@ -120,11 +126,19 @@ def run_cli(folder: Path, run_id: str, spec: dict) -> tuple[int, dict, float]:
         )
     seconds = time.monotonic() - t0
     try:
-        summary = json.loads(p.stdout)
+        out: object = json.loads(p.stdout)
     except ValueError:
-        summary = {"unparsed_stdout": p.stdout[-2000:]}
-    _rig.log(f"bench: run {run_id} exited {p.returncode} in {seconds:.0f} s (log {folder / (run_id + '.log')})")
-    return p.returncode, summary, seconds
+        out = {"unparsed_stdout": p.stdout[-2000:]}
+    _rig.log(f"bench: {tag} {' '.join(args)} exited {p.returncode} in {seconds:.0f} s (log {folder / (tag + '.log')})")
+    return p.returncode, out, seconds
+
+
+def run_cli(folder: Path, run_id: str, spec: dict) -> tuple[int, dict, float]:
+    """One run of this checkout in ``folder`` (its data folder shared by every run): (exit code, --json summary, seconds)."""
+    rc, summary, seconds = run_isolated(
+        folder, run_id, spec, [sys.executable, "-m", "aip_assets.cli"], ["--run-id", run_id]
+    )
+    return rc, cast(dict, summary), seconds
 
 
 def query(wh: Path, sql: str, params: list) -> list[dict]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -36,7 +36,6 @@ class ExamItem:
     grade: Callable[[Any], str | None]
     context: dict[str, Any] | None = None
     enums: dict[str, tuple[str, ...]] | None = None
-    category: Callable[[Any], str] = field(default=lambda v: "verdict")
 
 
 def pick(rows: list[Any], n: int, seed: int, salt: str) -> list[Any]:
