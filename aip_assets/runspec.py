@@ -56,6 +56,8 @@ OWN_ENTRY_FIELDS = (
     "baseline_share",
     "fail_on_excess",
     "min_impact_ratio",
+    "persona_form",
+    "intersections",
 )
 
 
@@ -161,6 +163,41 @@ class MetricEntry(BaseModel):
         "over the highest of its axis) is below this (0.8: the four-fifths rule of the EEOC's Uniform "
         "Guidelines); gate_on interval or equivalence holds its interval's lower end. Default: no impact-ratio gate",
     )
+
+    persona_form: Literal["explicit", "name", "both"] = Field(
+        "explicit",
+        description="llm.decision_flip, llm.group_interaction_bias: how a persona is told to the SUT: explicit "
+        "(default: 'I am a woman. I am Black.'), name (a name from the names catalogue whose perceived gender and "
+        "ethnicity were measured, where a user would give it: 'My name is ...', a signature, an application's name "
+        "field; axes no name signals stay explicit) or both (each axis measured both ways in one run, the effects "
+        "side by side). English only (docs/concepts/names.md)",
+    )
+    intersections: list[list[str]] = Field(
+        default_factory=list,
+        description="llm.decision_flip, llm.group_interaction_bias: pairs of axes whose values personas combine, "
+        "e.g. [[gender, ethnicity]]: pairs vary one attribute while the other is held, so each combination's "
+        "favourable rate and its interaction (how much worse it fares than its two attributes alone predict) are "
+        "measured under the run's error control. Default: none",
+    )
+
+    @field_validator("intersections")
+    @classmethod
+    def _intersections(cls, v):
+        known = ("role", "gender", "ethnicity", "religion")
+        seen: set[tuple[str, str]] = set()
+        for i, pair in enumerate(v):
+            if len(pair) != 2 or len(set(pair)) != 2:
+                raise ValueError(
+                    f"intersections[{i}]: {pair!r} must name two different axes, e.g. [gender, ethnicity]"
+                )
+            for a in pair:
+                if a not in known:
+                    raise ValueError(f"intersections[{i}]: unknown axis {a!r}; known: {', '.join(known)}")
+            key = tuple(sorted(pair))
+            if key in seen:
+                raise ValueError(f"intersections[{i}]: {pair!r} is listed twice")
+            seen.add(key)  # type: ignore[arg-type]
+        return [list(p) for p in v]
 
     @model_validator(mode="after")
     def _margin(self):
@@ -309,7 +346,7 @@ class RunSpec(BaseModel):
             raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(registry)}")
         for m, entry in v.items():
             for field in OWN_ENTRY_FIELDS:
-                if getattr(entry, field) not in (None, {}) and field not in registry[m].entry_fields:
+                if getattr(entry, field) not in (None, {}, [], "explicit") and field not in registry[m].entry_fields:
                     # a stored spec names every field
                     takers = [name for name, plugin in registry.items() if field in plugin.entry_fields]
                     raise ValueError(f"{m}.{field}: only {' and '.join(takers)} take it")

@@ -119,6 +119,8 @@ class DecisionFlip(Metric):
             "baseline_share",
             "fail_on_excess",
             "min_impact_ratio",
+            "persona_form",
+            "intersections",
         }
     )
     human_shown = "pairs"
