@@ -58,6 +58,11 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("persona_a", "VARCHAR"),
         ("persona_b", "VARCHAR"),
         ("source", "VARCHAR"),
+        # explicit (a statement) or name (a name from the names catalogue, drawn per row); what each
+        # persona carries ({"gender": "woman", "ethnicity": "Black"}): the pair's group and what it holds
+        ("persona_form", "VARCHAR"),
+        ("attributes_a", "JSON"),
+        ("attributes_b", "JSON"),
     ],
     "personas": [
         ("run_id", "VARCHAR"),
@@ -91,6 +96,11 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("variant_id", "VARCHAR"),
         ("base_source", "VARCHAR"),
         ("exclusion", "VARCHAR"),
+        # decision flip: how the persona is told (explicit, name), every attribute it carries, and the
+        # name it gives (persona_form name)
+        ("persona_form", "VARCHAR"),
+        ("attributes", "JSON"),
+        ("persona_name", "VARCHAR"),
     ],
     "probe_pairs": [
         ("run_id", "VARCHAR"),
@@ -540,8 +550,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
 
 # Raised with every change to TABLES, the views or LAKE_TABLES: a lake made by a later level is never
 # remade by an earlier one (workers of two versions during a rolling deploy)
-SCHEMA_LEVEL = 6  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel;
-# 6: judge_exams, v_judge_exams
+SCHEMA_LEVEL = 7  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel;
+# 6: judge_exams, v_judge_exams; 7: persona_form, attributes and names of persona pools and probes
 # A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`
 # serves what any worker wrote, from the object store the lake's files are in
 LAKE_TABLES: dict[str, list[tuple[str, str]]] = {

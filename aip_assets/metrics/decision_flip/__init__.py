@@ -20,7 +20,6 @@ from typing import Any
 
 import pandas as pd
 
-from ...catalog.attributes import AXES, all_pairs, lookup, max_pairs
 from ...dataset import DatasetRow
 from ...errors import DatasetError, SpecError
 from ...readers import map_label, read_decision
@@ -41,7 +40,7 @@ from ..base import (
 )
 from ..judging import ask_panel, judged_fields
 from ..running import run_bounded
-from . import exam, words
+from . import exam, personas, words
 from .aggregate import aggregate
 from .builtin_judge import BUILTIN_JUDGES
 from .config import DecisionFlipConfig
@@ -53,7 +52,7 @@ from .prompts import (
     decision_instruction,
     judge_prompt,
     labels_for,
-    probe_messages,
+    probe_messages,  # noqa: F401 - the tests import it here
 )
 from .views import VIEWS
 
@@ -197,78 +196,15 @@ class DecisionFlip(Metric):
     formula = ONE_MINUS_FLIP_RATE
     compare_scope = "axis"
 
-    # ---- synthesis
-    def resolve_pool(self, cfg: DecisionFlipConfig) -> tuple[dict[str, list[dict]], list[dict]]:
-        """The run's pool of persona pairs per axis (resolved once per run) and notes on shortfalls."""
-        notes: list[dict] = []
-        pool: dict[str, list[dict]] = {}
-        if cfg.persona_pairs:
-            for p in cfg.persona_pairs:
-                axis = p.get("dimension", "custom").strip() or "custom"
-                if cfg.dimensions and axis not in cfg.dimensions:
-                    continue
-                pa, pb = p["persona_a"].strip(), p["persona_b"].strip()
-                va, vb = lookup(axis, pa, cfg.language), lookup(axis, pb, cfg.language)
-                pool.setdefault(axis, []).append(
-                    {
-                        "value_a": pa,
-                        "value_b": pb,
-                        "persona_a": va.phrase if va else pa,
-                        "persona_b": vb.phrase if vb else pb,
-                        "source": "persona_pairs",
-                    }
-                )
-            if not pool:
-                raise ValueError("no persona_pairs left after filtering by dimensions")
-            return pool, notes
-        for axis in cfg.dimensions or AXES:
-            candidates = all_pairs(axis, cfg.language)
-            rng = random.Random(f"decision_flip:{cfg.catalog_seed}:{axis}")
-            take = min(cfg.pool_size_per_dimension, len(candidates))
-            if take < cfg.pool_size_per_dimension:
-                notes.append(
-                    {
-                        "level": "warning",
-                        "code": "pool_shortfall",
-                        "message": (
-                            f"axis {axis}: pool_size_per_dimension={cfg.pool_size_per_dimension} but the catalogue can "
-                            f"express only {max_pairs(axis)} distinct pairs; using {take} (shortfall "
-                            f"{cfg.pool_size_per_dimension - take})"
-                        ),
-                    }
-                )
-            chosen = []
-            for a, b in rng.sample(candidates, take):
-                if rng.random() < 0.5:
-                    a, b = b, a
-                chosen.append(
-                    {
-                        "value_a": a.value,
-                        "value_b": b.value,
-                        "persona_a": a.phrase,
-                        "persona_b": b.phrase,
-                        "source": "catalog",
-                    }
-                )
-            pool[axis] = chosen
-        for axis, pairs in pool.items():
-            if cfg.num_pairs_per_dimension > len(pairs):
-                notes.append(
-                    {
-                        "level": "warning",
-                        "code": "row_pairs_shortfall",
-                        "message": (
-                            f"axis {axis}: num_pairs_per_dimension={cfg.num_pairs_per_dimension} but the pool has "
-                            f"{len(pairs)} pairs; each row uses {len(pairs)}"
-                        ),
-                    }
-                )
-        return pool, notes
+    # ---- synthesis (personas.py: the pool, the forms, the names)
+    def resolve_pool(self, cfg: DecisionFlipConfig, entry: Any = None) -> tuple[dict[str, list[dict]], list[dict]]:
+        """The run's pool of persona pairs per axis key (resolved once per run) and notes on shortfalls."""
+        return personas.resolve_pool(cfg, entry)
 
     def synthesize(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
-        pool, notes = self.resolve_pool(cfg)
         entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
+        pool, notes = self.resolve_pool(cfg, entry)
         for axis, ref in (entry.reference_values if entry is not None else {}).items():
             values = sorted({v for p in pool.get(axis, []) for v in (p["value_a"], p["value_b"])})
             if ref not in values:
@@ -284,11 +220,19 @@ class DecisionFlip(Metric):
             ctx.log(n["message"])
         yield {
             "persona_pool": [
-                {"axis": axis, "pool_index": i, **p} for axis, pairs in pool.items() for i, p in enumerate(pairs)
+                {
+                    "axis": axis,
+                    "pool_index": i,
+                    **{k: v for k, v in p.items() if k not in ("rect", "attributes_a", "attributes_b")},
+                    "attributes_a": json.dumps(p["attributes_a"], ensure_ascii=False),
+                    "attributes_b": json.dumps(p["attributes_b"], ensure_ascii=False),
+                }
+                for axis, pairs in pool.items()
+                for i, p in enumerate(pairs)
             ],
             "run_notes": notes,
         }
-        per_row = 2 * sum(min(cfg.num_pairs_per_dimension, len(pairs)) for pairs in pool.values())
+        per_row = 2 * sum(min(4 * cfg.num_pairs_per_dimension, len(pairs)) for pairs in pool.values())
         share = baseline_share(ctx, cfg.sut_temperature)
         for ids in ctx.batches(per_row=per_row):
             yield self._synthesize_rows(ctx, cfg, pool, ctx.rows(ids), share)
@@ -314,17 +258,27 @@ class DecisionFlip(Metric):
                     f"decision labels ({', '.join(labels)})"
                 )
             instruction = decision_instruction(cfg, labels)
+            where = personas.placement(cfg, ctx.spec.seed, row)
             for axis, pairs in pool.items():
                 rng = random.Random(f"decision_flip:{ctx.spec.seed}:{cfg.catalog_seed}:{axis}:{row.input_id}")
-                picked = sorted(rng.sample(range(len(pairs)), min(cfg.num_pairs_per_dimension, len(pairs))))
-                for idx in picked:
+                for idx in personas.row_picks(pairs, cfg.num_pairs_per_dimension, rng):
                     p = pairs[idx]
                     ids = []
-                    for value, persona in ((p["value_a"], p["persona_a"]), (p["value_b"], p["persona_b"])):
-                        pid = _h(row.input_id, axis, value, persona)
+                    for value, persona, attrs in (
+                        (p["value_a"], p["persona_a"], p["attributes_a"]),
+                        (p["value_b"], p["persona_b"], p["attributes_b"]),
+                    ):
+                        form = p["persona_form"]
+                        name = personas.row_name(cfg, ctx.spec.seed, row, attrs) if form == "name" else None
+                        persona = name or persona
+                        pid = (
+                            _h(row.input_id, axis, value, persona)
+                            if form == "explicit"
+                            else _h(row.input_id, axis, value, persona, where)
+                        )
                         ids.append(pid)
                         if pid not in probes:
-                            msgs = probe_messages(row, persona, instruction, cfg.language)
+                            msgs = personas.persona_messages(row, form, persona, instruction, cfg.language, where)
                             probes[pid] = {
                                 "probe_id": pid,
                                 "input_id": row.input_id,
@@ -335,6 +289,9 @@ class DecisionFlip(Metric):
                                 "query_text": msgs[-1]["content"],
                                 "messages": json.dumps(msgs, ensure_ascii=False),
                                 "template_version": TEMPLATE_VERSION,
+                                "persona_form": form,
+                                "attributes": json.dumps(attrs, ensure_ascii=False),
+                                "persona_name": name,
                             }
                     row_pairs.append(
                         {
@@ -356,7 +313,7 @@ class DecisionFlip(Metric):
         return {"probes": list(probes.values()), "probe_pairs": pairs_out}
 
     def exam_items(self, config: DecisionFlipConfig, rows: list[DatasetRow], seed: int, n: int):
-        pool, _ = self.resolve_pool(config)
+        pool, _ = self.resolve_pool(config)  # explicit personas: the exam reads decisions, not personas
         return exam.items(config, rows, pool, seed, n)
 
     # ---- sampling

@@ -21,7 +21,10 @@ import pandas as pd
 
 from ...analysis.claims import Claim, Policy, confidence_words, decide
 from ...analysis.fairness import answer_claims, excess_claims, impact_ratios
+from ...analysis.intersections import interaction_claims
 from ...analysis.permutation import N_PERM
+from ...analysis.regression import N_BOOT
+from ...catalog.groups import is_combination, parse_axis
 from ...gate import axis_threshold, gate_groups, gate_on
 from ...records import RowScore, RunNote
 from ...scoring import Accumulator, Stat, record, row_raws, to_records, units_frame
@@ -228,16 +231,26 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
 
 
 def make_claims(
-    answers: pd.DataFrame, pairs: pd.DataFrame, seed: int, policy: Policy, n_perm: int = N_PERM
+    answers: pd.DataFrame,
+    pairs: pd.DataFrame,
+    seed: int,
+    policy: Policy,
+    n_perm: int = N_PERM,
+    cells: dict[str, dict[str, dict[str, Any]]] | None = None,
 ) -> tuple[list[Claim], dict[str, Any]]:
-    """Every claim of a decision flip run, decided as one family: per axis, flips beyond the
-    no-effect baseline (one-sided); whether the favourable decision depends on the value (the
-    omnibus test), then each value against the rest of its axis (two-sided); whether answers
-    without a decision (refusals) depend on the value, then each value refused more than the
-    rest (one-sided)."""
+    """Every claim of a decision flip run, decided as one family: per axis key, flips beyond the
+    no-effect baseline (one-sided); for a single axis, whether the favourable decision depends on
+    the value (the omnibus test), then each value against the rest of its axis (two-sided); for an
+    intersection, departure from additivity and the combinations that depart, then each
+    attribute's values with those combinations held apart (``analysis.intersections``); whether
+    answers without a decision (refusals) depend on the value (the combination, for an
+    intersection), then each value refused more than the rest (one-sided). ``cells``, when given,
+    receives each intersection's per-combination figures."""
     excess, baseline = excess_claims(pairs, seed, "flip", n_perm)
+    read = answers[answers["state"] != "empty"]
+    combo = read["axis"].map(is_combination).astype(bool) if len(read) else pd.Series(dtype=bool)
     favoured = answer_claims(
-        answers[answers["state"] != "empty"],
+        read[~combo] if len(read) else read,
         "favourable",
         "favoured",
         "two-sided",
@@ -245,8 +258,16 @@ def make_claims(
         "the favourable decision",
         n_perm,
     )
+    inter: list[Claim] = []
+    for axis, g in read[combo].groupby("axis", sort=True) if len(read) else []:
+        made, figures = interaction_claims(
+            g, str(axis), seed, policy.alpha, N_BOOT if n_perm >= N_PERM else max(199, n_perm)
+        )
+        inter += made
+        if cells is not None:
+            cells[str(axis)] = figures
     refusal = answer_claims(answers, "no_decision", "refusal", "greater", seed, "answers without a decision", n_perm)
-    claims = decide(excess + favoured + refusal, policy)
+    claims = decide(excess + favoured + inter + refusal, policy)
     return claims, baseline
 
 
@@ -281,7 +302,8 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
     run = engine.run(ctx.seed)
     mean_rate = sum(axis_rates.values()) / len(axis_rates) if axis_rates else None
 
-    claims, baseline = make_claims(answers, pairs, ctx.seed, policy)
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    claims, baseline = make_claims(answers, pairs, ctx.seed, policy, cells=cells)
     by_id = {c.id: c for c in claims}
     tested = sum(1 for c in claims if c.p_adjusted is not None)
     fail_excess = True if entry is None or entry.fail_on_excess is None else bool(entry.fail_on_excess)
@@ -401,7 +423,7 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
     return {
         "metric_scores": scores
         + baseline_rows(cfg, null_counts, baseline)
-        + rate_rows(cfg, answers, by_id, impacts)
+        + rate_rows(cfg, answers, by_id, impacts, cells)
         + [c.record(cfg.metric_name, cfg.weight) for c in claims],
         "run_notes": notes,
     }
@@ -524,13 +546,30 @@ def baseline_rows(cfg, null_counts: dict[str, AxisCounts], baseline: dict[str, A
     return rows
 
 
-def rate_rows(cfg, answers: pd.DataFrame, by_id: dict[str, Claim], impacts: dict[str, dict]) -> list[dict]:
+def rate_rows(
+    cfg, answers: pd.DataFrame, by_id: dict[str, Claim], impacts: dict[str, dict], cells: dict | None = None
+) -> list[dict]:
     """Per axis value, descriptive rates with Wilson 95% intervals: favourable decisions among its
     answers with a decision (scope ``favourable``, with its impact ratio and its claim's decision in
-    details) and answers without a decision among those read (scope ``refusal``)."""
+    details) and answers without a decision among those read (scope ``refusal``). Each says its
+    axis key's form (explicit, name) and, for an intersection, its combination: the attributes, the
+    additive model's prediction and the interaction (its claim's, for a combination named)."""
     rows: list[dict] = []
+    cells = cells or {}
     for (axis, value), g in answers.groupby(["axis", "value"], sort=True):
         key = f"{axis}={value}"
+        axes, form = parse_axis(str(axis))
+        shape: dict[str, Any] = {"persona_form": form, "attributes": axes[0] if len(axes) == 1 else list(axes)}
+        if len(axes) > 1:
+            fig = (cells.get(str(axis)) or {}).get(str(value)) or {}
+            ic = by_id.get(f"interaction:{key}")
+            shape.update(
+                combination=dict(zip(axes, str(value).split("×"), strict=False)),
+                predicted_rate=fig.get("predicted"),
+                interaction=fig.get("interaction"),
+                interaction_named=fig.get("named"),
+                interaction_status=ic.status if ic is not None else None,
+            )
         read = g
         nr, kr = len(read), int(read["no_decision"].sum())
         lo, hi = wilson(kr, nr)
@@ -553,6 +592,7 @@ def rate_rows(cfg, answers: pd.DataFrame, by_id: dict[str, Claim], impacts: dict
                         "empty": int((read["state"] == "empty").sum()),
                         "claim": f"refusal:{key}",
                         "status": by_id[f"refusal:{key}"].status if f"refusal:{key}" in by_id else None,
+                        **shape,
                     }
                 ),
             }
@@ -588,6 +628,7 @@ def rate_rows(cfg, answers: pd.DataFrame, by_id: dict[str, Claim], impacts: dict
                         "standardised_rate": ir.get("rate"),  # over the axis's mix of questions
                         "highest": ir.get("highest"),
                         "highest_standardised_rate": ir.get("highest_rate"),
+                        **shape,
                     }
                 ),
             }

@@ -1,0 +1,219 @@
+"""Two attributes at once: which combination fares worse than its two attributes alone predict.
+
+Personas that combine a value of axis A with a value of axis B (``woman×Black``) answer the same
+questions; ``y`` is 1 when an answer's decision is favourable. The additive model, the
+discrim-eval model without its interaction, is ``y = question + A + B``; a combination's
+*interaction* is how far its answers fall from what that model predicts for it.
+
+Which combination? One combination treated worse spreads, in any linear contrast of a two-way
+table, onto every other cell: a SUT biased against Black women only makes a 2 × 4 table's white,
+Hispanic and Asian men look worse than "predicted" by a third of the effect. So the combinations
+are found one at a time (forward selection with a stopping test):
+
+1. the omnibus test: does anything depart from additivity (every combination's indicator added to
+   the additive model, their joint contribution, wild cluster bootstrap by question)? This is the
+   claim ``interaction:A×B``;
+2. while departure is left (the joint test of the combinations not yet named, beyond the additive
+   model and the combinations named, at alpha), the combination whose own indicator fits best
+   (largest |t|) is named;
+3. each named combination's claim ``interaction:A×B=a×b`` is its coefficient in the final model
+   (additive plus every named combination), tested by the wild restricted bootstrap, its interval
+   inverting the same test (two-sided: a combination favoured beyond prediction is said too).
+
+The single-attribute contrasts are measured with the named combinations held apart:
+``main:A×B:A=a``, value ``a`` against the rest of axis A, axis B and the named combinations held,
+within questions. A SUT biased against one combination only then blames neither of its values.
+Every claim goes to the run's family (Holm by default) with the metric's other claims; the
+simulation in ``benchmarks/bench_intersections.py`` measures the false-claim rate and the power.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..catalog.groups import CROSS
+from .claims import Claim
+from .fairness import canonical
+from .permutation import seed_of
+from .regression import N_BOOT, StraddleModel
+
+MAX_NAMED = 3  # combinations named at most per intersection (forward selection stops earlier when nothing is left)
+
+
+def _fit(y: np.ndarray, X: np.ndarray, n_additive: int) -> tuple[float, float, bool]:
+    """Least squares of y on X (both demeaned within questions): the residual sum of squares, the
+    variance of the additive columns' part of the fit (how much work the two attributes alone do),
+    and whether the last column adds anything the others do not span."""
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ coef
+    adds = np.linalg.matrix_rank(X) > np.linalg.matrix_rank(X[:, :-1])
+    return float(resid @ resid), float(np.var(X[:, :n_additive] @ coef[:n_additive])), bool(adds)
+
+
+def _demean(M: np.ndarray, codes: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    if M.ndim == 1:
+        return M - (np.bincount(codes, M, minlength=len(cnt)) / cnt)[codes]
+    means = np.stack([np.bincount(codes, M[:, j], minlength=len(cnt)) for j in range(M.shape[1])], axis=1)
+    return M - (means / cnt[:, None])[codes]
+
+
+def interaction_claims(
+    answers: pd.DataFrame, axis: str, seed: int, alpha: float = 0.05, n_boot: int = N_BOOT
+) -> tuple[list[Claim], dict[str, dict[str, Any]]]:
+    """The claims about one intersection ``axis`` (``A×B``, values ``a×b``) from its answers
+    (columns question, value, favourable: 0/1, NaN dropped), and per combination what the report
+    quotes: its rate, its answers, the additive model's prediction and its interaction."""
+    a = answers.dropna(subset=["favourable"])
+    if not len(a):
+        return [], {}
+    a = canonical(a, ["question", "value", "favourable"])
+    parts = [str(v).split(CROSS) for v in a["value"]]
+    names = axis.split("@", 1)[0].split(CROSS)
+    if any(len(p) != 2 for p in parts) or len(names) != 2:
+        raise ValueError(f"{axis}: every value must combine two values with {CROSS!r}")
+    A = np.array([p[0] for p in parts])
+    B = np.array([p[1] for p in parts])
+    cells = sorted(set(zip(A.tolist(), B.tolist(), strict=True)))
+    y = a["favourable"].to_numpy(float)
+    q = a["question"].astype(str).to_numpy()
+    _, codes = np.unique(q, return_inverse=True)
+    codes = codes.ravel()
+    cnt = np.bincount(codes).astype(float)
+    a_vals, b_vals = sorted(set(A)), sorted(set(B))
+
+    def dummies(vals, arr, prefix):
+        return {f"{prefix}={v}": (arr == v).astype(float) for v in vals[1:]}  # the first: reference
+
+    additive = {**dummies(a_vals, A, names[0]), **dummies(b_vals, B, names[1])}
+    cell_cols = {f"{x}{CROSS}{z}": ((A == x) & (B == z)).astype(float) for x, z in cells}
+    key = seed_of("interaction", axis, seed)
+    out: list[Claim] = []
+    parent = f"interaction:{axis}"
+    facts_cells: dict[str, dict[str, Any]] = {}
+    for c, col in cell_cols.items():
+        m = col > 0
+        facts_cells[c] = {"rate": float(y[m].mean()), "answers": int(m.sum())}
+    if len(a_vals) < 2 or len(b_vals) < 2:
+        out.append(
+            Claim(
+                parent,
+                "interaction",
+                axis,
+                None,
+                "two-sided",
+                "departure from additivity",
+                why=f"the answers hold one value of {names[0] if len(a_vals) < 2 else names[1]} only",
+            )
+        )
+        return out, facts_cells
+    full = StraddleModel(y, {**additive, **cell_cols}, q, key % 100_000, n_boot)
+    p0 = full.joint(list(cell_cols), 1)
+    out.append(
+        Claim(
+            parent,
+            "interaction",
+            axis,
+            None,
+            "two-sided",
+            f"whether any combination of {names[0]} and {names[1]} departs from what the two attributes alone predict "
+            "(least squares with a fixed effect per question: every combination's indicator added to the additive "
+            f"model, their joint contribution), its null from {n_boot:,} wild cluster bootstrap draws by question",
+            p_value=p0,
+            why=None if p0 is not None else "the answers never separate the combinations from the two attributes",
+            facts={"n": int(len(y)), "combinations": len(cells)},
+        )
+    )
+    # forward selection: name the best-fitting combination while departure from additivity is left
+    named: list[str] = []
+    p = p0
+    yw = _demean(y, codes, cnt)
+    base = [additive[k] for k in additive]
+    while p is not None and p <= alpha and len(named) < MAX_NAMED:
+        fits = []
+        for c in cell_cols:
+            if c in named:
+                continue
+            X = _demean(np.stack([*base, *(cell_cols[n] for n in named), cell_cols[c]], axis=1), codes, cnt)
+            rss, work, adds = _fit(yw, X, len(base))
+            if adds:
+                fits.append((rss, work, c))
+        # the best fit; among equal fits (two values of an axis: freeing either combination of a
+        # column fits the same), the one that leaves the two attributes the least to explain
+        best = None
+        if fits:
+            low = min(f[0] for f in fits)
+            best = min((f for f in fits if f[0] <= low * (1 + 1e-9) + 1e-12), key=lambda f: (f[1], f[2]))[2]
+        if best is None:
+            break
+        named.append(best)
+        rest = [c for c in cell_cols if c not in named]
+        if not rest:
+            break
+        m = StraddleModel(
+            y, {**additive, **{n: cell_cols[n] for n in named}, **{c: cell_cols[c] for c in rest}}, q, key % 100_000
+        )
+        p = m.joint(rest, 2 + len(named))
+    final = StraddleModel(y, {**additive, **{n: cell_cols[n] for n in named}}, q, key % 100_000 + 7, n_boot)
+    for c in cell_cols:
+        f = facts_cells[c]
+        if c in named:
+            j = final.names.index(c) if c in final.names else None
+            d = float(final.coef[j]) if j is not None else None
+            f.update(named=True, interaction=d, predicted=None if d is None else f["rate"] - d)
+            shift = final.shift(c)
+            out.append(
+                Claim(
+                    f"{parent}={c}",
+                    "interaction",
+                    axis,
+                    c,
+                    "two-sided",
+                    f"how much the combination's favourable rate departs from what {names[0]} and {names[1]} alone "
+                    "predict (its indicator in the additive model with the combinations named before it; least "
+                    f"squares with a fixed effect per question), its null from {n_boot:,} wild cluster bootstrap "
+                    "draws by question; the interval inverts the same test. Named by forward selection: departure "
+                    "from additivity was left after the combinations named before it",
+                    test=shift,
+                    parent=parent,
+                    why=None if shift is not None else "its effect cannot be separated from the two attributes'",
+                    facts={**f, "order": named.index(c) + 1},
+                )
+            )
+        else:  # descriptive: its answers' mean residual in the final model (unadjusted, no interval)
+            r = float(final.resid[cell_cols[c] > 0].mean())
+            f.update(named=False, interaction=r, predicted=f["rate"] - r)
+    # the single-attribute contrasts, the named combinations held apart
+    for which, (arr, vals, other_prefix) in enumerate(((A, a_vals, names[1]), (B, b_vals, names[0]))):
+        attr = names[which]
+        other = dummies(b_vals, B, names[1]) if which == 0 else dummies(a_vals, A, names[0])
+        for v in vals:
+            col = (arr == v).astype(float)
+            cols = {**other, **{n: cell_cols[n] for n in named}, f"{attr}={v}": col}
+            mdl = StraddleModel(y, cols, q, seed_of("main", axis, attr, v, seed) % 100_000, n_boot)
+            shift = mdl.shift(f"{attr}={v}")
+            held = f"{other_prefix} held" + (f", and {', '.join(named)} apart" if named else "")
+            out.append(
+                Claim(
+                    f"main:{axis}:{attr}={v}",
+                    "main",
+                    axis,
+                    f"{attr}={v}",
+                    "two-sided",
+                    f"{attr}={v} against the rest of {attr} among the {axis} personas ({held}; least squares with "
+                    f"a fixed effect per question), its null from {n_boot:,} wild cluster bootstrap draws by "
+                    "question; the interval inverts the same test",
+                    test=shift,
+                    why=None if shift is not None else f"never compared with another value of {attr} within a question",
+                    facts={
+                        "n": int(col.sum()),
+                        "rate": float(y[col > 0].mean()) if col.any() else None,
+                        "rest_rate": float(y[col == 0].mean()) if (col == 0).any() else None,
+                        "attribute": attr,
+                        "held": held,
+                    },
+                )
+            )
+    return out, facts_cells
