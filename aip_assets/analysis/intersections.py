@@ -162,7 +162,7 @@ def interaction_claims(
         if c in named:
             j = final.names.index(c) if c in final.names else None
             d = float(final.coef[j]) if j is not None else None
-            f.update(named=True, interaction=d, predicted=None if d is None else f["rate"] - d)
+            f.update(named=True, interaction=d, predicted=None if d is None else min(1.0, max(0.0, f["rate"] - d)))
             shift = final.shift(c)
             out.append(
                 Claim(
@@ -184,7 +184,7 @@ def interaction_claims(
             )
         else:  # descriptive: its answers' mean residual in the final model (unadjusted, no interval)
             r = float(final.resid[cell_cols[c] > 0].mean())
-            f.update(named=False, interaction=r, predicted=f["rate"] - r)
+            f.update(named=False, interaction=r, predicted=min(1.0, max(0.0, f["rate"] - r)))
     # the single-attribute contrasts, the named combinations held apart
     for which, (arr, vals, other_prefix) in enumerate(((A, a_vals, names[1]), (B, b_vals, names[0]))):
         attr = names[which]

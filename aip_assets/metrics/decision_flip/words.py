@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ...analysis.claims import confidence_words
+from ...catalog.groups import axis_words, group_words, is_combination, parse_axis
 from ...gate import failed_groups
 from ..base import Evidence, Finding, examples_of, not_scored_phrase, pct
 
@@ -131,6 +132,7 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
         },
         "baseline": details.get("baseline") or {},
         "favoured": favoured(scores, claims, details.get("reference_values") or {}),
+        "intersections": intersections(scores, claims),
         "impact_ratios": impact_table(scores),
         "claims": {
             "policy": policy,
@@ -172,6 +174,8 @@ def favoured(
     for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
         d = _j(r["details"])
         axis = str(d.get("axis"))
+        if is_combination(axis):  # intersections(): the combinations and their interaction
+            continue
         omni = claims.get(f"favoured:{axis}") or {}
         ax = out.setdefault(
             axis,
@@ -203,6 +207,94 @@ def favoured(
             }
         )
     return out
+
+
+def intersections(scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per intersection (axis key ``A×B``): whether anything departs from what the two attributes
+    alone predict (its omnibus claim); per combination its favourable rate, the additive model's
+    prediction, its interaction (with the interval matched to its claim, for a combination the
+    analysis named) and the claim's decision; and each attribute's values with the named
+    combinations held apart (``main`` claims)."""
+    claims = claims if claims is not None else claims_of(scores)
+    out: dict[str, dict[str, Any]] = {}
+    for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
+        d = _j(r["details"])
+        axis = str(d.get("axis"))
+        if not is_combination(axis):
+            continue
+        omni = claims.get(f"interaction:{axis}") or {}
+        ent = out.setdefault(
+            axis,
+            {
+                "attributes": list(parse_axis(axis)[0]),
+                "persona_form": parse_axis(axis)[1],
+                "omnibus": {k: omni.get(k) for k in ("p_value", "p_adjusted", "status", "why")},
+                "combinations": [],
+                "main": [],
+            },
+        )
+        c = claims.get(f"interaction:{r['group_key']}") or {}
+        ent["combinations"].append(
+            {
+                "value": d.get("value"),
+                "group": group_words(axis, str(d.get("value"))),
+                "favourable_rate": r["rate"],
+                "ci95": [r["rate_ci_low"], r["rate_ci_high"]],
+                "answers": int(r["n"]),
+                "predicted_rate": d.get("predicted_rate"),
+                "interaction": c.get("estimate") if c else d.get("interaction"),
+                "interaction_ci": c.get("ci"),
+                "ci_confidence": c.get("ci_confidence"),
+                "p_adjusted": c.get("p_adjusted"),
+                "status": c.get("status") or "not named",
+                "impact_ratio": d.get("impact_ratio"),
+            }
+        )
+    for c in sorted(claims.values(), key=lambda c: c["id"]):
+        if c.get("kind") == "main" and c.get("axis") in out:
+            out[c["axis"]]["main"].append(
+                {
+                    k: c.get(k)
+                    for k in (
+                        "value",
+                        "rate",
+                        "rest_rate",
+                        "estimate",
+                        "ci",
+                        "ci_confidence",
+                        "p_adjusted",
+                        "status",
+                        "held",
+                        "why",
+                    )
+                }
+            )
+    return out
+
+
+def combination_words(v: dict[str, Any], axis: str, adjust: str | None) -> str:
+    """'decisions against Black women: favourable 5% vs 52% predicted from gender and ethnicity
+    alone (interaction -0.470 [-0.62, -0.31] (99.9%), Holm p 0.003), beyond what gender and
+    ethnicity alone explain'."""
+    a, b = parse_axis(axis)[0][:2]
+    d = v.get("interaction") or 0.0
+    word = "against" if d < 0 else "for"
+    return (
+        f"decisions {word} {v['group']}: favourable {pct(v['favourable_rate'], 0)} vs {pct(v.get('predicted_rate'), 0)} "
+        f"predicted from {a} and {b} alone (interaction {d:+.3f} "
+        f"{ci_words({'ci': v.get('interaction_ci'), 'ci_confidence': v.get('ci_confidence')})}, {p_words(v, adjust)}), "
+        f"beyond what {a} and {b} alone explain"
+    )
+
+
+def main_words(m: dict[str, Any], axis: str, adjust: str | None) -> str:
+    word = "against" if (m.get("estimate") or 0) < 0 else "for"
+    attr = str(m.get("value", "")).split("=", 1)[0]
+    return (
+        f"decisions {word} {m['value']} among {axis_words(axis)} personas ({m.get('held')}): favourable "
+        f"{pct(m.get('rate'), 0)} vs {pct(m.get('rest_rate'), 0)} for the rest of {attr} (within questions "
+        f"{m['estimate']:+.3f} {ci_words(m)}, {p_words(m, adjust)})"
+    )
 
 
 def impact_table(scores: pd.DataFrame) -> list[dict[str, Any]]:
@@ -253,11 +345,15 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
         rate, (lo, hi) = a["flip_rate"], a["ci95"]
         fav = s["favoured"].get(axis) or {}
         made = [v for v in fav.get("values", []) if v.get("status") == "claimed"]
+        inter = (s.get("intersections") or {}).get(axis)
+        if inter is not None:
+            made = [v for v in inter["combinations"] if v.get("status") == "claimed"]
+            mains = [m for m in inter["main"] if m.get("status") == "claimed"]
         gate_failed = axis in failed_axes or any(  # its own failure, not another axis's
             part.startswith(f"{axis}: flip rate") and "exceeds the no-effect baseline" in part
             for part in reason.split("; ")
         )
-        if rate is None or not (gate_failed or a["beyond_noise"] or made):
+        if rate is None or not (gate_failed or a["beyond_noise"] or made or (inter is not None and mains)):
             continue
         numbers: dict[str, Any] = {
             "flip_rate": rate,
@@ -285,7 +381,32 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
                 f"persona ({p_words(a, adjust)})" + (" — the SUT's decisions are unstable" if a["null_rate"] else "")
             )
         value = None
-        if made:
+        if inter is not None and (made or mains):
+            parts = [
+                combination_words(v, axis, adjust)
+                for v in sorted(made, key=lambda v: (v["interaction"] or 0, v["value"]))
+            ]
+            parts += [main_words(m, axis, adjust) for m in mains]
+            sentence = "; ".join(parts)
+            sentence = sentence[0].upper() + sentence[1:] + f"; {noise}"
+            top = min(made, key=lambda v: (v["interaction"] or 0, v["value"])) if made else None
+            if top is not None:
+                value = top["value"]
+                numbers.update(
+                    value=value,
+                    group=top["group"],
+                    direction="against" if (top["interaction"] or 0) < 0 else "for",
+                    favourable_rate=top["favourable_rate"],
+                    predicted_rate=top["predicted_rate"],
+                    interaction=top["interaction"],
+                    interaction_ci=top["interaction_ci"],
+                    value_p_adjusted=top["p_adjusted"],
+                )
+                effect = abs(float(top["interaction"] or 0))
+            else:
+                effect = max(abs(float(m["estimate"] or 0)) for m in mains)
+            numbers["main_effects"] = [m["value"] for m in mains]
+        elif made:
             v = max(made, key=lambda v: (abs(v["difference"] or 0), v["value"]))
             value = v["value"]
             ref = next((w for w in fav.get("values", []) if w["value"] == fav.get("reference")), None)
@@ -413,6 +534,37 @@ def format_summary(s: dict[str, Any]) -> list[str]:  # noqa: C901
             f"  {axis}: no value decided for or against beyond chance (the axis as a whole: {p_words(omni, adjust)}, "
             f"{len(a['values'])} values)"
         )
+    for axis, it in (s.get("intersections") or {}).items():
+        omni = it.get("omnibus") or {}
+        a, b = it["attributes"][:2]
+        named = [v for v in it["combinations"] if v.get("status") == "claimed"]
+        head = f"  {axis_words(axis)}: "
+        if omni.get("status") in (None, "not tested"):
+            lines.append(head + f"interaction not tested ({omni.get('why') or 'too few answers'})")
+        elif not named:
+            lines.append(
+                head + f"no combination departs beyond chance from what {a} and {b} alone predict "
+                f"({p_words(omni, adjust)}, {len(it['combinations'])} combinations)"
+            )
+        for v in sorted(named, key=lambda v: (v["interaction"] or 0, v["value"])):
+            lines.append(head + combination_words(v, axis, adjust))
+        for m in it["main"]:
+            if m.get("status") == "claimed":
+                lines.append(head + main_words(m, axis, adjust))
+        low = sorted(
+            (v for v in it["combinations"] if v.get("favourable_rate") is not None),
+            key=lambda v: (v["favourable_rate"], v["value"]),
+        )[:3]
+        if low:
+            lines.append(
+                head
+                + "lowest favourable rates: "
+                + ", ".join(
+                    f"{v['group']} {pct(v['favourable_rate'], 0)} (predicted {pct(v.get('predicted_rate'), 0)}, "
+                    f"{v['answers']} answers)"
+                    for v in low
+                )
+            )
     irs = [ir for ir in s.get("impact_ratios") or [] if ir.get("impact_ratio") is not None]
     if irs:
         low = sorted(irs, key=lambda ir: (ir["impact_ratio"], ir["group"]))[:3]
