@@ -187,9 +187,7 @@ class MetricEntry(BaseModel):
         seen: set[tuple[str, str]] = set()
         for i, pair in enumerate(v):
             if len(pair) != 2 or len(set(pair)) != 2:
-                raise ValueError(
-                    f"intersections[{i}]: {pair!r} must name two different axes, e.g. [gender, ethnicity]"
-                )
+                raise ValueError(f"intersections[{i}]: {pair!r} must name two different axes, e.g. [gender, ethnicity]")
             for a in pair:
                 if a not in known:
                     raise ValueError(f"intersections[{i}]: unknown axis {a!r}; known: {', '.join(known)}")

@@ -45,7 +45,9 @@ VIEWS: dict[str, str] = {
     """,
     # who is favoured: each attribute value's favourable-decision rate (Wilson 95%), its difference from the
     # rest of its axis within questions (the claim's estimate, its interval at the claim's matching level),
-    # the claim's decision, its Mantel-Haenszel odds ratio and its impact ratio (its rate over the axis's highest)
+    # the claim's decision, its Mantel-Haenszel odds ratio and its impact ratio (its rate over the axis's highest);
+    # how the persona was told (explicit, name) and, for an intersection (axis gender×ethnicity), the combination,
+    # the additive model's prediction and the interaction (its claim's interval when the analysis named it)
     "v_favourable_rates": """
         SELECT f.run_id, f.metric, f.details ->> 'axis' AS axis, f.details ->> 'value' AS value,
                f.rate AS favourable_rate, f.rate_ci_low, f.rate_ci_high, f.n AS decided_answers,
@@ -57,14 +59,32 @@ VIEWS: dict[str, str] = {
                CAST(f.details ->> 'impact_ratio' AS DOUBLE) AS impact_ratio,
                CAST(f.details -> 'impact_ratio_ci95' ->> 0 AS DOUBLE) AS impact_ratio_ci_low,
                CAST(f.details -> 'impact_ratio_ci95' ->> 1 AS DOUBLE) AS impact_ratio_ci_high,
-               f.threshold AS min_impact_ratio, f.passed AS impact_ratio_passed, c.details ->> 'why' AS not_tested_because
+               f.threshold AS min_impact_ratio, f.passed AS impact_ratio_passed, c.details ->> 'why' AS not_tested_because,
+               coalesce(f.details ->> 'persona_form', 'explicit') AS persona_form, f.details -> 'combination' AS combination,
+               CAST(f.details ->> 'predicted_rate' AS DOUBLE) AS predicted_rate,
+               coalesce(i.raw_score, CAST(f.details ->> 'interaction' AS DOUBLE)) AS interaction,
+               i.ci_low AS interaction_ci_low, i.ci_high AS interaction_ci_high,
+               CAST(i.details ->> 'p_adjusted' AS DOUBLE) AS interaction_p_adjusted,
+               CASE WHEN (f.details -> 'combination') IS NULL THEN NULL
+                    ELSE coalesce(i.details ->> 'status', 'not named') END AS interaction_claim
         FROM metric_scores f
         LEFT JOIN metric_scores c ON c.run_id = f.run_id AND c.metric = f.metric AND c.scope = 'claim'
              AND c.group_key = 'favoured:' || f.group_key
+        LEFT JOIN metric_scores i ON i.run_id = f.run_id AND i.metric = f.metric AND i.scope = 'claim'
+             AND i.group_key = 'interaction:' || f.group_key
         WHERE f.metric = 'llm.decision_flip' AND f.scope = 'favourable'
     """,
     # impact ratios: each value's favourable rate over the highest of its axis (the four-fifths rule holds it to
     # 0.8), with a 95% interval from resampling questions (descriptive, unadjusted) and the gate's verdict
+    # every name a run gave a persona (persona_form name): its group, how often it was asked, and the decisions
+    # read in its answers, so one name's quirks can be told from its group's
+    "v_persona_names": """
+        SELECT p.run_id, p.metric, p.axis, p.persona_name AS name, p.attribute_value AS value, p.attributes,
+               count(DISTINCT p.probe_id) AS probes, count(DISTINCT p.input_id) AS questions
+        FROM probes p
+        WHERE p.metric = 'llm.decision_flip' AND p.persona_name IS NOT NULL
+        GROUP BY ALL
+    """,
     "v_impact_ratios": """
         SELECT run_id, metric, details ->> 'axis' AS axis, details ->> 'value' AS value, rate AS favourable_rate,
                n AS decided_answers, CAST(details ->> 'impact_ratio' AS DOUBLE) AS impact_ratio,
