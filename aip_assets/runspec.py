@@ -194,7 +194,7 @@ class MetricEntry(BaseModel):
             key = tuple(sorted(pair))
             if key in seen:
                 raise ValueError(f"intersections[{i}]: {pair!r} is listed twice")
-            seen.add(key)  # type: ignore[arg-type]
+            seen.add(key)
         return [list(p) for p in v]
 
     @model_validator(mode="after")

@@ -175,6 +175,10 @@ class StraddleModel:
         j = self.names.index(v)
         a = self.pinv[j]
         est, se = float(self.coef[j]), self._cr1_se(a, self.resid)
+        # rounding: a contrast the data hold exactly (every question's difference 0) is 0 with no spread,
+        # not 3e-16 over 1e-17, a t of 30
+        tol = 1e-10 * max(1.0, float(np.abs(self.y).max(initial=0.0)))
+        est, se = (0.0 if abs(est) < tol else est), (0.0 if se < tol else se)
         Xr = np.delete(self.X, j, axis=1)
         if Xr.shape[1]:
             pr = np.linalg.pinv(Xr, rcond=TOL)
