@@ -18,7 +18,7 @@ Selection (the same rule in the build script):
 
 - ethnicity by perception: share >= ``PERCEPTION_MIN`` (0.6: a clear majority of ratings name the
   group; the source's best-recognised names reach 0.76 (Black), 0.81 (Hispanic), 0.86 (white)
-  because raters spread over seven answers, so 0.8 would leave out every Black name it rated);
+  because raters spread over six answers, so 0.8 would leave out every Black name it rated);
 - ethnicity by composition: share >= ``COMPOSITION_MIN`` (0.8) among at least 30 bearers;
 - gender: share >= ``GENDER_MIN`` (0.9) of the SSA births of one sex (Guadalupe, 0.73 female, is
   left out);
