@@ -136,7 +136,8 @@ class StraddleModel:
         self.estimable: dict[str, bool] = {}
         self.aliases: dict[str, list[str]] = {}
         if names:
-            _, s, vt = np.linalg.svd(self.X, full_matrices=True)
+            # only V is needed: the full U (units x units) costs seconds from a few thousand units
+            _, s, vt = np.linalg.svd(self.X, full_matrices=self.X.shape[0] < self.X.shape[1])
             tol = TOL * max(1.0, s.max(initial=0.0)) * 100
             null = vt[int(np.sum(s > tol)) :].T  # k x (k - rank)
             load = np.abs(null) > 1e-6

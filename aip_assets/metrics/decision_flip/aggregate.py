@@ -24,7 +24,7 @@ from ...analysis.fairness import answer_claims, excess_claims, impact_ratios
 from ...analysis.intersections import interaction_claims
 from ...analysis.permutation import N_PERM
 from ...analysis.regression import N_BOOT
-from ...catalog.groups import is_combination, parse_axis
+from ...catalog.groups import NAME_SUFFIX, combo_axis, is_combination, parse_axis
 from ...gate import axis_threshold, gate_groups, gate_on
 from ...records import RowScore, RunNote
 from ...scoring import Accumulator, Stat, record, row_raws, to_records, units_frame
@@ -61,6 +61,7 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
     cfg: DecisionFlipConfig = ctx.config
     norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
     axes = list(dict.fromkeys(ctx.read("persona_pool", columns=["axis"])["axis"]))
+    named_axes = [a for a in axes if str(a).endswith(NAME_SUFFIX)]
     counts: dict[str, AxisCounts] = {a: AxisCounts() for a in axes}
     null_counts: dict[str, AxisCounts] = {a: AxisCounts() for a in axes}
     engine = Accumulator(plugin.formula, ["axis"], interval_scopes=["axis"])
@@ -98,6 +99,12 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
             if r["sample_index"] == 0
         }
         favourable = {r.input_id: favourable_for(cfg, r) for r in ctx.rows(ids)}
+        cell_of: dict[str, str] = {}  # a name persona's (gender, ethnicity): a name carries both
+        if named_axes:
+            for pid, attrs in ctx.read("probes", ids, ["probe_id", "attributes"]).itertuples(index=False):
+                a = json.loads(attrs) if isinstance(attrs, str) and attrs else {}
+                if "gender" in a and "ethnicity" in a:
+                    cell_of[pid] = f"{a['gender']}×{a['ethnicity']}"
         # each answer's reading: a decision (any pair's judge read one), none, or empty
         reading: dict[str, str] = {}
         decided: dict[str, str] = {}  # the first decision a judge read in it (pairs in id order)
@@ -127,6 +134,7 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
                 {
                     "axis": axis,
                     "value": value,
+                    "cell": cell_of.get(probe) if str(axis).endswith(NAME_SUFFIX) else None,
                     "question": question[probe],
                     "state": state,
                     "no_decision": float(state != "decision"),
@@ -215,7 +223,7 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
         counts,
         null_counts,
         engine,
-        pd.DataFrame(answers, columns=["axis", "value", "question", "state", "no_decision", "favourable"]),
+        pd.DataFrame(answers, columns=["axis", "value", "cell", "question", "state", "no_decision", "favourable"]),
         pd.DataFrame(pair_facts, columns=["axis", "row", "kind", "flip"]),
         {
             "incidental": incidental,
@@ -230,6 +238,21 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
     )
 
 
+NAME_CELLS = combo_axis(("gender", "ethnicity"), "name")  # every name persona's combination
+
+
+def with_name_cells(answers: pd.DataFrame) -> pd.DataFrame:
+    """The answers, and once more every name persona's answer of a single axis (``gender@name``)
+    as its combination (``gender×ethnicity@name=woman×Black``): a name carries gender and
+    ethnicity at once, so a name's effect on one is measured with the other held, and a
+    combination's departure from the two (the interaction) apart from both."""
+    if "cell" not in answers.columns or not len(answers):
+        return answers
+    one = answers["axis"].astype(str).str.endswith(NAME_SUFFIX) & ~answers["axis"].map(is_combination).astype(bool)
+    extra = answers[one & answers["cell"].notna()].assign(axis=NAME_CELLS, value=lambda d: d["cell"])
+    return pd.concat([answers, extra], ignore_index=True) if len(extra) else answers
+
+
 def make_claims(
     answers: pd.DataFrame,
     pairs: pd.DataFrame,
@@ -242,15 +265,17 @@ def make_claims(
     no-effect baseline (one-sided); for a single axis, whether the favourable decision depends on
     the value (the omnibus test), then each value against the rest of its axis (two-sided); for an
     intersection, departure from additivity and the combinations that depart, then each
-    attribute's values with those combinations held apart (``analysis.intersections``); whether
+    attribute's values with those combinations held apart (``analysis.intersections``; every name
+    persona is one: ``with_name_cells``); whether
     answers without a decision (refusals) depend on the value (the combination, for an
     intersection), then each value refused more than the rest (one-sided). ``cells``, when given,
     receives each intersection's per-combination figures."""
     excess, baseline = excess_claims(pairs, seed, "flip", n_perm)
-    read = answers[answers["state"] != "empty"]
+    read = with_name_cells(answers[answers["state"] != "empty"])
     combo = read["axis"].map(is_combination).astype(bool) if len(read) else pd.Series(dtype=bool)
+    single_name = read["axis"].astype(str).str.endswith(NAME_SUFFIX) & ~combo if len(read) else combo
     favoured = answer_claims(
-        read[~combo] if len(read) else read,
+        read[~combo & ~single_name] if len(read) else read,
         "favourable",
         "favoured",
         "two-sided",
@@ -423,7 +448,7 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
     return {
         "metric_scores": scores
         + baseline_rows(cfg, null_counts, baseline)
-        + rate_rows(cfg, answers, by_id, impacts, cells)
+        + rate_rows(cfg, with_name_cells(answers), by_id, impacts, cells)
         + [c.record(cfg.metric_name, cfg.weight) for c in claims],
         "run_notes": notes,
     }

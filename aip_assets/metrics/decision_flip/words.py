@@ -174,8 +174,8 @@ def favoured(
     for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
         d = _j(r["details"])
         axis = str(d.get("axis"))
-        if is_combination(axis):  # intersections(): the combinations and their interaction
-            continue
+        if is_combination(axis) or parse_axis(axis)[1] == "name":  # intersections(): the combinations,
+            continue  # their interaction and, for names, each attribute with the other held
         omni = claims.get(f"favoured:{axis}") or {}
         ax = out.setdefault(
             axis,
