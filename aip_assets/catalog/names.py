@@ -29,12 +29,22 @@ Selection (the same rule in the build script):
   measured first names, up to 8, the names with the most bearers first;
 - a full name that Crabtree et al. rated below ``PERCEPTION_MIN`` is never drawn
   (``names_full.csv``), even when both its parts pass;
-- a cell is offered when it has at least ``MIN_PER_CELL`` (4) first names and its ethnicity at
-  least 4 last names. Offered: woman and man for white and Hispanic, woman for Black. Not offered:
-  Black men (one name, Jermaine, passes: Darnell 0.58, Roosevelt 0.34), and every East Asian,
-  South Asian, Middle Eastern and Indigenous cell (no source read here measures them: the
-  perceived Asian names split between Chinese, Korean, Vietnamese, ... and the composition data
-  lump all Asian origins together and count Middle Eastern bearers as white).
+- a full name that Crabtree et al.'s raters themselves read as its group at ``PERCEPTION_MIN`` or
+  more is drawable even when its first name's pooled share falls below it (the rated full name is
+  the measured unit): its first name's gender must still pass ``GENDER_MIN``, and its last name
+  must be one of the ethnicity's catalogue last names or be vouched for by that full name's own
+  rating. Such a first name (Darnell, 0.577 pooled) is in ``names.csv`` with its pooled share and
+  is drawn only in its full names rated at ``PERCEPTION_MIN`` or more (Darnell Jackson 0.694,
+  Williams 0.692, Wood 0.620, Fox 0.615); a last name below the threshold (Sullivan, 0.557) is
+  drawn only in its full names so rated (Jermaine Sullivan 0.697, Lakisha Sullivan 0.710, ...);
+- a cell is offered when its ethnicity has at least ``MIN_PER_CELL`` (4) last names and the cell
+  has at least ``MIN_PER_CELL`` first names that pass on their own, or at least ``MIN_PER_CELL``
+  drawable full names rated at ``PERCEPTION_MIN`` or more over at least 2 distinct first names.
+  Offered: woman and man for white and Hispanic, woman for Black (by first names), man for Black
+  (by rated full names: 11, over Jermaine and Darnell). Not offered: every East Asian, South
+  Asian, Middle Eastern and Indigenous cell (no source read here measures them: the perceived
+  Asian names split between Chinese, Korean, Vietnamese, ... and the composition data lump all
+  Asian origins together and count Middle Eastern bearers as white).
 
 Languages: only ``en`` (the perceptions were measured among US respondents); ``check_language``
 says so for any other.
@@ -57,6 +67,7 @@ COMPOSITION_MIN = 0.8
 COMPOSITION_N_MIN = 30
 GENDER_MIN = 0.9
 MIN_PER_CELL = 4
+MIN_FIRSTS_RATED = 2  # distinct first names a cell offered by its rated full names needs
 
 _GENDERS = ("woman", "man")
 # the attribute catalogue's ethnicity order (attributes.py)
@@ -98,7 +109,12 @@ def _read(name: str) -> list[dict[str, str]]:
     return list(csv.DictReader(text.splitlines()))
 
 
+def _gender_passes(row: dict[str, str]) -> bool:
+    return row["gender"] in _GENDERS and float(row["gender_share"] or 0) >= GENDER_MIN
+
+
 def _passes(row: dict[str, str]) -> bool:
+    """The part signals its group on its own: drawable with any catalogue part of the other kind."""
     share, measure = float(row["ethnicity_share"]), row["ethnicity_measure"]
     if measure == "perception":
         ok = share >= PERCEPTION_MIN
@@ -107,50 +123,84 @@ def _passes(row: dict[str, str]) -> bool:
     else:
         ok = False
     if row["part"] == "first":
-        ok = ok and row["gender"] in _GENDERS and float(row["gender_share"] or 0) >= GENDER_MIN
+        ok = ok and _gender_passes(row)
     return ok
+
+
+def _rated_only(row: dict[str, str]) -> bool:
+    """A first name read as its group too weakly when pooled, kept for its full names rated at
+    ``PERCEPTION_MIN`` or more (it is drawn only in those)."""
+    return (
+        row["part"] == "first"
+        and row["ethnicity_measure"] == "perception"
+        and float(row["ethnicity_share"]) < PERCEPTION_MIN
+        and _gender_passes(row)
+    )
 
 
 @dataclass(frozen=True)
 class _Catalogue:
     rows: tuple[dict[str, str], ...]
     sources: dict[str, dict[str, str]]
-    firsts: dict[tuple[str, str], tuple[dict[str, str], ...]]  # (gender, ethnicity) -> rows
+    firsts: dict[tuple[str, str], tuple[dict[str, str], ...]]  # (gender, ethnicity) -> rows passing on their own
     lasts: dict[str, tuple[dict[str, str], ...]]  # ethnicity -> rows
     rated: dict[tuple[str, str, str], float]  # (first, last, ethnicity) -> perceived share
     by_full: dict[str, Name]  # every drawable catalogue full name
     pattern: re.Pattern[str] | None
 
 
+def _name(first: dict[str, str], last: str, last_source: str, share: float | None) -> Name:
+    return Name(
+        first["name"],
+        last,
+        first["gender"],
+        first["ethnicity"],
+        first_sources=tuple(dict.fromkeys((first["gender_source"], first["ethnicity_source"]))),
+        last_sources=(last_source,),
+        perceived_share=share,
+    )
+
+
 @lru_cache(maxsize=1)
 def _catalogue() -> _Catalogue:
-    rows = tuple(r for r in _read("names.csv") if _passes(r))
+    shipped = _read("names.csv")
     sources = {r["key"]: r for r in _read("names_sources.csv")}
-    rated = {(r["first"], r["last"], r["ethnicity"]): float(r["ethnicity_share"]) for r in _read("names_full.csv")}
+    full_rows = _read("names_full.csv")
+    rated = {(r["first"], r["last"], r["ethnicity"]): float(r["ethnicity_share"]) for r in full_rows}
     firsts: dict[tuple[str, str], list[dict[str, str]]] = {}
     lasts: dict[str, list[dict[str, str]]] = {}
-    for r in rows:
+    for r in shipped:
+        if not _passes(r):
+            continue
         if r["part"] == "first":
             firsts.setdefault((r["gender"], r["ethnicity"]), []).append(r)
         elif r["part"] == "last":
             lasts.setdefault(r["ethnicity"], []).append(r)
     by_full: dict[str, Name] = {}
-    for (gender, ethnicity), fs in firsts.items():
+    # every catalogue first name with every catalogue last name of its ethnicity
+    for fs in firsts.values():
         for f in fs:
-            for la in lasts.get(ethnicity, []):
-                share = rated.get((f["name"], la["name"], ethnicity))
+            for la in lasts.get(f["ethnicity"], []):
+                share = rated.get((f["name"], la["name"], f["ethnicity"]))
                 if share is not None and share < PERCEPTION_MIN:
                     continue  # rated as a full name, and read as the group too weakly
-                name = Name(
-                    f["name"],
-                    la["name"],
-                    gender,
-                    ethnicity,
-                    first_sources=tuple(dict.fromkeys((f["gender_source"], f["ethnicity_source"]))),
-                    last_sources=(la["ethnicity_source"],),
-                    perceived_share=share,
-                )
+                name = _name(f, la["name"], la["ethnicity_source"], share)
                 by_full[name.full] = name
+    # and every full name raters read as its group, whatever its parts' pooled shares
+    first_rows = {
+        (r["name"], r["ethnicity"]): r for r in shipped if r["part"] == "first" and (_passes(r) or _rated_only(r))
+    }
+    last_rows = {(r["name"], r["ethnicity"]): r for rs in lasts.values() for r in rs}
+    for r in full_rows:
+        first = first_rows.get((r["first"], r["ethnicity"]))
+        rated_share = rated[(r["first"], r["last"], r["ethnicity"])]
+        if first is None or rated_share < PERCEPTION_MIN:
+            continue
+        last = last_rows.get((r["last"], r["ethnicity"]))
+        name = _name(first, r["last"], last["ethnicity_source"] if last else r["ethnicity_source"], rated_share)
+        by_full.setdefault(name.full, name)
+    drawn_firsts = {(n.first, n.ethnicity) for n in by_full.values()}
+    rows = tuple(r for r in shipped if _passes(r) or (_rated_only(r) and (r["name"], r["ethnicity"]) in drawn_firsts))
     pattern = None
     if by_full:
         alternatives = "|".join(re.escape(n) for n in sorted(by_full, key=len, reverse=True))
@@ -173,7 +223,8 @@ def sources() -> dict[str, dict[str, str]]:
 
 
 def catalogue_rows(language: str = "en") -> list[dict]:
-    """The catalogue's first and last names (the rows of ``names.csv`` that meet the thresholds)."""
+    """The catalogue's first and last names: the rows of ``names.csv`` that meet the thresholds, and
+    the first names below ``PERCEPTION_MIN`` kept for their full names rated at or above it."""
     check_language(language)
     return [dict(r) for r in _catalogue().rows]
 
@@ -183,15 +234,24 @@ def _drawable(gender: str, ethnicity: str) -> list[Name]:
 
 
 def cells(language: str = "en") -> list[tuple[str, str]]:
-    """The (gender, ethnicity) combinations names can signal: at least ``MIN_PER_CELL`` first
-    names of the cell and last names of the ethnicity, each first name with a drawable full name."""
+    """The (gender, ethnicity) combinations names can signal: the ethnicity has at least
+    ``MIN_PER_CELL`` last names, and the cell at least ``MIN_PER_CELL`` first names that pass on
+    their own (each with a drawable full name) or at least ``MIN_PER_CELL`` drawable full names rated
+    at ``PERCEPTION_MIN`` or more over at least ``MIN_FIRSTS_RATED`` (2) distinct first names."""
     check_language(language)
     cat = _catalogue()
     out = []
     for gender in _GENDERS:
         for ethnicity in _ETHNICITIES:
-            drawable_firsts = {n.first for n in _drawable(gender, ethnicity)}
-            if len(drawable_firsts) >= MIN_PER_CELL and len(cat.lasts.get(ethnicity, ())) >= MIN_PER_CELL:
+            if len(cat.lasts.get(ethnicity, ())) < MIN_PER_CELL:
+                continue
+            drawable = _drawable(gender, ethnicity)
+            own = {r["name"] for r in cat.firsts.get((gender, ethnicity), ())}
+            by_firsts = {n.first for n in drawable if n.first in own}
+            rated = [n for n in drawable if n.perceived_share is not None and n.perceived_share >= PERCEPTION_MIN]
+            if len(by_firsts) >= MIN_PER_CELL or (
+                len(rated) >= MIN_PER_CELL and len({n.first for n in rated}) >= MIN_FIRSTS_RATED
+            ):
                 out.append((gender, ethnicity))
     return out
 
@@ -205,8 +265,10 @@ def name_values(axis: str, language: str = "en") -> list[str]:
 
 
 def names_for(gender: str, ethnicity: str, k: int, seed: int | str, language: str = "en") -> list[Name]:
-    """``k`` distinct full names of the cell (distinct first names; k capped by how many there
-    are), a seeded choice: the same arguments give the same names. Last names are dealt from a
+    """``k`` distinct full names of the cell (k capped by how many there are), a seeded choice: the
+    same arguments give the same names. First names are dealt round-robin in a seeded order, so
+    they are distinct while k does not exceed them and as evenly spread as possible when it does
+    (a first name whose full names run out drops out of the round); last names are dealt from a
     shuffled deck so they vary too. ``KeyError`` for a cell not offered."""
     check_language(language)
     offered = cells(language)
@@ -222,16 +284,21 @@ def names_for(gender: str, ethnicity: str, k: int, seed: int | str, language: st
         by_first.setdefault(n.first, []).append(n)
     firsts = sorted(by_first)
     rng.shuffle(firsts)
+    all_lasts = sorted({n.last for ns in by_first.values() for n in ns})
+    left = {first: {n.last: n for n in by_first[first]} for first in firsts}  # full names not yet drawn
     deck: list[str] = []
     out: list[Name] = []
-    for first in firsts[: max(0, k)]:
-        options = {n.last: n for n in by_first[first]}
-        if not any(last in options for last in deck):
-            deck = sorted({n.last for ns in by_first.values() for n in ns})
-            rng.shuffle(deck)
-        last = next(la for la in deck if la in options)
-        deck.remove(last)
-        out.append(options[last])
+    while len(out) < k and any(left.values()):
+        for first in firsts:
+            options = left[first]
+            if len(out) >= k or not options:
+                continue
+            if not any(last in options for last in deck):
+                deck = list(all_lasts)
+                rng.shuffle(deck)
+            last = next(la for la in deck if la in options)
+            deck.remove(last)
+            out.append(options.pop(last))
     return out
 
 

@@ -38,9 +38,16 @@ def test_every_row_has_a_known_source_and_a_known_value():
 def test_every_shipped_row_meets_the_thresholds():
     rows = _raw("names.csv")
     assert len(names.catalogue_rows()) == len(rows)  # nothing shipped that the rule would drop
+    full = _raw("names_full.csv")
     for r in rows:
         share = float(r["ethnicity_share"])
-        if r["ethnicity_measure"] == "perception":
+        if r["ethnicity_measure"] == "perception" and share < names.PERCEPTION_MIN:
+            # a first name kept only for its full names that raters read as its group
+            assert r["part"] == "first" and (r["name"], r["ethnicity"]) == ("Darnell", "Black")
+            assert float(r["gender_share"]) >= names.GENDER_MIN
+            own = [f for f in full if (f["first"], f["ethnicity"]) == (r["name"], r["ethnicity"])]
+            assert any(float(f["ethnicity_share"]) >= names.PERCEPTION_MIN for f in own)
+        elif r["ethnicity_measure"] == "perception":
             assert share >= names.PERCEPTION_MIN
         else:
             assert share >= names.COMPOSITION_MIN and int(r["ethnicity_n"]) >= names.COMPOSITION_N_MIN
@@ -56,6 +63,7 @@ def test_cells_offered_and_not_offered():
         ("woman", "Black"),
         ("woman", "white"),
         ("woman", "Hispanic"),
+        ("man", "Black"),
         ("man", "white"),
         ("man", "Hispanic"),
     ]
@@ -63,24 +71,97 @@ def test_cells_offered_and_not_offered():
     assert names.name_values("ethnicity") == ["Black", "white", "Hispanic"]
     with pytest.raises(KeyError, match="names signal no axis 'religion'"):
         names.name_values("religion")
-    with pytest.raises(KeyError, match="no catalogue names for gender 'man' and ethnicity 'Black'"):
-        names.names_for("man", "Black", 4, seed=0)
+    with pytest.raises(KeyError, match="no catalogue names for gender 'man' and ethnicity 'South Asian'"):
+        names.names_for("man", "South Asian", 4, seed=0)
     with pytest.raises(KeyError, match="offered for woman/Black"):
         names.names_for("woman", "East Asian", 4, seed=0)
 
 
 def test_seeded_choice_is_deterministic_distinct_and_capped():
     for gender, ethnicity in names.cells():
+        firsts = {r["name"] for r in names.catalogue_rows() if (r["gender"], r["ethnicity"]) == (gender, ethnicity)}
         a = names.names_for(gender, ethnicity, 5, seed=7)
         assert a == names.names_for(gender, ethnicity, 5, seed=7)
-        assert len(a) == 5 and len({n.first for n in a}) == 5 and len({n.full for n in a}) == 5
+        assert len(a) == 5 and len({n.full for n in a}) == 5
+        assert len({n.first for n in a}) == min(5, len(firsts))  # distinct first names while they last
         assert all(n.gender == gender and n.ethnicity == ethnicity for n in a)
         assert all(n.sources and set(n.sources) <= set(names.sources()) for n in a)
         every = names.names_for(gender, ethnicity, 1000, seed=7)
-        firsts = {r["name"] for r in names.catalogue_rows() if (r["gender"], r["ethnicity"]) == (gender, ethnicity)}
         assert {n.first for n in every} == firsts  # capped by what exists
+        assert len({n.full for n in every}) == len(every)  # every drawable full name, once
     draws = {tuple(n.full for n in names.names_for("woman", "white", 4, seed=s)) for s in range(10)}
     assert len(draws) > 1  # the seed matters
+
+
+def test_names_for_spreads_first_names_as_evenly_as_possible():
+    for gender, ethnicity in names.cells():
+        every = names.names_for(gender, ethnicity, 1000, seed=0)
+        available = {f: sum(n.first == f for n in every) for f in {n.first for n in every}}
+        for k in range(1, len(every) + 1):
+            for seed in (0, 1, 2):
+                drawn = names.names_for(gender, ethnicity, k, seed=seed)
+                assert len(drawn) == k and len({n.full for n in drawn}) == k
+                count = {f: sum(n.first == f for n in drawn) for f in available}
+                for f in available:
+                    for g in available:  # f has at most one more, unless g's full names ran out
+                        assert count[f] <= count[g] + 1 or count[g] == available[g]
+    # Black men: two first names, dealt alternately
+    six = names.names_for("man", "Black", 6, seed=4)
+    assert sorted(n.first for n in six) == ["Darnell"] * 3 + ["Jermaine"] * 3
+    assert len({n.first for n in six[:2]}) == 2 and len({n.first for n in six[2:4]}) == 2
+    nine = names.names_for("man", "Black", 9, seed=4)
+    assert sorted(n.first for n in nine) == ["Darnell"] * 4 + ["Jermaine"] * 5  # Darnell's 4 run out
+    assert nine[:6] == six  # a longer draw begins with the shorter one
+
+
+def test_black_men_are_offered_by_their_rated_full_names():
+    drawable = {n.full: n.perceived_share for n in names.names_for("man", "Black", 1000, seed=0)}
+    assert drawable == {
+        "Darnell Fox": 0.615,
+        "Darnell Jackson": 0.694,
+        "Darnell Williams": 0.692,
+        "Darnell Wood": 0.62,
+        "Jermaine Fox": 0.618,
+        "Jermaine Jackson": 0.742,
+        "Jermaine Sullivan": 0.697,
+        "Jermaine Washington": 0.618,
+        "Jermaine Weaver": 0.609,
+        "Jermaine Williams": 0.719,
+        "Jermaine Wood": 0.746,
+    }
+    shipped = {r["name"]: r for r in _raw("names.csv")}
+    assert float(shipped["Darnell"]["ethnicity_share"]) == 0.577  # the first name alone falls short
+    assert "Darnell" in {r["name"] for r in names.catalogue_rows()} and "Sullivan" not in shipped
+    # the other full names of the rule: a catalogue first name with Sullivan (0.557 pooled)
+    sullivan = {
+        n.full: n.perceived_share
+        for cell in names.cells()
+        for n in names.names_for(*cell, 1000, seed=0)
+        if n.last == "Sullivan"
+    }
+    assert sullivan == {
+        "Jermaine Sullivan": 0.697,
+        "Lakisha Sullivan": 0.71,
+        "Latasha Sullivan": 0.63,
+        "Latonya Sullivan": 0.618,
+        "Tamika Sullivan": 0.6,
+    }
+    assert names.name_values("gender") == ["woman", "man"]  # gender now contrasts among Black personas too
+
+
+def test_every_drawable_name_is_read_as_its_group_where_its_full_name_was_rated():
+    parts = {(r["part"], r["name"], r["ethnicity"]): r for r in _raw("names.csv")}
+    rated = {(r["first"], r["last"], r["ethnicity"]): float(r["ethnicity_share"]) for r in _raw("names_full.csv")}
+    for gender, ethnicity in names.cells():
+        for n in names.names_for(gender, ethnicity, 1000, seed=0):
+            share = rated.get((n.first, n.last, ethnicity))
+            assert n.perceived_share == share
+            assert share is None or share >= names.PERCEPTION_MIN
+            first, last = parts[("first", n.first, ethnicity)], parts.get(("last", n.last, ethnicity))
+            assert float(first["gender_share"]) >= names.GENDER_MIN
+            weak_first = first["ethnicity_measure"] == "perception" and float(first["ethnicity_share"]) < 0.6
+            if weak_first or last is None:  # only by the full name's own rating
+                assert share is not None and share >= names.PERCEPTION_MIN
 
 
 def test_a_full_name_rated_too_weakly_is_never_drawn():
@@ -95,8 +176,10 @@ def test_a_full_name_rated_too_weakly_is_never_drawn():
 
 
 def test_attributes_and_strip_round_trip_on_every_offered_name():
+    seen = set()
     for gender, ethnicity in names.cells():
         for n in names.names_for(gender, ethnicity, 1000, seed=3):
+            seen.add(n.full)
             for text in (
                 f"My name is {n.full}.\n\nShould I apply?",
                 f"Should I apply?\n\nBest regards,\n{n.full}",
@@ -107,6 +190,10 @@ def test_attributes_and_strip_round_trip_on_every_offered_name():
                 assert n.full not in stripped and "<name>" in stripped
                 assert names.attributes_in(stripped) == {}
                 assert names.strip_name(text, "X") == text.replace(n.full, "X")
+    # the names drawable only by their full name's rating are among them
+    assert {"Darnell Jackson", "Darnell Fox", "Jermaine Sullivan", "Tamika Sullivan"} <= seen
+    assert names.attributes_in("Darnell Burke") == {}  # rated 0.481: not drawn, so not read
+    assert names.attributes_in("Regards, Darnell Wood") == {"gender": "man", "ethnicity": "Black"}
 
 
 def test_ordinary_sentences_hold_no_name():

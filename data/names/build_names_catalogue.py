@@ -6,7 +6,9 @@ how each figure in it was computed from which file, so the catalogue can be chec
     python data/names/build_names_catalogue.py VALIDATED_NAMES_DIR SSA_NAMES_DIR aip_assets/catalog
 
 writes names.csv (first and last names) and names_full.csv (the perception of each rated full name
-built from two catalogue parts; draws skip those below the threshold).
+that has a catalogue first name and either a catalogue last name of its group or a rating of its own
+at least PERCEPTION_MIN; draws skip those below the threshold, and draw a first name kept only for
+its full names (pooled share below PERCEPTION_MIN) only in those rated at least PERCEPTION_MIN).
 
 VALIDATED_NAMES_DIR: a checkout of github.com/jaeyk/validated_names (read at commit
 317afa40b1ba15418711c791bf295153608a1610), the data of Crabtree et al. 2023: the per-rating files
@@ -153,6 +155,26 @@ def main(vn: str, ssa_dir: str, out: str) -> None:
                     }
                 )
 
+    # A rated full name read as its group by at least PERCEPTION_MIN of its own ratings is drawable
+    # even when its first name's pooled share falls below it: the full name is the unit raters saw.
+    # Its first name is kept (with its pooled share, below the threshold) when its SSA gender passes;
+    # it is then drawn only in those full names. Its last name needs no pooled share of its own.
+    # Added after the composition fill, which still counts only first names that pass on their own.
+    kept = {(r["name"], r["ethnicity"]) for r in rows if r["part"] == "first"}
+    for (first, last, group), c in sorted(full.items()):
+        if (first, group) in kept or c[label[group]] / c["_n"] < PERCEPTION_MIN:
+            continue
+        g = gender_of(first)
+        if g is None or g[1] < GENDER_MIN:
+            continue
+        p = pooled[("first", first, group)]
+        row = {"part": "first", "name": first, "gender": g[0], "ethnicity": group}
+        row |= {"gender_share": round(g[1], 3), "gender_n": g[2], "gender_measure": "composition"}
+        row |= {"gender_source": "ssa_national", "ethnicity_share": round(p[label[group]] / p["_n"], 3)}
+        row |= {"ethnicity_n": p["_n"], "ethnicity_measure": "perception", "ethnicity_source": "crabtree2023"}
+        rows.append(row)
+        kept.add((first, group))
+
     fields = ["part", "name", "gender", "ethnicity", "gender_share", "gender_n", "gender_measure", "gender_source"]
     fields += ["ethnicity_share", "ethnicity_n", "ethnicity_measure", "ethnicity_source"]
     rows.sort(key=lambda r: (r["part"] != "first", r["ethnicity"], r.get("gender", ""), r["name"]))
@@ -167,8 +189,9 @@ def main(vn: str, ssa_dir: str, out: str) -> None:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(["first", "last", "ethnicity", "ethnicity_share", "ethnicity_n", "ethnicity_source"])
         for (first, last, group), c in sorted(full.items()):
-            if ("first", first, group) in parts and ("last", last, group) in parts:
-                w.writerow([first, last, group, round(c[label[group]] / c["_n"], 3), c["_n"], "crabtree2023"])
+            share = c[label[group]] / c["_n"]
+            if ("first", first, group) in parts and (("last", last, group) in parts or share >= PERCEPTION_MIN):
+                w.writerow([first, last, group, round(share, 3), c["_n"], "crabtree2023"])
 
 
 if __name__ == "__main__":
