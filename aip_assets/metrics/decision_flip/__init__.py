@@ -232,7 +232,12 @@ class DecisionFlip(Metric):
             ],
             "run_notes": notes,
         }
-        per_row = 2 * sum(min(4 * cfg.num_pairs_per_dimension, len(pairs)) for pairs in pool.values())
+        per_row = 2 * sum(
+            4 * personas.rectangles_per_row(pairs, cfg.num_pairs_per_dimension)
+            if pairs and pairs[0]["rect"] is not None
+            else min(cfg.num_pairs_per_dimension, len(pairs))
+            for pairs in pool.values()
+        )
         share = baseline_share(ctx, cfg.sut_temperature)
         for ids in ctx.batches(per_row=per_row):
             yield self._synthesize_rows(ctx, cfg, pool, ctx.rows(ids), share)

@@ -12,6 +12,7 @@ decisions.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -283,15 +284,30 @@ def make_claims(
         "the favourable decision",
         n_perm,
     )
+    # refusals are claimed per value of a single axis (an intersection's combinations keep their rates, unclaimed:
+    # 35 more claims would cost every other claim its power, and a value against the rest spreads one
+    # combination's refusals onto its neighbours)
+    single = ~answers["axis"].map(is_combination).astype(bool) if len(answers) else pd.Series(dtype=bool)
+    refusal = answer_claims(
+        answers[single] if len(answers) else answers,
+        "no_decision",
+        "refusal",
+        "greater",
+        seed,
+        "answers without a decision",
+        n_perm,
+    )
+    groups = read[combo].groupby("axis", sort=True) if len(read) else []
+    # a bootstrap p-value is at least 1 / (draws + 1): enough draws that a claim can clear Holm's first
+    # step over the family (excess, values, refusals, and per intersection its combinations and values)
+    m = len(excess) + len(favoured) + len(refusal) + sum(2 * g["value"].nunique() + 1 for _, g in groups)
+    n_boot = max(N_BOOT, 10 * math.ceil(2 * m / policy.alpha / 10) - 1) if n_perm >= N_PERM else max(199, n_perm)
     inter: list[Claim] = []
-    for axis, g in read[combo].groupby("axis", sort=True) if len(read) else []:
-        made, figures = interaction_claims(
-            g, str(axis), seed, policy.alpha, N_BOOT if n_perm >= N_PERM else max(199, n_perm)
-        )
+    for axis, g in groups:
+        made, figures = interaction_claims(g, str(axis), seed, policy.alpha, n_boot)
         inter += made
         if cells is not None:
             cells[str(axis)] = figures
-    refusal = answer_claims(answers, "no_decision", "refusal", "greater", seed, "answers without a decision", n_perm)
     claims = decide(excess + favoured + inter + refusal, policy)
     return claims, baseline
 

@@ -15,6 +15,7 @@ application's name field. The rest of the query is byte-identical across a pair.
 
 from __future__ import annotations
 
+import math
 import random
 from itertools import combinations
 from typing import Any
@@ -170,6 +171,8 @@ def resolve_pool(
             pool[key] = rectangles(cfg, pair_axes, form, names)
     for key, pairs in pool.items():
         per_row = len({p["rect"] for p in pairs}) if pairs and pairs[0]["rect"] is not None else len(pairs)
+        if pairs and pairs[0]["rect"] is not None:
+            continue  # a row asks enough rectangles to hold every combination, at least num_pairs_per_dimension
         if cfg.num_pairs_per_dimension > per_row:
             unit = "rectangles (four pairs each)" if pairs and pairs[0]["rect"] is not None else "pairs"
             notes.append(
@@ -247,13 +250,32 @@ def balanced(cands: list[tuple], size: int, rng: random.Random) -> list[tuple]:
     return out
 
 
+def rectangles_per_row(pairs: list[dict], n: int) -> int:
+    """How many rectangles a row asks of an intersection's pool: ``n``, or enough to hold every
+    combination once (a row whose rectangles hold every combination compares them all within one
+    question: 35 combinations of gender and ethnicity, 9 rectangles)."""
+    cells = {p["value_a"] for p in pairs} | {p["value_b"] for p in pairs}
+    return min(len({p["rect"] for p in pairs}), max(n, math.ceil(len(cells) / 4)))
+
+
 def row_picks(pairs: list[dict], n: int, rng: random.Random) -> list[int]:
-    """The pool indices a row asks: ``n`` pairs, or for an intersection ``n`` rectangles (their four pairs)."""
-    if pairs and pairs[0]["rect"] is not None:
-        rects = sorted({p["rect"] for p in pairs})
-        chosen = set(rng.sample(rects, min(n, len(rects))))
-        return [i for i, p in enumerate(pairs) if p["rect"] in chosen]
-    return sorted(rng.sample(range(len(pairs)), min(n, len(pairs))))
+    """The pool indices a row asks: ``n`` pairs, or for an intersection ``rectangles_per_row``
+    rectangles (their four pairs each), each next the one that adds most combinations the row does
+    not hold yet (ties: a seeded order)."""
+    if not pairs or pairs[0]["rect"] is None:
+        return sorted(rng.sample(range(len(pairs)), min(n, len(pairs))))
+    cells: dict[int, set[str]] = {}
+    for p in pairs:
+        cells.setdefault(p["rect"], set()).update((p["value_a"], p["value_b"]))
+    order = sorted(cells)
+    rng.shuffle(order)
+    held: set[str] = set()
+    chosen: list[int] = []
+    for _ in range(rectangles_per_row(pairs, n)):
+        r = max((r for r in order if r not in chosen), key=lambda r: len(cells[r] - held))
+        chosen.append(r)
+        held |= cells[r]
+    return [i for i, p in enumerate(pairs) if p["rect"] in chosen]
 
 
 def row_name(cfg: DecisionFlipConfig, seed: int, row: DatasetRow, attrs: dict[str, str]) -> str:

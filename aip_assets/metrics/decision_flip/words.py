@@ -133,6 +133,7 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
         "baseline": details.get("baseline") or {},
         "favoured": favoured(scores, claims, details.get("reference_values") or {}),
         "intersections": intersections(scores, claims),
+        "explicit_vs_name": explicit_vs_name(scores, claims),
         "impact_ratios": impact_table(scores),
         "claims": {
             "policy": policy,
@@ -269,6 +270,44 @@ def intersections(scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None
                     )
                 }
             )
+    return out
+
+
+def explicit_vs_name(scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None = None) -> dict[str, list[dict]]:
+    """With ``persona_form: both``: per axis a name can signal, each value's effect told explicitly
+    (its favourable rate against the rest of the axis, within questions) beside its effect told by
+    a name (the same, the name's other attribute and any combination named held apart), as
+    discrim-eval puts explicit and implicit demographics side by side."""
+    claims = claims if claims is not None else claims_of(scores)
+    fav = scores[scores["scope"] == "favourable"].set_index("group_key")
+    out: dict[str, list[dict]] = {}
+    for c in sorted(claims.values(), key=lambda c: c["id"]):
+        if c.get("kind") != "main" or not str(c.get("axis", "")).endswith("@name"):
+            continue
+        attr, value = str(c.get("value")).split("=", 1)
+        e = claims.get(f"favoured:{attr}={value}")
+        if e is None:
+            continue
+        rate = fav["rate"].get(f"{attr}={value}") if len(fav) else None
+        out.setdefault(attr, []).append(
+            {
+                "value": value,
+                "explicit": {
+                    "favourable_rate": rate,
+                    "difference": e.get("estimate"),
+                    "ci": e.get("ci"),
+                    "status": e.get("status"),
+                    "p_adjusted": e.get("p_adjusted"),
+                },
+                "name": {
+                    "favourable_rate": c.get("rate"),
+                    "difference": c.get("estimate"),
+                    "ci": c.get("ci"),
+                    "status": c.get("status"),
+                    "p_adjusted": c.get("p_adjusted"),
+                },
+            }
+        )
     return out
 
 
@@ -565,6 +604,19 @@ def format_summary(s: dict[str, Any]) -> list[str]:  # noqa: C901
                     for v in low
                 )
             )
+    side = s.get("explicit_vs_name") or {}
+    if side:
+        lines.append(
+            "  explicit vs name (each value against the rest of its axis, within questions; by name with the "
+            "name's other attribute held):"
+        )
+        for axis, rows in side.items():
+            for r in rows:
+                e, n = r["explicit"], r["name"]
+                lines.append(
+                    f"    {axis}={r['value']:<12} explicit {pct(e['favourable_rate'], 0):>4} {g(e['difference'])} "
+                    f"({e['status']}); name {pct(n['favourable_rate'], 0):>4} {g(n['difference'])} ({n['status']})"
+                )
     irs = [ir for ir in s.get("impact_ratios") or [] if ir.get("impact_ratio") is not None]
     if irs:
         low = sorted(irs, key=lambda ir: (ir["impact_ratio"], ir["group"]))[:3]
