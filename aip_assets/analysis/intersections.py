@@ -22,8 +22,11 @@ are found one at a time (forward selection with a stopping test):
    inverting the same test (two-sided: a combination favoured beyond prediction is said too).
 
 The single-attribute contrasts are measured with the named combinations held apart:
-``main:A×B:A=a``, value ``a`` against the rest of axis A, axis B and the named combinations held,
-within questions. A SUT biased against one combination only then blames neither of its values.
+``main:A×B:A=a``, value ``a`` against the rest of axis A within each question and value of B, the
+named combinations' answers left out, by the same shuffle test as a single axis's values
+(``permutation.group_tests``: questions as given, as decision flip's other value claims). A SUT
+biased against one combination only then blames neither of its values. The interaction's tests
+treat questions as drawn at random (the wild cluster bootstrap): more cautious.
 Every claim goes to the run's family (Holm by default) with the metric's other claims; the
 simulation in ``benchmarks/bench_intersections.py`` measures the false-claim rate and the power.
 """
@@ -38,7 +41,7 @@ import pandas as pd
 from ..catalog.groups import CROSS
 from .claims import Claim
 from .fairness import canonical
-from .permutation import seed_of
+from .permutation import N_PERM, group_tests, seed_of
 from .regression import N_BOOT, StraddleModel
 
 MAX_NAMED = 3  # combinations named at most per intersection (forward selection stops earlier when nothing is left)
@@ -89,7 +92,7 @@ def _max_t(y, q, base: dict[str, np.ndarray], cands: dict[str, np.ndarray], seed
 
 
 def interaction_claims(
-    answers: pd.DataFrame, axis: str, seed: int, alpha: float = 0.05, n_boot: int = N_BOOT
+    answers: pd.DataFrame, axis: str, seed: int, alpha: float = 0.05, n_boot: int = N_BOOT, n_perm: int = N_PERM
 ) -> tuple[list[Claim], dict[str, dict[str, Any]]]:
     """The claims about one intersection ``axis`` (``A×B``, values ``a×b``) from its answers
     (columns question, value, favourable: 0/1, NaN dropped), and per combination what the report
@@ -217,16 +220,16 @@ def interaction_claims(
         else:  # descriptive: its answers' mean residual in the final model (unadjusted, no interval)
             r = float(final.resid[cell_cols[c] > 0].mean())
             f.update(named=False, interaction=r, predicted=min(1.0, max(0.0, f["rate"] - r)))
-    # the single-attribute contrasts, the named combinations held apart
-    for which, (arr, vals, other_prefix) in enumerate(((A, a_vals, names[1]), (B, b_vals, names[0]))):
-        attr = names[which]
-        other = dummies(b_vals, B, names[1]) if which == 0 else dummies(a_vals, A, names[0])
-        for v in vals:
-            col = (arr == v).astype(float)
-            cols = {**other, **{n: cell_cols[n] for n in named}, f"{attr}={v}": col}
-            mdl = StraddleModel(y, cols, q, seed_of("main", axis, attr, v, seed) % 100_000, n_boot)
-            shift = mdl.shift(f"{attr}={v}")
-            held = f"{other_prefix} held" + (f", and {', '.join(named)} apart" if named else "")
+    # the single-attribute contrasts, the named combinations held apart: each value against the rest
+    # of its attribute within (question, value of the other attribute), shuffled within those strata
+    keep = ~np.isin(np.array([f"{x}{CROSS}{z}" for x, z in zip(A, B, strict=True)]), named)
+    for which, (arr, other_arr) in enumerate(((A, B), (B, A))):
+        attr, other = names[which], names[1 - which]
+        strata = np.array([f"{qq}|{o}" for qq, o in zip(q, other_arr, strict=True)])[keep]
+        gt = group_tests(y[keep], pd.Series(arr[keep]), pd.Series(strata), seed_of("main", axis, attr, seed), n_perm)
+        held = f"{other} held" + (f", {', '.join(named)} apart" if named else "")
+        for v in gt.groups:
+            col = arr[keep] == v
             out.append(
                 Claim(
                     f"main:{axis}:{attr}={v}",
@@ -234,15 +237,16 @@ def interaction_claims(
                     axis,
                     f"{attr}={v}",
                     "two-sided",
-                    f"{attr}={v} against the rest of {attr} among the {axis} personas ({held}; least squares with "
-                    f"a fixed effect per question), its null from {n_boot:,} wild cluster bootstrap draws by "
-                    "question; the interval inverts the same test",
-                    test=shift,
-                    why=None if shift is not None else f"never compared with another value of {attr} within a question",
+                    f"{attr}={v} against the rest of {attr} among the {axis} personas ({held}): least squares with a "
+                    f"fixed effect per question and value of {other}, its null from {gt.n_perm:,} shuffles of {attr} "
+                    "within them; the interval inverts the same test",
+                    test=gt.shifts[v],
+                    why=gt.why.get(v),
                     facts={
-                        "n": int(col.sum()),
-                        "rate": float(y[col > 0].mean()) if col.any() else None,
-                        "rest_rate": float(y[col == 0].mean()) if (col == 0).any() else None,
+                        "n": gt.n[v],
+                        "rate": gt.mean[v],
+                        "rest_rate": gt.rest_mean[v],
+                        "events": int(y[keep][col].sum()),
                         "attribute": attr,
                         "held": held,
                     },

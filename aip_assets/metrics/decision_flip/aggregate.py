@@ -304,7 +304,7 @@ def make_claims(
     n_boot = max(N_BOOT, 10 * math.ceil(2 * m / policy.alpha / 10) - 1) if n_perm >= N_PERM else max(199, n_perm)
     inter: list[Claim] = []
     for axis, g in groups:
-        made, figures = interaction_claims(g, str(axis), seed, policy.alpha, n_boot)
+        made, figures = interaction_claims(g, str(axis), seed, policy.alpha, n_boot, n_perm)
         inter += made
         if cells is not None:
             cells[str(axis)] = figures
