@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..catalog.groups import CROSS
 from .claims import Claim
 from .fairness import canonical
 from .permutation import N_PERM, group_tests, seed_of
 from .regression import N_BOOT, StraddleModel
 
+CROSS = "×"  # how an intersection joins two values (catalog.groups says it the same way)
 MAX_NAMED = 3  # combinations named at most per intersection (forward selection stops earlier when nothing is left)
 
 

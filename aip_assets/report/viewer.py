@@ -30,6 +30,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from .. import human_labels
+from ..catalog.groups import group_words, parse_axis
 from ..errors import AipError
 from . import queries
 from .queries import Query
@@ -233,6 +234,21 @@ def _give_calls(row: dict[str, Any], calls: list[dict[str, Any]]) -> None:
         v.update(c)
 
 
+def pair_title(p: dict[str, Any], persona_of: dict[str, Any]) -> str:
+    """A pair as the viewer heads it: its two values, said as groups for an intersection or a name
+    ("Black women vs Black men (by name: Lakisha Washington, Jermaine Jackson)")."""
+    axis = str(p.get("axis") or "")
+    axes, form = parse_axis(axis)
+    va, vb = str(p.get("value_a")), str(p.get("value_b"))
+    if len(axes) == 1 and form == "explicit":
+        return f"{va} vs {vb}"
+    title = f"{group_words(axis, va)} vs {group_words(axis, vb)}".replace(" (by name)", "")
+    if form == "name":
+        who = [persona_of.get(p.get(k)) for k in ("probe_a", "probe_b")]
+        title += " (by name" + (f": {who[0]}, {who[1]})" if all(who) else ")")
+    return title
+
+
 def _personas(records: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """What each persona id of each metric is, for the persona filter: ``{metric: {id: text}}``, the
     text its attribute values and its description (``p03``: "Muslim, woman, nurse: I am ...")."""
@@ -378,9 +394,10 @@ def _detail(
             by_key.setdefault(f"s:{j['sample_index']}", []).append(verdict(j))
         else:  # a verdict on one answer (the perturbation baseline's correctness)
             single.append(verdict(j))
+    persona_of = {e["probe_id"]: e.get("persona") for e in entries}
     for p in pairs:
         null = p.get("kind") == "null"  # the no-effect baseline: one persona's first answer and a fresh sample
-        title = " vs ".join(str(x) for x in (p.get("value_a"), p.get("value_b")))
+        title = pair_title(p, persona_of)
         items.append(
             {
                 "title": (
