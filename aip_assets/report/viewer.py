@@ -244,7 +244,7 @@ def pair_title(p: dict[str, Any], persona_of: dict[str, Any]) -> str:
         return f"{va} vs {vb}"
     title = f"{group_words(axis, va)} vs {group_words(axis, vb)}".replace(" (by name)", "")
     if form == "name":
-        who = [persona_of.get(p.get(k)) for k in ("probe_a", "probe_b")]
+        who = [persona_of.get(str(p.get(k))) for k in ("probe_a", "probe_b")]
         title += " (by name" + (f": {who[0]}, {who[1]})" if all(who) else ")")
     return title
 
