@@ -16,6 +16,10 @@ from ..base import StageContext
 
 NULL_RATE_ASSUMED = 0.1  # planning: the share of null pairs (one persona asked twice) whose decisions flip
 FAVOURABLE_ASSUMED = 0.5  # planning: the favourable rate of a question
+# planning: answers a combination needs for an interaction the size of a directional flip at 0.9 to be named in
+# most runs (benchmarks/bench_intersections.py)
+MIN_PER_COMBINATION = 20
+CROSS = "×"
 
 
 def policy_of(ctx: StageContext) -> Policy:
@@ -116,13 +120,30 @@ def plan(ctx: StageContext) -> dict[str, Any]:
                     "be instability the run cannot tell from bias; more rows or a larger baseline_share narrow it",
                 }
             )
+    w = max([12, *(len(str(a)) + 2 for a in can["axes"])])
     lines = [
-        f"  {'axis':<12}{'pairs':>7}{'null pairs':>12}{'excess flip rate':>18}{'answers/value':>15}{'odds ratio':>12}"
+        f"  {'axis':<{w}}{'pairs':>7}{'null pairs':>12}{'excess flip rate':>18}{'answers/value':>15}{'odds ratio':>12}"
     ]
     for axis, a in can["axes"].items():
         ex, orr = a["excess_flip_rate"], a["odds_ratio"]
         lines.append(
-            f"  {axis:<12}{a['pairs']:>7}{a['null_pairs']:>12}{'none' if ex is None else f'{ex:.3f}':>18}"
+            f"  {axis:<{w}}{a['pairs']:>7}{a['null_pairs']:>12}{'none' if ex is None else f'{ex:.3f}':>18}"
             f"{a['answers_per_value']:>15}{'none' if orr is None else f'{orr:.2f}':>12}"
         )
+    for axis in sorted({a for a in answers["axis"] if CROSS in str(a)}):
+        per = answers[answers["axis"] == axis].groupby("value").size()
+        lines.append(
+            f"  {axis}: {len(per)} combinations, {int(per.min())}-{int(per.max())} answers each (median "
+            f"{int(per.median())}); a combination's interaction is told from its attributes' within questions"
+        )
+        if int(per.median()) < MIN_PER_COMBINATION:
+            warnings.append(
+                {
+                    "level": "warning",
+                    "code": "underpowered",
+                    "message": f"llm.decision_flip: intersection {axis}: a combination gets {int(per.median())} answers "
+                    f"(median) in this run, too few to name one treated worse unless the effect is large (at least "
+                    f"{MIN_PER_COMBINATION} each: more rows, or fewer values in the intersection's axes)",
+                }
+            )
     return {**can, "lines": lines, "warnings": warnings, "claims_planned": m}

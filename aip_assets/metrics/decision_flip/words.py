@@ -468,9 +468,16 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
         else:
             sentence = noise[0].upper() + noise[1:]
             if a["beyond_noise"]:
-                sentence = (
-                    f"Decisions flip on {axis} beyond noise: " + noise + "; no value is decided against beyond chance"
-                )
+                whom = "no value is decided against beyond chance"
+                axes_of, form = parse_axis(axis)
+                names_key = "gender×ethnicity@name"
+                if form == "name" and len(axes_of) == 1 and names_key in (s.get("intersections") or {}):
+                    it = s["intersections"][names_key]
+                    said = [v["group"] for v in it["combinations"] if v.get("status") == "claimed"]
+                    said += [m["value"] for m in it["main"] if m.get("status") == "claimed"]
+                    if said:  # a name carries gender and ethnicity: the combination analysis says who
+                        whom = f"by name, the analysis of gender and ethnicity together names {', '.join(said)}"
+                sentence = f"Decisions flip on {axis} beyond noise: " + noise + "; " + whom
             effect = float(a["excess"]) if a["beyond_noise"] and a["excess"] is not None else float(rate)
         pairs = evidence.query(
             "SELECT input_id, pair_id, value_a, value_b, decision_a, decision_b FROM v_flipped_pairs "
@@ -523,18 +530,19 @@ def format_summary(s: dict[str, Any]) -> list[str]:  # noqa: C901
     f = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
     g = lambda x: "n/a" if x is None else f"{x:+.3f}"  # noqa: E731
     adjust = (s.get("claims") or {}).get("policy", {}).get("adjust")
+    w = max([12, *(len(str(a)) + 2 for a in s["axes"])])
     lines = [
         f"  pairs judged {s['pairs_evaluated']}, attributable flips {s['flips']}, incidental differences "
         f"{s.get('incidental_differences')} ({s.get('one_decision_missing')} with one answer giving no "
         f"decision), excluded {s['pairs_excluded']}, {not_scored_phrase('rows', s.get('rows_excluded'))}",
-        f"  {'axis':<12}{'flip rate':>10}  {'95% CI':<16}{'pairs':>7}{'flips':>7}{'excluded':>10}  beyond noise",
+        f"  {'axis':<{w}}{'flip rate':>10}  {'95% CI':<16}{'pairs':>7}{'flips':>7}{'excluded':>10}  beyond noise",
     ]
     for axis, a in s["axes"].items():
         verdict = {True: "yes", False: "no", None: "n/a"}[a.get("beyond_noise")]
         if a.get("beyond_noise") is not None:
             verdict += f" (excess {g(a.get('excess'))}, {p_words(a, adjust)})"
         lines.append(
-            f"  {axis:<12}{f(a['flip_rate']):>10}  [{f(a['ci95'][0])}, {f(a['ci95'][1])}]"
+            f"  {axis:<{w}}{f(a['flip_rate']):>10}  [{f(a['ci95'][0])}, {f(a['ci95'][1])}]"
             f"{a['pairs']:>7}{a['flips']:>7}{a['excluded']:>10}  {verdict}"
         )
     lines.append(f"  mean of per-axis flip rates {f(s.get('mean_axis_flip_rate'))}")
