@@ -183,3 +183,12 @@ def test_calibration_a_fair_sut_gets_no_claim_in_either_form(tmp_path):
         ("name", False),
         ("name", True),
     }
+
+
+def test_persona_pairs_with_names_or_intersections_are_refused_not_ignored(tmp_path):
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    pairs = [{"dimension": "gender", "persona_a": "woman", "persona_b": "man"}]
+    for form, inter in (("name", ()), ("explicit", (("gender", "ethnicity"),))):
+        s = spec(ds, form=form, inter=inter, persona_pairs=pairs)
+        with pytest.raises(SpecError, match="persona_pairs gives its own personas word for word"):
+            run_all(s, f"pp-{form}", stages=("ingest", "synthesis"))
