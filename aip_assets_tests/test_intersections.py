@@ -38,7 +38,8 @@ def test_one_rectangle_per_question_by_hand():
     interaction is their mean, -13/16; its prediction from gender and ethnicity alone is wW + mB - mW
     averaged, 15/16. Of the four combinations, which fit a 2 × 2 table equally, the one named
     leaves gender and ethnicity least to explain (woman×Black). Held apart from it, gender=woman's
-    contrast is wW - mW = 0, ethnicity=Black's mB - mW = -1/16, neither beyond chance."""
+    contrast is wW - mW = 0, ethnicity=Black's mB - mW = -1/16, neither beyond chance (nor testable:
+    each rests on the one combination left)."""
     a = rectangle_answers(16, 14)
     claims, cells = interaction_claims(a, AXIS, seed=1, n_boot=999)
     by = {c.id: c for c in claims}
@@ -52,7 +53,11 @@ def test_one_rectangle_per_question_by_hand():
     # the single-attribute contrasts with woman×Black held apart
     expect = {"gender=woman": 0.0, "gender=man": 0.0, "ethnicity=Black": -1 / 16, "ethnicity=white": 1 / 16}
     for key, value in expect.items():
-        assert by[f"main:{AXIS}:{key}"].estimate == pytest.approx(value, abs=1e-9), key
+        m = by[f"main:{AXIS}:{key}"]
+        assert m.facts["estimate_all"] == pytest.approx(value, abs=1e-9), key
+        # in a 2 x 2 table with one combination apart, each value's contrast rests on one combination
+        # (woman's on woman×white): it cannot be told from that combination's own treatment, never tested
+        assert m.test is None and "rests on one combination" in m.why, key
     decided = {c.id: c for c in decide(claims, Policy())}
     assert decided[f"interaction:{AXIS}"].claimed and decided[f"interaction:{AXIS}=woman×Black"].claimed
     assert not any(c.claimed for c in decided.values() if c.kind == "main")
@@ -106,6 +111,16 @@ def test_one_attribute_is_blamed_and_no_combination_named():
 
 def test_a_fair_system_gets_no_claim():
     assert claimed(simulate(seed=13), 13) == set()
+
+
+def test_a_value_is_claimed_only_if_it_holds_with_any_one_combination_left_out():
+    """Every woman treated worse: gender=woman's contrast holds without any one ethnicity, claimed.
+    Black women alone, with too few answers for the interaction to be named: ethnicity=Black's and
+    gender=woman's contrasts vanish once woman×Black is left out, so neither is claimed."""
+    assert f"main:{AXIS}:gender=woman" in claimed(simulate(marginal="woman", seed=21, n_q=24), 21)
+    for seed in range(22, 26):
+        made = claimed(simulate(target=("woman", "Black"), seed=seed, n_q=12, drop=0.6), seed)
+        assert not {m for m in made if m.startswith("main:")}, (seed, made)
 
 
 def test_one_value_of_an_attribute_is_not_tested_but_said():

@@ -1,9 +1,10 @@
 """The intersection analysis on simulated SUTs whose truth is known (a small, seeded version of
 ``benchmarks/bench_intersections.py``, with its simulator): a fair SUT rarely gets a claim; a SUT
 that flips Black women's favourable decisions at p 0.9 gets that combination named first and,
-when claimed, claimed the right way. The power is low (the benchmark measured it; see
-docs/benchmarks.md): the omnibus test of departure from additivity gates the combination's claim
-and is itself in the Holm family, so the bound below is a floor against regressions, not a goal."""
+when claimed, claimed the right way, and neither of its attributes blamed. The power is moderate
+at this size (the benchmark measured it; see docs/benchmarks.md): the omnibus test of departure
+from additivity gates the combination's claim and is itself in the Holm family, so the bounds
+below are floors against regressions, not goals."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def test_fair_sut_rarely_claims():
 def test_one_combination_is_named_and_claimed():
     rs = _runs("combo", 0.9)
     target = "interaction:gender×ethnicity@name=woman×Black"
-    assert sum(1 for r in rs if r["power"]) >= 6
-    assert sum(1 for r in rs if r["false"]) <= 4, [r["false"] for r in rs if r["false"]]
+    assert sum(1 for r in rs if r["power"]) >= 8  # 11 of these 20 when written
+    assert sum(1 for r in rs if r["false"]) <= 2, [r["false"] for r in rs if r["false"]]  # 0 when written
     assert all(r["claimed"].get(target) in (None, "true") for r in rs)  # never the wrong sign
     assert sum(1 for r in rs if r["named"] and r["named"][0] != "woman×Black") <= 1
     assert sum(1 for r in rs if r["named"][:1] == ["woman×Black"]) >= 12
@@ -43,8 +44,8 @@ def test_one_combination_is_named_and_claimed():
 def test_simulated_design_is_the_metrics():
     rng = bench.random.Random(0)
     plan = bench.draw_design(*bench.DESIGNS["explicit"][1:], rng, questions=5)
-    for cells in plan:  # four rectangles of 2 x 2: at most 16 personas, at least 4
-        assert 4 <= len(cells) <= 16 and len(set(cells)) == len(cells)
+    for cells in plan:  # rectangles of 2 x 2 enough to hold (nearly) every one of the 35 combinations once
+        assert 30 <= len(cells) <= 35 and len(set(cells)) == len(cells)
     answers, truth = bench.simulate("names", "combo", 0.5, 3, questions=8)
     assert set(answers.columns) == {"question", "value", "favourable"} and answers["question"].nunique() == 8
     assert -0.4 <= truth <= -0.1

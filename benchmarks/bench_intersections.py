@@ -3,7 +3,8 @@
 At the analysis level (no model calls): per run, decision flip's design for an intersection is
 drawn as the metric draws it (``metrics/decision_flip/personas.py``: a pool of
 ``--pool`` rectangles, two values of each attribute, drawn once per run from every rectangle the
-values allow; per question ``--per-row`` of them, ``row_picks``; each persona a question's
+values allow so each combination is held about equally often, ``balanced``; per question at
+least ``--per-row`` of them, enough to hold every combination once, ``row_picks``; each persona a question's
 rectangles hold is asked once, as the metric's probes are deduplicated), every question has its
 own base favourable rate (uniform ``--base-low``..``--base-high``), and each answer is favourable
 at its question's rate, unless the SUT's directional flip turns a targeted persona's favourable
@@ -12,7 +13,7 @@ interaction_claims`` and its claims alone are decided as one family (``claims.de
 alpha 0.05; in a run they share the family with the metric's other claims, which only makes
 Holm stricter).
 
-Designs: ``names`` (gender woman/man x ethnicity Black/white/Asian/Hispanic: 8 combinations, 6
+Designs: ``names`` (the names catalogue's cells: woman/man x Black/white/Hispanic: 6 combinations, 3
 rectangles, so the pool is all of them) and ``explicit`` (the catalogue's 5 genders x 7
 ethnicities: 35 combinations, 210 rectangles, 16 drawn a run). Scenarios: ``fair``; ``combo``
 (woman x Black targeted); ``marginal`` (every woman targeted); ``other`` (man x Hispanic
@@ -56,7 +57,7 @@ from _common import run_header  # noqa: E402
 from aip_assets.analysis.claims import Policy, decide  # noqa: E402
 from aip_assets.analysis.intersections import interaction_claims  # noqa: E402
 from aip_assets.catalog.groups import CROSS  # noqa: E402
-from aip_assets.metrics.decision_flip.personas import row_picks  # noqa: E402
+from aip_assets.metrics.decision_flip.personas import balanced, row_picks  # noqa: E402
 from aip_assets.stats import wilson  # noqa: E402
 
 OUT_JSON = CHECKOUT / "benchmarks" / "results" / "intersections_calibration.json"
@@ -66,7 +67,7 @@ DESIGNS = {
     "names": (
         "gender×ethnicity@name",
         ["woman", "man"],
-        ["Black", "white", "Asian", "Hispanic"],
+        ["Black", "white", "Hispanic"],
     ),
     "explicit": (
         "gender×ethnicity",
@@ -91,11 +92,17 @@ def scenarios(ps: list[float]) -> list[tuple[str, float]]:
 def draw_design(
     genders: list[str], ethnicities: list[str], rng: random.Random, questions: int, pool: int = 16, per_row: int = 4
 ) -> list[list[tuple[str, str]]]:
-    """Per question, the combinations asked: the run's pool of rectangles drawn once, ``per_row``
-    of them per question (``row_picks``), each persona once per question."""
+    """Per question, the combinations asked: the run's pool of rectangles drawn once as the metric
+    draws it (``balanced``: the combinations held about equally often), ``row_picks`` of them per
+    question (at least ``per_row``, enough to hold every combination once), each persona once per
+    question."""
     cands = [(a1, a2, b1, b2) for a1, a2 in combinations(genders, 2) for b1, b2 in combinations(ethnicities, 2)]
-    rects = rng.sample(cands, min(pool, len(cands)))
-    pairs = [{"rect": r} for r in range(len(rects)) for _ in range(4)]  # four pairs per rectangle, as the pool holds
+    rects = balanced(cands, pool, rng)
+    pairs = [  # four pairs per rectangle, as the pool holds them
+        {"rect": r, "value_a": f"{a}{CROSS}{b}", "value_b": f"{a}{CROSS}{b}"}
+        for r, (a1, a2, b1, b2) in enumerate(rects)
+        for a, b in ((a1, b1), (a2, b1), (a1, b2), (a2, b2))
+    ]
     out = []
     for _ in range(questions):
         chosen = sorted({pairs[i]["rect"] for i in row_picks(pairs, per_row, rng)})

@@ -25,7 +25,10 @@ The single-attribute contrasts are measured with the named combinations held apa
 ``main:A×B:A=a``, value ``a`` against the rest of axis A within each question and value of B, the
 named combinations' answers left out, by the same shuffle test as a single axis's values
 (``permutation.group_tests``: questions as given, as decision flip's other value claims). A SUT
-biased against one combination only then blames neither of its values. The interaction's tests
+biased against one combination only then blames neither of its values; and a value is claimed
+only when its contrast holds with any one of its combinations left out (the largest of those
+p-values), so a combination the forward selection did not name (too few answers to tell it from
+chance) still does not make its attributes a finding. The interaction's tests
 treat questions as drawn at random (the wild cluster bootstrap): more cautious.
 Every claim goes to the run's family (Holm by default) with the metric's other claims; the
 simulation in ``benchmarks/bench_intersections.py`` measures the false-claim rate and the power.
@@ -40,11 +43,26 @@ import pandas as pd
 
 from .claims import Claim
 from .fairness import canonical
-from .permutation import N_PERM, group_tests, seed_of
+from .permutation import N_PERM, Dual, Sides, group_tests, seed_of
 from .regression import N_BOOT, StraddleModel
 
 CROSS = "×"  # how an intersection joins two values (catalog.groups says it the same way)
 MAX_NAMED = 3  # combinations named at most per intersection (forward selection stops earlier when nothing is left)
+
+
+class LeaveOneOut(Dual):
+    """A value's contrast that must hold with any one of its combinations left out: the estimate is
+    the contrast over every combination, the p-value of a shift the largest of the leave-one-out
+    tests' (an intersection-union test: each part must reject, so the whole holds its level), the
+    interval the set of shifts one of them does not reject."""
+
+    def __init__(self, full: Dual, parts: list[Dual]):
+        self.d = full.d
+        self.scale = max([full.scale, *(t.scale for t in parts)])
+        self.parts = parts
+
+    def p(self, delta: float, sides: Sides) -> float:
+        return max(t.p(delta, sides) for t in self.parts)
 
 
 def _fit(y: np.ndarray, X: np.ndarray, n_additive: int) -> tuple[float, float, bool]:
@@ -221,15 +239,32 @@ def interaction_claims(
             r = float(final.resid[cell_cols[c] > 0].mean())
             f.update(named=False, interaction=r, predicted=min(1.0, max(0.0, f["rate"] - r)))
     # the single-attribute contrasts, the named combinations held apart: each value against the rest
-    # of its attribute within (question, value of the other attribute), shuffled within those strata
-    keep = ~np.isin(np.array([f"{x}{CROSS}{z}" for x, z in zip(A, B, strict=True)]), named)
+    # of its attribute within (question, value of the other attribute), shuffled within those strata;
+    # claimed only if it holds with any one of its combinations left out (``LeaveOneOut``)
+    cell = np.array([f"{x}{CROSS}{z}" for x, z in zip(A, B, strict=True)])
+    keep = ~np.isin(cell, named)
     for which, (arr, other_arr) in enumerate(((A, B), (B, A))):
         attr, other = names[which], names[1 - which]
-        strata = np.array([f"{qq}|{o}" for qq, o in zip(q, other_arr, strict=True)])[keep]
-        gt = group_tests(y[keep], pd.Series(arr[keep]), pd.Series(strata), seed_of("main", axis, attr, seed), n_perm)
+        strata = np.array([f"{qq}|{o}" for qq, o in zip(q, other_arr, strict=True)])
+        salt = seed_of("main", axis, attr, seed)
+        gt = group_tests(y[keep], pd.Series(arr[keep]), pd.Series(strata[keep]), salt, n_perm)
         held = f"{other} held" + (f", {', '.join(named)} apart" if named else "")
         for v in gt.groups:
             col = arr[keep] == v
+            parts: list[Dual] = []
+            why = gt.why.get(v)
+            for o in sorted(set(other_arr[keep & (arr == v)])):
+                out_one = keep & ~((arr == v) & (other_arr == o))
+                g1 = group_tests(y[out_one], pd.Series(arr[out_one]), pd.Series(strata[out_one]), salt, n_perm)
+                t = g1.shifts.get(v) if v in g1.groups else None
+                if t is None:
+                    why = why or (
+                        f"its contrast rests on one combination ({v}{CROSS}{o} if {attr} is first): it cannot be told "
+                        "from that combination's own treatment"
+                    )
+                    break
+                parts.append(t)
+            test = LeaveOneOut(gt.shifts[v], parts) if why is None and gt.shifts.get(v) is not None and parts else None
             out.append(
                 Claim(
                     f"main:{axis}:{attr}={v}",
@@ -239,9 +274,11 @@ def interaction_claims(
                     "two-sided",
                     f"{attr}={v} against the rest of {attr} among the {axis} personas ({held}): least squares with a "
                     f"fixed effect per question and value of {other}, its null from {gt.n_perm:,} shuffles of {attr} "
-                    "within them; the interval inverts the same test",
-                    test=gt.shifts[v],
-                    why=gt.why.get(v),
+                    f"within them; claimed only when it holds with any one value of {other} left out for {attr}={v} "
+                    "(the largest of those p-values: one combination treated worse does not make its attribute a "
+                    "finding); the interval inverts the same test",
+                    test=test,
+                    why=why,
                     facts={
                         "n": gt.n[v],
                         "rate": gt.mean[v],
@@ -249,6 +286,7 @@ def interaction_claims(
                         "events": int(y[keep][col].sum()),
                         "attribute": attr,
                         "held": held,
+                        "estimate_all": gt.shifts[v].d if gt.shifts.get(v) is not None else None,
                     },
                 )
             )
