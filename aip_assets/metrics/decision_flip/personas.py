@@ -177,8 +177,8 @@ def resolve_pool(
             pool[key] = rectangles(cfg, pair_axes, form, names)
     for key, pairs in pool.items():
         per_row = len({p["rect"] for p in pairs}) if pairs and pairs[0]["rect"] is not None else len(pairs)
-        if pairs and pairs[0]["rect"] is not None:
-            continue  # a row asks enough rectangles to hold every combination, at least num_pairs_per_dimension
+        if pairs and (pairs[0]["rect"] is not None or pairs[0]["persona_form"] == "name"):
+            continue  # a row asks enough rectangles to hold every combination; a name axis's pool is every pair of groups
         if cfg.num_pairs_per_dimension > per_row:
             unit = "rectangles (four pairs each)" if pairs and pairs[0]["rect"] is not None else "pairs"
             notes.append(
