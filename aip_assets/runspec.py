@@ -47,6 +47,9 @@ class JudgeAudit(BaseModel):
 # the metric registry (name -> plug-in): set by ``aip_assets.metrics`` when it is imported, so the
 # spec layer validates against it without importing any metric
 _METRICS: Mapping[str, Any] | None = None
+# the languages the names catalogue covers (catalog/names.py NAME_LANGUAGES: a test holds them equal; this
+# layer does not import the catalogue)
+NAME_LANGUAGES = ("en",)
 # MetricEntry fields only some metrics take (``Metric.entry_fields`` says which)
 OWN_ENTRY_FIELDS = (
     "fail_on_differential_refusal",
@@ -348,6 +351,19 @@ class RunSpec(BaseModel):
                     # a stored spec names every field
                     takers = [name for name, plugin in registry.items() if field in plugin.entry_fields]
                     raise ValueError(f"{m}.{field}: only {' and '.join(takers)} take it")
+            language = entry.config.get("language", "en")
+            if entry.persona_form != "explicit" and language not in NAME_LANGUAGES:
+                raise ValueError(
+                    f"{m}.persona_form: no names catalogue for language {language!r}: names are catalogued for "
+                    f"{', '.join(NAME_LANGUAGES)} only (their perception was measured among US raters); use "
+                    "persona_form: explicit"
+                )
+            if entry.config.get("persona_pairs") and (entry.persona_form != "explicit" or entry.intersections):
+                raise ValueError(
+                    f"{m}: persona_form and intersections build personas from the catalogues; config.persona_pairs "
+                    "gives its own personas word for word: leave persona_pairs out, or set persona_form: explicit "
+                    "and no intersections"
+                )
         return v
 
     @field_validator("judges")

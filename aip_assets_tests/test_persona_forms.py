@@ -103,12 +103,6 @@ def test_name_personas_differ_only_in_the_name_and_each_group_gets_several_names
     assert set(view.name) == set(probes.persona_name)
 
 
-def test_names_in_a_language_without_a_catalogue_are_refused_clearly(tmp_path):
-    ds = write_dataset(tmp_path / "d.jsonl", 2)
-    with pytest.raises(SpecError, match=r"persona_form: no names catalogue for language 'de'.*explicit"):
-        run_all(spec(ds, form="name", language="de"), "de", stages=("ingest", "synthesis"))
-
-
 def interaction_recovered(run_id: str, axis: str, target: str = "woman×Black") -> dict:
     c = claims(run_id)
     made = {k for k, v in c.items() if v.get("claimed")}
@@ -185,10 +179,15 @@ def test_calibration_a_fair_sut_gets_no_claim_in_either_form(tmp_path):
     }
 
 
-def test_persona_pairs_with_names_or_intersections_are_refused_not_ignored(tmp_path):
+def test_names_in_another_language_are_refused_before_the_run_is_registered(tmp_path):
+    """The spec is refused whole, nothing written: the names catalogue's languages and the spec
+    layer's copy of them agree."""
+    from aip_assets import runspec
+
+    assert runspec.NAME_LANGUAGES == names.NAME_LANGUAGES
     ds = write_dataset(tmp_path / "d.jsonl", 2)
-    pairs = [{"dimension": "gender", "persona_a": "woman", "persona_b": "man"}]
-    for form, inter in (("name", ()), ("explicit", (("gender", "ethnicity"),))):
-        s = spec(ds, form=form, inter=inter, persona_pairs=pairs)
-        with pytest.raises(SpecError, match="persona_pairs gives its own personas word for word"):
-            run_all(s, f"pp-{form}", stages=("ingest", "synthesis"))
+    for form in ("name", "both"):
+        with pytest.raises(SpecError, match=r"persona_form: no names catalogue for language 'de'.*explicit"):
+            spec(ds, form=form, language="de")
+    with pytest.raises(SpecError, match="persona_pairs gives its own personas word for word"):
+        spec(ds, form="name", persona_pairs=[{"dimension": "gender", "persona_a": "woman", "persona_b": "man"}])
