@@ -176,7 +176,7 @@ def run_one(design: str, scenario: str, p: float, seed: int, questions: int = 32
     axis = DESIGNS[design][0]
     answers, truth_run = simulate(design, scenario, p, seed, questions)
     t0 = time.perf_counter()
-    made, cells = interaction_claims(answers, axis, seed, 0.05, n_boot)
+    made, cells = interaction_claims(answers, axis, seed, 0.05, n_boot, n_perm=n_boot)
     claims = decide(made, Policy())
     seconds = time.perf_counter() - t0
     claimed = [c for c in claims if c.status == "claimed"]
