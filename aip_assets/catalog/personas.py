@@ -16,28 +16,51 @@ worst-measured value with twice the information).
 from __future__ import annotations
 
 import random
+from typing import Any
 from itertools import combinations
 
 from .attributes import values
+from .groups import combination_attributes
 
 PERSONA_AXES = ("gender", "ethnicity", "religion", "role")
+Intersections = tuple[tuple[str, str], ...] | list[list[str]] | list[tuple[str, str]]
 
 
-def catalogue_personas(n: int, seed: int | str, language: str = "en") -> list[dict]:
-    """``n`` distinct personas, each one value per axis; every value used as evenly as possible."""
+def joint_axes(intersections: Intersections = ()) -> list[tuple[str, ...]]:
+    """The axes dealt together: each configured intersection whose axes no earlier one dealt (its
+    combinations are then dealt as evenly as its values are), every other axis on its own."""
+    taken: set[str] = set()
+    out: list[tuple[str, ...]] = []
+    for given in intersections or ():
+        pair = tuple(given)
+        if all(a in PERSONA_AXES for a in pair) and not taken & set(pair):
+            out.append(pair)
+            taken |= set(pair)
+    return out + [(a,) for a in PERSONA_AXES if a not in taken]
+
+
+def catalogue_personas(n: int, seed: int | str, language: str = "en", intersections: Intersections = ()) -> list[dict]:
+    """``n`` distinct personas, each one value per axis; every value used as evenly as possible, and
+    with ``intersections`` every combination of an intersection's two values too (the pair of
+    axes dealt from one deck of their combinations: with as many personas as combinations, each
+    combination held once)."""
     rng = random.Random(f"personas:{seed}")
-    decks: dict[str, list] = {axis: [] for axis in PERSONA_AXES}
+    groups = joint_axes(intersections)
+    decks: dict[tuple[str, ...], list] = {g: [] for g in groups}
     out: list[dict] = []
     seen: set = set()
     attempts = 0
     while len(out) < n and attempts < n * 50:
         attempts += 1
-        combo = {}
-        for axis in PERSONA_AXES:
-            if not decks[axis]:  # deal each value once before any repeats
-                decks[axis] = values(axis, language)
-                rng.shuffle(decks[axis])
-            combo[axis] = decks[axis].pop()
+        combo: dict[str, Any] = {}
+        for g in groups:
+            if not decks[g]:  # deal each value (combination) once before any repeats
+                if len(g) == 1:
+                    decks[g] = [(v,) for v in values(g[0], language)]
+                else:
+                    decks[g] = [(v, w) for v in values(g[0], language) for w in values(g[1], language)]
+                rng.shuffle(decks[g])
+            combo.update(zip(g, decks[g].pop(), strict=True))
         key = tuple(v.value for v in combo.values())
         if key in seen:
             continue
@@ -54,17 +77,20 @@ def catalogue_personas(n: int, seed: int | str, language: str = "en") -> list[di
 CANDIDATES = 100  # deals compared by balanced_personas
 
 
-def separation(personas: list[dict]) -> float:
+def separation(personas: list[dict], intersections: Intersections = ()) -> float:
     """How well every pair of distinct personas (and null pairs, one persona asked twice) tells the
     attribute values apart: the smallest, over the values, of the information on its effect in a
     least-squares fit of a pair's difference on the values its personas do not share (one over
-    the largest diagonal of the inverse cross-product). 0 when some value cannot be told apart."""
+    the largest diagonal of the inverse cross-product). 0 when some value cannot be told apart.
+    With ``intersections``, the combinations the pool holds count as values too (the columns the
+    analysis adds: ``groups.combination_attributes``)."""
     import numpy as np
 
-    keys = sorted({(a, str(p["attributes"].get(a))) for p in personas for a in p["attributes"]})
+    attrs = [combination_attributes(p["attributes"], intersections) for p in personas]
+    keys = sorted({(a, str(at.get(a))) for at in attrs for a in at})
     if len(personas) < 2 or not keys:
         return 0.0
-    held = np.array([[str(p["attributes"].get(a)) == v for a, v in keys] for p in personas], dtype=bool)
+    held = np.array([[str(at.get(a)) == v for a, v in keys] for at in attrs], dtype=bool)
     pairs = list(combinations(range(len(personas)), 2))
     X = np.array([held[i] != held[j] for i, j in pairs], dtype=float)
     X = np.vstack([X, np.zeros((max(1, len(pairs) // 4), X.shape[1]))])  # the null pairs anchor "no difference"
@@ -75,14 +101,17 @@ def separation(personas: list[dict]) -> float:
     return float(1.0 / np.diag(np.linalg.inv(Xc.T @ Xc)).max())
 
 
-def balanced_personas(n: int, seed: int, language: str = "en", candidates: int = CANDIDATES) -> list[dict]:
+def balanced_personas(
+    n: int, seed: int, language: str = "en", candidates: int = CANDIDATES, intersections: Intersections = ()
+) -> list[dict]:
     """``n`` distinct personas (``catalogue_personas``) from the deal, of ``candidates`` seeded deals,
-    whose pairs tell the attribute values apart best (``separation``; ties: the first deal)."""
+    whose pairs tell the attribute values (and the ``intersections``' combinations) apart best
+    (``separation``; ties: the first deal)."""
     best: list[dict] | None = None
     best_score = -1.0
     for c in range(candidates):
-        pool = catalogue_personas(n, seed if c == 0 else f"{seed}:{c}", language)
-        score = separation(pool)
+        pool = catalogue_personas(n, seed if c == 0 else f"{seed}:{c}", language, intersections)
+        score = separation(pool, intersections)
         if score > best_score + 1e-12:
             best, best_score = pool, score
     assert best is not None

@@ -71,6 +71,37 @@ GROUP_CAP = 15  # the report's persona / attribute / pair charts show the lowest
 JUDGE_KINDS = ("similarity", "tone", "effort")
 
 
+def intersections_of(ctx: StageContext) -> list[list[str]]:
+    """The run's configured intersections for this metric (the entry's ``intersections``)."""
+    entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
+    return [list(p) for p in (getattr(entry, "intersections", None) or [])]
+
+
+def coverage_notes(personas: list[dict], intersections: list[list[str]], language: str) -> list[dict]:
+    """A warning per intersection whose combinations the pool does not all hold: a combination no
+    persona holds is not measured, and one whose personas cannot be told apart is reported so."""
+    from ...catalog.attributes import values
+    from ...catalog.groups import combination_attributes, combo_axis, combo_value
+
+    out: list[dict] = []
+    for pair in intersections:
+        key = combo_axis(tuple(pair))
+        held = {str(combination_attributes(p.get("attributes") or {}, [pair]).get(key)) for p in personas}
+        cells = [combo_value((v.value, w.value)) for v in values(pair[0], language) for w in values(pair[1], language)]
+        missing = [c for c in cells if c not in held]
+        if missing:
+            out.append(
+                {
+                    "level": "warning",
+                    "code": "intersection_uncovered",
+                    "message": f"the persona pool ({len(personas)} personas) holds {len(cells) - len(missing)} of the "
+                    f"{len(cells)} {key} combinations: {len(missing)} are not measured ({', '.join(missing[:4])}"
+                    f"{', ...' if len(missing) > 4 else ''}); persona_pool_size {len(cells)} or more holds each",
+                }
+            )
+    return out
+
+
 def _h(*parts: Any) -> str:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
 
@@ -113,7 +144,7 @@ class GroupInteractionBias(Metric):
         },
     }
     uncharted_scopes = frozenset({"bias_baseline", "claim"})
-    entry_fields = frozenset({"group_threshold", "baseline_share", "fail_on_excess"})
+    entry_fields = frozenset({"group_threshold", "baseline_share", "fail_on_excess", "persona_form", "intersections"})
     human_shown = "pairs"
     human_key_rate = KeyRate(
         "effort:high",
@@ -191,12 +222,21 @@ class GroupInteractionBias(Metric):
             personas, why = asyncio.run(self._synthesise(ctx, cfg, n))
             if why:
                 notes.append({"level": "warning", "code": "synthesis_fallback", "message": why})
+        crossed = intersections_of(ctx)
         if not personas:  # the pool that tells the attribute values apart best (catalog/personas.py)
-            personas = [{**p, "source": "catalog"} for p in balanced_personas(n, ctx.spec.seed, cfg.language)]
+            personas = [
+                {**p, "source": "catalog"}
+                for p in balanced_personas(n, ctx.spec.seed, cfg.language, intersections=crossed)
+            ]
         elif len(personas) < n:
             seen = {p["description"] for p in personas}
-            extra = [p for p in catalogue_personas(n * 2, ctx.spec.seed, cfg.language) if p["description"] not in seen]
+            extra = [
+                p
+                for p in catalogue_personas(n * 2, ctx.spec.seed, cfg.language, crossed)
+                if p["description"] not in seen
+            ]
             personas += [{**p, "source": "catalog"} for p in extra[: n - len(personas)]]
+        notes += coverage_notes(personas, crossed, cfg.language)
         if n < 2:
             notes.append(
                 {

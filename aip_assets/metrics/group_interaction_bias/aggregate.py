@@ -21,6 +21,7 @@ import pandas as pd
 from ...analysis.claims import Claim, Policy, confidence_words, decide
 from ...analysis.fairness import group_claims, overall_excess_claim
 from ...analysis.power import mde_coefficients
+from ...catalog.groups import combination_attributes
 from ...gate import exclusion_reason, gate_on, group_threshold
 from ...records import RowScore
 from ...scoring import Accumulator, record, row_raws, to_records, units_frame
@@ -46,6 +47,18 @@ def pair_bias(components):
     return sum(terms) / len(terms)
 
 
+def persona_attributes(ctx: StageContext, personas: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """Each persona's attributes, with the combination of each of the entry's ``intersections``
+    it holds (``gender×ethnicity: woman×Black``): the analysis measures a combination as it does a
+    value (a pair straddles it when exactly one persona holds both)."""
+    entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
+    crossed = [list(p) for p in (getattr(entry, "intersections", None) or [])]
+    return {
+        r["persona_id"]: combination_attributes(json.loads(r["attributes"] or "{}"), crossed)
+        for r in personas.to_dict("records")
+    }
+
+
 def policy_of(ctx: StageContext) -> Policy:
     p = getattr(ctx.spec, "claims", None)
     return Policy(p.adjust, p.alpha) if p is not None else Policy()
@@ -58,7 +71,7 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
     cfg: GroupInteractionBiasConfig = ctx.config
     norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
     personas = ctx.read("personas")
-    attrs = {r["persona_id"]: json.loads(r["attributes"] or "{}") for r in personas.to_dict("records")}
+    attrs = persona_attributes(ctx, personas)
     descriptions = dict(zip(personas["persona_id"], personas["description"]))
     engine = Accumulator(plugin.formula, plugin.breakdown_scopes, interval_scopes=("persona", "attribute"))
     less_helpful: dict[str, int] = {}
@@ -506,7 +519,7 @@ def plan(ctx: StageContext) -> dict[str, Any] | None:
     policy = policy_of(ctx)
     entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
     personas = ctx.read("personas")
-    attrs = {r["persona_id"]: json.loads(r["attributes"] or "{}") for r in personas.to_dict("records")}
+    attrs = persona_attributes(ctx, personas)
     pp = ctx.read("probe_pairs", None, ["input_id", "value_a", "value_b", "kind"])
     if not len(pp):
         return None

@@ -37,6 +37,30 @@ def words_quote(mine: Any, other: Any) -> str:
     return f"{n(mine)} vs {n(other)} words: " + clip_quote(mine, 60)
 
 
+def group_label(key: str) -> str:
+    """A group as a finding names it: ``gender×ethnicity=woman×Black`` -> "Black women" (only the
+    combination, not its two values alone); ``gender=woman`` -> "gender=woman personas"."""
+    from ...catalog.groups import group_words, is_combination
+
+    axis, _, value = key.partition("=")
+    if not value:
+        return f"{key} personas"
+    said = group_words(axis, value)
+    return said if is_combination(axis) else f"{said} personas"
+
+
+def combination_words(key: str) -> str:
+    """For a combination's finding: that it is the combination, beyond its two values alone."""
+    from ...catalog.groups import is_combination, parse_axis
+
+    axis, _, value = key.partition("=")
+    if not value or not is_combination(axis):
+        return ""
+    axes, _ = parse_axis(axis)
+    alone = " or ".join(f"{a}={v}" for a, v in zip(axes, value.split("×"), strict=False))
+    return f" as the combination, beyond what {alone} alone predict"
+
+
 def pname(adjust: str | None) -> str:
     return "BH" if adjust == "bh" else "Holm"
 
@@ -195,8 +219,9 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
         lo, hi = g["ci95"]
         helped = g.get("less_helpful_share")
         sentence = (
-            f"{g['group']} personas get less equitable answers"
+            f"{group_label(str(g['group']))} get less equitable answers"
             + (f" ({' and '.join(how)})" if how else "")
+            + (combination_words(str(g["group"])))
             + f": equitability {f3(g['adjusted_equitability'])} [{f3(lo)}, {f3(hi)}] (95%) with every other attribute "
             f"held vs {f3(overall)} overall ({gap_words(g, adjust)})"
             + (f"; helped less in {pct(helped, 0)} of their {g['pairs']} pairs" if helped is not None else "")
