@@ -16,8 +16,8 @@ worst-measured value with twice the information).
 from __future__ import annotations
 
 import random
-from typing import Any
 from itertools import combinations
+from typing import Any
 
 from .attributes import values
 from .groups import combination_attributes
