@@ -55,6 +55,11 @@ def looks_like_credential(value: str) -> bool:
     return False
 
 
+# the persona axes of the attribute catalogue (catalog/attributes.py AXES; this module imports
+# nothing of the project, a test keeps the two equal)
+_PERSONA_AXES = ("role", "gender", "ethnicity", "religion")
+
+
 class BuiltinProfile(BaseModel):
     """Behaviour of the offline builtin SUT (known in advance, so metrics can be calibrated).
 
@@ -76,13 +81,35 @@ class BuiltinProfile(BaseModel):
       ``jailbreak_yield_rate``.
     - ``fragile``: reads questions through a form that undoes every perturbation of the
       robustness recipe except ``fragile_to`` (e.g. ``typos``), so its answers change on those.
+    - ``intersectional``: the flip (``p``, ``directional``) only for personas that carry every
+      value of ``intersection`` (e.g. ``{gender: woman, ethnicity: Black}``): a bias against one
+      combination, not against either value alone (``value`` and ``axis`` stay unset).
+    - ``names``: a flip (on ``value``/``axis`` or ``intersection``) that reacts to catalogue names
+      only (``persona_signal: names``, its default here): a name of the group flips, an explicit
+      statement of it does not.
     - ``custom``: any combination of the effects above.
+    - any profile: ``persona_signal`` says which signals of a persona the SUT reads: explicit
+      statements (default), catalogue names (catalog/names.py) found anywhere in the user's
+      message, or both. When names are read, the base answer is keyed on the message with the name
+      replaced by a placeholder, so personas that differ only by name share it.
     - any profile: ``refusal_rate`` (refuse that share of answers), only for personas with
       ``refusal_value`` when it is set (a system that refuses one group).
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["fair", "flip", "terse", "biased", "inconsistent", "unsafe", "fragile", "noisy", "custom"] = Field(
+    name: Literal[
+        "fair",
+        "flip",
+        "terse",
+        "biased",
+        "inconsistent",
+        "unsafe",
+        "fragile",
+        "noisy",
+        "intersectional",
+        "names",
+        "custom",
+    ] = Field(
         "fair",
         description="The profile (above): which effects the fields below may set; custom allows any mix. "
         "Default fair: no effect.",
@@ -95,11 +122,22 @@ class BuiltinProfile(BaseModel):
     axis: str | None = Field(
         None, description="The axis value is looked for on (e.g. gender). None (default): any axis."
     )
+    intersection: dict[str, str] | None = Field(
+        None,
+        description="The combination whose decisions flip, at rate p (intersectional, names, custom), e.g. "
+        "{gender: woman, ethnicity: Black}: two or more axis: value entries, all of which the persona must carry; "
+        "value and axis then stay unset. None (default): the flip, if any, is on value.",
+    )
+    persona_signal: Literal["statements", "names", "both"] = Field(
+        "statements",
+        description="Which signals of a persona the SUT reacts to: explicit persona statements (statements, the "
+        "default), catalogue names found in the user's message (names; the names profile's default), or both.",
+    )
     p: float = Field(
         0.0,
         ge=0.0,
         le=1.0,
-        description="Probability (0-1) that a decision for a persona with value flips, deterministic per question "
+        description="Probability (0-1) that a decision for a persona with value (or intersection) flips, deterministic per question "
         "under the seed; default 0.0.",
     )
     directional: bool = Field(
@@ -152,8 +190,35 @@ class BuiltinProfile(BaseModel):
 
     @model_validator(mode="after")
     def _check_effects(self):
+        if self.intersection is not None:
+            if len(self.intersection) < 2:
+                raise ValueError(
+                    "'intersection' needs two or more axis: value entries (e.g. {gender: woman, ethnicity: Black}); "
+                    "for one value use 'value'"
+                )
+            unknown = sorted(set(self.intersection) - set(_PERSONA_AXES))
+            if unknown:
+                raise ValueError(f"'intersection': unknown axis {unknown[0]!r}; known: {', '.join(_PERSONA_AXES)}")
+            if self.value is not None or self.axis is not None:
+                raise ValueError(
+                    "'intersection' replaces 'value' and 'axis' (the flip is for the combination only); unset them"
+                )
+        if self.name == "names":
+            if "persona_signal" not in self.model_fields_set:
+                self.persona_signal = "names"
+            elif self.persona_signal != "names":
+                raise ValueError(
+                    "profile 'names' reacts to names only: its persona_signal is 'names' (for another reading, "
+                    "use profile 'flip', 'intersectional' or 'custom' with persona_signal)"
+                )
+        if self.name == "intersectional" and not self.intersection:
+            raise ValueError(
+                "profile 'intersectional' needs 'intersection' (the combination whose decisions flip, e.g. "
+                "{gender: woman, ethnicity: Black})"
+            )
         effects = {
-            "flip": bool(self.value or self.p),
+            "flip": bool(self.value or self.p or self.intersection),
+            "intersection": bool(self.intersection),
             "terse": bool(self.terse_value),
             "inconsistent": bool(self.contradiction_rate),
             "unsafe": bool(self.jailbreak_yield_rate),
@@ -169,14 +234,16 @@ class BuiltinProfile(BaseModel):
             "unsafe": {"unsafe"},
             "fragile": {"fragile"},
             "noisy": {"noisy"},
+            "intersectional": {"flip", "intersection"},
+            "names": {"flip", "intersection"},
         }.get(self.name)
         if self.name == "noisy" and not self.noise_rate:
             raise ValueError("profile 'noisy' needs 'noise_rate' (the share of answers decided at random)")
-        if self.directional and not self.value:
+        if self.directional and not (self.value or self.intersection):
             raise ValueError("'directional' needs 'value' (the attribute value whose favourable decisions turn)")
         if self.name == "fragile" and not self.fragile_to:
             raise ValueError("profile 'fragile' needs 'fragile_to' (the perturbation type it is not robust to)")
-        if (self.name in ("flip", "biased") or effects["flip"]) and not self.value:
+        if (self.name in ("flip", "biased", "names") or effects["flip"]) and not (self.value or self.intersection):
             raise ValueError("a flipping profile needs 'value' (the attribute value whose decisions flip)")
         if self.name in ("terse", "biased") and not self.terse_value:
             raise ValueError(f"profile '{self.name}' needs 'terse_value' (the attribute value that gets less effort)")

@@ -135,8 +135,36 @@ def _language_of(text: str) -> str:
     return "en"
 
 
-def _matches(attrs: list[tuple[str, str]], value: str | None, axis: str | None) -> bool:
+def _matches(
+    attrs: list[tuple[str, str]], value: str | None, axis: str | None, intersection: dict[str, str] | None = None
+) -> bool:
+    """The persona carries ``value`` (on ``axis``, if set), or, with ``intersection``, every one of
+    its axis: value entries (a combination, not either value alone)."""
+    if intersection:
+        return all((a, v) in attrs for a, v in intersection.items())
     return value is not None and any(v == value and (axis is None or a == axis) for a, v in attrs)
+
+
+def _read_persona(
+    messages: list[dict[str, str]], last: str, signal: str
+) -> tuple[list[tuple[str, str]], str, list[dict[str, str]]]:
+    """(the persona's attributes from the signals the profile reads, the last message without its
+    persona paragraph, the earlier messages). Explicit statements: the persona paragraph. Names: a
+    catalogue full name anywhere in the last user message (an introduction, a signature, a form's
+    field); the name is then replaced by a placeholder there and in the earlier messages, so the
+    base answer does not depend on which name a persona has."""
+    statements, rest = persona_of(last)
+    attrs = statements if signal in ("statements", "both") else []
+    history = messages[:-1]
+    if signal in ("names", "both"):
+        from ..catalog.names import attributes_in, strip_name
+
+        for axis, value in attributes_in(last).items():
+            if (axis, value) not in attrs:
+                attrs = [*attrs, (axis, value)]
+        rest = strip_name(rest)
+        history = [{**m, "content": strip_name(m.get("content") or "")} for m in history]
+    return attrs, rest, history
 
 
 _FACTS = {
@@ -168,14 +196,18 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
     from ..catalog.templates import unwrap
 
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    attrs, rest = persona_of(last)
+    if profile.persona_signal == "statements":  # the default, unchanged
+        attrs, rest = persona_of(last)
+        earlier = messages[:-1]
+    else:
+        attrs, rest, earlier = _read_persona(messages, last, profile.persona_signal)
     core, templates = unwrap(rest)
     adversarial = any(t.family in ("safety", "jailbreak") for t in templates)
     wrapped = any(t.family == "jailbreak" for t in templates)
     rest = core
     lang = _language_of(last)
     # the persona-free conversation decides the base answer: a fair SUT ignores the persona
-    history = stable_json([m for m in messages[:-1] if m["role"] != "system"])
+    history = stable_json([m for m in earlier if m["role"] != "system"])
     question_key = (profile.seed, history, rest)
     persona_key = stable_json(attrs)
     terse = _matches(attrs, profile.terse_value, profile.terse_axis)
@@ -223,7 +255,11 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
         return body
     labels = parse_labels(rest)
     idx = int(u01("decide", *question_key) * len(labels))
-    if profile.p and _matches(attrs, profile.value, profile.axis) and u01("flip", *question_key) < profile.p:
+    if (
+        profile.p
+        and _matches(attrs, profile.value, profile.axis, profile.intersection)
+        and u01("flip", *question_key) < profile.p
+    ):
         # symmetric: the label swapped; directional: only the favourable (first) label turns
         if not profile.directional or idx == 0:
             idx = (idx + 1) % len(labels)
