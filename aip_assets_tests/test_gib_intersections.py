@@ -1,7 +1,8 @@
-"""llm.group_interaction_bias with intersections (issue 37): the combination columns, the pool that
+"""llm.group_interaction_bias with intersections and name personas (issue 37): the combination columns, the pool that
 holds and separates every combination, and claims that blame a combination alone when only it is
 treated worse."""
 
+import json
 from itertools import combinations
 
 import numpy as np
@@ -130,3 +131,135 @@ def test_a_combination_is_said_in_words():
         "gender×ethnicity=woman×Black"
     )
     assert combination_words("gender=woman") == ""
+
+
+# ---------------------------------------------------------------- the metric end to end (builtin SUT and judges)
+
+M = "llm.group_interaction_bias"
+
+
+def gib_spec(ds, entry=None, config=None, **kw):
+    from aip_assets.runspec import parse_spec
+
+    from .conftest import make_spec
+
+    data = make_spec(ds, **kw).model_dump()
+    data["metrics"] = {M: {"config": config or {}, **(entry or {})}}
+    return parse_spec(data)
+
+
+def claims_of(run_id):
+    from .conftest import table
+
+    s = table("metric_scores", run_id, "scope, group_key")
+    return s, {r.group_key: json.loads(r.details) for r in s[s.scope == "claim"].itertuples()}
+
+
+ENTRY = {"intersections": [["gender", "ethnicity"]]}
+CONFIG = {"persona_pool_size": 48, "num_pairs": 8}
+
+
+def test_a_fair_sut_with_intersections_claims_nothing(tmp_path):
+    from .conftest import run_all, write_dataset
+
+    run_all(gib_spec(write_dataset(tmp_path / "d.jsonl", 30), ENTRY, CONFIG), "fair", metric=M)
+    _, fair = claims_of("fair")
+    assert not [k for k, c in fair.items() if c.get("claimed")]
+    assert len([k for k in fair if k.startswith("group:gender×ethnicity=")]) == 35  # measured, in the family
+
+
+def test_calibration_terse_against_one_combination_blames_it_alone(tmp_path):
+    """The builtin SUT answers Black women tersely and nobody else: the run claims the combination
+    (its gap's interval above 0, pointing the right way), and neither gender=woman nor ethnicity=Black
+    alone nor any other combination."""
+    from .conftest import run_all, table, write_dataset
+
+    ds = write_dataset(tmp_path / "d.jsonl", 30)
+    terse = {"name": "terse", "terse_intersection": {"gender": "woman", "ethnicity": "Black"}}
+    run_all(gib_spec(ds, ENTRY, CONFIG, sut={"provider": "builtin", "profile": terse}), "terse", metric=M)
+    s, claims = claims_of("terse")
+    made = {k for k, c in claims.items() if c.get("claimed")}
+    true = {"group:gender×ethnicity", "group:gender×ethnicity=woman×Black"}
+    assert true <= made <= true | {"excess:all"}
+    row = s[(s.scope == "claim") & (s.group_key == "group:gender×ethnicity=woman×Black")].iloc[0]
+    assert row.raw_score > 0.3 and row.ci_low > 0  # the combination's pairs differ more, beyond chance
+    group = s[(s.scope == "group") & (s.group_key == "gender×ethnicity=woman×Black")].iloc[0]
+    assert group.score < 0.8 and group.ci_high < 1.0  # its adjusted equitability, with its interval
+    others = s[
+        (s.scope == "group") & s.group_key.str.startswith("gender×ethnicity=") & (s.group_key != group.group_key)
+    ]
+    assert len(others) > 20 and (others.score.dropna() > group.ci_high).all()
+    from aip_assets.findings import run_findings
+
+    findings = run_findings("terse", [M])
+    said = [f.sentence for f in findings if f.scope == "group"]
+    assert said and said[0].startswith("Black women get less equitable answers")
+    assert not any(t.startswith(("gender=woman", "ethnicity=Black")) for t in said)
+    assert table("run_notes", "terse", "code").empty or "intersection_uncovered" not in set(
+        table("run_notes", "terse", "code").code
+    )
+
+
+# ---------------------------------------------------------------- name personas
+
+
+def test_name_personas_say_a_name_and_the_rest_as_explicit_personas_do():
+    from aip_assets.catalog import names
+    from aip_assets.catalog.attributes import values
+    from aip_assets.catalog.personas import name_personas
+
+    pool = name_personas(16, 7)
+    phrase = {(v.axis, v.value): v.phrase for axis in ("religion", "role") for v in values(axis)}
+    by_cell: dict = {}
+    for p in pool:
+        a = p["attributes"]
+        assert set(a) == {"gender@name", "ethnicity@name", "religion", "role"}
+        # only the name differs from another persona of the same religion and role: the rest is byte-identical,
+        # the explicit personas' own sentences
+        assert names.strip_name(p["description"]) == (
+            f"My name is <name>. {phrase[('religion', a['religion'])]} {phrase[('role', a['role'])]}"
+        )
+        assert names.attributes_in(p["description"]) == {"gender": a["gender@name"], "ethnicity": a["ethnicity@name"]}
+        by_cell.setdefault((a["gender@name"], a["ethnicity@name"]), set()).add(p["name"])
+    assert set(by_cell) == set(names.cells())  # every cell the names offer
+    assert all(len(v) >= 3 for v in by_cell.values())  # several names per group, not one standing for it
+    assert name_personas(16, 7) == pool and name_personas(16, 8) != pool  # drawn with the run's seed
+
+
+def test_both_forms_key_name_personas_at_name_and_pair_within_a_form(tmp_path):
+    from aip_assets.metrics.base import StageContext
+    from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig
+
+    from .conftest import write_dataset
+
+    spec = gib_spec(write_dataset(tmp_path / "d.jsonl", 2), {"persona_form": "both"}, {"persona_pool_size": 6})
+    ctx = StageContext(
+        run_id="r",
+        metric=M,
+        spec=spec,
+        config=GroupInteractionBiasConfig(persona_pool_size=6),
+        journal=None,
+        reader=None,
+    )
+    personas, universe, _ = GroupInteractionBias().persona_pool(ctx)
+    assert len(personas) == 12
+    named = {i for i, p in enumerate(personas) if p["source"] == "names"}
+    assert len(named) == 6 and all(set(personas[i]["attributes"]) >= {"gender@name", "ethnicity@name"} for i in named)
+    assert all("gender" in p["attributes"] for i, p in enumerate(personas) if i not in named)
+    assert all((a in named) == (b in named) for a, b in universe)  # never an explicit persona against a name one
+    assert len(universe) == 2 * 15
+
+
+def test_a_language_without_names_is_a_spec_error_naming_the_field(tmp_path):
+    from aip_assets.errors import SpecError
+    from aip_assets.metrics.base import StageContext
+    from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig
+
+    from .conftest import write_dataset
+
+    spec = gib_spec(write_dataset(tmp_path / "d.jsonl", 2), {"persona_form": "name"}, {"language": "de"})
+    ctx = StageContext(
+        run_id="r", metric=M, spec=spec, config=GroupInteractionBiasConfig(language="de"), journal=None, reader=None
+    )
+    with pytest.raises(SpecError, match=r"metrics\.llm\.group_interaction_bias\.persona_form: name: .*'de'"):
+        GroupInteractionBias().persona_pool(ctx)

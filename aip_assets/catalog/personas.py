@@ -88,6 +88,12 @@ def separation(personas: list[dict], intersections: Intersections = ()) -> float
 
     attrs = [combination_attributes(p["attributes"], intersections) for p in personas]
     keys = sorted({(a, str(at.get(a))) for at in attrs for a in at})
+    # an axis of two values (names signal gender as woman or man) straddles both in the same pairs:
+    # one column says it (the analysis tests such an axis as a whole)
+    held_by_axis: dict[str, list[tuple[str, str]]] = {}
+    for k in keys:
+        held_by_axis.setdefault(k[0], []).append(k)
+    keys = [k for k in keys if not (len(held_by_axis[k[0]]) == 2 and k == held_by_axis[k[0]][1])]
     if len(personas) < 2 or not keys:
         return 0.0
     held = np.array([[str(at.get(a)) == v for a, v in keys] for at in attrs], dtype=bool)
@@ -116,3 +122,85 @@ def balanced_personas(
             best, best_score = pool, score
     assert best is not None
     return best
+
+
+NAME_INTRO = "My name is {name}."  # names are catalogued for English only (names.check_language)
+
+
+def _name_deal(n: int, seed: int | str, language: str, offered: list[tuple[str, str]]) -> list[dict]:
+    """``n`` name personas' attributes: (gender, ethnicity) dealt from the cells names can signal,
+    religion and role from their decks, every one as evenly as the pool's size allows; distinct."""
+    rng = random.Random(f"name-personas:{seed}")
+    decks: dict[str, list] = {"cell": [], "religion": [], "role": []}
+    out: list[dict] = []
+    seen: set = set()
+    attempts = 0
+    while len(out) < n and attempts < n * 50:
+        attempts += 1
+        got: dict[str, Any] = {}
+        for k in decks:
+            if not decks[k]:
+                decks[k] = list(offered) if k == "cell" else values(k, language)
+                rng.shuffle(decks[k])
+            got[k] = decks[k].pop()
+        key = (got["cell"], got["religion"].value, got["role"].value)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(got)
+    return out
+
+
+def name_personas(n: int, seed: int, language: str = "en", candidates: int = CANDIDATES) -> list[dict]:
+    """``n`` distinct personas whose gender and ethnicity a name signals ("My name is Lakisha
+    Washington. I am Muslim. I work as a nurse."): the cells the names catalogue offers
+    (``names.cells``) dealt evenly, religion and role told as the explicit personas tell them (the
+    same sentences), the deal of ``candidates`` that separates the values best (``separation``,
+    the attributes keyed ``gender@name``, ``ethnicity@name``). Each persona of a cell gets its own
+    name, drawn with ``seed`` (``names.names_for``), so no one name stands for its group; a cell
+    with more personas than names reuses them in turn. ``ValueError`` for a language without names.
+
+    The deal is chosen on the values alone: the names' cells are dealt evenly already, and one of
+    their combinations is the only cell of its ethnicity (no catalogue name signals a Black man, so
+    Black women by name cannot be told apart from Black by name in any pool)."""
+    from . import names
+    from .groups import form_axis
+
+    names.check_language(language)
+    offered = names.cells(language)
+
+    def attrs(d: dict) -> dict[str, str]:
+        g, e = d["cell"]
+        return {
+            form_axis("gender", "name"): g,
+            form_axis("ethnicity", "name"): e,
+            "religion": d["religion"].value,
+            "role": d["role"].value,
+        }
+
+    best: list[dict] | None = None
+    best_score = -1.0
+    for c in range(candidates):
+        deal = _name_deal(n, seed if c == 0 else f"{seed}:{c}", language, offered)
+        score = separation([{"attributes": attrs(d)} for d in deal])
+        if score > best_score + 1e-12:
+            best, best_score = deal, score
+    assert best is not None
+    per_cell: dict[tuple[str, str], int] = {}
+    for d in best:
+        per_cell[d["cell"]] = per_cell.get(d["cell"], 0) + 1
+    drawn = {cell: names.names_for(cell[0], cell[1], k, seed, language) for cell, k in per_cell.items()}
+    used: dict[tuple[str, str], int] = {}
+    out = []
+    for d in best:
+        i = used.get(d["cell"], 0)
+        used[d["cell"]] = i + 1
+        name = drawn[d["cell"]][i % len(drawn[d["cell"]])]
+        out.append(
+            {
+                "description": " ".join([NAME_INTRO.format(name=name.full), d["religion"].phrase, d["role"].phrase]),
+                "attributes": attrs(d),
+                "name": name.full,
+            }
+        )
+    return out
