@@ -263,3 +263,48 @@ def test_a_language_without_names_is_a_spec_error_naming_the_field(tmp_path):
     )
     with pytest.raises(SpecError, match=r"metrics\.llm\.group_interaction_bias\.persona_form: name: .*'de'"):
         GroupInteractionBias().persona_pool(ctx)
+
+
+def test_both_forms_find_a_group_told_and_named_side_by_side(tmp_path):
+    """A SUT terse with Black personas however it learns it (statements or a name): both forms find
+    it, ethnicity=Black beside ethnicity@name=Black in the summary."""
+    from aip_assets.metrics.group_interaction_bias import GroupInteractionBias
+
+    from .conftest import run_all, write_dataset
+
+    sut = {"provider": "builtin", "profile": {"name": "custom", "terse_value": "Black", "persona_signal": "both"}}
+    spec = gib_spec(
+        write_dataset(tmp_path / "d.jsonl", 20),
+        {"persona_form": "both"},
+        {"persona_pool_size": 16, "num_pairs": 8},
+        sut=sut,
+    )
+    run_all(spec, "both", metric=M)
+    s, claims = claims_of("both")
+    made = {k for k, c in claims.items() if c.get("claimed")}
+    assert {"group:ethnicity=Black", "group:ethnicity@name=Black"} <= made
+    assert not {k for k in made if "=" in k} - {"group:ethnicity=Black", "group:ethnicity@name=Black"}
+    summary = GroupInteractionBias().summary(s.astype(object).where(s.notna(), None))
+    row = next(r for r in summary["by_form"] if r["group"] == "ethnicity=Black")
+    assert row["explicit_status"] == row["name_status"] == "claimed"
+    lines = GroupInteractionBias().format_summary(summary)
+    assert any(line.startswith("  ethnicity=Black: told ") and "by name" in line for line in lines)
+
+
+def test_a_combination_by_name_that_is_one_of_its_values_is_measured_as_the_value():
+    """No catalogue name signals a Black man, so by name the Black women are every Black persona:
+    the combination is left out (it would make ethnicity@name=Black inseparable), and the run says so."""
+    from aip_assets.catalog.personas import name_personas
+    from aip_assets.metrics.group_interaction_bias.aggregate import drop_named_aliases
+
+    pool = name_personas(10, 7)
+    attrs = drop_named_aliases({f"p{i}": combination_attributes(p["attributes"], GE) for i, p in enumerate(pool)})
+    held = {a.get("gender×ethnicity@name") for a in attrs.values()}
+    assert "woman×Black" not in held and {"woman×white", "man×Hispanic"} <= held
+    notes = coverage_notes(pool, GE, "en")
+    assert [n["code"] for n in notes] == ["intersection_by_name"]
+    assert "woman×Black is the only cell of ethnicity=Black by name" in notes[0]["message"]
+    # explicit combinations stay whatever the pool
+    explicit = {"a": {"gender": "woman", "ethnicity": "Black"}, "b": {"gender": "man", "ethnicity": "white"}}
+    crossed = {p: combination_attributes(a, GE) for p, a in explicit.items()}
+    assert drop_named_aliases(crossed) == crossed

@@ -119,6 +119,24 @@ def combination_cells(pair: list[str], form: str, language: str) -> list[str]:
     return [combo_value(c) for c in cells]
 
 
+def named_alone(pair: list[str], language: str) -> list[tuple[str, str]]:
+    """(combination, value) for each combination by name that is the only offered cell holding one
+    of its values (woman×Black: no name signals a Black man): its personas are that value's."""
+    from ...catalog import names
+
+    if set(pair) != set(names.NAME_AXES):
+        return []
+    offered = names.cells(language)
+    out = []
+    for cell in offered:
+        held = dict(zip(names.NAME_AXES, cell, strict=True))
+        for axis in pair:
+            if sum(1 for c in offered if dict(zip(names.NAME_AXES, c, strict=True))[axis] == held[axis]) == 1:
+                out.append(("×".join(held[a] for a in pair), f"{axis}={held[axis]}"))
+                break
+    return out
+
+
 def coverage_notes(personas: list[dict], intersections: list[list[str]], language: str) -> list[dict]:
     """A warning per intersection whose combinations the pool does not all hold: a combination no
     persona holds is not measured, and one whose personas cannot be told apart is reported so."""
@@ -133,6 +151,18 @@ def coverage_notes(personas: list[dict], intersections: list[list[str]], languag
         held = {str(a.get(key)) for a in crossed}
         cells = combination_cells(pair, form, language)
         missing = [c for c in cells if c not in held]
+        if form == "name":
+            alone = named_alone(pair, language)
+            if alone:
+                out.append(
+                    {
+                        "level": "info",
+                        "code": "intersection_by_name",
+                        "message": f"{key}: "
+                        + "; ".join(f"{c} is the only cell of {v} by name" for c, v in alone)
+                        + " (the names catalogue offers no other): measured as that value, not as a combination",
+                    }
+                )
         if missing:
             out.append(
                 {

@@ -21,7 +21,7 @@ import pandas as pd
 from ...analysis.claims import Claim, Policy, confidence_words, decide
 from ...analysis.fairness import group_claims, overall_excess_claim
 from ...analysis.power import mde_coefficients
-from ...catalog.groups import combination_attributes
+from ...catalog.groups import CROSS, combination_attributes, form_axis, parse_axis
 from ...gate import exclusion_reason, gate_on, group_threshold
 from ...records import RowScore
 from ...scoring import Accumulator, record, row_raws, to_records, units_frame
@@ -53,10 +53,31 @@ def persona_attributes(ctx: StageContext, personas: pd.DataFrame) -> dict[str, d
     value (a pair straddles it when exactly one persona holds both)."""
     entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
     crossed = [list(p) for p in (getattr(entry, "intersections", None) or [])]
-    return {
+    attrs = {
         r["persona_id"]: combination_attributes(json.loads(r["attributes"] or "{}"), crossed)
         for r in personas.to_dict("records")
     }
+    return drop_named_aliases(attrs)
+
+
+def drop_named_aliases(attrs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Without a combination by name that its personas' names make the same group as one of its
+    values (``gender×ethnicity@name=woman×Black``: the names catalogue signals no Black man, so its
+    holders are every persona with ``ethnicity@name=Black``): the value is measured, the combination
+    would only make both inseparable. Explicit combinations stay, whatever the pool."""
+    holders: dict[tuple[str, str], set[str]] = {}
+    for p, a in attrs.items():
+        for k, v in a.items():
+            holders.setdefault((k, str(v)), set()).add(p)
+    drop: set[tuple[str, str]] = set()
+    for (k, v), who in holders.items():
+        axes, form = parse_axis(k)
+        if form != "name" or len(axes) < 2:
+            continue
+        parts = v.split(CROSS)
+        if any(holders.get((form_axis(ax, "name"), val)) == who for ax, val in zip(axes, parts, strict=False)):
+            drop.add((k, v))
+    return {p: {k: v for k, v in a.items() if (k, str(v)) not in drop} for p, a in attrs.items()}
 
 
 def policy_of(ctx: StageContext) -> Policy:

@@ -173,7 +173,35 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
             ],
         },
         "detectable": details.get("detectable"),
+        "by_form": by_form(gs),
     }
+
+
+def by_form(gs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each group measured both ways (``persona_form: both``): its explicit and its by-name figures
+    side by side (``gender=woman`` beside ``gender@name=woman``)."""
+    from ...catalog.groups import NAME_SUFFIX
+
+    by_key = {str(g["group"]): g for g in gs}
+    out = []
+    for key, g in sorted(by_key.items()):
+        axis, _, value = key.partition("=")
+        if not axis.endswith(NAME_SUFFIX):
+            continue
+        explicit = by_key.get(f"{axis[: -len(NAME_SUFFIX)]}={value}")
+        if explicit is None:
+            continue
+        out.append(
+            {
+                "group": explicit["group"],
+                **{
+                    f"{form}_{k}": x.get(k)
+                    for form, x in (("explicit", explicit), ("name", g))
+                    for k in ("adjusted_equitability", "ci95", "gap", "status", "inseparable")
+                },
+            }
+        )
+    return out
 
 
 def gap_words(g: dict[str, Any], adjust: str | None) -> str:
@@ -368,6 +396,14 @@ def format_summary(s: dict[str, Any]) -> list[str]:
             + ", ".join(f"{g['group']} ({', '.join(g.get('aliases') or []) or 'no separating pair'})" for g in ins[:6])
             + (", ..." if len(ins) > 6 else "")
         )
+    for row in s.get("by_form") or []:
+
+        def said(form: str) -> str:
+            if row.get(f"{form}_inseparable"):
+                return "not separable"
+            return f"{f(row.get(f'{form}_adjusted_equitability'))} (gap {g_(row.get(f'{form}_gap'))}, {row.get(f'{form}_status') or 'n/a'})"
+
+        lines.append(f"  {row['group']}: told {said('explicit')}; by name {said('name')}")
     b = s.get("baseline") or {}
     if b.get("null_pairs") and b.get("excess") is not None:
         ci = b.get("excess_ci") or [None, None]
