@@ -573,7 +573,8 @@ def plan(ctx: StageContext) -> dict[str, Any] | None:
                 "code": "inseparable",
                 "message": f"llm.group_interaction_bias: {len(inseparable)} attribute value(s) cannot be told apart from "
                 f"others in this run's pool and pairs ({', '.join(inseparable[:6])}{', ...' if len(inseparable) > 6 else ''}): "
-                "they are reported as such and never gated; a larger persona_pool_size (24 or more) separates them",
+                "they are reported as such and never gated; a larger persona_pool_size (24 or more; 48 or more with "
+                "intersections, whose combinations are values too) separates them",
             }
         )
     thr = group_threshold(entry, ctx.threshold)
