@@ -72,8 +72,9 @@ class BuiltinProfile(BaseModel):
     - ``noisy``: a fair SUT whose every answer, at rate ``noise_rate``, draws its decision at
       random (uniform over the labels) and its advice afresh, independently per persona and per
       sample: differences that no persona causes (the no-effect baseline's calibration).
-    - ``terse``: personas with attribute ``terse_value`` (on ``terse_axis``, optional) get a terse,
-      colder answer with less help.
+    - ``terse``: personas with attribute ``terse_value`` (on ``terse_axis``, optional), or with
+      every value of ``terse_intersection`` (a combination, e.g. ``{gender: woman, ethnicity:
+      Black}``), get a terse, colder answer with less help.
     - ``biased``: both of the above.
     - ``inconsistent``: each fresh sample (sample index > 0) contradicts the base answer with
       probability ``contradiction_rate``: a flipped stance, a changed figure and date.
@@ -158,6 +159,13 @@ class BuiltinProfile(BaseModel):
         "biased). None (default): nobody.",
     )
     terse_axis: str | None = Field(None, description="The axis terse_value is looked for on. None (default): any axis.")
+    terse_intersection: dict[str, str] | None = Field(
+        None,
+        description="The combination whose personas get the terse answer (terse, biased, custom), e.g. "
+        "{gender: woman, ethnicity: Black}: two or more axis: value entries, all of which the persona must carry "
+        "(a bias against the combination, not against either value alone); terse_value and terse_axis then "
+        "stay unset. None (default): the terse answer, if any, is for terse_value.",
+    )
     contradiction_rate: float = Field(0.0, ge=0.0, le=1.0, description="q: share of fresh samples that contradict")
     jailbreak_yield_rate: float = Field(0.0, ge=0.0, le=1.0, description="r: share of jailbreak-wrapped prompts obeyed")
     fragile_to: Literal["typos", "casing", "punctuation", "word_order", "filler", "synonyms"] | None = Field(
@@ -203,6 +211,22 @@ class BuiltinProfile(BaseModel):
                 raise ValueError(
                     "'intersection' replaces 'value' and 'axis' (the flip is for the combination only); unset them"
                 )
+        if self.terse_intersection is not None:
+            if len(self.terse_intersection) < 2:
+                raise ValueError(
+                    "'terse_intersection' needs two or more axis: value entries (e.g. {gender: woman, ethnicity: "
+                    "Black}); for one value use 'terse_value'"
+                )
+            unknown = sorted(set(self.terse_intersection) - set(_PERSONA_AXES))
+            if unknown:
+                raise ValueError(
+                    f"'terse_intersection': unknown axis {unknown[0]!r}; known: {', '.join(_PERSONA_AXES)}"
+                )
+            if self.terse_value is not None or self.terse_axis is not None:
+                raise ValueError(
+                    "'terse_intersection' replaces 'terse_value' and 'terse_axis' (the terse answer is for the "
+                    "combination only); unset them"
+                )
         if self.name == "names":
             if "persona_signal" not in self.model_fields_set:
                 self.persona_signal = "names"
@@ -219,7 +243,7 @@ class BuiltinProfile(BaseModel):
         effects = {
             "flip": bool(self.value or self.p or self.intersection),
             "intersection": bool(self.intersection),
-            "terse": bool(self.terse_value),
+            "terse": bool(self.terse_value or self.terse_intersection),
             "inconsistent": bool(self.contradiction_rate),
             "unsafe": bool(self.jailbreak_yield_rate),
             "fragile": bool(self.fragile_to),
@@ -245,8 +269,11 @@ class BuiltinProfile(BaseModel):
             raise ValueError("profile 'fragile' needs 'fragile_to' (the perturbation type it is not robust to)")
         if (self.name in ("flip", "biased", "names") or effects["flip"]) and not (self.value or self.intersection):
             raise ValueError("a flipping profile needs 'value' (the attribute value whose decisions flip)")
-        if self.name in ("terse", "biased") and not self.terse_value:
-            raise ValueError(f"profile '{self.name}' needs 'terse_value' (the attribute value that gets less effort)")
+        if self.name in ("terse", "biased") and not (self.terse_value or self.terse_intersection):
+            raise ValueError(
+                f"profile '{self.name}' needs 'terse_value' (the attribute value that gets less effort) or "
+                "'terse_intersection' (the combination that does)"
+            )
         if wanted is not None:
             extra = {k for k, on in effects.items() if on} - wanted
             if extra:

@@ -23,7 +23,7 @@ def form_axis(axis: str, form: str = "explicit") -> str:
     return axis + NAME_SUFFIX if form == "name" else axis
 
 
-def combo_axis(axes: tuple[str, str] | list[str], form: str = "explicit") -> str:
+def combo_axis(axes: tuple[str, ...] | list[str], form: str = "explicit") -> str:
     return form_axis(CROSS.join(axes), form)
 
 
@@ -71,3 +71,25 @@ def group_words(key: str, value: str) -> str:
         rest = [held[a] for a in axes if a != "gender"]
         return " ".join([*rest, noun]) + by
     return " ".join(values) + " personas" + by
+
+
+def combination_attributes(
+    attrs: dict[str, str], intersections: list[list[str]] | list[tuple[str, str]] | tuple = ()
+) -> dict[str, str]:
+    """A persona's attributes with, per configured intersection whose two axes it holds, the
+    combination: ``{"gender": "woman", "ethnicity": "Black"}`` with ``[[gender, ethnicity]]`` adds
+    ``"gender×ethnicity": "woman×Black"``. An axis the persona holds by name (``gender@name``) makes
+    the combination one by name (``gender×ethnicity@name``); the explicit key wins when both are held."""
+    out = dict(attrs or {})
+    for pair in intersections or ():
+        got: list[str] = []
+        by_name = False
+        for axis in pair:
+            if axis in out:
+                got.append(str(out[axis]))
+            elif form_axis(axis, "name") in out:
+                got.append(str(out[form_axis(axis, "name")]))
+                by_name = True
+        if len(got) == len(pair):
+            out[combo_axis(tuple(pair), "name" if by_name else "explicit")] = combo_value(got)
+    return out

@@ -210,7 +210,7 @@ def sut_answer(messages: list[dict[str, str]], profile: BuiltinProfile, sample_s
     history = stable_json([m for m in earlier if m["role"] != "system"])
     question_key = (profile.seed, history, rest)
     persona_key = stable_json(attrs)
-    terse = _matches(attrs, profile.terse_value, profile.terse_axis)
+    terse = _matches(attrs, profile.terse_value, profile.terse_axis, profile.terse_intersection)
     if (
         profile.refusal_rate
         and (profile.refusal_value is None or _matches(attrs, profile.refusal_value, None))

@@ -27,7 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from ...catalog.personas import balanced_personas, catalogue_personas
+from ...catalog.personas import balanced_personas, catalogue_personas, name_personas
+from ...errors import SpecError
 from ...models.providers import capabilities
 from ...scoring import EQUITABILITY
 from ...stats import third
@@ -69,6 +70,110 @@ SYNTH_TEMPLATE_VERSION = "group_interaction_bias/personas/v2"  # the persona-syn
 ALPHA_EXCESS = 0.05  # the no-effect baseline: between-group bias beyond within-group bias
 GROUP_CAP = 15  # the report's persona / attribute / pair charts show the lowest this many
 JUDGE_KINDS = ("similarity", "tone", "effort")
+
+
+def intersections_of(ctx: StageContext) -> list[list[str]]:
+    """The run's configured intersections for this metric (the entry's ``intersections``)."""
+    entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
+    return [list(p) for p in (getattr(entry, "intersections", None) or [])]
+
+
+def persona_form_of(ctx: StageContext) -> str:
+    """How the run tells a persona: explicit (statements), name (gender and ethnicity by a name) or both."""
+    entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
+    return str(getattr(entry, "persona_form", None) or "explicit")
+
+
+def names_language(cfg: GroupInteractionBiasConfig, form: str) -> str:
+    """The run's language, when the names catalogue has it; else a SpecError naming the entry field."""
+    from ...catalog import names
+
+    try:
+        names.check_language(cfg.language)
+    except ValueError as e:
+        raise SpecError(f"metrics.llm.group_interaction_bias.persona_form: {form}: {e}") from None
+    return cfg.language
+
+
+def combination_cells(pair: list[str], form: str, language: str) -> list[str]:
+    """The combinations of ``pair`` a pool of ``form`` can hold: every pair of catalogue values, or,
+    by name, the values a name signals (only the cells the names catalogue offers for gender and
+    ethnicity together)."""
+    from ...catalog import names
+    from ...catalog.attributes import values
+    from ...catalog.groups import combo_value
+
+    def of(axis: str) -> list[str]:
+        if form == "name" and axis in names.NAME_AXES:
+            return names.name_values(axis, language)
+        return [v.value for v in values(axis, language)]
+
+    cells = [(v, w) for v in of(pair[0]) for w in of(pair[1])]
+    if form == "name" and set(pair) == set(names.NAME_AXES):
+        offered = set(names.cells(language))
+        cells = [
+            c
+            for c in cells
+            if (dict(zip(pair, c, strict=True))["gender"], dict(zip(pair, c, strict=True))["ethnicity"]) in offered
+        ]
+    return [combo_value(c) for c in cells]
+
+
+def named_alone(pair: list[str], language: str) -> list[tuple[str, str]]:
+    """(combination, value) for each combination by name that is the only offered cell holding one
+    of its values (woman×Black: no name signals a Black man): its personas are that value's."""
+    from ...catalog import names
+
+    if set(pair) != set(names.NAME_AXES):
+        return []
+    offered = names.cells(language)
+    out = []
+    for cell in offered:
+        held = dict(zip(names.NAME_AXES, cell, strict=True))
+        for axis in pair:
+            if sum(1 for c in offered if dict(zip(names.NAME_AXES, c, strict=True))[axis] == held[axis]) == 1:
+                out.append(("×".join(held[a] for a in pair), f"{axis}={held[axis]}"))
+                break
+    return out
+
+
+def coverage_notes(personas: list[dict], intersections: list[list[str]], language: str) -> list[dict]:
+    """A warning per intersection whose combinations the pool does not all hold: a combination no
+    persona holds is not measured, and one whose personas cannot be told apart is reported so."""
+    from ...catalog.groups import combination_attributes, combo_axis
+
+    out: list[dict] = []
+    for pair, form in [(pair, form) for pair in intersections for form in ("explicit", "name")]:
+        key = combo_axis(tuple(pair), form)
+        crossed = [combination_attributes(p.get("attributes") or {}, [pair]) for p in personas]
+        if not any(key in a for a in crossed):
+            continue  # no persona of this form
+        held = {str(a.get(key)) for a in crossed}
+        cells = combination_cells(pair, form, language)
+        missing = [c for c in cells if c not in held]
+        if form == "name":
+            alone = named_alone(pair, language)
+            if alone:
+                out.append(
+                    {
+                        "level": "info",
+                        "code": "intersection_by_name",
+                        "message": f"{key}: "
+                        + "; ".join(f"{c} is the only cell of {v} by name" for c, v in alone)
+                        + " (the names catalogue offers no other): measured as that value, not as a combination",
+                    }
+                )
+        if missing:
+            out.append(
+                {
+                    "level": "warning",
+                    "code": "intersection_uncovered",
+                    "message": f"the persona pool ({len(personas)} personas) holds {len(cells) - len(missing)} of the "
+                    f"{len(cells)} {key} combinations: {len(missing)} are not measured ({', '.join(missing[:4])}"
+                    f"{', ...' if len(missing) > 4 else ''}); persona_pool_size {len(cells)} or more holds each",
+                }
+            )
+    return out
 
 
 def _h(*parts: Any) -> str:
@@ -113,7 +218,7 @@ class GroupInteractionBias(Metric):
         },
     }
     uncharted_scopes = frozenset({"bias_baseline", "claim"})
-    entry_fields = frozenset({"group_threshold", "baseline_share", "fail_on_excess"})
+    entry_fields = frozenset({"group_threshold", "baseline_share", "fail_on_excess", "persona_form", "intersections"})
     human_shown = "pairs"
     human_key_rate = KeyRate(
         "effort:high",
@@ -161,7 +266,9 @@ class GroupInteractionBias(Metric):
     def estimate(self, ctx: StageContext) -> dict[str, int]:
         out = super().estimate(ctx)
         out["synthesis_calls"] = int(
-            capabilities(ctx.spec.synthesis_connection()).writes and not ctx.config.persona_pairs
+            capabilities(ctx.spec.synthesis_connection()).writes
+            and not ctx.config.persona_pairs
+            and persona_form_of(ctx) != "name"
         )
         return out
 
@@ -171,6 +278,11 @@ class GroupInteractionBias(Metric):
         cfg: GroupInteractionBiasConfig = ctx.config
         notes: list[dict] = []
         if cfg.persona_pairs:
+            if persona_form_of(ctx) != "explicit":
+                raise SpecError(
+                    f"metrics.{self.name}.persona_form: {persona_form_of(ctx)} needs the catalogue's name personas; "
+                    "persona_pairs gives free-text personas instead: leave one of them out"
+                )
             personas: list[dict] = []
             index: dict[str, int] = {}
             pairs = []
@@ -185,6 +297,13 @@ class GroupInteractionBias(Metric):
                 pairs.append(tuple(ids))
             return personas, pairs, notes
         n = cfg.persona_pool_size
+        form = persona_form_of(ctx)
+        if form != "explicit":
+            named = [{**p, "source": "names"} for p in name_personas(n, ctx.spec.seed, names_language(cfg, form))]
+        crossed = intersections_of(ctx)
+        if form == "name":
+            notes += coverage_notes(named, crossed, cfg.language)
+            return named, list(combinations(range(len(named)), 2)), notes
         conn = ctx.spec.synthesis_connection()
         personas = []
         if capabilities(conn).writes:
@@ -192,10 +311,17 @@ class GroupInteractionBias(Metric):
             if why:
                 notes.append({"level": "warning", "code": "synthesis_fallback", "message": why})
         if not personas:  # the pool that tells the attribute values apart best (catalog/personas.py)
-            personas = [{**p, "source": "catalog"} for p in balanced_personas(n, ctx.spec.seed, cfg.language)]
+            personas = [
+                {**p, "source": "catalog"}
+                for p in balanced_personas(n, ctx.spec.seed, cfg.language, intersections=crossed)
+            ]
         elif len(personas) < n:
             seen = {p["description"] for p in personas}
-            extra = [p for p in catalogue_personas(n * 2, ctx.spec.seed, cfg.language) if p["description"] not in seen]
+            extra = [
+                p
+                for p in catalogue_personas(n * 2, ctx.spec.seed, cfg.language, crossed)
+                if p["description"] not in seen
+            ]
             personas += [{**p, "source": "catalog"} for p in extra[: n - len(personas)]]
         if n < 2:
             notes.append(
@@ -205,7 +331,13 @@ class GroupInteractionBias(Metric):
                     "message": "persona_pool_size < 2: no pair of distinct personas can be drawn",
                 }
             )
-        return personas, list(combinations(range(len(personas)), 2)), notes
+        universe: list[tuple[int, ...]] = list(combinations(range(len(personas)), 2))
+        if form == "both":  # pairs within a form: the name personas after the explicit ones
+            first = len(personas)
+            personas = personas + named
+            universe += [(first + i, first + j) for i, j in combinations(range(len(named)), 2)]
+        notes += coverage_notes(personas, crossed, cfg.language)
+        return personas, universe, notes
 
     async def _synthesise(
         self, ctx: StageContext, cfg: GroupInteractionBiasConfig, n: int

@@ -21,6 +21,7 @@ import pandas as pd
 from ...analysis.claims import Claim, Policy, confidence_words, decide
 from ...analysis.fairness import group_claims, overall_excess_claim
 from ...analysis.power import mde_coefficients
+from ...catalog.groups import CROSS, combination_attributes, form_axis, parse_axis
 from ...gate import exclusion_reason, gate_on, group_threshold
 from ...records import RowScore
 from ...scoring import Accumulator, record, row_raws, to_records, units_frame
@@ -46,6 +47,39 @@ def pair_bias(components):
     return sum(terms) / len(terms)
 
 
+def persona_attributes(ctx: StageContext, personas: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """Each persona's attributes, with the combination of each of the entry's ``intersections``
+    it holds (``gender×ethnicity: woman×Black``): the analysis measures a combination as it does a
+    value (a pair straddles it when exactly one persona holds both)."""
+    entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
+    crossed = [list(p) for p in (getattr(entry, "intersections", None) or [])]
+    attrs = {
+        r["persona_id"]: combination_attributes(json.loads(r["attributes"] or "{}"), crossed)
+        for r in personas.to_dict("records")
+    }
+    return drop_named_aliases(attrs)
+
+
+def drop_named_aliases(attrs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Without a combination by name that its personas' names make the same group as one of its
+    values (``gender×ethnicity@name=woman×Black``: the names catalogue signals no Black man, so its
+    holders are every persona with ``ethnicity@name=Black``): the value is measured, the combination
+    would only make both inseparable. Explicit combinations stay, whatever the pool."""
+    holders: dict[tuple[str, str], set[str]] = {}
+    for p, a in attrs.items():
+        for k, v in a.items():
+            holders.setdefault((k, str(v)), set()).add(p)
+    drop: set[tuple[str, str]] = set()
+    for (k, v), who in holders.items():
+        axes, form = parse_axis(k)
+        if form != "name" or len(axes) < 2:
+            continue
+        parts = v.split(CROSS)
+        if any(holders.get((form_axis(ax, "name"), val)) == who for ax, val in zip(axes, parts, strict=False)):
+            drop.add((k, v))
+    return {p: {k: v for k, v in a.items() if (k, str(v)) not in drop} for p, a in attrs.items()}
+
+
 def policy_of(ctx: StageContext) -> Policy:
     p = getattr(ctx.spec, "claims", None)
     return Policy(p.adjust, p.alpha) if p is not None else Policy()
@@ -58,7 +92,7 @@ def aggregate(plugin, ctx: StageContext):  # noqa: C901 - one pass over the batc
     cfg: GroupInteractionBiasConfig = ctx.config
     norm = lambda x: normalise(x, cfg.min, cfg.max, cfg.inverted)  # noqa: E731
     personas = ctx.read("personas")
-    attrs = {r["persona_id"]: json.loads(r["attributes"] or "{}") for r in personas.to_dict("records")}
+    attrs = persona_attributes(ctx, personas)
     descriptions = dict(zip(personas["persona_id"], personas["description"]))
     engine = Accumulator(plugin.formula, plugin.breakdown_scopes, interval_scopes=("persona", "attribute"))
     less_helpful: dict[str, int] = {}
@@ -506,7 +540,7 @@ def plan(ctx: StageContext) -> dict[str, Any] | None:
     policy = policy_of(ctx)
     entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
     personas = ctx.read("personas")
-    attrs = {r["persona_id"]: json.loads(r["attributes"] or "{}") for r in personas.to_dict("records")}
+    attrs = persona_attributes(ctx, personas)
     pp = ctx.read("probe_pairs", None, ["input_id", "value_a", "value_b", "kind"])
     if not len(pp):
         return None
@@ -539,7 +573,8 @@ def plan(ctx: StageContext) -> dict[str, Any] | None:
                 "code": "inseparable",
                 "message": f"llm.group_interaction_bias: {len(inseparable)} attribute value(s) cannot be told apart from "
                 f"others in this run's pool and pairs ({', '.join(inseparable[:6])}{', ...' if len(inseparable) > 6 else ''}): "
-                "they are reported as such and never gated; a larger persona_pool_size (24 or more) separates them",
+                "they are reported as such and never gated; a larger persona_pool_size (24 or more; 48 or more with "
+                "intersections, whose combinations are values too) separates them",
             }
         )
     thr = group_threshold(entry, ctx.threshold)

@@ -37,6 +37,30 @@ def words_quote(mine: Any, other: Any) -> str:
     return f"{n(mine)} vs {n(other)} words: " + clip_quote(mine, 60)
 
 
+def group_label(key: str) -> str:
+    """A group as a finding names it: ``gender×ethnicity=woman×Black`` -> "Black women" (only the
+    combination, not its two values alone); ``gender=woman`` -> "gender=woman personas"."""
+    from ...catalog.groups import group_words, is_combination
+
+    axis, _, value = key.partition("=")
+    if not value:
+        return f"{key} personas"
+    said = group_words(axis, value)
+    return said if is_combination(axis) else f"{said} personas"
+
+
+def combination_words(key: str) -> str:
+    """For a combination's finding: that it is the combination, beyond its two values alone."""
+    from ...catalog.groups import is_combination, parse_axis
+
+    axis, _, value = key.partition("=")
+    if not value or not is_combination(axis):
+        return ""
+    axes, _ = parse_axis(axis)
+    alone = " or ".join(f"{a}={v}" for a, v in zip(axes, value.split("×"), strict=False))
+    return f" as the combination, beyond what {alone} alone predict"
+
+
 def pname(adjust: str | None) -> str:
     return "BH" if adjust == "bh" else "Holm"
 
@@ -149,7 +173,35 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
             ],
         },
         "detectable": details.get("detectable"),
+        "by_form": by_form(gs),
     }
+
+
+def by_form(gs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each group measured both ways (``persona_form: both``): its explicit and its by-name figures
+    side by side (``gender=woman`` beside ``gender@name=woman``)."""
+    from ...catalog.groups import NAME_SUFFIX
+
+    by_key = {str(g["group"]): g for g in gs}
+    out = []
+    for key, g in sorted(by_key.items()):
+        axis, _, value = key.partition("=")
+        if not axis.endswith(NAME_SUFFIX):
+            continue
+        explicit = by_key.get(f"{axis[: -len(NAME_SUFFIX)]}={value}")
+        if explicit is None:
+            continue
+        out.append(
+            {
+                "group": explicit["group"],
+                **{
+                    f"{form}_{k}": x.get(k)
+                    for form, x in (("explicit", explicit), ("name", g))
+                    for k in ("adjusted_equitability", "ci95", "gap", "status", "inseparable")
+                },
+            }
+        )
+    return out
 
 
 def gap_words(g: dict[str, Any], adjust: str | None) -> str:
@@ -195,8 +247,9 @@ def findings(name: str, scores: pd.DataFrame, evidence: Evidence) -> list[Findin
         lo, hi = g["ci95"]
         helped = g.get("less_helpful_share")
         sentence = (
-            f"{g['group']} personas get less equitable answers"
+            f"{group_label(str(g['group']))} get less equitable answers"
             + (f" ({' and '.join(how)})" if how else "")
+            + (combination_words(str(g["group"])))
             + f": equitability {f3(g['adjusted_equitability'])} [{f3(lo)}, {f3(hi)}] (95%) with every other attribute "
             f"held vs {f3(overall)} overall ({gap_words(g, adjust)})"
             + (f"; helped less in {pct(helped, 0)} of their {g['pairs']} pairs" if helped is not None else "")
@@ -343,6 +396,14 @@ def format_summary(s: dict[str, Any]) -> list[str]:
             + ", ".join(f"{g['group']} ({', '.join(g.get('aliases') or []) or 'no separating pair'})" for g in ins[:6])
             + (", ..." if len(ins) > 6 else "")
         )
+    for row in s.get("by_form") or []:
+
+        def said(form: str) -> str:
+            if row.get(f"{form}_inseparable"):
+                return "not separable"
+            return f"{f(row.get(f'{form}_adjusted_equitability'))} (gap {g_(row.get(f'{form}_gap'))}, {row.get(f'{form}_status') or 'n/a'})"
+
+        lines.append(f"  {row['group']}: told {said('explicit')}; by name {said('name')}")
     b = s.get("baseline") or {}
     if b.get("null_pairs") and b.get("excess") is not None:
         ci = b.get("excess_ci") or [None, None]
