@@ -251,7 +251,7 @@ def interaction_claims(
         held = f"{other} held" + (f", {', '.join(named)} apart" if named else "")
         for v in gt.groups:
             col = arr[keep] == v
-            parts: list[Dual] = []
+            loo: list[Dual] = []
             why = gt.why.get(v)
             for o in sorted(set(other_arr[keep & (arr == v)])):
                 out_one = keep & ~((arr == v) & (other_arr == o))
@@ -263,8 +263,9 @@ def interaction_claims(
                         "from that combination's own treatment"
                     )
                     break
-                parts.append(t)
-            test = LeaveOneOut(gt.shifts[v], parts) if why is None and gt.shifts.get(v) is not None and parts else None
+                loo.append(t)
+            full = gt.shifts.get(v)
+            test = LeaveOneOut(full, loo) if why is None and full is not None and loo else None
             out.append(
                 Claim(
                     f"main:{axis}:{attr}={v}",
@@ -286,7 +287,7 @@ def interaction_claims(
                         "events": int(y[keep][col].sum()),
                         "attribute": attr,
                         "held": held,
-                        "estimate_all": gt.shifts[v].d if gt.shifts.get(v) is not None else None,
+                        "estimate_all": full.d if full is not None else None,
                     },
                 )
             )
