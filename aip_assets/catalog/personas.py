@@ -161,8 +161,8 @@ def name_personas(n: int, seed: int, language: str = "en", candidates: int = CAN
     with more personas than names reuses them in turn. ``ValueError`` for a language without names.
 
     The deal is chosen on the values alone: the names' cells are dealt evenly already, and one of
-    their combinations is the only cell of its ethnicity (no catalogue name signals a Black man, so
-    Black women by name cannot be told apart from Black by name in any pool)."""
+    their combinations could be the only cell of its ethnicity (had no catalogue name signalled a Black
+    man, Black women by name could not be told apart from Black by name in any pool)."""
     from . import names
     from .groups import form_axis
 

@@ -121,7 +121,8 @@ def combination_cells(pair: list[str], form: str, language: str) -> list[str]:
 
 def named_alone(pair: list[str], language: str) -> list[tuple[str, str]]:
     """(combination, value) for each combination by name that is the only offered cell holding one
-    of its values (woman×Black: no name signals a Black man): its personas are that value's."""
+    of its values (were no name to signal a Black man, woman×Black would be Black by name): its personas
+    are that value's. The catalogue offers every gender and ethnicity cell it holds today, so none."""
     from ...catalog import names
 
     if set(pair) != set(names.NAME_AXES):

@@ -62,8 +62,8 @@ def persona_attributes(ctx: StageContext, personas: pd.DataFrame) -> dict[str, d
 
 def drop_named_aliases(attrs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Without a combination by name that its personas' names make the same group as one of its
-    values (``gender×ethnicity@name=woman×Black``: the names catalogue signals no Black man, so its
-    holders are every persona with ``ethnicity@name=Black``): the value is measured, the combination
+    values (``gender×ethnicity@name=woman×Black`` were no name to signal a Black man: its holders would
+    be every persona with ``ethnicity@name=Black``): the value is measured, the combination
     would only make both inseparable. Explicit combinations stay, whatever the pool."""
     holders: dict[tuple[str, str], set[str]] = {}
     for p, a in attrs.items():
