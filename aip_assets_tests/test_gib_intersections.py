@@ -208,7 +208,7 @@ def test_name_personas_say_a_name_and_the_rest_as_explicit_personas_do():
     from aip_assets.catalog.attributes import values
     from aip_assets.catalog.personas import name_personas
 
-    pool = name_personas(16, 7)
+    pool = name_personas(24, 7)
     phrase = {(v.axis, v.value): v.phrase for axis in ("religion", "role") for v in values(axis)}
     by_cell: dict = {}
     for p in pool:
@@ -223,7 +223,7 @@ def test_name_personas_say_a_name_and_the_rest_as_explicit_personas_do():
         by_cell.setdefault((a["gender@name"], a["ethnicity@name"]), set()).add(p["name"])
     assert set(by_cell) == set(names.cells())  # every cell the names offer
     assert all(len(v) >= 3 for v in by_cell.values())  # several names per group, not one standing for it
-    assert name_personas(16, 7) == pool and name_personas(16, 8) != pool  # drawn with the run's seed
+    assert name_personas(24, 7) == pool and name_personas(24, 8) != pool  # drawn with the run's seed
 
 
 def test_both_forms_key_name_personas_at_name_and_pair_within_a_form(tmp_path):
@@ -251,13 +251,17 @@ def test_both_forms_key_name_personas_at_name_and_pair_within_a_form(tmp_path):
 
 
 def test_a_language_without_names_is_a_spec_error_naming_the_field(tmp_path):
+    """Refused with the spec, before anything is registered; the pool's own check stays behind it."""
     from aip_assets.errors import SpecError
     from aip_assets.metrics.base import StageContext
     from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig
 
     from .conftest import write_dataset
 
-    spec = gib_spec(write_dataset(tmp_path / "d.jsonl", 2), {"persona_form": "name"}, {"language": "de"})
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    with pytest.raises(SpecError, match=r"llm\.group_interaction_bias\.persona_form: no names catalogue for .*'de'"):
+        gib_spec(ds, {"persona_form": "name"}, {"language": "de"})
+    spec = gib_spec(ds, {"persona_form": "name"})
     ctx = StageContext(
         run_id="r", metric=M, spec=spec, config=GroupInteractionBiasConfig(language="de"), journal=None, reader=None
     )
@@ -291,12 +295,22 @@ def test_both_forms_find_a_group_told_and_named_side_by_side(tmp_path):
     assert any(line.startswith("  ethnicity=Black: told ") and "by name" in line for line in lines)
 
 
-def test_a_combination_by_name_that_is_one_of_its_values_is_measured_as_the_value():
-    """No catalogue name signals a Black man, so by name the Black women are every Black persona:
-    the combination is left out (it would make ethnicity@name=Black inseparable), and the run says so."""
+def test_a_combination_by_name_that_is_one_of_its_values_is_measured_as_the_value(monkeypatch):
+    """Were no catalogue name to signal a Black man, by name the Black women would be every Black
+    persona: the combination is left out (it would make ethnicity@name=Black inseparable), and the
+    run says so. With Black men's names (the catalogue today) every combination stays."""
+    from aip_assets.catalog import names
     from aip_assets.catalog.personas import name_personas
     from aip_assets.metrics.group_interaction_bias.aggregate import drop_named_aliases
 
+    pool = name_personas(12, 7)
+    attrs = drop_named_aliases({f"p{i}": combination_attributes(p["attributes"], GE) for i, p in enumerate(pool)})
+    held = {a.get("gender×ethnicity@name") for a in attrs.values()}
+    assert {"woman×Black", "man×Black", "woman×white", "man×Hispanic"} <= held
+    assert not [n for n in coverage_notes(pool, GE, "en") if n["code"] == "intersection_by_name"]
+
+    offered = [c for c in names.cells() if c != ("man", "Black")]
+    monkeypatch.setattr(names, "cells", lambda language="en": offered)
     pool = name_personas(10, 7)
     attrs = drop_named_aliases({f"p{i}": combination_attributes(p["attributes"], GE) for i, p in enumerate(pool)})
     held = {a.get("gender×ethnicity@name") for a in attrs.values()}
