@@ -267,10 +267,9 @@ def make_claims(
     the value (the omnibus test), then each value against the rest of its axis (two-sided); for an
     intersection, departure from additivity and the combinations that depart, then each
     attribute's values with those combinations held apart (``analysis.intersections``; every name
-    persona is one: ``with_name_cells``); whether
-    answers without a decision (refusals) depend on the value (the combination, for an
-    intersection), then each value refused more than the rest (one-sided). ``cells``, when given,
-    receives each intersection's per-combination figures."""
+    persona is one: ``with_name_cells``); per single axis, whether answers without a decision
+    (refusals) depend on the value, then each value refused more than the rest (one-sided).
+    ``cells``, when given, receives each intersection's per-combination figures."""
     excess, baseline = excess_claims(pairs, seed, "flip", n_perm)
     read = with_name_cells(answers[answers["state"] != "empty"])
     combo = read["axis"].map(is_combination).astype(bool) if len(read) else pd.Series(dtype=bool)
