@@ -132,6 +132,16 @@ def test_calibration_one_combination_by_statements(tmp_path):
     lo, hi = c["ci"]
     assert lo <= -0.9 * predicted <= hi, (lo, -0.9 * predicted, hi)
     assert not {k for k in made("stmt") if k.startswith("favoured:gender")}
+    # the report's table names the group and the decision, read from the stored claims
+    from aip_assets.report.claims import intersections_table
+
+    html = intersections_table(
+        "llm.decision_flip", table("metric_scores", "stmt", "scope, group_key").to_dict("records")
+    )
+    row = html[html.index("<td>Black women</td>") :].split("</tr>")[0]
+    assert "beyond chance" in row and f"{predicted:.3f}" in row
+    others = [r for r in html.split("</tr>") if "<td>Black non-binary people</td>" in r]
+    assert others and "not named" in others[0]  # a combination the analysis did not name: descriptive only
 
 
 def test_calibration_one_combination_by_names_only(tmp_path):

@@ -259,8 +259,8 @@ def interaction_claims(
                 t = g1.shifts.get(v) if v in g1.groups else None
                 if t is None:
                     why = why or (
-                        f"its contrast rests on one combination ({v}{CROSS}{o} if {attr} is first): it cannot be told "
-                        "from that combination's own treatment"
+                        f"its contrast rests on one combination ({attr}={v} with {names[1 - which]}={o}): it cannot be "
+                        "told from that combination's own treatment"
                     )
                     break
                 loo.append(t)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.claims import confidence_words
+from ..catalog.groups import group_words, is_combination, parse_axis
 from .values import _attrs, _e, _json, _raw, _v
 
 STATUS_ORDER = {"claimed": 0, "gated": 1, "not shown": 2, "not tested": 3, "inseparable": 4}
@@ -124,6 +125,20 @@ def _claim_words(metric: str, c: dict[str, Any]) -> str:
         return (
             f"{where}: persona pairs differ more than one persona asked twice ({n('rate')} vs {n('null_rate')}; "
             f"{n('null_pairs', 'd')} null pairs{held})"
+        )
+    if kind == "interaction":
+        if value is None:
+            return f"{_e(axis)}: some combination departs from what its two attributes alone predict"
+        direction = "worse" if (_v(c.get("estimate")) or 0) < 0 else "better"
+        return (
+            f"{_e(group_words(str(axis), str(value)))} ({_e(axis)}={_e(value)}) fare {direction} than the two attributes "
+            f"alone predict: favourable {n('rate')} vs {n('predicted')} predicted"
+        )
+    if kind == "main":
+        attr = str(value).split("=", 1)[0]
+        return (
+            f"{_e(value)} against the rest of {_e(attr)} among the {_e(axis)} personas ({_e(c.get('held'))}): "
+            f"favourable {n('rate')} vs {n('rest_rate')}"
         )
     if value is None:
         return f"{_e(axis)}: {_e(OUTCOMES.get(str(kind), kind))} depends on the value (every value at once)"
@@ -271,7 +286,11 @@ def favoured_table(metric: str, rows: list[dict[str, Any]]) -> str:
     axes: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for r in fav:
         d = _json(r.get("details")) or {}
+        if is_combination(str(d.get("axis"))) or parse_axis(str(d.get("axis")))[1] == "name":
+            continue  # intersections_table: combinations, their interaction, and names with the other attribute held
         axes.setdefault(str(d.get("axis")), []).append((r, d))
+    if not axes:
+        return ""
     cols = 9 + gated
     out = [
         "<h4>Who is favoured: each value against the rest of its axis</h4>",
@@ -342,6 +361,95 @@ def favoured_table(metric: str, rows: list[dict[str, Any]]) -> str:
             )
     out.append("</table>")
     return "".join(out)
+
+
+def intersections_table(metric: str, rows: list[dict[str, Any]]) -> str:
+    """Decision flip's intersections (and its names, which carry gender and ethnicity at once): per
+    intersection, whether any combination departs from what its two attributes alone predict; per
+    combination its favourable rate, the additive model's prediction, its interaction (the claim's
+    estimate and interval for a combination the analysis named) and the decision; each attribute's
+    values with the named combinations held apart; and, with persona_form both, each value's
+    explicit and name effects side by side."""
+    import pandas as pd
+
+    from ..metrics.decision_flip import words
+
+    if not any(
+        r["scope"] == "favourable" and is_combination(str((_json(r.get("details")) or {}).get("axis"))) for r in rows
+    ):
+        return ""
+    frame = pd.DataFrame(rows)
+    inter = words.intersections(frame)
+    side = words.explicit_vs_name(frame)
+    claims = claims_of(rows)
+    overall = next((r for r in rows if r["scope"] == "overall"), {})
+    name = pname(((_json(overall.get("details")) or {}).get("claims_policy") or {}).get("adjust"))
+    out = [
+        "<h4>Two attributes at once: combinations against what their attributes alone predict</h4>",
+        '<p class="muted">Predicted: the additive model (a fixed effect per question, one per value of each '
+        "attribute) for the combination. Interaction: its departure from that prediction, claimed for a "
+        "combination the analysis names (forward selection while departure is left; the interval at the claim's "
+        "level); for the others, the mean residual, descriptive. Attributes: each value against the rest within "
+        "question and the other attribute's value, the named combinations apart, claimed only if it holds with "
+        "any one of its combinations left out.</p>",
+        '<table class="favoured"><tr><th>combination</th><th class="num">answers</th><th class="num">favourable</th>'
+        '<th class="num">predicted</th><th class="num">interaction</th><th>interval (its level)</th>'
+        f'<th class="num">{name} p</th><th>decision</th></tr>',
+    ]
+    for axis, it in inter.items():
+        omni = claims.get(f"interaction:{axis}") or {"id": f"interaction:{axis}", "status": None}
+        out.append(
+            f'<tr class="axis"{_attrs(data_metric=metric, data_axis=axis)}><td colspan="8"><b>{_e(axis)}</b>: does '
+            f"any combination depart from what {_e(' and '.join(it['attributes']))} alone predict? "
+            f"{_decision(omni, **_claim_attrs(metric, omni))} ({name} p "
+            f"{_x(omni.get('p_adjusted'), '.2g', **_claim_attrs(metric, omni), data_field='details.p_adjusted')})</td></tr>"
+        )
+        for v in sorted(it["combinations"], key=lambda v: (v["status"] != "claimed", v["favourable_rate"] or 0)):
+            key = f"{axis}={v['value']}"
+            b = dict(data_metric=metric, data_scope="favourable", data_key=key)
+            c = claims.get(f"interaction:{key}")
+            cells = (
+                f"{_estimate_cells(metric, c)}{_p_cells(metric, c, raw=False)}<td>{_decision(c)}</td>"
+                if c is not None
+                else f'<td class="num">{_x(v.get("interaction"), "+.3f", **b, data_field="details.interaction")}</td>'
+                '<td class="muted">descriptive</td><td></td><td class="muted">not named</td>'
+            )
+            out.append(
+                f"<tr{_attrs(**b)}><td>{_e(v['group'])}</td>"
+                f'<td class="num">{_x(v.get("answers"), "d", **b, data_field="n")}</td>'
+                f'<td class="num">{_x(v.get("favourable_rate"), ".3f", **b, data_field="rate")}</td>'
+                f'<td class="num">{_x(v.get("predicted_rate"), ".3f", **b, data_field="details.predicted_rate")}</td>'
+                f"{cells}</tr>"
+            )
+        for m in it["main"]:
+            c = claims.get(f"main:{axis}:{m['value']}") or {}
+            if not c:
+                continue
+            out.append(
+                f'<tr{_attrs(**_claim_attrs(metric, c))}><td>{_e(m["value"])} <span class="muted">({_e(m.get("held"))})'
+                f"</span></td><td></td>"
+                f'<td class="num">{_x(m.get("rate"), ".3f")}</td><td class="num">{_x(m.get("rest_rate"), ".3f")} rest</td>'
+                f"{_estimate_cells(metric, c)}{_p_cells(metric, c, raw=False)}<td>{_decision(c)}</td></tr>"
+            )
+    out.append("</table>")
+    if side:
+        out += [
+            "<h4>Explicit and by name, side by side</h4>",
+            '<table class="favoured"><tr><th>value</th><th class="num">explicit: favourable</th>'
+            '<th class="num">difference</th><th>decision</th><th class="num">by name: favourable</th>'
+            '<th class="num">difference</th><th>decision</th></tr>',
+        ]
+        for axis, rs in side.items():
+            for r in rs:
+                e, nm = r["explicit"], r["name"]
+                out.append(
+                    f'<tr><td>{_e(axis)}={_e(r["value"])}</td><td class="num">{_x(e.get("favourable_rate"))}</td>'
+                    f'<td class="num">{_x(e.get("difference"), "+.3f")}</td><td>{_e(e.get("status"))}</td>'
+                    f'<td class="num">{_x(nm.get("favourable_rate"))}</td><td class="num">{_x(nm.get("difference"), "+.3f")}'
+                    f"</td><td>{_e(nm.get('status'))}</td></tr>"
+                )
+        out.append("</table>")
+    return "\n".join(out)
 
 
 def _fmt(x: Any, spec: str = ".3f") -> str:

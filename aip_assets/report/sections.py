@@ -497,6 +497,7 @@ def _metric_section(
     # who is favoured and the no-effect baseline (decision flip), the groups with every other attribute held
     # (group interaction bias), then every claim; each reads the stored claims (report/claims.py)
     out.append(claims.favoured_table(metric, scores))
+    out.append(claims.intersections_table(metric, scores))
     out.append(claims.flip_baseline_table(metric, scores))
     out.append(claims.groups_table(metric, scores))
     out.append(claims.bias_baseline_table(metric, scores))
