@@ -145,6 +145,7 @@ METRIC_VIEWS = {
     "v_flip_excess_by_axis",
     "v_favourable_rates",
     "v_impact_ratios",  # issue 35: impact ratios per axis value
+    "v_persona_names",  # issue 37: every name a run gave a persona
     "v_group_equitability",
     "v_group_effects",  # issue 35: each value's effect with every other attribute held
     "v_gib_pairs",
