@@ -592,10 +592,16 @@ def _serve_beside(parent: int, host: str, port: int) -> None:
     """The report server's process beside the UI: it serves the reports folder (as `report
     --serve`) until its parent, the UI, ends. Says ``ready <port>`` or ``busy <why>`` on stdout
     once, then nothing."""
+    import signal
     import threading
     import time
 
     from .report import default_out, serve_reports
+
+    # a SIGTERM ends it at once, whatever disposition or mask it inherited and whatever its threads
+    # hold (it only serves files): the UI's end, a test's terminate(), a service manager
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 
     try:
         server = serve_reports(default_out("x").parent, host, port)
