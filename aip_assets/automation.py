@@ -252,7 +252,9 @@ def build_sensor(job):
     )
     def new_spec_sensor(context):
         specs = sorted(runs_dir().glob("*.y*ml"))
-        if context.cursor is None:  # its first tick: what is there now was there before it; launch none
+        # its first tick (no cursor; the UI's "Preview tick result" passes an empty one): what is there now
+        # was there before it; launch none
+        if not context.cursor:
             context.update_cursor(json.dumps({str(p): file_sha256(p) for p in specs}, sort_keys=True))
             return SkipReason(
                 f"first tick: {len(specs)} spec file(s) already in {runs_dir()} recorded as seen; "

@@ -344,7 +344,11 @@ class RunSpec(BaseModel):
             raise ValueError("at least one metric is required")
         unknown = [m for m in v if m not in registry]
         if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(registry)}")
+            import difflib
+
+            near = {m: difflib.get_close_matches(m, list(registry), n=1, cutoff=0.6) for m in unknown}
+            hints = "".join(f"; did you mean {near[m][0]!r} for {m!r}?" for m in unknown if near[m])
+            raise ValueError(f"unknown metric(s) {unknown}; registered: {sorted(registry)}{hints}")
         for m, entry in v.items():
             for field in OWN_ENTRY_FIELDS:
                 if getattr(entry, field) not in (None, {}, [], "explicit") and field not in registry[m].entry_fields:

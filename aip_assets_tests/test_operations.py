@@ -215,6 +215,11 @@ def test_sensor_launches_new_and_changed_specs_and_reports_invalid_ones(tmp_path
         sensor, build_sensor_context(instance=instance, repository_def=defs.get_repository_def()), instance
     )
     assert not first.run_requests and "first tick: 2 spec file(s)" in first.skip_message
+    # the UI's "Preview tick result" passes an empty cursor: a first tick, not a crash (issue 38)
+    preview = _sensor_tick(
+        sensor, build_sensor_context(instance=instance, cursor="", repository_def=defs.get_repository_def()), instance
+    )
+    assert not preview.run_requests and "first tick: 2 spec file(s)" in preview.skip_message
     (tmp_path / "data" / "runs" / "a.yaml").rename(tmp_path / "data" / "runs" / "a2.yaml")  # a new file
     ctx = build_sensor_context(instance=instance, cursor=first.cursor, repository_def=defs.get_repository_def())
     out = _sensor_tick(sensor, ctx, instance)

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from aip_assets.errors import SpecError
-from aip_assets.runspec import load_spec
+from aip_assets.runspec import load_spec, parse_spec
 
 from .conftest import make_spec, write_dataset
 
@@ -75,3 +75,9 @@ def test_decision_flip_synthesis_temperature_is_refused_not_ignored(tmp_path):
     make_spec(ds, config={"synthesis_temperature": 0.0})
     with pytest.raises(SpecError, match="synthesis_temperature has no effect"):
         make_spec(ds, config={"synthesis_temperature": 0.5})
+
+
+def test_a_misspelled_metric_gets_a_did_you_mean():
+    """Issue 38: the metric meant is named beside the registered ones."""
+    with pytest.raises(SpecError, match=r"did you mean 'llm\.decision_flip' for 'llm\.decison_flip'\?"):
+        parse_spec({"name": "x", "dataset": "d.csv", "metrics": {"llm.decison_flip": {}}})
