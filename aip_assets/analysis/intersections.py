@@ -44,7 +44,7 @@ import pandas as pd
 from .claims import Claim
 from .fairness import canonical
 from .permutation import N_PERM, Dual, Sides, group_tests, seed_of
-from .regression import N_BOOT, StraddleModel
+from .regression import N_BOOT, StraddleModel, _demean
 
 CROSS = "×"  # how an intersection joins two values (catalog.groups says it the same way)
 MAX_NAMED = 3  # combinations named at most per intersection (forward selection stops earlier when nothing is left)
@@ -73,13 +73,6 @@ def _fit(y: np.ndarray, X: np.ndarray, n_additive: int) -> tuple[float, float, b
     resid = y - X @ coef
     adds = np.linalg.matrix_rank(X) > np.linalg.matrix_rank(X[:, :-1])
     return float(resid @ resid), float(np.var(X[:, :n_additive] @ coef[:n_additive])), bool(adds)
-
-
-def _demean(M: np.ndarray, codes: np.ndarray, cnt: np.ndarray) -> np.ndarray:
-    if M.ndim == 1:
-        return M - (np.bincount(codes, M, minlength=len(cnt)) / cnt)[codes]
-    means = np.stack([np.bincount(codes, M[:, j], minlength=len(cnt)) for j in range(M.shape[1])], axis=1)
-    return M - (means / cnt[:, None])[codes]
 
 
 def _max_t(y, q, base: dict[str, np.ndarray], cands: dict[str, np.ndarray], seed: int, n_boot: int) -> float | None:

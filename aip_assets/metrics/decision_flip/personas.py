@@ -80,12 +80,6 @@ def resolve_pool(
     notes: list[dict] = []
     pool: dict[str, list[dict]] = {}
     if cfg.persona_pairs:
-        if entry_forms(entry) != ("explicit",) or getattr(entry, "intersections", None):
-            raise SpecError(
-                "metrics.llm.decision_flip: persona_form and intersections build personas from the catalogues; "
-                "config.persona_pairs gives its own personas word for word: leave persona_pairs out, or set "
-                "persona_form: explicit and no intersections"
-            )
         for p in cfg.persona_pairs:
             axis = p.get("dimension", "custom").strip() or "custom"
             if cfg.dimensions and axis not in cfg.dimensions:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...analysis.claims import Policy
 from ...analysis.power import mde_rate_drop, mde_rate_excess, odds_ratio_of_drop
+from ...catalog.groups import CROSS
 from ...gate import axis_threshold
 from ...records import RunNote
 from ..base import StageContext
@@ -19,7 +20,6 @@ FAVOURABLE_ASSUMED = 0.5  # planning: the favourable rate of a question
 # planning: answers a combination needs for an interaction the size of a directional flip at 0.9 to be named in
 # most runs (benchmarks/bench_intersections.py)
 MIN_PER_COMBINATION = 20
-CROSS = "×"
 
 
 def policy_of(ctx: StageContext) -> Policy:
