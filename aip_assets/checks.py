@@ -8,6 +8,8 @@
   description). It is the one blocking check: a failed gate fails the aggregation step, after its
   tables are written (``GateFailed``), so the Dagster run is a FAILURE that says why, while
   ``aip-eval run`` still exits 1 (a failed gate, not a failed stage: ``is_gate_failure``);
+- aggregation → ``regression``: no significant change for the worse since the spec's previous run
+  (``history.py``; ERROR with ``fail_on_regression``, when it fails the gate too, else WARN);
 - aggregation → ``threshold`` (the score is at least the threshold; no score fails it),
   ``coverage`` (the judged share of planned units is at least ``min_coverage`` and the answers
   fit the decision labels) and ``differential_refusal`` (decision flip: no two values of one axis
@@ -47,6 +49,11 @@ CHECKS = {
             "differential_refusal",
             "decision flip: no two values of one axis differ significantly in their "
             "refusal / no-decision rate (ERROR; fail_on_differential_refusal: false turns it off)",
+        ),
+        (
+            "regression",
+            "the metric did not get significantly worse since the spec's previous completed run on the same "
+            "dataset (history.py; ERROR with fail_on_regression: true, else WARN)",
         ),
         (
             "judge_position_bias",
@@ -295,6 +302,7 @@ def _evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None) -> 
                 f"{sig[0]['rate_a']:.3f} vs {sig[0]['value_b']} {sig[0]['rate_b']:.3f}",
             )
         )
+    out.append(_regression_result(run_id, metric, spec, path))
     if position is None:
         out.append(
             AssetCheckResult(
@@ -329,3 +337,51 @@ def _evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None) -> 
             )
         )
     return out
+
+
+def _regression_result(run_id: str, metric: str, spec, path: Path | None) -> AssetCheckResult:
+    """The regression check: the stored comparison with the spec's previous run (``regressions``)."""
+    from .history import stored
+
+    rows = stored(run_id, metric, path)
+    severity = AssetCheckSeverity.ERROR if spec.fail_on_regression else AssetCheckSeverity.WARN
+    if not len(rows):
+        return AssetCheckResult(
+            check_name="regression",
+            passed=True,
+            severity=severity,
+            description=f"{metric} (run {run_id}): no earlier completed run of spec {spec.name} on this dataset to "
+            "compare with",
+            metadata={"previous_run": MetadataValue.text("none")},
+        )
+    prev = str(rows["previous_run"].iloc[0])
+    scored = rows[rows["kind"] == "score"]
+    worse = scored[scored["worse"].astype(bool)]
+    drift = {
+        f"drift {r['scope']}": MetadataValue.float(float(r["score_b"]))
+        for r in rows[rows["kind"] == "drift"].to_dict("records")
+    }
+    model = rows[(rows["kind"] == "drift") & (rows["scope"] == "model")]
+    tested = int(scored["p_value"].notna().sum())
+    alpha = float(rows["alpha"].iloc[0])
+    if len(worse):
+        desc = "; ".join(str(x) for x in worse["sentence"])
+    else:
+        desc = f"no significant change since {prev} ({tested} tests, Holm at {alpha:.3g})"
+    if len(model) and model["score_b"].iloc[0]:
+        desc += f"; {model['sentence'].iloc[0]}"
+    return AssetCheckResult(
+        check_name="regression",
+        passed=not len(worse),
+        severity=severity,
+        description=f"{metric} (run {run_id}): {desc}",
+        metadata={
+            "previous_run": MetadataValue.text(prev),
+            "tests": tested,
+            "worse": len(worse),
+            "better": int((scored["significant"].astype(bool) & ~scored["worse"].astype(bool)).sum()),
+            "alpha": MetadataValue.float(alpha),
+            "fail_on_regression": MetadataValue.bool(bool(spec.fail_on_regression)),
+            **drift,
+        },
+    )

@@ -323,17 +323,21 @@ def compare_runs(
     alpha: float = 0.05,
     persist: bool = True,
     n_boot: int = N_BOOT,
+    only: list[str] | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Compare run B against run A: one row per compared score (``diff = b - a``) and warnings.
 
     The result is also written to ``run_comparisons`` (replacing an earlier comparison of the
-    same pair) unless ``persist`` is false.
+    same pair) unless ``persist`` is false. ``only``: compare these metrics alone (the regression
+    check compares one metric's partition: ``history.regression``).
     """
     warnings: list[str] = []
     data: dict[str, tuple[dict, dict]] = {}
     with wh.connect(path) as con:
         ra, rb = _run_record(con, run_a), _run_record(con, run_b)
         ma, mb = json.loads(ra["metrics"] or "[]"), json.loads(rb["metrics"] or "[]")
+        if only is not None:
+            ma, mb = [m for m in ma if m in only], [m for m in mb if m in only]
         metrics = [m for m in ma if m in mb]
         for m in ma:
             if m not in mb:

@@ -51,6 +51,7 @@ def metric_findings(
     out = list(get_metric(metric).findings(scores, evidence or WarehouseEvidence(run_id, metric, path)))
     ov = overall.iloc[0]
     passed = ov["passed"]
+    out += since_previous(run_id, metric, ov, path)
     if (passed is None or pd.isna(passed) or not bool(passed)) and not any(f.gate_failed for f in out):
         out.append(
             Finding(
@@ -63,6 +64,49 @@ def metric_findings(
                 group="all",
             )
         )
+    return out
+
+
+def since_previous(run_id: str, metric: str, overall, path: Path | None = None) -> list[Finding]:
+    """The changes since the spec's previous run (``history``): each significant worsening (a failed
+    gate when ``fail_on_regression`` failed it), and the SUT's drift: a model id or fingerprint
+    that changed, decisions or verdicts that changed on the same probes."""
+    from .history import stored
+
+    rows = stored(run_id, metric, path)
+    if not len(rows):
+        return []
+    failed_by_it = "regressed:" in str(overall["gate_reason"] or "") and not bool(overall["passed"])
+    out = []
+    records = rows.to_dict("records")
+    decided = any(r["kind"] == "drift" and r["scope"] == "decisions" for r in records)
+    for r in records:
+        if r["kind"] == "drift" and r["scope"] == "verdicts" and decided:
+            continue  # the decisions say it (a changed verdict follows a changed decision)
+        if r["kind"] == "score" and r["significant"]:  # worse (a failed gate with fail_on_regression), or better
+            out.append(
+                Finding(
+                    metric,
+                    r["sentence"][0].upper() + r["sentence"][1:] + ("" if r["worse"] else " (better)"),
+                    failed_by_it and bool(r["worse"]),
+                    abs(float(r["diff"])),
+                    {"before": r["score_a"], "now": r["score_b"], "ci_low": r["ci_low"], "ci_high": r["ci_high"]},
+                    scope=r["scope"],
+                    group=r["group_key"],
+                )
+            )
+        elif r["kind"] == "drift" and r["scope"] in ("model", "decisions", "verdicts") and r["score_b"]:
+            out.append(
+                Finding(
+                    metric,
+                    r["sentence"][0].upper() + r["sentence"][1:],
+                    False,
+                    0.0 if r["scope"] == "model" else float(r["score_b"]),
+                    {"changed_share": r["score_b"]},
+                    scope="drift",
+                    group=r["scope"],
+                )
+            )
     return out
 
 

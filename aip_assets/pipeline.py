@@ -552,7 +552,10 @@ def _aggregation_meta(run_id: str, metric: str, plugin, path: Path) -> dict[str,
     scores = wh.read_partition("metric_scores", run_id, metric, path)
     ov = scores[scores["scope"] == "overall"].iloc[0]
     exam = [e["line"] for e in stored_exam(run_id, path) if e["metric"] == metric]
+    from .history import since_metadata
+
     return {
+        **since_metadata(run_id, metric, path),
         **({"judge_exam": "\n".join(exam)} if exam else {}),
         "summary": with_panel(plugin.summary(scores), scores),
         "gate": {
@@ -638,6 +641,10 @@ def _run_stage(
             staged.add({"run_notes": ctx.notes})
         interrupts.check()  # stopped calls a metric booked as failures are never written
         staged.commit(path, guard=lease.check)  # at each try: still this worker's partition (else not written)
+        if stage == "aggregation":  # against the spec's previous run: the regression check, SUT drift
+            from .history import check_regression
+
+            check_regression(run_id, metric, spec.fail_on_regression, path, log)
         lease.mark_done()
     finally:
         with interrupts.handled(stop=False):  # the journal written whole, even if a signal comes now
@@ -646,7 +653,10 @@ def _run_stage(
     meta = staged.metadata()
     if stage == "aggregation":
         meta.update(_aggregation_meta(run_id, metric, plugin, path))
-    log(f"{stage} [{run_id} × {metric}]: " + ", ".join(f"{k}={v}" for k, v in meta.items() if k != "summary"))
+    log(
+        f"{stage} [{run_id} × {metric}]: "
+        + ", ".join(f"{k}={v}" for k, v in meta.items() if k not in ("summary", "since_previous"))
+    )
     return meta
 
 

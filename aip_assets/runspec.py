@@ -322,6 +322,12 @@ class RunSpec(BaseModel):
         "judge's verdicts differ by more than this between the two orders it was shown "
         "(and significantly)",
     )
+    fail_on_regression: bool = Field(
+        False,
+        description="fail a metric's gate when it got significantly worse since the spec's previous completed run "
+        "on the same dataset (the regression check: docs/concepts/history.md); default false: a regression is a "
+        "finding and a warning on the regression check",
+    )
     claims: ClaimsPolicy = Field(
         default_factory=ClaimsPolicy,
         description="How claims (an effect beyond chance, a group decided against, flips beyond noise) are decided: "

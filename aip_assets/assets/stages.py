@@ -80,7 +80,11 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
     if "summary" in meta:  # aggregation: a headline to read first, then one typed entry per number
         later = run_id in REPORT_AFTER_ALL
         out.update(score_metadata(run_id, metric, meta["summary"], meta.get("gate") or {}, write=not later))
-    out.update({k: v for k, v in meta.items() if k not in ("summary", "gate")})
+    out.update({k: v for k, v in meta.items() if k not in ("summary", "gate", "since_previous")})
+    if "since_previous" in meta:  # the spec's previous run: its aggregation's page, and what changed since
+        prev = str(meta["previous_run"])
+        out["previous_run_url"] = MetadataValue.url(aggregation_partition_path(prev, metric))
+        out["since_previous"] = MetadataValue.md(meta["since_previous"])
     if "summary" in meta:
         out["summary"] = MetadataValue.json(meta["summary"])  # everything, last
     check = []
@@ -155,6 +159,14 @@ def judgements_partition_path(run_id: str, metric: str) -> str:
     key = table_key("judgements")
     path = "/".join(quote(p, safe="") for p in key.path)
     return f"/assets/{path}?" + urlencode({"view": "partitions", "partition": partition_key(run_id, metric)})
+
+
+def aggregation_partition_path(run_id: str, metric: str) -> str:
+    """The Dagster UI's page of one partition of the ``aggregation`` asset (relative, as
+    :func:`judgements_partition_path`)."""
+    from urllib.parse import urlencode
+
+    return "/assets/aggregation?" + urlencode({"view": "partitions", "partition": partition_key(run_id, metric)})
 
 
 def group_view(scope: str, group: str) -> dict[str, str]:

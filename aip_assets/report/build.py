@@ -15,7 +15,7 @@ from .. import warehouse as wh
 from ..errors import AipError
 from ..findings import run_findings
 from ..warehouse import lake
-from . import queries, viewer
+from . import history, queries, viewer
 from .queries import _Reader, _warehouse_path
 from .sections import _findings, _header, _metric_section, _overview, cost
 from .templating import render, static
@@ -57,6 +57,7 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
     row_counts = queries.row_counts(rd)
     evidence, pairs, verdicts = queries.evidence(rd, weakest_all)
     notes = queries.run_notes(rd)
+    hist = history.section(run_id, *history.read(rd))
     spec_metrics = spec.get("metrics") or {}
     sections = [
         _metric_section(
@@ -91,6 +92,7 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
         if metrics
         else None,
         sections=[Markup(s) for s in sections],
+        history=Markup(hist) if hist else None,
         cost=cost(queries.calls_by_role(rd), queries.calls_by_metric(rd)),
         notes=notes,
         exams=queries.judge_exams(rd),

@@ -354,6 +354,34 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("warnings", "JSON"),
         ("created_at", "TIMESTAMP"),
     ],
+    # this run against the spec's previous run of the metric (history.py), written by the aggregation: kind
+    # score (a compared figure: compare.compare_runs at alpha_run / metrics in the run, worse when it is a
+    # significant change for the worse) or drift (the share of answers, decisions or verdicts that changed on
+    # the probes both runs asked; scope model: 1 when the model ids or fingerprints the SUT reported changed)
+    "regressions": [
+        ("run_id", "VARCHAR"),
+        ("metric", "VARCHAR"),
+        ("previous_run", "VARCHAR"),
+        ("kind", "VARCHAR"),
+        ("scope", "VARCHAR"),
+        ("group_key", "VARCHAR"),
+        ("score_a", "DOUBLE"),
+        ("score_b", "DOUBLE"),
+        ("diff", "DOUBLE"),
+        ("ci_low", "DOUBLE"),
+        ("ci_high", "DOUBLE"),
+        ("p_value", "DOUBLE"),
+        ("p_adjusted", "DOUBLE"),
+        ("significant", "BOOLEAN"),
+        ("worse", "BOOLEAN"),
+        ("n_a", "INTEGER"),
+        ("n_b", "INTEGER"),
+        ("method", "VARCHAR"),
+        ("alpha", "DOUBLE"),
+        ("alpha_run", "DOUBLE"),
+        ("sentence", "VARCHAR"),
+        ("details", "JSON"),
+    ],
 }
 
 # tables whose rows are owned per (run, metric, stage) rather than per (run, metric)
@@ -480,6 +508,25 @@ CORE_VIEWS: dict[str, str] = {
                prev_metric_version IS DISTINCT FROM metric_version AS version_changed
         FROM l WHERE prev_run_id IS NOT NULL
     """,
+    # every figure of every run of a spec, oldest first: each scope's score or rate with its interval, the
+    # gate, coverage, the model ids and fingerprints the SUT reported, and the change since the spec's
+    # run before (a plain difference; the regressions table tests it)
+    "v_spec_history": """
+        WITH m AS (
+            SELECT run_id, metric,
+                   string_agg(DISTINCT model, ', ' ORDER BY model) AS sut_models,
+                   string_agg(DISTINCT fingerprint, ', ' ORDER BY fingerprint) AS sut_fingerprints
+            FROM sut_responses WHERE status = 'ok' GROUP BY ALL),
+        s AS (
+            SELECT r.spec_name, s.run_id, r.created_at, s.metric, s.scope, s.group_key, s.score, s.ci_low, s.ci_high,
+                   s.rate, s.rate_ci_low, s.rate_ci_high, s.n, s.n_events, s.coverage, s.threshold, s.passed,
+                   s.gate_reason, m.sut_models, m.sut_fingerprints, r.dataset_sha256
+            FROM metric_scores s JOIN eval_runs r USING (run_id) LEFT JOIN m USING (run_id, metric)
+            WHERE s.scope <> 'claim')
+        SELECT *, lag(run_id) OVER w AS prev_run_id, score - lag(score) OVER w AS score_change,
+               rate - lag(rate) OVER w AS rate_change
+        FROM s WINDOW w AS (PARTITION BY spec_name, metric, scope, group_key ORDER BY created_at, run_id)
+    """,
 }
 
 
@@ -550,8 +597,9 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
 
 # Raised with every change to TABLES, the views or LAKE_TABLES: a lake made by a later level is never
 # remade by an earlier one (workers of two versions during a rolling deploy)
-SCHEMA_LEVEL = 7  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel;
-# 6: judge_exams, v_judge_exams; 7: persona_form, attributes and names of persona pools and probes
+SCHEMA_LEVEL = 8  # 4: human_labels, v_human_vs_judge, v_human_agreement; 5: judge_panel, v_judge_panel;
+# 6: judge_exams, v_judge_exams; 7: persona_form, attributes and names of persona pools and probes;
+# 8: regressions, v_spec_history
 # A lake's own tables: the reports (report.write_report), so any host's `aip-eval report --serve`
 # serves what any worker wrote, from the object store the lake's files are in
 LAKE_TABLES: dict[str, list[tuple[str, str]]] = {
