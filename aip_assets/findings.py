@@ -73,6 +73,8 @@ def since_previous(run_id: str, metric: str, overall, path: Path | None = None) 
     that changed, decisions or verdicts that changed on the same probes."""
     from .history import stored
 
+    if not wh.exists(path):  # findings of rows in memory (a metric's own tests)
+        return []
     rows = stored(run_id, metric, path)
     if not len(rows):
         return []

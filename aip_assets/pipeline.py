@@ -746,8 +746,38 @@ def run_summary(run_id: str, path: Path | None = None, metrics: list[str] | None
             s["judge"] = "builtin (heuristic reader for the offline rig)"
         if reading := reading_checks(run_id, metric, path):
             s["judge_reading"] = reading
+        s["since_previous"] = since_previous_json(run_id, metric, path)
         out["metrics"][metric] = s
     return out
+
+
+def since_previous_json(run_id: str, metric: str, path: Path | None = None) -> dict[str, Any] | None:
+    """The metric against the spec's previous run (``history``), for ``--json``: which run, each
+    significant change (its figures, interval, adjusted p, whether worse, the sentence) and the
+    drift; None when there was no previous run."""
+    from .history import stored
+
+    rows = stored(run_id, metric, path)
+    if not len(rows):
+        return None
+    recs = rows.to_dict("records")
+    keep = ("scope", "group_key", "score_a", "score_b", "diff", "ci_low", "ci_high", "p_adjusted", "worse", "sentence")
+    return {
+        "previous_run": recs[0]["previous_run"],
+        "alpha": recs[0]["alpha"],
+        "tests": sum(1 for r in recs if r["kind"] == "score" and r["p_value"] is not None),
+        "changes": [{k: r[k] for k in keep} for r in recs if r["kind"] == "score" and r["significant"]],
+        "drift": {
+            r["scope"]: {
+                "changed_share": r["score_b"],
+                "common": r["n_b"],
+                "sentence": r["sentence"],
+                **({"details": json.loads(r["details"] or "{}")} if r["scope"] == "model" else {}),
+            }
+            for r in recs
+            if r["kind"] == "drift"
+        },
+    }
 
 
 def structured_summary(spec: RunSpec, run_id: str, path: Path | None = None) -> list[dict[str, Any]]:

@@ -320,11 +320,13 @@ def user_data_dir() -> Path:
 def data_dir(start: str | Path | None = None) -> Path:
     """The data folder, first found: ``$AIP_DATA_DIR``; ``data/`` in the project root, the nearest
     folder from ``start`` (the spec's folder) or else the working directory upwards that holds
-    ``workspace.yaml`` or ``dagster.yaml``; the user-level ``$XDG_DATA_HOME/aip-assets``
+    ``workspace.yaml`` or ``dagster.yaml``, else the one around the working directory (a spec kept
+    outside the project, run from within it: its run lands where ``aip-eval ui`` and ``aip-eval sql``,
+    started from the same place, look); the user-level ``$XDG_DATA_HOME/aip-assets``
     (``~/.local/share/aip-assets``). So the CLI never creates a stray ``data/`` folder in whatever
     directory it is started from. Nothing is created here."""
     chosen = current().data_dir
     if chosen is not None:
         return chosen.resolve()
-    root = project_root(start)
+    root = project_root(start) or (project_root() if start is not None else None)
     return root / "data" if root is not None else user_data_dir()

@@ -796,6 +796,25 @@ def test_inside_a_project_the_data_goes_to_its_data_folder(tmp_path, monkeypatch
     assert main(["runs"]) == 0 and "away-" in capsys.readouterr().out
 
 
+def test_a_spec_outside_the_project_run_from_inside_it_lands_in_the_projects_data(tmp_path, monkeypatch, capsys):
+    """Issue 38: `aip-eval run /elsewhere/spec.yaml` from the project root wrote to the user's folder,
+    where `aip-eval ui` and the printed `aip-eval sql` hint, started from the same place, found nothing."""
+    for var in ("AIP_DATA_DIR", "AIP_WAREHOUSE", "DAGSTER_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "workspace.yaml").write_text("load_from: [{python_module: aip_assets.definitions}]\n")
+    spec = _standalone_spec(tmp_path / "elsewhere")
+    monkeypatch.chdir(project)
+    assert main(["run", str(spec), "--quiet", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["warehouse"] == str(project / "data" / "warehouse.duckdb")
+    assert not (tmp_path / "xdg").exists()
+    assert main(["sql", f"SELECT run_id FROM eval_runs WHERE run_id = '{out['run_id']}'"]) == 0
+    assert out["run_id"] in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ validate and exit codes
 def test_validate_shows_only_what_applies(tmp_path, capsys):
     ds = write_dataset(tmp_path / "d.jsonl", 3)

@@ -245,3 +245,14 @@ def test_reaggregating_replaces_the_partitions_regression_rows(warehouse):
 )
 def test_a_change_in_words(row, lower, expected):
     assert history.sentence(row, "demo-261202-0200", "flip rate", lower) == expected
+
+
+def test_the_json_summary_says_what_changed_since_the_previous_run(warehouse):
+    s = pipeline.run_summary("n-3")["metrics"]["llm.decision_flip"]["since_previous"]
+    assert s["previous_run"] == "n-2" and s["alpha"] == 0.025 and s["tests"] == 3
+    gender = next(c for c in s["changes"] if c["group_key"] == "gender")
+    assert gender["worse"] is True and gender["sentence"].startswith("gender flips rose")
+    assert s["drift"]["model"]["details"]["models_b"] == ["aip-builtin-flip"]
+    assert s["drift"]["decisions"]["changed_share"] > 0
+    json.dumps(s)  # plain JSON values
+    assert pipeline.run_summary("n-1")["metrics"]["llm.decision_flip"]["since_previous"] is None
