@@ -256,3 +256,16 @@ def test_the_json_summary_says_what_changed_since_the_previous_run(warehouse):
     assert s["drift"]["decisions"]["changed_share"] > 0
     json.dumps(s)  # plain JSON values
     assert pipeline.run_summary("n-1")["metrics"]["llm.decision_flip"]["since_previous"] is None
+
+
+def test_in_a_lake_a_regression_fails_the_gate_as_in_a_file(tmp_path, lake):
+    """Shared mode: the regression rows and the gate's update are one DuckLake transaction."""
+    ds = write_dataset(tmp_path / "d.jsonl", 24)
+    cfg = {"num_pairs_per_dimension": 3, "dimensions": ["gender"]}
+    run_all(make_spec(ds, name="lk", config=cfg), "lk-1")
+    run_all(make_spec(ds, name="lk", sut=AGAINST_WOMEN, config=cfg, fail_on_regression=True), "lk-2")
+    gender = _row(_rows("lk-2"), "score", "axis", "gender")
+    assert gender["worse"] and gender["previous_run"] == "lk-1"
+    ov = _overall("lk-2")
+    assert not ov["passed"] and "regressed: gender flips rose" in ov["gate_reason"]
+    assert not wh.default_path().exists()  # all of it in the lake
