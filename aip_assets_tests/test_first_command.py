@@ -124,3 +124,18 @@ def test_the_demo_runs_on_the_base_install_alone(tmp_path):
     assert "dev-only" not in done.stderr, done.stderr[-3000:]
     assert len(re.findall(r"^llm\.\w+ +score ", done.stdout, re.M)) == len(demo["metrics"]), done.stdout[-3000:]
     assert done.stdout.rstrip().splitlines()[-1].startswith("Report: ")
+
+
+def test_the_readme_links_each_metric_to_its_page_not_to_specs_outside_the_repository():
+    """The README cited `shared/spec/000`, which a user of the repository does not have (issue 38,
+    fault 10): each metric links to its page under docs/metrics/ instead."""
+    from aip_assets.metrics import REGISTRY
+
+    readme = (REPO / "README.md").read_text()
+    for page in (readme, (REPO / "docs" / "index.md").read_text()):
+        assert "shared/spec" not in page
+    rows = [line for line in readme.splitlines() if line.startswith("| `llm.")]
+    for metric in REGISTRY:
+        row = next(r for r in rows if f"`{metric}`" in r)
+        link = re.search(r"\]\((docs/metrics/[\w-]+\.md)(#[\w-]+)?\)", row)
+        assert link and (REPO / link.group(1)).is_file(), row
