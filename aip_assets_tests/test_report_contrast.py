@@ -183,3 +183,16 @@ def test_fail_finding_text_meets_wcag_aa():
             seen["badge"] = True
             assert bg.lower() == "#c62828", "the FAIL badge itself stays red"
     assert all(seen.values()), seen
+
+
+def test_every_grey_text_of_the_report_meets_wcag_aa_on_white():
+    """Each colour the report's CSS gives text (``color``, an SVG text's ``fill``) against the page's
+    white: the grey of notes, axis ticks and examples was #777 (4.48:1), a stale mark's #b26a00 (4.24:1)."""
+    css = "\n".join(static(name) for name in ("report.css", "viewer.css", "compare.css"))
+    for selectors, decls, _ in _rules(css):
+        for prop in ("color", "fill"):
+            if prop in decls and not any(".badge" in s for s in selectors):
+                fg = _hex(decls[prop])
+                assert contrast(fg, "#fff") >= AA, (
+                    f"{', '.join(selectors)}: {fg} on white is {contrast(fg, '#fff'):.2f}:1"
+                )
