@@ -85,13 +85,12 @@ def stage_words(stage: str, meta: dict[str, Any]) -> str:
             text += f" ({_n(failed or 0)} failed, {_n(excluded or 0)} excluded)"
         parts.append(text)
     if "calls.network" in meta:
-        calls = (
-            f"{_n(meta['calls.network'])} model calls sent by this process ({_n(meta.get('calls.failed', 0))} failed)"
-        )
-        if meta.get("rows.llm_calls", 0) != meta["calls.network"]:
-            calls += f", {_n(meta.get('rows.llm_calls', 0))} recorded in all"
+        recorded, sent = meta.get("rows.llm_calls", 0), meta["calls.network"]
+        calls = f"{_n(recorded)} model calls"
         if meta.get("tokens.prompt") or meta.get("tokens.completion"):
-            calls += f", tokens {_n(meta.get('tokens.prompt', 0))} in / {_n(meta.get('tokens.completion', 0))} out"
+            calls += f" (tokens {_n(meta.get('tokens.prompt', 0))} in / {_n(meta.get('tokens.completion', 0))} out)"
+        sent_words = "all" if sent == recorded else f"{_n(sent)} of them"
+        calls += f", {sent_words} sent by this process ({_n(meta.get('calls.failed', 0))} failed)"
         parts.append(calls)
     for k, v in meta.items():  # anything else a stage says (done_by, ...): scalars only, in words
         if k.split(".", 1)[0] in ("rows", "failed", "excluded", "calls", "tokens") or k in ("summary", "gate"):

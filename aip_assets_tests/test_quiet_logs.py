@@ -81,7 +81,8 @@ def test_verbose_adds_each_stages_counts_in_words(tmp_path, capsys):
         f"[aip] {s}" for s in ("ingest", "synthesis", "sampling", "judging", "aggregation")
     ]
     assert not any("{'" in line or "={" in line for line in _said(err)), err
-    assert "model calls sent by this process" in next(s for s in stages if "sampling" in s)
+    assert "model calls (tokens " in (sampling := next(s for s in stages if "sampling" in s))
+    assert "all sent by this process (0 failed)" in sampling
 
 
 def test_stage_words_round_and_count_failures_apart_from_exclusions():
@@ -98,8 +99,8 @@ def test_stage_words_round_and_count_failures_apart_from_exclusions():
     }
     words = stage_words("judging", meta)
     assert words.startswith("judging: 637 judgements (0 failed, 4 excluded); ")
-    assert "2 model calls sent by this process (0 failed), 607 recorded in all" in words
-    assert "judge_panel" not in words and "209,450" in words
+    assert "607 model calls (tokens 209,450 in / 8,895 out), 2 of them sent by this process (0 failed)" in words
+    assert "judge_panel" not in words
     gate = {
         "passed": False,
         "gate_reason": "gender: ...",
