@@ -440,13 +440,14 @@ def _run(args, resumable: dict[str, str]) -> int:
             on_start=lambda m: log.info(f"materialising {run_id} × {m}"),
             parallel=args.parallel,
             quiet=args.quiet,
+            verbose=args.verbose,
         )
     failed: dict[str, str] = {}  # metric -> what stopped it (jobs.Outcome.kind)
     for out in outcomes:
         if out.interrupted:  # the run stops here (cmd_run says how to resume)
             continue
         if out.gate_failed:  # its stages ran and wrote their tables; the Dagster run is marked failed for it
-            log.info(f"{out.metric}: gate failed (Dagster run {out.dagster_run_id} is marked failed)")
+            log.debug(f"{out.metric}: gate failed (Dagster run {out.dagster_run_id} is marked failed)")
         elif not out.success:
             failed[out.metric] = out.kind or "bug"
             head = {
@@ -476,9 +477,12 @@ def _run(args, resumable: dict[str, str]) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
+        from .report import report_line
+
         print_summary(summary)
         print(
             f"\nWarehouse: {summary['warehouse']}\nTry: aip-eval sql \"SELECT * FROM v_run_summary WHERE run_id = '{run_id}'\""
+            + report_line(run_id, path)
         )
     if failed:
         kinds = set(failed.values())  # the worst decides: a bug, then an outage, then a limit, then bad input
@@ -573,9 +577,9 @@ def _dagster(what: str, extra: list[str]) -> int:
         tmp = workspace.with_name(f".{workspace.name}.{os.getpid()}")
         tmp.write_text(text)
         os.replace(tmp, workspace)
-    cmd = {"daemon": [sys.executable, "-m", "dagster._daemon", "run"], "ui": [sys.executable, "-m", "dagster", "dev"]}[
-        what
-    ] + ["-w", str(workspace)]
+    # Dagster's command without its notices about its own API (dagster_cli.py)
+    cmd = [sys.executable, "-m", "aip_assets.dagster_cli", *{"daemon": ["daemon", "run"], "ui": ["dev"]}[what]]
+    cmd += ["-w", str(workspace)]
     sys.stdout.flush()
     sys.stderr.flush()
     # this process becomes Dagster's: a service manager's SIGTERM or a Ctrl-C reaches it, and no
@@ -586,41 +590,6 @@ def _dagster(what: str, extra: list[str]) -> int:
 
 def cmd_daemon(args) -> int:
     return _dagster("daemon", [])
-
-
-def _serve_beside(parent: int, host: str, port: int) -> None:
-    """The report server's process beside the UI: it serves the reports folder (as `report
-    --serve`) until its parent, the UI, ends. Says ``ready <port>`` or ``busy <why>`` on stdout
-    once, then nothing."""
-    import signal
-    import threading
-    import time
-
-    from .report import default_out, serve_reports
-
-    # a SIGTERM ends it at once, whatever disposition or mask it inherited and whatever its threads
-    # hold (it only serves files): the UI's end, a test's terminate(), a service manager
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-
-    try:
-        server = serve_reports(default_out("x").parent, host, port)
-    except OSError as e:  # the port is taken (a `report --serve` already running?)
-        print(f"busy {e.strerror or e}", flush=True)
-        return
-    print(f"ready {server.server_address[1]}", flush=True)
-    sys.stdout.close()
-
-    def watch() -> None:  # the parent gone (the UI ended, however): stop serving
-        while os.getppid() == parent:
-            time.sleep(1)
-        server.shutdown()
-
-    threading.Thread(target=watch, daemon=True).start()
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
 
 
 def start_report_server(host: str, port: int | None = None) -> tuple[subprocess.Popen | None, str]:
@@ -637,7 +606,7 @@ def start_report_server(host: str, port: int | None = None) -> tuple[subprocess.
     from .report import report_port
 
     port = report_port() if port is None else port
-    code = f"from aip_assets.cli import _serve_beside; _serve_beside({os.getpid()}, {host!r}, {port})"
+    code = f"from aip_assets.report.server import serve_beside; serve_beside({os.getpid()}, {host!r}, {port})"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     assert child.stdout is not None
     said = child.stdout.readline().strip()
@@ -973,6 +942,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="DuckDB file (default $AIP_WAREHOUSE, else warehouse.duckdb in the data folder: $AIP_DATA_DIR, the project's data/, or the user data folder)",
     )
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("-v", "--verbose", action="store_true", help="also each stage's counts, in words (Dagster's log)")
     r.add_argument(
         "--dry-run", action="store_true", help="estimate the calls and tokens the spec will spend; call nothing"
     )
@@ -1180,7 +1150,7 @@ def main(argv: list[str] | None = None) -> int:
     the project that did not recover (errors.OperationalError), 3 for anything else: an unexpected
     exception is a bug of aip-eval, not the user's mistake (its traceback is saved)."""
     args = build_parser().parse_args(argv)
-    restore_logging = setup_logging(getattr(args, "quiet", False))
+    restore_logging = setup_logging(getattr(args, "quiet", False), verbose=getattr(args, "verbose", False))
     try:
         return args.fn(args)
     except OperationalError as e:

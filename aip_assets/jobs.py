@@ -148,7 +148,13 @@ def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_confi
 
 
 def _execute_in_child(
-    run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None, quiet: bool, report_later: bool
+    run_id: str,
+    metric: str,
+    tags: dict[str, str],
+    run_config: dict[str, Any] | None,
+    quiet: bool,
+    report_later: bool,
+    verbose: bool = False,
 ) -> Outcome:
     """One metric in a worker process (spawned: it inherits the parent's environment, so the same
     warehouse and Dagster storage; the endpoints' connections are shared through models/slots.py)."""
@@ -157,7 +163,9 @@ def _execute_in_child(
 
     if interrupts.requested():  # the parent passed a Ctrl-C on: no metric starts after it
         return Outcome(metric, False, "", ["interrupted before it started"], interrupted=True)
-    setup_logging(quiet, prefix=f"[aip {metric.removeprefix('llm.')}]")  # the worker's whole life: not restored
+    setup_logging(
+        quiet, prefix=f"[aip {metric.removeprefix('llm.')}]", verbose=verbose
+    )  # the worker's whole life: not restored
     if report_later:  # the parent writes the report after the last metric
         REPORT_AFTER_ALL.add(run_id)
     return _execute(get_instance(), run_id, metric, tags, run_config)
@@ -191,6 +199,7 @@ def evaluate_run(
     on_start: Callable[[str], None] | None = None,
     parallel: int = 1,
     quiet: bool = False,
+    verbose: bool = False,
 ) -> Iterator[Outcome]:
     """Evaluate ``metrics`` of the registered run ``run_id``, one run of the evaluate job each,
     yielding each one's Outcome as it ends; a failed metric does not stop the others. First the
@@ -213,7 +222,7 @@ def evaluate_run(
     if later:
         REPORT_AFTER_ALL.add(run_id)
     try:
-        yield from _evaluate(instance, run_id, metrics, tags, run_config, on_start, parallel, quiet, later)
+        yield from _evaluate(instance, run_id, metrics, tags, run_config, on_start, parallel, quiet, later, verbose)
     finally:
         if later:
             REPORT_AFTER_ALL.discard(run_id)
@@ -245,6 +254,7 @@ def _evaluate(
     parallel: int,
     quiet: bool,
     later: bool,
+    verbose: bool = False,
 ) -> Iterator[Outcome]:
     """Each metric's Outcome; after a Ctrl-C or SIGTERM (interrupts.py) no metric starts, and the
     metrics running end as their stages do."""
@@ -270,7 +280,7 @@ def _evaluate(
         for metric in metrics:
             if on_start:
                 on_start(metric)
-            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet, later)] = metric
+            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet, later, verbose)] = metric
         for f in as_completed(futures):
             if interrupts.requested():
                 for other in futures:

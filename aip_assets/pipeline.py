@@ -27,6 +27,7 @@ from .errors import AipError, SpecError
 from .hashing import file_sha256, stable_json
 from .judge_exam import Exam, exam_tables, examined, reading_checks, run_exam
 from .judge_exam import stored as stored_exam
+from .logs import gate_words, stage_words
 from .metrics import REGISTRY, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
@@ -483,8 +484,11 @@ def run_stage(
     path: Path | None = None,
     observe: Callable[[dict[str, Any]], None] | None = None,
     since: float | None = None,
+    detail: Log | None = None,
 ) -> dict[str, Any]:
     """Materialise one stage of one (run, metric) partition. Returns metadata for Dagster/CLI.
+    ``log``: what a reader of the command's output reads (default the ``aip_assets`` logger's
+    info); ``detail``: the stage's counts in words (default its debug: ``aip-eval run -v``).
     ``observe``: progress while the stage runs, as metadata (a provider batch's status and counts
     each time they change; Dagster records it as an asset observation).
 
@@ -502,6 +506,7 @@ def run_stage(
     from . import leases
 
     log = log or logger.info
+    detail = detail or logger.debug
     path = Path(path) if path else wh.default_path()
     with interrupts.handled():
         try:
@@ -514,7 +519,7 @@ def run_stage(
                 done = lease.done_since(since, before) if since is not None else None
                 if done is not None:
                     return _done_elsewhere(stage, run_id, metric, path, log, done)
-                return _run_stage(stage, run_id, metric, log, path, observe, lease)
+                return _run_stage(stage, run_id, metric, log, path, observe, lease, detail)
         except interrupts.Interrupted as e:
             raise interrupts.StageInterrupted(
                 f"{stage} [{run_id} × {metric}]: {e}; its calls answered so far are "
@@ -572,7 +577,14 @@ def _aggregation_meta(run_id: str, metric: str, plugin, path: Path) -> dict[str,
 
 
 def _run_stage(
-    stage: str, run_id: str, metric: str, log: Log, path: Path, observe: Callable[[dict[str, Any]], None] | None, lease
+    stage: str,
+    run_id: str,
+    metric: str,
+    log: Log,
+    path: Path,
+    observe: Callable[[dict[str, Any]], None] | None,
+    lease,
+    detail: Log,
 ) -> dict[str, Any]:
     spec, rec = load_run(run_id, path)  # read again under the lease: the last holder may have changed it
     plugin = get_metric(metric)
@@ -651,12 +663,13 @@ def _run_stage(
             journal.close()
         shutil.rmtree(staged.dir, ignore_errors=True)
     meta = staged.metadata()
+    if "calls.network" in meta:  # the calls this process sent, not those of a stage it resumes (journal.sent)
+        meta["calls.network"], meta["calls.failed"] = journal.sent, journal.sent_failed
     if stage == "aggregation":
         meta.update(_aggregation_meta(run_id, metric, plugin, path))
-    log(
-        f"{stage} [{run_id} × {metric}]: "
-        + ", ".join(f"{k}={v}" for k, v in meta.items() if k not in ("summary", "since_previous"))
-    )
+    detail(f"{stage_words(stage, meta)} [{run_id} × {metric}]")
+    if stage == "aggregation":  # the metric's one line at the default level
+        log(f"{metric}: {gate_words(meta['gate'])}")
     return meta
 
 

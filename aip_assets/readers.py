@@ -9,6 +9,7 @@ counts it, it never guesses.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
@@ -16,17 +17,23 @@ from dataclasses import dataclass
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
 
 
-# characters that show nothing yet are no whitespace to ``str.isspace``: zero-width space, non-joiner
-# and joiner, word joiner, zero-width no-break space (the byte order mark)
-_ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
-_DROP_ZERO_WIDTH = str.maketrans("", "", _ZERO_WIDTH)
+# Characters that draw nothing. By category: format characters (Cf: zero-width space, joiners, word
+# joiner, the byte order mark, the directional marks U+200E/U+200F, the soft hyphen U+00AD, invisible
+# operators, tags), spaces and separators (Zs, Zl, Zp: NBSP, U+3000...) and controls (Cc: tab, newline,
+# NUL...). And letters or symbols whose glyph is empty: the Hangul fillers U+115F, U+1160, U+3164 and
+# U+FFA0, and the blank Braille pattern U+2800.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zs", "Zl", "Zp", "Cc"})
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _visible(ch: str) -> bool:
+    return ch not in _BLANK_GLYPHS and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES
 
 
 def is_whitespace(text: str | None) -> bool:
-    """Nothing visible, in every script: empty, or only whitespace by Unicode (``str.isspace``:
-    NBSP, the ideographic space U+3000, line and paragraph separators…) and the zero-width
-    characters U+200B–U+200D, U+2060 and U+FEFF."""
-    return not (text or "").translate(_DROP_ZERO_WIDTH).strip()
+    """Nothing visible, in every script: empty, or only characters that draw nothing (whitespace by
+    Unicode, format and control characters, the Hangul fillers and the blank Braille pattern)."""
+    return not any(_visible(ch) for ch in text or "")
 
 
 def is_blank(text: str | None) -> bool:

@@ -598,20 +598,34 @@ def test_refusal_claim_by_hand_is_fishers_one_sided_test():
 
 # answers that show nothing: zero-width characters and NBSP, alone or with spaces (issue 24, point 4)
 INVISIBLE = ["\u200b", "\u00a0", "\u200b\u00a0\n\u200b", "\ufeff", "\u2060\u3000\u200c", "\u00a0\u200d\u00a0"]
+# and the other characters that draw nothing (issue 38, point 11): the left-to-right mark, the soft
+# hyphen, the Hangul fillers, the blank Braille pattern, an invisible operator, the Mongolian vowel separator
+OTHER_INVISIBLE = [
+    "\u200e",
+    "\u00ad",
+    "\u3164",
+    "\u2800",
+    "\u200f\u2800 \u3164\u115f\u1160",
+    "\uffa0\u2061\u180e\u00ad",
+]
 
 
-def test_zero_width_and_nbsp_answers_over_http_are_empty_never_judged(tmp_path, scripted):
+@pytest.mark.parametrize(
+    "invisible_kinds", [INVISIBLE, OTHER_INVISIBLE], ids=["zero-width-and-nbsp", "other-invisible"]
+)
+def test_zero_width_and_nbsp_answers_over_http_are_empty_never_judged(tmp_path, scripted, invisible_kinds):
     """A SUT answering about a quarter of its probes with invisible text only. Before: those were
     stored ``ok``, judged (an answer with no decision: an incidental difference), and decision flip
     PASSED at coverage 1.0. Now they are ``empty``: their pairs are excluded as ``empty_answer``,
-    coverage drops by their share and the gate fails."""
+    coverage drops by their share and the gate fails. The same for answers of the other characters
+    that draw nothing (U+200E, U+00AD, U+3164, U+2800...), which were still stored ``ok``."""
     import hashlib
 
     from .scripted import last_user
 
     def blank(text: str) -> str | None:
         h = int(hashlib.sha256(text.encode()).hexdigest(), 16)
-        return INVISIBLE[h % len(INVISIBLE)] if h % 100 < 22 else None
+        return invisible_kinds[h % len(invisible_kinds)] if h % 100 < 22 else None
 
     def sut(body, n):
         q = last_user(body)
@@ -628,10 +642,10 @@ def test_zero_width_and_nbsp_answers_over_http_are_empty_never_judged(tmp_path, 
     run_all(spec, "blank")
     probes = table("probes", "blank", "probe_id").set_index("probe_id")
     r = table("sut_responses", "blank", "probe_id")
-    invisible = r.response.isin(INVISIBLE)
+    invisible = r.response.isin(invisible_kinds)
     assert 0.12 < invisible.mean() < 0.35, invisible.mean()  # the scripted share, about 22%
     assert set(r[invisible].status) == {"empty"} and set(r[~invisible].status) == {"ok"}
-    assert set(r[invisible].response) == set(INVISIBLE)  # every kind of invisible answer was sent and caught
+    assert set(r[invisible].response) == set(invisible_kinds)  # every kind of invisible answer was sent and caught
     empty_probes = set(r[invisible].probe_id)
     assert all(blank(last_user({"messages": json.loads(probes.loc[p, "messages"])})) for p in empty_probes)
 

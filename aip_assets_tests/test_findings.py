@@ -167,11 +167,11 @@ def test_a_row_is_excluded_under_its_reason_and_only_failures_are_errors():
 
 def test_progress_counts_exclusions_apart_from_failures():
     logged: list[str] = []
-    p = Progress("judging", 5, logged.append, every_s=3600)
+    p = Progress("judging", 5, logged.append, every_s=0)  # a line at every tick
     for outcome in ("unjudgeable", "empty", "ok", True, "judge_failed"):
         p.tick(outcome)
     assert logged[-1].startswith("judging: 5/5 done, 0 in flight, 1 failed, 2 excluded, ")
-    q = Progress("SUT sampling", 2, logged.append, every_s=3600)
+    q = Progress("SUT sampling", 2, logged.append, every_s=0)
     q.tick(False), q.tick("error")
     assert "2 failed, 0 excluded" in logged[-1]
     assert worst_outcome(["ok", "unjudgeable", "judge_failed"]) == "judge_failed"

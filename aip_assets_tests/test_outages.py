@@ -436,3 +436,38 @@ def test_a_dataset_path_that_is_a_folder_or_has_no_suffix_is_named(tmp_path, cap
         )
     assert "unsupported file type ''" not in err and "Traceback" not in err
     assert tree(tmp_path) == before
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "role, field", [("sut", "sut.base_url"), ("judge-2", "judges[1].base_url"), ("audit", "judge_audit.judge.base_url")]
+)
+def test_an_address_nothing_listens_at_asks_whether_base_url_is_right(role, field):
+    """Connection refused: the address may be wrong rather than the endpoint down (issue 38, fault
+    10); the message names the spec's field, and still ends with the last try."""
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    with pytest.raises(EndpointDown) as e:
+        asyncio.run(check_endpoint(Connection(provider="openai", base_url=url, model="m"), role, retries=0))
+    msg = str(e.value)
+    assert f"is base_url right? (spec field {field}); the last try: connection refused" in msg, msg
+    assert msg.startswith(f"{role} endpoint {url} (model m): unreachable after 1 try over ")
+
+
+def test_a_host_name_that_does_not_resolve_asks_whether_base_url_is_right(monkeypatch):
+    real = socket.getaddrinfo
+
+    def fake(host, *a, **kw):  # no lookup leaves the machine
+        if host == "no-such-host.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *a, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    conn = Connection(provider="openai", base_url="http://no-such-host.invalid/v1", model="m")
+    with pytest.raises(EndpointDown) as e:
+        asyncio.run(check_endpoint(conn, "judge", retries=0))
+    assert "is base_url right? (spec field judge.base_url); the last try: DNS failure" in str(e.value), str(e.value)

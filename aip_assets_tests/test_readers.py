@@ -361,6 +361,34 @@ def test_a_visible_character_among_them_is_no_blank(zw, visible):
     )
 
 
+# the other characters that draw nothing (issue 38, point 11): format characters (Cf), controls (Cc),
+# and the letters and symbols whose glyph is empty
+OTHER_INVISIBLE = [
+    "\u200e",  # left-to-right mark
+    "\u200f",  # right-to-left mark
+    "\u00ad",  # soft hyphen
+    "\u2061",  # function application (an invisible operator)
+    "\u180e",  # Mongolian vowel separator
+    "\U000e0041",  # tag latin capital letter A
+    "\x00",
+    "\x7f",
+    "\u3164",  # Hangul filler
+    "\u115f",  # Hangul choseong filler
+    "\u1160",  # Hangul jungseong filler
+    "\uffa0",  # halfwidth Hangul filler
+    "\u2800",  # Braille pattern blank
+]
+
+
+@pytest.mark.parametrize("ch", OTHER_INVISIBLE, ids=lambda c: f"U+{ord(c):04X}")
+def test_an_answer_of_other_invisible_characters_is_blank(ch):
+    assert is_blank(ch) and is_blank(ch * 40) and is_whitespace(ch)
+    for sp in SPACES:
+        assert is_blank(sp + ch + sp + ZERO_WIDTH[0]), repr(sp)
+    assert is_blank("".join(OTHER_INVISIBLE) + "".join(ZERO_WIDTH) + " \u3000")
+    assert not is_blank(f"{ch}Decision: YES{ch}") and not is_blank(ch + "\u2801")  # a Braille dot is visible
+
+
 def test_a_blank_answer_states_no_decision_and_no_stance():
     for text in ["\u200b", "\u00a0\u200b\u3000", "\ufeff\n"]:
         assert read_decision(text, ["APPROVE", "DENY"]) == read_decision("", ["APPROVE", "DENY"])

@@ -304,3 +304,66 @@ def test_a_verdict_whose_call_is_not_in_the_file_gives_the_sql_for_it(tmp_path):
             )
         finally:
             browser.close()
+
+
+def test_a_flipped_pair_reads_as_flipped_not_as_a_flip_score_of_zero(tmp_path):
+    """Decision flip stores a pair's verdict as label ``flip`` with score 0 (its share of the row's
+    score: 1 for the same decision, 0 for a flip; the spec's score is one minus the flip rate), which
+    the viewer printed as "flip score 0.000": a flip read as no flip (issue 38, fault 10). It says
+    the decisions and whether they flipped; a verdict of another metric keeps its label and score."""
+    from .test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    probes = [_probe("pa", "p00", "I am a woman."), _probe("pb", "p01", "I am a man."), _probe("pc", "p02", "I am.")]
+    pairs = [
+        {"pair_id": "q1", "value_a": "p00", "value_b": "p01", "probe_a": "pa", "probe_b": "pb", "axis": "gender"},
+        {"pair_id": "q2", "value_a": "p01", "value_b": "p02", "probe_a": "pb", "probe_b": "pc", "axis": "gender"},
+    ]
+    flip = {"judge_kind": "decision", "status": "ok", "attributable": True}
+    judged = [
+        {
+            **flip,
+            "pair_id": "q1",
+            "label": "flip",
+            "score": 0.0,
+            "flipped": True,
+            "decision_a": "NO",
+            "decision_b": "YES",
+        },
+        {
+            **flip,
+            "pair_id": "q2",
+            "label": "same_decision",
+            "score": 1.0,
+            "flipped": False,
+            "attributable": False,
+            "decision_a": "YES",
+            "decision_b": "YES",
+        },
+    ]
+    data = {
+        "run_id": "run-8",
+        "metrics": [{"metric": "llm.toy", "name": "toy", "facet": "category", "shown": 1, "total": 1}],
+        "rows_per_metric": 10,
+        "rows": [_row(probes, pairs, judged)],
+    }
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"file://{_page(tmp_path, data)}")
+            page.wait_for_selector("#viewer[data-ready='1']")
+            page.click("#viewer tr.row")
+            boxes = [t.replace("\n", " ") for t in page.locator(".verdict-box").all_inner_texts()]
+            flipped = next(t for t in boxes if "NO" in t)
+            same = next(t for t in boxes if "NO" not in t)
+            assert "decisions a: NO, b: YES" in flipped and "flipped, due to the persona" in flipped
+            assert "score" not in flipped and "flip score" not in " ".join(boxes)
+            assert "decisions a: YES, b: YES" in same and "the same decision" in same and "score" not in same
+            # another metric's verdict: its label and score, as before
+            verdicts = page.evaluate("aipDom.verdictWords({l: 'Consistent', s: 0.9, f: null, da: null, db: null})")
+            assert verdicts == ["Consistent score 0.900", None]
+        finally:
+            browser.close()

@@ -64,6 +64,10 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
             context.log.info(message)
             logger.info(message)
 
+        def detail(message: str) -> None:  # the stage's counts: Dagster's log has them; the CLI's with -v
+            context.log.info(message)
+            logger.debug(message)
+
         def observe(progress: dict[str, Any]) -> None:  # a provider batch's status, as it changes
             context.log_event(
                 AssetObservation(
@@ -73,7 +77,7 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
 
         record = context.instance.get_run_record_by_id(context.run_id)  # when this run of the partition began
         since = record.start_time if record is not None and record.start_time else None
-        meta = run_stage(stage, run_id, metric, log=log, observe=observe, since=since)
+        meta = run_stage(stage, run_id, metric, log=log, observe=observe, since=since, detail=detail)
     except AipError as e:
         raise stage_failure(e) from None
     out: dict[str, Any] = {}

@@ -22,7 +22,8 @@ FAILED_OUTCOMES = frozenset({"error", "sut_failed", "judge_failed"})
 
 
 class Progress:
-    """done/total, calls in flight, failures and exclusions, logged at most every few seconds.
+    """done/total, calls in flight, failures and exclusions, logged at most every few seconds, the
+    first after a few seconds (a stage done sooner logs none), the last when an earlier one was.
 
     A work item's outcome (:meth:`tick`) is ``True`` or ``"ok"`` (done), ``False`` or a failure
     status (:data:`FAILED_OUTCOMES`: failed), or any other status (excluded: a refusal, an empty or
@@ -33,7 +34,8 @@ class Progress:
         self.log = log or logger.info
         self.every_s = every_s
         self.t0 = time.monotonic()
-        self._last = 0.0
+        self._last = self.t0  # the first line once ``every_s`` has passed: a quick stage says nothing
+        self._said = False
         self.in_flight: Callable[[], int] = lambda: 0
 
     def tick(self, outcome: bool | str | None = True) -> None:
@@ -43,8 +45,9 @@ class Progress:
         elif outcome is not True and outcome != "ok":
             self.excluded += 1
         now = time.monotonic()
-        if now - self._last >= self.every_s or self.done == self.total:
-            self._last = now
+        # the last line only after an earlier one (the stage's counts follow it, in the detail log)
+        if now - self._last >= self.every_s or (self.done == self.total and self._said):
+            self._last, self._said = now, True
             rate = self.done / max(now - self.t0, 1e-9)
             self.log(
                 f"{self.what}: {self.done}/{self.total} done, {self.in_flight()} in flight, "

@@ -569,6 +569,21 @@ class ModelClient:
 CHECK_MIN_RETRIES = 2  # the endpoint check retries at least this often, whatever its calls' retries
 
 
+def base_url_field(role: str) -> str:
+    """The spec's field that holds the ``base_url`` of the connection a role's calls use."""
+    if role.startswith("judge-"):  # a panel's judge N (panel_role): judges[N - 1]
+        return f"judges[{int(role.removeprefix('judge-')) - 1}].base_url"
+    return {"audit": "judge_audit.judge.base_url"}.get(role, f"{role}.base_url")
+
+
+def _address_hint(role: str, error: str) -> str:
+    """When nothing listens at the address or its host name does not resolve: the address itself
+    may be wrong (a typo, a port, a host), not the endpoint down."""
+    if error.startswith(("connection refused", "DNS failure")):
+        return f"; is base_url right? (spec field {base_url_field(role)})"
+    return ""
+
+
 async def check_endpoint(
     conn: Connection,
     role: str,
@@ -631,7 +646,7 @@ async def check_endpoint(
         raise EndpointDown(
             f"{where}: {what} after {tries} over {time.monotonic() - t0:.1f}s (the check's budget: "
             f"{retries} retries, backoff from {backoff_s:g}s doubling with jitter or the Retry-After "
-            f"asked for, {timeout:g}s per try); the last try: {r.error}"
+            f"asked for, {timeout:g}s per try){_address_hint(role, r.error or '')}; the last try: {r.error}"
         )
     if r.http_status is None:
         raise EndpointError(f"{where}: unreachable: {r.error}")

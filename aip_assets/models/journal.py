@@ -192,6 +192,9 @@ class Journal:
         self._queue: list[dict[str, Any]] = []
         self._queued_ok: dict[str, dict[str, Any]] = {}
         self._n_queued = self._n_written = 0
+        # the calls this journal was given that were sent to an endpoint by this process (a call
+        # answered from another run's record was not): what a stage reports as its network calls
+        self.sent = self.sent_failed = 0
         self._closing = False
         self._flush_to = 0  # a reader waits for the calls queued up to here: write now, not at the interval's end
         self._failure: BaseException | None = None
@@ -254,6 +257,9 @@ class Journal:
                 raise RuntimeError(f"{self.where}: the journal is closed")
             self._queue.append(rec)
             self._n_queued += 1
+            if rec.get("source") in ("network", "batch"):
+                self.sent += 1
+                self.sent_failed += int(rec.get("status") != "ok")
             if rec.get("status") == "ok" and rec.get("call_key"):
                 self._queued_ok[rec["call_key"]] = rec
             if len(self._queue) == 1:

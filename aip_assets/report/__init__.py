@@ -17,7 +17,7 @@ CSS and the scripts, inlined in the page), ``build`` (the report written and sto
     aip-eval report RUN [--out FILE] [--warehouse PATH]
 """
 
-from .build import build_report, default_out, stored_report, write_report
+from .build import build_report, default_out, report_line, stored_report, write_report
 from .queries import WEAKEST_ROWS
 from .server import report_port, report_url, serve_reports
 from .values import TEXT_LIMIT
@@ -29,6 +29,7 @@ __all__ = [
     "WEAKEST_ROWS",
     "build_report",
     "default_out",
+    "report_line",
     "report_port",
     "report_url",
     "serve_reports",

@@ -106,6 +106,12 @@ def default_out(run_id: str, path: str | Path | None = None) -> Path:
     return _warehouse_path(path).parent / "reports" / f"{safe}.html"
 
 
+def report_line(run_id: str, path: str | Path | None = None) -> str:
+    """The summary's last line: where the run's report is (``""`` when it was not written there)."""
+    out = default_out(run_id, path)
+    return f"\nReport: {out.resolve()}" if out.exists() else ""
+
+
 def write_report(
     run_id: str,
     out: str | Path | None = None,

@@ -284,3 +284,37 @@ def serve_reports(folder: Path, host: str = "127.0.0.1", port: int | None = None
                 os.close(fd)
 
     return ThreadingHTTPServer((host, report_port() if port is None else port), Reports)
+
+
+def serve_beside(parent: int, host: str, port: int) -> None:
+    """The report server's process beside the UI: it serves the reports folder (as `report
+    --serve`) until its parent, the UI, ends. Says ``ready <port>`` or ``busy <why>`` on stdout
+    once, then nothing."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    # a SIGTERM ends it at once, whatever disposition or mask it inherited and whatever its threads
+    # hold (it only serves files): the UI's end, a test's terminate(), a service manager
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+
+    try:
+        server = serve_reports(default_out("x").parent, host, port)
+    except OSError as e:  # the port is taken (a `report --serve` already running?)
+        print(f"busy {e.strerror or e}", flush=True)
+        return
+    print(f"ready {server.server_address[1]}", flush=True)
+    sys.stdout.close()
+
+    def watch() -> None:  # the parent gone (the UI ended, however): stop serving
+        while os.getppid() == parent:
+            time.sleep(1)
+        server.shutdown()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()

@@ -121,11 +121,9 @@
     var d = el("div", {"class": "verdict-box", "data-verdict": v.k});
     var head = (v.k || "judge") + (v.c === "baseline" ? " (baseline)" : "") + ": ";
     if (v.st !== "ok") { d.appendChild(el("span", {"class": "err"}, head + v.st + (v.e ? " — " + v.e : ""))); return d; }
-    var t = head + (v.l || "") + (v.s !== null && v.s !== undefined ? " score " + f3(v.s) : "");
-    if (v.da !== null || v.db !== null) t += " · decisions a: " + (v.da || "none") + ", b: " + (v.db || "none");
-    d.appendChild(el("span", {"data-verdict-label": v.l === null ? "" : v.l}, t));
-    if (v.f) d.appendChild(el("span", {"class": "flag"}, " · flipped, due to the persona"));
-    else if (v.at === false && v.da !== v.db) d.appendChild(el("span", {"class": "muted"}, " · decisions differ, not due to the persona"));
+    var words = D.verdictWords(v), mark = words[1];
+    d.appendChild(el("span", {"data-verdict-label": v.l === null ? "" : v.l}, head + words[0]));
+    if (mark) d.appendChild(el("span", {"class": mark[0]}, mark[1]));
     if (v.r) d.appendChild(el("div", {"class": "txt", "data-reasoning": "1"}, v.r));
     return d;
   }

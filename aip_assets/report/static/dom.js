@@ -26,5 +26,18 @@ var aipDom = (function () {
     var h = "#v:" + p.toString();
     if (h !== window.location.hash) history.replaceState(null, "", h);
   }
-  return {el: el, f3: f3, signed: signed, raw: raw, readView: readView, writeView: writeView};
+  // A verdict in words, after its judge's name: a decision-flip pair (its `f`, flipped, true or false)
+  // by its two decisions and whether it flipped, not by its stored label and score ("flip", 0: one pair's
+  // share of the row's score, 1 for the same decision and 0 for a flip, which read "flip score 0.000");
+  // any other verdict by its label and score. Returns [the text, its mark: [class, words] or null].
+  function verdictWords(v) {
+    var pair = v.f === true || v.f === false;
+    var t = pair ? "" : (v.l || "") + (none(v.s) ? "" : " score " + f3(v.s));
+    if (!none(v.da) || !none(v.db)) t += (t ? " · " : "") + "decisions a: " + (v.da || "none") + ", b: " + (v.db || "none");
+    var mark = v.f ? ["flag", " · flipped, due to the persona"]
+      : v.at === false && v.da !== v.db ? ["muted", " · decisions differ, not due to the persona"]
+      : pair ? ["muted", v.da === v.db && !none(v.da) ? " · the same decision" : " · no flip"] : null;
+    return [t, mark];
+  }
+  return {el: el, f3: f3, signed: signed, raw: raw, readView: readView, writeView: writeView, verdictWords: verdictWords};
 })();

@@ -184,11 +184,9 @@
     var d = el("div", {"class": "verdict-box", "data-verdict": v.k});
     var head = (v.k || "judge") + (v.c && v.c !== "baseline" ? "" : v.c ? " (baseline)" : "") + ": ";
     if (v.st !== "ok") { d.appendChild(el("span", {"class": "err"}, head + v.st + (v.e ? " — " + v.e : ""))); if (v.j) d.appendChild(markBox(v)); return d; }
-    var t = head + (v.l || "") + (v.s !== null && v.s !== undefined ? " score " + f3(v.s) : "");
-    if (v.da !== null || v.db !== null) t += " · decisions a: " + (v.da || "none") + ", b: " + (v.db || "none");
-    d.appendChild(el("span", null, t));
-    if (v.f) d.appendChild(el("span", {"class": "flag"}, " · flipped, due to the persona"));
-    else if (v.at === false && v.da !== v.db) d.appendChild(el("span", {"class": "muted"}, " · decisions differ, not due to the persona"));
+    var words = aipDom.verdictWords(v), mark = words[1];
+    d.appendChild(el("span", null, head + words[0]));
+    if (mark) d.appendChild(el("span", {"class": mark[0]}, mark[1]));
     if (v.sw !== null && v.sw !== undefined) d.appendChild(el("span", {"class": "muted"}, v.sw ? " · judge saw b first" : " · judge saw a first"));
     if (v.r) d.appendChild(el("div", {"class": "txt", "data-reasoning": "1"}, v.r));
     if (v.calls === false && v.ck) {  // left out of the file for its size
