@@ -265,9 +265,12 @@ def cmd_run(args) -> int:
             raise
         except Exception as e:
             outage = _outage(e)  # Dagster's storage in Postgres went away: exit 5 as well
-            if outage is None:
+            known = _known_failure(e) if outage is None else outage  # a damaged warehouse, a full disk
+            if known is None:
                 raise
-            raise OperationalError(_with_hint(outage, resumable)) from None
+            if not isinstance(known, OperationalError):
+                raise known from None
+            raise OperationalError(_with_hint(known, resumable)) from None
         print("interrupted; " + resumable["hint"] if resumable else "interrupted", file=sys.stderr)
         return interrupts.EXIT_CODE
 
@@ -291,6 +294,15 @@ def _outage(e: BaseException) -> OperationalError | None:
         return storage_outage(e)
     except Exception:  # noqa: BLE001 - telling it apart must not hide the error itself
         return None
+
+
+def _known_failure(e: BaseException) -> AipError | None:
+    """An error met below the CLI that is not a bug: the warehouse file damaged (exit 2), a disk
+    full (exit 5, an OperationalError)."""
+    from .errors import disk_full
+    from .warehouse.connection import damaged
+
+    return damaged(e) or disk_full(e, None)
 
 
 def _resume_hint(args, run_id: str) -> str:
@@ -1202,6 +1214,11 @@ def main(argv: list[str] | None = None) -> int:
         if outage is not None:  # Dagster's storage in Postgres went away (another command than run)
             print(f"error: {outage}", file=sys.stderr)
             return EXIT_OPERATIONAL
+        known = _known_failure(e)  # a damaged warehouse file, a full disk: said, not a bug
+        if known is not None:
+            then = "; then run the same command again" if isinstance(known, OperationalError) else ""
+            print(f"error: {known}{then}", file=sys.stderr)
+            return EXIT_OPERATIONAL if isinstance(known, OperationalError) else EXIT_BAD_INPUT
         if current().debug:
             traceback.print_exc()
         where = save_traceback(traceback.format_exc(), args.cmd, data_dir() / "errors")

@@ -203,8 +203,16 @@ def prepare_home() -> Path:
     text = instance_settings(home, shared=is_shared)
     if not settings.exists() or settings.read_text() != text:  # whole or not at all: another process may read it
         tmp = settings.with_name(f".dagster.yaml.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, settings)
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, settings)
+        except BaseException as e:
+            tmp.unlink(missing_ok=True)  # a full disk (or a Ctrl-C) leaves no half-written copy behind
+            from .errors import disk_full
+
+            if isinstance(e, OSError) and (full := disk_full(e, settings)) is not None:
+                raise full from None
+            raise
     # DagsterInstance.get() reads $DAGSTER_HOME; remember that we set it (the data folder may change
     # within one process, e.g. between tests, and then so does the home)
     os.environ["DAGSTER_HOME"] = os.environ["AIP_DAGSTER_HOME_SET"] = str(home)

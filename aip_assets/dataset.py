@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DatasetError
+from .errors import DatasetError, symlink_loop
 from .readers import is_whitespace
 
 TASK_TYPES = ("single_turn_llm", "multi_turn_llm", "single_turn_rag", "multi_turn_rag")
@@ -234,6 +234,8 @@ def _not_a_folder(path: Path) -> None:
 def load_dataset(path: str | Path) -> list[DatasetRow]:
     """Read and validate a gdi_text_v1 file. Raises DatasetError listing every problem found."""
     path = Path(path)
+    if (loop := symlink_loop(path)) is not None:
+        raise DatasetError(f"{path}: {loop}")
     if not path.exists():
         raise DatasetError(f"{path}: dataset file not found")
     _not_a_folder(path)

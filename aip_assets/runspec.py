@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .connections import BuiltinProfile, Connection  # noqa: F401 - the spec's connections, named here too
-from .errors import SpecError, format_validation_error
+from .errors import SpecError, format_validation_error, symlink_loop
 from .hashing import file_sha256, stable_json  # noqa: F401 - also named here, where callers found them
 
 
@@ -504,7 +504,12 @@ def parse_spec(data: dict, where: str = "<spec>", base_dir: Path | None = None) 
     def resolve(value: str, field: str) -> str:
         ds = Path(value)
         if not ds.is_absolute():
-            ds = ((base_dir or Path.cwd()) / ds).resolve()
+            try:
+                ds = ((base_dir or Path.cwd()) / ds).resolve()
+            except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
+                ds = (base_dir or Path.cwd()) / ds
+        if (loop := symlink_loop(ds)) is not None:
+            raise SpecError(f"{where}: {field}: {ds} {loop}")
         if not ds.exists():
             raise SpecError(f"{where}: {field}: file not found: {ds} (relative paths are read from the spec's folder)")
         return str(ds)

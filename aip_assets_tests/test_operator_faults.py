@@ -1,0 +1,116 @@
+"""Faults an operator meets (issue 38, faults 12-15): a damaged warehouse file, a full disk, a
+dataset path that loops, duplicate keys in a spec, bad numbers on the command line, two workers
+making Dagster's storage at once, a byte order mark, a run id with a control character. Each is
+said with the file (and row, field or key) and what to do, with its exit code; none is a bug."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from aip_assets import errors
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+
+from .test_exit_codes import spec_file
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------ fault 12: a damaged warehouse
+def _damage(path: Path, how: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if how == "zero bytes":
+        path.write_bytes(b"")
+    elif how == "garbage header":
+        path.write_bytes(b"not a database at all\n" * 500)
+    else:  # truncated: a real warehouse with a table of some size, cut short
+        con = duckdb.connect(str(path))
+        con.execute("CREATE TABLE t AS SELECT range AS i, repeat('x', 100) AS s FROM range(100000)")
+        con.close()
+        os.truncate(path, path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("how", ["zero bytes", "garbage header", "truncated"])
+@pytest.mark.parametrize("argv", [["runs"], ["report", "some-run"], ["sql", "SELECT 1"]])
+def test_a_damaged_warehouse_is_named_with_what_to_do(tmp_path, capsys, how, argv):
+    """Exit 2 (not 3, "a bug"), naming the file and what to do; the file is left as it was."""
+    path = wh.default_path()
+    _damage(path, how)
+    before = path.read_bytes()
+    assert main(argv) == errors.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: the warehouse file is damaged"), err
+    assert f"mv {path} {path}.damaged" in err and "restore it from a backup" in err
+    assert "internal error" not in err and "please report" not in err
+    assert path.read_bytes() == before
+
+
+def test_a_run_on_a_damaged_warehouse_is_named_with_what_to_do(tmp_path, capsys):
+    path = wh.default_path()
+    _damage(path, "garbage header")
+    assert main(["run", str(spec_file(tmp_path)), "--quiet"]) == errors.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"error: {path}: the warehouse file is damaged" in err and "internal error" not in err
+
+
+# ------------------------------------------------------------------ fault 12: a full disk
+def _enospc(filename: str) -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+
+
+def test_a_full_disk_before_a_run_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
+    """The disk fills while Dagster's settings are written: exit 5 naming the file, saying to free
+    space and run again; no half-written ``.dagster.yaml.<pid>`` is left behind."""
+    real = Path.write_text
+
+    def full(self, text, *a, **k):
+        if self.name.startswith(".dagster.yaml."):
+            real(self, text[:10], *a, **k)  # a part written, then the disk is full
+            raise _enospc(str(self))
+        return real(self, text, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    assert main(["run", str(spec_file(tmp_path)), "--quiet"]) == errors.EXIT_OPERATIONAL
+    err = capsys.readouterr().err
+    home = tmp_path / "data" / "dagster_home"
+    assert f"no space left on the disk of {home / 'dagster.yaml'}" in err, err
+    assert "free space" in err and "run the same command again" in err and "internal error" not in err
+    assert not list(home.glob(".dagster.yaml.*"))
+
+
+def test_a_full_disk_during_a_run_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    """A stage's write meets a full disk (DuckDB's error): exit 5 (not 3), naming the file, saying
+    to free space, and how to resume."""
+    spec = spec_file(tmp_path)
+
+    def full(*a, **k):
+        raise duckdb.IOException(f'IO Error: Could not write file "{wh.default_path()}.wal": No space left on device')
+
+    monkeypatch.setattr(wh, "write_partition_files", full)
+    assert main(["run", str(spec), "--run-id", "full", "--quiet"]) == errors.EXIT_OPERATIONAL
+    err = capsys.readouterr().err
+    assert f"no space left on the disk of {wh.default_path()}.wal" in err, err
+    assert "free space" in err and f"resume with `aip-eval run {spec} --run-id full`" in err
+    assert "internal error" not in err and "a bug" not in err
+
+
+# ------------------------------------------------------------------ fault 12: a dataset path that loops
+@pytest.mark.parametrize("relative", [True, False])
+def test_a_dataset_path_that_loops_is_named(tmp_path, capsys, relative):
+    spec = spec_file(tmp_path)
+    loop = tmp_path / "in" / "loop.jsonl"
+    os.symlink(tmp_path / "in" / "loop2.jsonl", loop)
+    os.symlink(loop, tmp_path / "in" / "loop2.jsonl")
+    spec.write_text(spec.read_text().replace(str(tmp_path / "in" / "d.jsonl"), "loop.jsonl" if relative else str(loop)))
+    before = tree(tmp_path)
+    assert main(["run", str(spec), "--quiet"]) == errors.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {spec}: dataset: ") and "loop.jsonl is a symbolic link that loops" in err, err
+    assert tree(tmp_path) == before
