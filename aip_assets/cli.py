@@ -322,8 +322,15 @@ def _run(args, resumable: dict[str, str]) -> int:
     from .dagster_home import get_instance, use_project_of
     from .runspec import load_spec
 
-    # validation order: the spec, every dataset, the endpoints, then the warehouse; bad input of
-    # any kind stops before a file is written
+    # validation order: the command line's numbers, the spec, every dataset, the endpoints, then the
+    # warehouse; bad input of any kind stops before a file is written
+    for flag, value in (
+        ("--max-calls", args.max_calls),
+        ("--max-tokens", args.max_tokens),
+        ("--parallel", args.parallel),
+    ):
+        if value is not None and value < 1:
+            raise AipError(f"{flag} must be at least 1, got {value}")
     spec = load_spec(args.spec)
     use_project_of(args.spec)  # the warehouse and Dagster storage of the spec's project, wherever we stand
     path = wh.default_path()
@@ -336,8 +343,6 @@ def _run(args, resumable: dict[str, str]) -> int:
             )
 
     only_configured(f"spec {spec.name}")
-    if args.parallel < 1:
-        raise AipError(f"--parallel must be at least 1, got {args.parallel}")
     if args.detach and not args.submit:
         raise AipError("--detach goes with --submit (it returns once the runs are queued)")
     if args.submit and args.parallel > 1:

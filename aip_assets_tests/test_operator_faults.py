@@ -114,3 +114,60 @@ def test_a_dataset_path_that_loops_is_named(tmp_path, capsys, relative):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {spec}: dataset: ") and "loop.jsonl is a symbolic link that loops" in err, err
     assert tree(tmp_path) == before
+
+
+# ------------------------------------------------------------------ fault 13: duplicate keys, bad numbers
+SPEC_WITH = {  # the spec's text, the key given twice, its lines (first, second)
+    "metric": (
+        "name: dup\ndataset: {ds}\nmetrics:\n  llm.decision_flip:\n    threshold: 0.9\n"
+        "  llm.decision_flip:\n    threshold: 0.1\n",
+        "llm.decision_flip",
+        (4, 6),
+    ),
+    "config": (
+        "name: dup\ndataset: {ds}\nmetrics:\n  llm.decision_flip:\n    config: {{}}\n"
+        "    threshold: 0.9\n    config: {{num_pairs_per_dimension: 2}}\n",
+        "config",
+        (5, 7),
+    ),
+    "top level": ("name: dup\nseed: 3\ndataset: {ds}\nseed: 4\nmetrics: {{llm.decision_flip: {{}}}}\n", "seed", (2, 4)),
+    "flow mapping": (
+        "name: dup\ndataset: {ds}\nmetrics: {{llm.decision_flip: {{}}, llm.decision_flip: {{}}}}\n",
+        "llm.decision_flip",
+        (3, 3),
+    ),
+}
+
+
+@pytest.mark.parametrize("where", list(SPEC_WITH))
+def test_a_key_given_twice_in_a_spec_is_refused(tmp_path, capsys, where):
+    """YAML keeps the last of two equal keys silently: a metric listed twice would run with its
+    second entry alone. Refused, naming the file, the key and both lines; nothing written."""
+    text, key, (first, second) = SPEC_WITH[where]
+    spec = spec_file(tmp_path)
+    spec.write_text(text.format(ds=tmp_path / "in" / "d.jsonl"))
+    before = tree(tmp_path)
+    assert main(["run", str(spec), "--quiet"]) == errors.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: {spec}: line {second}: key {key!r} is given twice in one mapping (first on line {first})"
+    ), err
+    assert tree(tmp_path) == before
+
+
+def test_a_key_overriding_a_merged_one_is_not_a_duplicate(tmp_path):
+    from aip_assets.runspec import load_yaml
+
+    p = tmp_path / "m.yaml"
+    p.write_text("base: &b {threshold: 0.7, weight: 1}\nmetric: {<<: *b, threshold: 0.8}\n")
+    assert load_yaml(p)["metric"] == {"threshold": 0.8, "weight": 1}
+
+
+@pytest.mark.parametrize("flag", ["--max-calls", "--max-tokens", "--parallel"])
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_bad_numbers_on_the_command_line_are_refused_before_anything_is_written(tmp_path, capsys, flag, value):
+    spec = spec_file(tmp_path)
+    before = tree(tmp_path)
+    assert main(["run", str(spec), flag, value, "--quiet"]) == errors.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip() == f"error: {flag} must be at least 1, got {value}"
+    assert tree(tmp_path) == before
