@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -335,6 +337,31 @@ def storage_outage(e: BaseException):
     return None
 
 
+@contextmanager
+def _making_storage(home: Path) -> Iterator[None]:
+    """One process at a time opens the instance's SQLite storage (an exclusive ``flock`` on
+    ``home/.storage.lock``, held while Dagster makes its tables). Two processes opening a home never
+    used before each found a table missing and made it, and the slower one failed: "table
+    jobs/runs already exists" (2 of 16 double starts). Held for milliseconds once the storage is
+    made; nothing in shared mode (Postgres), or where the lock file cannot be made (a read-only
+    home of the user's): as before."""
+    import fcntl
+
+    if shared():
+        yield
+        return
+    try:
+        fh = open(home / ".storage.lock", "a")
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a Ctrl-C ends the wait
+        yield
+    finally:
+        fh.close()  # lets the lock go
+
+
 def get_instance():
     """The project's Dagster instance (public API only), from ``prepare_home()``. Its storage is
     reached here, so a database that cannot be used is an AipError naming it (never the password)."""
@@ -347,9 +374,10 @@ def get_instance():
     url = configured_storage_url()
     ours = os.environ.get("AIP_DAGSTER_HOME_SET") == str(home)
     try:
-        instance = DagsterInstance.get()
-        pooled(instance)
-        instance.get_runs(limit=1)  # the storage is opened lazily: reach it now
+        with _making_storage(home):
+            instance = DagsterInstance.get()
+            pooled(instance)
+            instance.get_runs(limit=1)  # the storage is opened lazily: reach it now
         return instance
     except Exception as e:  # noqa: BLE001 - Dagster's or the driver's error, said with the database and without the password
         cause = e.__cause__ or e

@@ -171,3 +171,61 @@ def test_bad_numbers_on_the_command_line_are_refused_before_anything_is_written(
     assert main(["run", str(spec), flag, value, "--quiet"]) == errors.EXIT_BAD_INPUT
     assert capsys.readouterr().err.strip() == f"error: {flag} must be at least 1, got {value}"
     assert tree(tmp_path) == before
+
+
+# ------------------------------------------------------------------ fault 14: two workers, a new folder
+FIRST_USE = r"""
+import sys, time
+from dagster._core.storage.runs.schema import RunStorageSqlMetadata
+from sqlalchemy import inspect
+
+real = RunStorageSqlMetadata.create_all
+
+
+def slow_create_all(bind, **kw):  # Dagster's check-then-create, its window held open a moment
+    missing = [t for t in RunStorageSqlMetadata.sorted_tables if t.name not in inspect(bind).get_table_names()]
+    time.sleep(0.5)
+    real(bind, tables=missing, checkfirst=False)
+
+
+RunStorageSqlMetadata.create_all = slow_create_all
+from aip_assets.dagster_home import get_instance
+from aip_assets.errors import AipError
+
+import os, pathlib
+
+barrier = pathlib.Path(sys.argv[1])  # both imported, then both open the instance
+(barrier / str(os.getpid())).touch()
+while len(list(barrier.iterdir())) < 2:
+    time.sleep(0.001)
+try:
+    get_instance()
+except AipError as e:
+    print(e)
+    sys.exit(2)
+"""
+
+
+def test_two_workers_make_a_new_folders_dagster_storage_once(tmp_path):
+    """Two processes opening the Dagster instance of a data folder never used before, at once (as
+    two workers starting one new run id do): both succeed. Without the lock each found the tables
+    missing and made them, and the slower failed: "table runs already exists"."""
+    import subprocess
+    import sys
+
+    for attempt in range(2):
+        env = {**os.environ, "AIP_DATA_DIR": str(tmp_path / f"fresh-{attempt}" / "data")}
+        env.pop("AIP_WAREHOUSE", None)
+        barrier = tmp_path / f"barrier-{attempt}"
+        barrier.mkdir()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", FIRST_USE, str(barrier)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for _ in range(2)
+        ]
+        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
