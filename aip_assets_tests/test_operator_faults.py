@@ -229,3 +229,32 @@ def test_two_workers_make_a_new_folders_dagster_storage_once(tmp_path):
         ]
         outs = [p.communicate(timeout=120)[0].decode() for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outs
+
+
+# ------------------------------------------------------------------ fault 15: size, progress, BOM, run ids
+def test_a_pair_of_5_mb_prompts_is_marked_comparing_only_what_a_cell_shows(monkeypatch):
+    """The previews mark the words that differ between a pair's prompts. Compared whole (difflib,
+    quadratic at worst), two 5 MB prompts held an aggregation's previews past 300 s; only what a
+    cell can show is compared now, whatever the prompts' size, and it is marked as before."""
+    import difflib
+
+    from aip_assets.assets import tables
+
+    compared: list[int] = []
+    real = difflib.SequenceMatcher
+
+    class Counting(real):  # type: ignore[misc,valid-type]
+        def __init__(self, isjunk=None, a="", b="", autojunk=True):
+            compared.append(max(len(a), len(b)))
+            if compared[-1] > 2 * tables.PROMPT_CELL:
+                raise AssertionError(f"compared {compared[-1]} words, more than a cell shows")
+            super().__init__(isjunk, a, b, autojunk)
+
+    monkeypatch.setattr(difflib, "SequenceMatcher", Counting)
+    body = " ".join(f"word{i % 97} clause{i % 13}" for i in range(400_000))  # about 5 MB
+    assert len(body) > 5_000_000
+    a, b = tables.mark_differences("As a woman, " + body, "As a man, " + body)
+    assert a.startswith("As a **woman,** word0 clause0") and b.startswith("As a **man,** word0 clause0")
+    assert a.endswith("…") and len(a) < 2 * tables.PROMPT_CELL
+    assert tables.mark_differences("a b c", "a x c") == ("a **b** c", "a **x** c")  # short: compared whole
+    assert compared and max(compared) <= 2 * tables.PROMPT_CELL
