@@ -30,7 +30,7 @@ from .judge_exam import stored as stored_exam
 from .metrics import REGISTRY, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
-from .metrics.running import FAILED_OUTCOMES
+from .metrics.running import FAILED_OUTCOMES, Heartbeat
 from .models.client import check_endpoint
 from .models.journal import open_journal
 from .models.providers import capabilities
@@ -578,6 +578,8 @@ def _run_stage(
     plugin = get_metric(metric)
     journal = open_journal(path)
     staged = StagedTables(path.parent, run_id, metric, stage)
+    # aggregation has no calls to count: it says what it does while it takes long
+    beat = Heartbeat(f"{stage} [{run_id} × {metric}]", "reading its inputs").start() if stage == "aggregation" else None
     try:
         ctx = StageContext(
             run_id=run_id,
@@ -635,24 +637,31 @@ def _run_stage(
                 log(note)
                 ctx.notes.append({"level": "warning", "code": "builtin_judge", "message": note})
         else:
+            assert beat is not None
+            beat.phase = "scoring (units, rows, axes and groups, intervals, claims)"
             for tables in finished_aggregate(plugin, ctx):
                 staged.add(tables)
+            beat.phase = "writing its tables"
         if ctx.notes:
             staged.add({"run_notes": ctx.notes})
         interrupts.check()  # stopped calls a metric booked as failures are never written
         staged.commit(path, guard=lease.check)  # at each try: still this worker's partition (else not written)
-        if stage == "aggregation":  # against the spec's previous run: the regression check, SUT drift
+        if beat is not None:  # against the spec's previous run: the regression check, SUT drift
             from .history import check_regression
 
+            beat.phase = "comparing with the spec's previous run"
             check_regression(run_id, metric, spec.fail_on_regression, path, log)
         lease.mark_done()
+        meta = staged.metadata()
+        if beat is not None:
+            beat.phase = "reading its summary back"
+            meta.update(_aggregation_meta(run_id, metric, plugin, path))
     finally:
+        if beat is not None:
+            beat.stop()
         with interrupts.handled(stop=False):  # the journal written whole, even if a signal comes now
             journal.close()
         shutil.rmtree(staged.dir, ignore_errors=True)
-    meta = staged.metadata()
-    if stage == "aggregation":
-        meta.update(_aggregation_meta(run_id, metric, plugin, path))
     log(
         f"{stage} [{run_id} × {metric}]: "
         + ", ".join(f"{k}={v}" for k, v in meta.items() if k not in ("summary", "since_previous"))

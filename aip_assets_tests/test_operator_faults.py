@@ -258,3 +258,41 @@ def test_a_pair_of_5_mb_prompts_is_marked_comparing_only_what_a_cell_shows(monke
     assert a.endswith("…") and len(a) < 2 * tables.PROMPT_CELL
     assert tables.mark_differences("a b c", "a x c") == ("a **b** c", "a **x** c")  # short: compared whole
     assert compared and max(compared) <= 2 * tables.PROMPT_CELL
+
+
+def test_a_long_aggregation_says_what_it_is_doing(tmp_path, monkeypatch, caplog):
+    """An aggregation has no calls to count: while it takes long it says what it is doing and for
+    how long (every HEARTBEAT_S seconds; here made short, and the aggregation waits for the word)."""
+    import logging
+    import threading
+
+    from aip_assets.metrics import get_metric, running
+
+    from .conftest import make_spec, run_all, write_dataset
+
+    monkeypatch.setattr(running, "HEARTBEAT_S", 0.01)
+    said = threading.Event()
+
+    class Listen(logging.Handler):
+        def emit(self, record):
+            if "so far" in record.getMessage():
+                said.set()
+
+    listener = Listen()
+    logging.getLogger("aip_assets").addHandler(listener)
+    metric = type(get_metric("llm.decision_flip"))
+    real = metric.aggregate
+
+    def slow(self, ctx):
+        said.wait(60)  # a long aggregation: long enough for the heartbeat to speak
+        yield from real(self, ctx)
+
+    monkeypatch.setattr(metric, "aggregate", slow)
+    caplog.set_level(logging.INFO, logger="aip_assets")
+    try:
+        run_all(make_spec(write_dataset(tmp_path / "d.jsonl", 2)), "beat")
+    finally:
+        logging.getLogger("aip_assets").removeHandler(listener)
+    assert said.is_set()
+    beats = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
+    assert beats[0].startswith("aggregation [beat × llm.decision_flip]: scoring"), beats
