@@ -174,7 +174,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     try:
         if suffix in (".jsonl", ".ndjson"):
             records: list[dict[str, Any]] = []
-            with path.open(encoding="utf-8") as f:
+            with path.open(encoding="utf-8-sig") as f:  # a byte order mark (some editors write one) is dropped
                 for i, line in enumerate(f, 1):
                     if not line.strip():
                         continue
@@ -191,7 +191,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
         if suffix == ".csv":
             import pandas as pd
 
-            df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig")
             return [{k: (None if _is_missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
         if suffix in (".parquet", ".pq"):
             import pyarrow.parquet as pq

@@ -296,3 +296,17 @@ def test_a_long_aggregation_says_what_it_is_doing(tmp_path, monkeypatch, caplog)
     assert said.is_set()
     beats = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
     assert beats[0].startswith("aggregation [beat × llm.decision_flip]: scoring"), beats
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+def test_a_dataset_with_a_byte_order_mark_is_read(tmp_path, kind):
+    from aip_assets.dataset import load_dataset
+
+    path = tmp_path / f"bom.{kind}"
+    if kind == "jsonl":
+        text = '{"input_id": "a", "prompt": "Should it be approved?", "task_type": "single_turn_llm"}\n'
+    else:
+        text = "input_id,prompt,task_type\na,Should it be approved?,single_turn_llm\n"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    rows = load_dataset(path)
+    assert [(r.input_id, r.prompt) for r in rows] == [("a", "Should it be approved?")]
