@@ -331,6 +331,8 @@ def _run(args, resumable: dict[str, str]) -> int:
     ):
         if value is not None and value < 1:
             raise AipError(f"{flag} must be at least 1, got {value}")
+    if args.run_id is not None:
+        pipeline.check_run_id(args.run_id, "--run-id")
     spec = load_spec(args.spec)
     use_project_of(args.spec)  # the warehouse and Dagster storage of the spec's project, wherever we stand
     path = wh.default_path()

@@ -255,6 +255,25 @@ def validate_datasets(spec: RunSpec) -> dict[str, int]:
     return {ds: len(load_dataset(ds)) for ds in datasets}
 
 
+def check_run_id(run_id: str, field: str = "run id") -> None:
+    """A run id is a partition key, a file name part and a line of every log: non-empty, without
+    '|', leading or trailing spaces, or control and format characters (a newline, a tab, a NUL, a
+    zero-width space, a bidi override). SpecError naming ``field`` (``--run-id`` on the command line)."""
+    import unicodedata
+
+    bad = next((c for c in run_id or "" if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn")), None)
+    if bad is not None:
+        raise SpecError(
+            f"{field} {run_id!r}: must not contain control or invisible characters (found U+{ord(bad):04X}"
+            f"{' ' + unicodedata.name(bad, '') if unicodedata.name(bad, '') else ''}); use letters, digits, '-', '_' or '.'"
+        )
+    if not run_id or "|" in run_id or run_id != run_id.strip():
+        raise SpecError(
+            f"{field} {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
+            "Dagster's partition keys) and without leading or trailing spaces"
+        )
+
+
 def register_run(
     spec: RunSpec,
     run_id: str,
@@ -268,11 +287,7 @@ def register_run(
     ``forms``: the structured-output forms the endpoint check chose (``preflight(...).forms``),
     recorded for the run in its journal; ``exam``: the judge exam the run passed (``examine``),
     stored with it (``judge_exams`` and its calls in ``llm_calls``), in the same transaction."""
-    if not run_id or "|" in run_id or run_id != run_id.strip():
-        raise SpecError(
-            f"run id {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
-            "Dagster's partition keys) and without leading or trailing spaces"
-        )
+    check_run_id(run_id)
     n_rows = n_rows or validate_datasets(spec)  # validates: bad input stops here
     datasets = list(n_rows)
     shas = {ds: file_sha256(ds) for ds in datasets}

@@ -310,3 +310,19 @@ def test_a_dataset_with_a_byte_order_mark_is_read(tmp_path, kind):
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())
     rows = load_dataset(path)
     assert [(r.input_id, r.prompt) for r in rows] == [("a", "Should it be approved?")]
+
+
+@pytest.mark.parametrize("run_id", ["bad\nid", "tab\there", "nul\x00", "zero\u200bwidth", "bidi\u202eid"])
+def test_a_run_id_with_a_control_character_is_refused_before_anything_is_written(tmp_path, capsys, run_id):
+    from aip_assets import pipeline
+
+    from .conftest import make_spec, write_dataset
+
+    spec = spec_file(tmp_path)
+    before = tree(tmp_path)
+    assert main(["run", str(spec), "--run-id", run_id, "--quiet"]) == errors.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --run-id {run_id!r}: must not contain control or invisible characters"), err
+    assert tree(tmp_path) == before
+    with pytest.raises(errors.SpecError, match="run id .*must not contain control"):  # any way a run is registered
+        pipeline.register_run(make_spec(write_dataset(tmp_path / "d2.jsonl", 2)), run_id)
