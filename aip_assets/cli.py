@@ -278,10 +278,13 @@ def cmd_run(args) -> int:
 def _with_hint(e: Exception, resumable: dict[str, str]) -> str:
     """An operational failure's message with what to do: resume the registered run, else (stopped
     before anything was registered) run the command again once what failed is back."""
+    from .errors import DiskFull
+
     return (
         f"{e}; {resumable['hint']}"
         if resumable.get("hint")
-        else f"{e}; nothing was registered or written: run the same command again once it is back"
+        else f"{e}; nothing was registered or written: run the same command again once "
+        + ("there is space" if isinstance(e, DiskFull) else "it is back")
     )
 
 
