@@ -260,14 +260,18 @@ def damaged(e: BaseException, path: str | Path | None = None) -> WarehouseDamage
     """A DuckDB error (``e`` or one of its causes) that says the warehouse file is damaged, as an
     error that names the file and what to do (exit 2); None for any other error. ``path``: the
     file, when the caller knows it (else the one DuckDB's message names, else the default)."""
-    seen: BaseException | None = e
-    while seen is not None:
-        msg = str(seen)
-        if isinstance(seen, duckdb.Error) and any(m in msg.lower() for m in DAMAGE_MARKERS):
+    err: BaseException | None = e
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        msg = str(err)
+        if isinstance(err, WarehouseDamaged):
+            return err
+        if isinstance(err, duckdb.Error) and any(m in msg.lower() for m in DAMAGE_MARKERS):
             named = re.search(r'file "([^"]+)"', msg)
             where = Path(path) if path is not None else Path(named.group(1)) if named else default_path()
             return WarehouseDamaged(where, msg.splitlines()[0].strip())
-        seen = seen.__cause__ or seen.__context__
+        err = err.__cause__ or err.__context__
     return None
 
 
