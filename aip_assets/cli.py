@@ -265,9 +265,12 @@ def cmd_run(args) -> int:
             raise
         except Exception as e:
             outage = _outage(e)  # Dagster's storage in Postgres went away: exit 5 as well
-            if outage is None:
+            known = _known_failure(e) if outage is None else outage  # a damaged warehouse, a full disk
+            if known is None:
                 raise
-            raise OperationalError(_with_hint(outage, resumable)) from None
+            if not isinstance(known, OperationalError):
+                raise known from None
+            raise OperationalError(_with_hint(known, resumable)) from None
         print("interrupted; " + resumable["hint"] if resumable else "interrupted", file=sys.stderr)
         return interrupts.EXIT_CODE
 
@@ -275,10 +278,13 @@ def cmd_run(args) -> int:
 def _with_hint(e: Exception, resumable: dict[str, str]) -> str:
     """An operational failure's message with what to do: resume the registered run, else (stopped
     before anything was registered) run the command again once what failed is back."""
+    from .errors import DiskFull
+
     return (
         f"{e}; {resumable['hint']}"
         if resumable.get("hint")
-        else f"{e}; nothing was registered or written: run the same command again once it is back"
+        else f"{e}; nothing was registered or written: run the same command again once "
+        + ("there is space" if isinstance(e, DiskFull) else "it is back")
     )
 
 
@@ -291,6 +297,15 @@ def _outage(e: BaseException) -> OperationalError | None:
         return storage_outage(e)
     except Exception:  # noqa: BLE001 - telling it apart must not hide the error itself
         return None
+
+
+def _known_failure(e: BaseException) -> AipError | None:
+    """An error met below the CLI that is not a bug: the warehouse file damaged (exit 2), a disk
+    full (exit 5, an OperationalError)."""
+    from .errors import disk_full
+    from .warehouse.connection import damaged
+
+    return damaged(e) or disk_full(e, None)
 
 
 def _resume_hint(args, run_id: str) -> str:
@@ -310,8 +325,17 @@ def _run(args, resumable: dict[str, str]) -> int:
     from .dagster_home import get_instance, use_project_of
     from .runspec import load_spec
 
-    # validation order: the spec, every dataset, the endpoints, then the warehouse; bad input of
-    # any kind stops before a file is written
+    # validation order: the command line's numbers, the spec, every dataset, the endpoints, then the
+    # warehouse; bad input of any kind stops before a file is written
+    for flag, value in (
+        ("--max-calls", args.max_calls),
+        ("--max-tokens", args.max_tokens),
+        ("--parallel", args.parallel),
+    ):
+        if value is not None and value < 1:
+            raise AipError(f"{flag} must be at least 1, got {value}")
+    if args.run_id is not None:
+        pipeline.check_run_id(args.run_id, "--run-id")
     spec = load_spec(args.spec)
     use_project_of(args.spec)  # the warehouse and Dagster storage of the spec's project, wherever we stand
     path = wh.default_path()
@@ -324,8 +348,6 @@ def _run(args, resumable: dict[str, str]) -> int:
             )
 
     only_configured(f"spec {spec.name}")
-    if args.parallel < 1:
-        raise AipError(f"--parallel must be at least 1, got {args.parallel}")
     if args.detach and not args.submit:
         raise AipError("--detach goes with --submit (it returns once the runs are queued)")
     if args.submit and args.parallel > 1:
@@ -1172,6 +1194,11 @@ def main(argv: list[str] | None = None) -> int:
         if outage is not None:  # Dagster's storage in Postgres went away (another command than run)
             print(f"error: {outage}", file=sys.stderr)
             return EXIT_OPERATIONAL
+        known = _known_failure(e)  # a damaged warehouse file, a full disk: said, not a bug
+        if known is not None:
+            then = "; then run the same command again" if isinstance(known, OperationalError) else ""
+            print(f"error: {known}{then}", file=sys.stderr)
+            return EXIT_OPERATIONAL if isinstance(known, OperationalError) else EXIT_BAD_INPUT
         if current().debug:
             traceback.print_exc()
         where = save_traceback(traceback.format_exc(), args.cmd, data_dir() / "errors")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +205,16 @@ def prepare_home() -> Path:
     text = instance_settings(home, shared=is_shared)
     if not settings.exists() or settings.read_text() != text:  # whole or not at all: another process may read it
         tmp = settings.with_name(f".dagster.yaml.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, settings)
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, settings)
+        except BaseException as e:
+            tmp.unlink(missing_ok=True)  # a full disk (or a Ctrl-C) leaves no half-written copy behind
+            from .errors import disk_full
+
+            if isinstance(e, OSError) and (full := disk_full(e, settings)) is not None:
+                raise full from None
+            raise
     # DagsterInstance.get() reads $DAGSTER_HOME; remember that we set it (the data folder may change
     # within one process, e.g. between tests, and then so does the home)
     os.environ["DAGSTER_HOME"] = os.environ["AIP_DAGSTER_HOME_SET"] = str(home)
@@ -327,6 +337,31 @@ def storage_outage(e: BaseException):
     return None
 
 
+@contextmanager
+def _making_storage(home: Path) -> Iterator[None]:
+    """One process at a time opens the instance's SQLite storage (an exclusive ``flock`` on
+    ``home/.storage.lock``, held while Dagster makes its tables). Two processes opening a home never
+    used before each found a table missing and made it, and the slower one failed: "table
+    jobs/runs already exists" (2 of 16 double starts). Held for milliseconds once the storage is
+    made; nothing in shared mode (Postgres), or where the lock file cannot be made (a read-only
+    home of the user's): as before."""
+    import fcntl
+
+    if shared():
+        yield
+        return
+    try:
+        fh = open(home / ".storage.lock", "a")
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a Ctrl-C ends the wait
+        yield
+    finally:
+        fh.close()  # lets the lock go
+
+
 def get_instance():
     """The project's Dagster instance (public API only), from ``prepare_home()``. Its storage is
     reached here, so a database that cannot be used is an AipError naming it (never the password)."""
@@ -339,9 +374,10 @@ def get_instance():
     url = configured_storage_url()
     ours = os.environ.get("AIP_DAGSTER_HOME_SET") == str(home)
     try:
-        instance = DagsterInstance.get()
-        pooled(instance)
-        instance.get_runs(limit=1)  # the storage is opened lazily: reach it now
+        with _making_storage(home):
+            instance = DagsterInstance.get()
+            pooled(instance)
+            instance.get_runs(limit=1)  # the storage is opened lazily: reach it now
         return instance
     except Exception as e:  # noqa: BLE001 - Dagster's or the driver's error, said with the database and without the password
         cause = e.__cause__ or e

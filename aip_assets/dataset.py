@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DatasetError
+from .errors import DatasetError, symlink_loop
 from .readers import is_whitespace
 
 TASK_TYPES = ("single_turn_llm", "multi_turn_llm", "single_turn_rag", "multi_turn_rag")
@@ -174,7 +174,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     try:
         if suffix in (".jsonl", ".ndjson"):
             records: list[dict[str, Any]] = []
-            with path.open(encoding="utf-8") as f:
+            with path.open(encoding="utf-8-sig") as f:  # a byte order mark (some editors write one) is dropped
                 for i, line in enumerate(f, 1):
                     if not line.strip():
                         continue
@@ -191,7 +191,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
         if suffix == ".csv":
             import pandas as pd
 
-            df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig")
             return [{k: (None if _is_missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
         if suffix in (".parquet", ".pq"):
             import pyarrow.parquet as pq
@@ -234,6 +234,8 @@ def _not_a_folder(path: Path) -> None:
 def load_dataset(path: str | Path) -> list[DatasetRow]:
     """Read and validate a gdi_text_v1 file. Raises DatasetError listing every problem found."""
     path = Path(path)
+    if (loop := symlink_loop(path)) is not None:
+        raise DatasetError(f"{path}: {loop}")
     if not path.exists():
         raise DatasetError(f"{path}: dataset file not found")
     _not_a_folder(path)

@@ -31,7 +31,7 @@ from .logs import gate_words, stage_words
 from .metrics import REGISTRY, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
-from .metrics.running import FAILED_OUTCOMES
+from .metrics.running import FAILED_OUTCOMES, Heartbeat
 from .models.client import check_endpoint
 from .models.journal import open_journal
 from .models.providers import capabilities
@@ -256,6 +256,25 @@ def validate_datasets(spec: RunSpec) -> dict[str, int]:
     return {ds: len(load_dataset(ds)) for ds in datasets}
 
 
+def check_run_id(run_id: str, field: str = "run id") -> None:
+    """A run id is a partition key, a file name part and a line of every log: non-empty, without
+    '|', leading or trailing spaces, or control and format characters (a newline, a tab, a NUL, a
+    zero-width space, a bidi override). SpecError naming ``field`` (``--run-id`` on the command line)."""
+    import unicodedata
+
+    bad = next((c for c in run_id or "" if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn")), None)
+    if bad is not None:
+        raise SpecError(
+            f"{field} {run_id!r}: must not contain control or invisible characters (found U+{ord(bad):04X}"
+            f"{' ' + unicodedata.name(bad, '') if unicodedata.name(bad, '') else ''}); use letters, digits, '-', '_' or '.'"
+        )
+    if not run_id or "|" in run_id or run_id != run_id.strip():
+        raise SpecError(
+            f"{field} {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
+            "Dagster's partition keys) and without leading or trailing spaces"
+        )
+
+
 def register_run(
     spec: RunSpec,
     run_id: str,
@@ -269,11 +288,7 @@ def register_run(
     ``forms``: the structured-output forms the endpoint check chose (``preflight(...).forms``),
     recorded for the run in its journal; ``exam``: the judge exam the run passed (``examine``),
     stored with it (``judge_exams`` and its calls in ``llm_calls``), in the same transaction."""
-    if not run_id or "|" in run_id or run_id != run_id.strip():
-        raise SpecError(
-            f"run id {run_id!r}: must be non-empty, without '|' (it separates the run from the metric in "
-            "Dagster's partition keys) and without leading or trailing spaces"
-        )
+    check_run_id(run_id)
     n_rows = n_rows or validate_datasets(spec)  # validates: bad input stops here
     datasets = list(n_rows)
     shas = {ds: file_sha256(ds) for ds in datasets}
@@ -590,6 +605,8 @@ def _run_stage(
     plugin = get_metric(metric)
     journal = open_journal(path)
     staged = StagedTables(path.parent, run_id, metric, stage)
+    # aggregation has no calls to count: it says what it does while it takes long
+    beat = Heartbeat(f"{stage} [{run_id} × {metric}]", "reading its inputs").start() if stage == "aggregation" else None
     try:
         ctx = StageContext(
             run_id=run_id,
@@ -647,26 +664,33 @@ def _run_stage(
                 log(note)
                 ctx.notes.append({"level": "warning", "code": "builtin_judge", "message": note})
         else:
+            assert beat is not None
+            beat.phase = "scoring (units, rows, axes and groups, intervals, claims)"
             for tables in finished_aggregate(plugin, ctx):
                 staged.add(tables)
+            beat.phase = "writing its tables"
         if ctx.notes:
             staged.add({"run_notes": ctx.notes})
         interrupts.check()  # stopped calls a metric booked as failures are never written
         staged.commit(path, guard=lease.check)  # at each try: still this worker's partition (else not written)
-        if stage == "aggregation":  # against the spec's previous run: the regression check, SUT drift
+        if beat is not None:  # against the spec's previous run: the regression check, SUT drift
             from .history import check_regression
 
+            beat.phase = "comparing with the spec's previous run"
             check_regression(run_id, metric, spec.fail_on_regression, path, log)
         lease.mark_done()
+        meta = staged.metadata()
+        if beat is not None:
+            beat.phase = "reading its summary back"
+            meta.update(_aggregation_meta(run_id, metric, plugin, path))
     finally:
+        if beat is not None:
+            beat.stop()
         with interrupts.handled(stop=False):  # the journal written whole, even if a signal comes now
             journal.close()
         shutil.rmtree(staged.dir, ignore_errors=True)
-    meta = staged.metadata()
     if "calls.network" in meta:  # the calls this process sent, not those of a stage it resumes (journal.sent)
         meta["calls.network"], meta["calls.failed"] = journal.sent, journal.sent_failed
-    if stage == "aggregation":
-        meta.update(_aggregation_meta(run_id, metric, plugin, path))
     detail(f"{stage_words(stage, meta)} [{run_id} × {metric}]")
     if stage == "aggregation":  # the metric's one line at the default level
         log(f"{metric}: {gate_words(meta['gate'])}")

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .connections import BuiltinProfile, Connection  # noqa: F401 - the spec's connections, named here too
-from .errors import SpecError, format_validation_error
+from .errors import SpecError, format_validation_error, symlink_loop
 from .hashing import file_sha256, stable_json  # noqa: F401 - also named here, where callers found them
 
 
@@ -504,7 +504,12 @@ def parse_spec(data: dict, where: str = "<spec>", base_dir: Path | None = None) 
     def resolve(value: str, field: str) -> str:
         ds = Path(value)
         if not ds.is_absolute():
-            ds = ((base_dir or Path.cwd()) / ds).resolve()
+            try:
+                ds = ((base_dir or Path.cwd()) / ds).resolve()
+            except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
+                ds = (base_dir or Path.cwd()) / ds
+        if (loop := symlink_loop(ds)) is not None:
+            raise SpecError(f"{where}: {field}: {ds} {loop}")
         if not ds.exists():
             raise SpecError(f"{where}: {field}: file not found: {ds} (relative paths are read from the spec's folder)")
         return str(ds)
@@ -516,12 +521,52 @@ def parse_spec(data: dict, where: str = "<spec>", base_dir: Path | None = None) 
     return spec
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A key given twice in one YAML mapping: its lines (1-based)."""
+
+    def __init__(self, key: Any, line: int, first: int):
+        self.key, self.line, self.first = key, line, first
+        super().__init__(f"key {key!r} on line {line} duplicates line {first}")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: plain YAML keeps the last one
+    silently (a metric listed twice would run with its second entry alone). A key overriding one
+    merged in with ``<<`` is not a duplicate."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKey(key, line, seen[key])
+                seen[key] = line
+            except TypeError:  # an unhashable key: the base loader says so
+                continue
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(path: Path) -> Any:
+    """A YAML file's data, read by :class:`UniqueKeyLoader`: SpecError naming the file, the key and
+    its lines for a duplicate key, or the parser's message for YAML that does not parse."""
+    try:
+        return yaml.load(path.read_text(), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except DuplicateKey as e:
+        raise SpecError(
+            f"{path}: line {e.line}: key {e.key!r} is given twice in one mapping (first on line {e.first}); "
+            "YAML would keep only the last: remove one, or merge them"
+        ) from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+
+
 def load_spec(path: str | Path) -> RunSpec:
     path = Path(path)
     if not path.exists():
         raise SpecError(f"{path}: run spec not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    data = load_yaml(path)
     return parse_spec(data, str(path), path.parent.resolve())

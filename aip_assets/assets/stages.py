@@ -56,6 +56,13 @@ def stage_failure(e: AipError) -> Failure:
     return cls(description=str(e), allow_retries=False)
 
 
+def _known_failure(e: BaseException) -> AipError | None:
+    from ..errors import disk_full
+    from ..warehouse.connection import damaged
+
+    return damaged(e) or disk_full(e)
+
+
 def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey | None = None) -> MaterializeResult:
     try:
         run_id, metric = split_key(context.partition_key)
@@ -80,6 +87,11 @@ def _materialise(stage: str, context: AssetExecutionContext, asset_key: AssetKey
         meta = run_stage(stage, run_id, metric, log=log, observe=observe, since=since, detail=detail)
     except AipError as e:
         raise stage_failure(e) from None
+    except Exception as e:
+        known = _known_failure(e)  # a full disk (exit 5), a damaged warehouse file (exit 2): not a bug
+        if known is None:
+            raise
+        raise stage_failure(known) from None
     out: dict[str, Any] = {}
     if "summary" in meta:  # aggregation: a headline to read first, then one typed entry per number
         later = run_id in REPORT_AFTER_ALL

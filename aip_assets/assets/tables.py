@@ -49,8 +49,10 @@ def _cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:.3f}"
-    text = " ".join(str(v).split())
-    text = text if len(text) <= CELL else text[: CELL - 1] + "…"
+    raw = str(v)
+    cut = raw[: 8 * CELL]  # a cell shows CELL characters: a 5 MB prompt is not split whole for them
+    text = " ".join(cut.split())
+    text = text if len(text) <= CELL and len(cut) == len(raw) else text[: CELL - 1] + "…"
     # model output is text here, never markup: no link, image, emphasis or HTML renders from it
     return _escape(text)
 
@@ -73,7 +75,9 @@ def mark_differences(a: Any, b: Any, limit: int = PROMPT_CELL) -> tuple[str, str
     """
     from difflib import SequenceMatcher
 
-    wa, wb = str(a or "").split(), str(b or "").split()
+    # only what a cell can show is compared (in time independent of the prompts' size: two 5 MB
+    # prompts compared whole, difflib's quadratic worst case, held an aggregation past 300 s)
+    wa, wb = _shown_words(str(a or ""), limit), _shown_words(str(b or ""), limit)
     marked: tuple[list[tuple[str, bool]], list[tuple[str, bool]]] = ([], [])  # (word, differs)
     for op, i1, i2, j1, j2 in SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes():
         marked[0].extend((w, op != "equal") for w in wa[i1:i2])
@@ -96,6 +100,18 @@ def mark_differences(a: Any, b: Any, limit: int = PROMPT_CELL) -> tuple[str, str
         return " ".join(runs)
 
     return cell(marked[0]), cell(marked[1])
+
+
+def _shown_words(text: str, limit: int) -> list[str]:
+    """The words of ``text`` a cell of ``limit`` characters can show, and as many again: a word
+    cut by that bound is left out. A cell is never more, so nothing past it is split or compared."""
+    bound = 2 * limit
+    if len(text) <= bound:
+        return text.split()
+    words = text[:bound].split()
+    if words and not text[bound].isspace():  # the last word runs past the bound
+        words.pop()
+    return words
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -53,6 +54,37 @@ class Progress:
                 f"{self.what}: {self.done}/{self.total} done, {self.in_flight()} in flight, "
                 f"{self.failed} failed, {self.excluded} excluded, {rate:.1f}/s"
             )
+
+
+HEARTBEAT_S = 10.0  # a long step with no work items to count says what it is doing this often
+
+
+class Heartbeat:
+    """A long step that has no calls to count (an aggregation: reading, scoring, intervals,
+    writing) says what it is doing and for how long, every :data:`HEARTBEAT_S` seconds, from a
+    thread of its own, so a 50,000-row aggregation is not a minute of silence. Set :attr:`phase`
+    as the step moves on. Logs to the ``aip_assets`` logger only (a Dagster context's log is not
+    for other threads)."""
+
+    def __init__(self, what: str, phase: str = "", every_s: float | None = None):
+        self.what, self.phase = what, phase
+        self.every_s = HEARTBEAT_S if every_s is None else every_s
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="aip-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_s):
+            logger.info(f"{self.what}: {self.phase}, {time.monotonic() - self.t0:.0f}s so far")
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
 
 def worst_outcome(statuses: Iterable[str], any_ok: bool = False) -> str:

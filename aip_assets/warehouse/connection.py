@@ -16,6 +16,7 @@ import fcntl
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from typing import Any
 import duckdb
 
 from .. import settings as aip_settings
+from ..errors import WarehouseDamaged
 from . import lake
 from .schema import ensure_schema
 
@@ -226,6 +228,8 @@ def _open(path: Path, read_only: bool, settings: dict[str, Any]) -> duckdb.DuckD
             return duckdb.connect(str(path), read_only=read_only, config=settings)
         except duckdb.IOException as e:
             now = time.monotonic()
+            if (bad := damaged(e, path)) is not None:
+                raise bad from None
             if "lock" not in str(e).lower():
                 raise
             if now > deadline:
@@ -239,6 +243,36 @@ def _open(path: Path, read_only: bool, settings: dict[str, Any]) -> duckdb.DuckD
                     f"{str(e).splitlines()[0][:200]}"
                 )
             time.sleep(0.1 + random.random() * 0.2)
+
+
+# what DuckDB says of a file that is not (or no longer) a whole database: zero bytes or a garbage
+# header, a truncated file, a block whose checksum fails, a write-ahead log that cannot be replayed
+DAMAGE_MARKERS = (
+    "not a valid duckdb database file",
+    "could not read enough bytes from file",
+    "corrupt database file",
+    "does not match stored checksum",
+    "failure while replaying wal",
+)
+
+
+def damaged(e: BaseException, path: str | Path | None = None) -> WarehouseDamaged | None:
+    """A DuckDB error (``e`` or one of its causes) that says the warehouse file is damaged, as an
+    error that names the file and what to do (exit 2); None for any other error. ``path``: the
+    file, when the caller knows it (else the one DuckDB's message names, else the default)."""
+    err: BaseException | None = e
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        msg = str(err)
+        if isinstance(err, WarehouseDamaged):
+            return err
+        if isinstance(err, duckdb.Error) and any(m in msg.lower() for m in DAMAGE_MARKERS):
+            named = re.search(r'file "([^"]+)"', msg)
+            where = Path(path) if path is not None else Path(named.group(1)) if named else default_path()
+            return WarehouseDamaged(where, msg.splitlines()[0].strip())
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _ensure_once(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
