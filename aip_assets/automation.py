@@ -40,6 +40,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from .checks import GateFailed
 from .errors import AipError
 from .hashing import file_sha256
 from .pipeline import (
@@ -168,16 +169,20 @@ def register_and_evaluate(context, config: LaunchConfig, sut: SutConnection, war
         how = "done" if out.success else "gate failed" if out.gate_failed else "FAILED"
         context.log.info(f"{run_id} × {out.metric}: {how} (Dagster run {out.dagster_run_id})")
         if out.gate_failed:  # every stage ran; the metric's gate failed (aip-eval run's exit 1)
-            below.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
+            why = f": {out.gate_reason}" if out.gate_reason else ""
+            below.append(f"{out.metric} (Dagster run {out.dagster_run_id}){why}")
         elif not out.success:
             failed.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
     if failed:
         raise Failure(
             description=f"run {run_id}: stage failed for {', '.join(failed)}"
-            + (f"; gate failed for {', '.join(below)}" if below else "")
+            + (f"; gate failed for {'; '.join(below)}" if below else "")
         )
-    if below:  # evaluated, not passed: this launch is no green run either
-        raise Failure(description=f"run {run_id}: evaluated; gate failed for {', '.join(below)}", allow_retries=False)
+    if below:  # evaluated, not passed: this launch is no green run either; it reads as the verdict, no stack trace
+        raise GateFailed(
+            f"run {run_id}: evaluated; gate failed for {'; '.join(below)}",
+            metadata={"run_id": run_id, "gate_failed": [b.split(" (Dagster run", 1)[0] for b in below]},
+        )
 
 
 def fresh_run_id(spec: RunSpec, taken=()) -> str:

@@ -59,11 +59,48 @@ GATE = "gate"
 BLOCKING = {GATE}  # the checks whose failure fails the run (the others are shown beside it)
 
 
-class GateFailed(Failure):
+try:  # what Dagster forwards as it is (a user-code process's error, already serialised): see QuietFailure
+    from dagster._core.errors import DagsterUserCodeProcessError as _Forwarded
+    from dagster._utils.error import SerializableErrorInfo
+except ImportError:  # another layout of Dagster's internals: a Failure as any other, with its stack trace
+    _Forwarded = None  # type: ignore[assignment,misc]
+
+
+if _Forwarded is not None:
+
+    class _Carrier(_Forwarded):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:  # the infos are set by QuietFailure
+            Exception.__init__(self, *args)
+
+else:  # pragma: no cover - only with another Dagster
+
+    class _Carrier(Exception):  # type: ignore[no-redef]
+        pass
+
+
+class QuietFailure(Failure, _Carrier):
+    """A ``dagster.Failure`` that reads as what it is, an evaluation's verdict: its step's failure
+    event (and the run's failure event, which repeats it) carries the description and the metadata,
+    no stack trace. Dagster stores a Failure's error with the stack of the frames it came through
+    (its own, and the op's last line), and the UI prints it under the description as "Stack Trace";
+    an error forwarded from a user-code process it stores as it was serialised there
+    (``serializable_error_info_from_exc_info``), and this one is serialised without frames. Never
+    retried (``allow_retries=False``); the class name stays the error's ``cls_name``, where
+    ``jobs.Outcome`` reads its kind."""
+
+    def __init__(self, description: str, metadata: dict[str, Any] | None = None):
+        super().__init__(description=description, metadata=metadata, allow_retries=False)
+        if _Forwarded is not None:
+            self.user_code_process_error_infos = [
+                SerializableErrorInfo(message=description.rstrip() + "\n", stack=[], cls_name=type(self).__name__)
+            ]
+
+
+class GateFailed(QuietFailure):
     """A metric's gate failed: raised by the aggregation step after it has written its tables and
-    reported its checks, so the Dagster run is a FAILURE whose description is the gate's reason.
-    Not a failed stage: whoever reads the run (``aip-eval run``, the run-queue follower, the
-    launcher) tells it apart by ``is_gate_failure``."""
+    reported its checks, so the Dagster run is a FAILURE whose description is the gate's reason
+    (no stack trace: ``QuietFailure``). Not a failed stage: whoever reads the run (``aip-eval
+    run``, the run-queue follower, the launcher) tells it apart by ``is_gate_failure``."""
 
 
 def is_gate_failure(failure_data) -> bool:
@@ -78,10 +115,9 @@ def gate_failure(run_id: str, metric: str, results) -> GateFailed | None:
     if failed is None:
         return None
     return GateFailed(
-        description=f"{metric} (run {run_id}): gate failed: {failed.description}. The stage's tables "
+        f"{metric} (run {run_id}): gate failed: {failed.description}. The stage's tables "
         "are written; this run fails so that the Runs list shows it (aip-eval run exits 1)",
         metadata=dict(failed.metadata or {}),
-        allow_retries=False,
     )
 
 

@@ -57,6 +57,7 @@ class Outcome:
     interrupted: bool = False
     kind: str = ""  # a failed run's: "gate", "limit", "operational", "input" (an AipError) or "bug"
     tracebacks: list[str] = field(default_factory=list)  # a bug's: each failed step's whole error, to save
+    gate_reason: str = ""  # a failed gate's reason (gate.decide), as its Failure's metadata carries it
 
     @property
     def completed(self) -> bool:
@@ -122,7 +123,16 @@ def _outcome(metric: str, result) -> Outcome:
         interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures),
         kind=kind,
         tracebacks=[err.to_string() for err in errs if _kind(err) == "bug"],
+        gate_reason=next(filter(None, (_gate_reason(f) for f in failures)), ""),
     )
+
+
+def _gate_reason(failure) -> str:
+    from .checks import is_gate_failure
+
+    data = getattr(failure, "user_failure_data", None)
+    value = (data.metadata or {}).get("gate_reason") if data is not None and is_gate_failure(failure) else None
+    return str(getattr(value, "value", value) or "")
 
 
 def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:

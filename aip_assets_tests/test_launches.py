@@ -5,6 +5,7 @@ Dagster's Overview."""
 from __future__ import annotations
 
 import yaml
+from dagster import AssetCheckSeverity, DagsterEventType
 
 from aip_assets.dagster_home import get_instance
 from aip_assets.definitions import defs
@@ -70,3 +71,62 @@ def test_each_launch_from_the_launchpad_evaluates_a_new_run_and_a_named_run_resu
     assert again.success and _registered() == sorted(ids)
     logs = [e.user_message for e in instance.all_logs(again.run_id)]
     assert any(f"run {ids[0]} is registered: resuming it" in m for m in logs)
+
+
+def _failure_events(instance, dagster_run_id: str):
+    types = (DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE)
+    return {
+        e.dagster_event.event_type: e.dagster_event
+        for e in instance.all_logs(dagster_run_id)
+        if e.dagster_event is not None and e.dagster_event.event_type in types
+    }
+
+
+def test_a_failed_gate_fails_the_launch_and_the_metrics_run_with_its_reason_and_no_stack_trace(tmp_path, capsys):
+    """Fault 4: a gate that fails is a verdict, not a crash. The metric's evaluate run and the
+    launcher's run both fail; each one's step failure and run failure events carry the reason (the
+    launcher's names the metric and the axis that failed), as a dagster.Failure's description, and no
+    stack trace; the aggregation's gate check fails at ERROR. `aip-eval run` exits 1, no traceback."""
+    from aip_assets.cli import main
+
+    path = _spec(tmp_path, threshold=1.0)
+    instance = get_instance()
+    launch = _launch(path)
+    assert not launch.success
+    [evaluated] = [r for r in instance.get_runs() if r.job_name == "evaluate"]
+    assert evaluated.status.value == "FAILURE"
+    run_id = evaluated.tags["aip/run_id"]
+    reason = pipeline_reason(run_id)
+    assert "gender" in reason
+    for dagster_run_id, says in (
+        (evaluated.run_id, f"llm.decision_flip (run {run_id}): gate failed: {reason}"),
+        (launch.run_id, f"gate failed for llm.decision_flip (Dagster run {evaluated.run_id}): {reason}"),
+    ):
+        events = _failure_events(instance, dagster_run_id)
+        step = events[DagsterEventType.STEP_FAILURE].event_specific_data
+        assert step.user_failure_data is not None and says in step.user_failure_data.description
+        assert step.error.cls_name == "GateFailed"
+        run = events[DagsterEventType.RUN_FAILURE]
+        text = f"{run.message}\n{run.event_specific_data.error.to_string()}"  # what the run's page shows
+        assert says in text, text
+        for err in (step.error, run.event_specific_data.error):
+            assert err.stack == [] and err.cause is None, err.to_string()
+            assert "Traceback" not in err.to_string() and "Stack Trace" not in err.to_string()
+    [gate] = [
+        e.dagster_event.event_specific_data
+        for e in instance.all_logs(evaluated.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+        if e.dagster_event.event_specific_data.check_name == "gate"
+    ]
+    assert not gate.passed and gate.severity == AssetCheckSeverity.ERROR and reason in gate.description
+    capsys.readouterr()
+    assert main(["run", str(path), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "gate failed" in err and "Traceback" not in err and "Stack Trace" not in err
+
+
+def pipeline_reason(run_id: str) -> str:
+    from aip_assets import warehouse as wh
+
+    return wh.query(
+        "SELECT gate_reason FROM metric_scores WHERE run_id = ? AND scope = 'overall'", [run_id], read_only=False
+    ).gate_reason[0]

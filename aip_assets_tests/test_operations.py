@@ -53,7 +53,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     # failed checks are shown beside the materialisation; only the gate's fails the run, and last
     [failure] = res.get_step_failure_events()
     assert not res.success and failure.step_key == "aggregation"
-    assert "GateFailed" in failure.event_specific_data.error.message
+    assert failure.event_specific_data.error.cls_name == "GateFailed"
     c = _checks(res)
     assert set(c) == {
         "dataset_quality",
