@@ -164,8 +164,9 @@ def register_and_evaluate(context, config: LaunchConfig, sut: SutConnection, war
         spec.metrics,
         spec.metrics,
         tags,
-        run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}},
-    ):  # this launch's warehouse
+        run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}},  # this launch's warehouse
+        like=origin.repository_origin if (origin := context.dagster_run.remote_job_origin) is not None else None,
+    ):
         how = "done" if out.success else "gate failed" if out.gate_failed else "FAILED"
         context.log.info(f"{run_id} × {out.metric}: {how} (Dagster run {out.dagster_run_id})")
         if out.gate_failed:  # every stage ran; the metric's gate failed (aip-eval run's exit 1)

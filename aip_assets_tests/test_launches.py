@@ -130,3 +130,34 @@ def pipeline_reason(run_id: str) -> str:
     return wh.query(
         "SELECT gate_reason FROM metric_scores WHERE run_id = ? AND scope = 'overall'", [run_id], read_only=False
     ).gate_reason[0]
+
+
+def test_the_clis_runs_belong_to_the_code_location_the_ui_shows(tmp_path, capsys):
+    """Fault 7: Dagster's Overview (its timeline and jobs) groups runs by the code location and
+    repository that hold their job, and leaves out a run that names none, as `execute_in_process`
+    creates them. `aip-eval run`'s evaluate runs, and those the launcher starts, name the code
+    location that `aip-eval ui` loads (``aip_assets.definitions``, repository ``__repository__``)."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import ModuleTarget
+
+    from aip_assets.cli import main
+    from aip_assets.run_queue import location_name
+
+    path = _spec(tmp_path, name="overview")
+    assert main(["run", str(path), "--quiet"]) == 0
+    instance = get_instance()
+    [run] = [r for r in instance.get_runs() if r.job_name == "evaluate"]
+    origin = run.remote_job_origin
+    assert origin is not None and origin.job_name == "evaluate"
+    # the names the UI gives the job (workspace.yaml names the module; the Overview groups runs by them)
+    target = ModuleTarget(
+        module_name="aip_assets.definitions", attribute=None, working_directory=None, location_name=None
+    )
+    with WorkspaceProcessContext(instance, target) as ctx:
+        ws = ctx.create_request_context()
+        [loc] = [ws.get_code_location(name) for name in ws.code_location_names]
+        [repo] = loc.get_repositories().values()
+        job = repo.get_full_job("evaluate")
+        ui = job.get_remote_origin()
+    assert origin.repository_origin.code_location_origin.location_name == ui.location_name == location_name()
+    assert origin.repository_origin.repository_name == ui.repository_origin.repository_name

@@ -6,7 +6,8 @@ The test uses a small project folder in tmp_path (a workspace.yaml, the repo's d
 so the UI has its `run|metric` partition to offer (a run adds one key per configured metric). Then `dagster dev` serves that folder, and
 Playwright drives Debian's Chromium (`/usr/bin/chromium`; `.ci/run` installs it) through the UI:
 
-1. dismiss the first-run "Join the Dagster community" dialog;
+1. dismiss the first-run "Join the Dagster community" dialog; the Overview's timeline shows the
+   CLI's run (screenshot `0_overview_timeline.png`);
 2. the `evaluation` group's lineage shows the five stages (screenshot `1_asset_graph.png`);
 3. on the `evaluate` job's page, "Materialize all…" → choose the run's `<run>|llm.decision_flip`
    partition → "Launch 1 run" (the run is the evaluate job's, as the CLI's are)
@@ -267,6 +268,13 @@ def _drive_ui(
         nux.get_by_role("button", name="Skip").click()
     expect(nux).to_have_count(0)
     page.add_locator_handler(nux, lambda dialog: dialog.get_by_role("button", name="Skip").click())
+
+    # 1b. The Overview's timeline shows the CLI's evaluate run (issue 38.7: it said "No runs" while the
+    # runs had no code location; it groups runs by the code location and job that hold them).
+    page.goto(url + "/overview/activity/timeline", wait_until="domcontentloaded")
+    expect(page.get_by_text("evaluate", exact=True).first).to_be_visible()  # the job's row
+    expect(page.get_by_text(re.compile(r"^No runs"))).to_have_count(0)  # "No runs or scheduled ticks in …"
+    page.screenshot(path=str(shots / "0_overview_timeline.png"), full_page=True)
 
     # 2. The asset graph: the `evaluation` group's lineage view draws one node per stage.
     page.goto(url + GROUP_PATH, wait_until="domcontentloaded")
