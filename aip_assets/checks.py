@@ -17,10 +17,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, Failure, MetadataValue
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    Failure,
+    FloatMetadataValue,
+    IntMetadataValue,
+    MetadataValue,
+    TextMetadataValue,
+)
 
 from . import gate
 from . import warehouse as wh
@@ -56,6 +66,7 @@ CHECKS = {
     ],
 }
 GATE = "gate"
+NUMBER_STAND_INS = ("n/a", "none set")  # text in place of a number (``_f``, the threshold check's)
 BLOCKING = {GATE}  # the checks whose failure fails the run (the others are shown beside it)
 
 
@@ -114,8 +125,9 @@ def gate_failure(run_id: str, metric: str, results) -> GateFailed | None:
     failed = next((r for r in results or [] if r.check_name == GATE and not r.passed), None)
     if failed is None:
         return None
+    reason = getattr((failed.metadata or {}).get("gate_reason"), "value", None) or failed.description
     return GateFailed(
-        f"{metric} (run {run_id}): gate failed: {failed.description}. The stage's tables "
+        f"{metric} (run {run_id}): gate failed: {reason}. The stage's tables "
         "are written; this run fails so that the Runs list shows it (aip-eval run exits 1)",
         metadata=dict(failed.metadata or {}),
     )
@@ -153,9 +165,12 @@ def _f(x) -> MetadataValue:
 
 def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = None) -> list[AssetCheckResult]:
     """The stage's check results for one partition, each named with it: a ``partition`` entry
-    (``<run>|<metric>``), and a description that begins with the metric and the run (the gate's
-    is its reason, as the run's failure says it), so a result read beside another partition's
-    ("threshold: Failed" beside a latest execution that passed) says whose it is."""
+    (``<run>|<metric>``), and a description that begins with the metric and the run, the gate's
+    too (its reason follows), so a result read beside another partition's says whose it is:
+    Dagster's Checks tab lists a partitioned check with the worst status of its partitions
+    ("gate: Failed") and details the check's latest execution, whichever partition that was.
+    Its numbers are named by the metric (``per_metric``): Dagster plots each numeric entry of a
+    check across all its executions, every partition's."""
     from .partitions import partition_key
 
     key = partition_key(run_id, metric)
@@ -163,10 +178,26 @@ def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = Non
     out = []
     for r in _evaluate(stage, run_id, metric, spec, path):
         desc = r.description
-        if r.check_name != GATE and not (desc or "").startswith(whose):
+        if not (desc or "").startswith(whose):
             desc = f"{whose}: {desc}" if desc else f"{whose}: {'passed' if r.passed else 'failed'}"
-        out.append(r._replace(description=desc, metadata={"partition": MetadataValue.text(key), **(r.metadata or {})}))
+        meta = {"partition": MetadataValue.text(key), **per_metric(metric, r.metadata or {})}
+        out.append(r._replace(description=desc, metadata=meta))
     return out
+
+
+def per_metric(metric: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` with each number's key prefixed by the metric's short name (``coverage`` →
+    ``decision_flip coverage``), so the plot Dagster draws of a key follows one metric, not a
+    zig-zag through seven; text, flags and JSON keep their names (a number's stand-in, ``n/a``
+    or ``none set``, keeps the number's)."""
+    short = metric.split(".", 1)[-1]
+
+    def numeric(v: Any) -> bool:
+        if isinstance(v, TextMetadataValue | str):
+            return getattr(v, "text", v) in NUMBER_STAND_INS
+        return isinstance(v, int | float | FloatMetadataValue | IntMetadataValue) and not isinstance(v, bool)
+
+    return {(f"{short} {k}" if numeric(v) else k): v for k, v in metadata.items()}
 
 
 def _evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None) -> list[AssetCheckResult]:

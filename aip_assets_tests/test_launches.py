@@ -132,6 +132,37 @@ def pipeline_reason(run_id: str) -> str:
     ).gate_reason[0]
 
 
+def test_check_numbers_are_named_by_their_metric_so_each_plot_follows_one_metric(tmp_path):
+    """Fault 5: Dagster plots each numeric entry of a check across every execution of the check,
+    all partitions' (every metric's); a key per metric (``decision_flip coverage``) keeps each plot
+    to one metric. Text and JSON keep their names; each description says whose result it is."""
+    path = _spec(tmp_path, name="plots")
+    launch = _launch(path, run_id="plots-1")
+    assert launch.success
+    instance = get_instance()
+    [evaluated] = [r for r in instance.get_runs() if r.job_name == "evaluate"]
+    results = {
+        e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data
+        for e in instance.all_logs(evaluated.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    }
+    assert {"gate", "threshold", "coverage", "sut_completeness"} <= set(results)
+    for name, r in results.items():
+        assert r.description.startswith("llm.decision_flip (run plots-1)"), (name, r.description)
+        for key, value in r.metadata.items():
+            if isinstance(value.value, int | float) and not isinstance(value.value, bool):
+                assert key.startswith("decision_flip "), (name, key)
+    assert {"decision_flip score", "decision_flip coverage", "decision_flip threshold"} <= set(results["gate"].metadata)
+    assert results["gate"].metadata["gate_reason"].text and results["gate"].metadata["metric"].text
+    # a stand-in for a missing number keeps the number's name
+    from aip_assets.checks import per_metric
+
+    assert set(per_metric("llm.x", {"score": 0.5, "threshold": "none set", "why": "text"})) == {
+        "x score",
+        "x threshold",
+        "why",
+    }
+
+
 def test_the_clis_runs_belong_to_the_code_location_the_ui_shows(tmp_path, capsys):
     """Fault 7: Dagster's Overview (its timeline and jobs) groups runs by the code location and
     repository that hold their job, and leaves out a run that names none, as `execute_in_process`

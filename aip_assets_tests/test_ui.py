@@ -17,7 +17,9 @@ Playwright drives Debian's Chromium (`/usr/bin/chromium`; `.ci/run` installs it)
    every asset check passed;
 5. the `ingest` and `aggregation` assets' Checks tabs show `dataset_quality` and `threshold` as
    passed, with one execution from the CLI run and one from the UI run in each check's history
-   (screenshots `4_checks_ingest*.png`, `5_checks_aggregation*.png`; then `6_asset_graph_after.png`).
+   (screenshots `4_checks_ingest*.png`, `5_checks_aggregation*.png`; then `6_asset_graph_after.png`);
+   the `gate` check's overview names the partition of its latest execution and plots its numbers
+   under names of the metric (`decision_flip score`).
 
 Screenshots are written to tmp_path/screenshots and copied to $AIP_TEST_ARTIFACTS (default
 aip_assets_tests/artifacts/), also when the test fails (then with a `failure.png` of the page).
@@ -379,6 +381,14 @@ def _drive_ui(
         # partitioned checks: each evaluation in the history names its run × metric partition
         expect(page.get_by_text(f"{run_id}|{METRIC}", exact=True)).to_have_count(2)
         page.screenshot(path=str(shots / f"{n}_checks_{asset}_history.png"), full_page=True)
+
+    # The gate check's overview: its latest execution says whose partition it was (issue 38.5: the
+    # list shows the worst of the check's partitions, the overview the latest execution, any
+    # partition's), and its plots are named by the metric (one metric per plot, not seven).
+    page.goto(f"{url}/assets/aggregation?view=checks&checkDetail=gate", wait_until="domcontentloaded")
+    expect(page.get_by_text(f"llm.decision_flip (run {run_id}):").first).to_be_visible()
+    expect(page.get_by_text("decision_flip score", exact=True).first).to_be_visible()
+    page.screenshot(path=str(shots / "5_checks_aggregation_gate.png"), full_page=True)
 
     # 6. From the score to its evidence: the aggregation's latest materialisation reads score,
     # interval, threshold and passed as typed entries; the judgements table asset previews the pairs.
