@@ -40,6 +40,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from .checks import GateFailed
 from .errors import AipError
 from .hashing import file_sha256
 from .pipeline import (
@@ -93,9 +94,9 @@ class LaunchConfig(Config):
         description="the run spec (YAML) to evaluate, relative to the folder the UI was started in",
     )
     run_id: str = Field(
-        default="demo-launchpad-1",
-        description="the run's id, new for a new run (a registered id resumes that run with its stored spec); "
-        "schedules and the sensor name it <spec>-<UTC time>",
+        default="",
+        description="empty (the default): a new run, named <spec>-<UTC time> when the launch starts (-2, -3... "
+        "if taken), so each Launch Run evaluates anew; a registered id resumes that run with its stored spec",
     )
     trigger: str = Field(
         default="launchpad",
@@ -108,8 +109,9 @@ class LaunchConfig(Config):
     "configured metric as a run of the evaluate job",
 )
 def register_and_evaluate(context, config: LaunchConfig, sut: SutConnection, warehouse: Warehouse) -> None:
-    path, run_id = Path(config.spec_path), config.run_id
+    path = Path(config.spec_path)
     try:
+        run_id = config.run_id or _launched_run_id(context, path, sut)
         resume = run_exists(run_id)  # this launch re-executed (a metric failed, or it crashed): resume the run
         if resume:
             spec, _ = load_run(run_id)
@@ -162,21 +164,52 @@ def register_and_evaluate(context, config: LaunchConfig, sut: SutConnection, war
         spec.metrics,
         spec.metrics,
         tags,
-        run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}},
-    ):  # this launch's warehouse
+        run_config={"resources": {"warehouse": {"config": {"path": warehouse.path}}}},  # this launch's warehouse
+        like=origin.repository_origin if (origin := context.dagster_run.remote_job_origin) is not None else None,
+    ):
         how = "done" if out.success else "gate failed" if out.gate_failed else "FAILED"
         context.log.info(f"{run_id} × {out.metric}: {how} (Dagster run {out.dagster_run_id})")
         if out.gate_failed:  # every stage ran; the metric's gate failed (aip-eval run's exit 1)
-            below.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
+            why = f": {out.gate_reason}" if out.gate_reason else ""
+            below.append(f"{out.metric} (Dagster run {out.dagster_run_id}){why}")
         elif not out.success:
             failed.append(f"{out.metric} (Dagster run {out.dagster_run_id})")
     if failed:
         raise Failure(
             description=f"run {run_id}: stage failed for {', '.join(failed)}"
-            + (f"; gate failed for {', '.join(below)}" if below else "")
+            + (f"; gate failed for {'; '.join(below)}" if below else "")
         )
-    if below:  # evaluated, not passed: this launch is no green run either
-        raise Failure(description=f"run {run_id}: evaluated; gate failed for {', '.join(below)}", allow_retries=False)
+    if below:  # evaluated, not passed: this launch is no green run either; it reads as the verdict, no stack trace
+        raise GateFailed(
+            f"run {run_id}: evaluated; gate failed for {'; '.join(below)}",
+            metadata={"run_id": run_id, "gate_failed": [b.split(" (Dagster run", 1)[0] for b in below]},
+        )
+
+
+def fresh_run_id(spec: RunSpec, taken=()) -> str:
+    """A new run's id, ``<spec>-<UTC time>``; ``-2``, ``-3``... when a run of that name is already
+    registered (or ``taken`` by another request of the same tick)."""
+    run_id = base = new_run_id(spec)
+    n = 1
+    while run_exists(run_id) or run_id in taken:
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def _launched_run_id(context, path: Path, sut: SutConnection) -> str:
+    """The run id of a launch that names none (the launchpad's default): the one this launch (or the
+    launch it re-executes) already took, kept as its ``aip/run_id`` tag, so a re-execution resumes
+    that run; otherwise a new one from the spec's name and the time, tagged on this launch."""
+    run = context.dagster_run
+    for dagster_run_id in (run.run_id, run.parent_run_id, run.root_run_id):
+        earlier = context.instance.get_run_by_id(dagster_run_id) if dagster_run_id else None
+        if earlier is not None and earlier.job_name == LAUNCH_JOB and earlier.tags.get("aip/run_id"):
+            return earlier.tags["aip/run_id"]
+    run_id = fresh_run_id(sut.apply(load_spec(path)))
+    context.instance.add_run_tags(run.run_id, {"aip/run_id": run_id})
+    context.log.info(f"{path}: no run id given: a new run, {run_id}")
+    return run_id
 
 
 @job(
@@ -273,11 +306,7 @@ def build_sensor(job):
                 context.log.error(f"{path}: not launched: {e}")
                 notes.append(f"{path.name} not launched: {str(e).splitlines()[-1]}")
                 continue
-            run_id = base = new_run_id(spec)
-            n = 1
-            while run_exists(run_id) or run_id in taken:
-                n += 1
-                run_id = f"{base}-{n}"
+            run_id = fresh_run_id(spec, taken)
             taken.add(run_id)
             requests.append(launch_request(spec, path, run_id, "sensor"))
             context.log.info(f"{path}: launching run {run_id} ({len(spec.metrics)} metric(s))")

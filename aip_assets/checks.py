@@ -19,10 +19,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, Failure, MetadataValue
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    Failure,
+    FloatMetadataValue,
+    IntMetadataValue,
+    MetadataValue,
+    TextMetadataValue,
+)
 
 from . import gate
 from . import warehouse as wh
@@ -63,14 +73,52 @@ CHECKS = {
     ],
 }
 GATE = "gate"
+NUMBER_STAND_INS = ("n/a", "none set")  # text in place of a number (``_f``, the threshold check's)
 BLOCKING = {GATE}  # the checks whose failure fails the run (the others are shown beside it)
 
 
-class GateFailed(Failure):
+try:  # what Dagster forwards as it is (a user-code process's error, already serialised): see QuietFailure
+    from dagster._core.errors import DagsterUserCodeProcessError as _Forwarded
+    from dagster._utils.error import SerializableErrorInfo
+except ImportError:  # another layout of Dagster's internals: a Failure as any other, with its stack trace
+    _Forwarded = None  # type: ignore[assignment,misc]
+
+
+if _Forwarded is not None:
+
+    class _Carrier(_Forwarded):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:  # the infos are set by QuietFailure
+            Exception.__init__(self, *args)
+
+else:  # pragma: no cover - only with another Dagster
+
+    class _Carrier(Exception):  # type: ignore[no-redef]
+        pass
+
+
+class QuietFailure(Failure, _Carrier):
+    """A ``dagster.Failure`` that reads as what it is, an evaluation's verdict: its step's failure
+    event (and the run's failure event, which repeats it) carries the description and the metadata,
+    no stack trace. Dagster stores a Failure's error with the stack of the frames it came through
+    (its own, and the op's last line), and the UI prints it under the description as "Stack Trace";
+    an error forwarded from a user-code process it stores as it was serialised there
+    (``serializable_error_info_from_exc_info``), and this one is serialised without frames. Never
+    retried (``allow_retries=False``); the class name stays the error's ``cls_name``, where
+    ``jobs.Outcome`` reads its kind."""
+
+    def __init__(self, description: str, metadata: dict[str, Any] | None = None):
+        super().__init__(description=description, metadata=metadata, allow_retries=False)
+        if _Forwarded is not None:
+            self.user_code_process_error_infos = [
+                SerializableErrorInfo(message=description.rstrip() + "\n", stack=[], cls_name=type(self).__name__)
+            ]
+
+
+class GateFailed(QuietFailure):
     """A metric's gate failed: raised by the aggregation step after it has written its tables and
-    reported its checks, so the Dagster run is a FAILURE whose description is the gate's reason.
-    Not a failed stage: whoever reads the run (``aip-eval run``, the run-queue follower, the
-    launcher) tells it apart by ``is_gate_failure``."""
+    reported its checks, so the Dagster run is a FAILURE whose description is the gate's reason
+    (no stack trace: ``QuietFailure``). Not a failed stage: whoever reads the run (``aip-eval
+    run``, the run-queue follower, the launcher) tells it apart by ``is_gate_failure``."""
 
 
 def is_gate_failure(failure_data) -> bool:
@@ -84,11 +132,11 @@ def gate_failure(run_id: str, metric: str, results) -> GateFailed | None:
     failed = next((r for r in results or [] if r.check_name == GATE and not r.passed), None)
     if failed is None:
         return None
+    reason = getattr((failed.metadata or {}).get("gate_reason"), "value", None) or failed.description
     return GateFailed(
-        description=f"{metric} (run {run_id}): gate failed: {failed.description}. The stage's tables "
+        f"{metric} (run {run_id}): gate failed: {reason}. The stage's tables "
         "are written; this run fails so that the Runs list shows it (aip-eval run exits 1)",
         metadata=dict(failed.metadata or {}),
-        allow_retries=False,
     )
 
 
@@ -124,9 +172,12 @@ def _f(x) -> MetadataValue:
 
 def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = None) -> list[AssetCheckResult]:
     """The stage's check results for one partition, each named with it: a ``partition`` entry
-    (``<run>|<metric>``), and a description that begins with the metric and the run (the gate's
-    is its reason, as the run's failure says it), so a result read beside another partition's
-    ("threshold: Failed" beside a latest execution that passed) says whose it is."""
+    (``<run>|<metric>``), and a description that begins with the metric and the run, the gate's
+    too (its reason follows), so a result read beside another partition's says whose it is:
+    Dagster's Checks tab lists a partitioned check with the worst status of its partitions
+    ("gate: Failed") and details the check's latest execution, whichever partition that was.
+    Its numbers are named by the metric (``per_metric``): Dagster plots each numeric entry of a
+    check across all its executions, every partition's."""
     from .partitions import partition_key
 
     key = partition_key(run_id, metric)
@@ -134,10 +185,26 @@ def evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None = Non
     out = []
     for r in _evaluate(stage, run_id, metric, spec, path):
         desc = r.description
-        if r.check_name != GATE and not (desc or "").startswith(whose):
+        if not (desc or "").startswith(whose):
             desc = f"{whose}: {desc}" if desc else f"{whose}: {'passed' if r.passed else 'failed'}"
-        out.append(r._replace(description=desc, metadata={"partition": MetadataValue.text(key), **(r.metadata or {})}))
+        meta = {"partition": MetadataValue.text(key), **per_metric(metric, r.metadata or {})}
+        out.append(r._replace(description=desc, metadata=meta))
     return out
+
+
+def per_metric(metric: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` with each number's key prefixed by the metric's short name (``coverage`` →
+    ``decision_flip coverage``), so the plot Dagster draws of a key follows one metric, not a
+    zig-zag through seven; text, flags and JSON keep their names (a number's stand-in, ``n/a``
+    or ``none set``, keeps the number's)."""
+    short = metric.split(".", 1)[-1]
+
+    def numeric(v: Any) -> bool:
+        if isinstance(v, TextMetadataValue | str):
+            return getattr(v, "text", v) in NUMBER_STAND_INS
+        return isinstance(v, int | float | FloatMetadataValue | IntMetadataValue) and not isinstance(v, bool)
+
+    return {(f"{short} {k}" if numeric(v) else k): v for k, v in metadata.items()}
 
 
 def _evaluate(stage: str, run_id: str, metric: str, spec, path: Path | None) -> list[AssetCheckResult]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any
@@ -57,6 +58,7 @@ class Outcome:
     interrupted: bool = False
     kind: str = ""  # a failed run's: "gate", "limit", "operational", "input" (an AipError) or "bug"
     tracebacks: list[str] = field(default_factory=list)  # a bug's: each failed step's whole error, to save
+    gate_reason: str = ""  # a failed gate's reason (gate.decide), as its Failure's metadata carries it
 
     @property
     def completed(self) -> bool:
@@ -122,17 +124,83 @@ def _outcome(metric: str, result) -> Outcome:
         interrupted=any(getattr(f, "error_source", None) == ErrorSource.INTERRUPT for f in failures),
         kind=kind,
         tracebacks=[err.to_string() for err in errs if _kind(err) == "bug"],
+        gate_reason=next(filter(None, (_gate_reason(f) for f in failures)), ""),
     )
 
 
-def _execute(instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None) -> Outcome:
-    result = evaluate().execute_in_process(
-        partition_key=partition_key(run_id, metric),
-        instance=instance,
-        run_config=run_config or {},
-        raise_on_error=False,
-        tags={"aip/run_id": run_id, "aip/metric": metric, **tags},
+def _gate_reason(failure) -> str:
+    from .checks import is_gate_failure
+
+    data = getattr(failure, "user_failure_data", None)
+    value = (data.metadata or {}).get("gate_reason") if data is not None and is_gate_failure(failure) else None
+    return str(getattr(value, "value", value) or "")
+
+
+MODULE = "aip_assets.definitions"  # the code location's module (workspace.yaml, `aip-eval ui`)
+
+
+def location_name() -> str:
+    """The code location's name: the module's, or ``$AIP_CODE_LOCATION`` where a deployment names
+    it otherwise (run_queue.py)."""
+    from .settings import current
+
+    return current().code_location or MODULE
+
+
+def job_origin(like=None):
+    """Where the UI finds the evaluate job: its code location's repository (``like``: the
+    repository origin of the launcher's run, when it has one), so Dagster's Overview (its timeline
+    and jobs, which group runs by code location and skip a run with none) shows the runs
+    `aip-eval run` and the launcher execute in process. ``execute_in_process`` gives its runs no
+    origin; the UI's own launches have this one."""
+    import sys
+
+    from dagster._core.remote_origin import (
+        InProcessCodeLocationOrigin,
+        RemoteJobOrigin,
+        RemoteRepositoryOrigin,
     )
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    if like is None:
+        location = InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE), location_name=location_name()
+        )
+        like = RemoteRepositoryOrigin(location, "__repository__")  # a Definitions' repository
+    return RemoteJobOrigin(repository_origin=like, job_name="evaluate")
+
+
+@contextmanager
+def _runs_from(instance, origin) -> Iterator[None]:
+    """The runs ``instance`` creates meanwhile (execute_in_process's one) have ``origin``."""
+    create = instance.create_run_for_job
+
+    def with_origin(*args: Any, **kwargs: Any):
+        kwargs["remote_job_origin"] = kwargs.get("remote_job_origin") or origin
+        return create(*args, **kwargs)
+
+    instance.create_run_for_job = with_origin
+    try:
+        yield
+    finally:
+        del instance.create_run_for_job  # the class's method again
+
+
+def _execute(
+    instance, run_id: str, metric: str, tags: dict[str, str], run_config: dict[str, Any] | None, like=None
+) -> Outcome:
+    try:
+        origin = job_origin(like)
+    except ImportError:  # another layout of Dagster's internals: the run still runs, the Overview misses it
+        origin = None
+    with _runs_from(instance, origin) if origin is not None else nullcontext():
+        result = evaluate().execute_in_process(
+            partition_key=partition_key(run_id, metric),
+            instance=instance,
+            run_config=run_config or {},
+            raise_on_error=False,
+            tags={"aip/run_id": run_id, "aip/metric": metric, **tags},
+        )
     out = _outcome(metric, result)
     if interrupts.requested():  # also a signal Dagster's own handler took between two steps
         out.interrupted = True
@@ -155,6 +223,7 @@ def _execute_in_child(
     quiet: bool,
     report_later: bool,
     verbose: bool = False,
+    like=None,
 ) -> Outcome:
     """One metric in a worker process (spawned: it inherits the parent's environment, so the same
     warehouse and Dagster storage; the endpoints' connections are shared through models/slots.py)."""
@@ -168,7 +237,7 @@ def _execute_in_child(
     )  # the worker's whole life: not restored
     if report_later:  # the parent writes the report after the last metric
         REPORT_AFTER_ALL.add(run_id)
-    return _execute(get_instance(), run_id, metric, tags, run_config)
+    return _execute(get_instance(), run_id, metric, tags, run_config, like)
 
 
 def _worker_init() -> None:
@@ -200,6 +269,7 @@ def evaluate_run(
     parallel: int = 1,
     quiet: bool = False,
     verbose: bool = False,
+    like=None,
 ) -> Iterator[Outcome]:
     """Evaluate ``metrics`` of the registered run ``run_id``, one run of the evaluate job each,
     yielding each one's Outcome as it ends; a failed metric does not stop the others. First the
@@ -209,7 +279,8 @@ def evaluate_run(
     at a time, and a metric's own stages run in order). Every model connection's
     ``max_connections`` is shared by the workers (as by every client on the machine,
     models/slots.py), so the endpoint sees no more calls in flight than it allows. ``instance``
-    must then be the project's (the workers open it from the environment)."""
+    must then be the project's (the workers open it from the environment). ``like``: the repository
+    origin the evaluate runs get (``job_origin``), the launcher's own; else this code location's."""
     from .errors import AipError
 
     unknown = [m for m in metrics if m not in configured]
@@ -222,7 +293,9 @@ def evaluate_run(
     if later:
         REPORT_AFTER_ALL.add(run_id)
     try:
-        yield from _evaluate(instance, run_id, metrics, tags, run_config, on_start, parallel, quiet, later, verbose)
+        yield from _evaluate(
+            instance, run_id, metrics, tags, run_config, on_start, parallel, quiet, later, verbose, like
+        )
     finally:
         if later:
             REPORT_AFTER_ALL.discard(run_id)
@@ -255,6 +328,7 @@ def _evaluate(
     quiet: bool,
     later: bool,
     verbose: bool = False,
+    like=None,
 ) -> Iterator[Outcome]:
     """Each metric's Outcome; after a Ctrl-C or SIGTERM (interrupts.py) no metric starts, and the
     metrics running end as their stages do."""
@@ -265,7 +339,7 @@ def _evaluate(
                 return
             if on_start:
                 on_start(metric)
-            out = _execute(instance, run_id, metric, tags, run_config)
+            out = _execute(instance, run_id, metric, tags, run_config, like)
             yield out
             if out.interrupted:
                 return
@@ -280,7 +354,9 @@ def _evaluate(
         for metric in metrics:
             if on_start:
                 on_start(metric)
-            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet, later, verbose)] = metric
+            futures[pool.submit(_execute_in_child, run_id, metric, tags, run_config, quiet, later, verbose, like)] = (
+                metric
+            )
         for f in as_completed(futures):
             if interrupts.requested():
                 for other in futures:

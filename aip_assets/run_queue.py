@@ -28,20 +28,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import AipError
+from .jobs import MODULE, location_name
 from .partitions import partition_key
 
 log = logging.getLogger("aip_assets")
 LOCATION_ENV = "AIP_CODE_LOCATION"
-MODULE = "aip_assets.definitions"
 JOB = "evaluate"
 PARTITION_TAG = "dagster/partition"
 DAEMON_SILENT_SECONDS = 60.0  # no heartbeat of the queue's daemon for this long: say the runs wait for one
-
-
-def location_name() -> str:
-    from .settings import current
-
-    return current().code_location or MODULE
 
 
 def _statuses():

@@ -82,11 +82,11 @@ def test_a_score_links_to_its_evidence_and_names_its_partition(tmp_path):
     assert evals and all(e.metadata["partition"].text == key for e in evals)
     by_name = {e.check_name: e for e in evals}
     assert by_name["threshold"].passed and not by_name["gate"].passed  # the overall score passes, an axis fails
-    for name in ("threshold", "coverage", "differential_refusal", "judge_position_bias"):
+    for name in ("gate", "threshold", "coverage", "differential_refusal", "judge_position_bias"):
         assert by_name[name].description.startswith("llm.decision_flip (run md)"), name
-    gate = by_name["gate"]  # the gate's description is its reason, as the run's failure says it
+    gate = by_name["gate"]  # the gate's description: whose, then its reason, as the run's failure says it
     ov = table("metric_scores", "md", "scope").query("scope == 'overall'").iloc[0]
-    assert gate.description == ov.gate_reason
+    assert gate.description == f"llm.decision_flip (run md): {ov.gate_reason}"
 
 
 def test_the_differing_words_of_two_prompts_are_marked():

@@ -134,7 +134,7 @@ def test_a_sut_turned_against_women_regresses_on_gender_and_fails_the_gate(wareh
         r for r in checks.evaluate("aggregation", "n-3", "llm.decision_flip", spec) if r.check_name == "regression"
     )
     assert not res.passed and res.severity.value == "ERROR" and "gender flips rose" in res.description
-    assert res.metadata["previous_run"].value == "n-2" and res.metadata["worse"].value >= 1
+    assert res.metadata["previous_run"].value == "n-2" and res.metadata["decision_flip worse"].value >= 1
     found = {f.sentence: f for f in run_findings("n-3")}
     assert found[gender["sentence"][0].upper() + gender["sentence"][1:]].gate_failed
     assert any(s.startswith("The SUT reported model aip-builtin-flip") for s in found)

@@ -53,7 +53,7 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     # failed checks are shown beside the materialisation; only the gate's fails the run, and last
     [failure] = res.get_step_failure_events()
     assert not res.success and failure.step_key == "aggregation"
-    assert "GateFailed" in failure.event_specific_data.error.message
+    assert failure.event_specific_data.error.cls_name == "GateFailed"
     c = _checks(res)
     assert set(c) == {
         "dataset_quality",
@@ -67,16 +67,17 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
     }
     assert not c["gate"].passed and c["gate"].blocking and "SUT answers failed" in c["gate"].description
     assert not any(e.blocking for name, e in c.items() if name != "gate")
-    assert c["dataset_quality"].passed and c["dataset_quality"].metadata["rows"].value == 8
+    assert c["dataset_quality"].passed and c["dataset_quality"].metadata["decision_flip rows"].value == 8
     # failed SUT answers above max_failed_share fail at ERROR, like the run's gate
     assert not c["sut_completeness"].passed and c["sut_completeness"].severity == AssetCheckSeverity.ERROR
-    assert c["sut_completeness"].metadata["failed_share"].value > 0.1
+    assert c["sut_completeness"].metadata["decision_flip failed_share"].value > 0.1
     assert not c["threshold"].passed and c["threshold"].severity == AssetCheckSeverity.ERROR
     # pairs with a failed answer are excluded: coverage falls below min_coverage (0.9)
-    assert not c["coverage"].passed and c["coverage"].metadata["coverage"].value < 0.9
-    assert c["coverage"].metadata["excluded"].value == {
-        "sut_failed": c["coverage"].metadata["planned"].value
-        - round(c["coverage"].metadata["coverage"].value * c["coverage"].metadata["planned"].value)
+    cov = c["coverage"].metadata  # its numbers named by the metric (checks.per_metric)
+    assert not c["coverage"].passed and cov["decision_flip coverage"].value < 0.9
+    assert cov["excluded"].value == {
+        "sut_failed": cov["decision_flip planned"].value
+        - round(cov["decision_flip coverage"].value * cov["decision_flip planned"].value)
     }
     assert c["judge_completeness"].passed and c["differential_refusal"].passed
     # the judgements table asset previews the flipped pairs (every woman's pair flips here)

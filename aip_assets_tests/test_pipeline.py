@@ -360,7 +360,8 @@ def test_a_failed_gate_fails_the_dagster_run_after_writing_its_tables(tmp_path):
     evals = {e.check_name: e for e in res.get_asset_check_evaluations()}
     gate = evals["gate"]
     assert not gate.passed and gate.blocking and gate.severity == AssetCheckSeverity.ERROR
-    assert gate.description == ov.gate_reason and gate.partition == key and not evals["threshold"].passed
+    assert gate.description == f"llm.decision_flip (run below): {ov.gate_reason}"  # whose, then why
+    assert gate.partition == key and not evals["threshold"].passed
     # ... and the asset's check history in the instance (the UI's "Execution history") has it failed
     history = instance.event_log_storage.get_asset_check_execution_history(
         AssetCheckKey(AssetKey("aggregation"), "gate"), limit=5

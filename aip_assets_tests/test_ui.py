@@ -6,7 +6,8 @@ The test uses a small project folder in tmp_path (a workspace.yaml, the repo's d
 so the UI has its `run|metric` partition to offer (a run adds one key per configured metric). Then `dagster dev` serves that folder, and
 Playwright drives Debian's Chromium (`/usr/bin/chromium`; `.ci/run` installs it) through the UI:
 
-1. dismiss the first-run "Join the Dagster community" dialog;
+1. dismiss the first-run "Join the Dagster community" dialog; the Overview's timeline shows the
+   CLI's run (screenshot `0_overview_timeline.png`);
 2. the `evaluation` group's lineage shows the five stages (screenshot `1_asset_graph.png`);
 3. on the `evaluate` job's page, "Materialize all…" → choose the run's `<run>|llm.decision_flip`
    partition → "Launch 1 run" (the run is the evaluate job's, as the CLI's are)
@@ -16,7 +17,9 @@ Playwright drives Debian's Chromium (`/usr/bin/chromium`; `.ci/run` installs it)
    every asset check passed;
 5. the `ingest` and `aggregation` assets' Checks tabs show `dataset_quality` and `threshold` as
    passed, with one execution from the CLI run and one from the UI run in each check's history
-   (screenshots `4_checks_ingest*.png`, `5_checks_aggregation*.png`; then `6_asset_graph_after.png`).
+   (screenshots `4_checks_ingest*.png`, `5_checks_aggregation*.png`; then `6_asset_graph_after.png`);
+   the `gate` check's overview names the partition of its latest execution and plots its numbers
+   under names of the metric (`decision_flip score`).
 
 Screenshots are written to tmp_path/screenshots and copied to $AIP_TEST_ARTIFACTS (default
 aip_assets_tests/artifacts/), also when the test fails (then with a `failure.png` of the page).
@@ -268,6 +271,13 @@ def _drive_ui(
     expect(nux).to_have_count(0)
     page.add_locator_handler(nux, lambda dialog: dialog.get_by_role("button", name="Skip").click())
 
+    # 1b. The Overview's timeline shows the CLI's evaluate run (issue 38.7: it said "No runs" while the
+    # runs had no code location; it groups runs by the code location and job that hold them).
+    page.goto(url + "/overview/activity/timeline", wait_until="domcontentloaded")
+    expect(page.get_by_text("evaluate", exact=True).first).to_be_visible()  # the job's row
+    expect(page.get_by_text(re.compile(r"^No runs"))).to_have_count(0)  # "No runs or scheduled ticks in …"
+    page.screenshot(path=str(shots / "0_overview_timeline.png"), full_page=True)
+
     # 2. The asset graph: the `evaluation` group's lineage view draws one node per stage.
     page.goto(url + GROUP_PATH, wait_until="domcontentloaded")
     for stage in STAGES:
@@ -371,6 +381,14 @@ def _drive_ui(
         # partitioned checks: each evaluation in the history names its run × metric partition
         expect(page.get_by_text(f"{run_id}|{METRIC}", exact=True)).to_have_count(2)
         page.screenshot(path=str(shots / f"{n}_checks_{asset}_history.png"), full_page=True)
+
+    # The gate check's overview: its latest execution says whose partition it was (issue 38.5: the
+    # list shows the worst of the check's partitions, the overview the latest execution, any
+    # partition's), and its plots are named by the metric (one metric per plot, not seven).
+    page.goto(f"{url}/assets/aggregation?view=checks&checkDetail=gate", wait_until="domcontentloaded")
+    expect(page.get_by_text(f"llm.decision_flip (run {run_id}):").first).to_be_visible()
+    expect(page.get_by_text("decision_flip score", exact=True).first).to_be_visible()
+    page.screenshot(path=str(shots / "5_checks_aggregation_gate.png"), full_page=True)
 
     # 6. From the score to its evidence: the aggregation's latest materialisation reads score,
     # interval, threshold and passed as typed entries; the judgements table asset previews the pairs.
