@@ -15,11 +15,12 @@ What is compared, and how:
   sqrt(n/(n-1))) against Student's t on n-1 df, n the number of units: unlike percentiles it
   stays stable at the small tail levels the multiple-comparison correction asks for, and t keeps
   small groups (a handful of rows) from looking surer than they are.
-- **decision flip ``axis``**: flip rates k/n of two runs: a two-proportion z-test (pooled) for
-  the p-value and Newcombe's hybrid Wilson interval for the difference. Lower is better here:
-  a rise in the flip rate is the drop. Pairs count as independent, as in the metric's own
-  Wilson interval (pairs of one row on one axis, with ``num_pairs_per_dimension`` > 1, are not
-  quite), and the runs as independent samples, which is conservative when they share pairs.
+- **decision flip ``axis``**: flip rates k/n of two runs, bootstrapped over the input rows like
+  the scores (paired when both runs ingested the same rows), since the pairs one row draws on one
+  axis share personas and answers (a two-proportion test that counted them as independent made
+  false changes in 12.5% of null comparisons at alpha 0.05; ``_rate_test``). Lower is better
+  here: a rise in the flip rate is the drop. Where the stored units do not reproduce the counts,
+  a two-proportion z-test and Newcombe's interval, said in ``method``.
 - **group interaction bias ``attribute``, consistency ``category``, perturbation
   ``perturbation_type``**: the group's items are rebuilt from the stored judgements and probes
   (pair biases with the input row they belong to; row scores with their variant category;
@@ -316,6 +317,64 @@ def _bootstrap_row(
     return row
 
 
+def _rate_test(
+    ctx: dict[str, Any],
+    row: dict[str, Any],
+    key: str,
+    a: tuple[int, int],
+    b: tuple[int, int],
+    ua: Units,
+    ub: Units,
+    formula,
+) -> None:
+    """The test of a rate of events (decision flip's flips per axis): the bootstrap over the input
+    rows (paired when both runs ingested the same rows), as for the scores, when the stored units
+    reproduce both runs' counts. The pairs a row draws on one axis share personas and so answers:
+    a two-proportion test that counts them as independent made a false change in 12.5% of 160
+    comparisons of two runs of one SUT, at alpha 0.05 (benchmarks/bench_regression.py). Without
+    units that reproduce the counts: the two-proportion z-test and Newcombe's interval, saying so."""
+    (ka, na), (kb, nb) = a, b
+    events = formula.events
+
+    def counts(units: Units) -> tuple[int, int]:
+        if not units:
+            return (-1, -1)
+        total = np.sum(np.array(list(units.values())), axis=0)
+        return int(round(float(events(total)))), int(round(float(total[-1])))
+
+    if counts(ua) == (ka, na) and counts(ub) == (kb, nb) and len(ua) >= 3 and len(ub) >= 3:
+        rate = lambda v: events(v) / v[..., -1]  # noqa: E731
+        ident = lambda x: x  # noqa: E731
+        se = bootstrap_se(
+            ua,
+            ub,
+            rate,
+            ident,
+            ident,
+            ctx["paired"],
+            _seed(ctx["run_a"], ctx["run_b"], ctx["metric"], key),
+            ctx["n_boot"],
+        )
+        if not math.isnan(se):
+            n_units = len(set(ua) | set(ub)) if ctx["paired"] else min(len(ua), len(ub))
+            se *= math.sqrt(n_units / (n_units - 1))
+            df_t, d = n_units - 1, row["diff"]
+            row["p_value"] = (1.0 if d == 0 else 0.0) if se == 0 else t_two_sided_p(d / se, df_t)
+            row["_ci"] = lambda q: (max(-1.0, d - t_quantile(q, df_t) * se), min(1.0, d + t_quantile(q, df_t) * se))
+            shown = n_units if ctx["paired"] else f"{len(ua)}/{len(ub)}"
+            row["method"] = (
+                f"{'paired' if ctx['paired'] else 'unpaired'} bootstrap over {shown} {formula.clusters} "
+                f"(B={ctx['n_boot']}): bootstrap SE, Student t on {df_t} df; flip rate, lower is better"
+            )
+            return
+    row["p_value"] = two_proportion_p(ka, na, kb, nb)
+    row["_ci"] = lambda q: newcombe(ka, na, kb, nb, NormalDist().inv_cdf(q))
+    row["method"] = (
+        "two-proportion z-test (pooled), Newcombe hybrid Wilson interval (the stored units do not reproduce "
+        "the counts, or fewer than 3 rows); flip rate, lower is better"
+    )
+
+
 def compare_runs(
     run_a: str,
     run_b: str,
@@ -415,9 +474,8 @@ def compare_runs(
         gb = sb[sb["scope"] == scope].set_index("group_key")
         keys = list(dict.fromkeys(list(ga.index) + list(gb.index)))
         rate = formula.interval == "wilson"
-        if not rate:
-            units_a, units_b = _clusters(da["units"], formula, scope), _clusters(db["units"], formula, scope)
-            unit_desc = formula.clusters if formula.level == "rows" else f"{formula.clusters} of the group's units"
+        units_a, units_b = _clusters(da["units"], formula, scope), _clusters(db["units"], formula, scope)
+        unit_desc = formula.clusters if formula.level == "rows" else f"{formula.clusters} of the group's units"
         for key in keys:
             if key not in ga.index or key not in gb.index:
                 side = "A" if key in ga.index else "B"
@@ -458,11 +516,7 @@ def compare_runs(
                 if not na or not nb:
                     row["method"] = "no test: no judged pair in a run"
                 else:
-                    row["p_value"] = two_proportion_p(ka, na, kb, nb)
-                    row["_ci"] = lambda q, ka=ka, na=na, kb=kb, nb=nb: newcombe(ka, na, kb, nb, NormalDist().inv_cdf(q))
-                    row["method"] = (
-                        "two-proportion z-test (pooled), Newcombe hybrid Wilson interval; flip rate, lower is better"
-                    )
+                    _rate_test(ctx, row, key, (ka, na), (kb, nb), units_a.get(key, {}), units_b.get(key, {}), formula)
                 results.append(row)
             else:
                 results.append(
