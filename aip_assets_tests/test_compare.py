@@ -83,7 +83,7 @@ def test_changed_sut_profile_shows_significant_drop_on_gender(warehouse):
     gender = _row(df, "axis", "gender")
     assert gender["score_a"] == 0 and gender["diff"] > 0.1  # the flip rate went up
     assert gender["significant"] and gender["p_adjusted"] < 1e-6 and gender["ci_low"] > 0
-    assert gender["method"].startswith("two-proportion z-test")
+    assert gender["method"].startswith("paired bootstrap over 200 input_ids")  # the rows, not the pairs
     for axis in ("role", "ethnicity", "religion"):
         r = _row(df, "axis", axis)
         assert r["diff"] == 0 and not r["significant"]
@@ -226,3 +226,33 @@ def test_every_metric_compares_through_the_engine(tmp_path, metric, sut, config,
     assert len(rows) > 0 and not rows["method"].str.startswith("no test: the stored").any()
     if key is not None:
         assert _row(drop, scope, key)["diff"] < 0 and _row(drop, scope, key)["significant"]
+
+
+def test_a_flip_rate_is_tested_over_its_rows_not_as_independent_pairs():
+    """Four pairs of a row share personas and answers: flips that come four at a time from 5 of 20
+    rows are less sure than 20 independent flips among 80 pairs. The bootstrap over the rows gives
+    the wider interval; stored units that do not add up to the counts fall back to two
+    proportions, saying so."""
+    from statistics import NormalDist
+
+    from aip_assets.scoring import ONE_MINUS_FLIP_RATE
+
+    ua = {f"q{i}": np.array([0.0, 4.0]) for i in range(20)}  # run A: no flip in 80 pairs
+    ub = {f"q{i}": np.array([4.0 if i < 5 else 0.0, 4.0]) for i in range(20)}  # run B: 20 flips, all in 5 rows
+    ctx = {"run_a": "a", "run_b": "b", "metric": "llm.decision_flip", "paired": True, "n_boot": 4000}
+    row = {"diff": 0.25}
+    compare._rate_test(ctx, row, "gender", (0, 80), (20, 80), ua, ub, ONE_MINUS_FLIP_RATE)
+    assert row["method"].startswith("paired bootstrap over 20 input_ids (B=4000)")
+    lo, hi = row["_ci"](0.975)
+    nlo, nhi = compare.newcombe(0, 80, 20, 80, NormalDist().inv_cdf(0.975))
+    assert hi - lo > 1.5 * (nhi - nlo)  # the clustered flips: a much wider interval
+    # by hand: the rows' flip shares are 1 (5 rows) and 0 (15); the rate's bootstrap SE is about
+    # sqrt(p (1 - p) / 20) = 0.0968 (p = 0.25), scaled by sqrt(20/19), on Student's t with 19 df
+    se = (hi - lo) / 2 / compare.t_quantile(0.975, 19)
+    assert se == pytest.approx((0.25 * 0.75 / 20) ** 0.5 * (20 / 19) ** 0.5, rel=0.05)
+    assert row["p_value"] == pytest.approx(compare.t_two_sided_p(0.25 / se, 19), rel=1e-6)
+
+    row = {"diff": 0.25}  # units that do not reproduce the stored counts: two proportions, said so
+    compare._rate_test(ctx, row, "gender", (0, 80), (21, 80), ua, ub, ONE_MINUS_FLIP_RATE)
+    assert row["method"].startswith("two-proportion z-test (pooled), Newcombe") and "do not reproduce" in row["method"]
+    assert row["p_value"] == compare.two_proportion_p(0, 80, 21, 80)

@@ -260,8 +260,8 @@ def test_the_json_summary_says_what_changed_since_the_previous_run(warehouse):
 
 def test_in_a_lake_a_regression_fails_the_gate_as_in_a_file(tmp_path, lake):
     """Shared mode: the regression rows and the gate's update are one DuckLake transaction."""
-    ds = write_dataset(tmp_path / "d.jsonl", 24)
-    cfg = {"num_pairs_per_dimension": 3, "dimensions": ["gender"]}
+    ds = write_dataset(tmp_path / "d.jsonl", 40)
+    cfg = {"num_pairs_per_dimension": 4, "dimensions": ["gender"]}
     run_all(make_spec(ds, name="lk", config=cfg), "lk-1")
     run_all(make_spec(ds, name="lk", sut=AGAINST_WOMEN, config=cfg, fail_on_regression=True), "lk-2")
     gender = _row(_rows("lk-2"), "score", "axis", "gender")
