@@ -345,16 +345,9 @@ def _rate_test(
     if counts(ua) == (ka, na) and counts(ub) == (kb, nb) and len(ua) >= 3 and len(ub) >= 3:
         rate = lambda v: events(v) / v[..., -1]  # noqa: E731
         ident = lambda x: x  # noqa: E731
-        se = bootstrap_se(
-            ua,
-            ub,
-            rate,
-            ident,
-            ident,
-            ctx["paired"],
-            _seed(ctx["run_a"], ctx["run_b"], ctx["metric"], key),
-            ctx["n_boot"],
-        )
+        seed = _seed(ctx["run_a"], ctx["run_b"], ctx["metric"], key)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a draw of rows without a pair: NaN, left out
+            se = bootstrap_se(ua, ub, rate, ident, ident, ctx["paired"], seed, ctx["n_boot"])
         if not math.isnan(se):
             n_units = len(set(ua) | set(ub)) if ctx["paired"] else min(len(ua), len(ub))
             se *= math.sqrt(n_units / (n_units - 1))

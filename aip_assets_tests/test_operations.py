@@ -64,7 +64,11 @@ def test_asset_checks_on_every_stage(tmp_path, builtin_http):
         "coverage",
         "differential_refusal",
         "judge_position_bias",
+        "regression",
     }
+    # the spec's first run: nothing to compare with, a passed WARN (history.py)
+    assert c["regression"].passed and c["regression"].severity == AssetCheckSeverity.WARN
+    assert "no earlier completed run of spec" in c["regression"].description
     assert not c["gate"].passed and c["gate"].blocking and "SUT answers failed" in c["gate"].description
     assert not any(e.blocking for name, e in c.items() if name != "gate")
     assert c["dataset_quality"].passed and c["dataset_quality"].metadata["decision_flip rows"].value == 8

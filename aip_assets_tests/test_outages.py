@@ -403,7 +403,7 @@ def test_a_connection_cut_at_the_endpoint_check_says_what_happened(answer, reset
     assert msg.startswith(f"sut endpoint {url} (model m): unreachable after 2 tries over ") and msg.endswith(
         f"the last try: {said}"
     ), msg
-    assert "400" not in msg  # aiohttp's code for a cut body is no HTTP status
+    assert "400" not in msg.replace(url, "")  # aiohttp's code for a cut body is no HTTP status (the port may hold 400)
     waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("endpoint check: ")]
     assert len(waits) == 1 and waits[0].startswith(f"endpoint check: sut endpoint {url} (model m) {said}; waiting ")
     assert waits[0].endswith(" (backoff) before try 2 of 2")

@@ -166,6 +166,7 @@ CORE_VIEW_NAMES = {
     "v_run_summary",
     "v_call_stats",
     "v_run_over_run",
+    "v_spec_history",  # issue 38: every figure of every run of a spec
 }
 
 

@@ -361,6 +361,7 @@ def _drive_ui(
         "gate",
         "judge_completeness",
         "judge_position_bias",
+        "regression",
         "sut_completeness",
         "threshold",
     ]
