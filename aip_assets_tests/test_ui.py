@@ -369,7 +369,7 @@ def _drive_ui(
 
     # 5. The check results: each asset's Checks tab lists its check with the latest result, and the
     # check's execution history has one row per evaluation: the CLI run's and the UI run's.
-    for n, asset, check, count in ((4, "ingest", "dataset_quality", 1), (5, "aggregation", "threshold", 5)):
+    for n, asset, check, count in ((4, "ingest", "dataset_quality", 1), (5, "aggregation", "threshold", 6)):
         page.goto(f"{url}/assets/{asset}?view=checks", wait_until="domcontentloaded")
         expect(page.get_by_text(f"Checks ({count})", exact=True)).to_be_visible()
         expect(page.get_by_text(check, exact=True).first).to_be_visible()
