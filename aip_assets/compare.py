@@ -244,7 +244,8 @@ def _config(rec: dict, metric: str) -> dict:
     return (rec["spec"].get("metrics", {}).get(metric) or {}).get("config") or {}
 
 
-def _dataset_sha(rec: dict, metric: str) -> str | None:
+def dataset_sha(rec: dict, metric: str) -> str | None:
+    """The sha256 the run registered for the dataset ``metric`` read (``_run_record``'s parsed record)."""
     entry = rec["spec"].get("metrics", {}).get(metric) or {}
     path = entry.get("dataset") or rec["spec"].get("dataset")
     return rec["datasets"].get(path) or (rec["dataset_sha256"] if path == rec["dataset_path"] else None)
@@ -432,7 +433,7 @@ def compare_runs(
         changed = _diffs(cfg_a, cfg_b)
         if changed:
             warnings.append(f"{m}: the metric config differs ({', '.join(changed)})")
-        sha_a, sha_b = _dataset_sha(ra, m), _dataset_sha(rb, m)
+        sha_a, sha_b = dataset_sha(ra, m), dataset_sha(rb, m)
         if sha_a != sha_b:
             warnings.append(f"{m}: the runs read different datasets (sha256 {str(sha_a)[:12]}… vs {str(sha_b)[:12]}…)")
         paired = bool(da["ids"]) and da["ids"] == db["ids"]
@@ -561,11 +562,7 @@ def save_comparison(
 
     def replace(con) -> None:
         con.execute("DELETE FROM run_comparisons WHERE run_a = ? AND run_b = ?", [run_a, run_b])
-        if len(out):
-            cols = ", ".join(out.columns)
-            con.register("_incoming", out)
-            con.execute(f"INSERT INTO run_comparisons ({cols}) SELECT {cols} FROM _incoming")
-            con.unregister("_incoming")
+        wh.insert_frame(con, "run_comparisons", out)
 
     with wh.connect(path) as con:
         wh.transaction(con, replace, f"the comparison of {run_a} and {run_b}")

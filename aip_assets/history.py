@@ -39,33 +39,30 @@ DRIFT_SCOPES = ("answers", "decisions", "verdicts")
 
 def previous_run(con, run_id: str, metric: str) -> str | None:
     """The spec's latest run before ``run_id`` that aggregated ``metric`` on the same dataset (its
-    sha256 as registered), or None."""
-    rec = con.execute(
-        "SELECT spec_name, created_at, spec, datasets, dataset_path, dataset_sha256 FROM eval_runs WHERE run_id = ?",
-        [run_id],
-    ).fetchone()
-    if rec is None:
+    sha256 as registered: ``compare.dataset_sha``), or None."""
+    from .compare import dataset_sha
+
+    cols = "r.run_id, r.spec_name, r.created_at, r.spec, r.datasets, r.dataset_path, r.dataset_sha256"
+
+    def record(row) -> dict[str, Any]:
+        keys = ("run_id", "spec_name", "created_at", "spec", "datasets", "dataset_path", "dataset_sha256")
+        rec = dict(zip(keys, row))
+        rec["spec"], rec["datasets"] = json.loads(rec["spec"] or "{}"), json.loads(rec["datasets"] or "{}")
+        return rec
+
+    row = con.execute(f"SELECT {cols} FROM eval_runs r WHERE r.run_id = ?", [run_id]).fetchone()
+    if row is None:
         return None
-    spec_name, created_at = rec[0], rec[1]
-    sha = _dataset_sha(rec[2], rec[3], rec[4], rec[5], metric)
+    this = record(row)
+    sha = dataset_sha(this, metric)
     rows = con.execute(
-        "SELECT r.run_id, r.spec, r.datasets, r.dataset_path, r.dataset_sha256 FROM eval_runs r "
+        f"SELECT {cols} FROM eval_runs r "
         "WHERE r.spec_name = ? AND r.run_id <> ? AND (r.created_at < ? OR (r.created_at = ? AND r.run_id < ?)) "
         "AND EXISTS (SELECT 1 FROM metric_scores m WHERE m.run_id = r.run_id AND m.metric = ? AND m.scope = 'overall') "
         "ORDER BY r.created_at DESC, r.run_id DESC",
-        [spec_name, run_id, created_at, created_at, run_id, metric],
+        [this["spec_name"], run_id, this["created_at"], this["created_at"], run_id, metric],
     ).fetchall()
-    for r in rows:
-        if _dataset_sha(r[1], r[2], r[3], r[4], metric) == sha:
-            return str(r[0])
-    return None
-
-
-def _dataset_sha(spec_json, datasets_json, dataset_path, dataset_sha, metric: str) -> str | None:
-    spec = json.loads(spec_json or "{}")
-    entry = spec.get("metrics", {}).get(metric) or {}
-    path = entry.get("dataset") or spec.get("dataset")
-    return json.loads(datasets_json or "{}").get(path) or (dataset_sha if path == dataset_path else None)
+    return next((str(r[0]) for r in rows if dataset_sha(record(r), metric) == sha), None)
 
 
 # ------------------------------------------------------------------ drift
@@ -254,11 +251,7 @@ def write_regression(
 
     def replace(con) -> None:
         con.execute("DELETE FROM regressions WHERE run_id = ? AND metric = ?", [run_id, metric])
-        if len(frame):
-            cols = ", ".join(frame.columns)
-            con.register("_incoming", frame)
-            con.execute(f"INSERT INTO regressions ({cols}) SELECT {cols} FROM _incoming")
-            con.unregister("_incoming")
+        wh.insert_frame(con, "regressions", frame)
         if reason is not None:
             con.execute(
                 "UPDATE metric_scores SET gate_reason = CASE WHEN passed THEN ? ELSE gate_reason || '; ' || ? END, "

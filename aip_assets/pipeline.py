@@ -314,9 +314,7 @@ def register_run(
         if con.execute("SELECT 1 FROM eval_runs WHERE run_id = ?", [run_id]).fetchone():
             raise AlreadyRegistered(f"run {run_id} is already registered; pass it to --run-id to resume it")
         for table, df in tables.items():
-            con.register("_incoming", df)
-            con.execute(f"INSERT INTO {table} ({', '.join(df.columns)}) SELECT * FROM _incoming")
-            con.unregister("_incoming")
+            wh.insert_frame(con, table, df)
 
     from .warehouse import lake
 

@@ -35,6 +35,7 @@ from .schema import (
 )
 from .transactions import LAKE_STATS, transaction
 from .writes import (
+    insert_frame,
     lean_first,
     query,
     read_partition,
@@ -70,6 +71,7 @@ __all__ = [
     "sandboxed",
     "session",
     "status_counts",
+    "insert_frame",
     "transaction",
     "views",
     "write_caps",

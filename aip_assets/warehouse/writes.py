@@ -196,6 +196,19 @@ def status_counts(con: duckdb.DuckDBPyConnection, table: str, run_id: str, metri
     return {str(k): int(n) for k, n in rows}
 
 
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> None:
+    """Insert ``frame``'s rows into ``table`` by column name (never by position), on ``con`` (inside the
+    caller's transaction); an empty frame inserts nothing."""
+    if not len(frame):
+        return
+    cols = ", ".join(frame.columns)
+    con.register("_incoming", frame)
+    try:
+        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
+    finally:
+        con.unregister("_incoming")
+
+
 def query(sql: str, params: list | None = None, path: str | Path | None = None, read_only: bool = True) -> pd.DataFrame:
     with connect(path, read_only=read_only) as con:
         return con.execute(sql, params or []).df()
