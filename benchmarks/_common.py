@@ -1,11 +1,16 @@
-"""What both benchmarks record beside their figures: the machine and the code measured."""
+"""What the benchmarks share: the machine and the code measured (recorded beside their figures), a
+simulation worker's fresh folder, interleaved jobs, and shares with their Wilson intervals."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import logging
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -92,3 +97,62 @@ def write_results(out: Path, lines: list[str], info: dict) -> None:
     out.write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps(info, indent=2, default=str))
     print("\n".join(lines))
+
+
+# what a simulation's runs must not inherit from the shell: another Dagster home, shared mode, a lake
+PROJECT_ENV = (
+    "DAGSTER_HOME",
+    "AIP_DAGSTER_HOME_SET",
+    "AIP_DATA_DIR_SET",
+    "AIP_DAGSTER_STORAGE_URL",
+    "AIP_DAGSTER_STORAGE_URL_SET",
+    "AIP_SHARED_STATE_URL",
+    "AIP_LAKE_DATA_PATH",
+    "AIP_S3_ENDPOINT",
+    "AIP_S3_CREDENTIAL_CHAIN",
+)
+
+
+def clear_project_env() -> None:
+    """Unset ``PROJECT_ENV`` in this process: its runs are local, in folders of their own."""
+    for name in PROJECT_ENV:
+        os.environ.pop(name, None)
+
+
+def worker_setup(state: dict, prefix: str) -> dict:
+    """A simulation worker, once per process (``state`` is the worker's module-level dict): the
+    stages' info lines silenced, ``PROJECT_ENV`` cleared, a temporary root (removed at exit) and a
+    counter of the folders made under it."""
+    if state:
+        return state
+    logging.disable(logging.WARNING)  # the stages' info lines; warnings and errors still show
+    clear_project_env()
+    state["root"] = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, state["root"], True)
+    state["n"] = 0
+    return state
+
+
+def interleave(groups: list[list]) -> list:
+    """The groups' jobs taken in turn (the first of each, then the second...), so a stopped job has
+    some of each."""
+    out = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out += [g[i] for g in groups if i < len(g)]
+    return out
+
+
+def share(k: int, n: int) -> dict:
+    """k of n with the share and its Wilson 95% interval."""
+    from aip_assets.stats import wilson
+
+    lo, hi = wilson(k, n)
+    return {"k": k, "n": n, "rate": k / n if n else None, "ci95": [lo, hi]}
+
+
+def pct(x: dict | None) -> str:
+    """A ``share`` as the tables print it: "k/n = rate [low, high]" ("–" for none)."""
+    if not x or not x["n"]:
+        return "–"
+    lo, hi = x["ci95"]
+    return f"{x['k']}/{x['n']} = {x['rate']:.3f} [{lo:.3f}, {hi:.3f}]"

@@ -45,7 +45,7 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(CHECKOUT))
-from _common import run_header, write_results  # noqa: E402
+from _common import clear_project_env, run_header, write_results  # noqa: E402
 
 DF = "llm.decision_flip"
 GIB = "llm.group_interaction_bias"
@@ -68,17 +68,7 @@ class Rig:
         self.root = Path(tempfile.mkdtemp(prefix="aip-bench-baseline-"))
         self.n = 0
         self.datasets: dict[int, Path] = {}
-        for name in (
-            "DAGSTER_HOME",
-            "AIP_DAGSTER_HOME_SET",
-            "AIP_DATA_DIR_SET",
-            "AIP_DAGSTER_STORAGE_URL",
-            "AIP_DAGSTER_STORAGE_URL_SET",
-            "AIP_SHARED_STATE_URL",
-            "AIP_LAKE_DATA_PATH",
-            "AIP_S3_ENDPOINT",
-        ):
-            os.environ.pop(name, None)
+        clear_project_env()
 
     def dataset(self, rows: int) -> Path:
         from aip_assets_tests.conftest import write_dataset

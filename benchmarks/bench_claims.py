@@ -40,9 +40,7 @@ is appended to ``--progress`` (JSON lines), so an interrupted job resumes where 
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import logging
 import os
 import platform
 import shlex
@@ -51,7 +49,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -60,7 +57,7 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(CHECKOUT))
-from _common import run_header  # noqa: E402
+from _common import interleave, pct, run_header, share, worker_setup  # noqa: E402
 
 DF = "llm.decision_flip"
 GIB = "llm.group_interaction_bias"
@@ -146,10 +143,7 @@ def jobs_for(args, demo_seed: int) -> list[dict]:
                 }
             )
         groups.append(group)
-    out = []
-    for i in range(max(len(g) for g in groups)):
-        out += [g[i] for g in groups if i < len(g)]
-    return out
+    return interleave(groups)
 
 
 # ---------------------------------------------------------------- one run (in a worker)
@@ -157,25 +151,7 @@ _WORKER: dict = {}
 
 
 def _worker_setup() -> dict:
-    if _WORKER:
-        return _WORKER
-    logging.disable(logging.WARNING)  # the stages' info lines; warnings and errors still show
-    for name in (
-        "DAGSTER_HOME",
-        "AIP_DAGSTER_HOME_SET",
-        "AIP_DATA_DIR_SET",
-        "AIP_DAGSTER_STORAGE_URL",
-        "AIP_DAGSTER_STORAGE_URL_SET",
-        "AIP_SHARED_STATE_URL",
-        "AIP_LAKE_DATA_PATH",
-        "AIP_S3_ENDPOINT",
-        "AIP_S3_CREDENTIAL_CHAIN",
-    ):
-        os.environ.pop(name, None)
-    _WORKER["root"] = Path(tempfile.mkdtemp(prefix="aip-bench-claims-"))
-    atexit.register(shutil.rmtree, _WORKER["root"], True)
-    _WORKER["n"] = 0
-    return _WORKER
+    return worker_setup(_WORKER, "aip-bench-claims-")
 
 
 def demo_entries() -> tuple[dict, dict]:
@@ -335,13 +311,6 @@ def made(run: dict, metric: str, claim: str, direction: str | None = None) -> bo
 
 
 # ---------------------------------------------------------------- the tables
-def share(k: int, n: int) -> dict:
-    from aip_assets.stats import wilson
-
-    lo, hi = wilson(k, n)
-    return {"k": k, "n": n, "rate": k / n if n else None, "ci95": [lo, hi]}
-
-
 def summarise(runs: list[dict]) -> dict:
     """Per SUT: the shares the issue asks for, per metric and for the run (both metrics)."""
     out: dict = {}
@@ -408,13 +377,6 @@ def summarise(runs: list[dict]) -> dict:
         s["median_metric_s"] = {SHORT[m]: statistics.median(r["metric_s"][m] for r in rs) for m in METRICS}
         out[sut] = s
     return out
-
-
-def pct(x: dict) -> str:
-    if not x["n"]:
-        return "–"
-    lo, hi = x["ci95"]
-    return f"{x['k']}/{x['n']} = {x['rate']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def tables(info: dict) -> list[str]:

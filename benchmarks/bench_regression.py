@@ -36,16 +36,13 @@ chain is appended to ``--progress`` (JSON lines), so an interrupted job resumes 
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import logging
 import os
 import shlex
 import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -54,7 +51,7 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(CHECKOUT))
-from _common import run_header  # noqa: E402
+from _common import interleave, pct, run_header, share, worker_setup  # noqa: E402
 
 DF = "llm.decision_flip"
 DATASET = CHECKOUT / "data" / "datasets" / "demo_decisions.jsonl"
@@ -122,10 +119,7 @@ def jobs_for(args) -> list[dict]:
                 }
             )
         groups.append(group)
-    out = []
-    for i in range(max((len(g) for g in groups), default=0)):
-        out += [g[i] for g in groups if i < len(g)]
-    return out
+    return interleave(groups)
 
 
 # ---------------------------------------------------------------- one chain (in a worker)
@@ -133,25 +127,7 @@ _WORKER: dict = {}
 
 
 def _worker_setup() -> dict:
-    if _WORKER:
-        return _WORKER
-    logging.disable(logging.WARNING)  # the stages' info lines; warnings and errors still show
-    for name in (
-        "DAGSTER_HOME",
-        "AIP_DAGSTER_HOME_SET",
-        "AIP_DATA_DIR_SET",
-        "AIP_DAGSTER_STORAGE_URL",
-        "AIP_DAGSTER_STORAGE_URL_SET",
-        "AIP_SHARED_STATE_URL",
-        "AIP_LAKE_DATA_PATH",
-        "AIP_S3_ENDPOINT",
-        "AIP_S3_CREDENTIAL_CHAIN",
-    ):
-        os.environ.pop(name, None)
-    _WORKER["root"] = Path(tempfile.mkdtemp(prefix="aip-bench-regression-"))
-    atexit.register(shutil.rmtree, _WORKER["root"], True)
-    _WORKER["n"] = 0
-    return _WORKER
+    return worker_setup(_WORKER, "aip-bench-regression-")
 
 
 def _none(x):
@@ -280,13 +256,6 @@ def better(c: dict, scope: str, key: str) -> bool:
 
 
 # ---------------------------------------------------------------- the table
-def share(k: int, n: int) -> dict:
-    from aip_assets.stats import wilson
-
-    lo, hi = wilson(k, n)
-    return {"k": k, "n": n, "rate": k / n if n else None, "ci95": [lo, hi]}
-
-
 def summarise(chains: list[dict]) -> dict:
     out: dict = {}
     for scen in dict.fromkeys(c["scenario"] for c in chains):
@@ -370,13 +339,6 @@ def _count(xs) -> dict:
     for x in xs:
         out[str(x)] = out.get(str(x), 0) + 1
     return dict(sorted(out.items()))
-
-
-def pct(x: dict | None) -> str:
-    if not x or not x["n"]:
-        return "–"
-    lo, hi = x["ci95"]
-    return f"{x['k']}/{x['n']} = {x['rate']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def tables(info: dict) -> list[str]:
