@@ -284,8 +284,6 @@ def since_metadata(run_id: str, metric: str, path: Path | None = None) -> dict[s
     if not len(stored_rows):
         return {"previous_run": "none: the first completed run of this spec on this dataset"}
     rows = stored_rows.to_dict("records")
-    for r in rows:
-        r["details"] = json.loads(r["details"] or "{}")
     prev = str(rows[0]["previous_run"])
     return {
         "previous_run": prev,
