@@ -188,7 +188,7 @@ def run_exam(
 ) -> Exam:
     """Examine every LLM judge of ``spec`` for each of its ``metrics`` (default: all), with the calls
     journaled under ``run_id`` beside the warehouse at ``path``."""
-    from .models.journal import open_journal
+    from .models.journal_pg import open_journal
     from .warehouse import default_path
 
     exam = Exam(run_id)
@@ -279,7 +279,7 @@ def exam_tables(exam: Exam, run_id: str, path: Path | None = None) -> dict[str, 
     ``llm_calls`` (from the journal, where they were recorded under ``exam.run_id``)."""
     import pandas as pd
 
-    from .models.journal import open_journal
+    from .models.journal_pg import open_journal
     from .warehouse import default_path
     from .warehouse import schema as wh
 

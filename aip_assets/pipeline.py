@@ -33,7 +33,7 @@ from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
 from .metrics.running import FAILED_OUTCOMES, Heartbeat
 from .models.client import check_endpoint
-from .models.journal import open_journal
+from .models.journal_pg import open_journal
 from .models.providers import capabilities
 from .runspec import RunSpec, parse_spec
 

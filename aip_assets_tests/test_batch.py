@@ -129,7 +129,7 @@ def test_live_fallbacks_are_not_counted_twice_against_the_cap(tmp_path, builtin_
     failing requests go live again, stays within it (a request sent in the batch and again live is
     one call) and answers as the live run; the journal's totals count the batched calls."""
     from aip_assets import warehouse as wh
-    from aip_assets.models.journal import open_journal
+    from aip_assets.models.journal_pg import open_journal
 
     ds = write_dataset(tmp_path / "d.jsonl", 5)
     url, server = builtin_http(FLIP, batch_seconds=0.2, fail_rate=0.3)
@@ -306,7 +306,7 @@ def test_dry_run_shows_batch_and_live_calls_and_what_they_cost(tmp_path, capsys)
 def test_a_batch_is_journaled_in_postgres_in_shared_mode(tmp_path, lake):
     """With a lake the journal (and its batches) is in Postgres: a batch saved by one worker is
     found pending by another, and is no longer once ended."""
-    from aip_assets.models.journal import PgJournal, open_journal
+    from aip_assets.models.journal_pg import PgJournal, open_journal
 
     writer, reader = open_journal(tmp_path / "w.duckdb"), open_journal(tmp_path / "other.duckdb")
     try:

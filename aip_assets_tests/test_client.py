@@ -545,7 +545,7 @@ def test_journal_deflation_round_trips_and_stays_small_for_every_dictionary_size
     import random
     import zlib
 
-    from aip_assets.models.journal import _ZDICT_MAX, _deflate, _inflate
+    from aip_assets.models.journal_format import _ZDICT_MAX, _deflate, _inflate
 
     rng = random.Random(7)
     words = ["loan", "approve", "income", "months", "Décision", "✓", "rent", "credit", "history", "the", "a"]
@@ -609,7 +609,7 @@ def test_journal_writes_in_batches_off_the_caller_and_answers_from_its_queue(tmp
     j.record({**rec(199.5), "call_key": hexkey})
     j.flush()
     assert j.lookup(hexkey, ["r1"])["call_key"] == hexkey and hexkey in j.ok_keys(["r1"], "sampling")
-    from aip_assets.models.journal import key_mark
+    from aip_assets.models.journal_format import key_mark
 
     marks = j.ok_marks(["r1"], "sampling")
     keys = j.ok_keys(["r1"], "sampling")
@@ -741,7 +741,8 @@ def test_a_mark_shared_by_two_keys_costs_a_lookup_never_a_wrong_answer(tmp_path,
     """The client tests a call against the 64-bit marks of the answered calls' keys before it asks
     the journal. A call whose mark is there but whose key is not (another key sharing its first 64
     bits) is sent to the endpoint and answered by it."""
-    from aip_assets.models.journal import Journal, key_mark
+    from aip_assets.models.journal import Journal
+    from aip_assets.models.journal_format import key_mark
 
     server = scripted(lambda body, n: f"fresh {n}")
     conn = Connection(provider="openai", base_url=server.url, model="m")
@@ -767,7 +768,7 @@ def test_marks_fold_into_a_sorted_array_and_stay_a_set():
     membership holds across a fold, for the largest 64-bit values, and for marks never added."""
     import random
 
-    from aip_assets.models.journal import Marks
+    from aip_assets.models.journal_format import Marks
 
     rng = random.Random(7)
     first = [rng.getrandbits(64) for _ in range(1000)] + [2**64 - 1, 0]
@@ -793,7 +794,8 @@ def test_the_journal_answers_the_same_from_sqlite_and_postgres(tmp_path, request
 
     import pandas as pd
 
-    from aip_assets.models.journal import Journal, PgJournal
+    from aip_assets.models.journal import Journal
+    from aip_assets.models.journal_pg import PgJournal
 
     rnd = random.Random(11)
     keys = [f"{rnd.getrandbits(128):032x}" for _ in range(8)] + ["not-a-hex-key"]
@@ -878,7 +880,8 @@ def test_journal_stores_give_equal_frames_and_share_a_part_written_at_once(tmp_p
     import pandas as pd
     import psycopg
 
-    from aip_assets.models.journal import Journal, PgJournal
+    from aip_assets.models.journal import Journal
+    from aip_assets.models.journal_pg import PgJournal
 
     run = f"same-{time.time_ns()}"
 

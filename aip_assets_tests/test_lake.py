@@ -407,7 +407,7 @@ def test_the_lake_is_checked_not_remade_and_each_use_sets_its_own_memory(tmp_pat
 def test_a_journal_record_with_a_nul_is_kept(lake):
     """An endpoint's error text may hold a NUL, which Postgres text cannot: it is kept as U+FFFD,
     and the journal goes on."""
-    from aip_assets.models.journal import PgJournal
+    from aip_assets.models.journal_pg import PgJournal
 
     j = PgJournal(lake)
     rec = {
@@ -437,7 +437,7 @@ def test_the_postgres_journal_writes_on_after_its_connection_is_lost(lake, postg
     cache's lookup) connects again and answers."""
     import psycopg
 
-    from aip_assets.models.journal import PgJournal
+    from aip_assets.models.journal_pg import PgJournal
 
     j = PgJournal(lake)
 

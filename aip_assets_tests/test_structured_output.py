@@ -30,7 +30,7 @@ from aip_assets.metrics.judging import _response_format_json, ask_json, is_copy,
 from aip_assets.metrics.perturbation import Correctness, Robustness
 from aip_assets.models import structured
 from aip_assets.models.client import ModelClient, negotiate
-from aip_assets.models.journal import open_journal
+from aip_assets.models.journal_pg import open_journal
 from aip_assets.runspec import Connection
 
 from .conftest import make_spec, run_all, table, write_dataset
@@ -491,7 +491,8 @@ def test_the_journal_keeps_each_endpoints_form_for_every_process_of_the_run(tmp_
     """Two processes of one run (two journals on one store): what one records, the other reads;
     the form is per (run, endpoint, model), and when both recorded one, the run's is the furthest
     along the forms (a run only moves forward), whichever came last."""
-    from aip_assets.models.journal import Journal, PgJournal
+    from aip_assets.models.journal import Journal
+    from aip_assets.models.journal_pg import PgJournal
 
     def open_():
         return (

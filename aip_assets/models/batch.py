@@ -44,7 +44,7 @@ from ..connections import Connection
 from ..errors import EndpointError
 from ..hashing import wire_json
 from .deadline import CURRENT_ROW
-from .journal import key_mark
+from .journal_format import key_mark
 from .openai_compatible import OpenAICompatibleProvider, resolve_headers, scrub_secrets
 from .provider import Capabilities, parse_completion
 from .result import ChatResult

@@ -31,7 +31,8 @@ from .budget import Budget
 from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
 from .concurrency import AdaptiveLimit
 from .deadline import RowClock, RowDeadlines
-from .journal import Journal, Marks, key_mark
+from .journal import Journal
+from .journal_format import Marks, key_mark
 from .provider import Provider
 from .providers import capabilities, provider_for
 from .ratelimit import SharedRate

@@ -21,6 +21,10 @@ instructions the calls share cost almost nothing), and each answer with the part
 (and the end of its first request) as another. The view ``call_index`` lists the calls with
 their run, metric, stage and role for plain SQL. A journal of the first format (a ``calls``
 table) is left as it is and not read: its calls are not reused.
+
+This module holds the journal in a SQLite file (``Journal``: its writer thread and its readers);
+the stored form is in ``journal_format``, the journal in Postgres and which one a run opens in
+``journal_pg``.
 """
 
 from __future__ import annotations
@@ -29,133 +33,35 @@ import logging
 import sqlite3
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..hashing import wire_json
+from .journal_format import (
+    _AT_ANSWER,
+    _AT_KEY,
+    _AT_REQUEST,
+    _BATCHES_DDL,
+    _CALL,
+    _COLS,
+    _FORMS_DDL,
+    _PART,
+    _VIEW_COL,
+    _ZDICT_MAX,
+    BATCH_COLS,
+    FORM_COLS,
+    Marks,
+    _deflate,
+    _inflate,
+    _key_in,
+    _key_out,
+    _request_text,
+    key_mark,
+)
 
 logger = logging.getLogger("aip_assets")
-
-_COLS = [
-    "run_id",
-    "metric",
-    "stage",
-    "role",
-    "call_key",
-    "sample_index",
-    "endpoint",
-    "model",
-    "request",
-    "response_text",
-    "status",
-    "error",
-    "http_status",
-    "latency_ms",
-    "prompt_tokens",
-    "completion_tokens",
-    "attempts",
-    "response_model",
-    "fingerprint",
-    "source",
-    "created_at",
-]
-
-
-_PART = ["run_id", "metric", "stage", "role", "endpoint", "model"]  # stored once per part in call_parts
-_CALL = [c for c in _COLS if c not in _PART]  # stored per call in call_log (request deflated)
-# where the stored forms go in a call_log row (part_id first)
-_AT_KEY, _AT_REQUEST, _AT_ANSWER = (1 + _CALL.index(c) for c in ("call_key", "request", "response_text"))
-# the view shows a call key as the hex it was given (stored as its 16 bytes)
-_VIEW_COL = {
-    "call_key": "CASE WHEN typeof(c.call_key) = 'blob' THEN lower(hex(c.call_key)) ELSE c.call_key END AS call_key"
-}
-_ZDICT_MAX = 32768  # zlib's window: a longer dictionary is cut to its last 32 KiB
-
-
-def _request_text(request: Any) -> str:
-    """A request as stored: as it was sent, ``wire_json`` of it (its own key order, compact, UTF-8
-    as it is). A string is that JSON already (the client serialises a request once to send it)."""
-    return request if isinstance(request, str) else wire_json(request)
-
-
-def _deflate(text: str, zdict: bytes) -> bytes:
-    """``text`` deflated against ``zdict``. The window covers the dictionary and the text (so
-    every match zlib's defaults would find is in reach) and the hash table is small: zlib sets up
-    and clears its tables for every stream, 60-75 us per call with its defaults (a 32 KiB window,
-    memLevel 8), 5-25 us sized so. Any zlib inflater reads it."""
-    data = text.encode("utf-8")
-    wbits = min(15, max(10, (len(zdict) + len(data) + 262).bit_length()))  # 262: zlib's lookahead
-    c = zlib.compressobj(6, zlib.DEFLATED, wbits, 4, zdict=zdict)
-    return c.compress(data) + c.flush()
-
-
-def _inflate(blob: bytes | None, zdict: bytes) -> str | None:
-    if blob is None:
-        return None
-    d = zlib.decompressobj(zdict=zdict)
-    return (d.decompress(blob) + d.flush()).decode("utf-8")
-
-
-def _key_in(key: str) -> bytes | str:
-    """A call key as stored: the 16 bytes its 32 hex digits spell (any other key as it is)."""
-    try:
-        return bytes.fromhex(key) if len(key) == 32 else key
-    except ValueError:
-        return key
-
-
-def _key_out(key: bytes | str) -> str:
-    return key.hex() if isinstance(key, bytes) else key
-
-
-_U64 = (1 << 64) - 1
-
-
-def key_mark(key: str) -> int:
-    """A call key's first 64 bits (of its 32 hex digits; any other key: its hash), unsigned. Two
-    keys sharing a mark cost a journal lookup that finds nothing, never a wrong answer."""
-    try:
-        return int(key[:16], 16) if len(key) == 32 else hash(key) & _U64
-    except ValueError:
-        return hash(key) & _U64
-
-
-class Marks:
-    """A set of 64-bit marks in 8 bytes each: the newest in a Python set, folded every 65,536 into
-    a sorted numpy array (2,160,000 marks: 17 MB, where a set of ints takes 140 MB)."""
-
-    FOLD = 65_536
-
-    def __init__(self, marks: Iterable[int] = ()):
-        import numpy as np
-
-        self._np = np
-        self._arr = np.unique(np.fromiter(marks, dtype=np.uint64))
-        self._new: set[int] = set()
-
-    def add(self, mark: int) -> None:
-        if mark in self:  # already held (a key answered again): len() stays the count of marks
-            return
-        self._new.add(mark)
-        if len(self._new) >= self.FOLD:
-            np = self._np
-            self._arr = np.union1d(self._arr, np.fromiter(self._new, dtype=np.uint64, count=len(self._new)))
-            self._new.clear()
-
-    def __contains__(self, mark: int) -> bool:
-        if mark in self._new:
-            return True
-        if not len(self._arr):  # nothing folded yet (a new run): no numpy call (5-20 us each)
-            return False
-        i = int(self._np.searchsorted(self._arr, self._np.uint64(mark)))
-        return i < len(self._arr) and int(self._arr[i]) == mark
-
-    def __len__(self) -> int:
-        return len(self._arr) + len(self._new)
 
 
 def journal_path(warehouse_path: str | Path) -> Path:
@@ -569,214 +475,3 @@ class Journal:
             df = df.drop(columns=["seq", "part_id"])
             df["created_at"] = pd.to_datetime(df["created_at"], unit="s")
             yield df
-
-
-class PgJournal(Journal):
-    """The journal in the shared-state database (``AIP_SHARED_STATE_URL``, shared
-    mode), so every worker of a run reads the calls the others made: a stage resumed on another
-    machine answers each successful call from it instead of paying again. The same tables, in
-    the schema ``aip_journal`` (``call_parts``, ``call_log``, the view ``call_index``); call keys
-    as their hex text. Each process writes through its own connection, a part's row made once by
-    ``ON CONFLICT DO NOTHING`` (the first worker's request and answer are its dictionaries)."""
-
-    REMOTE = True
-    _BEGIN = "BEGIN"
-    _IS = "IS NOT DISTINCT FROM"
-    _NO_CONFLICT = " ON CONFLICT DO NOTHING"
-    _key_in = staticmethod(lambda key: key)
-    _key_out = staticmethod(lambda key: key)
-    SCHEMA = "aip_journal"
-
-    def _open(self, url: str | Path) -> Any:
-        from ..shared_state import connect, describe
-
-        url = str(url)
-        self._url = url
-        self.where = f"the call journal in {describe(url)} (schema {self.SCHEMA})"
-        con = connect(
-            url,
-            "make the call journal's tables",
-            [
-                f"CREATE SCHEMA IF NOT EXISTS {self.SCHEMA}",
-                f"SET search_path = {self.SCHEMA}",
-                f"CREATE TABLE IF NOT EXISTS call_parts (part_id bigserial PRIMARY KEY, "
-                f"{', '.join(c + ' text' for c in _PART)}, zdict bytea, rdict bytea, "
-                f"UNIQUE NULLS NOT DISTINCT ({', '.join(_PART)}))",
-                "CREATE TABLE IF NOT EXISTS call_log (seq bigserial PRIMARY KEY, part_id bigint, "
-                f"{', '.join(c + ' ' + _PG_TYPES.get(c, 'text') for c in _CALL)})",
-                "CREATE INDEX IF NOT EXISTS call_log_key ON call_log (call_key, status)",
-                "CREATE INDEX IF NOT EXISTS call_log_part ON call_log (part_id)",
-                f"CREATE OR REPLACE VIEW call_index AS SELECT c.seq, {', '.join('p.' + c for c in _PART)}, "
-                f"{', '.join('c.' + c for c in _CALL if c not in ('request', 'response_text'))} "
-                "FROM call_log c JOIN call_parts p USING (part_id)",
-                _BATCHES_DDL.format(real="double precision"),
-                _FORMS_DDL.format(real="double precision"),
-            ],
-        )
-        return con
-
-    def _batch_sql(self, sql: str, params: list[Any], fetch: bool = False) -> list[tuple]:
-        return self._again(super()._batch_sql, sql, params, fetch)
-
-    @staticmethod
-    def _q(sql: str) -> str:
-        return sql.replace("?", "%s")
-
-    def _insert_many(self, sql: str, rows: list[list[Any]]) -> None:
-        # Postgres text cannot hold NUL (an endpoint's error page may): kept as U+FFFD
-        rows = [[v.replace("\x00", "\ufffd") if isinstance(v, str) and "\x00" in v else v for v in row] for row in rows]
-        with self._con.cursor() as cur:
-            cur.executemany(sql, rows)
-
-    def _rollback(self) -> None:
-        if not (self._con.closed or self._con.broken):
-            self._con.rollback()
-
-    def _reconnected(self, e: BaseException, attempt: int = 0) -> bool:
-        """After a failed statement (the ``attempt``-th): whether to try it again, the connection
-        made again if it was lost (by whichever of the writer and the readers finds it so first),
-        waiting for the database as ``shared_state.patiently`` does (a restart); raises the
-        ``OperationalError`` when it stays away, or the AipError of a refused connection."""
-        import psycopg
-
-        from ..shared_state import lost, patiently
-
-        if not isinstance(e, psycopg.OperationalError):
-            return False
-        with self._lock:
-            if not (self._con.closed or self._con.broken):
-                return attempt == 0  # made again meanwhile, or not lost (a timeout): once more
-            if not lost(e):
-                return False
-            logger.warning(f"{self.where}: the connection was lost; connecting again")
-            con = patiently(
-                self._url, f"the call journal (schema {self.SCHEMA}): connecting again", lambda: self._open(self._url)
-            )
-            self._con.close()
-            self._con = con
-            self._parts, self._zdicts = {}, {}  # part ids are read again on the new connection
-        return True
-
-    def _again(self, read: Callable[..., Any], *args: Any) -> Any:
-        for attempt in range(4):  # as the writer: a connection lost again after it was made again, up to 3 times
-            try:
-                return read(*args)
-            except Exception as e:
-                if attempt == 3 or not self._reconnected(e, attempt):
-                    raise
-        raise AssertionError("unreachable")
-
-    def _ok(self, run_ids: list[str], stage: str, as_: Callable[[Any], Any], into: Callable[[Iterable], Any] = set):
-        return self._again(super()._ok, run_ids, stage, as_, into)
-
-    def lookup(self, call_key: str, run_ids: list[str]) -> dict[str, Any] | None:
-        return self._again(super().lookup, call_key, run_ids)
-
-    def totals(self, run_id: str) -> tuple[int, int]:
-        return self._again(super().totals, run_id)
-
-    def frames(self, run_id: str, metric: str, stage: str, chunk: int = 20000) -> Iterator[pd.DataFrame]:
-        """As the SQLite journal's; a connection lost between pages is made again and the reading
-        goes on after the pages already given (pages follow ``seq``, so they come out the same)."""
-        given = 0
-        for attempt in range(4):
-            try:
-                for i, df in enumerate(super().frames(run_id, metric, stage, chunk)):
-                    if i >= given:
-                        given += 1
-                        yield df
-                return
-            except Exception as e:
-                if attempt == 3 or not self._reconnected(e, attempt):
-                    raise
-
-    def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
-        cur = self._con.execute(self._q(sql), params)
-        return pd.DataFrame.from_records(cur.fetchall(), columns=[d.name for d in cur.description], coerce_float=True)
-
-
-# provider batches (models/batch.py): one row per batch, its requests' call keys as a JSON list
-BATCH_COLS = [
-    "batch_id",
-    "run_id",
-    "metric",
-    "stage",
-    "role",
-    "endpoint",
-    "input_file_id",
-    "call_keys",
-    "status",
-    "created_at",
-    "ended_at",
-]
-_BATCHES_DDL = (
-    "CREATE TABLE IF NOT EXISTS batches (batch_id text PRIMARY KEY, run_id text, metric text, stage text, "
-    "role text, endpoint text, input_file_id text, call_keys text, status text, created_at {real}, "
-    "ended_at {real})"
-)
-
-# structured-output forms (models/structured.py): the form each endpoint of a run is asked in, as
-# chosen before the run (preflight), by a stage that found none (lazily) or after a refusal (fallback)
-FORM_COLS = ["run_id", "endpoint", "model", "role", "form", "previous", "how", "reason", "created_at"]
-_FORMS_DDL = (
-    "CREATE TABLE IF NOT EXISTS structured_forms (run_id text, endpoint text, model text, role text, "
-    "form text, previous text, how text, reason text, created_at {real})"
-)
-
-# a call_log column's type in Postgres (others: text)
-_PG_TYPES = {
-    "request": "bytea",
-    "response_text": "bytea",
-    "sample_index": "bigint",
-    "http_status": "integer",
-    "latency_ms": "double precision",
-    "prompt_tokens": "bigint",
-    "completion_tokens": "bigint",
-    "attempts": "integer",
-    "created_at": "double precision",
-}
-
-
-def open_journal(warehouse_path: str | Path) -> Journal:
-    """The run's journal: with the warehouse, so a run's id names one run wherever its calls are
-    read. In a lake (shared mode: ``AIP_LAKE_DATA_PATH``), in the shared-state database; else the
-    SQLite file beside the warehouse file (also when only ``AIP_SHARED_STATE_URL`` is set: each
-    machine's warehouse and its runs are its own)."""
-    from ..shared_state import lake_enabled, shared_state_url
-
-    url = shared_state_url()
-    return PgJournal(url) if url and lake_enabled() else Journal(journal_path(warehouse_path))
-
-
-def copy_runs(source: str | Path, target: PgJournal, runs: list[str]) -> int:
-    """Copy these runs' calls from a SQLite journal file into the Postgres one (``aip-eval
-    migrate``), in the order they were written; calls of these runs already there are replaced
-    (a migrate that stopped half-way, run again). Returns the calls copied."""
-    src = Path(source)
-    if not runs or not src.exists():
-        return 0
-    target.flush()
-    with target._lock:
-        target._con.execute(
-            "DELETE FROM call_log WHERE part_id IN (SELECT part_id FROM call_parts WHERE run_id = ANY(%s))", [runs]
-        )
-    journal = Journal(src)
-    n = 0
-    try:
-        with journal._lock:
-            parts = journal._con.execute(
-                f"SELECT DISTINCT run_id, metric, stage FROM call_parts WHERE run_id IN ({','.join('?' * len(runs))}) "
-                "ORDER BY run_id, metric, stage",
-                runs,
-            ).fetchall()
-        for run_id, metric, stage in parts:
-            for frame in journal.frames(run_id, metric, stage):
-                frame = frame.astype(object).where(frame.notna(), None)
-                for rec in frame.to_dict("records"):
-                    rec["created_at"] = rec["created_at"].timestamp() if rec["created_at"] is not None else None
-                    target.record(rec)
-                    n += 1
-        target.flush()
-    finally:
-        journal.close()
-    return n

@@ -22,7 +22,8 @@ def migrate_into_lake(source: str | Path) -> dict[str, int]:
     Returns {table: rows copied, "runs": n, "journaled calls": n}. The files are read under the
     warehouse's lock, never changed."""
     from ..errors import AipError
-    from ..models.journal import PgJournal, copy_runs, journal_path
+    from ..models.journal import journal_path
+    from ..models.journal_pg import PgJournal, copy_runs
     from ..shared_state import shared_state_url
 
     if not lake.enabled():
