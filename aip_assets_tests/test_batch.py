@@ -149,7 +149,7 @@ def test_live_fallbacks_are_not_counted_twice_against_the_cap(tmp_path, builtin_
 def test_lines_of_another_shape_are_unanswered_requests_never_a_crash():
     """A provider's line that is not an answer of the expected shape is skipped (its request then
     has no answer: live or failed as configured); failures keep the endpoint's status."""
-    from aip_assets.models.batch import _outcome
+    from aip_assets.models.batch_provider import _outcome
 
     ok = {"status_code": 200, "body": {"choices": [{"message": {"content": "x"}}]}}
     assert _outcome(json.dumps({"custom_id": "a", "response": ok, "error": None}))[:3] == ("a", "ok", ok["body"])
@@ -343,7 +343,7 @@ def test_polling_waits_out_transient_failures_and_ends_a_batch_that_is_gone():
     import httpx
 
     from aip_assets.errors import EndpointError
-    from aip_assets.models.batch import BatchApiError
+    from aip_assets.models.batch_provider import BatchApiError
     from aip_assets.models.client import ModelClient
     from aip_assets.runspec import Connection
 
@@ -419,6 +419,7 @@ def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
     import httpx
 
     from aip_assets.models import batch as bm
+    from aip_assets.models.batch_provider import BatchApiError
     from aip_assets.models.client import ModelClient
     from aip_assets.runspec import Connection
 
@@ -439,7 +440,7 @@ def test_polling_a_provider_that_stays_down_ends_after_the_window(monkeypatch):
             cl.provider._http = httpx.AsyncClient(
                 transport=httpx.MockTransport(handler), base_url="http://batch.test/v1/"
             )
-            with pytest.raises(bm.BatchApiError, match="window closed an hour ago: given up") as e:
+            with pytest.raises(BatchApiError, match="window closed an hour ago: given up") as e:
                 await asyncio.wait_for(cl.batcher._poll("b1"), 30)
             return e.value
 

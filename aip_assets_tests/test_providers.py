@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from aip_assets.models import builtin
-from aip_assets.models.batch import BatchProvider
+from aip_assets.models.batch_provider import BatchProvider
 from aip_assets.models.builtin import BuiltinProvider
 from aip_assets.models.client import ModelClient
 from aip_assets.models.openai_compatible import OpenAICompatibleProvider

@@ -34,29 +34,30 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
 from .. import interrupts
 from ..connections import Connection
-from ..errors import EndpointError
 from ..hashing import wire_json
+from .batch_provider import BatchApiError, BatchProvider, _outcome
 from .deadline import CURRENT_ROW
 from .journal_format import key_mark
-from .openai_compatible import OpenAICompatibleProvider, resolve_headers, scrub_secrets
-from .provider import Capabilities, parse_completion
+from .provider import Provider, parse_completion
 from .result import ChatResult
 from .structured import refusal
 
 if TYPE_CHECKING:
-    from .client import ModelClient
+    from .budget import Budget
+    from .journal import Journal
+    from .journal_format import Marks
 
 logger = logging.getLogger("aip_assets")
 QUIET_S = 0.2  # a stage's calls come at once: this long without a new one, the collection is complete
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
-TRANSIENT = {408, 409, 425, 429}
 SEND_TRIES = 4  # an upload or a batch creation that fails transiently is tried this many times
 LATE_S = 3600.0  # polling ends this long after the batch's window closed (a provider that never says)
 WINDOW_S = 24 * 3600.0  # the completion window, until the provider's batch says when it closes
@@ -64,16 +65,6 @@ WINDOW_S = 24 * 3600.0  # the completion window, until the provider's batch says
 # (``metrics.base.run_bounded``), so every call of the stage reaches the runner at once.
 BATCHING: contextvars.ContextVar[int] = contextvars.ContextVar("aip_batching", default=0)
 UNBOUNDED = 1 << 30
-
-
-class BatchApiError(EndpointError):
-    def __init__(self, message: str, status: int | None):
-        super().__init__(message)
-        self.status = status  # None: no answer (a connection error)
-
-    @property
-    def transient(self) -> bool:
-        return self.status is None or self.status in TRANSIENT or self.status >= 500
 
 
 @dataclass
@@ -88,52 +79,41 @@ class _Call:
     future: asyncio.Future = field(repr=False)
 
 
-class BatchProvider(OpenAICompatibleProvider):
-    """An OpenAI-compatible endpoint with its Batch API: live requests as its parent sends them (the
-    endpoint check, a batch's request sent again live), and the Batch API's files and batches
-    (:meth:`api`), which a client's :class:`BatchRunner` drives."""
+class BatchClient(Protocol):
+    """What a batch runner asks of the client that hands it its calls (``client.ModelClient``): the
+    part its calls are of, where they are journaled and counted, and the client's live call path
+    for a request a batch failed or let expire (``on_failure: live``)."""
 
-    capabilities: ClassVar[Capabilities] = replace(OpenAICompatibleProvider.capabilities, batch=True)
+    conn: Connection
+    provider: Provider
+    journal: Journal | None
+    budget: Budget | None
+    run_id: str
+    metric: str
+    stage: str
+    role: str
+    endpoint_id: str
+    backoff_s: float
+    stats: dict[str, int]
+    on_progress: Callable[[dict[str, Any]], None] | None
+    _known_ok: Marks | set[int]
 
-    def __init__(self, conn: Connection):
-        super().__init__(conn)
-        self._http: httpx.AsyncClient | None = None
+    def _record(self, key: str, body: dict | str, sample_index: int, r: ChatResult, source: str) -> None: ...
 
-    def _client(self) -> httpx.AsyncClient:
-        if self._http is None:
-            headers = {k: v for k, v in resolve_headers(self.conn).items() if k.lower() != "content-type"}
-            self._http = httpx.AsyncClient(
-                base_url=(self.conn.base_url or "").rstrip("/") + "/", headers=headers, timeout=120.0
-            )
-        return self._http
-
-    async def api(self, where: str, what: str, method: str, path: str, **kw: Any) -> httpx.Response:
-        """One request of the Batch API (``path`` under the base URL); raises :class:`BatchApiError`
-        for no answer or an HTTP error, the endpoint's words without the connection's secrets."""
-        try:
-            r = await self._client().request(method, path, **kw)
-        except httpx.HTTPError as e:
-            raise BatchApiError(
-                f"{where}: the Batch API cannot be reached to {what}: {type(e).__name__}: "
-                f"{scrub_secrets(str(e), self.conn)}",
-                None,
-            ) from None
-        if r.status_code >= 400:
-            raise BatchApiError(
-                f"{where}: the Batch API refused to {what}: HTTP {r.status_code}: "
-                f"{scrub_secrets(r.text, self.conn)[:300]}",
-                r.status_code,
-            )
-        return r
-
-    async def close_api(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+    async def _live(
+        self,
+        body: dict[str, Any],
+        key: str,
+        sample_index: int,
+        retries: int,
+        timeout: float,
+        body_json: str,
+        counted: bool = False,
+    ) -> ChatResult: ...
 
 
 class BatchRunner:
-    def __init__(self, client: ModelClient):
+    def __init__(self, client: BatchClient):
         self.client = client
         self.settings = client.conn.batch
         self.pending: list[_Call] = []
@@ -579,26 +559,3 @@ class BatchRunner:
                 source="batch",
             )
         return ("failed", what, status)
-
-
-def _outcome(line: str) -> tuple[str, str, Any, int | None] | None:
-    """(custom id, "ok" | "failed", the completion or why, the endpoint's status) of one line of a
-    batch's output or error file; None for a line of another shape."""
-    if not line.strip():
-        return None
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(rec, dict) or not isinstance(rec.get("custom_id"), str):
-        return None
-    resp, err = rec.get("response"), rec.get("error")
-    resp = resp if isinstance(resp, dict) else {}
-    status = resp.get("status_code") if isinstance(resp.get("status_code"), int) else None
-    if status == 200 and not err and isinstance(resp.get("body"), dict):
-        return rec["custom_id"], "ok", resp["body"], 200
-    if isinstance(err, dict):
-        return rec["custom_id"], "failed", f"{err.get('code')}: {err.get('message')}", status
-    if err:
-        return rec["custom_id"], "failed", str(err)[:300], status
-    return rec["custom_id"], "failed", f"HTTP {status}: {json.dumps(resp.get('body'))[:300]}", status

@@ -10,8 +10,8 @@ Providers:
 - ``openai_compatible.OpenAICompatibleProvider``: any OpenAI-compatible ``/chat/completions``
   endpoint over HTTP;
 - ``builtin.BuiltinProvider``: the builtin model, in process, offline and deterministic;
-- ``batch.BatchProvider``: an OpenAI-compatible endpoint whose calls go through its Batch API
-  (``batch.enabled``); the client hands them to its ``batch.BatchRunner``.
+- ``batch_provider.BatchProvider``: an OpenAI-compatible endpoint whose calls go through its
+  Batch API (``batch.enabled``); the client hands them to its ``batch.BatchRunner``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def _registry() -> dict[str, type[Provider]]:
     """The providers by kind: a connection's ``provider`` setting, and ``openai+batch`` for an
     OpenAI-compatible connection with ``batch.enabled`` (imported on first use: the model layer's
     HTTP stack loads only where a provider is asked for)."""
-    from .batch import BatchProvider
+    from .batch_provider import BatchProvider
     from .builtin import BuiltinProvider
     from .openai_compatible import OpenAICompatibleProvider
 
