@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import email.utils
+import random
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import httpx
@@ -31,10 +33,32 @@ from .ratelimit import counted_tokens, estimate_tokens, prompt_tokens_estimate
 from .result import ChatResult
 
 if TYPE_CHECKING:
-    from .client import ModelClient
-    from .deadline import RowClock
+    from ..connections import Connection
+    from .budget import Budget
+    from .concurrency import AdaptiveLimit
+    from .deadline import RowClock, RowDeadlines
+    from .provider import Provider
+    from .ratelimit import SharedRate
 
 MAX_BACKOFF_S = 60.0
+
+
+class Sender(Protocol):
+    """What ``send`` asks of the client whose call it sends (``client.ModelClient``): its connection
+    and provider, its bounds (the endpoint's shared rate, the calls in flight, the row deadlines,
+    the run's budget), how it waits and whom it tells, and when the endpoint last answered."""
+
+    conn: Connection
+    provider: Provider
+    limiter: SharedRate | None
+    sem: AdaptiveLimit
+    deadlines: RowDeadlines
+    budget: Budget | None
+    backoff_s: float
+    retry_after_uses_retries: bool
+    on_wait: Callable[[str], None] | None
+    _last_answer: float
+    _rng: random.Random
 
 
 def retry_after_s(headers: dict[str, str]) -> float | None:
@@ -80,7 +104,7 @@ def what_failed(err: str, http_status: int | None) -> str:
 
 
 async def send(
-    client: ModelClient,
+    client: Sender,
     body: dict[str, Any],
     key: str,
     retries: int,
