@@ -32,7 +32,7 @@ from .metrics import REGISTRY, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
 from .metrics.running import FAILED_OUTCOMES, Heartbeat
-from .models.client import check_endpoint
+from .models.endpoint_check import check_endpoint
 from .models.journal_pg import open_journal
 from .models.providers import capabilities
 from .runspec import RunSpec, parse_spec
@@ -128,13 +128,13 @@ def examine(
 
 
 def check_policy(spec: RunSpec, role: str, metrics: list[str] | None = None) -> dict[str, Any]:
-    """How the endpoint check of ``role`` retries (``client.check_endpoint``'s retries, timeout,
+    """How the endpoint check of ``role`` retries (``endpoint_check.check_endpoint``'s retries, timeout,
     backoff_s): as the calls it comes before do. The retry budget is theirs (the SUT's
     ``n_sut_retries``; a judge's ``n_judge_retries`` where the metric has one, else the spec's
     ``judge_retries``), the timeout their ``timeout_seconds``, the largest over ``metrics`` (default:
     every metric of the run that makes such calls), never fewer than ``CHECK_MIN_RETRIES`` retries;
     the backoff is the spec's ``retry_backoff_seconds``."""
-    from .models.client import CHECK_MIN_RETRIES
+    from .models.endpoint_check import CHECK_MIN_RETRIES
 
     names = [
         m for m in (metrics if metrics is not None else spec.metrics) if role != "sut" or get_metric(m).calls_sut

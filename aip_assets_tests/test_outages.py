@@ -22,7 +22,8 @@ from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.errors import EndpointDown
 from aip_assets.models import builtin
-from aip_assets.models.client import DOWN_AFTER_CALLS, ModelClient, check_endpoint
+from aip_assets.models.client import DOWN_AFTER_CALLS, ModelClient
+from aip_assets.models.endpoint_check import check_endpoint
 from aip_assets.runspec import BuiltinProfile, Connection
 
 from .conftest import table, write_dataset

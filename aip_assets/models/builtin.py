@@ -369,7 +369,7 @@ def handle_chat(body: dict[str, Any], profile: BuiltinProfile) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------- HTTP server
-ENDPOINT_CHECK = "Reply with OK."  # what client.check_endpoint asks
+ENDPOINT_CHECK = "Reply with OK."  # what endpoint_check.check_endpoint asks
 # what client.negotiate asks, in each structured-output form (models/structured.py), to find the one
 # an endpoint takes; the builtin model takes any form (it writes its JSON whatever it is sent)
 STRUCTURED_PROBE = 'Reply with this JSON object and nothing else: {"ok": true}'
@@ -382,7 +382,7 @@ def _last_user(messages: Any) -> str | None:
 
 
 def _is_endpoint_check(body: Any) -> bool:
-    """The one tiny question ``client.check_endpoint`` asks before a run."""
+    """The one tiny question ``endpoint_check.check_endpoint`` asks before a run."""
     msgs = body.get("messages") if isinstance(body, dict) else None
     return (
         isinstance(msgs, list)

@@ -7,7 +7,9 @@ flight; ``slots``: the endpoint's connections shared on this machine; ``deadline
 time; ``budget``: the run's caps), by its provider (``provider``), tried again as ``retry`` says.
 Every call sent is recorded in the journal as it completes. The client also follows the
 endpoint's health (found down after ``DOWN_AFTER_CALLS`` failed calls in a row), the
-structured-output form it asks JSON in, and writes the stage's run notes about all of these.
+structured-output form it asks JSON in (``client_forms``; found by ``negotiate`` when none is
+recorded), and writes the stage's run notes about all of these. The endpoint check before a run
+is in ``endpoint_check``.
 """
 
 from __future__ import annotations
@@ -18,27 +20,26 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .. import interrupts
 from ..connections import Connection
-from ..errors import EndpointDown, EndpointError
+from ..errors import EndpointError
 from ..hashing import wire_json
 from . import retry, structured
 from .batch import BATCHING, UNBOUNDED, BatchRunner
 from .budget import Budget
-from .builtin import ENDPOINT_CHECK, STRUCTURED_PROBE
+from .builtin import STRUCTURED_PROBE
+from .client_forms import Negotiation, StructuredForms
 from .concurrency import AdaptiveLimit
 from .deadline import RowClock, RowDeadlines
 from .journal import Journal
 from .journal_format import Marks, key_mark
 from .provider import Provider
-from .providers import capabilities, provider_for
+from .providers import provider_for
 from .ratelimit import SharedRate
 from .request import build_body, call_key
 from .result import ChatResult
-from .retry import what_failed
 from .slots import REBALANCE_S, SharedSlots
 
 logger = logging.getLogger("aip_assets")
@@ -54,123 +55,11 @@ DOWN_AFTER_CALLS = 8
 DOWN_STATUS = {502, 503, 504}  # answers that say the endpoint (or what is behind it) is down
 
 
-class ModelClient:
+class ModelClient(StructuredForms):
     """Use as ``async with ModelClient(...) as client: await client.chat(...)``.
 
     ``provider``: what answers the requests (``provider.Provider``); default: the connection's
-    (``provider.provider_for``)."""
-
-    # ---- structured output (models/structured.py): the form this client asks for JSON in
-    _form: str | None  # once known (structured_form)
-    _form_lock: asyncio.Lock | None  # made in the running loop
-
-    def _where(self) -> str:
-        return f"{self.role} endpoint {self.endpoint_id} (model {self.conn.model})"
-
-    async def structured_form(self) -> str:
-        """The structured-output form of this run's requests for JSON to this endpoint: the one the
-        connection pins (``on``, ``off``, a form; the builtin model: ``prompt``), else (``auto``)
-        the one recorded for the run in the journal, by the endpoint check before the run or by an
-        earlier stage; with none recorded (a run launched without the check), it is found now, once
-        per (run, endpoint), the same way, and recorded. A run note says which form and why."""
-        if self._form is not None:
-            return self._form
-        if self._form_lock is None:
-            self._form_lock = asyncio.Lock()
-        async with self._form_lock:
-            if self._form is not None:
-                return self._form
-            pinned = structured.configured_form(self.conn.structured_output, self.caps)
-            if pinned is not None:
-                self._form = pinned
-                if self.caps.pinned_form is None:
-                    self._note(
-                        "info",
-                        "structured_output",
-                        f"{self.metric} {self.stage}: {self._where()} is asked "
-                        f"for JSON in form {pinned} (structured_output: {self.conn.structured_output})",
-                    )
-                return pinned
-            rec = await self._recorded_form()
-            if rec is None:
-                n = await negotiate(self.conn, self.role)
-                rec = {
-                    "run_id": self.run_id,
-                    "endpoint": self.endpoint_id,
-                    "model": self.conn.model,
-                    "role": self.role,
-                    "form": n.form,
-                    "previous": None,
-                    "how": "lazily",
-                    "reason": n.describe(),
-                }
-                if self.journal is not None:
-                    await self._in_thread(self.journal.record_form, rec)
-                    rec = await self._recorded_form() or rec  # another process may have recorded one first
-            self._form = rec["form"]
-            how = {
-                "preflight": "chosen by the endpoint check before the run",
-                "lazily": "chosen when the run first asked this endpoint for JSON (no choice was recorded)",
-                "fallback": "moved to after a refusal",
-            }.get(rec["how"], rec["how"])
-            self._note(
-                "info",
-                "structured_output",
-                f"{self.metric} {self.stage}: {self._where()} is asked for JSON "
-                f"in form {self._form} ({how}: {rec['reason']})",
-            )
-            return self._form
-
-    async def _recorded_form(self) -> dict[str, Any] | None:
-        if self.journal is None:
-            return None
-        return await self._in_thread(self.journal.form, self.run_id, self.endpoint_id, self.conn.model)
-
-    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """A journal statement: off the event loop when the journal is a server's."""
-        return await asyncio.to_thread(fn, *args) if self.journal is not None and self.journal.REMOTE else fn(*args)
-
-    def falls_back(self) -> bool:
-        """Whether a refused form moves this client to the next one (``structured_output: auto``)."""
-        return self.caps.pinned_form is None and self.conn.structured_output == "auto"
-
-    async def fall_back(self, refused: str, words: str | None) -> str:
-        """The endpoint refused form ``refused`` (``words``: what it said): the run asks it in the next
-        form from now on (recorded in the journal, with a run note), or in the form another request
-        already moved it to. Uses no judgement's budget."""
-        current = self._form or refused
-        nxt = structured.next_form(refused) or refused
-        if structured.later(current, nxt) == current:  # moved on already (another judgement's refusal)
-            return current
-        self._form = nxt
-        reason = f"the endpoint refused form {refused}: {(words or '')[:300]}"
-        if self.journal is not None:
-            await self._in_thread(
-                self.journal.record_form,
-                {
-                    "run_id": self.run_id,
-                    "endpoint": self.endpoint_id,
-                    "model": self.conn.model,
-                    "role": self.role,
-                    "form": nxt,
-                    "previous": refused,
-                    "how": "fallback",
-                    "reason": reason,
-                },
-            )
-        self._note(
-            "warning",
-            "structured_output_fallback",
-            f"{self.metric} {self.stage}: {self._where()} refused "
-            f"response_format in form {refused} ({(words or '')[:300]}); the run asks it in form {nxt} from "
-            "now on (structured_output: auto; the refused requests used no judgement's retries)",
-        )
-        return nxt
-
-    def _note(self, level: str, code: str, msg: str) -> None:
-        (logger.warning if level == "warning" else logger.info)(msg)
-        if self.on_note:
-            self.on_note({"level": level, "code": code, "message": msg})
+    (``provider.provider_for``). The structured-output form it asks for JSON in: ``client_forms``."""
 
     def __init__(
         self,
@@ -566,113 +455,8 @@ class ModelClient:
             }
         )
 
-
-CHECK_MIN_RETRIES = 2  # the endpoint check retries at least this often, whatever its calls' retries
-
-
-def base_url_field(role: str) -> str:
-    """The spec's field that holds the ``base_url`` of the connection a role's calls use."""
-    if role.startswith("judge-"):  # a panel's judge N (panel_role): judges[N - 1]
-        return f"judges[{int(role.removeprefix('judge-')) - 1}].base_url"
-    return {"audit": "judge_audit.judge.base_url"}.get(role, f"{role}.base_url")
-
-
-def _address_hint(role: str, error: str) -> str:
-    """When nothing listens at the address or its host name does not resolve: the address itself
-    may be wrong (a typo, a port, a host), not the endpoint down."""
-    if error.startswith(("connection refused", "DNS failure")):
-        return f"; is base_url right? (spec field {base_url_field(role)})"
-    return ""
-
-
-async def check_endpoint(
-    conn: Connection,
-    role: str,
-    *,
-    retries: int = CHECK_MIN_RETRIES,
-    timeout: float = 30.0,
-    backoff_s: float = 0.5,
-    log: Callable[[str], None] | None = None,
-) -> str:
-    """Ask the endpoint one tiny question, retried as a call is (``ModelClient._call``): a try that
-    fails transiently (no connection, a timeout, 408/409/425/429, 5xx) is tried again, up to
-    ``retries`` times, after an exponential backoff with jitter from ``backoff_s`` or after the
-    Retry-After the endpoint asks for; each try waits ``timeout`` seconds at most. A Retry-After is
-    one of the retries here (not a free wait up to max_rate_limit_wait_seconds), so an endpoint
-    answering 429 for ever ends the check within its budget. Each wait is told to ``log`` (default:
-    the project's logger) with why it waits, how long and before which try.
-
-    Raises EndpointDown when the endpoint is still down after the retries (the message says what
-    was tried and the last failure), EndpointError when it answers but cannot be used
-    (unauthorised, not a chat completion, TLS, a missing key)."""
-    if capabilities(conn).offline:
-        return f"{role}: builtin model ({conn.profile.name})"
-    where = f"{role} endpoint {conn.base_url} (model {conn.model})"
-    say = log or logger.info
-    client = ModelClient(
-        conn,
-        role=role,
-        run_id="preflight",
-        metric="",
-        stage="preflight",
-        journal=None,
-        backoff_s=backoff_s,
-        concurrency=1,
-        share_connections=False,
-        batchable=False,  # one call: no slot, no batch, no concurrency to adapt
-        on_wait=lambda why: say(f"endpoint check: {where} {why}"),
-        retry_after_uses_retries=True,
-    )
-    t0 = time.monotonic()
-    try:
-        async with client:
-            r = await client.chat(
-                [{"role": "user", "content": ENDPOINT_CHECK}],
-                temperature=0.0,
-                retries=retries,
-                timeout=timeout,
-                max_tokens=5,
-            )
-    except EndpointError as e:
-        raise EndpointError(f"{where}: {e}") from None
-    if r.ok:
-        return f"{role}: {conn.base_url} answers as {r.model or conn.model}"
-    if r.http_status in (401, 403):
-        raise EndpointError(f"{where}: unauthorised (HTTP {r.http_status}); check api_key_env / header_env")
-    if r.transient:
-        what = (
-            "unreachable" if r.http_status is None else f"unavailable: it {what_failed(r.error or '', r.http_status)}"
-        )
-        tries = f"{r.attempts} tr{'y' if r.attempts == 1 else 'ies'}"
-        raise EndpointDown(
-            f"{where}: {what} after {tries} over {time.monotonic() - t0:.1f}s (the check's budget: "
-            f"{retries} retries, backoff from {backoff_s:g}s doubling with jitter or the Retry-After "
-            f"asked for, {timeout:g}s per try){_address_hint(role, r.error or '')}; the last try: {r.error}"
-        )
-    if r.http_status is None:
-        raise EndpointError(f"{where}: unreachable: {r.error}")
-    raise EndpointError(f"{where}: does not answer a chat completion: {r.error}")
-
-
-@dataclass
-class Negotiation:
-    """The structured-output form found for an endpoint (``negotiate``) and what the others did."""
-
-    form: str
-    tried: list[tuple[str, str]]  # (form, why it was not kept), in the order tried
-    requests: int  # requests sent, retries included
-    answered: bool = True  # False: no form got the JSON object asked for (plain prompting, the last resort)
-
-    def describe(self) -> str:
-        """What was found, then why each earlier form was passed over (each reason cut at 200 characters)."""
-        before = "; ".join(f"{f}: {why if len(why) <= 200 else why[:199] + '…'}" for f, why in self.tried)
-        if not self.answered:
-            return (
-                f"no form got the JSON object asked for, so plain prompting, the last resort ({self.requests} "
-                f"request(s)): {before}"
-            )
-        found = f"{self.form} answered the probe ({self.requests} request(s))"
-        return f"{found}; before it, {before}" if before else found
+    async def _negotiate(self) -> Negotiation:
+        return await negotiate(self.conn, self.role)
 
 
 async def negotiate(
