@@ -78,6 +78,19 @@ def test_no_module_of_the_package_is_in_an_import_cycle():
     )
 
 
+def test_the_model_layer_has_no_cycle_even_through_type_checking_imports():
+    """Inside models/ not even an import made only for the type checker (``if TYPE_CHECKING:``)
+    closes a cycle: a module the client calls (the batch runner, the retries) names what it asks
+    of the client as a protocol instead of importing the module that imports it."""
+    graph = grimp.build_graph("aip_assets", exclude_type_checking_imports=False)
+    # budget.py imports the journal only for the type checker: the graph counts such imports
+    assert graph.direct_import_exists(importer="aip_assets.models.budget", imported="aip_assets.models.journal")
+    cycles = [c for c in _cycles(graph) if any(m.startswith("aip_assets.models.") for m in c)]
+    assert cycles == [], "import cycles through models/ (TYPE_CHECKING imports counted):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
 def test_importing_the_run_spec_loads_no_metric_and_no_http_stack():
     code = (
         "import sys, aip_assets.runspec\n"
