@@ -129,7 +129,7 @@ async def run_bounded(
     """Apply ``fn`` to every item with at most ``limit`` in flight; results in item order.
 
     Each item's calls are made for its dataset row (:func:`row_of`, set as
-    :data:`~aip_assets.models.client.CURRENT_ROW`), which a client's row deadline counts by.
+    :data:`~aip_assets.models.deadline.CURRENT_ROW`), which a client's row deadline counts by.
     When one item fails (e.g. the run reached its call cap), no new item starts, the items in
     flight finish (and are journaled), then the first error is raised."""
     items = list(items)

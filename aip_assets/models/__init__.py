@@ -10,5 +10,6 @@
   ``deadline`` (the row deadline), ``budget`` (the run's caps), ``concurrency`` (adaptive calls in
   flight), ``slots`` (the endpoint's connections on this machine), ``ratelimit`` (its shared
   rates), ``journal`` (the call journal; ``journal_format``: its stored form; ``journal_pg``: in
-  Postgres), ``shared_state`` (Postgres for shared mode), ``structured`` (structured-output forms).
+  Postgres), ``structured`` (structured-output forms); shared mode's Postgres state is
+  ``aip_assets.shared_state``, outside this package.
 """
