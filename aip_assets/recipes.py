@@ -15,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 from .dataset import DatasetRow, load_dataset
-from .metrics.perturbation import ask_paraphrases, check_export_path, export_dataset, generate_variants, messages_for
+from .metrics.perturbation.recipe import ask_paraphrases, check_export_path, export_dataset, generate_variants
+from .metrics.perturbation.synthesis import messages_for
 from .models.builtin import handle_chat
 from .perturbations import ALL_TYPES, RULE_BASED
 from .runspec import BuiltinProfile, Connection

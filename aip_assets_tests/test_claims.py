@@ -25,7 +25,7 @@ from aip_assets.analysis.fairness import (
 from aip_assets.analysis.permutation import Dual, excess_test, group_tests
 from aip_assets.analysis.power import mde_coefficients, mde_rate_drop, mde_rate_excess, odds_ratio_of_drop
 from aip_assets.analysis.regression import StraddleModel
-from aip_assets.metrics.decision_flip.aggregate import make_claims
+from aip_assets.metrics.decision_flip.claims import make_claims
 
 N = NormalDist()
 
@@ -517,7 +517,7 @@ def test_equivalence_holds_its_level_at_the_margin():
     # 32 rows of 2 persona and 8 null pairs, null rate 0.05, true excess 0.10 = the margin: "within the
     # margin" may be said in at most about 5% of runs. The shift test's bound alone is exact only at no
     # effect (it passed 12.8% of 400 such runs); the more cautious of it and Newcombe's passed 3.5%.
-    from aip_assets.metrics.decision_flip.aggregate import equivalence_bounds
+    from aip_assets.metrics.decision_flip.claims import equivalence_bounds
     from aip_assets.stats import newcombe
 
     passed = shift_passed = 0

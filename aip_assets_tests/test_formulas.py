@@ -10,12 +10,9 @@ import pytest
 
 from aip_assets.metrics.consistency import SemanticConsistency, SemanticConsistencyConfig
 from aip_assets.metrics.group_interaction_bias import GroupInteractionBias, GroupInteractionBiasConfig
-from aip_assets.metrics.perturbation import (
-    PerturbationRobustnessExternal,
-    PerturbationRobustnessExternalConfig,
-    _h,
-    group_score,
-)
+from aip_assets.metrics.perturbation import PerturbationRobustnessExternal, PerturbationRobustnessExternalConfig
+from aip_assets.metrics.perturbation.aggregate import group_score
+from aip_assets.metrics.perturbation.synthesis import _h
 from aip_assets.stats import cluster_bootstrap_mean
 
 from .conftest import aggregate_tables, make_spec, rows_table, write_dataset

@@ -11,11 +11,8 @@ import pytest
 from aip_assets import pipeline
 from aip_assets.dataset import load_dataset
 from aip_assets.metrics.base import FrameReader, StageContext
-from aip_assets.metrics.perturbation import (
-    PerturbationRobustnessExternal,
-    PerturbationRobustnessExternalConfig,
-    group_score,
-)
+from aip_assets.metrics.perturbation import PerturbationRobustnessExternal, PerturbationRobustnessExternalConfig
+from aip_assets.metrics.perturbation.aggregate import group_score
 from aip_assets.models.builtin import handle_chat
 from aip_assets.perturbations import RULE_BASED, canonical_tokens
 from aip_assets.recipes import perturb_file

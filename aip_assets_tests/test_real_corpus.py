@@ -282,7 +282,12 @@ def test_honest_verdicts_share_too_few_words_with_any_example_to_be_copies():
     from aip_assets.metrics.group_interaction_bias import prompts as gib
     from aip_assets.metrics.group_interaction_bias.builtin_judge import judge_gib
     from aip_assets.metrics.judging import NEAR_COPY_WORDS, copied_text, shared_run
-    from aip_assets.metrics.perturbation import Correctness, Robustness, correctness_messages, robustness_messages
+    from aip_assets.metrics.perturbation.prompts import (
+        Correctness,
+        Robustness,
+        correctness_messages,
+        robustness_messages,
+    )
     from aip_assets.models.builtin import builtin_judge
     from aip_assets.readers import scan_json
 

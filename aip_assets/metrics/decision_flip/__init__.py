@@ -40,7 +40,7 @@ from ..base import (
 )
 from ..judging import ask_panel, judged_fields
 from ..running import run_bounded
-from . import exam, personas, words
+from . import exam, findings, personas, words
 from .aggregate import aggregate
 from .builtin_judge import BUILTIN_JUDGES
 from .config import DecisionFlipConfig
@@ -457,7 +457,7 @@ class DecisionFlip(Metric):
             "reasoning": v.reasoning,
         }
 
-    # ---- aggregation (aggregate.py) and words (words.py)
+    # ---- aggregation (aggregate.py; claims.py, rates.py) and words (words.py, findings.py)
     def aggregate(self, ctx: StageContext):
         return aggregate(self, ctx)
 
@@ -472,10 +472,10 @@ class DecisionFlip(Metric):
         return words.favoured(scores)
 
     def findings(self, scores: pd.DataFrame, evidence: Evidence) -> list[Finding]:
-        return words.findings(self.name, scores, evidence)
+        return findings.findings(self.name, scores, evidence)
 
     def format_summary(self, s: dict[str, Any]) -> list[str]:
-        return words.format_summary(s)
+        return findings.format_summary(s)
 
     label_mismatch = staticmethod(label_mismatch)
 

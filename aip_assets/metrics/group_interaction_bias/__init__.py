@@ -51,9 +51,10 @@ from ..base import (
 from ..judging import ask_json, ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
 from . import exam, words
-from .aggregate import aggregate, pair_bias, plan  # noqa: F401 - pair_bias: the formula tests import it here
+from .aggregate import aggregate, pair_bias  # noqa: F401 - pair_bias: the formula tests import it here
 from .builtin_judge import BUILTIN_JUDGES
 from .config import GroupInteractionBiasConfig
+from .planning import plan
 from .prompts import FIELD, VERDICTS, SynthAnswer, judge_messages, probe_messages, synthesis_messages
 from .views import VIEWS
 from .words import words_quote  # noqa: F401 - the tests import it here
