@@ -15,6 +15,10 @@ import time
 T0_WALL, T0 = time.time(), time.perf_counter()  # noqa: E401 - first, before any import
 
 import atexit  # noqa: E402
+
+# atexit runs its handlers last registered first: this one, registered before any of the
+# project's (the warehouse's and Dagster's storage release their databases), runs after them all
+atexit.register(lambda: globals()["dump"]())
 import functools  # noqa: E402
 import importlib  # noqa: E402
 import inspect  # noqa: E402
@@ -168,14 +172,19 @@ patch("aip_assets.models.journal:open_journal", "journal opened")
 
 
 def dump() -> None:
+    """The last atexit handler: the intervals written to ``$AIP_PHASES_OUT``."""
+    record("exit: atexit handlers done", now(), now())
     out = os.environ.get("AIP_PHASES_OUT")
-    record("exit: atexit reached", now(), now())
     if out:
         with open(out, "w") as f:
             json.dump({"t0_wall": T0_WALL, "events": EVENTS, "not_found": NOT_FOUND}, f, indent=1)
 
 
-atexit.register(dump)
+def first_at_exit() -> None:  # registered after the project's imports: runs before their handlers
+    record("exit: atexit handlers start", now(), now())
+
+
+atexit.register(first_at_exit)
 
 if __name__ == "__main__":
     code = cli.main(sys.argv[1:])

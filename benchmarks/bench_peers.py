@@ -103,13 +103,14 @@ def replay():
 '''
 
 
+# PYTHONDONTWRITEBYTECODE (set on some machines) would have every run compile this checkout's ~100
+# modules from source again (0.4-2.5 s): a user's installed or already-run copy has its bytecode
+DROPPED = ("DAGSTER_HOME", "AIP_WAREHOUSE", "AIP_DATA_DIR", "PYTHONDONTWRITEBYTECODE")
+
+
 def child_env() -> dict[str, str]:
-    """This checkout's code first; no Dagster home, warehouse or data folder of the caller's."""
-    e = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DAGSTER_HOME", "AIP_WAREHOUSE", "AIP_DATA_DIR") and not k.startswith("AIP_SHARED")
-    }
+    """This checkout's code first, its bytecode written; no Dagster home, warehouse or data folder of the caller's."""
+    e = {k: v for k, v in os.environ.items() if k not in DROPPED and not k.startswith("AIP_SHARED")}
     e["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return e
 
@@ -233,9 +234,14 @@ def promptfoo_cmd(pf_dir: Path, config: Path, concurrency: int, out: Path) -> li
     ]
 
 
+def peer_env() -> dict[str, str]:
+    """The caller's environment, bytecode written (``DROPPED``)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def promptfoo_env(work: Path) -> dict[str, str]:
     return {
-        **os.environ,
+        **peer_env(),
         "PROMPTFOO_CONFIG_DIR": str(work / "promptfoo" / "home"),  # its database, not the user's
         "PROMPTFOO_DISABLE_TELEMETRY": "1",
         "PROMPTFOO_DISABLE_UPDATE": "1",
@@ -283,7 +289,7 @@ def inspect_cmd(venv: Path, task: Path, concurrency: int, log_dir: Path) -> list
 
 
 def inspect_env(url: str, reqs: Path) -> dict[str, str]:
-    return {**os.environ, "REPLAY_BASE_URL": url, "REPLAY_API_KEY": "none", "AIP_REPLAY_REQUESTS": str(reqs)}
+    return {**peer_env(), "REPLAY_BASE_URL": url, "REPLAY_API_KEY": "none", "AIP_REPLAY_REQUESTS": str(reqs)}
 
 
 def timed(cmd: list[str], env: dict, cwd: Path) -> dict:

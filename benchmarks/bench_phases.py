@@ -166,8 +166,16 @@ def phases(probe: dict, launch: float, wall: float) -> dict:
                     **({"requests": req} if req else {}),
                 }
             )
-    returned = next((e["end"] for e in ev if e["label"] == "cli.main returned"), None)
-    if returned is not None:
+    mark = {e["label"]: e["end"] for e in ev if e["start"] == e["end"]}
+    returned = mark.get("cli.main returned")
+    begun, done = mark.get("exit: atexit handlers start"), mark.get("exit: atexit handlers done")
+    if returned is not None and begun is not None and done is not None:
+        top += [
+            {"phase": "exit: cli.main returned → atexit (threads joined)", "s": begun - returned},
+            {"phase": "exit: atexit handlers (the warehouse's and Dagster's databases released)", "s": done - begun},
+            {"phase": "exit: interpreter teardown → process gone", "s": wall - t_start - done},
+        ]
+    elif returned is not None:
         top.append({"phase": "exit: cli.main returned → process gone", "s": wall - t_start - returned})
     tracked = sum(p["s"] for p in top)
     top.append(
