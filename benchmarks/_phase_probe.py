@@ -48,17 +48,27 @@ def counts() -> list[int]:
     return out
 
 
-def record(label: str, t0: float, t1: float, c0: list[int] | None = None, c1: list[int] | None = None) -> None:
+def record(
+    label: str,
+    t0: float,
+    t1: float,
+    c0: list[int] | None = None,
+    c1: list[int] | None = None,
+    cpu: float | None = None,
+) -> None:
+    """An interval of ``label``: wall seconds since the probe began, the process's CPU seconds within it."""
     ev = {"label": label, "start": t0, "end": t1, "stage": STAGE[-1] if STAGE else None}
+    if cpu is not None:
+        ev["cpu"] = cpu
     if c0 is not None and c1 is not None:
         ev["requests"] = [b - a for a, b in zip(c0, c1, strict=True)]
     EVENTS.append(ev)
 
 
-t = now()
+t, p = now(), time.process_time()
 import aip_assets.cli as cli  # noqa: E402
 
-record("imports: aip_assets.cli (what the CLI imports at start)", t, now())
+record("imports: aip_assets.cli (what the CLI imports at start)", t, now(), cpu=time.process_time() - p)
 LATER = [
     "aip_assets.pipeline",
     "aip_assets.jobs",
@@ -73,13 +83,15 @@ LATER = [
     "aip_assets.metrics.decision_flip",
     "aip_assets.warehouse",
 ]
-t = now()
+t, p = now(), time.process_time()
 for name in LATER:
     try:
         importlib.import_module(name)
     except ImportError:
         NOT_FOUND.append(name)
-record("imports: the run's other modules (the CLI imports them within its phases)", t, now())
+record(
+    "imports: the run's other modules (the CLI imports them within its phases)", t, now(), cpu=time.process_time() - p
+)
 
 
 def wrap(fn, label, count: bool, stage_arg: bool):
@@ -89,13 +101,13 @@ def wrap(fn, label, count: bool, stage_arg: bool):
         def gen(*a, **k):
             it = fn(*a, **k)
             while True:
-                t0, c0 = now(), counts() if count else None
+                t0, c0, p0 = now(), counts() if count else None, time.process_time()
                 try:
                     item = next(it)
                 except StopIteration:
-                    record(label, t0, now(), c0, counts() if count else None)
+                    record(label, t0, now(), c0, counts() if count else None, time.process_time() - p0)
                     return
-                record(label, t0, now(), c0, counts() if count else None)
+                record(label, t0, now(), c0, counts() if count else None, time.process_time() - p0)
                 yield item
 
         return gen
@@ -106,11 +118,11 @@ def wrap(fn, label, count: bool, stage_arg: bool):
         if stage_arg:
             STAGE.append(a[0] if a else k.get("stage"))
             name = f"{label} {STAGE[-1]}"
-        t0, c0 = now(), counts() if count else None
+        t0, c0, p0 = now(), counts() if count else None, time.process_time()
         try:
             return fn(*a, **k)
         finally:
-            record(name, t0, now(), c0, counts() if count else None)
+            record(name, t0, now(), c0, counts() if count else None, time.process_time() - p0)
             if stage_arg:
                 STAGE.pop()
 
@@ -173,7 +185,7 @@ patch("aip_assets.models.journal:open_journal", "journal opened")
 
 def dump() -> None:
     """The last atexit handler: the intervals written to ``$AIP_PHASES_OUT``."""
-    record("exit: atexit handlers done", now(), now())
+    record("exit: atexit handlers done", now(), now(), cpu=time.process_time())  # the process's CPU so far
     out = os.environ.get("AIP_PHASES_OUT")
     if out:
         with open(out, "w") as f:
@@ -181,12 +193,12 @@ def dump() -> None:
 
 
 def first_at_exit() -> None:  # registered after the project's imports: runs before their handlers
-    record("exit: atexit handlers start", now(), now())
+    record("exit: atexit handlers start", now(), now(), cpu=time.process_time())  # the process's CPU so far
 
 
 atexit.register(first_at_exit)
 
 if __name__ == "__main__":
     code = cli.main(sys.argv[1:])
-    record("cli.main returned", now(), now())
+    record("cli.main returned", now(), now(), cpu=time.process_time())  # the process's CPU so far
     sys.exit(code)

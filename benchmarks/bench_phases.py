@@ -162,17 +162,27 @@ def phases(probe: dict, launch: float, wall: float) -> dict:
                 {
                     "phase": label,
                     "s": sum(e["end"] - e["start"] for e in got),
+                    "cpu_s": sum(e.get("cpu", 0.0) for e in got),
                     "start_s": t_start + got[0]["start"],
                     **({"requests": req} if req else {}),
                 }
             )
     mark = {e["label"]: e["end"] for e in ev if e["start"] == e["end"]}
+    cpu = {e["label"]: e.get("cpu", 0.0) for e in ev if e["start"] == e["end"]}  # the process's CPU so far
     returned = mark.get("cli.main returned")
     begun, done = mark.get("exit: atexit handlers start"), mark.get("exit: atexit handlers done")
     if returned is not None and begun is not None and done is not None:
         top += [
-            {"phase": "exit: cli.main returned → atexit (threads joined)", "s": begun - returned},
-            {"phase": "exit: atexit handlers (the warehouse's and Dagster's databases released)", "s": done - begun},
+            {
+                "phase": "exit: cli.main returned → atexit (threads joined)",
+                "s": begun - returned,
+                "cpu_s": cpu["exit: atexit handlers start"] - cpu["cli.main returned"],
+            },
+            {
+                "phase": "exit: atexit handlers (the warehouse's and Dagster's databases released)",
+                "s": done - begun,
+                "cpu_s": cpu["exit: atexit handlers done"] - cpu["exit: atexit handlers start"],
+            },
             {"phase": "exit: interpreter teardown → process gone", "s": wall - t_start - done},
         ]
     elif returned is not None:
@@ -192,33 +202,45 @@ def phases(probe: dict, launch: float, wall: float) -> dict:
             ]
             parts: dict[str, dict] = {}
             for x in inside:
-                p = parts.setdefault(x["label"], {"s": 0.0, "n": 0})
+                p = parts.setdefault(x["label"], {"s": 0.0, "cpu_s": 0.0, "n": 0})
                 p["s"] += x["end"] - x["start"]
+                p["cpu_s"] += x.get("cpu", 0.0)
                 p["n"] += 1
                 if "requests" in x:
                     p["requests"] = [
                         a + b for a, b in zip(p.get("requests", [0] * len(x["requests"])), x["requests"], strict=True)
                     ]
             rest = (e["end"] - e["start"]) - sum(parts[k]["s"] for k in IN_STAGE if k in parts)
+            rest_cpu = e.get("cpu", 0.0) - sum(parts[k]["cpu_s"] for k in IN_STAGE if k in parts)
             stages.append(
                 {
                     "stage": stage,
                     "s": e["end"] - e["start"],
+                    "cpu_s": e.get("cpu", 0.0),
                     "requests": e.get("requests"),
                     "parts": parts,
                     "rest_s": rest,
+                    "rest_cpu_s": rest_cpu,
                 }
             )
     executes = [e for e in ev if e["label"] == "Dagster: one metric's run (execute)"]
     dagster = {}
     if executes:
         ex = sum(e["end"] - e["start"] for e in executes)
+        ex_cpu = sum(e.get("cpu", 0.0) for e in executes)
         st = sum(s["s"] for s in stages)
+        st_cpu = sum(s["cpu_s"] for s in stages)
         outside = {
             label: sum(e["end"] - e["start"] for e in ev if e["label"] == label and e["stage"] is None)
             for label in ("score metadata for Dagster (and the report)", "report written (HTML)", "asset checks")
         }
-        dagster = {"execute_s": ex, "stages_s": st, "outside_stages_s": ex - st, **outside}
+        dagster = {
+            "execute_s": ex,
+            "stages_s": st,
+            "outside_stages_s": ex - st,
+            "outside_stages_cpu_s": ex_cpu - st_cpu,
+            **outside,
+        }
     return {"top": top, "stages": stages, "dagster": dagster, "not_found": probe["not_found"]}
 
 
@@ -337,29 +359,37 @@ def main() -> int:
         f"the probed run {wall:.2f} s, CPU {table['probe_cpu_s']:.2f} s; load (1 min) "
         f"{', '.join(f'{x:.1f}' for x in loads)}",
         "",
-        "| phase | s | share | SUT / judge requests |",
-        "|---|---:|---:|---:|",
+        "| phase | wall s | CPU s | share of wall | SUT / judge requests |",
+        "|---|---:|---:|---:|---:|",
     ]
+
+    def c(x: dict, key: str = "cpu_s") -> str:
+        return f"{x[key]:.3f}" if key in x else ""
+
     for p in table["top"]:
-        lines.append(f"| {p['phase']} | {p['s']:.3f} | {p['s'] / wall:.0%} | {req(p)} |")
+        lines.append(f"| {p['phase']} | {p['s']:.3f} | {c(p)} | {p['s'] / wall:.0%} | {req(p)} |")
         if p["phase"] == "Dagster: the metrics' runs":
             for s in table["stages"]:
-                lines.append(f"| &nbsp;&nbsp;stage {s['stage']} | {s['s']:.3f} | {s['s'] / wall:.0%} | {req(s)} |")
+                lines.append(
+                    f"| &nbsp;&nbsp;stage {s['stage']} | {s['s']:.3f} | {c(s)} | {s['s'] / wall:.0%} | {req(s)} |"
+                )
                 for label, part in s["parts"].items():
                     if label in IN_STAGE:
                         lines.append(
-                            f"| &nbsp;&nbsp;&nbsp;&nbsp;{label} (×{part['n']}) | {part['s']:.3f} | "
+                            f"| &nbsp;&nbsp;&nbsp;&nbsp;{label} (×{part['n']}) | {part['s']:.3f} | {c(part)} | "
                             f"{part['s'] / wall:.0%} | {req(part)} |"
                         )
                 lines.append(
-                    f"| &nbsp;&nbsp;&nbsp;&nbsp;rest of the stage | {s['rest_s']:.3f} | {s['rest_s'] / wall:.0%} | |"
+                    f"| &nbsp;&nbsp;&nbsp;&nbsp;rest of the stage | {s['rest_s']:.3f} | {c(s, 'rest_cpu_s')} | "
+                    f"{s['rest_s'] / wall:.0%} | |"
                 )
             d = table["dagster"]
             if d:
                 lines.append(
                     f"| &nbsp;&nbsp;Dagster's own (a metric's run less its stages; the report {d['report written (HTML)']:.3f} s, "
                     f"score metadata {d['score metadata for Dagster (and the report)']:.3f} s and asset checks "
-                    f"{d['asset checks']:.3f} s within it) | {d['outside_stages_s']:.3f} | {d['outside_stages_s'] / wall:.0%} | |"
+                    f"{d['asset checks']:.3f} s within it) | {d['outside_stages_s']:.3f} | "
+                    f"{c(d, 'outside_stages_cpu_s')} | {d['outside_stages_s'] / wall:.0%} | |"
                 )
     lines += [
         "",
