@@ -167,8 +167,9 @@ def phases(probe: dict, launch: float, wall: float) -> dict:
                     **({"requests": req} if req else {}),
                 }
             )
-    mark = {e["label"]: e["end"] for e in ev if e["start"] == e["end"]}
-    cpu = {e["label"]: e.get("cpu", 0.0) for e in ev if e["start"] == e["end"]}  # the process's CPU so far
+    marks = ("cli.main returned", "exit: atexit handlers start", "exit: atexit handlers done")
+    mark = {e["label"]: e["end"] for e in ev if e["label"] in marks}
+    cpu = {e["label"]: e.get("cpu", 0.0) for e in ev if e["label"] in marks}  # the process's CPU so far
     returned = mark.get("cli.main returned")
     begun, done = mark.get("exit: atexit handlers start"), mark.get("exit: atexit handlers done")
     if returned is not None and begun is not None and done is not None:
@@ -241,7 +242,7 @@ def phases(probe: dict, launch: float, wall: float) -> dict:
             "outside_stages_cpu_s": ex_cpu - st_cpu,
             **outside,
         }
-    return {"top": top, "stages": stages, "dagster": dagster, "not_found": probe["not_found"]}
+    return {"top": top, "stages": stages, "dagster": dagster, "not_found": probe["not_found"], "events": ev}
 
 
 def main() -> int:
