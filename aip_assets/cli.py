@@ -930,6 +930,7 @@ def _profile(text: str | None):
 
 
 def cmd_serve(args) -> int:
+    from .metrics import base as _metrics  # noqa: F401  (registers the metrics' builtin judge answers)
     from .models.builtin import BuiltinServer
 
     profile = _profile(args.profile)
