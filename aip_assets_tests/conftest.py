@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import json
 from pathlib import Path
 
@@ -11,6 +12,14 @@ from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.models.builtin import BuiltinServer
 from aip_assets.runspec import BuiltinProfile, parse_spec
+
+def pytest_sessionstart(session):
+    """Compile the package once, before any test starts a process. Where PYTHONDONTWRITEBYTECODE is
+    set (this workplace sets it), no import writes a .pyc, so every process a test starts (a CLI run,
+    a Dagster run worker) would compile the package's modules again: about 0.2-0.3 s of CPU each."""
+    if not hasattr(session.config, "workerinput"):  # the controller, not each xdist worker
+        compileall.compile_dir(Path(pipeline.__file__).parent, quiet=1)
+
 
 DOMAINS = ["loan", "apartment lease", "job offer", "insurance claim", "scholarship", "benefit claim"]
 
