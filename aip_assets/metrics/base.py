@@ -287,7 +287,7 @@ def answer_status(ok: bool, text: str | None, error: str | None, empty_error: st
     """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (nothing
     visible: empty, whitespace by Unicode and zero-width characters only, or only a ``<think>``
     block, ``readers.is_blank``: a failure for completeness, never scored)."""
-    from ..readers import is_blank
+    from ..readers.text import is_blank
 
     if not ok:
         return "error", error

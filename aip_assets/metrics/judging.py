@@ -295,7 +295,8 @@ def parse_json_answer(
     prose, ``<think>`` blocks, trailing commas, Python-style dicts); the last object that
     validates wins (a judge may write a draft first). An object that copies the prompt's format
     or whose fields disagree (:class:`JsonAnswer`) is "not a verdict", with each reason."""
-    from ..readers import is_whitespace, scan_json
+    from ..readers.judge_json import scan_json
+    from ..readers.text import is_whitespace
 
     if not text or is_whitespace(text):
         return None, "empty answer"

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ...dataset import DatasetRow
 from ...errors import DatasetError, SpecError
-from ...readers import map_label, read_decision
+from ...readers.decisions import map_label, read_decision
 from ...scoring import ONE_MINUS_FLIP_RATE
 from ..base import (
     Evidence,

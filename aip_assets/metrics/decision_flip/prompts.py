@@ -10,7 +10,7 @@ from pydantic import field_validator
 
 from ...catalog.attributes import PERSONA_INTRO
 from ...dataset import DatasetRow
-from ...readers import map_label
+from ...readers.decisions import map_label
 from ..exam import DISAGREES_DECISION
 from ..judging import Problem, Verdict
 from .config import DecisionFlipConfig
