@@ -157,7 +157,7 @@ def judge_scores(items: list[dict] | None = None) -> dict:
     """``parse_json_answer`` on the judge outputs: of the real verdicts, how many it parses into
     what the labeller read (``verdicts``); of the rest (malformed, no JSON, cut off), how many it rejects;
     how many copies of the prompt's example it lets through as verdicts (``copies_accepted``)."""
-    from aip_assets.metrics.judging import parse_json_answer
+    from aip_assets.metrics.verdicts import parse_json_answer
 
     models = judge_models()
     out = {

@@ -19,8 +19,9 @@ import pytest
 from aip_assets.metrics.consistency import Comparison, judge_messages
 from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict
-from aip_assets.metrics.judging import ask_json, parse_json_answer
+from aip_assets.metrics.judging import ask_json
 from aip_assets.metrics.perturbation.prompts import Robustness, robustness_messages
+from aip_assets.metrics.verdicts import parse_json_answer
 from aip_assets.models.client import ModelClient
 from aip_assets.readers.decisions import map_label, read_decision
 from aip_assets.readers.figures import Figure, compare_figures, read_figures

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from ..exam import DISAGREES_STANCE
-from ..judging import Verdict
+from ..verdicts import Verdict
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")
 HUMAN_CATEGORIES = (*LABELS, "Unjudgeable")  # the categories people label a comparison by (human_labels.py)
