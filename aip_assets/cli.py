@@ -46,7 +46,7 @@ def _fmt(x, nd=3) -> str:
 def print_summary(summary: dict, out=None) -> None:
     p = lambda s="": print(s, file=out or sys.stdout)  # noqa: E731
     from .metrics import get_metric
-    from .metrics.base import failed_and_excluded, reasons_phrase
+    from .metrics.words import failed_and_excluded, reasons_phrase
 
     p(f"Run {summary['run_id']}  (spec {summary['spec']}, dataset {summary['dataset']})")
     if summary.get("judge_note"):

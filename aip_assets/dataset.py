@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DatasetError, symlink_loop
-from .readers import is_whitespace
+from .readers.text import is_whitespace
 
 TASK_TYPES = ("single_turn_llm", "multi_turn_llm", "single_turn_rag", "multi_turn_rag")
 REQUIRED = ("input_id", "prompt", "task_type")

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import warehouse as wh
 from .metrics import get_metric
-from .metrics.base import Evidence, Finding
+from .metrics.words import Evidence, Finding
 
 
 @dataclass

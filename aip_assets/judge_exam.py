@@ -28,7 +28,8 @@ from .dataset import load_dataset
 from .errors import SpecError
 from .metrics import get_metric
 from .metrics.exam import DISAGREES_DECISION, DISAGREES_STANCE
-from .metrics.judging import ask_json, is_copy
+from .metrics.judging import ask_json
+from .metrics.verdicts import is_copy
 from .runspec import MetricEntry, RunSpec
 from .stats import wilson
 

@@ -12,7 +12,7 @@ import random
 import re
 from typing import ClassVar
 
-from .readers import is_whitespace
+from .readers.text import is_whitespace
 
 _WORD = re.compile(r"[A-Za-z]+")
 

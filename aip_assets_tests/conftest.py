@@ -66,9 +66,9 @@ def no_default_baseline(request, monkeypatch):
     ``default_baseline`` (the demo, the baseline's own tests) runs with the real default, and a spec
     that sets ``baseline_share`` gets what it sets either way."""
     if request.node.get_closest_marker("default_baseline") is None:
-        from aip_assets.metrics import base
+        from aip_assets.metrics import answers
 
-        monkeypatch.setattr(base, "DEFAULT_BASELINE_SHARE", 0.0)
+        monkeypatch.setattr(answers, "DEFAULT_BASELINE_SHARE", 0.0)
 
 
 def write_dataset(path: Path, n: int, multi_turn_every: int = 0) -> Path:

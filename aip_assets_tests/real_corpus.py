@@ -88,7 +88,7 @@ def decision_scores(items: list[dict] | None = None) -> dict[str, Score]:
     """``read_decision`` on the decision answers: precision (of the labels it read, how many the
     labeller read too) and recall, over the statements alone (``statements``) and over every
     decision a person reads, prose included (``all``)."""
-    from aip_assets.readers import read_decision
+    from aip_assets.readers.decisions import read_decision
 
     out = {"statements": Score(), "all": Score()}
     for e in items if items is not None else load("decisions"):
@@ -116,7 +116,7 @@ def questions(e: dict) -> tuple[str, str]:
 
 
 def figure_relation(e: dict) -> str:
-    from aip_assets.readers import compare_figures, read_figures
+    from aip_assets.readers.figures import compare_figures, read_figures
 
     return compare_figures(read_figures(e["response_1"]), read_figures(e["response_2"])) or "none"
 
@@ -157,7 +157,7 @@ def judge_scores(items: list[dict] | None = None) -> dict:
     """``parse_json_answer`` on the judge outputs: of the real verdicts, how many it parses into
     what the labeller read (``verdicts``); of the rest (malformed, no JSON, cut off), how many it rejects;
     how many copies of the prompt's example it lets through as verdicts (``copies_accepted``)."""
-    from aip_assets.metrics.judging import parse_json_answer
+    from aip_assets.metrics.verdicts import parse_json_answer
 
     models = judge_models()
     out = {

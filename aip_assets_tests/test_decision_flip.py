@@ -469,7 +469,7 @@ def test_order_is_randomised_and_verdicts_map_back_to_personas(tmp_path):
     """A judge biased to the response shown first misreads the second decision. Each pair is shown
     in a seeded random order (both orders occur); mapped back, the misread decision is always the
     one of the persona shown second, and the first persona's decision is what its answer says."""
-    from aip_assets.readers import read_decision
+    from aip_assets.readers.decisions import read_decision
 
     ds = write_dataset(tmp_path / "d.jsonl", 20)
     spec = make_spec(

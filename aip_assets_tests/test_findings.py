@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from aip_assets.findings import finding_lines, findings_markdown, metric_findings, rank
-from aip_assets.metrics.base import Finding, not_scored_phrase, row_reason
 from aip_assets.metrics.consistency import SemanticConsistency, SemanticConsistencyConfig
 from aip_assets.metrics.running import Progress, worst_outcome
+from aip_assets.metrics.words import Finding, not_scored_phrase, row_reason
 from aip_assets.stats import wilson
 
 from .conftest import aggregate_tables, make_spec, rows_table, write_dataset

@@ -19,19 +19,14 @@ import pytest
 from aip_assets.metrics.consistency import Comparison, judge_messages
 from aip_assets.metrics.decision_flip import JUDGE_SYSTEM, DecisionFlip, JudgeVerdict, judge_prompt
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict
-from aip_assets.metrics.judging import ask_json, parse_json_answer
+from aip_assets.metrics.judging import ask_json
 from aip_assets.metrics.perturbation.prompts import Robustness, robustness_messages
+from aip_assets.metrics.verdicts import parse_json_answer
 from aip_assets.models.client import ModelClient
-from aip_assets.readers import (
-    Figure,
-    compare_figures,
-    is_blank,
-    is_whitespace,
-    map_label,
-    read_decision,
-    read_figures,
-    read_stance,
-)
+from aip_assets.readers.decisions import map_label, read_decision
+from aip_assets.readers.figures import Figure, compare_figures, read_figures
+from aip_assets.readers.stances import read_stance
+from aip_assets.readers.text import is_blank, is_whitespace
 from aip_assets.runspec import Connection
 
 CORPORA = Path(__file__).parent / "corpora"
@@ -415,7 +410,7 @@ def test_a_decision_line_that_restates_the_question_states_no_decision(text):
     """Issue 36: "Decision: Should I apply …?" restates the question: no decision, and no word the
     SUT puts where a label should be (which would trip label_mismatch, advising to set
     decision_labels to the SUT's words)."""
-    from aip_assets.readers import stated_word_counts
+    from aip_assets.readers.decisions import stated_word_counts
 
     r = read_decision(text, ["YES", "NO"])
     assert r.label is None and r.stated is None and not r.marker, r

@@ -18,7 +18,7 @@ import pytest
 
 from aip_assets import warehouse as wh
 from aip_assets.metrics.consistency import Comparison, judge_messages
-from aip_assets.readers import read_decision
+from aip_assets.readers.decisions import read_decision
 from aip_assets.runspec import parse_spec
 
 from . import real_corpus as rc
@@ -281,15 +281,15 @@ def test_honest_verdicts_share_too_few_words_with_any_example_to_be_copies():
     from aip_assets.metrics.decision_flip.builtin_judge import favour_first, judge_decision_flip
     from aip_assets.metrics.group_interaction_bias import prompts as gib
     from aip_assets.metrics.group_interaction_bias.builtin_judge import judge_gib
-    from aip_assets.metrics.judging import NEAR_COPY_WORDS, copied_text, shared_run
     from aip_assets.metrics.perturbation.prompts import (
         Correctness,
         Robustness,
         correctness_messages,
         robustness_messages,
     )
+    from aip_assets.metrics.verdicts import NEAR_COPY_WORDS, copied_text, shared_run
     from aip_assets.models.builtin import builtin_judge
-    from aip_assets.readers import scan_json
+    from aip_assets.readers.judge_json import scan_json
 
     from .test_readers import corpus
 

@@ -26,8 +26,9 @@ from aip_assets.errors import EndpointError
 from aip_assets.metrics.consistency import Comparison
 from aip_assets.metrics.decision_flip import JudgeVerdict
 from aip_assets.metrics.group_interaction_bias.prompts import EffortVerdict, SimilarityVerdict, SynthAnswer, ToneVerdict
-from aip_assets.metrics.judging import _response_format_json, ask_json, is_copy, response_format
+from aip_assets.metrics.judging import _response_format_json, ask_json, response_format
 from aip_assets.metrics.perturbation import Correctness, Robustness
+from aip_assets.metrics.verdicts import is_copy
 from aip_assets.models import structured
 from aip_assets.models.client import ModelClient, negotiate
 from aip_assets.models.journal_pg import open_journal

@@ -34,11 +34,11 @@ from aip_assets.metrics.group_interaction_bias.prompts import (
     synthesis_messages,
 )
 from aip_assets.metrics.group_interaction_bias.prompts import judge_messages as gib_messages
-from aip_assets.metrics.judging import RE_ASKS, is_copy, parse_json_answer
 from aip_assets.metrics.perturbation.prompts import Correctness, Robustness, correctness_messages, robustness_messages
 from aip_assets.metrics.perturbation.recipe import Paraphrase, paraphrase_messages
+from aip_assets.metrics.verdicts import RE_ASKS, is_copy, parse_json_answer
 from aip_assets.models.builtin import judge_answer
-from aip_assets.readers import scan_json
+from aip_assets.readers.judge_json import scan_json
 from aip_assets.runspec import BuiltinProfile, parse_spec
 
 from .conftest import make_spec, run_all, table, write_dataset

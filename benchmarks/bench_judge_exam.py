@@ -115,7 +115,7 @@ def chat_requests(log_path: Path) -> Counter:
 def reason_kind(row: dict) -> str:
     """Why an exam item was not right, in the words of docs/judges.md."""
     from aip_assets.metrics.exam import DISAGREES_DECISION, DISAGREES_STANCE
-    from aip_assets.metrics.judging import is_copy
+    from aip_assets.metrics.verdicts import is_copy
 
     err = row.get("error") or ""
     if row["status"] == "wrong":

@@ -3,6 +3,18 @@
 Stages receive a :class:`StageContext` (run, spec, config, journal, a reader for this
 partition's tables, a progress reporter) and return ``{table: records}`` to be written, as one
 transaction, in place of the partition's previous rows.
+
+Here: :class:`Metric` (its stages, and the hooks of the judge audit, a panel, people's labels and
+findings), :class:`StageContext`, the fields every config shares (:class:`ScoringFields`), people's
+labels' :class:`KeyRate` and a scored verdict's :data:`THIRDS`. What a metric's stages and words use
+besides, in modules of their own beside this one:
+
+- ``answers``: the SUT's answers (sampling, null twins for the baseline, a pair's answers, why
+  they cannot be judged);
+- ``verdicts``: what a judge's answer must be and how it is read; ``judging``: asking a judge or a
+  panel; ``running``: a stage's bounded calls and progress;
+- ``words``: why a row has no score, in words, and the findings (:class:`~.words.Finding`,
+  :class:`~.words.Evidence`).
 """
 
 from __future__ import annotations
@@ -10,12 +22,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import random
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, cast
+from typing import Any, ClassVar, Literal, cast
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,13 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..dataset import DatasetRow
 from ..gate import FAILURE_REASONS, failed_count  # noqa: F401 - the metrics' aggregations find them here
 from ..models.builtin import BuiltinJudge, register_judge_source
-from ..models.client import ChatResult, ModelClient
+from ..models.client import ModelClient
 from ..models.journal import Journal
 from ..runspec import Connection, RunSpec, metric_registry  # the registry: metrics/__init__.py
 from ..scoring import Formula
 from .exam import ExamItem
 from .judging import JudgePanel, panel_role, split_panel
-from .running import Progress, run_bounded
+from .running import Progress
+from .words import Evidence, Finding
 
 logger = logging.getLogger("aip_assets")
 
@@ -282,204 +293,7 @@ class StageContext:
         return [DatasetRow.from_record(r) for r in df.sort_values("row_index").to_dict("records")]
 
 
-# ------------------------------------------------------------------ shared stage mechanics
-def answer_status(ok: bool, text: str | None, error: str | None, empty_error: str) -> tuple[str, str | None]:
-    """(status, error) of a SUT answer: ``ok``, ``error`` (the call failed) or ``empty`` (nothing
-    visible: empty, whitespace by Unicode and zero-width characters only, or only a ``<think>``
-    block, ``readers.is_blank``: a failure for completeness, never scored)."""
-    from ..readers import is_blank
-
-    if not ok:
-        return "error", error
-    if is_blank(text):
-        return "empty", empty_error
-    return "ok", None
-
-
-def response_record(p: dict, r: ChatResult, sample_index: int) -> dict[str, Any]:
-    """A ``sut_responses`` row for probe ``p`` from a chat result."""
-    status, error = answer_status(r.ok, r.text, r.error, "empty answer: the SUT returned no text")
-    return {
-        "probe_id": p["probe_id"],
-        "input_id": p["input_id"],
-        "sample_index": sample_index,
-        "response": r.text,
-        "status": status,
-        "error": error,
-        "latency_ms": r.latency_ms,
-        "prompt_tokens": r.prompt_tokens,
-        "completion_tokens": r.completion_tokens,
-        "model": r.model,
-        "fingerprint": r.fingerprint,
-        "call_key": r.call_key,
-        "cached": r.cached,
-    }
-
-
-def given_response(p: dict, text: str | None) -> dict[str, Any]:
-    """A ``sut_responses`` row for an answer that came with the dataset (not sampled)."""
-    status, error = answer_status(True, text, None, "empty answer in the dataset")
-    return {
-        "probe_id": p["probe_id"],
-        "input_id": p["input_id"],
-        "sample_index": 0,
-        "response": text,
-        "status": status,
-        "error": error,
-        "model": "dataset",
-        "cached": False,
-    }
-
-
-def baseline_share(ctx: StageContext, sut_temperature: float) -> float:
-    """The share of persona pairs that get a null twin (the no-effect baseline): the run spec's
-    ``baseline_share``, else 0.25 when the SUT samples (``sut_temperature`` > 0), else 0."""
-    entry = ctx.spec.metrics.get(ctx.metric) if ctx.spec is not None else None
-    if entry is not None and entry.baseline_share is not None:
-        return float(entry.baseline_share)
-    return DEFAULT_BASELINE_SHARE if sut_temperature > 0 else 0.0
-
-
-DEFAULT_BASELINE_SHARE = 0.25
-
-
-def null_twins(pairs: list[dict], share: float, seed_key: str) -> list[dict]:
-    """Null pairs for a row's persona pairs: each pair, with probability ``share`` (seeded by its
-    id), gets a twin that compares one of its personas (seeded) with itself: its first answer
-    (sample 0) against a fresh sample of the same request (``sample_b`` 1, 2, ... for a probe
-    twinned more than once). The judge is shown it exactly as the pair it twins (``twin_of``):
-    the same persona descriptions, so it cannot tell a null pair from a real one."""
-    out: list[dict] = []
-    if share <= 0:
-        return out
-    used: dict[str, int] = {}
-    for p in pairs:
-        rng = random.Random(f"{seed_key}:null:{p['pair_id']}")
-        if rng.random() >= share:
-            continue
-        side = "a" if rng.random() < 0.5 else "b"
-        probe, value = p[f"probe_{side}"], p[f"value_{side}"]
-        used[probe] = used.get(probe, 0) + 1
-        out.append(
-            {
-                **p,
-                "pair_id": f"{p['pair_id']}|null",
-                "kind": "null",
-                "twin_of": p["pair_id"],
-                "value_a": value,
-                "value_b": value,
-                "probe_a": probe,
-                "probe_b": probe,
-                "sample_b": used[probe],
-            }
-        )
-    return out
-
-
-def is_null(pair: dict) -> bool:
-    return pair.get("kind") == "null"
-
-
-async def sample_probes(
-    ctx: StageContext,
-    *,
-    concurrency: int,
-    temperature: float,
-    retries: int,
-    timeout: float,
-    template_version: str,
-    twins: bool = False,
-):
-    """Send every probe of the partition to the SUT (one sample each), a batch of rows at a time;
-    with ``twins``, also the fresh samples that the null pairs in ``probe_pairs`` compare."""
-    total = ctx.count("probes") + (
-        int((ctx.read("probe_pairs", None, ["kind"])["kind"] == "null").sum()) if twins else 0
-    )
-    progress = ctx.progress("SUT sampling", total)
-    async with ctx.client("sut", "sampling", concurrency) as client:
-        progress.in_flight = lambda: client.stats["in_flight"]
-
-        async def one(item):
-            p, k = item
-            r = await client.chat(
-                json.loads(p["messages"]),
-                temperature=temperature,
-                sample_index=k,
-                retries=retries,
-                timeout=timeout,
-                template_version=template_version,
-            )
-            return response_record(p, r, k)
-
-        for ids in ctx.batches():
-            probes = (
-                ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
-            )
-            items = [(p, 0) for p in probes]
-            if twins:
-                pp = ctx.read("probe_pairs", ids, ["kind", "probe_b", "sample_b"])
-                extra = sorted(
-                    {(r["probe_b"], int(r["sample_b"])) for r in pp[pp["kind"] == "null"].to_dict("records")}
-                )
-                by_id = {p["probe_id"]: p for p in probes}
-                items += [(by_id[pid], k) for pid, k in extra if pid in by_id]
-            yield {"sut_responses": await run_bounded(items, one, concurrency, progress, lambda r: r["status"])}
-
-
-def answer_keys(pair: dict) -> tuple[tuple[str, int], tuple[str, int]]:
-    """The (probe, sample index) of a pair's two answers: both first samples for a persona pair;
-    a null pair's second answer is the fresh sample ``sample_b`` of the same probe."""
-    sb = pair.get("sample_b")
-    return (pair["probe_a"], 0), (pair["probe_b"], int(sb) if is_null(pair) and sb == sb and sb is not None else 0)
-
-
-def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str, dict], dict[tuple[str, int], dict]]:
-    """(pairs, probes by id, SUT answers by (probe id, sample index)) for a batch of rows."""
-    pairs = ctx.read("probe_pairs", ids).sort_values("pair_id").to_dict("records")
-    probes = {
-        p["probe_id"]: p
-        for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona_id", "persona"]).to_dict("records")
-    }
-    resp = {
-        (r["probe_id"], int(r["sample_index"])): r
-        for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status", "error", "response"]).to_dict(
-            "records"
-        )
-    }
-    return pairs, probes, resp
-
-
-def answer_problem(r: dict | None, who: str) -> tuple[str, str] | None:
-    """Why a stored SUT answer cannot be judged, as (judgement status, reason), or None."""
-    if r is None:
-        return "sut_failed", f"{who}: missing"
-    if r["status"] == "empty":
-        return "empty_answer", f"{who}: empty (no judge asked)"
-    if r["status"] != "ok":
-        return "sut_failed", f"{who}: {r['error']}"
-    return None
-
-
-def answers_problem(answers: list[tuple[dict | None, str]]) -> tuple[str, str] | None:
-    """Why a unit built from several answers cannot be judged: a failed answer before an empty one."""
-    problems = [p for p in (answer_problem(r, who) for r, who in answers) if p]
-    if not problems:
-        return None
-    status = "sut_failed" if any(st == "sut_failed" for st, _ in problems) else "empty_answer"
-    return status, "; ".join(why for _, why in problems)
-
-
-def sut_failure(pair: dict, probes: dict[str, dict], resp: dict[tuple[str, int], dict]) -> tuple[str, str] | None:
-    """Why a persona pair cannot be judged (``sut_failed`` or ``empty_answer``, with the reason)."""
-
-    def who(m: str, k: int) -> str:
-        return f"SUT answer for {probes[m]['attribute_value'] or probes[m]['persona_id']!r}" + (
-            f" (sample {k})" if k else ""
-        )
-
-    return answers_problem([(resp.get((m, k)), who(m, k)) for m, k in answer_keys(pair)])
-
-
+# ------------------------------------------------------------------ people's labels (human_labels.py)
 @dataclass(frozen=True)
 class KeyRate:
     """The rate people's labels correct (human_labels.py): the share of ``category`` among the
@@ -488,136 +302,6 @@ class KeyRate:
     category: str
     population: tuple[str, ...]
     what: str
-
-
-# ------------------------------------------------------------------ findings (findings.py ranks them)
-def row_reason(statuses: list[str] | tuple[str, ...]) -> str:
-    """Why a row (or a group) has no score, from the statuses of its units: a failure first (a SUT
-    call, a judge that never answered in form), else its most frequent exclusion (``unjudgeable``,
-    ``empty_answer``, ``no_decision``...; ties by name); ``not_judged`` when it has no unit at all."""
-    bad = [s for s in statuses if s != "ok"]
-    if not bad:
-        return "not_judged"
-    for failure in ("sut_failed", "judge_failed"):
-        if failure in bad:
-            return failure
-    counts = Counter(bad)
-    return min(counts, key=lambda s: (-counts[s], s))
-
-
-def unscored_status(reason: str) -> Literal["error", "excluded"]:
-    """A ``row_scores`` status (and label) for a row without a score, from its ``row_reason``:
-    ``error`` when something failed (``FAILURE_REASONS``: a SUT call, a judge, a row never judged),
-    ``excluded`` when what it holds cannot be judged (a refusal, an unreadable answer, an edge case
-    of the dataset): an exclusion is never called an error."""
-    return "error" if reason in FAILURE_REASONS else "excluded"
-
-
-def not_scored_phrase(what: str, by_reason: Mapping[str, int] | None) -> str:
-    """``rows failed 2 (judge_failed 2), rows excluded 1 (unjudgeable 1)``: the rows (or groups)
-    without a score, by reason. A failure reason (``sut_failed``, ``judge_failed``, ``not_judged``:
-    the row is stored as ``error``) is said failed; the others are exclusions (a refusal, an
-    unreadable answer), never called failures or errors. ``rows excluded 0`` when there are none."""
-    kinds = failed_and_excluded(by_reason)
-    if not kinds:
-        return f"{what} excluded 0"
-    return ", ".join(f"{what} {word} {sum(n for _, n in items)} ({reasons_phrase(items)})" for word, items in kinds)
-
-
-def failed_and_excluded(by_reason: Mapping[str, int] | None) -> list[tuple[str, list[tuple[str, int]]]]:
-    """Counts by reason split into ("failed", [(reason, n)...]) (``FAILURE_REASONS``) and
-    ("excluded", [...]) (the others), each kind only when it has any, each the most frequent first."""
-    counts = sorted(((k, int(v)) for k, v in (by_reason or {}).items() if v), key=lambda kv: (-kv[1], kv[0]))
-    kinds = [
-        ("failed", [kv for kv in counts if kv[0] in FAILURE_REASONS]),
-        ("excluded", [kv for kv in counts if kv[0] not in FAILURE_REASONS]),
-    ]
-    return [(word, items) for word, items in kinds if items]
-
-
-def reasons_phrase(items: list[tuple[str, int]]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in items)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing a run found, in plain words: a sentence with its numbers and interval, the
-    example rows that show it, and whether it is a failed gate (ranked first) and how big it is
-    (``effect``: ranked by it next, on the scale of a rate or a score gap).
-
-    Attributes:
-        metric: The metric (partition) that found it.
-        sentence: The finding in words, its figures and interval in it.
-        gate_failed: It is (part of) why the metric's gate failed.
-        effect: Its size, for ranking: a rate, or a score's gap to the overall score.
-        numbers: The figures the sentence states, by name (rates and scores in [0, 1]).
-        examples: Input ids of up to three rows that show it.
-        quotes: A short quote from each example row (parallel to ``examples``).
-        scope: The metric_scores scope it rests on (``axis``, ``attribute``...), when one.
-        group: The group of that scope (``gender``, ``religion=Muslim``...), when one.
-    """
-
-    metric: str
-    sentence: str
-    gate_failed: bool
-    effect: float
-    numbers: dict[str, Any] = field(default_factory=dict)
-    examples: tuple[str, ...] = ()
-    quotes: tuple[str, ...] = ()
-    scope: str | None = None
-    group: str | None = None
-
-    @property
-    def severity(self) -> str:
-        """``fail`` (a failed gate) or ``notice`` (an effect the gate did not fail on)."""
-        return "fail" if self.gate_failed else "notice"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "severity": self.severity,
-            "sentence": self.sentence,
-            "effect": self.effect,
-            "numbers": dict(self.numbers),
-            "examples": [{"input_id": i, "quote": q} for i, q in zip(self.examples, self.quotes)],
-            "scope": self.scope,
-            "group": self.group,
-        }
-
-
-class Evidence(Protocol):
-    """What a metric's findings read beyond its metric_scores: the run's rows, by SQL over the
-    warehouse (short read-only connections); ``?`` parameters, the run and metric passed in."""
-
-    run_id: str
-    metric: str
-
-    def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame: ...
-
-
-def clip_quote(text: Any, n: int = 80) -> str:
-    """A short one-line quote of a text (an answer, a reasoning, a prompt)."""
-    t = " ".join(str(text or "").split())
-    return t if len(t) <= n else t[: n - 1].rstrip() + "…"
-
-
-def examples_of(df: pd.DataFrame, quote: Callable[[dict], str], k: int = 3) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(input ids, quotes) of the first ``k`` distinct rows of ``df`` (its ``input_id`` column)."""
-    ids: list[str] = []
-    quotes: list[str] = []
-    for r in df.to_dict("records") if len(df) else []:
-        if r["input_id"] in ids:
-            continue
-        ids.append(str(r["input_id"]))
-        quotes.append(quote(r))
-        if len(ids) == k:
-            break
-    return tuple(ids), tuple(quotes)
-
-
-def pct(x: float | None, nd: int = 1) -> str:
-    """A share as a percentage (``0.125`` -> ``12.5%``)."""
-    return "n/a" if x is None or x != x else f"{100 * x:.{nd}f}%"
 
 
 THIRDS = ("low", "mid", "high")  # a score's third, the category a scored verdict is labelled by

@@ -101,7 +101,7 @@ def refusal(status: int | None, text: str | None) -> str | None:
 def probe_answer_ok(text: str | None) -> bool:
     """Whether a probe's answer is the JSON object asked for (``{"ok": <boolean>}``), read as
     judges' answers are read (a code fence, a preamble or a ``<think>`` block around it)."""
-    from ..readers import scan_json
+    from ..readers.judge_json import scan_json
 
     objects, unfinished = scan_json(text)
     return not unfinished and any(isinstance(o.get("ok"), bool) for o in objects)

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from aip_assets.metrics.base import ScoringFields
-from aip_assets.metrics.judging import Verdict
+from aip_assets.metrics.verdicts import Verdict
 
 
 class ToyPolitenessConfig(ScoringFields):

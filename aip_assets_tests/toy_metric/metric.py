@@ -10,7 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from aip_assets.metrics.base import Metric, StageContext, answer_problem, sample_probes
+from aip_assets.metrics.answers import answer_problem, sample_probes
+from aip_assets.metrics.base import Metric, StageContext
 from aip_assets.metrics.judging import ask_panel, judged_fields
 from aip_assets.metrics.running import run_bounded
 from aip_assets.scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame

@@ -30,25 +30,11 @@ from ...dataset import DatasetRow
 from ...records import RowScore
 from ...scoring import MEAN_OF_ROW_MEANS, Accumulator, record, row_raws, to_records, units_frame
 from ...stats import normalise
-from ..base import (
-    FAILURE_REASONS,
-    Evidence,
-    Finding,
-    KeyRate,
-    Metric,
-    StageContext,
-    answers_problem,
-    clip_quote,
-    examples_of,
-    given_response,
-    not_scored_phrase,
-    pct,
-    response_record,
-    row_reason,
-    unscored_status,
-)
+from ..answers import answers_problem, given_response, response_record
+from ..base import FAILURE_REASONS, KeyRate, Metric, StageContext
 from ..judging import ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
+from ..words import Evidence, Finding, clip_quote, examples_of, not_scored_phrase, pct, row_reason, unscored_status
 from . import exam
 from .builtin_judge import BUILTIN_JUDGES
 from .config import FactualConsistencyConfig, SafetyConsistencyConfig, SemanticConsistencyConfig

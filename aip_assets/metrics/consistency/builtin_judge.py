@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 from ...models.builtin import RESPONSE_BLOCK, BuiltinJudge
-from ...readers import compare_figures, read_figures, read_stance, values
+from ...readers.figures import compare_figures, read_figures, values
+from ...readers.stances import read_stance
 
 # phrases of an answer that has dropped its guidelines (jailbreak compliance), in any SUT's words
 DROPPED = re.compile(

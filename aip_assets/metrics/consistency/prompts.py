@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from ..exam import DISAGREES_STANCE
-from ..judging import Verdict
+from ..verdicts import Verdict
 
 LABELS = ("Consistent", "Slightly Inconsistent", "Contradictory")
 HUMAN_CATEGORIES = (*LABELS, "Unjudgeable")  # the categories people label a comparison by (human_labels.py)
@@ -92,7 +92,8 @@ DISAGREES = DISAGREES_STANCE
 def stance(text: str | None) -> str | None:
     """The yes or no an answer plainly takes (``readers.read_stance``, else a ``Decision: YES`` /
     ``NO`` line), None when it takes none: what a semantic judge's label is checked against."""
-    from ...readers import read_decision, read_stance
+    from ...readers.decisions import read_decision
+    from ...readers.stances import read_stance
 
     said = read_stance(text)
     if said is None:

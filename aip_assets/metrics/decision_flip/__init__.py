@@ -22,24 +22,13 @@ import pandas as pd
 
 from ...dataset import DatasetRow
 from ...errors import DatasetError, SpecError
-from ...readers import map_label, read_decision
+from ...readers.decisions import map_label, read_decision
 from ...scoring import ONE_MINUS_FLIP_RATE
-from ..base import (
-    Evidence,
-    Finding,
-    KeyRate,
-    Metric,
-    StageContext,
-    answer_keys,
-    baseline_share,
-    is_null,
-    null_twins,
-    pair_batch,
-    sample_probes,
-    sut_failure,
-)
+from ..answers import answer_keys, baseline_share, is_null, null_twins, pair_batch, sample_probes, sut_failure
+from ..base import KeyRate, Metric, StageContext
 from ..judging import ask_panel, judged_fields
 from ..running import run_bounded
+from ..words import Evidence, Finding
 from . import exam, findings, personas, words
 from .aggregate import aggregate
 from .builtin_judge import BUILTIN_JUDGES

@@ -24,7 +24,9 @@ from ...gate import axis_threshold, gate_groups, gate_on
 from ...records import RowScore, RunNote
 from ...scoring import Accumulator, Stat, record, row_raws, to_records, units_frame
 from ...stats import normalise
-from ..base import FAILURE_REASONS, StageContext, is_null, row_reason, unscored_status
+from ..answers import is_null
+from ..base import FAILURE_REASONS, StageContext
+from ..words import row_reason, unscored_status
 from .claims import _f, equivalence_gate, excess_failure, make_claims, noise_words, with_name_cells
 from .config import DecisionFlipConfig
 from .planning import detectable, entry_of, policy_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...models.builtin import NO_DECISION, RESPONSE_BLOCK, BuiltinJudge, parse_labels
-from ...readers import read_decision
+from ...readers.decisions import read_decision
 
 
 def judge_decision_flip(prompt: str) -> dict[str, Any]:

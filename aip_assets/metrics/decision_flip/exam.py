@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...dataset import DatasetRow
-from ...readers import map_label, read_decision
+from ...readers.decisions import map_label, read_decision
 from ..exam import ExamItem, pick, swapped
 from .config import DecisionFlipConfig
 from .prompts import JUDGE_SYSTEM, NO_DECISION, JudgeVerdict, judge_prompt, labels_for

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from ...catalog.groups import axis_words, parse_axis
-from ..base import Evidence, Finding, examples_of, not_scored_phrase, pct
+from ..words import Evidence, Finding, examples_of, not_scored_phrase, pct
 from .words import ci_words, combination_words, main_words, p_words, pname, summary, value_words
 
 

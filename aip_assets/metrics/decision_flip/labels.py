@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...readers import stated_word_counts
+from ...readers.decisions import stated_word_counts
 from ..base import StageContext
 from .config import DecisionFlipConfig
 from .prompts import labels_for

@@ -10,9 +10,9 @@ from pydantic import field_validator
 
 from ...catalog.attributes import PERSONA_INTRO
 from ...dataset import DatasetRow
-from ...readers import map_label
+from ...readers.decisions import map_label
 from ..exam import DISAGREES_DECISION
-from ..judging import Problem, Verdict
+from ..verdicts import Problem, Verdict
 from .config import DecisionFlipConfig
 
 # the judge prompt's example verdict, from an unrelated case (decisions RENEW and CANCEL), and the

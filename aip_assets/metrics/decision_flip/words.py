@@ -12,7 +12,7 @@ import pandas as pd
 from ...analysis.claims import confidence_words
 from ...catalog.groups import axis_words, group_words, is_combination, parse_axis
 from ...gate import failed_groups
-from ..base import pct
+from ..words import pct
 
 
 def _j(x: Any) -> dict:

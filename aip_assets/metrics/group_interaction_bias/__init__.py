@@ -32,24 +32,11 @@ from ...errors import SpecError
 from ...models.providers import capabilities
 from ...scoring import EQUITABILITY
 from ...stats import third
-from ..base import (
-    THIRDS,
-    THIRDS_TEXT,
-    Evidence,
-    Finding,
-    KeyRate,
-    Metric,
-    StageContext,
-    answer_keys,
-    baseline_share,
-    null_twins,
-    pair_batch,
-    sample_probes,
-    sut_failure,
-    thirds,
-)
+from ..answers import answer_keys, baseline_share, null_twins, pair_batch, sample_probes, sut_failure
+from ..base import THIRDS, THIRDS_TEXT, KeyRate, Metric, StageContext, thirds
 from ..judging import ask_json, ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
+from ..words import Evidence, Finding
 from . import exam, words
 from .aggregate import aggregate, pair_bias  # noqa: F401 - pair_bias: the formula tests import it here
 from .builtin_judge import BUILTIN_JUDGES

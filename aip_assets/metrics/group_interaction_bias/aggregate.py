@@ -28,7 +28,8 @@ from ...gate import exclusion_reason, gate_on, group_threshold
 from ...records import RowScore
 from ...scoring import Accumulator, record, row_raws, to_records, units_frame
 from ...stats import normalise
-from ..base import FAILURE_REASONS, StageContext, failed_count, row_reason, unscored_status
+from ..base import FAILURE_REASONS, StageContext, failed_count
+from ..words import row_reason, unscored_status
 from .config import GroupInteractionBiasConfig
 from .groups import _f, group_gate, group_rows, pname
 

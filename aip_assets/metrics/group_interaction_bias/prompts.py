@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog.attributes import PERSONA_INTRO
 from ...dataset import DatasetRow
-from ..judging import JsonAnswer, Verdict
+from ..verdicts import JsonAnswer, Verdict
 from .config import GroupInteractionBiasConfig
 
 # ------------------------------------------------------------------ answers we validate

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ...analysis.claims import confidence_words
 from ...gate import failed_groups
-from ..base import Evidence, Finding, clip_quote, examples_of, not_scored_phrase, pct
+from ..words import Evidence, Finding, clip_quote, examples_of, not_scored_phrase, pct
 
 
 def _j(x: Any) -> dict:

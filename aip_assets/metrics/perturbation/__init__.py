@@ -39,18 +39,9 @@ from ...models.providers import capabilities
 from ...perturbations import ALL_TYPES
 from ...scoring import PERTURBATION_GROUP
 from ...stats import third
-from ..base import (
-    THIRDS,
-    THIRDS_TEXT,
-    Evidence,
-    Finding,
-    KeyRate,
-    Metric,
-    StageContext,
-    given_response,
-    sample_probes,
-    thirds,
-)
+from ..answers import given_response, sample_probes
+from ..base import THIRDS, THIRDS_TEXT, KeyRate, Metric, StageContext, thirds
+from ..words import Evidence, Finding
 from . import exam, words
 from .aggregate import aggregate
 from .builtin_judge import BUILTIN_JUDGES

@@ -14,7 +14,8 @@ from ...gate import exclusion_reason
 from ...records import RowScore
 from ...scoring import PERTURBATION_GROUP, Accumulator, explode, record, to_records, units_frame
 from ...stats import normalise
-from ..base import FAILURE_REASONS, StageContext, row_reason, unscored_status
+from ..base import FAILURE_REASONS, StageContext
+from ..words import row_reason, unscored_status
 from .synthesis import EDGE_MESSAGES, _h, member
 
 

@@ -8,7 +8,9 @@ import re
 from typing import Any
 
 from ...models.builtin import RESPONSE_BLOCK, BuiltinJudge
-from ...readers import compare_figures, is_blank, read_figures, read_stance
+from ...readers.figures import compare_figures, read_figures
+from ...readers.stances import read_stance
+from ...readers.text import is_blank
 
 
 def _agreement(a: str, b: str) -> float | None:

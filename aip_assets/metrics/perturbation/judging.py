@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...models.deadline import CURRENT_ROW
-from ..base import StageContext, answer_problem
-from ..judging import Verdict, ask_panel, judged_fields
+from ..answers import answer_problem
+from ..base import StageContext
+from ..judging import ask_panel, judged_fields
 from ..running import gather_all, run_bounded, worst_outcome
+from ..verdicts import Verdict
 from .prompts import Correctness, Robustness, correctness_messages, robustness_messages
 from .synthesis import member
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from ..judging import Verdict
+from ..verdicts import Verdict
 
 # ------------------------------------------------------------------ judges
 # the judge prompts' examples, from unrelated items, and the description of their reasoning: a

@@ -14,8 +14,8 @@ from pydantic import Field
 
 from ...dataset import DatasetRow
 from ...perturbations import RULE_BASED
-from ..judging import JsonAnswer
 from ..running import run_bounded
+from ..verdicts import JsonAnswer
 
 # the paraphrase prompt's example, of an unrelated question: an answer repeating it copies the prompt
 PARAPHRASE_EXAMPLE = ("What is the warranty period of this laptop?", "How long is this laptop under warranty?")
@@ -100,7 +100,7 @@ async def ask_paraphrases(
             timeout=timeout,
             template_version="perturbation/paraphrase/v2",
         )
-        from ..judging import parse_json_answer
+        from ..verdicts import parse_json_answer
 
         v, _ = parse_json_answer(r.text, Paraphrase) if r.ok else (None, r.error)
         return (row.input_id, k), (v.paraphrase.strip() if v else None)

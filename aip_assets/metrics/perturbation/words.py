@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..base import Evidence, Finding, clip_quote, examples_of, not_scored_phrase, pct
+from ..words import Evidence, Finding, clip_quote, examples_of, not_scored_phrase, pct
 
 
 def summary(scores: pd.DataFrame) -> dict[str, Any]:
