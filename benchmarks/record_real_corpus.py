@@ -353,7 +353,7 @@ def main() -> int:
         items = judge_items(dpairs["smollm2"], [f for f in factual if f["model"] == "smollm2"], args.judge_items)
 
         def judge(server: _rig.Server) -> list[dict]:
-            from aip_assets.metrics.base import response_format
+            from aip_assets.metrics.judging import response_format
 
             rows = []
             for it in items:

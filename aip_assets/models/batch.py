@@ -62,7 +62,7 @@ SEND_TRIES = 4  # an upload or a batch creation that fails transiently is tried 
 LATE_S = 3600.0  # polling ends this long after the batch's window closed (a provider that never says)
 WINDOW_S = 24 * 3600.0  # the completion window, until the provider's batch says when it closes
 # A batching client in this task: work items are not bounded by the metric's concurrency then
-# (``metrics.base.run_bounded``), so every call of the stage reaches the runner at once.
+# (``metrics.running.run_bounded``), so every call of the stage reaches the runner at once.
 BATCHING: contextvars.ContextVar[int] = contextvars.ContextVar("aip_batching", default=0)
 UNBOUNDED = 1 << 30
 

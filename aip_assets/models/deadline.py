@@ -13,7 +13,7 @@ import contextvars
 import time
 from typing import Any
 
-# the dataset row a call is made for (set per work item by ``metrics.base.run_bounded``); a
+# the dataset row a call is made for (set per work item by ``metrics.running.run_bounded``); a
 # client with a row timeout gives each row its own clock (:class:`RowClock`)
 CURRENT_ROW: contextvars.ContextVar[str | None] = contextvars.ContextVar("aip_current_row", default=None)
 
