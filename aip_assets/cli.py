@@ -762,7 +762,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from . import compare
+    from . import compare, compare_table
 
     path = Path(args.warehouse).resolve() if args.warehouse else None
     if args.latest and args.runs:
@@ -791,13 +791,13 @@ def cmd_compare(args) -> int:
                     "alpha": args.alpha,
                     "warnings": warnings,
                     "significant_drops": len(drops),
-                    "rows": compare.json_rows(df),
+                    "rows": compare_table.json_rows(df),
                 },
                 indent=2,
             )
         )
     else:
-        print(compare.format_table(df, run_a, run_b, args.alpha))
+        print(compare_table.format_table(df, run_a, run_b, args.alpha))
     if args.html is not None:  # the page's path on stderr: stdout stays the table or the JSON
         from .report import default_out, report_url
         from .report.comparison import write_comparison
