@@ -43,16 +43,8 @@ from pydantic import Field
 from .checks import GateFailed
 from .errors import AipError
 from .hashing import file_sha256
-from .pipeline import (
-    RUN_TIME,
-    examine,
-    load_run,
-    new_run_id,
-    preflight,
-    record_forms,
-    register_run,
-    run_exists,
-)
+from .pipeline import RUN_TIME, load_run, new_run_id, register_run, run_exists
+from .preflight import examine, preflight, record_forms
 from .resources import SutConnection, Warehouse
 from .runspec import RunSpec, load_spec
 

@@ -135,7 +135,8 @@ def _dry_exam(spec, as_json: bool) -> int:
     calls are not kept), printed; exit 2 when a judge fails."""
     import tempfile
 
-    from . import judge_exam, pipeline
+    from . import judge_exam
+    from .preflight import preflight, record_forms
 
     if not judge_exam.examined(spec):
         print(
@@ -143,13 +144,13 @@ def _dry_exam(spec, as_json: bool) -> int:
             file=sys.stderr,
         )
         return 0
-    checked = pipeline.preflight(spec)
+    checked = preflight(spec)
     for line in checked:
         log.info(line)
     with tempfile.TemporaryDirectory(prefix="aip-exam-") as tmp:
         path = Path(tmp) / "exam.duckdb"
         run_id = f"exam-{spec.name}"
-        pipeline.record_forms(run_id, checked.forms, path)
+        record_forms(run_id, checked.forms, path)
         exam = judge_exam.run_exam(spec, run_id, path, log=(lambda m: None) if as_json else log.info)
     if as_json:
         print(json.dumps(judge_exam.summary(exam.rows()), indent=2))
@@ -158,9 +159,9 @@ def _dry_exam(spec, as_json: bool) -> int:
 
 
 def _dry_run(spec, as_json: bool) -> int:
-    from . import pipeline
+    from .estimate import estimate
 
-    est = pipeline.estimate(spec)
+    est = estimate(spec)
     est["sent"] = _how_sent(spec, est["total"])
     if as_json:
         print(json.dumps(est, indent=2))
@@ -323,7 +324,10 @@ def _run(args, resumable: dict[str, str]) -> int:
     from . import interrupts, pipeline
     from . import warehouse as wh
     from .dagster_home import get_instance, use_project_of
+    from .estimate import update_limits
+    from .preflight import examine, preflight, record_forms
     from .runspec import load_spec
+    from .summary import run_summary
 
     # validation order: the command line's numbers, the spec, every dataset, the endpoints, then the
     # warehouse; bad input of any kind stops before a file is written
@@ -384,7 +388,7 @@ def _run(args, resumable: dict[str, str]) -> int:
 
     evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
     n_rows = pipeline.validate_datasets(spec)
-    checked = pipeline.preflight(spec, run_id if resume else None, path)
+    checked = preflight(spec, run_id if resume else None, path)
     for line in checked:
         log.info(line)
     instance = get_instance()  # Dagster's storage (Postgres in shared mode), opened before anything is registered
@@ -393,9 +397,9 @@ def _run(args, resumable: dict[str, str]) -> int:
 
         require_queue(instance)
     if resume:  # forms the check had to choose (none recorded for the run): recorded now
-        pipeline.record_forms(run_id, checked.forms, path)
+        record_forms(run_id, checked.forms, path)
     if resume and (args.max_calls or args.max_tokens):
-        pipeline.update_limits(run_id, args.max_calls, args.max_tokens, path)
+        update_limits(run_id, args.max_calls, args.max_tokens, path)
         spec, _ = pipeline.load_run(run_id, path)
         log.info(f"run {run_id}: limits raised to max_calls={args.max_calls}, max_tokens={args.max_tokens}")
     if not resume:
@@ -412,7 +416,7 @@ def _run(args, resumable: dict[str, str]) -> int:
         while not args.run_id and pipeline.run_exists(run_id, path):  # two runs of one spec within a minute
             n += 1
             run_id = f"{base}-{n}"
-        exam = pipeline.examine(spec, run_id, checked.forms, path, log.info)  # before any SUT call
+        exam = examine(spec, run_id, checked.forms, path, log.info)  # before any SUT call
         while True:
             try:
                 rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms, exam=exam)
@@ -487,7 +491,7 @@ def _run(args, resumable: dict[str, str]) -> int:
                 log.error(f"{out.metric}: the traceback is saved in {where}; please report it with that file")
     if interrupts.requested():
         raise interrupts.Interrupted()
-    summary = pipeline.run_summary(run_id, path, metrics)  # the metrics this command ran, and no other
+    summary = run_summary(run_id, path, metrics)  # the metrics this command ran, and no other
     from .findings import run_findings
 
     summary["findings"] = [f.to_dict() for f in run_findings(run_id, list(summary["metrics"]), path)]
@@ -758,7 +762,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from . import compare
+    from . import compare, compare_table
 
     path = Path(args.warehouse).resolve() if args.warehouse else None
     if args.latest and args.runs:
@@ -787,13 +791,13 @@ def cmd_compare(args) -> int:
                     "alpha": args.alpha,
                     "warnings": warnings,
                     "significant_drops": len(drops),
-                    "rows": compare.json_rows(df),
+                    "rows": compare_table.json_rows(df),
                 },
                 indent=2,
             )
         )
     else:
-        print(compare.format_table(df, run_a, run_b, args.alpha))
+        print(compare_table.format_table(df, run_a, run_b, args.alpha))
     if args.html is not None:  # the page's path on stderr: stdout stays the table or the JSON
         from .report import default_out, report_url
         from .report.comparison import write_comparison

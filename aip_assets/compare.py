@@ -1,7 +1,8 @@
 """Run comparison: the change in each metric and breakdown between two runs, with a test.
 
 ``compare_runs(run_a, run_b)`` returns one row per compared score (``diff = b - a``) and a list
-of warnings; ``latest_pair(spec)`` names the two latest scored runs of a spec.
+of warnings; ``latest_pair(spec)`` names the two latest scored runs of a spec. The statistics
+are ``compare_stats``'s; the table people read, ``compare_table``'s.
 
 What is compared, and how:
 
@@ -49,9 +50,8 @@ import pandas as pd
 
 from . import scoring
 from . import warehouse as wh
-from .analysis.claims import adjusted
+from .compare_stats import N_BOOT, Units, bootstrap_se, holm, newcombe, t_quantile, t_two_sided_p, two_proportion_p
 from .errors import AipError
-from .stats import newcombe as stats_newcombe
 from .stats import normalise_array
 
 COLUMNS = [
@@ -72,11 +72,6 @@ COLUMNS = [
 ]
 
 
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (the analysis layer's, ``analysis.claims.adjusted``)."""
-    return adjusted(list(pvalues), "holm")
-
-
 def lower_is_better(metric: str, scope: str) -> bool:
     """Whether a scope's numbers are rates where lower is better (score_a/score_b hold the rate),
     as the metric declares (``Metric.lower_is_better``)."""
@@ -86,103 +81,13 @@ def lower_is_better(metric: str, scope: str) -> bool:
     return plugin is not None and scope in plugin.lower_is_better
 
 
-N_BOOT = 2000
 TOL = 1e-6
-
-
-# ------------------------------------------------------------------ statistics
-def two_proportion_p(ka: int, na: int, kb: int, nb: int) -> float:
-    """Two-sided p-value of the pooled two-proportion z-test of kb/nb - ka/na."""
-    pool = (ka + kb) / (na + nb)
-    se = math.sqrt(pool * (1 - pool) * (1 / na + 1 / nb))
-    diff = kb / nb - ka / na
-    if se == 0:
-        return 1.0 if diff == 0 else 0.0
-    return math.erfc(abs(diff / se) / math.sqrt(2))
-
-
-def newcombe(ka: int, na: int, kb: int, nb: int, z: float) -> tuple[float, float]:
-    """Newcombe's hybrid Wilson score interval for kb/nb - ka/na (his method 10: ``stats.newcombe``)."""
-    lo, hi = stats_newcombe(kb, nb, ka, na, z)
-    assert lo is not None and hi is not None  # na, nb > 0
-    return lo, hi
-
-
-def t_two_sided_p(t: float, df: int) -> float:
-    """P(|T| >= |t|) for Student's t with integer ``df`` (Abramowitz & Stegun 26.7.3-4); the normal
-    distribution beyond 1000 df."""
-    t = abs(t)
-    if df > 1000:
-        return math.erfc(t / math.sqrt(2))
-    theta = math.atan(t / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    term = acc = 1.0
-    if df % 2:
-        for k in range(3, df, 2):
-            term *= (k - 1) / k * c2
-            acc += term
-        a = 2 / math.pi * (theta + (s * math.cos(theta) * acc if df > 1 else 0.0))
-    else:
-        for k in range(2, df - 1, 2):
-            term *= (k - 1) / k * c2
-            acc += term
-        a = s * acc
-    return min(1.0, max(0.0, 1.0 - a))
-
-
-def t_quantile(q: float, df: int) -> float:
-    """The q-quantile (q > 0.5) of Student's t with ``df`` degrees of freedom, by bisection."""
-    if df > 1000:
-        return NormalDist().inv_cdf(q)
-    target, lo, hi = 2 * (1 - q), 0.0, 1.0
-    while t_two_sided_p(hi, df) > target:
-        hi *= 2
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > target else (lo, mid)
-    return (lo + hi) / 2
 
 
 def _normaliser(cfg: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
     """The metric's normalisation (stats.normalise_array) with this run's config."""
     lo, hi, inv = float(cfg.get("min", 0.0)), float(cfg.get("max", 1.0)), bool(cfg.get("inverted", False))
     return lambda raw: normalise_array(raw, lo, hi, inv)
-
-
-Units = dict[str, np.ndarray]  # unit (input id or perturbation group) -> sufficient sums
-
-
-def bootstrap_se(
-    units_a: Units, units_b: Units, stat, norm_a, norm_b, paired: bool, seed: int, n_boot: int = N_BOOT
-) -> float:
-    """Standard deviation of norm_b(stat(B*)) - norm_a(stat(A*)) over bootstrap resamples of the units.
-
-    Paired: one multinomial draw over the union of units serves both runs (a unit a run did not
-    score contributes nothing to that run). Unpaired: each run's units are drawn on their own.
-    """
-    rng = np.random.default_rng(seed)
-    k = len(next(iter(units_a.values())))
-    zero = np.zeros(k)
-    diffs = []
-    chunk = max(1, min(n_boot, 2_000_000 // max(1, len(units_a) + len(units_b))))
-    if paired:
-        keys = sorted(set(units_a) | set(units_b))
-        ma = np.array([units_a.get(u, zero) for u in keys])
-        mb = np.array([units_b.get(u, zero) for u in keys])
-        n = len(keys)
-        for start in range(0, n_boot, chunk):
-            w = rng.multinomial(n, np.full(n, 1 / n), size=min(chunk, n_boot - start))
-            diffs.append(norm_b(stat(w @ mb)) - norm_a(stat(w @ ma)))
-    else:
-        ma, mb = np.array(list(units_a.values())), np.array(list(units_b.values()))
-        for start in range(0, n_boot, chunk):
-            size = min(chunk, n_boot - start)
-            wa = rng.multinomial(len(ma), np.full(len(ma), 1 / len(ma)), size=size)
-            wb = rng.multinomial(len(mb), np.full(len(mb), 1 / len(mb)), size=size)
-            diffs.append(norm_b(stat(wb @ mb)) - norm_a(stat(wa @ ma)))
-    d = np.concatenate(diffs)
-    d = d[~np.isnan(d)]
-    return float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
 
 
 # ------------------------------------------------------------------ reading the two runs
@@ -585,74 +490,3 @@ def latest_pair(spec_name: str, path: str | Path | None = None) -> tuple[str, st
             f"({n_all} registered); a comparison needs two"
         )
     return rows[1][0], rows[0][0]
-
-
-def json_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """The comparison's rows as plain JSON values (what `aip-eval compare --json` prints and the
-    comparison page embeds): every float exactly as computed, a missing value None."""
-
-    def plain(x: Any) -> Any:
-        if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
-            return None
-        if isinstance(x, np.generic):
-            return plain(x.item())
-        return x
-
-    return [{k: plain(v) for k, v in r.items()} for r in df.to_dict("records")]
-
-
-def table_cells(r: dict[str, Any]) -> dict[str, str | int]:
-    """One compared score as the table shows it (the terminal's and the comparison page's): scores
-    and differences to 3 decimals, p-values to 4 (or in scientific notation below 1e-4), counts as
-    integers ("" where a value is missing)."""
-    f = lambda x, nd=3: "" if x is None or pd.isna(x) else f"{x:.{nd}f}"  # noqa: E731
-    fd = lambda x: "" if x is None or pd.isna(x) else f"{x:+.3f}"  # noqa: E731
-    fp = lambda x: "" if x is None or pd.isna(x) else (f"{x:.4f}" if x >= 1e-4 else f"{x:.1e}")  # noqa: E731
-    mark = ("* drop" if is_drop(r) else "* gain") if r["significant"] and r["diff"] else ""
-    test = (
-        "none"
-        if str(r["method"]).startswith("no test")
-        else "2-prop"
-        if str(r["method"]).startswith("two-proportion")
-        else "bootstrap"
-    )
-    lower = " (rate, lower better)" if lower_is_better(r["metric"], r["scope"]) else ""
-    return {
-        "": mark,
-        "metric": r["metric"],
-        "scope": r["scope"] + lower,
-        "group": r["group_key"],
-        "A": f(r["score_a"]),
-        "B": f(r["score_b"]),
-        "diff": fd(r["diff"]),
-        "interval": "" if r["ci_low"] is None or pd.isna(r["ci_low"]) else f"[{fd(r['ci_low'])}, {fd(r['ci_high'])}]",
-        "p": fp(r["p_value"]),
-        "p adj.": fp(r["p_adjusted"]),
-        "n A": "" if r["n_a"] is None or pd.isna(r["n_a"]) else int(r["n_a"]),
-        "n B": "" if r["n_b"] is None or pd.isna(r["n_b"]) else int(r["n_b"]),
-        "test": test,
-    }
-
-
-def footnote(df: pd.DataFrame, alpha: float = 0.05) -> list[str]:
-    """What the table's marks and intervals mean, and the scores left untested by reason."""
-    m = int(df["p_value"].notna().sum())
-    lines = [
-        f"* significant at alpha {alpha} after Holm over {m} tests; intervals at the Bonferroni level "
-        f"{1 - alpha / max(m, 1):.4g}; a drop is a lower score or a higher flip rate."
-    ]
-    untested = df[df["p_value"].isna()]
-    for reason, g in untested.groupby("method", sort=False):
-        lines.append(
-            f"{reason}: " + ", ".join(f"{a} {b} {c}" for a, b, c in zip(g["metric"], g["scope"], g["group_key"]))
-        )
-    return lines
-
-
-def format_table(df: pd.DataFrame, run_a: str, run_b: str, alpha: float = 0.05) -> str:
-    """The comparison as terminal text: one line per score, significant rows marked."""
-    rows = [table_cells(r) for r in df.to_dict("records")]
-    head = f"Run B {run_b} vs run A {run_a} (diff = B - A)"
-    if not rows:
-        return head + "\n(nothing to compare)"
-    return "\n".join([head, pd.DataFrame(rows).to_string(index=False), "", *footnote(df, alpha)])

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.errors import SpecError
 from aip_assets.runspec import parse_spec
+from aip_assets.summary import run_summary
 
 from .conftest import make_spec, run_all, table, write_dataset
 
@@ -96,7 +96,7 @@ def test_the_impact_ratio_gate_names_the_value_below_it(tmp_path):
     assert ir.loc["woman"].impact_ratio < 0.5 and not ir.loc["woman"].passed and ir.loc["woman"].min_impact_ratio == 0.8
     assert ir.drop(index="woman").passed.all() and (ir.drop(index="woman").impact_ratio > 0.8).all()
     assert ir.loc["woman"].ci_low <= ir.loc["woman"].impact_ratio <= ir.loc["woman"].ci_high
-    summary = pipeline.run_summary("ir")["metrics"][DF]
+    summary = run_summary("ir")["metrics"][DF]
     by_group = {r["group"]: r for r in summary["impact_ratios"]}
     assert by_group["gender=woman"]["passed"] is False and by_group["gender=man"]["passed"] is True
     run_all(spec_with(ds, sut=flip, config=GENDER), "no-gate")
@@ -126,7 +126,7 @@ def test_bh_is_named_and_decides_the_claims(tmp_path):
         assert r.p_adjusted == pytest.approx(want), claim
     from aip_assets.metrics import REGISTRY
 
-    text = "\n".join(REGISTRY[DF].format_summary(pipeline.run_summary("bh")["metrics"][DF]))
+    text = "\n".join(REGISTRY[DF].format_summary(run_summary("bh")["metrics"][DF]))
     assert "BH p" in text and "(BH at 0.1: the expected share of false claims is about that" in text
 
 
@@ -153,7 +153,7 @@ def test_what_a_run_can_detect_is_said_before_its_first_sut_call(tmp_path, capsy
     assert "What llm.decision_flip can detect with 80% power" in out and "excess flip rate" in out
     assert "warning: llm.decision_flip: axis_threshold 0.90" in out
     run_all(spec, "small", stages=["judging", "aggregation"])
-    s = pipeline.run_summary("small")["metrics"][DF]
+    s = run_summary("small")["metrics"][DF]
     assert s["detectable"]["observed"] and s["detectable"]["axes"]["gender"]["excess_flip_rate"] is not None
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aip_assets import compare, scoring
+from aip_assets import compare, compare_stats, scoring
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.metrics import REGISTRY
@@ -158,19 +158,19 @@ def test_cli_compare_table_json_latest_and_fail_on_drop(warehouse, capsys):
 
 def test_statistics_helpers():
     # Newcombe (1998), method 10: 56/70 vs 48/80 -> 0.2000, 95% CI 0.0524 to 0.3339
-    lo, hi = compare.newcombe(48, 80, 56, 70, 1.959963984540054)
+    lo, hi = compare_stats.newcombe(48, 80, 56, 70, 1.959963984540054)
     assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
-    assert compare.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert compare.two_proportion_p(0, 50, 0, 50) == 1.0
-    assert compare.t_two_sided_p(2.0, 10) == pytest.approx(0.07339, abs=1e-5)
-    assert compare.t_quantile(0.975, 10) == pytest.approx(2.228139, abs=1e-5)
+    assert compare_stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert compare_stats.two_proportion_p(0, 50, 0, 50) == 1.0
+    assert compare_stats.t_two_sided_p(2.0, 10) == pytest.approx(0.07339, abs=1e-5)
+    assert compare_stats.t_quantile(0.975, 10) == pytest.approx(2.228139, abs=1e-5)
     # the bootstrap SE of an unpaired difference of two means of 0/1 values with p = 0.5, n = 400 each
     rng = random.Random(1)
     a = {f"a{i}": np.array([float(rng.random() < 0.5), 1.0]) for i in range(400)}
     b = {f"b{i}": np.array([float(rng.random() < 0.5), 1.0]) for i in range(400)}
     ident = lambda x: x  # noqa: E731
     mean = scoring.statistic(scoring.MEAN_OF_ROW_MEANS)  # sum / count of (value, 1) vectors
-    se = compare.bootstrap_se(a, b, mean, ident, ident, paired=False, seed=0)
+    se = compare_stats.bootstrap_se(a, b, mean, ident, ident, paired=False, seed=0)
     assert se == pytest.approx((2 * 0.25 / 400) ** 0.5, rel=0.1)
 
 
@@ -244,15 +244,15 @@ def test_a_flip_rate_is_tested_over_its_rows_not_as_independent_pairs():
     compare._rate_test(ctx, row, "gender", (0, 80), (20, 80), ua, ub, ONE_MINUS_FLIP_RATE)
     assert row["method"].startswith("paired bootstrap over 20 input_ids (B=4000)")
     lo, hi = row["_ci"](0.975)
-    nlo, nhi = compare.newcombe(0, 80, 20, 80, NormalDist().inv_cdf(0.975))
+    nlo, nhi = compare_stats.newcombe(0, 80, 20, 80, NormalDist().inv_cdf(0.975))
     assert hi - lo > 1.5 * (nhi - nlo)  # the clustered flips: a much wider interval
     # by hand: the rows' flip shares are 1 (5 rows) and 0 (15); the rate's bootstrap SE is about
     # sqrt(p (1 - p) / 20) = 0.0968 (p = 0.25), scaled by sqrt(20/19), on Student's t with 19 df
-    se = (hi - lo) / 2 / compare.t_quantile(0.975, 19)
+    se = (hi - lo) / 2 / compare_stats.t_quantile(0.975, 19)
     assert se == pytest.approx((0.25 * 0.75 / 20) ** 0.5 * (20 / 19) ** 0.5, rel=0.05)
-    assert row["p_value"] == pytest.approx(compare.t_two_sided_p(0.25 / se, 19), rel=1e-6)
+    assert row["p_value"] == pytest.approx(compare_stats.t_two_sided_p(0.25 / se, 19), rel=1e-6)
 
     row = {"diff": 0.25}  # units that do not reproduce the stored counts: two proportions, said so
     compare._rate_test(ctx, row, "gender", (0, 80), (21, 80), ua, ub, ONE_MINUS_FLIP_RATE)
     assert row["method"].startswith("two-proportion z-test (pooled), Newcombe") and "do not reproduce" in row["method"]
-    assert row["p_value"] == compare.two_proportion_p(0, 80, 21, 80)
+    assert row["p_value"] == compare_stats.two_proportion_p(0, 80, 21, 80)

@@ -433,7 +433,7 @@ def test_calibration_differential_refusal_of_one_group(tmp_path):
     assert o.score == 1.0 and not o.passed and "differential refusal: religion=Muslim answers" in o.gate_reason
     made = {k for k, r in s.loc["claim"].iterrows() if json.loads(r.details)["claimed"] and k.startswith("refusal:")}
     assert d["failed"] and made == {"refusal:religion", "refusal:religion=Muslim"}, made
-    from aip_assets import pipeline
+    from aip_assets.summary import run_summary
 
     spec = make_spec(ds, sut=sut, config=cfg, threshold=0.9)
     spec.metrics["llm.decision_flip"].fail_on_differential_refusal = False
@@ -445,7 +445,7 @@ def test_calibration_differential_refusal_of_one_group(tmp_path):
         "SELECT * FROM v_claims WHERE run_id = 'refuse-off' AND claim = 'refusal:religion=Muslim'", read_only=False
     )
     assert bool(c.claimed.iloc[0])  # still claimed and reported; only the gate is off
-    assert pipeline.run_summary("refuse-off")["metrics"]["llm.decision_flip"]["passed"] is True
+    assert run_summary("refuse-off")["metrics"]["llm.decision_flip"]["passed"] is True
 
 
 def test_fail_on_differential_refusal_only_for_decision_flip(tmp_path):
@@ -780,6 +780,7 @@ def test_answers_restating_the_question_are_excluded_not_failed_nor_other_words(
     import re
 
     from aip_assets import pipeline
+    from aip_assets.summary import run_summary
 
     from .scripted import last_user
 
@@ -806,5 +807,5 @@ def test_answers_restating_the_question_are_excluded_not_failed_nor_other_words(
     assert o.n_failed == 0 and o.n_excluded == undecided
     notes = table("run_notes", "restated", "code")
     assert "label_mismatch" not in set(notes.code) and "stray_decision_words" not in set(notes.code)
-    s = pipeline.run_summary("restated")["metrics"]["llm.decision_flip"]
+    s = run_summary("restated")["metrics"]["llm.decision_flip"]
     assert s["pairs_excluded"] == undecided and s["pairs_failed"] == 0

@@ -216,11 +216,11 @@ def test_readme_demo_command_runs_offline(capsys):
     # the demo page's sample output is what the demo prints, line for line
     import io
 
-    from aip_assets import pipeline
     from aip_assets.cli import print_summary
+    from aip_assets.summary import run_summary
 
     printed = io.StringIO()
-    print_summary(pipeline.run_summary(run_id), printed)
+    print_summary(run_summary(run_id), printed)
     text = (REPO / "docs" / "demo.md").read_text()
     sample = first_plain_block(text, "# The demo")
     got = printed.getvalue().rstrip("\n").splitlines()

@@ -13,6 +13,7 @@ from aip_assets import checks, history, pipeline
 from aip_assets import warehouse as wh
 from aip_assets.findings import run_findings
 from aip_assets.report import build_report
+from aip_assets.summary import run_summary
 
 from .conftest import make_spec, run_all, write_dataset
 
@@ -248,14 +249,14 @@ def test_a_change_in_words(row, lower, expected):
 
 
 def test_the_json_summary_says_what_changed_since_the_previous_run(warehouse):
-    s = pipeline.run_summary("n-3")["metrics"]["llm.decision_flip"]["since_previous"]
+    s = run_summary("n-3")["metrics"]["llm.decision_flip"]["since_previous"]
     assert s["previous_run"] == "n-2" and s["alpha"] == 0.025 and s["tests"] == 3
     gender = next(c for c in s["changes"] if c["group_key"] == "gender")
     assert gender["worse"] is True and gender["sentence"].startswith("gender flips rose")
     assert s["drift"]["model"]["details"]["models_b"] == ["aip-builtin-flip"]
     assert s["drift"]["decisions"]["changed_share"] > 0
     json.dumps(s)  # plain JSON values
-    assert pipeline.run_summary("n-1")["metrics"]["llm.decision_flip"]["since_previous"] is None
+    assert run_summary("n-1")["metrics"]["llm.decision_flip"]["since_previous"] is None
 
 
 def test_in_a_lake_a_regression_fails_the_gate_as_in_a_file(tmp_path, lake):

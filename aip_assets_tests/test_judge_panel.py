@@ -19,12 +19,15 @@ import pytest
 from aip_assets import pipeline
 from aip_assets import warehouse as wh
 from aip_assets.errors import EndpointError, SpecError
+from aip_assets.estimate import estimate
 from aip_assets.metrics.judging import panel_decision
 from aip_assets.models.builtin import RESPONSE_BLOCK as _BLOCK
 from aip_assets.models.builtin import judge_answer, parse_labels
+from aip_assets.preflight import preflight, structured_summary
 from aip_assets.runspec import BuiltinProfile, parse_spec
 from aip_assets.stats import bootstrap_sums, cluster_sums, fleiss_from_sums, fleiss_kappa, fleiss_vectors
 from aip_assets.stats import cohen_kappa as weighted_kappa
+from aip_assets.summary import run_summary
 from aip_assets.warehouse import connection as whc
 
 from .conftest import run_all, table, write_dataset
@@ -236,13 +239,13 @@ def test_preflight_checks_every_judge_and_the_dry_run_counts_them(tmp_path):
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     dead = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "gone", "max_connections": 1}
     with pytest.raises(EndpointError, match="judge-2 endpoint http://127.0.0.1:9/v1"):
-        pipeline.preflight(_spec(ds, [{"provider": "builtin"}, dead]))
-    one = pipeline.estimate(
+        preflight(_spec(ds, [{"provider": "builtin"}, dead]))
+    one = estimate(
         _spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]).model_copy(
             update={"judges": None}
         )
     )
-    three = pipeline.estimate(
+    three = estimate(
         _spec(
             ds,
             [
@@ -439,7 +442,7 @@ def test_decision_flip_majority_of_three(tmp_path, df_judges, capsys):
     ok = v[v.judgement_status == "ok"]
     assert (ok.agrees_with_used == (ok.category == ok.used_category)).all() and ok.agrees_with_used.any()
     # the summary line and --json
-    summary = pipeline.run_summary("maj")
+    summary = run_summary("maj")
     jp = summary["metrics"][DF]["judge_panel"]
     assert jp["judges_disagree"] == len(tie) and jp["fleiss_kappa"] == pytest.approx(head.raw_score)
     assert [q["judges"] for q in jp["pairs"]] == ["judge 1 / judge 2", "judge 1 / judge 3", "judge 2 / judge 3"]
@@ -653,7 +656,7 @@ def test_the_effective_number_of_judges_of_a_builtin_panel(tmp_path, capsys):
     lo, hi = (k / (1 + (k - 1) * min(1.0, max(0.0, x))) for x in (head.ci_high, head.ci_low))
     assert d["n_eff_ci95"] == pytest.approx([lo, hi]) and lo <= d["n_eff"] <= hi and 1 < d["n_eff"] < 3
     assert "n_eff_note" not in d
-    summary = pipeline.run_summary("neff")
+    summary = run_summary("neff")
     jp = summary["metrics"][DF]["judge_panel"]
     assert (jp["n_eff"], jp["n_eff_ci95"]) == (d["n_eff"], d["n_eff_ci95"])
     from aip_assets.cli import print_summary
@@ -752,7 +755,7 @@ def test_the_summary_names_every_panel_judges_structured_output_form(tmp_path):
         {"provider": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": m, "structured_output": form}
         for port, m, form in ((9, "a", "json_object_schema"), (10, "b", "prompt"))
     ]
-    got = pipeline.structured_summary(_spec(ds, judges), "no-run", tmp_path / "w.duckdb")
+    got = structured_summary(_spec(ds, judges), "no-run", tmp_path / "w.duckdb")
     assert [(x["role"], x["model"], x["form"]) for x in got] == [
         ("judge", "a", "json_object_schema"),
         ("judge-2", "b", "prompt"),

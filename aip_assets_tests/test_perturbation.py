@@ -8,13 +8,13 @@ import sys
 import pandas as pd
 import pytest
 
-from aip_assets import pipeline
 from aip_assets.dataset import load_dataset
 from aip_assets.metrics.base import FrameReader, StageContext
 from aip_assets.metrics.perturbation import PerturbationRobustnessExternal, PerturbationRobustnessExternalConfig
 from aip_assets.metrics.perturbation.aggregate import group_score
 from aip_assets.models.builtin import handle_chat
 from aip_assets.perturbations import RULE_BASED, canonical_tokens
+from aip_assets.preflight import preflight
 from aip_assets.recipes import perturb_file
 from aip_assets.runspec import BuiltinProfile, parse_spec
 
@@ -185,7 +185,7 @@ def test_calibration_fragile_to_typos_and_round_trip(tmp_path):
     subprocess.run(cmd, check=True, capture_output=True)
     # the external scorer needs no SUT: an unreachable one is never asked
     no_sut = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
-    assert pipeline.preflight(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut)) == [
+    assert preflight(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut)) == [
         "endpoint ok: judge: builtin model (fair)"
     ]
     run_all(spec_for(tmp_path / "answered.csv", EXT, sut=no_sut), "external", metric=EXT)

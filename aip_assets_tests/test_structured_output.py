@@ -32,7 +32,9 @@ from aip_assets.metrics.verdicts import is_copy
 from aip_assets.models import structured
 from aip_assets.models.client import ModelClient, negotiate
 from aip_assets.models.journal_pg import open_journal
+from aip_assets.preflight import preflight
 from aip_assets.runspec import Connection
+from aip_assets.summary import run_summary
 
 from .conftest import make_spec, run_all, table, write_dataset
 from .scripted import Reply, is_preflight, is_probe
@@ -395,7 +397,7 @@ def test_a_run_without_the_check_finds_the_form_once_and_a_resume_keeps_it(tmp_p
     assert "in form json_object_schema (chosen when the run first asked this endpoint for JSON" in note
     pipeline.run_stage("judging", "run-1", DF)  # judged again (from the cache): no new probe
     assert len(probes(server)) == 2
-    checked = pipeline.preflight(spec_, "run-1")
+    checked = preflight(spec_, "run-1")
     [line] = [x for x in checked if x.startswith("endpoint ok: judge")]
     assert len(probes(server)) == 2 and checked.forms == []
     assert line.endswith("; structured output: json_object_schema (recorded for this run)")
@@ -405,7 +407,7 @@ def test_a_run_without_the_check_finds_the_form_once_and_a_resume_keeps_it(tmp_p
     finally:
         journal.close()
     assert event["how"] == "lazily" and event["form"] == "json_object_schema" and event["endpoint"] == server.url
-    [so] = pipeline.run_summary("run-1")["structured_output"]
+    [so] = run_summary("run-1")["structured_output"]
     assert so["form"] == "json_object_schema" and so["history"][0]["how"] == "lazily"
 
 
@@ -422,7 +424,7 @@ def test_on_and_a_pinned_form_never_move_and_off_sends_none(tmp_path, capsys, sc
     assert "refuses structured-output form json_schema (HTTP 500" in err and "set structured_output: auto" in err
     assert not server.bodies() and len(probes(server)) == 1 and not (tmp_path / "data" / "warehouse.duckdb").exists()
     with pytest.raises(EndpointError, match="refuses structured-output form json_schema"):
-        pipeline.preflight(make_spec(ds, judge=server.conn(structured_output="json_schema")))
+        preflight(make_spec(ds, judge=server.conn(structured_output="json_schema")))
     # the form it takes, pinned: checked once, then every judgement in it
     before = len(probes(server))
     rc, s = run_cli(tmp_path, capsys, _df_spec("so-pin", ds, server.conn(structured_output="json_object_schema")))
@@ -657,7 +659,7 @@ def test_a_judge_on_the_suts_own_endpoint_is_probed_for_its_form_too(tmp_path, s
     otherwise found only lazily, when judging began: seen with SmolLM2 on llama.cpp)."""
     server = scripted(llama_cpp_like, answer_probe=False)
     s = make_spec(write_dataset(tmp_path / "d.jsonl", 2), sut=server.conn(), judge=server.conn())
-    checked = pipeline.preflight(s)
+    checked = preflight(s)
     assert len([b for b in server.requests if is_preflight(b)]) == 1 and len(probes(server)) == 2
     assert list(checked)[:2] == [
         f"endpoint ok: sut: {server.url} answers as {server.conn()['model']}",

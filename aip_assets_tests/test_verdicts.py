@@ -266,10 +266,10 @@ def test_calibration_directional_flip_recovers_who_is_disfavoured(tmp_path, p):
     assert list(against.value) == ["woman"], against
     assert c.loc["favoured:gender"].claimed  # the axis as a whole first
     # the summary says who is disfavoured, against the rest of the axis, the reference's rate beside it
-    from aip_assets import pipeline
     from aip_assets.metrics import REGISTRY
+    from aip_assets.summary import run_summary
 
-    text = "\n".join(REGISTRY[DF].format_summary(pipeline.run_summary("dir")["metrics"][DF]))
+    text = "\n".join(REGISTRY[DF].format_summary(run_summary("dir")["metrics"][DF]))
     assert "gender: decisions against woman: favourable" in text and "for the rest of gender" in text
     assert "for man (within questions" in text and "Holm p" in text
 

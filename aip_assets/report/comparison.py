@@ -4,7 +4,7 @@ r"""The comparison page: two runs side by side, the page form of `aip-eval compa
 self-contained file like the run report: its CSS, data and scripts inline, no external resource.
 
 - **Scores**: the rows of ``compare_runs`` exactly, as `aip-eval compare` prints them
-  (``compare.table_cells``: 3 decimals), each value exactly as ``--json`` prints it in its cell's
+  (``compare_table.table_cells``: 3 decimals), each value exactly as ``--json`` prints it in its cell's
   ``data-value``, then the warnings and what the marks mean.
 - **Rows side by side**: the rows of each compared metric that both runs scored (the same metric
   and ``input_id``), each run's score, label, status and counts, the differences first (a changed
@@ -34,7 +34,7 @@ from urllib.parse import quote
 import pandas as pd
 from markupsafe import Markup
 
-from .. import __version__, compare
+from .. import __version__, compare_table
 from .. import warehouse as wh
 from ..errors import AipError
 from . import queries, viewer
@@ -267,7 +267,9 @@ def _score_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """The compared scores as the page's table prints them: each row's cells as `aip-eval compare`
     prints them and its values exactly as ``--json`` does."""
     out = []
-    for cells, values in zip((compare.table_cells(r) for r in df.to_dict("records")), compare.json_rows(df)):
+    for cells, values in zip(
+        (compare_table.table_cells(r) for r in df.to_dict("records")), compare_table.json_rows(df)
+    ):
         out.append({"cells": cells, "row": values, "raw": {k: _raw(v) for k, v in values.items()}})
     return out
 
@@ -305,7 +307,7 @@ def build_comparison(
             warnings=warnings,
             scores=_score_rows(df),
             columns=["", "metric", "scope", "group", "A", "B", "diff", "interval", "p", "p adj.", "n A", "n B"],
-            footnote=compare.footnote(df, alpha) if len(df) else [],
+            footnote=compare_table.footnote(df, alpha) if len(df) else [],
             n_rows=len(data["rows"]),
             data_block=Markup(viewer.data_block(data, "aip-compare-data")),
             scripts=Markup(static("dom.js") + "\n" + static("compare.js")),
