@@ -13,6 +13,7 @@ from aip_assets import warehouse as wh
 from aip_assets.models.builtin import BuiltinServer
 from aip_assets.runspec import BuiltinProfile, parse_spec
 
+
 def pytest_sessionstart(session):
     """Compile the package once, before any test starts a process. Where PYTHONDONTWRITEBYTECODE is
     set (this workplace sets it), no import writes a .pyc, so every process a test starts (a CLI run,
