@@ -8,7 +8,7 @@ import duckdb
 
 from . import lake
 from .connection import _file_lock, connect
-from .schema import TABLES
+from .tables import TABLES
 from .transactions import transaction
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from .. import settings as aip_settings
 from .connection import _sessions, connect, default_path
-from .schema import STAGE_SCOPED, TABLES
+from .tables import STAGE_SCOPED, TABLES
 from .transactions import transaction
 
 logger = logging.getLogger("aip_assets")
