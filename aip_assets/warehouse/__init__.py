@@ -7,7 +7,9 @@ database kept open a moment between uses) or, in shared mode, the DuckLake every
 - ``tables``: the tables, their columns and types; a frame of a table's columns (``frame``).
 - ``core_views``: the views that are no one metric's; every view, in the order they are made.
 - ``schema``: making the tables and views (``ensure_schema``), and the schema's level.
-- ``connection``: ``connect``, ``session``, the inter-process lock and the lingering database.
+- ``connection``: ``connect``, ``session``: every use of the warehouse.
+- ``opening``: where the file is, the inter-process lock beside it, opening it; a damaged file named.
+- ``linger``: the database kept open a moment between uses, this process's open lake; ``release``.
 - ``transactions``: one transaction, run again where a lake's commit lost to another worker's.
 - ``sandbox``: a user's query (``aip-eval sql``), read-only, checked and bounded in time.
 - ``writes``: a partition's rows replaced in one transaction, partition reads, memory caps.
@@ -21,9 +23,11 @@ warehouse is, and how it is tuned, comes from :mod:`aip_assets.settings`.
 from __future__ import annotations
 
 from . import lake
-from .connection import connect, default_path, exists, release, session
+from .connection import connect, exists, session
 from .core_views import CORE_VIEWS, views
+from .linger import release
 from .migrations import migrate_into_lake
+from .opening import default_path
 from .sandbox import QueryStopped, check_query, run_bounded, sandboxed
 from .schema import SCHEMA_LEVEL, ensure_schema
 from .tables import LAKE_TABLES, STAGE_SCOPED, TABLES, arrow_schema, frame

@@ -7,7 +7,8 @@ from pathlib import Path
 import duckdb
 
 from . import lake
-from .connection import _file_lock, connect
+from .connection import connect
+from .opening import _file_lock
 from .tables import TABLES
 from .transactions import transaction
 
