@@ -304,7 +304,7 @@ def _known_failure(e: BaseException) -> AipError | None:
     """An error met below the CLI that is not a bug: the warehouse file damaged (exit 2), a disk
     full (exit 5, an OperationalError)."""
     from .errors import disk_full
-    from .warehouse.connection import damaged
+    from .warehouse.opening import damaged
 
     return damaged(e) or disk_full(e, None)
 

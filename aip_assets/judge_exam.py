@@ -282,7 +282,7 @@ def exam_tables(exam: Exam, run_id: str, path: Path | None = None) -> dict[str, 
 
     from .models.journal_pg import open_journal
     from .warehouse import default_path
-    from .warehouse import schema as wh
+    from .warehouse import tables as wh
 
     tables: dict[str, Any] = {"judge_exams": wh.frame("judge_exams", exam.rows(run_id))}
     if not exam.judges:

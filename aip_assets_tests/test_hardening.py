@@ -23,7 +23,7 @@ from aip_assets.cli import main
 from aip_assets.errors import SpecError
 from aip_assets.models.client import ModelClient
 from aip_assets.runspec import Connection
-from aip_assets.warehouse import connection as whc
+from aip_assets.warehouse import opening as wh_opening
 from aip_assets.warehouse import sandbox as wh_sandbox
 
 from .conftest import make_spec, run_all, write_dataset
@@ -151,7 +151,8 @@ def test_sql_settings_are_locked(any_warehouse, capsys):
     got = {r["name"]: r["value"] for r in json.loads(capsys.readouterr().out)}
     import duckdb
 
-    with duckdb.connect(config={"memory_limit": whc.duckdb_memory()}) as con:  # AIP_DUCKDB_MEMORY, as DuckDB shows it
+    # AIP_DUCKDB_MEMORY, as DuckDB shows it
+    with duckdb.connect(config={"memory_limit": wh_opening.duckdb_memory()}) as con:
         cap = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     assert got == {
         "autoinstall_known_extensions": "false",
@@ -185,7 +186,7 @@ def test_a_lock_wait_says_who_it_waits_for(warehouse, capsys, monkeypatch):
 
     from aip_assets import warehouse as wh
 
-    monkeypatch.setattr(whc, "LOCK_NOTICE_S", 0.2)
+    monkeypatch.setattr(wh_opening, "LOCK_NOTICE_S", 0.2)
     held, release = threading.Event(), threading.Event()
 
     def hold():
@@ -281,7 +282,7 @@ def test_a_write_waits_for_a_query_at_its_timeout_then_goes_on(warehouse, monkey
     timeout = max(2, math.ceil(4 * startup()))  # time for the registration to start waiting
     wait = patience(timeout)
     monkeypatch.setenv("AIP_WAREHOUSE_LOCK_TIMEOUT", str(wait))
-    monkeypatch.setattr(whc, "LOCK_NOTICE_S", 0.2)
+    monkeypatch.setattr(wh_opening, "LOCK_NOTICE_S", 0.2)
     spec = make_spec(write_dataset(warehouse / "d2.jsonl", 2), name="behind")
     proc = sql_process(ENDLESS["recursive CTE"][0], "--timeout", str(timeout))
     lock_file = Path(str(wh.default_path()) + ".lock")

@@ -28,7 +28,7 @@ from aip_assets.runspec import BuiltinProfile, parse_spec
 from aip_assets.stats import bootstrap_sums, cluster_sums, fleiss_from_sums, fleiss_kappa, fleiss_vectors
 from aip_assets.stats import cohen_kappa as weighted_kappa
 from aip_assets.summary import run_summary
-from aip_assets.warehouse import connection as whc
+from aip_assets.warehouse import opening as wh_opening
 
 from .conftest import run_all, table, write_dataset
 
@@ -696,7 +696,7 @@ def test_an_older_warehouse_gets_the_panel_table(tmp_path):
     con.execute("DROP VIEW v_judge_panel")
     con.execute("DROP TABLE judge_panel")
     con.close()
-    whc._ENSURED.clear()
+    wh_opening._ENSURED.clear()
     run_all(
         _spec(ds, [{"provider": "builtin"}, {"provider": "builtin", "profile": {"seed": 1}}]),
         "old",

@@ -17,8 +17,9 @@ import pytest
 
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
-from aip_assets.warehouse import connection as whc
 from aip_assets.warehouse import lake as lk
+from aip_assets.warehouse import linger as wh_linger
+from aip_assets.warehouse import opening as wh_opening
 
 from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
 from .test_pipeline import FLIP, _assert_same, _stable
@@ -398,8 +399,10 @@ def test_the_lake_is_checked_not_remade_and_each_use_sets_its_own_memory(tmp_pat
         assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
     with wh.connect() as con:
         limit, threads = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
-    expected = duckdb.connect(config={"memory_limit": whc.duckdb_memory() or whc._LAKE.defaults["memory_limit"]})
-    assert str(threads) == whc._LAKE.defaults["threads"], threads
+    expected = duckdb.connect(
+        config={"memory_limit": wh_opening.duckdb_memory() or wh_linger._LAKE.defaults["memory_limit"]}
+    )
+    assert str(threads) == wh_linger._LAKE.defaults["threads"], threads
     assert limit == expected.execute("SELECT current_setting('memory_limit')").fetchone()[0], limit
     expected.close()
 

@@ -133,7 +133,7 @@ def test_calibration_one_combination_by_statements(tmp_path):
     assert lo <= -0.9 * predicted <= hi, (lo, -0.9 * predicted, hi)
     assert not {k for k in made("stmt") if k.startswith("favoured:gender")}
     # the report's table names the group and the decision, read from the stored claims
-    from aip_assets.report.claims import intersections_table
+    from aip_assets.report.flip_tables import intersections_table
 
     html = intersections_table(
         "llm.decision_flip", table("metric_scores", "stmt", "scope, group_key").to_dict("records")

@@ -16,6 +16,8 @@ from aip_assets.dagster_home import get_instance
 from aip_assets.partitions import evaluations, partition_key, register_partitions
 from aip_assets.resources import Warehouse
 from aip_assets.warehouse import connection as whc
+from aip_assets.warehouse import linger as wh_linger
+from aip_assets.warehouse import opening as wh_opening
 
 from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
 
@@ -726,15 +728,16 @@ def test_a_whole_partition_read_runs_lean_then_at_the_full_cap(monkeypatch):
 
 # ------------------------------------------------------------------ the database kept open between uses
 def _opens(monkeypatch) -> list[str]:
-    """Count the times the warehouse file is opened (warehouse._open)."""
+    """Count the times the warehouse file is opened (warehouse.opening._open)."""
     seen: list[str] = []
-    real = whc._open
+    real = wh_opening._open
 
     def spy(path, read_only, settings):
         seen.append(str(path))
         return real(path, read_only, settings)
 
-    monkeypatch.setattr(whc, "_open", spy)
+    monkeypatch.setattr(whc, "_open", spy)  # connect's own opening
+    monkeypatch.setattr(wh_linger, "_open", spy)  # the lingering database's
     return seen
 
 
@@ -762,13 +765,13 @@ def test_a_burst_of_uses_opens_the_warehouse_once(tmp_path, monkeypatch):
         with wh.connect(db, read_only=True, config=config or None) as con:
             limit, n = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
             assert con.execute("SELECT x FROM t").fetchone() == (1,)
-        assert limit == _shown(cap or whc.duckdb_memory()) != _shown(whc.TRIM_MEMORY)
-        assert n == (1 if threads else int(whc._LINGER.defaults["threads"]))
+        assert limit == _shown(cap or wh_opening.duckdb_memory()) != _shown(wh_linger.TRIM_MEMORY)
+        assert n == (1 if threads else int(wh_linger._LINGER.defaults["threads"]))
     assert opens == [str(db)]  # one opening for four uses
     deadline = time.monotonic() + 10
-    while whc._LINGER.base is not None and time.monotonic() < deadline:
+    while wh_linger._LINGER.base is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert whc._LINGER.base is None  # closed once idle: the file lock is free
+    assert wh_linger._LINGER.base is None  # closed once idle: the file lock is free
     code = (
         f"from aip_assets import warehouse as wh\nwith wh.connect({str(db)!r}) as c:\n"
         f"    c.execute('INSERT INTO t VALUES (2)')\n"
@@ -800,12 +803,12 @@ def test_the_open_warehouse_follows_its_file(tmp_path, monkeypatch):
     assert wh.query("SELECT x FROM t", path=a, read_only=True).x[0] == 1  # opened read-only
     with wh.connect(a) as con:  # a write: reopened writable
         con.execute("INSERT INTO t VALUES (7)")
-    assert len(opens) == 5 and not whc._LINGER.read_only
+    assert len(opens) == 5 and not wh_linger._LINGER.read_only
     with wh.sandboxed(a) as con:  # its own configuration: the lingering database is closed first
         assert con.execute("SELECT sum(x) FROM t").fetchone() == (8,)
     with wh.connect(a) as con:  # and the sandbox's locked configuration stayed with the sandbox
         con.execute("SET threads = 1")
-    monkeypatch.setattr(whc, "LINGER_MAX_S", 0.3)
+    monkeypatch.setattr(wh_linger, "LINGER_MAX_S", 0.3)
     before = len(opens)
     # uninterrupted use reopens it once LINGER_MAX_S has passed since it was opened: the second and
     # third reopenings come 0.3 s after the one before (the first may come at once); the patience
@@ -860,7 +863,7 @@ def test_a_write_is_durable_at_once_and_in_the_file_once_the_database_closes(tmp
     wal = db.with_name(db.name + ".wal")
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT range AS x FROM range(1000)")
-    assert whc._LINGER.base is not None and wal.stat().st_size > 0  # still open, the write in the log
+    assert wh_linger._LINGER.base is not None and wal.stat().st_size > 0  # still open, the write in the log
     code = (
         f"from aip_assets import warehouse as wh\nprint(wh.query('SELECT count(*) AS n FROM t', path={str(db)!r}).n[0])"
     )
@@ -872,10 +875,10 @@ def test_a_write_is_durable_at_once_and_in_the_file_once_the_database_closes(tmp
     assert not wal.exists() or wal.stat().st_size == 0
     shutil.copy(db, tmp_path / "copy.duckdb")
     assert wh.query("SELECT count(*) AS n FROM t", path=tmp_path / "copy.duckdb").n[0] == 1500
-    monkeypatch.setattr(whc, "CHECKPOINT_WAL_BYTES", 1)  # every log counts as large
+    monkeypatch.setattr(wh_linger, "CHECKPOINT_WAL_BYTES", 1)  # every log counts as large
     with wh.connect(db) as con:
         con.execute("INSERT INTO t SELECT range FROM range(250)")
-    assert whc._LINGER.base is not None and (not wal.exists() or wal.stat().st_size == 0)
+    assert wh_linger._LINGER.base is not None and (not wal.exists() or wal.stat().st_size == 0)
     shutil.copy(db, tmp_path / "copy2.duckdb")
     assert wh.query("SELECT count(*) AS n FROM t", path=tmp_path / "copy2.duckdb").n[0] == 1750
 
@@ -962,15 +965,15 @@ def test_a_process_does_not_step_back_for_its_own_wait(tmp_path, monkeypatch):
     with wh.connect(db, create=True) as con:
         con.execute("CREATE TABLE t AS SELECT 1 AS x")
     wh.release()
-    whc._say_waiting(db)  # as this process did while waiting
+    wh_opening._say_waiting(db)  # as this process did while waiting
     opens = _opens(monkeypatch)
     for _ in range(3):
         wh.query("SELECT x FROM t", path=db)
-    assert len(opens) == 1 and whc._LINGER.base is not None
+    assert len(opens) == 1 and wh_linger._LINGER.base is not None
     time.sleep(0.01)
-    whc._say_waiting(db)  # now another process waits: the next use ends by closing
+    wh_opening._say_waiting(db)  # now another process waits: the next use ends by closing
     wh.query("SELECT x FROM t", path=db)
-    assert whc._LINGER.base is None
+    assert wh_linger._LINGER.base is None
 
 
 def test_a_new_run_id_is_short_enough_for_its_partition_keys_to_read_whole():

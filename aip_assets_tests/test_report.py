@@ -665,6 +665,7 @@ def test_claims_tables_say_each_status_and_level_on_hand_made_claims():
     every interval with its own level (a level not recorded is said, never taken for 95%), the made
     claims first, a group's table kept with its inseparable values listed apart."""
     from aip_assets.report import claims as rc
+    from aip_assets.report import group_tables
 
     def claim(key, status, est=None, lo=None, hi=None, conf=None, p=None, padj=None, why=None, **facts):
         kind, rest = key.split(":", 1)
@@ -742,7 +743,7 @@ def test_claims_tables_say_each_status_and_level_on_hand_made_claims():
             ),
         ),
     ]
-    doc = Doc(rc.groups_table("m", group_rows))
+    doc = Doc(group_tables.groups_table("m", group_rows))
     (tr,) = doc.find("tr", data_scope="group")
     assert tr["attrs"]["data-key"] == "religion=Muslim" and "FAIL" in tr["text"]
     assert "(99.86%)" in tr["text"] and "[0.100, 0.300] (95%, unadjusted)" in tr["text"]
@@ -1914,7 +1915,7 @@ def test_viewer_keeps_its_rows_before_the_judges_calls(warehouse):
 def test_who_is_favoured_shows_the_impact_ratio_gate_only_when_set():
     """A favourable row with min_impact_ratio set shows the gate (PASS or FAIL, its threshold), the
     impact ratio's interval labelled 95% unadjusted, and the claim's interval at the claim's level."""
-    from aip_assets.report import claims as rc
+    from aip_assets.report import flip_tables
 
     overall = {"metric": "m", "scope": "overall", "group_key": "all"}
     overall["details"] = json.dumps({"claims_policy": {"adjust": "holm"}, "gate_on": "point"})
@@ -1934,11 +1935,11 @@ def test_who_is_favoured_shows_the_impact_ratio_gate_only_when_set():
         {"metric": "m", "scope": "favourable", "group_key": "gender=woman", "rate": 0.233, "n": 30, "n_events": 7}
         | {"threshold": 0.8, "passed": False, "details": json.dumps(fav)},
     ]
-    doc = Doc(rc.favoured_table("m", rows))
+    doc = Doc(flip_tables.favoured_table("m", rows))
     (tr,) = doc.find("tr", data_scope="favourable")
     assert "[-0.526, -0.143] (99.93%)" in tr["text"] and "0.37 [0.12, 0.62] (95%, unadjusted)" in tr["text"]
     assert "beyond chance (decided against)" in tr["text"] and "FAIL ≥ 0.80" in tr["text"]
     assert "impact ratios against man" in doc.find("tr", data_axis="gender")[0]["text"]
     rows[2] = {**rows[2], "threshold": None, "passed": None}
-    doc = Doc(rc.favoured_table("m", rows))
+    doc = Doc(flip_tables.favoured_table("m", rows))
     assert not doc.find(data_field="passed") and "gate" not in [th["text"] for th in doc.find("th")]

@@ -62,13 +62,13 @@ def test_every_variable_has_its_default(bare, tmp_path, monkeypatch):
     from aip_assets.report import report_port
     from aip_assets.run_queue import location_name
     from aip_assets.shared_state import retry_seconds, shared_state_url
-    from aip_assets.warehouse import connection
+    from aip_assets.warehouse import linger, opening
 
     monkeypatch.chdir(tmp_path)  # no project here: the user's data folder
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert wh.default_path() == tmp_path / "xdg" / "aip-assets" / "warehouse.duckdb"
-    assert wh.write_caps() == ["256MB", "1GB"] and connection.duckdb_memory() == "1GB"
-    assert connection.lock_timeout_s() == 600 and connection.linger_idle_s() == 0.25
+    assert wh.write_caps() == ["256MB", "1GB"] and opening.duckdb_memory() == "1GB"
+    assert opening.lock_timeout_s() == 600 and linger.linger_idle_s() == 0.25
     assert lease_seconds() == 30 and retry_seconds() == 60 and shared_state_url() is None
     assert report_port() == 8112 and location_name() == "aip_assets.definitions"
     assert not wh.lake.enabled()
@@ -191,14 +191,14 @@ def test_values_read_as_today(monkeypatch):
 
 
 def test_the_environment_is_read_when_needed(monkeypatch):
-    from aip_assets.warehouse import connection
+    from aip_assets.warehouse import linger
 
     monkeypatch.setenv("AIP_DUCKDB_LINGER", "0")
-    assert connection.linger_idle_s() == 0
+    assert linger.linger_idle_s() == 0
     monkeypatch.setenv("AIP_DUCKDB_LINGER", "1.5")
-    assert connection.linger_idle_s() == 1.5
+    assert linger.linger_idle_s() == 1.5
     monkeypatch.delenv("AIP_DUCKDB_LINGER")
-    assert connection.linger_idle_s() == 0.25
+    assert linger.linger_idle_s() == 0.25
 
 
 def test_an_override_holds_within_its_block_and_writes_no_environment(tmp_path, monkeypatch):

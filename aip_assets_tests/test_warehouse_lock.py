@@ -25,8 +25,8 @@ LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     sys.argv = ["aip-eval", "sql"]  # what the lock file says of its holder
     from aip_assets import warehouse as wh
-    from aip_assets.warehouse import connection as whc
-    with whc._file_lock(wh.default_path()):
+    from aip_assets.warehouse import opening
+    with opening._file_lock(wh.default_path()):
         print("held", flush=True)
         time.sleep(600)
 """)

@@ -58,7 +58,7 @@ def stage_failure(e: AipError) -> Failure:
 
 def _known_failure(e: BaseException) -> AipError | None:
     from ..errors import disk_full
-    from ..warehouse.connection import damaged
+    from ..warehouse.opening import damaged
 
     return damaged(e) or disk_full(e)
 

@@ -9,10 +9,12 @@ the warehouse value, formatted (3 decimals for scores and rates, integers for co
 value sits in the element's ``data-value`` attribute so a test can compare it exactly.
 
 The package: ``queries`` (the SQL), ``labels`` (how each scope is charted and named), ``values``
-(formatting), ``charts`` (the SVG), ``sections`` (the HTML of each section), ``viewer`` (the sample
-viewer's data), ``templates/`` (the page and the viewer, Jinja2 with autoescaping), ``static/`` (the
-CSS and the scripts, inlined in the page), ``build`` (the report written and stored), ``comparison``
-(two runs side by side: `aip-eval compare A B --html`) and ``server`` (`aip-eval report --serve`).
+(formatting), ``charts`` (the SVG), ``sections`` (the HTML of each section), ``claims`` (the tables
+of claims; decision flip's built on them in ``flip_tables``, group interaction bias's in
+``group_tables``), ``viewer`` (the sample viewer's data), ``templates/`` (the page and the viewer,
+Jinja2 with autoescaping), ``static/`` (the CSS and the scripts, inlined in the page), ``build`` (the
+report written and stored), ``comparison`` (two runs side by side: `aip-eval compare A B --html`)
+and ``server`` (`aip-eval report --serve`).
 
     aip-eval report RUN [--out FILE] [--warehouse PATH]
 """

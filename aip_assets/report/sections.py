@@ -1,7 +1,8 @@
 """The report's sections as HTML: the run's header, the summary, each metric's section (gate,
 facts, charts, the judge checked against people, who is favoured, the groups with every other
-attribute held, the no-effect baseline and every claim (``claims.py``), the weakest rows with their
-probes and answers, errored rows), model calls and token use, and run notes."""
+attribute held, the no-effect baseline and every claim (``flip_tables.py``, ``group_tables.py``,
+``claims.py``), the weakest rows with their probes and answers, errored rows), model calls and token
+use, and run notes."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from ..models.providers import stored_capabilities
-from . import claims
+from . import claims, flip_tables, group_tables
 from .charts import _bar_chart, _scope_chart
 from .labels import HUMAN_SCOPE, _scope_label, chart_order, count_labels, not_charted, rate_label
 from .queries import WEAKEST_ROWS
 from .values import _attrs, _clip, _e, _f3, _int, _json, _num, _raw, _slug, _v
 
 EVIDENCE_PER_ROW = 4
-# the overall row's details shown in tables of their own (report/claims.py), not as facts beside the headline
+# the overall row's details shown in tables of their own (report/claims.py, flip_tables.py, group_tables.py), not
+# as facts beside the headline
 OWN_TABLES = frozenset({"baseline", "claims_policy", "claims_tested", "claims_made", "detectable"})
 ROLES = ("sut", "judge", "synthesis")
 
@@ -495,12 +497,13 @@ def _metric_section(
     for scope in sorted(scopes, key=lambda s: (order.index(s) if s in order else len(order), s)):
         out.append(_scope_chart(metric, scope, scopes[scope], th))
     # who is favoured and the no-effect baseline (decision flip), the groups with every other attribute held
-    # (group interaction bias), then every claim; each reads the stored claims (report/claims.py)
-    out.append(claims.favoured_table(metric, scores))
-    out.append(claims.intersections_table(metric, scores))
-    out.append(claims.flip_baseline_table(metric, scores))
-    out.append(claims.groups_table(metric, scores))
-    out.append(claims.bias_baseline_table(metric, scores))
+    # (group interaction bias), then every claim; each reads the stored claims (report/flip_tables.py,
+    # group_tables.py, claims.py)
+    out.append(flip_tables.favoured_table(metric, scores))
+    out.append(flip_tables.intersections_table(metric, scores))
+    out.append(flip_tables.flip_baseline_table(metric, scores))
+    out.append(group_tables.groups_table(metric, scores))
+    out.append(group_tables.bias_baseline_table(metric, scores))
     out.append(claims.claims_table(metric, scores, run_id))
 
     rc = row_counts.get(metric) or {}

@@ -7,8 +7,9 @@ from pathlib import Path
 import duckdb
 
 from . import lake
-from .connection import _file_lock, connect
-from .schema import TABLES
+from .connection import connect
+from .opening import _file_lock
+from .tables import TABLES
 from .transactions import transaction
 
 

@@ -14,7 +14,8 @@ import pandas as pd
 
 from ..errors import AipError
 from . import lake
-from .connection import _settings, connect
+from .connection import connect
+from .opening import _settings
 
 # A user's query (`aip-eval sql`) gets a read-only connection that can touch nothing but the
 # warehouse: no other file read or written, no network, no extension installed or loaded by a

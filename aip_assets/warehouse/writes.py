@@ -12,8 +12,9 @@ import duckdb
 import pandas as pd
 
 from .. import settings as aip_settings
-from .connection import _sessions, connect, default_path
-from .schema import STAGE_SCOPED, TABLES
+from .connection import _sessions, connect
+from .opening import default_path
+from .tables import STAGE_SCOPED, TABLES
 from .transactions import transaction
 
 logger = logging.getLogger("aip_assets")
