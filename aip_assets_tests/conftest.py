@@ -56,7 +56,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     yield tmp_path
-    wh.release()  # the warehouse this test left open a moment (warehouse._Linger)
+    wh.release()  # the warehouse this test left open a moment (warehouse.linger._Linger)
 
 
 @pytest.fixture(autouse=True)

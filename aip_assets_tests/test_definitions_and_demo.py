@@ -242,7 +242,7 @@ def test_readme_demo_command_runs_offline(capsys):
     import subprocess
     import sys
 
-    wh.release()  # this process's database, kept open a moment after its last use (warehouse._Linger)
+    wh.release()  # this process's database, kept open a moment after its last use (warehouse.linger._Linger)
     cli = Path(sys.executable).parent / "duckdb"
     cli = cli if cli.exists() else Path(shutil.which("duckdb") or "duckdb-cli is not installed")
     out = subprocess.run(
