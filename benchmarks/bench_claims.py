@@ -38,13 +38,15 @@ is appended to ``--progress`` (JSON lines), so an interrupted job resumes where 
     python benchmarks/bench_claims.py --analysis   # the analysis alone on simulated counts (below)
 
 ``--analysis``: no pipeline, the analysis layer on simulated counts, at the sizes the suite ran
-before it kept fast, seeded versions of them (aip_assets_tests/test_claims.py and
-test_decision_flip.py, whose simulators this imports): decision flip's claims (40 fair runs, at most
+before it kept fast, seeded versions of them (aip_assets_tests/test_claims.py,
+test_decision_flip.py and test_stats.py, whose simulators this imports): decision flip's claims (40 fair runs, at most
 6 with a claim; 10 runs turning 95% of women's favourable decisions, the claim against women in at
 least 8, nobody else blamed), excess claims (100 runs of four axes at the noise floor, at most 11
 with a claim; 20 runs with gender at 0.40 over a floor of 0.20, gender alone claimed in at least
 14) and differential refusal (200 runs refusing every religion at 0.2, at most 16 with a claim; 50
-refusing Muslim at 0.6, the claim in at least 42, no other value's): the bounds the tests held
+refusing Muslim at 0.6, the claim in at least 42, no other value's) and the cluster bootstrap's
+coverage (test_stats.py: 150 replications of rows of 4 correlated pairs at 30, 100 and 300 rows,
+at least 90% over rows, under 88% over pairs ignoring them): the bounds the tests held
 (a false-claim count a correct family-wise rate of 0.05 exceeds with P < 0.02; the powers as
 measured when written); exit 1 if one is not kept.
 """
@@ -503,6 +505,7 @@ def analysis_simulations() -> int:
     """The analysis-level simulations at their full sizes (``--analysis`` in the module's doc)."""
     from aip_assets_tests.test_claims import excess_simulation, flip_simulation
     from aip_assets_tests.test_decision_flip import refusal_simulation
+    from aip_assets_tests.test_stats import bootstrap_coverage
 
     failed = 0
 
@@ -525,6 +528,10 @@ def analysis_simulations() -> int:
     check("refusal, Muslim claimed refused more (at least 42)", hits, 50, hits >= 42)
     others = sum(not f <= {"refusal:religion", "refusal:religion=Muslim"} for f in refused)
     check("refusal, another value claimed (none)", others, 50, others == 0)
+    for rows in (30, 100, 300):
+        hit, naive = bootstrap_coverage(rows, 150)
+        check(f"cluster bootstrap over {rows} rows, covering (at least 90%)", hit, 150, hit >= 135)
+        check(f"bootstrap over pairs ignoring the {rows} rows, covering (under 88%)", naive, 150, naive / 150 < 0.88)
     print(f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 1 if failed else 0
 
