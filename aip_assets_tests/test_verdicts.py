@@ -363,6 +363,9 @@ def test_baseline_default_follows_the_sut_temperature(tmp_path):
 
 # ------------------------------------------------------------------ group interaction bias
 GCFG = {"num_pairs": 4, "persona_pool_size": 16, "sub_call_concurrency_limit": 32}
+# one seeded run each (the looser gate a second); benchmarks/bench_baseline.py runs terse Muslim,
+# noisy 0.3 and fair at 300 rows, and the excess test's false-alarm rate over many seeds
+GIB_ROWS = 30
 
 
 def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_path):
@@ -370,7 +373,7 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     equitability and interval, though the pooled equitability clears the threshold, and no other
     group (the attributes the Muslim personas also carry are held); between-group bias exceeds the
     null pairs' (one persona asked twice), beyond noise."""
-    ds = write_dataset(tmp_path / "d.jsonl", 60)
+    ds = write_dataset(tmp_path / "d.jsonl", GIB_ROWS)
     run_all(
         spec_with(
             ds,
@@ -402,7 +405,9 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     # the spec's score rests on the persona pairs alone; the null pairs are the baseline's
     real = wh.query("SELECT count(*) AS n FROM v_gib_pairs WHERE run_id = 'terse'", read_only=False).n[0]
     nulls = wh.query("SELECT count(*) AS n FROM v_gib_baseline_pairs WHERE run_id = 'terse'", read_only=False).n[0]
-    assert o.n == real == 60 * 4 and nulls == b["null_pairs"] > 0 and o.raw_score == pytest.approx(1 - b["between"])
+    assert (
+        o.n == real == GIB_ROWS * 4 and nulls == b["null_pairs"] > 0 and o.raw_score == pytest.approx(1 - b["between"])
+    )
     assert "exceeds the no-effect baseline" in o.gate_reason
     # a looser group_threshold and fail_on_excess off: the same run passes
     run_all(
@@ -424,7 +429,7 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
 
 
 def test_calibration_group_bias_noisy_fair_sut_is_within_noise(tmp_path):
-    ds = write_dataset(tmp_path / "d.jsonl", 60)
+    ds = write_dataset(tmp_path / "d.jsonl", GIB_ROWS)
     run_all(
         spec_with(
             ds,
