@@ -438,26 +438,35 @@ def _simulate_gender(rng, n_q=32, target=None, p=0.0):
     return pd.DataFrame(answers), pd.DataFrame(pairs)
 
 
-def test_simulated_runs_hold_the_false_claim_rate_and_find_an_injected_effect():
-    """The decision-flip analysis on simulated counts: a SUT deciding at each question's own rate
-    whatever the persona makes a claim in few runs (the family-wise rate is 0.05: 7 or more of 40
-    would be improbable, P < 0.02), and one that turns 95% of women's favourable decisions makes
-    the claim against women in nearly every run, and never against anyone else."""
-    rng = np.random.default_rng(35)
+def flip_simulation(seed: int, runs: int, effect_runs: int) -> tuple[int, int, int]:
+    """The decision-flip analysis on simulated counts (``_simulate_gender``): ``runs`` runs of a SUT
+    deciding at each question's own rate whatever the persona, then ``effect_runs`` of one that
+    turns 95% of women's favourable decisions. Returns the fair runs with any claim, the biased runs
+    claiming women decided against, and the biased runs blaming anyone else. Shared with
+    benchmarks/bench_claims.py (``--analysis``)."""
+    rng = np.random.default_rng(seed)
     false_runs = 0
-    for r in range(40):
+    for r in range(runs):
         answers, pairs = _simulate_gender(rng)
         claims, _ = make_claims(answers, pairs, seed=r, policy=Policy(), n_perm=999)
         false_runs += any(c.claimed for c in claims)
-    assert false_runs <= 6
     found = blamed = 0
-    for r in range(10):
+    for r in range(effect_runs):
         answers, pairs = _simulate_gender(rng, target="woman", p=0.95)
         claims, _ = make_claims(answers, pairs, seed=r, policy=Policy(), n_perm=999)
         made = {c.id: c for c in claims if c.claimed}
         found += "favoured:gender=woman" in made and made["favoured:gender=woman"].direction == "less"
         blamed += any(c.value not in (None, "woman") and c.direction == "less" for c in made.values())
-    assert found >= 8 and blamed == 0
+    return false_runs, found, blamed
+
+
+def test_simulated_runs_hold_the_false_claim_rate_and_find_an_injected_effect():
+    """A fair SUT makes a claim in few runs, and one that turns 95% of women's favourable decisions
+    makes the claim against women, never against anyone else. A fast, seeded version
+    (``flip_simulation``: 10 runs and 3), its counts exactly; the rates (40 runs: at most 6 with a
+    claim, the family-wise rate 0.05, 7 or more improbable, P < 0.02; 10 runs: the claim in at least
+    8) are benchmarks/bench_claims.py's ``--analysis``."""
+    assert flip_simulation(35, 10, 3) == (0, 3, 0)  # no fair run claims; all 3 find women, none blames another
 
 
 def test_excess_claims_pool_the_null_pairs_unless_their_axes_differ():
@@ -485,11 +494,13 @@ def test_answer_claims_name_the_value_against_the_rest_of_its_axis():
     assert c["favoured:gender"].claimed
 
 
-def test_excess_claims_false_alarms_and_power_on_simulated_counts():
-    """Four axes whose persona pairs flip as often as null pairs (0.25): an excess is claimed in few
-    runs (the family-wise rate 0.05: 12 or more of 100 would be improbable, P < 0.002); an axis whose
-    pairs flip at 0.40 against a noise floor of 0.20 is claimed in most."""
-    rng = np.random.default_rng(9)
+def excess_simulation(seed: int, runs: int, power_runs: int) -> tuple[int, int]:
+    """Excess claims on simulated counts: ``runs`` runs of four axes whose persona pairs flip as
+    often as null pairs (0.25), then ``power_runs`` of an axis (gender) whose pairs flip at 0.40
+    against a noise floor of 0.20 beside one (role) at the floor. Returns the first runs with any
+    claim, and the second runs claiming gender alone. Shared with benchmarks/bench_claims.py
+    (``--analysis``)."""
+    rng = np.random.default_rng(seed)
 
     def run(rates: dict[str, float], null_rate: float) -> list[Claim]:
         rows = []
@@ -505,12 +516,21 @@ def test_excess_claims_false_alarms_and_power_on_simulated_counts():
         return decide(claims, Policy())
 
     axes = ("role", "gender", "ethnicity", "religion")
-    alarms = sum(any(c.claimed for c in run(dict.fromkeys(axes, 0.25), 0.25)) for _ in range(100))
-    assert alarms <= 11, alarms
+    alarms = sum(any(c.claimed for c in run(dict.fromkeys(axes, 0.25), 0.25)) for _ in range(runs))
     found = sum(
-        {c.axis for c in run({"gender": 0.40, "role": 0.20}, 0.20) if c.claimed} == {"gender"} for _ in range(20)
+        {c.axis for c in run({"gender": 0.40, "role": 0.20}, 0.20) if c.claimed} == {"gender"}
+        for _ in range(power_runs)
     )
-    assert found >= 14, found
+    return alarms, found
+
+
+def test_excess_claims_false_alarms_and_power_on_simulated_counts():
+    """Four axes whose persona pairs flip as often as null pairs: an excess is claimed in few runs;
+    an axis whose pairs flip at 0.40 against a noise floor of 0.20 is claimed in most. A fast,
+    seeded version (``excess_simulation``: 12 runs and 4), its counts exactly; the rates (100 runs:
+    at most 11 with a claim, the family-wise rate 0.05, 12 or more improbable, P < 0.002; 20 runs:
+    gender alone claimed in at least 14) are benchmarks/bench_claims.py's ``--analysis``."""
+    assert excess_simulation(9, 12, 4) == (0, 2)  # no false alarm; gender alone claimed in 2 of the 4
 
 
 def test_equivalence_holds_its_level_at_the_margin():

@@ -233,20 +233,21 @@ def test_refusals_are_incidental_not_flips(tmp_path):
     assert o.score == 1.0 and json.loads(o.excluded) == {"no_decision": len(both)} and o.n == len(j) - len(both)
 
 
-def test_differential_refusal_claims_error_rates():
+def refusal_simulation(seed: int, runs: int, effect_runs: int) -> tuple[int, list[set]]:
     """Simulated answers for the seven religion values over 32 questions (each question asks five of
-    them, about 23 answers a value): when every value is refused at one rate, a refusal is claimed in few runs (the family-wise
-    rate 0.05: 17 or more of 200 would be improbable, P < 0.002); when one value is refused at 0.6
-    and the others at 0.1, it is claimed refused more in most runs, and no other value is."""
+    them, about 23 answers a value), analysed as decision flip does (``answer_claims``, Holm):
+    ``runs`` runs where every value is refused at 0.2, then ``effect_runs`` where Muslim is refused
+    at 0.6 and the others at 0.1. Returns the number of the first with any claim, and the claims
+    made in each of the second. Shared with benchmarks/bench_claims.py (``--analysis``)."""
     import numpy as np
 
     from aip_assets.analysis.claims import Policy, decide
     from aip_assets.analysis.fairness import answer_claims
 
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(seed)
     values = ["Christian", "Muslim", "Jewish", "Hindu", "Buddhist", "Sikh", "atheist"]
 
-    def claims(rates: dict[str, float]):
+    def claims(rates: dict[str, float]) -> set:
         rows = []
         for q in range(32):
             for v in rng.choice(values, size=5, replace=False):
@@ -256,12 +257,21 @@ def test_differential_refusal_claims_error_rates():
         c = answer_claims(pd.DataFrame(rows), "no_decision", "refusal", "greater", int(rng.integers(1 << 30)), "x", 999)
         return {x.id for x in decide(c, Policy()) if x.claimed}
 
-    runs = 200
     false_alarms = sum(bool(claims(dict.fromkeys(values, 0.2))) for _ in range(runs))
-    assert false_alarms <= 16, false_alarms
     one = {**dict.fromkeys(values, 0.1), "Muslim": 0.6}
-    found = [claims(one) for _ in range(50)]
-    assert sum("refusal:religion=Muslim" in f for f in found) >= 42
+    return false_alarms, [claims(one) for _ in range(effect_runs)]
+
+
+def test_differential_refusal_claims_error_rates():
+    """When every value is refused at one rate, a refusal is claimed in few runs; when one value is
+    refused at 0.6 and the others at 0.1, it is claimed refused more, and no other value is. A fast,
+    seeded version (``refusal_simulation``: 20 runs and 6): the counts this seed gives, exactly
+    (none, and the claim in 5 of 6). The rates themselves (200 runs: at most 16 with a claim, the
+    family-wise rate 0.05, P < 0.002; 50 runs: the claim in at least 42) are
+    benchmarks/bench_claims.py's ``--analysis``."""
+    false_alarms, found = refusal_simulation(11, 20, 6)
+    assert false_alarms == 0
+    assert sum("refusal:religion=Muslim" in f for f in found) == 5, found
     assert all(f <= {"refusal:religion", "refusal:religion=Muslim"} for f in found)
 
 

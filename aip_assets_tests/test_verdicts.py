@@ -235,15 +235,21 @@ def _claims(run_id):
 
 
 GENDER = {"dimensions": ["gender"], "num_pairs_per_dimension": 4, "sub_call_concurrency_limit": 32}
+# Rows of the calibration runs below: one seeded run each, large enough for their claims and
+# intervals. The long version of each (300 rows; directional p 0.3 and 0.6, symmetric, noisy 0.2
+# and 0.4, fair; group bias terse, noisy and fair; and the false-alarm rates over many seeds) is
+# benchmarks/bench_baseline.py.
+ROWS = 80
 
 
-@pytest.mark.parametrize("p", [0.3, 0.6])
-def test_calibration_directional_flip_recovers_who_is_disfavoured(tmp_path, p):
+def test_calibration_directional_flip_recovers_who_is_disfavoured(tmp_path):
     """Only women's favourable decisions turn unfavourable, at rate p: women are claimed decided
     against, and their difference from the rest of the axis within questions, at the claim's own
     level, contains the injected -p x b (b: the rest's favourable rate); no other value is claimed
-    decided against."""
-    ds = write_dataset(tmp_path / "d.jsonl", 240)
+    decided against. One seeded run at p 0.6 (benchmarks/bench_baseline.py: p 0.3 and 0.6 at 300
+    rows)."""
+    p = 0.6
+    ds = write_dataset(tmp_path / "d.jsonl", ROWS)
     prof = {"name": "flip", "value": "woman", "axis": "gender", "p": p, "directional": True}
     run_all(
         spec_with(
@@ -276,8 +282,9 @@ def test_calibration_directional_flip_recovers_who_is_disfavoured(tmp_path, p):
 
 def test_calibration_symmetric_flip_shows_flips_but_no_direction(tmp_path):
     """The symmetric flip swaps the label: flips at 0.3 x (share of pairs with a woman), beyond the
-    null baseline (0: the rig decides each question alike every time), yet no favourable rate moves."""
-    ds = write_dataset(tmp_path / "d.jsonl", 240)
+    null baseline (0: the rig decides each question alike every time), yet no favourable rate moves.
+    One seeded run (benchmarks/bench_baseline.py: symmetric p 0.3 at 300 rows)."""
+    ds = write_dataset(tmp_path / "d.jsonl", ROWS)
     prof = {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}
     run_all(
         spec_with(
@@ -308,8 +315,10 @@ def test_calibration_symmetric_flip_shows_flips_but_no_direction(tmp_path):
 def test_calibration_fair_noisy_sut_shows_no_excess(tmp_path):
     """A fair SUT deciding at random in 30% of its answers: persona pairs and null pairs flip at
     the same rate (q (1 - q/2) = 0.255 for two labels); no excess is claimed and the gate does not
-    fail on it (fail_on_excess stays on); the gender axis fails its flip-rate gate as instability."""
-    ds = write_dataset(tmp_path / "d.jsonl", 240)
+    fail on it (fail_on_excess stays on); the gender axis fails its flip-rate gate as instability.
+    One seeded run (benchmarks/bench_baseline.py: noisy 0.2 and 0.4 at 300 rows, and the excess
+    test's false-alarm rate over many runs of a noisy SUT)."""
+    ds = write_dataset(tmp_path / "d.jsonl", ROWS)
     run_all(
         spec_with(
             ds,
@@ -323,7 +332,9 @@ def test_calibration_fair_noisy_sut_shows_no_excess(tmp_path):
     x = wh.query("SELECT * FROM v_flip_excess_by_axis WHERE run_id = 'noisy'", read_only=False).iloc[0]
     base = table("metric_scores", "noisy", "scope").query("scope == 'baseline' and group_key == 'all'").iloc[0]
     truth = 0.3 * (1 - 0.3 / 2)
-    assert base.rate_ci_low <= truth <= base.rate_ci_high and x.null_pairs > 150
+    assert (
+        base.rate_ci_low <= truth <= base.rate_ci_high and x.null_pairs > 0.6 * ROWS
+    )  # a quarter of the ROWS x 4 pairs twinned
     assert x.excess_ci_low <= 0 <= x.excess_ci_high and not x.beyond_noise
     o = table("metric_scores", "noisy", "scope").query("scope == 'overall'").iloc[0]
     assert "exceeds the no-effect baseline" not in o.gate_reason
@@ -352,6 +363,9 @@ def test_baseline_default_follows_the_sut_temperature(tmp_path):
 
 # ------------------------------------------------------------------ group interaction bias
 GCFG = {"num_pairs": 4, "persona_pool_size": 16, "sub_call_concurrency_limit": 32}
+# one seeded run each (the looser gate a second); benchmarks/bench_baseline.py runs terse Muslim,
+# noisy 0.3 and fair at 300 rows, and the excess test's false-alarm rate over many seeds
+GIB_ROWS = 30
 
 
 def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_path):
@@ -359,7 +373,7 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     equitability and interval, though the pooled equitability clears the threshold, and no other
     group (the attributes the Muslim personas also carry are held); between-group bias exceeds the
     null pairs' (one persona asked twice), beyond noise."""
-    ds = write_dataset(tmp_path / "d.jsonl", 60)
+    ds = write_dataset(tmp_path / "d.jsonl", GIB_ROWS)
     run_all(
         spec_with(
             ds,
@@ -391,7 +405,9 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
     # the spec's score rests on the persona pairs alone; the null pairs are the baseline's
     real = wh.query("SELECT count(*) AS n FROM v_gib_pairs WHERE run_id = 'terse'", read_only=False).n[0]
     nulls = wh.query("SELECT count(*) AS n FROM v_gib_baseline_pairs WHERE run_id = 'terse'", read_only=False).n[0]
-    assert o.n == real == 60 * 4 and nulls == b["null_pairs"] > 0 and o.raw_score == pytest.approx(1 - b["between"])
+    assert (
+        o.n == real == GIB_ROWS * 4 and nulls == b["null_pairs"] > 0 and o.raw_score == pytest.approx(1 - b["between"])
+    )
     assert "exceeds the no-effect baseline" in o.gate_reason
     # a looser group_threshold and fail_on_excess off: the same run passes
     run_all(
@@ -413,7 +429,7 @@ def test_calibration_group_bias_gates_every_group_and_measures_the_baseline(tmp_
 
 
 def test_calibration_group_bias_noisy_fair_sut_is_within_noise(tmp_path):
-    ds = write_dataset(tmp_path / "d.jsonl", 60)
+    ds = write_dataset(tmp_path / "d.jsonl", GIB_ROWS)
     run_all(
         spec_with(
             ds,

@@ -22,6 +22,8 @@ from aip_assets import leases
 from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.errors import OperationalError
+from aip_assets.models.builtin import BuiltinServer
+from aip_assets.runspec import BuiltinProfile
 
 from .conftest import write_dataset
 from .test_pipeline import FLIP
@@ -112,28 +114,46 @@ def _duplicates(run_id: str) -> int:
     return int(row.d[0])
 
 
-def _baseline(tmp_path: Path, builtin_http, capsys) -> tuple[int, dict[str, int], list[list]]:
-    """An uninterrupted run of one worker: its exit code, its SUT calls and its scores."""
-    url, server = builtin_http(FLIP)
-    code = main(["run", str(_spec(tmp_path / "base", url, "w")), "--run-id", "base", "--json", "--quiet"])
-    capsys.readouterr()
-    wh.release()
-    return code, _calls(server), _scores("base")
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[int, dict[str, int], list[list]]:
+    """An uninterrupted run of one worker, made once for the module (each test compares its workers
+    with it and none writes to it; it was one run per test, 6 of them): its exit code, its SUT calls
+    and its scores. It runs locally in a folder of its own; the lake's runs score alike (the same
+    calls, the same analysis), which the lake cases check."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    server = BuiltinServer(BuiltinProfile.model_validate(FLIP))
+    url, stop = server.start_in_thread()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(root)
+            mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
+            mp.setenv("AIP_DATA_DIR", str(root / "data"))
+            mp.setenv("AIP_LIMITS_DIR", str(root / "limits"))
+            for name in (
+                "DAGSTER_HOME",
+                "AIP_DAGSTER_HOME_SET",
+                "AIP_DATA_DIR_SET",
+                "AIP_DAGSTER_STORAGE_URL",
+                "AIP_DAGSTER_STORAGE_URL_SET",
+                "AIP_SHARED_STATE_URL",
+                "AIP_LAKE_DATA_PATH",
+            ):
+                mp.setenv(name, "")  # recorded, so whatever the run sets is undone after it
+                mp.delenv(name)
+            code = main(["run", str(_spec(root, url, "w")), "--run-id", "base", "--json", "--quiet"])
+            scores = _scores("base")
+            wh.release()
+    finally:
+        stop()
+    return code, _calls(server), scores
 
 
-@pytest.fixture
-def base_dir(tmp_path):
-    (tmp_path / "base").mkdir()
-    return tmp_path
-
-
-def test_two_workers_resuming_one_capped_run_make_each_call_once(base_dir, mode, builtin_http, capsys):
+def test_two_workers_resuming_one_capped_run_make_each_call_once(tmp_path, mode, uninterrupted, builtin_http, capsys):
     """Issue 26.1: a run stopped at its call cap (exit 4), then resumed by two workers at once. Each
     stage is done by one of them (the other waits, then goes on from its result): the SUT answers
     every request once, as for an uninterrupted run, sut_responses holds no duplicate, and the
     scores are the uninterrupted run's. Today's code: duplicate rows, 68 of 170 calls repeated."""
-    tmp_path = base_dir
-    code, calls, scores = _baseline(tmp_path, builtin_http, capsys)
+    code, calls, scores = uninterrupted
     url, server = builtin_http(FLIP, latency_ms=20)
     spec = _spec(tmp_path, url)
     assert main(["run", str(spec), "--run-id", "r1", "--max-calls", "12", "--json", "--quiet"]) == 4
@@ -158,12 +178,11 @@ def test_two_workers_resuming_one_capped_run_make_each_call_once(base_dir, mode,
         )
 
 
-def test_two_workers_given_one_new_run_id_both_run_it_once(base_dir, mode, builtin_http, capsys):
+def test_two_workers_given_one_new_run_id_both_run_it_once(tmp_path, mode, uninterrupted, builtin_http, capsys):
     """Issue 26.2: two workers start one new run id at once. Neither is told it is "already
     registered": the second joins the run the first registered, and between them every call is
     made once."""
-    tmp_path = base_dir
-    code, calls, scores = _baseline(tmp_path, builtin_http, capsys)
+    code, calls, scores = uninterrupted
     url, server = builtin_http(FLIP, latency_ms=20)
     spec = _spec(tmp_path, url)
     procs, _ = _workers(tmp_path, [["run", str(spec), "--run-id", "n1", "--json"]] * 2)
@@ -213,15 +232,14 @@ def test_a_worker_joining_a_run_registered_with_another_spec_is_told_the_differe
 
 
 def test_a_worker_killed_holding_a_stage_is_taken_over_without_repeating_its_calls(
-    base_dir, mode, builtin_http, capsys, monkeypatch
+    tmp_path, mode, uninterrupted, builtin_http, capsys, monkeypatch
 ):
     """Issue 26.1: a worker SIGKILLed in the middle of sampling holds the partition; a second worker
     waiting for it takes the stage over once the lease ends (at once locally: the kernel releases the
     lock; after AIP_LEASE_SECONDS in shared mode: nobody renews it) and finishes the run from the
     journal: no call the first one journaled is made again (at most those in flight at the kill,
     which never reached the journal), and the scores are the uninterrupted run's."""
-    tmp_path = base_dir
-    code, calls, scores = _baseline(tmp_path, builtin_http, capsys)
+    code, calls, scores = uninterrupted
     url, server = builtin_http(FLIP, latency_ms=300)
     spec = _spec(tmp_path, url)
     monkeypatch.setenv(leases.LEASE_ENV, "3")

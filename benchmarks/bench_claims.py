@@ -35,6 +35,20 @@ is appended to ``--progress`` (JSON lines), so an interrupted job resumes where 
     python benchmarks/bench_claims.py [--runs 200] [--pools 5] [--workers 2] [--flip-p 0.9]
     python benchmarks/bench_claims.py --timing 2   # two runs of each SUT, timed; nothing written
     python benchmarks/bench_claims.py --render     # the tables again from the results' JSON
+    python benchmarks/bench_claims.py --analysis   # the analysis alone on simulated counts (below)
+
+``--analysis``: no pipeline, the analysis layer on simulated counts, at the sizes the suite ran
+before it kept fast, seeded versions of them (aip_assets_tests/test_claims.py,
+test_decision_flip.py and test_stats.py, whose simulators this imports): decision flip's claims (40 fair runs, at most
+6 with a claim; 10 runs turning 95% of women's favourable decisions, the claim against women in at
+least 8, nobody else blamed), excess claims (100 runs of four axes at the noise floor, at most 11
+with a claim; 20 runs with gender at 0.40 over a floor of 0.20, gender alone claimed in at least
+14) and differential refusal (200 runs refusing every religion at 0.2, at most 16 with a claim; 50
+refusing Muslim at 0.6, the claim in at least 42, no other value's) and the cluster bootstrap's
+coverage (test_stats.py: 150 replications of rows of 4 correlated pairs at 30, 100 and 300 rows,
+at least 90% over rows, under 88% over pairs ignoring them): the bounds the tests held
+(a false-claim count a correct family-wise rate of 0.05 exceeds with P < 0.02; the powers as
+measured when written); exit 1 if one is not kept.
 """
 
 from __future__ import annotations
@@ -486,6 +500,42 @@ def machine() -> dict:
     return out
 
 
+# ---------------------------------------------------------------- the analysis alone
+def analysis_simulations() -> int:
+    """The analysis-level simulations at their full sizes (``--analysis`` in the module's doc)."""
+    from aip_assets_tests.test_claims import excess_simulation, flip_simulation
+    from aip_assets_tests.test_decision_flip import refusal_simulation
+    from aip_assets_tests.test_stats import bootstrap_coverage
+
+    failed = 0
+
+    def check(what: str, k: int, n: int, ok: bool) -> None:
+        nonlocal failed
+        failed += not ok
+        print(f"{what}: {pct(share(k, n))} {'ok' if ok else 'OUT OF BOUNDS'}", flush=True)
+
+    t0 = time.perf_counter()
+    false_runs, found, blamed = flip_simulation(35, 40, 10)
+    check("decision flip, fair runs with a claim (at most 6)", false_runs, 40, false_runs <= 6)
+    check("decision flip, women claimed decided against (at least 8)", found, 10, found >= 8)
+    check("decision flip, others blamed (none)", blamed, 10, blamed == 0)
+    alarms, found = excess_simulation(9, 100, 20)
+    check("excess, runs at the noise floor with a claim (at most 11)", alarms, 100, alarms <= 11)
+    check("excess, gender alone claimed (at least 14)", found, 20, found >= 14)
+    false_alarms, refused = refusal_simulation(11, 200, 50)
+    check("refusal, runs with a claim at one rate (at most 16)", false_alarms, 200, false_alarms <= 16)
+    hits = sum("refusal:religion=Muslim" in f for f in refused)
+    check("refusal, Muslim claimed refused more (at least 42)", hits, 50, hits >= 42)
+    others = sum(not f <= {"refusal:religion", "refusal:religion=Muslim"} for f in refused)
+    check("refusal, another value claimed (none)", others, 50, others == 0)
+    for rows in (30, 100, 300):
+        hit, naive = bootstrap_coverage(rows, 150)
+        check(f"cluster bootstrap over {rows} rows, covering (at least 90%)", hit, 150, hit >= 135)
+        check(f"bootstrap over pairs ignoring the {rows} rows, covering (under 88%)", naive, 150, naive / 150 < 0.88)
+    print(f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return 1 if failed else 0
+
+
 # ---------------------------------------------------------------- main
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -498,7 +548,10 @@ def main() -> int:
     ap.add_argument("--progress", default=str(OUT_JSON.with_suffix(".progress.jsonl")), help="finished runs")
     ap.add_argument("--out", default=str(OUT_JSON))
     ap.add_argument("--render", action="store_true", help="re-render the tables from --out's JSON")
+    ap.add_argument("--analysis", action="store_true", help="the analysis alone on simulated counts, full size")
     args = ap.parse_args()
+    if args.analysis:
+        return analysis_simulations()
     if args.render:
         info = json.loads(Path(args.out).read_text())
         info["summary"] = summarise(info["runs"])
