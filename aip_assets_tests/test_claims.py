@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from aip_assets.analysis import permutation
 from aip_assets.analysis.claims import Claim, Policy, adjusted, confidence_words, decide
 from aip_assets.analysis.fairness import (
     alias_words,
@@ -173,6 +174,51 @@ def test_shuffles_go_on_past_the_first_999_only_where_a_claim_may_rest():
     assert len(far.a) == 9999 and far.p(0.0, "greater") < 0.001
     near = excess_test([x for i in range(30) for x in ((1 if i < 1 else 0), 0)], first, rows, seed=4)
     assert len(near.a) == 999 and near.p(0.0, "greater") > 0.05
+
+
+def _shuffles_at_once(codes, rng, k):
+    """The within-stratum shuffles as they were first written: every draw's swaps at once (one
+    k x strata x width table), each column's partners drawn as the swaps reach it."""
+    n = len(codes)
+    cnt = np.bincount(codes)
+    width = int(cnt.max()) if len(cnt) else 0
+    order = np.argsort(codes, kind="stable")
+    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    slot = np.arange(n) - start[codes[order]]
+    table = np.full((len(cnt), width), -1, dtype=np.int64)
+    table[codes[order], slot] = order
+    valid = table >= 0
+    drawn = np.broadcast_to(table, (k, *table.shape)).copy()
+    rows = np.arange(k)[:, None]
+    for j in range(width - 1, 0, -1):
+        live = np.nonzero(cnt > j)[0]
+        if not len(live):
+            continue
+        other = (rng.random((k, len(live))) * (j + 1)).astype(np.int64)
+        here = drawn[:, live, j].copy()
+        drawn[:, live, j] = drawn[rows, live[None, :], other]
+        drawn[rows, live[None, :], other] = here
+    out = np.empty((k, n), dtype=np.int64)
+    out[:, table[valid]] = drawn[:, valid]
+    return out
+
+
+@pytest.mark.parametrize("cells", [1, 7, 1 << 16])
+def test_shuffles_in_blocks_of_draws_are_the_shuffles_drawn_at_once(monkeypatch, cells):
+    # the swaps done a block of draws at a time (in cache) give the very permutations of doing them
+    # all at once: every p-value and interval repeats to the digit
+    monkeypatch.setattr(permutation, "SWAP_CELLS", cells)
+    rng = np.random.default_rng(11)
+    for trial in range(25):
+        strata = int(rng.integers(1, 30))
+        codes = np.unique(rng.integers(0, strata, int(rng.integers(0, 300))), return_inverse=True)[1].ravel()
+        k = int(rng.integers(1, 1500))
+        got = permutation._shuffles(codes, np.random.default_rng(trial), k)
+        want = _shuffles_at_once(codes, np.random.default_rng(trial), k)
+        assert got.dtype == want.dtype and got.shape == want.shape == (k, len(codes))
+        assert np.array_equal(got, want)
+        assert (np.sort(got, axis=1) == np.arange(len(codes))).all()  # each draw a permutation
+        assert (codes[got] == codes[None, :]).all()  # within strata
 
 
 @pytest.mark.parametrize("seed", range(6))

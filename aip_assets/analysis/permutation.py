@@ -35,6 +35,7 @@ FIRST = 999  # shuffles drawn first; the rest only for a test whose p-value is t
 EXTEND_BELOW = 0.05  # (at alpha <= 0.05 no claim rests on a larger raw p-value: an adjusted one is never smaller)
 CELL_BUDGET = 20_000_000  # shuffled labels held at once (chunk x units); chunks never change a result
 EPS = 1e-9  # ties count as at least as extreme
+SWAP_CELLS = 1 << 16  # draws x table cells swapped at once (_shuffles): blocks never change a result
 
 
 def seed_of(*parts: object) -> int:
@@ -51,7 +52,12 @@ def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray
     """``k`` within-stratum permutations of positions (k x n): row b, position i holds the unit
     whose value lands on i. Each stratum's positions sit in a row of a padded table, shuffled by
     Fisher and Yates's swaps run on every draw and stratum at once (one pass per column of the
-    table, a stratum's swaps only within its own positions)."""
+    table, a stratum's swaps only within its own positions).
+
+    The swap partners are drawn first, column by column for all ``k`` draws (the generator's
+    numbers in the order they have always been drawn), then the swaps are done for a block of
+    draws at a time, each block's table small enough to stay in the processor's cache: the same
+    permutations as swapping all draws at once, about four times faster for 9,999 draws."""
     n = len(codes)
     cnt = np.bincount(codes)
     width = int(cnt.max()) if len(cnt) else 0
@@ -60,19 +66,29 @@ def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray
     slot = np.arange(n) - start[codes[order]]  # each position's place within its stratum
     table = np.full((len(cnt), width), -1, dtype=np.int64)
     table[codes[order], slot] = order
-    valid = table >= 0
-    drawn = np.broadcast_to(table, (k, *table.shape)).copy()
-    rows = np.arange(k)[:, None]
+    cells = table.size
+    # per column j (last first): the strata with a position j swap it with one of their first j + 1
+    steps = []
     for j in range(width - 1, 0, -1):
-        live = np.nonzero(cnt > j)[0]  # strata with a position j: swap it with one of their first j + 1
+        live = np.nonzero(cnt > j)[0]
         if not len(live):
             continue
         other = (rng.random((k, len(live))) * (j + 1)).astype(np.int64)
-        here = drawn[:, live, j].copy()
-        drawn[:, live, j] = drawn[rows, live[None, :], other]
-        drawn[rows, live[None, :], other] = here
+        steps.append((live * width + j, live * width, other))  # cells of the flattened table
+    valid = np.nonzero(table.reshape(-1) >= 0)[0]
+    flat = table.reshape(-1).astype(np.int32 if n < 2**31 else np.int64)
     out = np.empty((k, n), dtype=np.int64)
-    out[:, table[valid]] = drawn[:, valid]  # position table[s, j] receives the unit drawn into that slot
+    block = max(1, SWAP_CELLS // max(1, cells))
+    for b0 in range(0, k, block):
+        b1 = min(k, b0 + block)
+        drawn = np.broadcast_to(flat, (b1 - b0, cells)).copy()
+        rows = np.arange(b1 - b0)[:, None]
+        for here_cells, first_cells, other in steps:
+            there = first_cells[None, :] + other[b0:b1]
+            here = drawn[:, here_cells].copy()
+            drawn[:, here_cells] = drawn[rows, there]
+            drawn[rows, there] = here
+        out[b0:b1, flat[valid]] = drawn[:, valid]  # position table[s, j] receives the unit drawn into that slot
     return out
 
 
