@@ -21,7 +21,9 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from .errors import (
     EXIT_BAD_INPUT,
@@ -37,6 +39,7 @@ from .logs import setup_logging
 from .settings import current, data_dir, override
 
 log = logging.getLogger("aip_assets")
+T = TypeVar("T")
 
 
 def _fmt(x, nd=3) -> str:
@@ -320,6 +323,40 @@ def _resume_hint(args, run_id: str) -> str:
     return f"resume with `{shlex.join(cmd)}`"
 
 
+def _background(fn: Callable[[], T]) -> Callable[..., T]:
+    """Start ``fn()`` in a thread (not a daemon: the process waits for it before it exits); the
+    function returned waits for it and returns its result, or raises its exception (with
+    ``quiet=True``, for a caller already raising its own: returns None)."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            box["out"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised again in the waiting thread
+            box["err"] = e
+
+    thread = threading.Thread(target=go, name=f"aip-{getattr(fn, '__name__', 'background')}")
+    thread.start()
+
+    def wait(quiet: bool = False) -> T:
+        thread.join()
+        if "err" in box and not quiet:
+            raise box["err"]
+        return box.get("out")  # type: ignore[return-value]
+
+    return wait
+
+
+def _evaluate_job():
+    """The evaluate job resolved; ``jobs.evaluate_run``, which runs it."""
+    from .jobs import evaluate, evaluate_run
+
+    evaluate()
+    return evaluate_run
+
+
 def _run(args, resumable: dict[str, str]) -> int:
     from . import interrupts, pipeline
     from . import warehouse as wh
@@ -383,15 +420,21 @@ def _run(args, resumable: dict[str, str]) -> int:
             "--max-tokens) are counted per process; run a capped run with --parallel 1, or share them "
             "through Postgres (AIP_SHARED_STATE_URL)"
         )
-    from .jobs import evaluate as evaluate_job
-    from .jobs import evaluate_run
-
-    evaluate_job()  # the CLI's runs are the evaluate job's history in the UI (resolved before any write)
-    n_rows = pipeline.validate_datasets(spec)
-    checked = preflight(spec, run_id if resume else None, path)
+    # Dagster's modules load and the evaluate job resolves (the CLI's runs are its history in the UI)
+    # in another thread while the endpoints are checked: the checks mostly wait on the network
+    resolved = _background(_evaluate_job)
+    try:
+        n_rows = pipeline.validate_datasets(spec)
+        checked = preflight(spec, run_id if resume else None, path)
+    except BaseException:
+        resolved(quiet=True)  # nothing left behind running
+        raise
+    evaluate_run = resolved()  # before any write; its error, if any, raised here
     for line in checked:
         log.info(line)
-    instance = get_instance()  # Dagster's storage (Postgres in shared mode), opened before anything is registered
+    # Dagster's storage (Postgres in shared mode), opened before anything is registered: a new run's
+    # while its judge sits the exam (network again), waited for before the registration
+    instance = get_instance() if resume or args.submit else None
     if args.submit:
         from .run_queue import require_queue
 
@@ -416,7 +459,15 @@ def _run(args, resumable: dict[str, str]) -> int:
         while not args.run_id and pipeline.run_exists(run_id, path):  # two runs of one spec within a minute
             n += 1
             run_id = f"{base}-{n}"
-        exam = examine(spec, run_id, checked.forms, path, log.info)  # before any SUT call
+        opening = _background(get_instance) if instance is None else None
+        try:
+            exam = examine(spec, run_id, checked.forms, path, log.info)  # before any SUT call
+        except BaseException:
+            if opening is not None:
+                opening(quiet=True)
+            raise
+        if opening is not None:
+            instance = opening()
         while True:
             try:
                 rec = pipeline.register_run(spec, run_id, path, n_rows=n_rows, forms=checked.forms, exam=exam)
