@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import grimp
+
+import aip_assets
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -102,3 +105,14 @@ def test_importing_the_run_spec_loads_no_metric_and_no_http_stack():
     assert heavy == []
     metric_modules = [m for m in loaded if m.startswith("aip_assets.metrics.") and m.count(".") >= 2]
     assert all(m.split(".")[2] in ("base", "registry") for m in metric_modules), metric_modules
+
+
+MAX_LINES = 600  # issue 39: a module a newcomer can hold in their head
+
+
+def test_every_module_of_the_package_is_at_most_600_lines():
+    package = Path(aip_assets.__file__).parent
+    sizes = {p.relative_to(package.parent).as_posix(): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    assert len(sizes) > 100  # the whole package was walked, not an empty folder
+    too_big = {path: n for path, n in sorted(sizes.items()) if n > MAX_LINES}
+    assert too_big == {}, f"modules over {MAX_LINES} lines (split them where a reader would look): {too_big}"

@@ -152,17 +152,17 @@ def patch(path: str, label: str, count: bool = False, stage_arg: bool = False) -
                 continue
 
 
-# the CLI's phases (cli._run), in order
+# the CLI's phases (cli.run._run), in order
 patch("aip_assets.runspec:load_spec", "spec loaded and validated")
 patch("aip_assets.dagster_home:use_project_of", "project folders chosen")
 patch("aip_assets.jobs:evaluate", "definitions: the evaluate job resolved")
 patch("aip_assets.pipeline:validate_datasets", "datasets validated")
-patch("aip_assets.pipeline:preflight", "endpoint checks (preflight)", count=True)
+patch("aip_assets.preflight:preflight", "endpoint checks (preflight)", count=True)
 patch("aip_assets.dagster_home:get_instance", "Dagster instance opened")
-patch("aip_assets.pipeline:examine", "judge exam", count=True)
+patch("aip_assets.preflight:examine", "judge exam", count=True)
 patch("aip_assets.pipeline:register_run", "registration (warehouse)")
 patch("aip_assets.jobs:evaluate_run", "Dagster: the metrics' runs", count=True)
-patch("aip_assets.pipeline:run_summary", "summary read (run_summary)")
+patch("aip_assets.summary:run_summary", "summary read (run_summary)")
 patch("aip_assets.findings:run_findings", "findings")
 # inside the Dagster run
 patch("aip_assets.partitions:register_partitions", "Dagster: partitions registered")
@@ -170,17 +170,17 @@ patch("aip_assets.jobs:_execute", "Dagster: one metric's run (execute)")
 patch("aip_assets.pipeline:run_stage", "stage", count=True, stage_arg=True)
 # inside a stage
 patch("aip_assets.pipeline:load_run", "run read back (load_run)")
-patch("aip_assets.pipeline:stage_endpoint_check", "endpoint check at the stage's start", count=True)
+patch("aip_assets.preflight:stage_endpoint_check", "endpoint check at the stage's start", count=True)
 patch("aip_assets.pipeline:_drain_async", "model calls (the metric's sample/judge)", count=True)
 patch("aip_assets.pipeline:finished_aggregate", "analysis (aggregate, gate, judges' checks)")
-patch("aip_assets.pipeline:StagedTables.add", "rows staged to Parquet")
-patch("aip_assets.pipeline:StagedTables.commit", "warehouse write (the stage's commit)")
+patch("aip_assets.staging:StagedTables.add", "rows staged to Parquet")
+patch("aip_assets.staging:StagedTables.commit", "warehouse write (the stage's commit)")
 patch("aip_assets.history:check_regression", "regression check against the previous run")
 patch("aip_assets.pipeline:_aggregation_meta", "aggregation's summary read back")
 patch("aip_assets.assets.stages:score_metadata", "score metadata for Dagster (and the report)")
 patch("aip_assets.report:write_report", "report written (HTML)")
 patch("aip_assets.checks:evaluate", "asset checks")
-patch("aip_assets.models.journal:open_journal", "journal opened")
+patch("aip_assets.models.journal_pg:open_journal", "journal opened")
 
 
 def dump() -> None:
