@@ -190,7 +190,10 @@ def phases(probe: dict, launch: float, wall: float) -> dict:
         top.append({"phase": "exit: cli.main returned → process gone", "s": wall - t_start - returned})
     tracked = sum(p["s"] for p in top)
     top.append(
-        {"phase": "untracked (between the phases above: printing, logging, the rest of cli.run._run)", "s": wall - tracked}
+        {
+            "phase": "untracked (between the phases above: printing, logging, the rest of cli.run._run)",
+            "s": wall - tracked,
+        }
     )
     stages = []
     for e in ev:
