@@ -143,3 +143,8 @@ def examples_of(df: pd.DataFrame, quote: Callable[[dict], str], k: int = 3) -> t
 def pct(x: float | None, nd: int = 1) -> str:
     """A share as a percentage (``0.125`` -> ``12.5%``)."""
     return "n/a" if x is None or x != x else f"{100 * x:.{nd}f}%"
+
+
+def num(x: Any, spec: str = ".3f") -> str:
+    """A number in a claim's or gate's words (``format(x, spec)``), ``n/a`` when there is none."""
+    return "n/a" if x is None else format(x, spec)

@@ -26,8 +26,8 @@ from ...scoring import Accumulator, Stat, record, row_raws, to_records, units_fr
 from ...stats import normalise
 from ..answers import is_null
 from ..base import FAILURE_REASONS, StageContext
-from ..words import row_reason, unscored_status
-from .claims import _f, equivalence_gate, excess_failure, make_claims, noise_words, with_name_cells
+from ..words import num, row_reason, unscored_status
+from .claims import equivalence_gate, excess_failure, make_claims, noise_words, with_name_cells
 from .config import DecisionFlipConfig
 from .planning import detectable, entry_of, policy_of
 from .prompts import favourable_for
@@ -293,9 +293,9 @@ def run_figures(plugin, ctx, counts, null_counts, engine, answers, pairs, tallie
         held = ir["impact_ratio"] if on == "point" else ir["ci95"][0]
         ir["passed"] = held is not None and held >= min_ir
         if not ir["passed"]:
-            end = "" if on == "point" else f" (its 95% lower end {_f(ir['ci95'][0], '.2f')})"
+            end = "" if on == "point" else f" (its 95% lower end {num(ir['ci95'][0], '.2f')})"
             failures.append(
-                f"{key}: impact ratio {ir['impact_ratio']:.2f} [{_f(ir['ci95'][0], '.2f')}, {_f(ir['ci95'][1], '.2f')}]"
+                f"{key}: impact ratio {ir['impact_ratio']:.2f} [{num(ir['ci95'][0], '.2f')}, {num(ir['ci95'][1], '.2f')}]"
                 f"{end} below {min_ir:.2f} (favourable {ir['rate']:.0%} vs {ir['highest_rate']:.0%} for {ir['highest']})"
             )
     mismatch = plugin.label_mismatch(

@@ -18,6 +18,7 @@ from ...analysis.permutation import N_PERM
 from ...analysis.regression import N_BOOT
 from ...catalog.groups import NAME_SUFFIX, combo_axis, is_combination
 from ...stats import newcombe
+from ..words import num
 
 NAME_CELLS = combo_axis(("gender", "ethnicity"), "name")  # every name persona's combination
 
@@ -91,10 +92,6 @@ def make_claims(
     return claims, baseline
 
 
-def _f(x: Any, spec: str = ".3f") -> str:
-    return "n/a" if x is None else format(x, spec)
-
-
 def noise_words(c: Claim, adjust: str) -> str:
     """Whether an axis's flips are beyond the no-effect baseline, in the words every place uses."""
     f = c.facts
@@ -102,7 +99,7 @@ def noise_words(c: Claim, adjust: str) -> str:
     if c.claimed:
         return (
             f"beyond noise: the same persona asked twice flips {f['null_rate']:.1%} ({f['null_pairs']} null pairs), "
-            f"excess {c.estimate:+.3f} [{_f(c.ci[0], '+.3f')}, {_f(c.ci[1], '+.3f')}] "
+            f"excess {c.estimate:+.3f} [{num(c.ci[0], '+.3f')}, {num(c.ci[1], '+.3f')}] "
             f"({confidence_words(c.ci_confidence)}), {name} p {c.p_adjusted:.2g}"
         )
     if c.why is not None:
@@ -119,7 +116,7 @@ def excess_failure(c: Claim, adjust: str) -> str:
     name = "Holm" if adjust == "holm" else "BH"
     return (
         f"{c.axis}: flip rate {f['rate']:.3f} exceeds the no-effect baseline {f['null_rate']:.3f} (null pairs "
-        f"{f['null_pairs']}, {f['baseline']}) by {c.estimate:.3f} [{_f(c.ci[0])}, {_f(c.ci[1])}] "
+        f"{f['null_pairs']}, {f['baseline']}) by {c.estimate:.3f} [{num(c.ci[0])}, {num(c.ci[1])}] "
         f"({confidence_words(c.ci_confidence)}; {name} p {c.p_adjusted:.2g}): beyond noise"
     )
 
@@ -156,7 +153,7 @@ def equivalence_gate(scores: list[dict], by_id: dict[str, Claim], margin: float,
             "no baseline to compare with"
             if c is None or c.test is None
             else (
-                f"excess {c.estimate:+.3f}, {100 * (1 - 2 * policy.alpha):.0f}% interval [{_f(lo, '+.3f')}, {_f(hi, '+.3f')}]"
+                f"excess {c.estimate:+.3f}, {100 * (1 - 2 * policy.alpha):.0f}% interval [{num(lo, '+.3f')}, {num(hi, '+.3f')}]"
             )
         )
         if hi is not None and hi <= margin:

@@ -29,9 +29,9 @@ from ...records import RowScore
 from ...scoring import Accumulator, record, row_raws, to_records, units_frame
 from ...stats import normalise
 from ..base import FAILURE_REASONS, StageContext, failed_count
-from ..words import row_reason, unscored_status
+from ..words import num, row_reason, unscored_status
 from .config import GroupInteractionBiasConfig
-from .groups import _f, group_gate, group_rows, pname
+from .groups import group_gate, group_rows, pname
 
 JUDGE_KINDS = ("similarity", "tone", "effort")
 
@@ -282,8 +282,8 @@ def run_figures(plugin, ctx, engine, pairs: pd.DataFrame, attrs, descriptions, t
         f = excess.facts
         failures.append(
             f"bias between groups {f['rate']:.3f} exceeds the no-effect baseline's {f['null_rate']:.3f} (one persona "
-            f"asked twice, {f['null_pairs']} null pairs) by {excess.estimate:.3f} [{_f(excess.ci[0])}, "
-            f"{_f(excess.ci[1])}] ({confidence_words(excess.ci_confidence)}; {pname(policy.adjust)} p "
+            f"asked twice, {f['null_pairs']} null pairs) by {excess.estimate:.3f} [{num(excess.ci[0])}, "
+            f"{num(excess.ci[1])}] ({confidence_words(excess.ci_confidence)}; {pname(policy.adjust)} p "
             f"{excess.p_adjusted:.2g})"
         )
     breakdowns: dict[str, dict[str, Any]] = {

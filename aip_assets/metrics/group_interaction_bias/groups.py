@@ -12,10 +12,7 @@ import pandas as pd
 
 from ...analysis.claims import Claim, Policy, confidence_words
 from ...stats import normalise
-
-
-def _f(x: Any, spec: str = ".3f") -> str:
-    return "n/a" if x is None else format(x, spec)
+from ..words import num
 
 
 def pname(adjust: str) -> str:
@@ -29,7 +26,9 @@ def gap_words(c: Claim | None, null_level: float | None, adjust: str) -> str:
         return "its gap not tested"
     if c.why is not None:
         return f"not tested: {c.why}"
-    gap = f"gap {c.estimate:+.3f} [{_f(c.ci[0], '+.3f')}, {_f(c.ci[1], '+.3f')}] ({confidence_words(c.ci_confidence)})"
+    gap = (
+        f"gap {c.estimate:+.3f} [{num(c.ci[0], '+.3f')}, {num(c.ci[1], '+.3f')}] ({confidence_words(c.ci_confidence)})"
+    )
     if c.claimed:
         return f"less equitable than pairs without it beyond chance: {gap}, {pname(adjust)} p {c.p_adjusted:.2g}"
     unstable = (
@@ -116,7 +115,7 @@ def group_gate(
         if on == "equivalence":
             hi = c.test.bound(policy.alpha, lower=False) if c is not None and c.test is not None else None
             lo = c.test.bound(policy.alpha, lower=True) if c is not None and c.test is not None else None
-            shown = f"gap {_f(c.estimate if c else None, '+.3f')}, {100 * (1 - 2 * policy.alpha):.0f}% interval [{_f(lo, '+.3f')}, {_f(hi, '+.3f')}]"
+            shown = f"gap {num(c.estimate if c else None, '+.3f')}, {100 * (1 - 2 * policy.alpha):.0f}% interval [{num(lo, '+.3f')}, {num(hi, '+.3f')}]"
             if hi is not None and hi <= margin:
                 r.update(passed=True, gate_reason=f"{shown} within the margin {margin:.3f}: no bias beyond it")
                 if c is not None:
@@ -130,8 +129,8 @@ def group_gate(
             continue
         score, lo = r.get("score"), r.get("ci_low")
         held = score if on == "point" else lo
-        shown = f"adjusted equitability {_f(score)} [{_f(lo)}, {_f(r.get('ci_high'))}]" + (
-            "" if on == "point" else f" (95% lower end {_f(lo)})"
+        shown = f"adjusted equitability {num(score)} [{num(lo)}, {num(r.get('ci_high'))}]" + (
+            "" if on == "point" else f" (95% lower end {num(lo)})"
         )
         if held is None:
             why = f"{r['group_key']}: no adjusted equitability"
