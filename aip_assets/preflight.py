@@ -55,7 +55,6 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
     recorded = _recorded_forms(run_id, path) if run_id else []
 
     async def go():
-        out: list[str] = []
         roles = [(panel_role(i), c) for i, c in enumerate(spec.panel())]
         if any(get_metric(m).calls_sut for m in spec.metrics):
             roles.insert(0, ("sut", spec.sut))
@@ -65,6 +64,7 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
             roles.append(("audit", spec.judge_audit.judge))
         checked: dict[str, str] = {}  # endpoint and model -> the role it was checked for
         probed: set[str] = set()
+        plan: list[tuple[str, Any, str, bool]] = []  # role, connection, endpoint and model, probe its form
         for role, conn in roles:
             key = conn.endpoint_id() + conn.model
             judging = (role == "audit" or role.startswith("judge")) and capabilities(
@@ -73,17 +73,36 @@ def preflight(spec: RunSpec, run_id: str | None = None, path: Path | None = None
             if key in checked and not (judging and key not in probed):
                 continue
             # a judge on the SUT's own endpoint and model is not checked twice, but is probed for its form
-            line = (
-                f"endpoint ok: {await check_endpoint(conn, role, **check_policy(spec, role))}"
-                if key not in checked
-                else f"endpoint ok: {role}: the {checked[key]}'s endpoint and model"
-            )
+            plan.append((role, conn, key, judging))
             checked.setdefault(key, role)
             if judging:
                 probed.add(key)
-                line += "; " + await _structured_check(conn, role, recorded, forms)
-            out.append(line)
-        return out
+        # every endpoint at once (each check mostly waits on the network); a second role of an
+        # endpoint and model waits for the first's check; said, and a failure raised, in the order
+        # of the roles
+        first: dict[str, asyncio.Task] = {}
+
+        async def check(role: str, conn: Any, key: str, judging: bool, found: list) -> str:
+            if checked[key] == role:
+                line = f"endpoint ok: {await check_endpoint(conn, role, **check_policy(spec, role))}"
+            else:
+                await first[key]
+                line = f"endpoint ok: {role}: the {checked[key]}'s endpoint and model"
+            if judging:  # its form, once the endpoint answers
+                line += "; " + await _structured_check(conn, role, recorded, found)
+            return line
+
+        found: list[list[dict[str, Any]]] = [[] for _ in plan]
+        tasks = [asyncio.ensure_future(check(*entry, found[i])) for i, entry in enumerate(plan)]
+        for (_, _, key, _), task in zip(plan, tasks, strict=True):
+            first.setdefault(key, task)
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result
+        for chosen in found:
+            forms.extend(chosen)
+        return [str(line) for line in done]
 
     return Preflight(asyncio.run(go()) + shared, forms)
 

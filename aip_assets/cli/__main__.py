@@ -1,7 +1,5 @@
 """`python -m aip_assets.cli ...`: the same as `aip-eval ...`."""
 
-import sys
+from . import entry
 
-from . import main
-
-sys.exit(main())
+entry()
