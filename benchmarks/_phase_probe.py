@@ -199,6 +199,12 @@ def first_at_exit() -> None:  # registered after the project's imports: runs bef
 atexit.register(first_at_exit)
 
 if __name__ == "__main__":
-    code = cli.main(sys.argv[1:])
-    record("cli.main returned", now(), now(), cpu=time.process_time())  # the process's CPU so far
-    sys.exit(code)
+    main = cli.main
+
+    def probed_main() -> int:
+        code = main(sys.argv[1:])
+        record("cli.main returned", now(), now(), cpu=time.process_time())  # the process's CPU so far
+        return code
+
+    cli.main = probed_main
+    cli.entry()  # the way out the command takes (its exit handlers, then os._exit)
