@@ -167,6 +167,28 @@ def test_report_is_written_beside_the_warehouse_and_self_contained(warehouse, re
     assert "fetch(" not in text and "xmlhttprequest" not in lower and "import(" not in text
 
 
+def test_the_report_takes_the_findings_just_computed_for_its_metrics(warehouse, report, monkeypatch):
+    """The aggregation's metadata computes a run's findings and hands them to the report it writes
+    (``findings``): the report is the same, without reading them again; findings of another set
+    of metrics are not taken (read again)."""
+    import re
+
+    from aip_assets.findings import run_findings
+    from aip_assets.report import build
+
+    _, text, _ = report
+    metrics = list(METRICS)
+    found = run_findings(RUN, metrics, warehouse)
+    assert found  # a run with findings: the test tells them apart
+    reads: list[tuple] = []
+    monkeypatch.setattr(build, "run_findings", lambda *a, **k: reads.append(a) or run_findings(*a, **k))
+    stamp = lambda t: re.sub(r"Generated [0-9-]+ [0-9:]+ UTC", "Generated", t)  # noqa: E731
+    given = build_report(RUN, warehouse, findings=(frozenset(metrics), found))
+    assert reads == [] and stamp(given) == stamp(text)
+    other = build_report(RUN, warehouse, findings=(frozenset(metrics[:1]), []))
+    assert len(reads) == 1 and stamp(other) == stamp(text)
+
+
 def test_reports_are_served_over_http_so_links_from_the_ui_open(warehouse, report):
     """`aip-eval report --serve` serves the reports folder on loopback: the report's URL (the one
     the Dagster metadata links) answers with the file; nothing outside the folder is served."""

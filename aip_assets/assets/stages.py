@@ -140,9 +140,10 @@ def score_metadata(
     ]
     from ..findings import findings_markdown, run_findings
 
+    found = run_findings(run_id, [metric])  # the report takes them too (its metrics the same: a run of one)
     out: dict[str, Any] = {
         "headline": MetadataValue.md("\n".join(lines)),
-        "findings": MetadataValue.md(findings_markdown([f.to_dict() for f in run_findings(run_id, [metric])])),
+        "findings": MetadataValue.md(findings_markdown([f.to_dict() for f in found])),
         "metric": MetadataValue.text(metric),
         f"{short} score": _num(score),
         f"{short} ci_low": _num(lo),
@@ -155,7 +156,7 @@ def score_metadata(
     }
     from ..report import default_out, report_url, write_report
 
-    report = write_report(run_id) if write else default_out(run_id).resolve()
+    report = write_report(run_id, findings=(frozenset([metric]), found)) if write else default_out(run_id).resolve()
     out["report"] = MetadataValue.path(str(report))
     out["report_url"] = MetadataValue.url(report_url(report))  # opens while `aip-eval report --serve` runs
     out["report_how"] = MetadataValue.text(

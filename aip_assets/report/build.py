@@ -14,6 +14,7 @@ from .. import __version__
 from .. import warehouse as wh
 from ..errors import AipError
 from ..findings import run_findings
+from ..metrics.words import Finding
 from ..warehouse import lake
 from . import history, queries, viewer
 from .queries import _Reader, _warehouse_path
@@ -21,10 +22,20 @@ from .sections import _findings, _header, _metric_section, _overview, cost
 from .templating import render, static
 from .values import _json
 
+# a run's findings already computed for a set of metrics: (those metrics, their findings, ranked)
+Findings = tuple[frozenset[str], list[Finding]]
 
-def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: int = viewer.ROWS_PER_METRIC) -> str:
+
+def build_report(
+    run_id: str,
+    path: str | Path | None = None,
+    rows_per_metric: int = viewer.ROWS_PER_METRIC,
+    findings: Findings | None = None,
+) -> str:
     """The report for ``run_id`` as one self-contained HTML document; the sample viewer embeds at most
-    ``rows_per_metric`` rows of each metric (the lowest scores first)."""
+    ``rows_per_metric`` rows of each metric (the lowest scores first). ``findings``: the run's
+    findings of a set of metrics, computed a moment before from the same warehouse (the
+    aggregation's, for its metadata): the report takes them when its metrics are that set."""
     db = _warehouse_path(path)
     if not wh.exists(db):
         raise AipError(f"{db}: no warehouse yet; run `aip-eval run <spec>` first")
@@ -34,12 +45,12 @@ def build_report(run_id: str, path: str | Path | None = None, rows_per_metric: i
     # 590 MB at the lean cap, as fast)
     def build(config: dict[str, Any] | None) -> str:
         with wh.session(db, read_only=True, config=config):
-            return _build_report(run_id, db, rows_per_metric)
+            return _build_report(run_id, db, rows_per_metric, findings)
 
     return wh.lean_first(build)
 
 
-def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
+def _build_report(run_id: str, db: Path, rows_per_metric: int, known: Findings | None = None) -> str:
     rd = _Reader(run_id, db)
     run = queries.run_record(rd)
     spec = _json(run.get("spec")) or {}
@@ -83,7 +94,9 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
         metrics=metrics,
         missing=[m for m in configured if m not in metrics],
         overview=Markup(_overview(metrics, overall)) if metrics else None,
-        findings=Markup(_findings([f.to_dict() for f in run_findings(run_id, metrics, db)])) if metrics else None,
+        findings=Markup(_findings([f.to_dict() for f in _run_findings(run_id, metrics, db, known)]))
+        if metrics
+        else None,
         viewer=Markup(
             viewer.section(
                 viewer.read(rd.records, metrics, rows_per_metric, run_id, labels_dir=str(db.parent / "labels"))
@@ -99,6 +112,13 @@ def _build_report(run_id: str, db: Path, rows_per_metric: int) -> str:
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         version=__version__,
     )
+
+
+def _run_findings(run_id: str, metrics: list[str], db: Path, known: Findings | None) -> list[Finding]:
+    """The run's findings of ``metrics``: ``known`` when it has them (the same set), else read."""
+    if known is not None and known[0] == frozenset(metrics):
+        return known[1]
+    return run_findings(run_id, metrics, db)
 
 
 def default_out(run_id: str, path: str | Path | None = None) -> Path:
@@ -117,11 +137,13 @@ def write_report(
     out: str | Path | None = None,
     path: str | Path | None = None,
     rows_per_metric: int = viewer.ROWS_PER_METRIC,
+    findings: Findings | None = None,
 ) -> Path:
     """Write the report (default ``<warehouse dir>/reports/<run_id>.html``) and return its path. In
     a lake it is also kept in the lake's ``reports`` table under its file name (the report
-    server's URL), replacing the one before, so every host's report server has it."""
-    text = build_report(run_id, path, rows_per_metric)
+    server's URL), replacing the one before, so every host's report server has it. ``findings``:
+    as :func:`build_report`."""
+    text = build_report(run_id, path, rows_per_metric, findings)
     target = Path(out) if out else default_out(run_id, path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
