@@ -79,8 +79,8 @@ def _slug(s: str) -> str:
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """The rows of ``df`` as plain Python (:func:`_v` of what ``df.to_dict("records")`` gives),
-    converted a column at a time: a numeric or boolean column through ``tolist`` (the same Python
-    scalars), any other column value by value as ``to_dict`` boxes it. A fifth of a report's
+    converted a column at a time: a numeric, boolean or text column through ``tolist`` (the same
+    Python scalars), any other through ``Series.tolist`` and :func:`_v`. A fifth of a report's
     time went to converting value by value."""
     cols = df.columns.tolist()
     if len(set(cols)) != len(cols):  # to_dict's own way with duplicate names (the last one kept)
@@ -89,27 +89,15 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _column(s: pd.Series) -> list[Any]:
-    """One column's values as :func:`_records` gives them."""
+    """One column's values as :func:`_records` gives them (public pandas only)."""
     dtype = s.dtype
     if isinstance(dtype, np.dtype) and dtype.kind in "biuf":  # numpy numbers: Python scalars, NaN -> None
         values = s.to_numpy().tolist()
         return [None if v != v else v for v in values] if dtype.kind == "f" else values
-    values = s.array
-    if isinstance(dtype, pd.StringDtype) and hasattr(values, "__arrow_array__"):  # text: str, missing -> None
-        return values.__arrow_array__().to_pylist()
-    # nullable numbers and flags: Python scalars, masked (or NaN) -> None
-    if isinstance(values, BooleanArray | IntegerArray | FloatingArray):
-        data, mask = values._data.tolist(), values._mask.tolist()
-        return [None if m or d != d else d for d, m in zip(data, mask, strict=True)]
-    # any other column: to_dict boxes each value (maybe_box_native), then _v
-    return [_v(_box(v)) for v in s]
-
-
-def _box(x: Any) -> Any:
-    """pandas' ``maybe_box_native``: what ``to_dict`` does to an object or extension column's value."""
-    from pandas.core.dtypes.cast import maybe_box_native
-
-    return maybe_box_native(x)
+    if isinstance(s.array, BooleanArray | IntegerArray | FloatingArray) or isinstance(dtype, pd.StringDtype):
+        # nullable numbers, flags and text: Python scalars and str, missing (or NaN) -> None
+        return [None if v != v else v for v in s.array.to_numpy(dtype=object, na_value=None).tolist()]
+    return [_v(v) for v in s.tolist()]  # any other column: Python or pandas scalars, then _v
 
 
 def _json(s: Any) -> Any:
