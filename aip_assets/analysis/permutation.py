@@ -57,10 +57,14 @@ def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray
     The swap partners are drawn first, column by column for all ``k`` draws (the generator's
     numbers in the order they have always been drawn), then the swaps are done for a block of
     draws at a time, each block's table small enough to stay in the processor's cache: the same
-    permutations as swapping all draws at once, about four times faster for 9,999 draws."""
+    permutations as swapping all draws at once, about four times faster for 9,999 draws. The
+    block's tables are one flat array and every swap's cells flat indices into it (a gather and
+    a scatter of one index array each, not a row-and-column index pair): half the time again."""
     n = len(codes)
+    if n == 0:
+        return np.empty((k, 0), dtype=np.int64)
     cnt = np.bincount(codes)
-    width = int(cnt.max()) if len(cnt) else 0
+    width = int(cnt.max())
     order = np.argsort(codes, kind="stable")  # positions grouped by stratum
     start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     slot = np.arange(n) - start[codes[order]]  # each position's place within its stratum
@@ -73,22 +77,29 @@ def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray
         live = np.nonzero(cnt > j)[0]
         if not len(live):
             continue
-        other = (rng.random((k, len(live))) * (j + 1)).astype(np.int64)
-        steps.append((live * width + j, live * width, other))  # cells of the flattened table
-    valid = np.nonzero(table.reshape(-1) >= 0)[0]
-    flat = table.reshape(-1).astype(np.int32 if n < 2**31 else np.int64)
+        other = rng.random((k, len(live)))
+        other *= j + 1
+        there = other.astype(np.int64)  # the partner's column, then its cell of the flattened table
+        there += live * width
+        steps.append((live * width + j, there))
+    flat = table.reshape(-1)
+    valid = np.nonzero(flat >= 0)[0]
+    cell_of = np.empty(n, dtype=np.int64)
+    cell_of[flat[valid]] = valid  # the cell each position's unit starts in
+    units = flat.astype(np.int32 if n < 2**31 else np.int64)
     out = np.empty((k, n), dtype=np.int64)
-    block = max(1, SWAP_CELLS // max(1, cells))
+    block = max(1, SWAP_CELLS // cells)
     for b0 in range(0, k, block):
         b1 = min(k, b0 + block)
-        drawn = np.broadcast_to(flat, (b1 - b0, cells)).copy()
-        rows = np.arange(b1 - b0)[:, None]
-        for here_cells, first_cells, other in steps:
-            there = first_cells[None, :] + other[b0:b1]
-            here = drawn[:, here_cells].copy()
-            drawn[:, here_cells] = drawn[rows, there]
-            drawn[rows, there] = here
-        out[b0:b1, flat[valid]] = drawn[:, valid]  # position table[s, j] receives the unit drawn into that slot
+        drawn = np.tile(units, b1 - b0)  # the block's tables, one after another
+        base = np.arange(0, (b1 - b0) * cells, cells, dtype=np.int64)[:, None]
+        for here_cells, there in steps:
+            here = base + here_cells
+            th = there[b0:b1] + base
+            kept = drawn[here]
+            drawn[here] = drawn[th]
+            drawn[th] = kept
+        out[b0:b1] = drawn.reshape(b1 - b0, cells)[:, cell_of]  # position i receives the unit drawn into its cell
     return out
 
 
