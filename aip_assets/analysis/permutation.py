@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,6 +50,14 @@ def _codes(strata) -> np.ndarray:
 
 
 def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:
+    """``k`` within-stratum permutations of positions (k x n), ``_shuffle_blocks`` put together."""
+    out = np.empty((k, len(codes)), dtype=np.int64)
+    for b0, b1, drawn in _shuffle_blocks(codes, rng, k):
+        out[b0:b1] = drawn
+    return out
+
+
+def _shuffle_blocks(codes: np.ndarray, rng: np.random.Generator, k: int) -> Iterator[tuple[int, int, np.ndarray]]:
     """``k`` within-stratum permutations of positions (k x n): row b, position i holds the unit
     whose value lands on i. Each stratum's positions sit in a row of a padded table, shuffled by
     Fisher and Yates's swaps run on every draw and stratum at once (one pass per column of the
@@ -59,10 +68,14 @@ def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray
     draws at a time, each block's table small enough to stay in the processor's cache: the same
     permutations as swapping all draws at once, about four times faster for 9,999 draws. The
     block's tables are one flat array and every swap's cells flat indices into it (a gather and
-    a scatter of one index array each, not a row-and-column index pair): half the time again."""
+    a scatter of one index array each, not a row-and-column index pair): half the time again.
+    Yields each block's draws ``b0:b1`` (rows b0 to b1 of the k x n permutations) while it is in
+    cache: the tests take what they need of it there (the shuffled values, not the positions)."""
     n = len(codes)
     if n == 0:
-        return np.empty((k, 0), dtype=np.int64)
+        if k:
+            yield 0, k, np.empty((k, 0), dtype=np.int64)
+        return
     cnt = np.bincount(codes)
     width = int(cnt.max())
     order = np.argsort(codes, kind="stable")  # positions grouped by stratum
@@ -87,7 +100,6 @@ def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray
     cell_of = np.empty(n, dtype=np.int64)
     cell_of[flat[valid]] = valid  # the cell each position's unit starts in
     units = flat.astype(np.int32 if n < 2**31 else np.int64)
-    out = np.empty((k, n), dtype=np.int64)
     block = max(1, SWAP_CELLS // cells)
     for b0 in range(0, k, block):
         b1 = min(k, b0 + block)
@@ -99,8 +111,7 @@ def _shuffles(codes: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray
             kept = drawn[here]
             drawn[here] = drawn[th]
             drawn[th] = kept
-        out[b0:b1] = drawn.reshape(b1 - b0, cells)[:, cell_of]  # position i receives the unit drawn into its cell
-    return out
+        yield b0, b1, drawn.reshape(b1 - b0, cells)[:, cell_of]  # position i receives the unit drawn into its cell
 
 
 class Dual:
@@ -237,10 +248,15 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
     def draw(count: int) -> None:
         for start in range(0, count, chunk):
             k = min(chunk, count - start)
-            idx = _shuffles(codes, rng, k)
-            Sp = r[idx] @ X  # each group's residual sum after the shuffle
+            rp = np.empty((k, n_units))
+            kept = np.empty((k, len(names)))
+            for b0, b1, idx in _shuffle_blocks(codes, rng, k):
+                rp[b0:b1] = r[idx]
+                # positions that kept their group: whole counts, the same sums in any order or block
+                kept[b0:b1] = (codes_v[idx] == codes_v[None, :]).astype(float) @ X
+            Sp = rp @ X  # each group's residual sum after the shuffle (one product of the chunk, as ever)
             a_parts.append(Sp)
-            b_parts.append((codes_v[idx] == codes_v[None, :]).astype(float) @ X)  # positions that kept their group
+            b_parts.append(kept)
             if ok.any():
                 q_parts.append(((Sp[:, ok] ** 2) / var[ok]).sum(axis=1))
 
@@ -310,10 +326,13 @@ def excess_test(y, is_first, strata, seed: int, n_perm: int = N_PERM) -> Shift |
     def draw(count: int) -> None:
         for start in range(0, count, chunk):
             k = min(chunk, count - start)
-            xp = x[_shuffles(codes, rng, k)]  # the kinds, shuffled within strata
+            xp = np.empty((k, len(x)))
+            for b0, b1, idx in _shuffle_blocks(codes, rng, k):
+                xp[b0:b1] = x[idx]  # the kinds, shuffled within strata
+            rest = 1 - xp
             # T(delta) = mean over shuffled-first of (y - delta x) - mean over shuffled-second of (y - delta x)
-            a_parts.append((xp @ y) / n1 - ((1 - xp) @ y) / n0)
-            b_parts.append((xp @ x) / n1 - ((1 - xp) @ x) / n0)
+            a_parts.append((xp @ y) / n1 - (rest @ y) / n0)
+            b_parts.append((xp @ x) / n1 - (rest @ x) / n0)
 
     first = min(n_perm, FIRST)
     draw(first)
