@@ -185,10 +185,10 @@ class Shift(Dual):
         obs = self.d - delta
         sh = self.a - delta * self.b
         n = len(self.a)
-        ge = (1 + int(np.sum(sh >= obs - EPS))) / (n + 1)
+        ge = (1 + int(np.count_nonzero(sh >= obs - EPS))) / (n + 1)
         if sides == "greater":
             return ge
-        le = (1 + int(np.sum(sh <= obs + EPS))) / (n + 1)
+        le = (1 + int(np.count_nonzero(sh <= obs + EPS))) / (n + 1)
         if sides == "less":
             return le
         return min(1.0, 2 * min(ge, le))
@@ -263,14 +263,14 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
     def smallest_p() -> float:
         Sp = np.concatenate(a_parts)
         ps = [
-            (1 + int(np.sum(np.abs(Sp[:, j] - 0) >= abs(S[j]) - EPS))) / (len(Sp) + 1)
+            (1 + int(np.count_nonzero(np.abs(Sp[:, j] - 0) >= abs(S[j]) - EPS))) / (len(Sp) + 1)
             for j in range(len(names))
             if ok[j]
         ]
         if q_parts:
             omni = float(((S[ok] ** 2) / var[ok]).sum())
             qp = np.concatenate(q_parts)
-            ps.append((1 + int(np.sum(qp >= omni - EPS * max(1.0, omni)))) / (len(qp) + 1))
+            ps.append((1 + int(np.count_nonzero(qp >= omni - EPS * max(1.0, omni)))) / (len(qp) + 1))
         return min(ps, default=1.0)
 
     first = min(n_perm, FIRST)
@@ -303,7 +303,7 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
     elif ok.any() and q_parts:
         omni = float(((S[ok] ** 2) / var[ok]).sum())
         qp = np.concatenate(q_parts)
-        omni_p = (1 + int(np.sum(qp >= omni - EPS * max(1.0, omni)))) / (len(qp) + 1)
+        omni_p = (1 + int(np.count_nonzero(qp >= omni - EPS * max(1.0, omni)))) / (len(qp) + 1)
     return GroupTests(names, n, mean, rest_mean, shifts, omni_p, omni, n_perm, why)
 
 
@@ -318,6 +318,9 @@ def excess_test(y, is_first, strata, seed: int, n_perm: int = N_PERM) -> Shift |
         return None
     codes = _codes(strata)
     d = float(y[x == 1].mean() - y[x == 0].mean())
+    binary = bool(np.isin(x, (0.0, 1.0)).all())
+    ones = np.nonzero(x == 1)[0]
+    n_ones = float(len(ones))
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_perm, CELL_BUDGET // max(1, len(y))))
     a_parts: list[np.ndarray] = []
@@ -327,17 +330,23 @@ def excess_test(y, is_first, strata, seed: int, n_perm: int = N_PERM) -> Shift |
         for start in range(0, count, chunk):
             k = min(chunk, count - start)
             xp = np.empty((k, len(x)))
+            first = np.empty(k)  # per draw, the first kind's units that stayed where the first kind is
             for b0, b1, idx in _shuffle_blocks(codes, rng, k):
                 xp[b0:b1] = x[idx]  # the kinds, shuffled within strata
+                if binary:
+                    first[b0:b1] = xp[b0:b1, ones].sum(axis=1)
             rest = 1 - xp
             # T(delta) = mean over shuffled-first of (y - delta x) - mean over shuffled-second of (y - delta x)
             a_parts.append((xp @ y) / n1 - (rest @ y) / n0)
-            b_parts.append((xp @ x) / n1 - (rest @ x) / n0)
+            if binary:  # x's products with the shuffled kinds are whole counts: these very values
+                b_parts.append(first / n1 - (n_ones - first) / n0)
+            else:
+                b_parts.append((xp @ x) / n1 - (rest @ x) / n0)
 
     first = min(n_perm, FIRST)
     draw(first)
     a = np.concatenate(a_parts)
-    if n_perm > first and (1 + int(np.sum(a >= d - EPS))) / (len(a) + 1) <= EXTEND_BELOW:
+    if n_perm > first and (1 + int(np.count_nonzero(a >= d - EPS))) / (len(a) + 1) <= EXTEND_BELOW:
         draw(n_perm - first)  # sequential: precision where a claim may rest
     a, b = np.concatenate(a_parts), np.concatenate(b_parts)
     return Shift(d, a, b, float(np.std(a)) or 1.0 / max(1.0, min(n1, n0)))
