@@ -44,8 +44,17 @@ def seed_of(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
 
 
+def str_array(values) -> np.ndarray:
+    """Each value's ``str``, as one array (what the codes sort): a pandas column of strings without a
+    missing value converted at once (the very strings), anything else one value at a time."""
+    dtype = getattr(values, "dtype", None)
+    if len(values) and str(dtype) in ("str", "string") and not values.isna().any():
+        return values.to_numpy(dtype=str)
+    return np.asarray([str(s) for s in values])
+
+
 def _codes(strata) -> np.ndarray:
-    _, inv = np.unique(np.asarray([str(s) for s in strata]), return_inverse=True)
+    _, inv = np.unique(str_array(strata), return_inverse=True)
     return inv.ravel()
 
 
@@ -220,7 +229,7 @@ def group_tests(y, groups, strata, seed: int, n_perm: int = N_PERM) -> GroupTest
     exact permutation variance). A group without a stratum shared with another group cannot be
     compared (``why``)."""
     y = np.asarray(y, dtype=float)
-    labels = np.asarray([str(g) for g in groups])
+    labels = str_array(groups)
     codes = _codes(strata)
     names = sorted(set(labels.tolist()))
     n_units = len(y)
