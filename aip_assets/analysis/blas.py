@@ -3,9 +3,10 @@ of draws by a few hundred units), and OpenBLAS's threads cost more than they gai
 busy cores a product of 9,000 x 249 by 249 x 4 took 5 times the CPU and wall time on two threads
 as on one; the aggregation of a 32-row decision flip run spent half its CPU in them.
 
-OpenBLAS splits a product's rows and columns between its threads, never the sum of one cell, so
-the number of threads changes no figure (the demo's every table was checked equal to the digit).
-Without OpenBLAS (another BLAS, or none found) nothing changes.
+OpenBLAS splits a product's rows and columns between its threads, not the sum of one cell: the
+figures were the same to the digit on one thread as on two (the demo's every metric, every table
+and ``--json``), and on one they no longer depend on how many cores the machine has. Without
+OpenBLAS (another BLAS, or none found) nothing changes.
 """
 
 from __future__ import annotations
