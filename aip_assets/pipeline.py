@@ -441,20 +441,25 @@ def _run_stage(
 def finished_aggregate(plugin: Metric, ctx: StageContext) -> Iterator[dict[str, list[dict]]]:
     """A metric's ``aggregate`` with the gate applied to its run score, and the judges' checks
     added (the audit judge, position bias, a panel's agreement, people's labels): one engine for
-    every metric, applied here so that no metric calls it."""
+    every metric, applied here so that no metric calls it. BLAS on one thread meanwhile
+    (``analysis.blas``: the analysis's products are small; the same figures, half the CPU)."""
+    from .analysis import blas
     from .gate import finish_scores
     from .human_labels import human_scores
     from .judge_audit import audit_scores, position_scores
     from .judge_panel import panel_scores
 
-    for tables in plugin.aggregate(ctx):
-        if "metric_scores" in tables:
-            judges = (
-                audit_scores(ctx, ctx.config) + position_scores(ctx, ctx.config, plugin) + panel_scores(ctx, ctx.config)
-            )
-            judges += human_scores(ctx, plugin)  # people's labels (aip-eval label import), kept on re-aggregation
-            tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
-        yield tables
+    with blas.one_thread():
+        for tables in plugin.aggregate(ctx):
+            if "metric_scores" in tables:
+                judges = (
+                    audit_scores(ctx, ctx.config)
+                    + position_scores(ctx, ctx.config, plugin)
+                    + panel_scores(ctx, ctx.config)
+                )
+                judges += human_scores(ctx, plugin)  # people's labels (aip-eval label import), kept on re-aggregation
+                tables = {**tables, "metric_scores": finish_scores(ctx, tables["metric_scores"]) + judges}
+            yield tables
 
 
 def with_panel(summary: dict[str, Any], scores: pd.DataFrame) -> dict[str, Any]:

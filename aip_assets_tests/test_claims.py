@@ -4,6 +4,7 @@ benchmark, benchmarks/bench_claims.py, runs the whole pipeline hundreds of times
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from statistics import NormalDist
@@ -219,6 +220,78 @@ def test_shuffles_in_blocks_of_draws_are_the_shuffles_drawn_at_once(monkeypatch,
         assert np.array_equal(got, want)
         assert (np.sort(got, axis=1) == np.arange(len(codes))).all()  # each draw a permutation
         assert (codes[got] == codes[None, :]).all()  # within strata
+
+
+def _design(seed: int, n_q: int = 32):
+    """Units in questions of uneven size, each with a value (a-d), a 0/1 outcome and a 0/1 kind."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(3, 12, n_q)
+    q = [f"q{i}" for i, m in enumerate(sizes) for _ in range(m)]
+    v = [str(x) for x in rng.choice(list("abcd"), size=len(q))]
+    y = (rng.random(len(q)) < 0.4).astype(float)
+    kind = (rng.random(len(q)) < 0.7).astype(float)
+    return y, v, q, kind
+
+
+def test_tests_take_the_shuffles_block_by_block_to_the_same_values():
+    # the tests gather the shuffled values a block of draws at a time and count a group's kept
+    # positions (an excess test's kinds) as whole counts: the very values of the products over all
+    # the permutations at once, as first written
+    y, v, q, kind = _design(3)
+    codes = permutation._codes(q)
+    idx = permutation._shuffles(codes, np.random.default_rng(17), 999)
+    s = excess_test(y, kind, q, seed=17, n_perm=999)
+    assert s is not None
+    xp = kind[idx]
+    n1, n0 = kind.sum(), (1 - kind).sum()
+    assert np.array_equal(s.a, (xp @ y) / n1 - ((1 - xp) @ y) / n0)
+    assert np.array_equal(s.b, (xp @ kind) / n1 - ((1 - xp) @ kind) / n0)
+    gt = group_tests(y, v, q, seed=17, n_perm=999)
+    labels = np.asarray(v)
+    X = np.stack([labels == g for g in gt.groups], axis=1).astype(float)
+    cnt = np.bincount(codes)
+    r = y - (np.bincount(codes, y) / cnt)[codes]
+    nqv = np.stack([np.bincount(codes, X[:, j], minlength=len(cnt)) for j in range(len(gt.groups))], axis=1)
+    c = X.sum(axis=0) - (nqv**2 / cnt[:, None]).sum(axis=0)
+    kept = (np.searchsorted(gt.groups, labels)[idx] == np.searchsorted(gt.groups, labels)[None, :]).astype(float) @ X
+    for j, g in enumerate(gt.groups):
+        sh = gt.shifts[g]
+        assert sh is not None
+        assert np.array_equal(sh.a, (r[idx] @ X)[:, j] / c[j])
+        assert np.array_equal(sh.b, (kept[:, j] - (nqv**2 / cnt[:, None]).sum(axis=0)[j]) / c[j])
+
+
+def test_a_string_column_and_a_list_give_the_same_tests():
+    y, v, q, kind = _design(5)
+    as_list = group_tests(y, v, q, seed=2, n_perm=999)
+    as_column = group_tests(y, pd.Series(v, dtype="str"), pd.Series(q, dtype="str"), seed=2, n_perm=999)
+    assert as_list.groups == as_column.groups and as_list.omnibus_p == as_column.omnibus_p
+    for g in as_list.groups:
+        assert np.array_equal(as_list.shifts[g].a, as_column.shifts[g].a)
+    assert list(permutation.str_array(pd.Series(["b", None, "a"], dtype="str"))) == ["b", "nan", "a"]  # a gap: str()
+
+
+def test_one_blas_thread_changes_no_figure_and_is_restored():
+    from aip_assets.analysis import blas
+
+    y, v, q, kind = _design(7, n_q=40)  # about 300 units: products big enough for OpenBLAS to use its threads
+    controls = blas._controls()
+    before = controls[0]() if controls else None
+    runs = []
+    for one in (False, True):
+        with blas.one_thread() if one else contextlib.nullcontext():
+            if one and controls:
+                with blas.one_thread():  # nested: still one, and the outer block keeps it
+                    assert controls[0]() == 1
+                assert controls[0]() == 1
+            s = excess_test(y, kind, q, seed=4, n_perm=9999)
+            gt = group_tests(y, v, q, seed=4, n_perm=9999)
+        runs.append((s, gt))
+    assert controls is None or controls[0]() == before
+    (s0, g0), (s1, g1) = runs
+    assert np.array_equal(s0.a, s1.a) and np.array_equal(s0.b, s1.b)
+    for g in g0.groups:
+        assert np.array_equal(g0.shifts[g].a, g1.shifts[g].a) and np.array_equal(g0.shifts[g].b, g1.shifts[g].b)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .claims import Claim
-from .permutation import N_PERM, excess_test, group_tests, seed_of
+from .permutation import N_PERM, excess_test, group_tests, seed_of, str_array
 from .regression import N_BOOT, StraddleModel
 
 HOMOGENEITY_ALPHA = 0.05  # null pairs are compared per axis only when their rates differ at this level
@@ -65,7 +65,7 @@ def mantel_haenszel(y, x, strata) -> float | None:
     against the rest of its axis within questions): 0 when the value is never favourable where the
     rest is; None when it has no finite value (the rest never favourable where the value is)."""
     y, x = np.asarray(y, float), np.asarray(x, float)
-    _, s = np.unique(np.asarray([str(v) for v in strata]), return_inverse=True)
+    _, s = np.unique(str_array(strata), return_inverse=True)
     s = s.ravel()
     n = np.bincount(s).astype(float)
     cell = lambda xv, yv: np.bincount(s, ((x == xv) & (y == yv)).astype(float), minlength=len(n))  # noqa: E731
@@ -425,14 +425,14 @@ def impact_ratios(answers: pd.DataFrame, seed: int, n_boot: int = 2000) -> dict[
                 if len(col) and ir is not None
                 else (None, None)
             )
-            raw = a.loc[a["value"].astype(str) == v, "favourable"]
+            raw = y[vcodes == j]  # its answers, in order: the sum over the count, as pandas took their mean
             out[f"{axis}={v}"] = {
                 "axis": axis,
                 "value": v,
                 "impact_ratio": ir,
                 "ci95": [lo, hi],
                 "rate": float(rates[j]),
-                "raw_rate": float(raw.mean()),
+                "raw_rate": float(raw.sum() / len(raw)),
                 "highest": best,
                 "highest_rate": top,
                 "answers": int(len(raw)),

@@ -289,7 +289,13 @@ class StageContext:
         return execution_timeout(self.metric)
 
     def rows(self, ids: list[str] | None = None) -> list[DatasetRow]:
-        df = self.read("dataset_rows", ids)
+        key = None if ids is None else tuple(ids)
+        last = getattr(self, "_rows_read", None)  # the last batch's rows, read once (an aggregation asks twice)
+        if last is not None and last[0] == key:
+            df = last[1]
+        else:
+            df = self.read("dataset_rows", ids)
+            self._rows_read = (key, df)
         return [DatasetRow.from_record(r) for r in df.sort_values("row_index").to_dict("records")]
 
 

@@ -84,7 +84,26 @@ def rate_rows(
     additive model's prediction and the interaction (its claim's, for a combination named)."""
     rows: list[dict] = []
     cells = cells or {}
-    for (axis, value), g in answers.groupby(["axis", "value"], sort=True):
+    # each value's counts in one pass (whole counts: the sums of 0/1 columns, as summed one group at a time)
+    counts = (
+        answers.assign(
+            _none=answers["state"] == "none",
+            _empty=answers["state"] == "empty",
+            _fav=answers["favourable"].notna(),
+        )
+        .groupby(["axis", "value"], sort=True)
+        .agg(
+            nr=("no_decision", "size"),
+            kr=("no_decision", "sum"),
+            none=("_none", "sum"),
+            empty=("_empty", "sum"),
+            n=("_fav", "sum"),
+            k=("favourable", "sum"),
+        )
+    )
+    for (axis, value), c_nr, c_kr, c_none, c_empty, c_n, c_k in zip(
+        counts.index, counts["nr"], counts["kr"], counts["none"], counts["empty"], counts["n"], counts["k"]
+    ):
         key = f"{axis}={value}"
         axes, form = parse_axis(str(axis))
         shape: dict[str, Any] = {"persona_form": form, "attributes": axes[0] if len(axes) == 1 else list(axes)}
@@ -98,8 +117,7 @@ def rate_rows(
                 interaction_named=fig.get("named"),
                 interaction_status=ic.status if ic is not None else None,
             )
-        read = g
-        nr, kr = len(read), int(read["no_decision"].sum())
+        nr, kr = int(c_nr), int(c_kr)
         lo, hi = wilson(kr, nr)
         rows.append(
             {
@@ -116,8 +134,8 @@ def rate_rows(
                     {
                         "axis": axis,
                         "value": value,
-                        "no_decision": int((read["state"] == "none").sum()),
-                        "empty": int((read["state"] == "empty").sum()),
+                        "no_decision": int(c_none),
+                        "empty": int(c_empty),
                         "claim": f"refusal:{key}",
                         "status": by_id[f"refusal:{key}"].status if f"refusal:{key}" in by_id else None,
                         **shape,
@@ -125,10 +143,9 @@ def rate_rows(
                 ),
             }
         )
-        dec = g.dropna(subset=["favourable"])
-        if not len(dec):
+        if not c_n:
             continue
-        k, n = int(dec["favourable"].sum()), len(dec)
+        k, n = int(c_k), int(c_n)
         lo, hi = wilson(k, n)
         c = by_id.get(f"favoured:{key}")
         ir = impacts.get(key, {})
