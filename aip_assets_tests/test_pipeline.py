@@ -108,6 +108,8 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
     rid = "kill"
     if shared:  # the warehouse a DuckLake, the journal in its Postgres database
         db_url = request.getfixturevalue("lake")
+        # the killed worker's lease ends after 3 s, not the default 30, when the resume takes it over
+        monkeypatch.setenv("AIP_LEASE_SECONDS", "3")
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     url, server = builtin_http(FLIP, latency_ms=5)
     spec = make_spec(
