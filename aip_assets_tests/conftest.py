@@ -208,6 +208,17 @@ def run_all(spec, run_id: str = "run-1", stages=pipeline.STAGES, metric: str = "
     return run_id
 
 
+def run_in_worker(args: tuple[str, str, str]) -> str:
+    """``run_all`` in a worker process of a pool: (the warehouse, the spec's file, the run id); the
+    run id. Here, not in the test's module, so that a spawned worker imports only what a run needs."""
+    warehouse, spec_path, run_id = args
+    os.environ["AIP_WAREHOUSE"] = warehouse
+    from aip_assets.runspec import load_spec
+
+    run_all(load_spec(spec_path), run_id)
+    return run_id
+
+
 def crash_sampling_after(monkeypatch, run_id: str, n: int, metric: str = "llm.decision_flip") -> None:
     """Run the sampling stage of ``run_id`` and crash it (a RuntimeError out of the model client)
     once it has recorded ``n`` calls; the client is itself again afterwards."""

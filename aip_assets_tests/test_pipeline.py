@@ -19,7 +19,7 @@ from aip_assets.warehouse import connection as whc
 from aip_assets.warehouse import linger as wh_linger
 from aip_assets.warehouse import opening as wh_opening
 
-from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
+from .conftest import crash_sampling_after, make_spec, run_all, run_in_worker, table, write_dataset
 
 RESOURCES = {"warehouse": Warehouse()}  # what Definitions binds; the stages declare it
 
@@ -543,18 +543,6 @@ def test_new_run_calls_afresh_unless_it_reuses_an_earlier_run(tmp_path, builtin_
     _assert_same(_stable("night-1"), _stable("rejudge"))
 
 
-def _run_partition(args):
-    import os
-
-    warehouse, spec_path, run_id = args
-    os.environ["AIP_WAREHOUSE"] = warehouse
-    from aip_assets.runspec import load_spec
-    from aip_assets_tests.conftest import run_all as run
-
-    run(load_spec(spec_path), run_id)
-    return run_id
-
-
 def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path):
     """Several processes materialise partitions at once; none fails on DuckDB's single-writer lock."""
     import multiprocessing
@@ -565,7 +553,7 @@ def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path)
     spec.write_text(json.dumps({"name": "p", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}}))
     ids = [f"par-{i}" for i in range(4)]
     with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = list(pool.map(_run_partition, [(str(wh.default_path()), str(spec), i) for i in ids]))
+        done = list(pool.map(run_in_worker, [(str(wh.default_path()), str(spec), i) for i in ids]))
     assert done == ids
     # the workers run with the real default baseline_share (0.25): the persona pairs' verdicts, and as many null ones
     counts = wh.query(
