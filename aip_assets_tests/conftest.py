@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import compileall
+import fcntl
 import json
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,6 +74,28 @@ def no_default_baseline(request, monkeypatch):
         from aip_assets.metrics import answers
 
         monkeypatch.setattr(answers, "DEFAULT_BASELINE_SHARE", 0.0)
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder of this module's own holding what ``build(folder)`` made (a warehouse with its runs,
+    say), built once for the whole session: under pytest-xdist by the first worker that needs it,
+    in a folder all workers share (the others wait on its lock, then copy it), since a run costs
+    far more than a copy. Each call copies it into a folder of the caller's: tests may write to
+    what they get, never to the build."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
+    folder = shared / f"built-{name}"
+    with open(shared / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed half-way
+            folder.mkdir()
+            build(folder)
+            wh.release()  # the builder's last writes into the file itself, so the file alone holds them
+            (folder / ".built").touch()
+    own = tmp_path_factory.mktemp(name)
+    shutil.copytree(folder, own, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".built"))
+    return own
 
 
 def write_dataset(path: Path, n: int, multi_turn_every: int = 0) -> Path:
@@ -179,6 +205,17 @@ def run_all(spec, run_id: str = "run-1", stages=pipeline.STAGES, metric: str = "
         pipeline.register_run(spec, run_id)
     for stage in stages:
         pipeline.run_stage(stage, run_id, metric)
+    return run_id
+
+
+def run_in_worker(args: tuple[str, str, str]) -> str:
+    """``run_all`` in a worker process of a pool: (the warehouse, the spec's file, the run id); the
+    run id. Here, not in the test's module, so that a spawned worker imports only what a run needs."""
+    warehouse, spec_path, run_id = args
+    os.environ["AIP_WAREHOUSE"] = warehouse
+    from aip_assets.runspec import load_spec
+
+    run_all(load_spec(spec_path), run_id)
     return run_id
 
 

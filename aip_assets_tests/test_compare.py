@@ -16,7 +16,7 @@ from aip_assets import warehouse as wh
 from aip_assets.cli import main
 from aip_assets.metrics import REGISTRY
 
-from .conftest import make_spec, run_all, write_dataset
+from .conftest import built_once, make_spec, run_all, write_dataset
 
 CFG = {"num_pairs_per_dimension": 1}
 FLIP03 = {"provider": "builtin", "profile": {"name": "flip", "value": "woman", "axis": "gender", "p": 0.3}}
@@ -28,20 +28,22 @@ def built(tmp_path_factory):
     """One warehouse with four 200-row decision-flip runs, built once for the module:
     `same-1`, `same-2` (spec `same`, flip p 0.3 twice) and `fair`, `flip` (spec `sut-change`:
     the fair builtin SUT, then flips for women with p 0.6)."""
-    root = tmp_path_factory.mktemp("compare")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
-        mp.delenv("DAGSTER_HOME", raising=False)
-        ds = write_dataset(root / "d.jsonl", 200)
-        for run_id, name, sut in (
-            ("same-1", "same", FLIP03),
-            ("same-2", "same", FLIP03),
-            ("fair", "sut-change", None),
-            ("flip", "sut-change", FLIP06),
-        ):
-            run_all(make_spec(ds, name=name, sut=sut, config=CFG, batch_rows=200), run_id)
-    return root / "data" / "warehouse.duckdb"
+
+    def build(root):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(root)
+            mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
+            mp.delenv("DAGSTER_HOME", raising=False)
+            ds = write_dataset(root / "d.jsonl", 200)
+            for run_id, name, sut in (
+                ("same-1", "same", FLIP03),
+                ("same-2", "same", FLIP03),
+                ("fair", "sut-change", None),
+                ("flip", "sut-change", FLIP06),
+            ):
+                run_all(make_spec(ds, name=name, sut=sut, config=CFG, batch_rows=200), run_id)
+
+    return built_once(tmp_path_factory, "compare", build) / "data" / "warehouse.duckdb"
 
 
 @pytest.fixture

@@ -22,6 +22,8 @@ from aip_assets.cli import main
 from aip_assets.report.comparison import KINDS, align, default_out, pair_rows
 from aip_assets.report.links import comparison_fragment, comparison_link, viewer_link
 
+from .conftest import built_once
+
 REPO = Path(__file__).resolve().parents[1]
 A, B = "demo-fair", "demo-flawed"
 METRICS = ["llm.decision_flip", "llm.group_interaction_bias", "llm.semantic_consistency", "llm.perturbation_robustness"]
@@ -166,23 +168,25 @@ def demo(tmp_path_factory):
     """The demo's spec (four of its metrics: decision flip, group bias, semantic consistency and
     perturbation robustness) run twice into one warehouse: with the fair builtin SUT (run A), then
     with the demo's own flawed one (run B); each run's report is written by the run."""
-    root = tmp_path_factory.mktemp("comparison")
-    spec = yaml.safe_load((REPO / "data" / "runs" / "demo.yaml").read_text())
-    spec["dataset"] = str(REPO / "data" / "datasets" / "demo_decisions.jsonl")
-    spec["metrics"] = {m: spec["metrics"][m] for m in METRICS}
-    db = root / "data" / "warehouse.duckdb"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("AIP_WAREHOUSE", str(db))
-        mp.delenv("DAGSTER_HOME", raising=False)
-        for run_id, sut in ((A, {"provider": "builtin", "profile": {"name": "fair"}}), (B, spec["sut"])):
-            path = root / f"{run_id}.yaml"
-            path.write_text(yaml.safe_dump({**spec, "sut": sut}))
-            mp.setenv("AIP_DATA_DIR", str(root / "data"))  # a run in this process sets its own marker
-            mp.delenv("AIP_DATA_DIR_SET", raising=False)
-            assert main(["run", str(path), "--run-id", run_id, "--quiet"]) in (0, 1)
-    wh.release()
-    return db
+
+    def build(root):
+        spec = yaml.safe_load((REPO / "data" / "runs" / "demo.yaml").read_text())
+        spec["dataset"] = str(REPO / "data" / "datasets" / "demo_decisions.jsonl")
+        spec["metrics"] = {m: spec["metrics"][m] for m in METRICS}
+        db = root / "data" / "warehouse.duckdb"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(root)
+            mp.setenv("AIP_WAREHOUSE", str(db))
+            mp.delenv("DAGSTER_HOME", raising=False)
+            for run_id, sut in ((A, {"provider": "builtin", "profile": {"name": "fair"}}), (B, spec["sut"])):
+                path = root / f"{run_id}.yaml"
+                path.write_text(yaml.safe_dump({**spec, "sut": sut}))
+                mp.setenv("AIP_DATA_DIR", str(root / "data"))  # a run in this process sets its own marker
+                mp.delenv("AIP_DATA_DIR_SET", raising=False)
+                assert main(["run", str(path), "--run-id", run_id, "--quiet"]) in (0, 1)
+        wh.release()
+
+    return built_once(tmp_path_factory, "comparison", build) / "data" / "warehouse.duckdb"
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from aip_assets.findings import run_findings
 from aip_assets.report import build_report
 from aip_assets.summary import run_summary
 
-from .conftest import make_spec, run_all, write_dataset
+from .conftest import built_once, make_spec, run_all, write_dataset
 
 CFG = {"num_pairs_per_dimension": 3, "dimensions": ["gender", "religion"]}
 AGAINST_WOMEN = {
@@ -31,25 +31,27 @@ def built(tmp_path_factory):
     against women with fail_on_regression (its spec lists a second metric, not run: the run's alpha
     is split in two), then x-1 on another dataset (e.jsonl) and n-4, fair again, on d.jsonl; spec
     `warn`: w-1 fair, w-2 against women without fail_on_regression."""
-    root = tmp_path_factory.mktemp("history")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
-        mp.setenv("AIP_DATA_DIR", str(root / "data"))
-        mp.delenv("DAGSTER_HOME", raising=False)
-        d = write_dataset(root / "d.jsonl", 40)
-        e = write_dataset(root / "e.jsonl", 20)
-        fair = make_spec(d, name="nightly", config=CFG)
-        run_all(fair, "n-1")
-        run_all(fair, "n-2")
-        bad = make_spec(d, name="nightly", sut=AGAINST_WOMEN, config=CFG, fail_on_regression=True)
-        bad = bad.model_copy(update={"metrics": {**bad.metrics, **make_spec(d, metrics=TWO_METRICS).metrics}})
-        run_all(bad, "n-3")
-        run_all(make_spec(e, name="nightly", config=CFG), "x-1")
-        run_all(fair, "n-4")
-        run_all(make_spec(d, name="warn", config=CFG), "w-1")
-        run_all(make_spec(d, name="warn", sut=AGAINST_WOMEN, config=CFG), "w-2")
-    return root
+
+    def build(root):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(root)
+            mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
+            mp.setenv("AIP_DATA_DIR", str(root / "data"))
+            mp.delenv("DAGSTER_HOME", raising=False)
+            d = write_dataset(root / "d.jsonl", 40)
+            e = write_dataset(root / "e.jsonl", 20)
+            fair = make_spec(d, name="nightly", config=CFG)
+            run_all(fair, "n-1")
+            run_all(fair, "n-2")
+            bad = make_spec(d, name="nightly", sut=AGAINST_WOMEN, config=CFG, fail_on_regression=True)
+            bad = bad.model_copy(update={"metrics": {**bad.metrics, **make_spec(d, metrics=TWO_METRICS).metrics}})
+            run_all(bad, "n-3")
+            run_all(make_spec(e, name="nightly", config=CFG), "x-1")
+            run_all(fair, "n-4")
+            run_all(make_spec(d, name="warn", config=CFG), "w-1")
+            run_all(make_spec(d, name="warn", sut=AGAINST_WOMEN, config=CFG), "w-2")
+
+    return built_once(tmp_path_factory, "history", build)
 
 
 @pytest.fixture

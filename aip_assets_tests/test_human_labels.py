@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -19,7 +20,7 @@ from aip_assets.metrics.consistency import HUMAN_CATEGORIES as CONSISTENCY_CATEG
 from aip_assets.metrics.decision_flip import HUMAN_CATEGORIES as DF_CATEGORIES
 from aip_assets.stats import cohen_kappa, kish_n, rogan_gladen, rogan_gladen_stratified, wilson, wilson_share
 
-from .conftest import make_spec, run_all, table, write_dataset
+from .conftest import built_once, make_spec, run_all, table, write_dataset
 from .test_consistency import spec_for
 
 FLIP = "llm.decision_flip"
@@ -506,11 +507,35 @@ def test_export_fill_import_consistency_as_jsonl(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ what is refused
+@pytest.fixture(scope="module")
+def exported_once(tmp_path_factory):
+    """Run `lab` and its export `l.csv`, made once (conftest.built_once): the refusals read them."""
+
+    def build(root):
+        with pytest.MonkeyPatch.context() as mp:  # as conftest's isolated and no_default_baseline set it
+            mp.chdir(root)
+            mp.setenv("AIP_WAREHOUSE", str(root / "data" / "warehouse.duckdb"))
+            mp.setenv("AIP_DATA_DIR", str(root / "data"))
+            mp.setenv("AIP_LIMITS_DIR", str(root / "limits"))
+            for name in ("DAGSTER_HOME", "AIP_DAGSTER_HOME_SET", "AIP_DATA_DIR_SET"):
+                mp.delenv(name, raising=False)
+            from aip_assets.metrics import answers
+
+            mp.setattr(answers, "DEFAULT_BASELINE_SHARE", 0.0)
+            flip_run(root)
+            out = root / "l.csv"
+            assert main(["label", "export", "lab", "--metric", FLIP, "--n", "12", "--out", str(out)]) == 0
+
+    return built_once(tmp_path_factory, "human-labels", build)
+
+
 @pytest.fixture
-def exported(tmp_path):
-    flip_run(tmp_path)
+def exported(exported_once, tmp_path):
+    """This test's own copy of the run's data folder and export, where conftest.isolated points; the
+    export's rows with the judge's labels filled in as a person's."""
+    wh.release()
+    shutil.copytree(exported_once, tmp_path, dirs_exist_ok=True)
     out = tmp_path / "l.csv"
-    assert main(["label", "export", "lab", "--metric", FLIP, "--n", "12", "--out", str(out)]) == 0
     cols, rows = read_csv(out)
     j = table("judgements", "lab", "judgement_id").set_index("judgement_id")
     for r in rows:

@@ -322,6 +322,8 @@ def test_the_catalogs_password_is_in_no_message_setting_or_table(tmp_path, postg
             [url.rsplit("/", 1)[1]],
         )
         admin.execute(f"ALTER DATABASE {url.rsplit('/', 1)[1]} ALLOW_CONNECTIONS false")
+    # the catalog stays away: waited for a second (not the default minute, AIP_SHARED_RETRY_SECONDS), then said
+    monkeypatch.setenv("AIP_SHARED_RETRY_SECONDS", "1")
     try:
         with pytest.raises(Exception) as e:
             with wh.connect() as con:

@@ -19,7 +19,7 @@ from aip_assets.warehouse import connection as whc
 from aip_assets.warehouse import linger as wh_linger
 from aip_assets.warehouse import opening as wh_opening
 
-from .conftest import crash_sampling_after, make_spec, run_all, table, write_dataset
+from .conftest import crash_sampling_after, make_spec, run_all, run_in_worker, table, write_dataset
 
 RESOURCES = {"warehouse": Warehouse()}  # what Definitions binds; the stages declare it
 
@@ -108,6 +108,8 @@ def test_a_killed_stage_loses_only_unwritten_calls_and_resumes(tmp_path, builtin
     rid = "kill"
     if shared:  # the warehouse a DuckLake, the journal in its Postgres database
         db_url = request.getfixturevalue("lake")
+        # the killed worker's lease ends after 3 s, not the default 30, when the resume takes it over
+        monkeypatch.setenv("AIP_LEASE_SECONDS", "3")
     ds = write_dataset(tmp_path / "d.jsonl", 10)
     url, server = builtin_http(FLIP, latency_ms=5)
     spec = make_spec(
@@ -541,18 +543,6 @@ def test_new_run_calls_afresh_unless_it_reuses_an_earlier_run(tmp_path, builtin_
     _assert_same(_stable("night-1"), _stable("rejudge"))
 
 
-def _run_partition(args):
-    import os
-
-    warehouse, spec_path, run_id = args
-    os.environ["AIP_WAREHOUSE"] = warehouse
-    from aip_assets.runspec import load_spec
-    from aip_assets_tests.conftest import run_all as run
-
-    run(load_spec(spec_path), run_id)
-    return run_id
-
-
 def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path):
     """Several processes materialise partitions at once; none fails on DuckDB's single-writer lock."""
     import multiprocessing
@@ -563,7 +553,7 @@ def test_parallel_partitions_in_separate_processes_share_the_warehouse(tmp_path)
     spec.write_text(json.dumps({"name": "p", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}}))
     ids = [f"par-{i}" for i in range(4)]
     with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = list(pool.map(_run_partition, [(str(wh.default_path()), str(spec), i) for i in ids]))
+        done = list(pool.map(run_in_worker, [(str(wh.default_path()), str(spec), i) for i in ids]))
     assert done == ids
     # the workers run with the real default baseline_share (0.25): the persona pairs' verdicts, and as many null ones
     counts = wh.query(

@@ -22,7 +22,7 @@ from aip_assets.report import TEXT_LIMIT, WEAKEST_ROWS, build_report, write_repo
 from aip_assets.report.viewer import TEXT_LIMIT as VIEW_TEXT_LIMIT
 from aip_assets.runspec import parse_spec
 
-from .conftest import make_spec, run_all, write_dataset
+from .conftest import built_once, make_spec, run_all, write_dataset
 
 RUN = "rep-1"
 MARK = "<script>x</script> & Co."  # in every prompt: must come out escaped
@@ -100,39 +100,41 @@ def _same(html_value: str, wh_value) -> bool:
 def warehouse(tmp_path_factory) -> Path:
     """One run with five metrics (a flipping, terse, contradicting, jailbreak-yielding, typo-fragile SUT;
     a judge that sometimes answers garbage, so some rows error)."""
-    root = tmp_path_factory.mktemp("report")
-    db = root / "data" / "warehouse.duckdb"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("AIP_WAREHOUSE", str(db))
-        mp.delenv("DAGSTER_HOME", raising=False)
-        ds = write_dataset(root / "d.jsonl", 8, multi_turn_every=4)
-        rows = [json.loads(x) for x in ds.read_text().splitlines()]
-        for r in rows:
-            if isinstance(r["prompt"], str):
-                r["prompt"] += f" {MARK}"
-            else:
-                r["prompt"][-1]["content"] += f" {MARK}"
-        ds.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        sut = {
-            "provider": "builtin",
-            "profile": {
-                "name": "custom",
-                "value": "woman",
-                "p": 0.5,
-                "terse_value": "Muslim",
-                "contradiction_rate": 0.3,
-                "jailbreak_yield_rate": 0.5,
-                "fragile_to": "typos",
-            },
-        }
-        judge = {"provider": "builtin", "profile": {"judge_garbage_rate": 0.25}}
-        data = make_spec(ds, name="rep", sut=sut, judge=judge, judge_retries=0, batch_rows=50).model_dump()
-        data["metrics"] = {m: {"config": c, "threshold": 0.8} for m, c in METRICS.items()}
-        spec = parse_spec(data)
-        for m in METRICS:
-            run_all(spec, RUN, metric=m)
-    return db
+
+    def build(root):
+        db = root / "data" / "warehouse.duckdb"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(root)
+            mp.setenv("AIP_WAREHOUSE", str(db))
+            mp.delenv("DAGSTER_HOME", raising=False)
+            ds = write_dataset(root / "d.jsonl", 8, multi_turn_every=4)
+            rows = [json.loads(x) for x in ds.read_text().splitlines()]
+            for r in rows:
+                if isinstance(r["prompt"], str):
+                    r["prompt"] += f" {MARK}"
+                else:
+                    r["prompt"][-1]["content"] += f" {MARK}"
+            ds.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+            sut = {
+                "provider": "builtin",
+                "profile": {
+                    "name": "custom",
+                    "value": "woman",
+                    "p": 0.5,
+                    "terse_value": "Muslim",
+                    "contradiction_rate": 0.3,
+                    "jailbreak_yield_rate": 0.5,
+                    "fragile_to": "typos",
+                },
+            }
+            judge = {"provider": "builtin", "profile": {"judge_garbage_rate": 0.25}}
+            data = make_spec(ds, name="rep", sut=sut, judge=judge, judge_retries=0, batch_rows=50).model_dump()
+            data["metrics"] = {m: {"config": c, "threshold": 0.8} for m, c in METRICS.items()}
+            spec = parse_spec(data)
+            for m in METRICS:
+                run_all(spec, RUN, metric=m)
+
+    return built_once(tmp_path_factory, "report", build) / "data" / "warehouse.duckdb"
 
 
 @pytest.fixture(scope="module")
