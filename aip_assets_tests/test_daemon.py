@@ -5,8 +5,8 @@ working folder of its own (aip_assets_tests/podlike.py, the command a Kubernetes
 Patience comes from a measured time: the same evaluation run here first, in local mode.
 
 The queue here is Dagster's as `aip-eval` configures it, polled faster: the daemon dequeues every
-second (Dagster's default: every 5 s) and run monitoring checks its workers every second, so no
-test waits on a poll interval meant for a production queue."""
+second (AIP_DEQUEUE_INTERVAL_SECONDS=1; Dagster's default: every 5 s) and run monitoring checks its
+workers every second, so no test waits on a poll interval meant for a production queue."""
 
 from __future__ import annotations
 
@@ -59,24 +59,21 @@ def spec_file(folder: Path, name: str, dataset: Path, url: str, dimensions=("gen
 
 
 def dagster_home(home: Path, pods: Path) -> Path:
-    """A DAGSTER_HOME with the shared-mode settings, every run launched as a pod would be, and run
-    monitoring on (a run whose worker died is marked failed)."""
+    """A DAGSTER_HOME with the shared-mode settings (the queue polled every second), every run
+    launched as a pod would be, and run monitoring on (a run whose worker died is marked failed)."""
     from aip_assets.dagster_home import instance_settings
+    from aip_assets.settings import override
 
     home.mkdir(parents=True)
+    with override(dequeue_interval_seconds=1):  # AIP_DEQUEUE_INTERVAL_SECONDS
+        settings = instance_settings(home, shared=True)
+    assert "dequeue_interval_seconds: 1\n" in settings
     (home / "dagster.yaml").write_text(
-        _polled_fast(instance_settings(home, shared=True))
+        settings
         + f"run_launcher:\n  module: aip_assets_tests.podlike\n  class: PodLikeRunLauncher\n  config:\n    root: {pods}\n"
         + "run_monitoring:\n  enabled: true\n  poll_interval_seconds: 1\n"
     )
     return home
-
-
-def _polled_fast(settings: str) -> str:
-    """The instance settings with the queued runs dequeued every second (Dagster's default is 5)."""
-    queue = "  class: QueuedRunCoordinator\n"
-    assert settings.count(queue) == 1, settings
-    return settings.replace(queue, queue + "  config:\n    dequeue_interval_seconds: 1\n")
 
 
 @pytest.fixture(scope="module")
