@@ -5,8 +5,8 @@ working folder of its own (aip_assets_tests/podlike.py, the command a Kubernetes
 Patience comes from a measured time: the same evaluation run here first, in local mode.
 
 The queue here is Dagster's as `aip-eval` configures it, polled faster: the daemon dequeues every
-second (AIP_DEQUEUE_INTERVAL_SECONDS=1; Dagster's default: every 5 s) and run monitoring checks its
-workers every second, so no test waits on a poll interval meant for a production queue."""
+second (AIP_DEQUEUE_INTERVAL_SECONDS=1; Dagster's default: every 5 s), so no test waits on a poll
+interval meant for a production queue."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def dagster_home(home: Path, pods: Path) -> Path:
     (home / "dagster.yaml").write_text(
         settings
         + f"run_launcher:\n  module: aip_assets_tests.podlike\n  class: PodLikeRunLauncher\n  config:\n    root: {pods}\n"
-        + "run_monitoring:\n  enabled: true\n  poll_interval_seconds: 1\n"
+        + "run_monitoring:\n  enabled: true\n  poll_interval_seconds: 2\n"
     )
     return home
 
@@ -114,6 +114,21 @@ def wait_for(what: str, ok, patience: float, log: Path | None = None, step: floa
             return got
         time.sleep(step)
     raise AssertionError(f"{what}: not within {patience:.0f} s" + (f"\n{log.read_text()[-4000:]}" if log else ""))
+
+
+def instance_processes(home: str | Path) -> list[int]:
+    """The running processes of the Dagster instance in ``home``: a dagster command (the daemon, its
+    code server, a run worker) with that DAGSTER_HOME."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"DAGSTER_HOME={home}".encode() in environ and b"dagster" in cmdline and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
 
 
 def dagster_runs(instance, run_id: str):
@@ -439,45 +454,6 @@ def test_in_shared_mode_a_schedule_or_sensor_launch_queues_one_run_per_metric(tm
     assert not out.success and out.errors == ["its Dagster run was deleted"]
 
 
-def test_stopping_aip_eval_daemon_leaves_no_dagster_process_behind(tmp_path, lake, import_seconds):
-    """`aip-eval daemon` becomes Dagster's daemon: a SIGTERM to it (a service manager's stop) ends
-    the daemon and the code server it started, and no process of the instance is left running."""
-    from aip_assets.dagster_home import get_instance
-    from aip_assets.run_queue import daemon_alive
-
-    patience = 60 + 30 * import_seconds
-    instance = get_instance()  # the generated home: shared (Postgres) settings, as the daemon's
-    home = os.environ["DAGSTER_HOME"]
-    p = subprocess.Popen(
-        [*AIP_EVAL, "daemon"],
-        stdout=open(tmp_path / "daemon.log", "wb"),
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ),
-    )
-
-    def ours() -> list[int]:
-        found = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if f"DAGSTER_HOME={home}".encode() in environ and b"dagster" in cmdline and int(pid) != os.getpid():
-                found.append(int(pid))
-        return found
-
-    try:
-        wait_for("the daemon reported", lambda: daemon_alive(instance), patience, tmp_path / "daemon.log")
-        assert p.pid in ours()  # the process started is Dagster's daemon itself
-        p.terminate()
-        p.wait(patience)
-        wait_for("every process of the instance ended", lambda: not ours(), patience, tmp_path / "daemon.log")
-    finally:
-        for pid in ours():
-            os.kill(pid, signal.SIGKILL)
-
-
 def test_dagsters_postgres_storage_keeps_its_connections_open_in_shared_mode(lake):
     """Shared mode: the instance's run and event-log storage keep a connection (as Dagster's
     webserver has them do), so two statements use one Postgres backend instead of connecting
@@ -501,11 +477,18 @@ def test_dagsters_postgres_storage_keeps_its_connections_open_in_shared_mode(lak
     assert instance._run_storage._engine is engine
 
 
-def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeypatch, import_seconds):
+def test_submit_a_failed_gate_is_a_failed_run_and_exit_1_then_a_stopped_daemon_leaves_no_process(
+    tmp_path, lake, monkeypatch, import_seconds
+):
     """Issue 24.5 through the queue: `aip-eval run --submit` waits for the daemon's run of a metric
     whose gate fails. That run is a FAILURE (its aggregation step failed on the gate, after writing
     its tables), and the command still exits 1 with the summary: a failed gate, not a failed stage
-    (exit 3) and not an internal error."""
+    (exit 3) and not an internal error.
+
+    Then the daemon is stopped as a service manager stops it: `aip-eval daemon` became Dagster's
+    daemon, and a SIGTERM to it ends the daemon and the code server it started, and no process of
+    the instance is left running. (One daemon for both: starting one, with its code server, is
+    the slowest part of each.)"""
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     spec = tmp_path / "specs" / "gated.yaml"
     spec.parent.mkdir()
@@ -524,6 +507,7 @@ def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeyp
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     patience = 120 + 40 * import_seconds  # the submitter, the daemon and the run each import Dagster
     from aip_assets.dagster_home import get_instance
+    from aip_assets.run_queue import daemon_alive
 
     instance = get_instance()  # Dagster's tables made here, before the daemon and the submitter use them
     daemon = start_daemon(tmp_path / "daemon.log")
@@ -537,12 +521,25 @@ def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeyp
             timeout=patience,
             env=dict(os.environ),
         )
+        assert out.returncode == 1, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]
+        assert "stage failed" not in out.stderr and "internal error" not in out.stderr
+        assert "llm.decision_flip: gate failed: score" in out.stderr and "below threshold 1.000" in out.stderr
+        assert "Warehouse: DuckLake at" in out.stdout and "FAIL" in out.stdout  # the summary, of the lake
+        # the daemon stopped: SIGTERM to the process `aip-eval daemon` started as
+        wait_for("the daemon reported", lambda: daemon_alive(instance), patience, tmp_path / "daemon.log")
+        assert daemon.pid in instance_processes(home)  # the process started is Dagster's daemon itself
+        daemon.terminate()
+        daemon.wait(patience)
+        wait_for(
+            "every process of the instance ended",
+            lambda: not instance_processes(home),
+            patience,
+            tmp_path / "daemon.log",
+        )
     finally:
         stop(daemon)
-    assert out.returncode == 1, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]
-    assert "stage failed" not in out.stderr and "internal error" not in out.stderr
-    assert "llm.decision_flip: gate failed: score" in out.stderr and "below threshold 1.000" in out.stderr
-    assert "Warehouse: DuckLake at" in out.stdout and "FAIL" in out.stdout  # the summary, of the lake
+        for pid in instance_processes(home):
+            os.kill(pid, signal.SIGKILL)
     [run] = dagster_runs(instance, "gated-1")
     assert run.dagster_run.status.value == "FAILURE"
     scores = wh.query("SELECT passed FROM metric_scores WHERE run_id = 'gated-1' AND scope = 'overall'")
