@@ -126,8 +126,9 @@ def instance_settings(home: Path, shared: bool = False, max_runs: int = MAX_CONC
     the event log and run storage faster (dagster_storage.py) when this Dagster allows.
 
     ``shared``: the storage is Postgres, named by ``$AIP_DAGSTER_STORAGE_URL`` (see the module's
-    docstring). The queue runs one run of a partition at a time. ``max_runs``: runs at once (a
-    benchmark's worker count)."""
+    docstring). The queue runs one run of a partition at a time, and its daemon looks for queued
+    runs every ``AIP_DEQUEUE_INTERVAL_SECONDS`` (Dagster's default when unset). ``max_runs``: runs
+    at once (a benchmark's worker count)."""
     from .dagster_storage import FAST, FAST_RUNS
 
     h = home.resolve()
@@ -164,6 +165,8 @@ def instance_settings(home: Path, shared: bool = False, max_runs: int = MAX_CONC
         if shared
         else "the same storage as the project's dagster.yaml"
     )
+    every = current().dequeue_interval_seconds  # AIP_DEQUEUE_INTERVAL_SECONDS; unset: Dagster's 5 s
+    queue = f"  config:\n    dequeue_interval_seconds: {every}\n" if every is not None else ""
     return (
         f"# written by aip-assets for the CLI: {header}\n"
         f"{storage}"
@@ -172,7 +175,7 @@ def instance_settings(home: Path, shared: bool = False, max_runs: int = MAX_CONC
         f"compute_logs:\n  module: dagster._core.storage.local_compute_log_manager\n"
         f"  class: LocalComputeLogManager\n  config:\n    base_dir: {h / 'compute_logs'}\n"
         f"telemetry:\n  enabled: false\n"
-        f"run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n"
+        f"run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n{queue}"
         f"concurrency:\n  runs:\n    max_concurrent_runs: {max_runs}\n{one_per_partition}"
     )
 

@@ -148,6 +148,16 @@ class Settings(BaseSettings):
             "after it).",
         ),
     )
+    dequeue_interval_seconds: int | None = Field(
+        None,
+        ge=1,
+        **_env(
+            "AIP_DEQUEUE_INTERVAL_SECONDS",
+            "a whole number of seconds of at least 1",
+            "How often the run queue's daemon (`aip-eval daemon`, `aip-eval ui`) looks for queued runs to launch, "
+            "in the dagster.yaml the CLI writes (Dagster's dequeue_interval_seconds); empty: Dagster's default, 5 s.",
+        ),
+    )
     lake_data_path: str | None = Field(
         None,
         **_env(
@@ -217,6 +227,7 @@ class Settings(BaseSettings):
         "s3_credential_chain",
         "dagster_storage_url",
         "code_location",
+        "dequeue_interval_seconds",
         mode="before",
     )
     @classmethod

@@ -2,7 +2,11 @@
 submitted with `aip-eval run --submit`, launched by `aip-eval daemon`, each run in a process and a
 working folder of its own (aip_assets_tests/podlike.py, the command a Kubernetes run pod runs).
 
-Patience comes from a measured time: the same evaluation run here first, in local mode."""
+Patience comes from a measured time: the same evaluation run here first, in local mode.
+
+The queue here is Dagster's as `aip-eval` configures it, polled faster: the daemon dequeues every
+second (AIP_DEQUEUE_INTERVAL_SECONDS=1; Dagster's default: every 5 s), so no test waits on a poll
+interval meant for a production queue."""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from .test_pipeline import FLIP, _assert_same, _stable
 AIP_EVAL = [sys.executable, "-m", "aip_assets.cli"]
 
 
-def spec_file(folder: Path, name: str, dataset: Path, url: str, **extra) -> Path:
+def spec_file(folder: Path, name: str, dataset: Path, url: str, dimensions=("gender", "role"), **extra) -> Path:
     data = {
         "name": name,
         "dataset": str(dataset),
@@ -43,7 +47,7 @@ def spec_file(folder: Path, name: str, dataset: Path, url: str, **extra) -> Path
         "metrics": {
             "llm.decision_flip": {
                 "baseline_share": 0.0,
-                "config": {"dimensions": ["gender", "role"], "num_pairs_per_dimension": 2},
+                "config": {"dimensions": list(dimensions), "num_pairs_per_dimension": 2},
             }
         },
         **extra,
@@ -55,17 +59,31 @@ def spec_file(folder: Path, name: str, dataset: Path, url: str, **extra) -> Path
 
 
 def dagster_home(home: Path, pods: Path) -> Path:
-    """A DAGSTER_HOME with the shared-mode settings, every run launched as a pod would be, and run
-    monitoring on (a run whose worker died is marked failed)."""
+    """A DAGSTER_HOME with the shared-mode settings (the queue polled every second), every run
+    launched as a pod would be, and run monitoring on (a run whose worker died is marked failed)."""
     from aip_assets.dagster_home import instance_settings
+    from aip_assets.settings import override
 
     home.mkdir(parents=True)
+    with override(dequeue_interval_seconds=1):  # AIP_DEQUEUE_INTERVAL_SECONDS
+        settings = instance_settings(home, shared=True)
+    assert "dequeue_interval_seconds: 1\n" in settings
     (home / "dagster.yaml").write_text(
-        instance_settings(home, shared=True)
+        settings
         + f"run_launcher:\n  module: aip_assets_tests.podlike\n  class: PodLikeRunLauncher\n  config:\n    root: {pods}\n"
         + "run_monitoring:\n  enabled: true\n  poll_interval_seconds: 2\n"
     )
     return home
+
+
+@pytest.fixture(scope="module")
+def import_seconds() -> float:
+    """How long a fresh process takes to import the code location here (what the daemon, its code
+    server, a submitter and each run worker do first): measured once for the tests of this module
+    that have no run of their own to measure."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import aip_assets.definitions"], check=True, timeout=600)
+    return time.monotonic() - t0
 
 
 def start_daemon(log: Path) -> subprocess.Popen:
@@ -98,6 +116,21 @@ def wait_for(what: str, ok, patience: float, log: Path | None = None, step: floa
     raise AssertionError(f"{what}: not within {patience:.0f} s" + (f"\n{log.read_text()[-4000:]}" if log else ""))
 
 
+def instance_processes(home: str | Path) -> list[int]:
+    """The running processes of the Dagster instance in ``home``: a dagster command (the daemon, its
+    code server, a run worker) with that DAGSTER_HOME."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"DAGSTER_HOME={home}".encode() in environ and b"dagster" in cmdline and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
 def dagster_runs(instance, run_id: str):
     from dagster import RunsFilter
 
@@ -120,41 +153,52 @@ def test_the_daemon_runs_two_runs_at_once_in_separate_workers_with_local_results
     same run; the endpoint's limit of 4 requests/s holds across the two workers, measured at the
     server."""
     ds = write_dataset(tmp_path / "d.jsonl", 3)
-    specs = [spec_file(tmp_path / "specs", name, ds, sut.url) for name in ("alpha", "beta")]
+    # one axis: 11 SUT calls a run (22 at 4/s: 6 s of sampling), enough to see the limit shared
+    specs = [spec_file(tmp_path / "specs", name, ds, sut.url, dimensions=["gender"]) for name in ("alpha", "beta")]
+    from aip_assets.dagster_home import get_instance
     from aip_assets.runspec import load_spec
-
-    # local mode first: the reference, and the measured time the patience below comes from
-    shared = {var: os.environ.pop(var) for var in ("AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH")}
-    t0 = time.monotonic()
-    for p in specs:
-        run_all(load_spec(p), f"{p.stem}-1")
-    local_seconds = time.monotonic() - t0
-    local = {p.stem: _stable(f"{p.stem}-1") for p in specs}
-    wh.release()
-    for var, value in shared.items():
-        monkeypatch.setenv(var, value)
-    patience = 60 + 20 * local_seconds  # two imports of Dagster per run, the queue's ticks, a loaded machine
 
     home = dagster_home(tmp_path / "home", tmp_path / "pods")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    for p in specs:  # each submitter in a folder of its own
+    instance = get_instance()  # Dagster's tables made here, before two submitters use them at once
+    submitters = []
+    for p in specs:  # each submitter in a folder of its own, the two at once
         (tmp_path / f"submit-{p.stem}").mkdir()
-        out = subprocess.run(
-            [*AIP_EVAL, "run", str(p), "--run-id", f"{p.stem}-1", "--submit", "--detach"],
-            cwd=tmp_path / f"submit-{p.stem}",
-            capture_output=True,
-            text=True,
-            timeout=patience,
-            env=dict(os.environ),
+        submitters.append(
+            subprocess.Popen(
+                [*AIP_EVAL, "run", str(p), "--run-id", f"{p.stem}-1", "--submit", "--detach"],
+                cwd=tmp_path / f"submit-{p.stem}",
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(os.environ),
+            )
         )
-        assert out.returncode == 0, out.stderr
-        assert f"{p.stem}-1 × llm.decision_flip: queued as Dagster run" in out.stderr
-        assert "no Dagster daemon" in out.stderr  # none runs yet: said, and the run waits in the queue
+    try:
+        # local mode meanwhile, in this process: the reference, and the measured time the patience
+        # below comes from
+        shared = {var: os.environ.pop(var) for var in ("AIP_SHARED_STATE_URL", "AIP_LAKE_DATA_PATH", "DAGSTER_HOME")}
+        t0 = time.monotonic()
+        for p in specs:
+            run_all(load_spec(p), f"{p.stem}-1")
+        local_seconds = time.monotonic() - t0
+        local = {p.stem: _stable(f"{p.stem}-1") for p in specs}
+        wh.release()
+        for var, value in shared.items():
+            monkeypatch.setenv(var, value)
+        patience = 60 + 20 * local_seconds  # two imports of Dagster per run, the queue's ticks, a loaded machine
+        said = [submitter.communicate(timeout=patience)[1] for submitter in submitters]
+    finally:
+        for submitter in submitters:
+            if submitter.poll() is None:
+                submitter.kill()
+                submitter.wait()
+    for p, submitter, err in zip(specs, submitters, said):
+        assert submitter.returncode == 0, err
+        assert f"{p.stem}-1 × llm.decision_flip: queued as Dagster run" in err
+        assert "no Dagster daemon" in err  # none runs yet: said, and the run waits in the queue
     first_request = len(sut.requests)
 
-    from aip_assets.dagster_home import get_instance
-
-    instance = get_instance()
     assert all(r.dagster_run.status.value == "QUEUED" for p in specs for r in dagster_runs(instance, f"{p.stem}-1"))
     daemon = start_daemon(tmp_path / "daemon.log")
     try:
@@ -206,19 +250,9 @@ def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a
     spec = spec_file(tmp_path / "specs", "gamma", ds, sut.url)
     home = dagster_home(tmp_path / "home", tmp_path / "pods")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    t0 = time.monotonic()
-    (tmp_path / "first").mkdir()
-    out = subprocess.run(
-        [*AIP_EVAL, "run", str(spec), "--run-id", "g-1", "--submit", "--detach"],
-        cwd=tmp_path / "first",
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ),
-    )
-    assert out.returncode == 0, out.stderr
-    submit_seconds = time.monotonic() - t0  # loads the code location, as each run worker does
-    patience = 60 + 30 * submit_seconds
+    # the killed worker's lease on the partition ends 6 s after its last renewal (default 30 s), by
+    # the time the new worker asks for it: it takes it over without waiting out the default
+    monkeypatch.setenv("AIP_LEASE_SECONDS", "6")
 
     def journaled() -> int:
         with psycopg.connect(lake) as con:
@@ -231,9 +265,22 @@ def test_a_run_worker_killed_mid_stage_is_resumed_by_another_without_repeating_a
 
     from aip_assets.dagster_home import get_instance
 
-    instance = get_instance()
-    daemon = start_daemon(tmp_path / "daemon.log")
+    instance = get_instance()  # Dagster's tables made here, before the daemon and the submitter use them
+    daemon = start_daemon(tmp_path / "daemon.log")  # starting while the run is submitted
     try:
+        t0 = time.monotonic()
+        (tmp_path / "first").mkdir()
+        out = subprocess.run(
+            [*AIP_EVAL, "run", str(spec), "--run-id", "g-1", "--submit", "--detach"],
+            cwd=tmp_path / "first",
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ),
+        )
+        assert out.returncode == 0, out.stderr
+        submit_seconds = time.monotonic() - t0  # loads the code location, as each run worker does
+        patience = 60 + 30 * submit_seconds
         wait_for(
             "the first worker journaled 12 calls",
             lambda: journaled() >= 12,
@@ -407,47 +454,6 @@ def test_in_shared_mode_a_schedule_or_sensor_launch_queues_one_run_per_metric(tm
     assert not out.success and out.errors == ["its Dagster run was deleted"]
 
 
-def test_stopping_aip_eval_daemon_leaves_no_dagster_process_behind(tmp_path, lake):
-    """`aip-eval daemon` becomes Dagster's daemon: a SIGTERM to it (a service manager's stop) ends
-    the daemon and the code server it started, and no process of the instance is left running."""
-    from aip_assets.dagster_home import get_instance
-    from aip_assets.run_queue import daemon_alive
-
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import aip_assets.definitions"], check=True, timeout=600)
-    patience = 60 + 30 * (time.monotonic() - t0)
-    instance = get_instance()  # the generated home: shared (Postgres) settings, as the daemon's
-    home = os.environ["DAGSTER_HOME"]
-    p = subprocess.Popen(
-        [*AIP_EVAL, "daemon"],
-        stdout=open(tmp_path / "daemon.log", "wb"),
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ),
-    )
-
-    def ours() -> list[int]:
-        found = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if f"DAGSTER_HOME={home}".encode() in environ and b"dagster" in cmdline and int(pid) != os.getpid():
-                found.append(int(pid))
-        return found
-
-    try:
-        wait_for("the daemon reported", lambda: daemon_alive(instance), patience, tmp_path / "daemon.log")
-        assert p.pid in ours()  # the process started is Dagster's daemon itself
-        p.terminate()
-        p.wait(patience)
-        wait_for("every process of the instance ended", lambda: not ours(), patience, tmp_path / "daemon.log")
-    finally:
-        for pid in ours():
-            os.kill(pid, signal.SIGKILL)
-
-
 def test_dagsters_postgres_storage_keeps_its_connections_open_in_shared_mode(lake):
     """Shared mode: the instance's run and event-log storage keep a connection (as Dagster's
     webserver has them do), so two statements use one Postgres backend instead of connecting
@@ -471,11 +477,18 @@ def test_dagsters_postgres_storage_keeps_its_connections_open_in_shared_mode(lak
     assert instance._run_storage._engine is engine
 
 
-def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeypatch):
+def test_submit_a_failed_gate_is_a_failed_run_and_exit_1_then_a_stopped_daemon_leaves_no_process(
+    tmp_path, lake, monkeypatch, import_seconds
+):
     """Issue 24.5 through the queue: `aip-eval run --submit` waits for the daemon's run of a metric
     whose gate fails. That run is a FAILURE (its aggregation step failed on the gate, after writing
     its tables), and the command still exits 1 with the summary: a failed gate, not a failed stage
-    (exit 3) and not an internal error."""
+    (exit 3) and not an internal error.
+
+    Then the daemon is stopped as a service manager stops it: `aip-eval daemon` became Dagster's
+    daemon, and a SIGTERM to it ends the daemon and the code server it started, and no process of
+    the instance is left running. (One daemon for both: starting one, with its code server, is
+    the slowest part of each.)"""
     ds = write_dataset(tmp_path / "d.jsonl", 6)
     spec = tmp_path / "specs" / "gated.yaml"
     spec.parent.mkdir()
@@ -492,9 +505,11 @@ def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeyp
     )
     home = dagster_home(tmp_path / "home", tmp_path / "pods")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import aip_assets.definitions"], check=True, timeout=600)
-    patience = 120 + 40 * (time.monotonic() - t0)  # the submitter, the daemon and the run each import Dagster
+    patience = 120 + 40 * import_seconds  # the submitter, the daemon and the run each import Dagster
+    from aip_assets.dagster_home import get_instance
+    from aip_assets.run_queue import daemon_alive
+
+    instance = get_instance()  # Dagster's tables made here, before the daemon and the submitter use them
     daemon = start_daemon(tmp_path / "daemon.log")
     (tmp_path / "submit").mkdir()
     try:
@@ -506,15 +521,26 @@ def test_submit_a_failed_gate_is_a_failed_run_and_exit_1(tmp_path, lake, monkeyp
             timeout=patience,
             env=dict(os.environ),
         )
+        assert out.returncode == 1, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]
+        assert "stage failed" not in out.stderr and "internal error" not in out.stderr
+        assert "llm.decision_flip: gate failed: score" in out.stderr and "below threshold 1.000" in out.stderr
+        assert "Warehouse: DuckLake at" in out.stdout and "FAIL" in out.stdout  # the summary, of the lake
+        # the daemon stopped: SIGTERM to the process `aip-eval daemon` started as
+        wait_for("the daemon reported", lambda: daemon_alive(instance), patience, tmp_path / "daemon.log")
+        assert daemon.pid in instance_processes(home)  # the process started is Dagster's daemon itself
+        daemon.terminate()
+        daemon.wait(patience)
+        wait_for(
+            "every process of the instance ended",
+            lambda: not instance_processes(home),
+            patience,
+            tmp_path / "daemon.log",
+        )
     finally:
         stop(daemon)
-    assert out.returncode == 1, out.stderr + (tmp_path / "daemon.log").read_text()[-3000:]
-    assert "stage failed" not in out.stderr and "internal error" not in out.stderr
-    assert "llm.decision_flip: gate failed: score" in out.stderr and "below threshold 1.000" in out.stderr
-    assert "Warehouse: DuckLake at" in out.stdout and "FAIL" in out.stdout  # the summary, of the lake
-    from aip_assets.dagster_home import get_instance
-
-    [run] = dagster_runs(get_instance(), "gated-1")
+        for pid in instance_processes(home):
+            os.kill(pid, signal.SIGKILL)
+    [run] = dagster_runs(instance, "gated-1")
     assert run.dagster_run.status.value == "FAILURE"
     scores = wh.query("SELECT passed FROM metric_scores WHERE run_id = 'gated-1' AND scope = 'overall'")
     assert scores.passed.tolist() == [False]
