@@ -324,8 +324,10 @@ def main() -> int:
         }
         prof = None
         if not args.no_profile:
-            pfile = work / "run.prof"
-            cmd = [sys.executable, "-m", "cProfile", "-o", str(pfile), "-m", "aip_assets.cli", *run_args]
+            pfile, script = work / "run.prof", work / "profiled_main.py"
+            # cli.main, not the command's way out (cli.entry ends with os._exit: no profile would be written)
+            script.write_text("import sys\nfrom aip_assets.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+            cmd = [sys.executable, "-m", "cProfile", "-o", str(pfile), str(script), *run_args]
             r = check(timed(cmd, {**child_env(), "AIP_DATA_DIR": str(data())}, work), "profiled run")
             prof = {"wall_s": r["wall_s"], **profile_summary(pfile)}
             print(f"profiled run: {r['wall_s']:.2f} s", file=sys.stderr, flush=True)
