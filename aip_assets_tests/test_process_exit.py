@@ -27,16 +27,19 @@ def test_the_command_and_python_m_both_go_through_entry():
 
 
 def test_entry_joins_threads_runs_exit_handlers_and_flushes_before_it_exits_with_mains_code(tmp_path):
-    """A thread still working when main returns finishes; an exit handler runs; what was printed
+    """A thread still working when main returns finishes; a thread pool left idle does not hold the
+    exit (its worker is told to stop, as at a normal exit); an exit handler runs; what was printed
     without a newline (still in the buffer) is out; the code is main's (7), not 0."""
     done, handled = tmp_path / "thread-done", tmp_path / "handler-ran"
     script = textwrap.dedent(
         f"""
-        import atexit, threading, time
+        import atexit, concurrent.futures, threading, time
         from aip_assets import cli
 
         def main():
             threading.Thread(target=lambda: (time.sleep(0.3), open({str(done)!r}, "w").write("1"))).start()
+            pool = concurrent.futures.ThreadPoolExecutor(1)  # its idle worker, never shut down, must not hold the exit
+            pool.submit(time.sleep, 0.01).result()
             atexit.register(lambda: open({str(handled)!r}, "w").write("1"))
             print("no newline yet", end="")
             return 7

@@ -316,8 +316,10 @@ def entry() -> None:
     0.75 s of wall and 0.8 s of CPU of a 9 s small run (bench_phases.py, 2026-12-07). Nothing of
     ours waits for that teardown: the exit handlers close the warehouse (``linger.release``) and
     Dagster's SQLite files (``dagster_storage.ANCHORS``) and flush the logs. So after ``main``
-    returns, the threads that are not daemons are joined and the exit handlers run, as at a normal
-    exit; then the output is flushed and the process ends at once (``os._exit``), with main's code.
+    returns, threading shuts down as at a normal exit (its exit callbacks, which stop idle thread
+    pools, then the threads that are not daemons joined: ``threading._shutdown``, the interpreter's
+    own first step; without it, the normal way out) and the exit handlers run; then the output is
+    flushed and the process ends at once (``os._exit``), with main's code.
     An exception out of ``main`` (``SystemExit`` from ``--help`` or a usage error) takes the
     normal way out."""
     import atexit
@@ -325,9 +327,10 @@ def entry() -> None:
     import threading
 
     code = main()
-    for thread in threading.enumerate():  # as the interpreter does first at its exit
-        if thread is not threading.main_thread() and not thread.daemon and thread.is_alive():
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first at its exit
+    if shutdown is None:  # another Python's threading: the normal way out
+        sys.exit(code)
+    shutdown()  # threading's own exit callbacks (idle thread pools told to stop), then non-daemon threads joined
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
