@@ -117,6 +117,16 @@ class Settings(BaseSettings):
             "How long a use of the warehouse waits for its lock (held by another process) before it stops (exit 5).",
         ),
     )
+    judge_during_sampling: bool = Field(
+        True,
+        **_env(
+            "AIP_JUDGE_DURING_SAMPLING",
+            "true or false (1 or 0)",
+            "Decision flip's judge is asked about a pair as soon as the SUT has answered both of its prompts, "
+            "while the SUT is still being sampled; the judging stage then finds those answers in the run's journal "
+            "(the same requests, not asked twice). 0: the judge is asked only in the judging stage.",
+        ),
+    )
     # shared mode
     shared_state_url: SecretStr | None = Field(
         None,

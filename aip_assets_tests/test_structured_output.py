@@ -314,6 +314,7 @@ def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tm
     judged), a run note says from which form to which in the server's words (no secret), and
     every later judgement asks in the new form."""
     monkeypatch.setenv("JUDGE_KEY", "sk-judge-secret-4321")
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "0")  # the judging stage's own requests, in order (below: ahead)
     served = itertools.count(1)
     in_new_form = itertools.count(1)
 
@@ -375,6 +376,45 @@ def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tm
     # the refused request is in llm_calls as the failed call it was
     calls = q("SELECT status, http_status FROM llm_calls WHERE run_id = ? AND role = 'judge'", s["run_id"])
     assert len(calls) == 10 and sorted(calls.http_status.tolist()) == [200] * 9 + [500]
+
+
+def test_a_refusal_met_judging_ahead_is_left_to_the_judging_stage(tmp_path, capsys, scripted, monkeypatch):
+    """The same refusal from the fourth judgement on, met while the pairs are judged during sampling
+    (metrics/ahead.py): judging ahead stops at it and does not move the run to the next form; the
+    judging stage meets it again (one more refused request), moves, and judges every pair: one note.
+    What was judged ahead in the old form and not yet read by the judging stage is asked again in
+    the new one (the price of a refusal mid-run: at most the judgements made ahead)."""
+    served, in_new_form, refused = itertools.count(1), itertools.count(1), []
+
+    def judge(body, n):
+        if is_probe(body):
+            return PROBE_ANSWER
+        if kind(body) == "json_schema" and next(served) > 3:
+            refused.append(n)
+            return Reply(500, body=LLAMA_CPP_500)
+        if kind(body) == "json_object_schema" and next(in_new_form) == 1:
+            return "Let me compare the two answers first."
+        return json.dumps(read(body))
+
+    server = scripted(judge, answer_probe=False)
+    rows = write_dataset(tmp_path / "d.jsonl", 4)
+    config = {"dimensions": ["gender"], "num_pairs_per_dimension": 2, "sub_call_concurrency_limit": 1}
+    metrics = {DF: {"min_judge_exam": 0.0, "config": config}}
+    rc, s = run_cli(
+        tmp_path, capsys, spec("so-ahead", rows, {"provider": "builtin"}, metrics, judge=server.conn(), judge_retries=1)
+    )
+    j = q(
+        "SELECT judgement_id, status, attempts, network_retries, reasks FROM judgements WHERE run_id = ?", s["run_id"]
+    )
+    assert rc == 0 and len(j) == 8 and (j.status == "ok").all()
+    kinds = [kind(b) for b in server.bodies()]
+    assert kinds[:5] == ["json_schema"] * 5 and set(kinds[5:]) == {"json_object_schema"}
+    assert len(refused) == 2  # ahead's (it stopped there), then the judging stage's (it moved)
+    assert 6 <= len(kinds) - 5 <= 6 + 3  # the pairs left, the prose's re-ask, and at most 3 judged ahead
+    [moved] = j[j.attempts > 1].itertuples()
+    assert moved.attempts == 3 and moved.reasks == 1
+    notes = q("SELECT message FROM run_notes WHERE run_id = ? AND code = 'structured_output_fallback'", s["run_id"])
+    assert len(notes) == 1
 
 
 def test_a_run_without_the_check_finds_the_form_once_and_a_resume_keeps_it(tmp_path, scripted):

@@ -6,13 +6,17 @@ baseline (:func:`baseline_share`, :func:`null_twins`, :func:`is_null`), read bac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..models.client import ChatResult
 from .base import StageContext
 from .running import run_bounded
+
+if TYPE_CHECKING:
+    from .base import Metric
 
 
 def answer_status(ok: bool, text: str | None, error: str | None, empty_error: str) -> tuple[str, str | None]:
@@ -121,9 +125,22 @@ async def sample_probes(
     timeout: float,
     template_version: str,
     twins: bool = False,
+    plugin: Metric | None = None,
 ):
     """Send every probe of the partition to the SUT (one sample each), a batch of rows at a time;
-    with ``twins``, also the fresh samples that the null pairs in ``probe_pairs`` compare."""
+    with ``twins``, also the fresh samples that the null pairs in ``probe_pairs`` compare. With the
+    metric's ``plugin``, its pairs are judged as their answers come in when it can (``ahead.py``)."""
+    from .ahead import JudgeAhead, wanted
+
+    ahead = JudgeAhead(ctx, plugin, concurrency) if plugin is not None and wanted(ctx, plugin) else None
+    async with contextlib.AsyncExitStack() as stack:
+        if ahead is not None:
+            await stack.enter_async_context(ahead)
+        async for tables in _sample(ctx, concurrency, temperature, retries, timeout, template_version, twins, ahead):
+            yield tables
+
+
+async def _sample(ctx, concurrency, temperature, retries, timeout, template_version, twins, ahead):
     total = ctx.count("probes") + (
         int((ctx.read("probe_pairs", None, ["kind"])["kind"] == "null").sum()) if twins else 0
     )
@@ -141,13 +158,18 @@ async def sample_probes(
                 timeout=timeout,
                 template_version=template_version,
             )
-            return response_record(p, r, k)
+            rec = response_record(p, r, k)
+            if ahead is not None:
+                ahead.answered(rec)
+            return rec
 
         for ids in ctx.batches():
             probes = (
                 ctx.read("probes", ids, ["probe_id", "input_id", "messages"]).sort_values("probe_id").to_dict("records")
             )
             items = [(p, 0) for p in probes]
+            if ahead is not None:
+                ahead.batch(ids)
             if twins:
                 pp = ctx.read("probe_pairs", ids, ["kind", "probe_b", "sample_b"])
                 extra = sorted(
@@ -165,13 +187,18 @@ def answer_keys(pair: dict) -> tuple[tuple[str, int], tuple[str, int]]:
     return (pair["probe_a"], 0), (pair["probe_b"], int(sb) if is_null(pair) and sb == sb and sb is not None else 0)
 
 
-def pair_batch(ctx: StageContext, ids: list[str]) -> tuple[list[dict], dict[str, dict], dict[tuple[str, int], dict]]:
-    """(pairs, probes by id, SUT answers by (probe id, sample index)) for a batch of rows."""
+def pair_batch(
+    ctx: StageContext, ids: list[str], answers: bool = True
+) -> tuple[list[dict], dict[str, dict], dict[tuple[str, int], dict]]:
+    """(pairs, probes by id, SUT answers by (probe id, sample index)) for a batch of rows; without
+    ``answers``, no answers (none yet: judging ahead, ``ahead.py``)."""
     pairs = ctx.read("probe_pairs", ids).sort_values("pair_id").to_dict("records")
     probes = {
         p["probe_id"]: p
         for p in ctx.read("probes", ids, ["probe_id", "attribute_value", "persona_id", "persona"]).to_dict("records")
     }
+    if not answers:
+        return pairs, probes, {}
     resp = {
         (r["probe_id"], int(r["sample_index"])): r
         for r in ctx.read("sut_responses", ids, ["probe_id", "sample_index", "status", "error", "response"]).to_dict(

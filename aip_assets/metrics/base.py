@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, cast
@@ -443,6 +443,25 @@ class Metric:
         }
 
     judges_per_pair: ClassVar[int] = 1
+
+    # a metric that sets this and gives :meth:`pair_judge` has its pairs judged while the SUT is
+    # sampled, as their answers come in (``sample_probes(plugin=...)``, ``ahead.py``)
+    judges_ahead: ClassVar[bool] = False
+
+    def pair_judge(
+        self,
+        ctx: StageContext,
+        client: Any,
+        ids: list[str],
+        pairs: list[dict],
+        probes: dict[str, dict],
+        resp: dict[tuple[str, int], dict],
+        retries: int,
+    ) -> Callable[[dict], Awaitable[Any]]:
+        """The judging of one pair of a batch of rows (``pair_batch``'s pairs, probes and answers;
+        ``resp`` may fill as the answers come in), with ``retries`` as the judgement's budget: the
+        judging stage's own work item, used by :meth:`judge` and to judge ahead (``ahead.py``)."""
+        raise NotImplementedError(f"{self.name} judges no pairs ahead")
 
     def plan(self, ctx: StageContext) -> dict[str, Any] | None:
         """What the run can detect, from its synthesised design (``analysis.power``): a dict with

@@ -106,8 +106,16 @@ class StructuredForms:
         """A journal statement: off the event loop when the journal is a server's."""
         return await asyncio.to_thread(fn, *args) if self.journal is not None and self.journal.REMOTE else fn(*args)
 
+    # judging ahead (metrics/ahead.py) is told of a refused form instead: moving the run to the next
+    # form is the judging stage's (its requests, its note), so none of its answers is asked twice
+    on_refusal: Callable[[], None] | None = None
+
     def falls_back(self) -> bool:
-        """Whether a refused form moves this client to the next one (``structured_output: auto``)."""
+        """Whether a refused form moves this client to the next one (``structured_output: auto``).
+        Asked when the endpoint has refused the form."""
+        if self.on_refusal is not None:
+            self.on_refusal()
+            return False
         return self.caps.pinned_form is None and self.conn.structured_output == "auto"
 
     async def fall_back(self, refused: str, words: str | None) -> str:

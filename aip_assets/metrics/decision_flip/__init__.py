@@ -311,6 +311,8 @@ class DecisionFlip(Metric):
         return exam.items(config, rows, pool, seed, n)
 
     # ---- sampling
+    judges_ahead = True  # its pairs are judged as their answers come in (metrics/ahead.py)
+
     def sample(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
         return sample_probes(
@@ -321,80 +323,86 @@ class DecisionFlip(Metric):
             timeout=cfg.timeout_seconds,
             template_version=TEMPLATE_VERSION,
             twins=True,
+            plugin=self,
         )
 
     # ---- judging
     async def judge(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
         progress = ctx.progress("judging", ctx.count("probe_pairs"))
-        # an LLM judge is held to what the reader reads; the builtin judge is that reader (its
-        # position-bias profile misreads on purpose, to test the position check)
-        reads = any(c.provider != "builtin" for c in ctx.spec.panel())
         async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
             for ids in ctx.batches():
                 pairs, probes, resp = pair_batch(ctx, ids)
-                rows = {r.input_id: r for r in ctx.rows(ids)}
-                by_id = {p["pair_id"]: p for p in pairs}
-
-                async def one(pair):
-                    base = {
-                        "judgement_id": pair["pair_id"],
-                        "pair_id": pair["pair_id"],
-                        "input_id": pair["input_id"],
-                        "axis": pair["axis"],
-                        "judge_kind": "decision",
-                        "attempts": 0,
-                    }
-                    bad = sut_failure(pair, probes, resp)
-                    if bad:  # a failed or empty answer: excluded, no judge call
-                        return {**base, "status": bad[0], "error": bad[1], "label": "not_judged"}
-                    swapped = random.Random(f"decision_flip:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
-                    a, b = answer_keys(pair)
-                    # a null pair is shown with the personas of the pair it twins: the judge cannot tell
-                    shown = by_id[pair["twin_of"]] if is_null(pair) else pair
-                    persona = {a: probes[shown["probe_a"]]["persona"], b: probes[shown["probe_b"]]["persona"]}
-                    first, second = (b, a) if swapped else (a, b)
-                    labels = labels_for(cfg, rows[pair["input_id"]])
-                    shown_answers = (resp[first]["response"] or "", resp[second]["response"] or "")
-                    context: dict[str, Any] = {"labels": labels}
-                    if reads:  # the judge's decisions must agree with those the answers plainly state
-                        context["read"] = tuple(read_decision(t, labels).label for t in shown_answers)
-                    messages = [
-                        {"role": "system", "content": JUDGE_SYSTEM},
-                        {
-                            "role": "user",
-                            "content": judge_prompt(
-                                pair["axis"],
-                                persona[first],
-                                persona[second],
-                                labels,
-                                *shown_answers,
-                            ),
-                        },
-                    ]
-                    o = await ask_panel(
-                        client,
-                        messages,
-                        JudgeVerdict,
-                        category=lambda v: self.verdict_category(v, labels),
-                        retries=ctx.spec.judge_retries,
-                        timeout=cfg.timeout_seconds,
-                        temperature=ctx.spec.judge_temperature,
-                        template_version=JUDGE_TEMPLATE_VERSION,
-                        context=context,
-                        enums=JudgeVerdict.schema_enums(labels),
-                    )
-                    out = {**base, "order_swapped": swapped, **judged_fields(o)}
-                    if o.value is None:
-                        return {**out, "status": "judge_failed", "error": f"judge {o.error}", "label": "not_judged"}
-                    return {**out, **self.verdict_record(o.value, swapped, labels)}
-
+                one = self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries)
                 yield {
                     "judgements": await run_bounded(
                         pairs, one, cfg.sub_call_concurrency_limit, progress, lambda r: r["status"]
                     )
                 }
+
+    def pair_judge(self, ctx, client, ids, pairs, probes, resp, retries):
+        cfg: DecisionFlipConfig = ctx.config
+        # an LLM judge is held to what the reader reads; the builtin judge is that reader (its
+        # position-bias profile misreads on purpose, to test the position check)
+        reads = any(c.provider != "builtin" for c in ctx.spec.panel())
+        rows = {r.input_id: r for r in ctx.rows(ids)}
+        by_id = {p["pair_id"]: p for p in pairs}
+
+        async def one(pair):
+            base = {
+                "judgement_id": pair["pair_id"],
+                "pair_id": pair["pair_id"],
+                "input_id": pair["input_id"],
+                "axis": pair["axis"],
+                "judge_kind": "decision",
+                "attempts": 0,
+            }
+            bad = sut_failure(pair, probes, resp)
+            if bad:  # a failed or empty answer: excluded, no judge call
+                return {**base, "status": bad[0], "error": bad[1], "label": "not_judged"}
+            swapped = random.Random(f"decision_flip:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
+            a, b = answer_keys(pair)
+            # a null pair is shown with the personas of the pair it twins: the judge cannot tell
+            shown = by_id[pair["twin_of"]] if is_null(pair) else pair
+            persona = {a: probes[shown["probe_a"]]["persona"], b: probes[shown["probe_b"]]["persona"]}
+            first, second = (b, a) if swapped else (a, b)
+            labels = labels_for(cfg, rows[pair["input_id"]])
+            shown_answers = (resp[first]["response"] or "", resp[second]["response"] or "")
+            context: dict[str, Any] = {"labels": labels}
+            if reads:  # the judge's decisions must agree with those the answers plainly state
+                context["read"] = tuple(read_decision(t, labels).label for t in shown_answers)
+            messages = [
+                {"role": "system", "content": JUDGE_SYSTEM},
+                {
+                    "role": "user",
+                    "content": judge_prompt(
+                        pair["axis"],
+                        persona[first],
+                        persona[second],
+                        labels,
+                        *shown_answers,
+                    ),
+                },
+            ]
+            o = await ask_panel(
+                client,
+                messages,
+                JudgeVerdict,
+                category=lambda v: self.verdict_category(v, labels),
+                retries=retries,
+                timeout=cfg.timeout_seconds,
+                temperature=ctx.spec.judge_temperature,
+                template_version=JUDGE_TEMPLATE_VERSION,
+                context=context,
+                enums=JudgeVerdict.schema_enums(labels),
+            )
+            out = {**base, "order_swapped": swapped, **judged_fields(o)}
+            if o.value is None:
+                return {**out, "status": "judge_failed", "error": f"judge {o.error}", "label": "not_judged"}
+            return {**out, **self.verdict_record(o.value, swapped, labels)}
+
+        return one
 
     @staticmethod
     def verdict_record(v: JudgeVerdict, swapped: bool, labels: list[str]) -> dict[str, Any]:

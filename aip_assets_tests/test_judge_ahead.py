@@ -1,0 +1,168 @@
+"""Judging ahead (metrics/ahead.py): decision flip's judge is asked about a pair as soon as both of
+its answers are in, during sampling, and the judging stage finds those answers in the journal.
+
+SUT and judge are scripted servers on loopback that answer as the builtin model does, so the
+judge reads real answers; each test compares a run judged ahead with one that is not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aip_assets import warehouse as wh
+from aip_assets.cli import main
+from aip_assets.metrics import ahead, get_metric
+from aip_assets.metrics.base import StageContext
+from aip_assets.models import builtin
+from aip_assets.runspec import BuiltinProfile, RunSpec
+
+from .conftest import table, write_dataset
+from .scripted import Reply, is_preflight, is_probe
+
+# what makes a judgement: everything but when and how long
+SAME = ["pair_id", "status", "label", "decision_a", "decision_b", "flipped", "order_swapped", "raw_output", "call_key"]
+
+
+def answer(body) -> str:
+    return builtin.handle_chat(body, BuiltinProfile())["choices"][0]["message"]["content"]
+
+
+def spec_file(tmp_path: Path, sut: dict, judge: dict, concurrency: int = 8) -> Path:
+    ds = write_dataset(tmp_path / "in" / "d.jsonl", 6)
+    p = tmp_path / "in" / "spec.yaml"
+    config = {
+        "num_pairs_per_dimension": 3,
+        "dimensions": ["gender", "religion"],
+        "sub_call_concurrency_limit": concurrency,
+    }
+    p.write_text(
+        json.dumps(
+            {
+                "name": "ahead",
+                "dataset": str(ds),
+                "seed": 5,
+                "retry_backoff_seconds": 0.01,
+                "sut": sut,
+                "judge": judge,
+                "metrics": {"llm.decision_flip": {"baseline_share": 0.5, "config": config}},
+            }
+        )
+    )
+    return p
+
+
+def run(spec: Path, monkeypatch, ahead_on: bool) -> str:
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "1" if ahead_on else "0")
+    assert main(["run", str(spec), "--quiet"]) in (0, 1)
+    return wh.query("SELECT run_id FROM eval_runs ORDER BY created_at DESC LIMIT 1").run_id[0]
+
+
+def judgements(run_id: str):
+    return table("judgements", run_id, "pair_id")[SAME].reset_index(drop=True)
+
+
+def after_last_check(server) -> list[dict]:
+    """The judge requests that came after the judge's last endpoint check (the judging stage's)."""
+    bodies = server.bodies(preflight=True)
+    last = max(i for i, b in enumerate(bodies) if is_preflight(b))
+    return [b for b in bodies[last + 1 :] if not is_probe(b)]
+
+
+def test_pairs_are_judged_during_sampling_and_the_judgements_are_the_same(tmp_path, scripted, monkeypatch):
+    sut = scripted(lambda body, n: answer(body))
+    judge = scripted(lambda body, n: answer(body))
+    spec = spec_file(tmp_path, sut.conn(), judge.conn())
+
+    off = run(spec, monkeypatch, ahead_on=False)
+    judged_after = after_last_check(judge)
+    pairs = table("probe_pairs", off, "pair_id")
+    assert len(pairs) > 20 and (pairs.kind == "null").any()  # null pairs too (their twins' personas)
+    # not ahead: every judgement's request came after the judging stage's endpoint check
+    assert len(judged_after) >= len(pairs) * 0.8  # identical requests in flight at once are sent twice
+
+    on = run(spec, monkeypatch, ahead_on=True)
+    assert after_last_check(judge) == []  # ahead: nothing was left to ask in the judging stage
+    a, b = judgements(off), judgements(on)
+    assert len(a) == len(pairs) and (a.status == "ok").all()
+    assert a.drop(columns="call_key").equals(b.drop(columns="call_key"))
+    assert a.call_key.tolist() == b.call_key.tolist()  # the same requests (a key is the request's hash)
+    calls = {r: table("llm_calls", r, "call_key") for r in (off, on)}
+    for r in (off, on):  # the judge's calls are the judging stage's, journaled and stored as such
+        judging = calls[r][calls[r].role == "judge"].query("stage != 'exam'")
+        assert set(judging.stage) == {"judging"} and set(judging.call_key) == set(a.call_key)
+        assert (judging.source == "network").all() and (judging.status == "ok").all()
+
+
+def test_a_judge_failing_during_sampling_is_asked_again_by_the_judging_stage(tmp_path, scripted, monkeypatch):
+    """The judge fails every request from the SUT's sampling on until the judging stage starts:
+    judging ahead stops after MAX_FAILURES judgements (one request each, no retry), and the judging
+    stage asks again what failed: the judgements are those of a run not judged ahead."""
+    state = {"sut_checks": 0, "judge_checks": 0, "failing": False, "failed": 0}
+
+    def sut_handler(body, n):
+        if is_preflight(body):
+            state["sut_checks"] += 1
+            state["failing"] = state["sut_checks"] == 2  # the sampling stage's check
+            return "OK"
+        return answer(body)
+
+    def judge_handler(body, n):
+        if is_preflight(body):
+            state["judge_checks"] += 1
+            state["failing"] = False
+            return "OK"
+        if state["failing"]:
+            state["failed"] += 1
+            return Reply(status=500)
+        return answer(body)
+
+    sut = scripted(sut_handler, answer_preflight=False)
+    judge = scripted(judge_handler, answer_preflight=False)
+    spec = spec_file(tmp_path, sut.conn(), judge.conn(), concurrency=2)
+    on = run(spec, monkeypatch, ahead_on=True)
+    # 3 judgements failed, then none started; those in flight (2 at most) may fail too
+    assert ahead.MAX_FAILURES <= state["failed"] <= ahead.MAX_FAILURES + 2
+    got, failed = judgements(on), state["failed"]
+    assert (got.status == "ok").all()
+    state.update(sut_checks=0, judge_checks=0, failed=0)
+    off = run(spec, monkeypatch, ahead_on=False)
+    assert state["failed"] == 0
+    assert got.equals(judgements(off))
+    calls = table("llm_calls", on, "call_key").query("role == 'judge' and stage == 'judging'")
+    assert (calls.status != "ok").sum() == failed  # each failed request is on record, as the judging stage's
+
+
+def _ctx(tmp_path, **spec) -> StageContext:
+    ds = write_dataset(tmp_path / "d.jsonl", 2)
+    s = RunSpec.model_validate({"name": "x", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}, **spec})
+    return StageContext("r", "llm.decision_flip", s, None, None, None)
+
+
+@pytest.mark.parametrize(
+    "setting, spec, expected",
+    [
+        ("1", {}, True),
+        ("0", {}, False),
+        ("1", {"limits": {"max_calls": 100}}, False),  # a judge call made early could take the SUT's budget
+        ("1", {"limits": {"max_tokens": 1000}}, False),
+        (
+            "1",
+            {
+                "judge": {
+                    "provider": "openai",
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "model": "m",
+                    "batch": {"enabled": True},
+                }
+            },
+            False,
+        ),
+    ],
+)
+def test_when_pairs_are_judged_ahead(tmp_path, monkeypatch, setting, spec, expected):
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", setting)
+    plugin = get_metric("llm.decision_flip")
+    assert ahead.wanted(_ctx(tmp_path, **spec), plugin) is expected
+    assert get_metric("llm.semantic_consistency").judges_ahead is False
