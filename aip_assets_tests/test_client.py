@@ -941,3 +941,40 @@ def test_journal_stores_give_equal_frames_and_share_a_part_written_at_once(tmp_p
     j = PgJournal(postgres.url)
     assert len(j.ok_keys([run], "sampling")) == 4 * 37 and j.totals(run) == (200, 4 * sum(range(50)))
     j.close()
+
+
+def test_a_request_asked_again_while_in_flight_is_sent_once(scripted, tmp_path):
+    """The same request asked three times at once (same body, sample index, template, attempt):
+    one is sent, the other two wait for its answer and read it from the journal (cached); a
+    different sample index is its own request. When the one sent fails, a waiting one is sent."""
+    from aip_assets.models.journal import Journal
+
+    fail_first = {"on": False}
+
+    def answer(body, n):
+        if fail_first["on"] and n == 1 + 2:  # the first request of the second round (after two above)
+            return Reply(500)
+        return Reply(text=f"answer {n}", delay_s=0.2)
+
+    server = scripted(answer)
+    journal = Journal(tmp_path / "j.sqlite")
+    msgs = [{"role": "user", "content": "approve?"}]
+
+    async def go(keys):
+        c = Connection(provider="openai", base_url=server.url, model="m")
+        async with ModelClient(c, role="sut", run_id="r", metric="m", stage="s", journal=journal) as cl:
+            return await asyncio.gather(*(cl.chat(msgs, temperature=0.5, sample_index=k, timeout=5) for k in keys))
+
+    a, b, c, d = asyncio.run(go([0, 0, 0, 1]))
+    assert len(server.bodies()) == 2  # sample 0 once, sample 1 once
+    assert a.text == b.text == c.text != d.text and all(r.ok for r in (a, b, c, d))
+    assert sorted(r.cached for r in (a, b, c)) == [False, True, True] and not d.cached
+    journal.flush()
+    [frame] = journal.frames("r", "m", "s")
+    assert len(frame) == 2  # one call on record per request sent
+    fail_first["on"] = True
+    msgs = [{"role": "user", "content": "another"}]
+    e, f = asyncio.run(go([0, 0]))
+    assert len(server.bodies()) == 4  # the first failed (500, no retry): the one waiting was sent
+    assert sorted([e.ok, f.ok]) == [False, True]
+    journal.close()

@@ -3,7 +3,10 @@
 The SUT is ``python -m aip_assets.cli serve-builtin --latency-ms L`` (the demo's profile) in its own
 process; our judge is a second ``serve-builtin`` (so that the SUT server counts SUT requests only).
 Our small run is the demo spec restricted to decision flip, ``sub_call_concurrency_limit`` and
-``max_connections`` at ``--concurrency`` (64), run as a user runs it, in a fresh data folder each round:
+``max_connections`` at ``--concurrency`` (64), run as a user runs it, twice per round: in a fresh data
+folder (``ours``: a project's first run) and in the first run's folder (``ours_warm``: a project that
+has run before, its warehouse and Dagster storage made; every round still sends every request, the
+journal answers only a run's own calls; promptfoo, too, keeps its database across rounds):
 
     python -m aip_assets.cli run spec.yaml --json --quiet
 
@@ -67,7 +70,8 @@ INSTALL = {
     "promptfoo": "mkdir -p {dir} && cd {dir} && npm init -y && npm install promptfoo",
     "inspect": "python -m venv {dir} && {dir}/bin/pip install inspect-ai openai",
 }
-TOOLS = ("ours", "promptfoo", "inspect")
+TOOLS = ("ours", "ours_warm", "promptfoo", "inspect")
+OURS = ("ours", "ours_warm")
 
 INSPECT_TASK = '''"""The SUT requests of an aip-eval run as an Inspect task: one sample per request, sent as recorded."""
 
@@ -375,7 +379,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--promptfoo-dir", type=Path, default=PEERS / "promptfoo")
     ap.add_argument("--inspect-venv", type=Path, default=PEERS / "inspect-venv")
-    ap.add_argument("--tools", default=",".join(TOOLS), help="which of ours,promptfoo,inspect to time")
+    ap.add_argument("--tools", default=",".join(TOOLS), help="which of ours,ours_warm,promptfoo,inspect to time")
     ap.add_argument("--no-verify", action="store_true", help="skip the peers' check against the recording endpoint")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--out", help="the Markdown table (JSON beside it); default benchmarks/results/peers-<commit>.md")
@@ -454,7 +458,7 @@ def main() -> int:
         peers = {"promptfoo": promptfoo, "inspect": inspect}
         # each peer once at a recording endpoint: the same requests? (also its warm-up)
         for t in tools:
-            if t == "ours" or args.no_verify:
+            if t in OURS or args.no_verify:
                 continue
             rec = Recorder(profile, args.latency_ms)
             try:
@@ -466,7 +470,12 @@ def main() -> int:
         for r in range(args.rounds):
             for t in tools:
                 before = stats(sut_url).get("requests", 0)
-                res = ours(work / f"data-{r}") if t == "ours" else peers[t](sut_url)
+                if t == "ours":  # a fresh data folder: the project's first run
+                    res = ours(work / f"data-{r}")
+                elif t == "ours_warm":  # the folder of the first run: a project that has run before
+                    res = ours(work / "data-first")
+                else:
+                    res = peers[t](sut_url)
                 res["sut_requests"] = stats(sut_url).get("requests", 0) - before
                 for k in ("stdout", "stderr"):
                     res.pop(k)
@@ -485,21 +494,22 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     med = {t: statistics.median(x["wall_s"] for x in runs[t]) for t in tools}
-    base = med.get("ours")
+    base, warm = med.get("ours"), med.get("ours_warm")
     summary = {
         t: {
             "wall_s": [x["wall_s"] for x in runs[t]],
             "median_s": med[t],
             "ratio_to_ours": med[t] / base if base else None,
+            "ratio_to_ours_warm": med[t] / warm if warm else None,
             "cpu_s": [x["cpu_s"] for x in runs[t]],
             "sut_requests": [x["sut_requests"] for x in runs[t]],
             "load1": [x["load1"] for x in runs[t]],
-            **({"scores": [x["score"] for x in runs[t]]} if t == "ours" else {}),
+            **({"scores": [x["score"] for x in runs[t]]} if t in OURS else {}),
         }
         for t in tools
     }
     # ours: its n calls and the SUT's endpoint checks (the preflight's and the sampling stage's), as in its first run
-    want = {t: first_requests if t == "ours" else n for t in tools}
+    want = {t: first_requests if t in OURS else n for t in tools}
     same_count = all(c == want[t] for t in tools for c in summary[t]["sut_requests"])
     info = {
         **header,
@@ -515,7 +525,12 @@ def main() -> int:
         "ours_endpoint_checks": first_requests - n,
         "sut_server_cpu_s": cpu_sut,
     }
-    names = {"ours": "aip-eval", "promptfoo": "promptfoo", "inspect": "Inspect AI"}
+    names = {
+        "ours": "aip-eval (a new data folder)",
+        "ours_warm": "aip-eval (a data folder that has runs)",
+        "promptfoo": "promptfoo",
+        "inspect": "Inspect AI",
+    }
     lines = [
         f"# Against promptfoo and Inspect AI: {n} SUT requests at {args.latency_ms:g} ms, {args.concurrency} in flight",
         "",
@@ -525,14 +540,17 @@ def main() -> int:
         f"- {args.rounds} interleaved rounds; each tool from process start to exit; the SUT is `serve-builtin "
         f"--latency-ms {args.latency_ms:g}` (demo profile), aip-eval's judge a second one",
         "",
-        "| tool | wall s (each round) | median s | ÷ aip-eval | CPU s (median) | SUT requests |",
-        "|---|---|---:|---:|---:|---|",
+        "| tool | wall s (each round) | median s | ÷ aip-eval (new folder) | ÷ aip-eval (folder with runs) "
+        "| CPU s (median) | SUT requests |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for t in tools:
         s = summary[t]
         ratio = f"{s['ratio_to_ours']:.2f}" if s["ratio_to_ours"] else "–"
+        ratio_warm = f"{s['ratio_to_ours_warm']:.2f}" if s["ratio_to_ours_warm"] else "–"
         lines.append(
             f"| {names[t]} | {', '.join(f'{w:.2f}' for w in s['wall_s'])} | {s['median_s']:.2f} | {ratio} | "
+            f"{ratio_warm} | "
             f"{statistics.median(s['cpu_s']):.2f} | {', '.join(map(str, sorted(set(s['sut_requests']))))} |"
         )
     lines += [

@@ -151,6 +151,9 @@ class ModelClient(StructuredForms):
         # the provider's Batch API (batch.enabled), for a stage's calls; never for one call such as the endpoint check
         self.batcher: BatchRunner | None = BatchRunner(self) if self.caps.batch and batchable else None
         self._batching: contextvars.Token | None = None
+        # requests being sent, by key: the same request asked again meanwhile waits for its answer
+        # (journaled, then read as the cache's) instead of being sent twice
+        self._sending: dict[str, asyncio.Event] = {}
         self._form = None  # the structured-output form, once known (structured_form)
         self._form_lock = None
 
@@ -258,19 +261,38 @@ class ModelClient(StructuredForms):
         # declared: reasoning first); the key is made of its canonical, sorted form (cache and resume)
         body_json = wire_json(body)
         key = call_key(self.endpoint_id, body, sample_index, template_version, attempt)
-        if self.journal is not None and key_mark(key) in self._known_ok:
-            if self.journal.REMOTE:  # a round trip to the database: not on the event loop
-                rec = await asyncio.to_thread(self.journal.lookup, key, self.cache_runs)
-            else:
-                rec = self.journal.lookup(key, self.cache_runs)
-            if rec is not None:
-                self.stats["cached"] += 1
-                if rec["run_id"] != self.run_id:  # reused from an earlier run: record it in this run
-                    self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
-                return self._from_record(rec, key)
+        if self.journal is not None and (hit := await self._cached(key, body, sample_index)) is not None:
+            return hit
         if self.batcher is not None:  # the provider's Batch API (models/batch.py)
             return await self.batcher.call(key, body, body_json, sample_index, retries, timeout)
-        return await self._live(body, key, sample_index, retries, timeout, body_json)
+        if self.journal is None:  # no cache to answer a repeated request from
+            return await self._live(body, key, sample_index, retries, timeout, body_json)
+        while (same := self._sending.get(key)) is not None:  # the same request in flight: its answer is this one's
+            await same.wait()
+            if (hit := await self._cached(key, body, sample_index)) is not None:
+                return hit
+        done = self._sending[key] = asyncio.Event()
+        try:
+            return await self._live(body, key, sample_index, retries, timeout, body_json)
+        finally:
+            del self._sending[key]
+            done.set()
+
+    async def _cached(self, key: str, body: dict[str, Any], sample_index: int) -> ChatResult | None:
+        """The journal's answer to this call (this run's, or a reused run's), or None."""
+        assert self.journal is not None
+        if key_mark(key) not in self._known_ok:
+            return None
+        if self.journal.REMOTE:  # a round trip to the database: not on the event loop
+            rec = await asyncio.to_thread(self.journal.lookup, key, self.cache_runs)
+        else:
+            rec = self.journal.lookup(key, self.cache_runs)
+        if rec is None:
+            return None
+        self.stats["cached"] += 1
+        if rec["run_id"] != self.run_id:  # reused from an earlier run: record it in this run
+            self._record(key, body, sample_index, self._from_record(rec, key), source=f"reused:{rec['run_id']}")
+        return self._from_record(rec, key)
 
     async def _live(
         self,
