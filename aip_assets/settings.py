@@ -122,7 +122,8 @@ class Settings(BaseSettings):
         **_env(
             "AIP_JUDGE_DURING_SAMPLING",
             "true or false (1 or 0)",
-            "Decision flip's judge is asked about a pair as soon as the SUT has answered both of its prompts, "
+            "Decision flip's and group bias's judges are asked about a pair as soon as the SUT has answered both "
+            "of its prompts, "
             "while the SUT is still being sampled; the judging stage then finds those answers in the run's journal "
             "(the same requests, not asked twice). 0: the judge is asked only in the judging stage.",
         ),

@@ -97,6 +97,35 @@ def test_pairs_are_judged_during_sampling_and_the_judgements_are_the_same(tmp_pa
         assert len(judging) == a.call_key.nunique()  # a request asked again while in flight waits for its answer
 
 
+def test_group_bias_judges_ahead_too(tmp_path, scripted, monkeypatch):
+    """Group interaction bias: three judges per pair, all asked during sampling; the same judgements."""
+    sut = scripted(lambda body, n: answer(body))
+    judge = scripted(lambda body, n: answer(body))
+    ds = write_dataset(tmp_path / "in" / "d.jsonl", 3)
+    p = tmp_path / "in" / "gib.json"
+    metric = {"config": {"num_pairs": 3, "persona_pool_size": 8, "sub_call_concurrency_limit": 8}}
+    p.write_text(
+        json.dumps(
+            {
+                "name": "gib-ahead",
+                "dataset": str(ds),
+                "seed": 2,
+                "sut": sut.conn(),
+                "judge": judge.conn(),
+                "metrics": {"llm.group_interaction_bias": metric},
+            }
+        )
+    )
+    off = run(p, monkeypatch, ahead_on=False)
+    assert len(after_last_check(judge)) > 0
+    on = run(p, monkeypatch, ahead_on=True)
+    assert after_last_check(judge) == []
+    cols = ["judgement_id", "status", "score", "parsed", "order_swapped", "call_key"]
+    a, b = (table("judgements", r, "judgement_id")[cols].reset_index(drop=True) for r in (off, on))
+    assert len(a) > 0 and set(a.judgement_id.str.rsplit("|", n=1).str[1]) == {"similarity", "effort", "tone"}
+    assert a.equals(b)
+
+
 def test_a_judge_failing_during_sampling_is_asked_again_by_the_judging_stage(tmp_path, scripted, monkeypatch):
     """The judge fails every request from the SUT's sampling on until the judging stage starts:
     judging ahead stops after MAX_FAILURES judgements (one request each, no retry), and the judging

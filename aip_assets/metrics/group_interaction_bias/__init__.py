@@ -421,6 +421,8 @@ class GroupInteractionBias(Metric):
             yield {"probes": list(probes.values()), "probe_pairs": pairs_out}
 
     # ---- sampling
+    judges_ahead = True  # its pairs are judged as their answers come in (metrics/ahead.py)
+
     def sample(self, ctx: StageContext):
         cfg: GroupInteractionBiasConfig = ctx.config
         return sample_probes(
@@ -431,6 +433,7 @@ class GroupInteractionBias(Metric):
             timeout=cfg.timeout_seconds,
             template_version=TEMPLATE_VERSION,
             twins=True,
+            plugin=self,
         )
 
     # ---- judging
@@ -441,75 +444,7 @@ class GroupInteractionBias(Metric):
             progress.in_flight = lambda: client.stats["in_flight"]
             for ids in ctx.batches():
                 pairs, probes, resp = pair_batch(ctx, ids)
-
-                async def one_judge(pair, kind, swapped, r1, r2):
-                    base = {
-                        "judgement_id": f"{pair['pair_id']}|{kind}",
-                        "pair_id": pair["pair_id"],
-                        "input_id": pair["input_id"],
-                        "judge_kind": kind,
-                        "order_swapped": swapped,
-                    }
-                    o = await ask_panel(
-                        client,
-                        judge_messages(kind, cfg.language, r1, r2),
-                        VERDICTS[kind],
-                        category=lambda v: self.verdict_category(v, kind),
-                        retries=ctx.spec.judge_retries,
-                        timeout=cfg.timeout_seconds,
-                        temperature=ctx.spec.judge_temperature,
-                        template_version=JUDGE_TEMPLATE_VERSION,
-                    )
-                    out = {**base, **judged_fields(o)}
-                    if o.value is None:
-                        return {**out, "status": "judge_failed", "error": f"{kind} judge {o.error}"}
-                    if o.value.unjudgeable:
-                        return {
-                            **out,
-                            "status": "unjudgeable",
-                            "parsed": o.value.model_dump_json(),
-                            "reasoning": o.value.reasoning,
-                            "error": f"{kind} judge: unjudgeable: {o.value.reasoning}"[:500],
-                        }
-                    parsed = o.value.model_dump()
-                    if kind == "effort":  # map "which response helps less" back to the persona
-                        lh = parsed["less_helpful"]
-                        first, second = (
-                            (pair["value_b"], pair["value_a"]) if swapped else (pair["value_a"], pair["value_b"])
-                        )
-                        parsed["less_helpful_persona"] = {"1": first, "2": second}.get(lh)
-                    return {
-                        **out,
-                        "status": "ok",
-                        "error": None,
-                        "parsed": json.dumps(parsed, ensure_ascii=False),
-                        "score": float(parsed[FIELD[kind]]),
-                        "reasoning": o.value.reasoning,
-                    }
-
-                async def one(pair):
-                    bad = sut_failure(pair, probes, resp)
-                    if bad:  # a failed or empty answer: excluded, no judge call
-                        return [
-                            {
-                                "judgement_id": f"{pair['pair_id']}|{k}",
-                                "pair_id": pair["pair_id"],
-                                "input_id": pair["input_id"],
-                                "judge_kind": k,
-                                "status": bad[0],
-                                "error": bad[1],
-                                "attempts": 0,
-                            }
-                            for k in JUDGE_KINDS
-                        ]
-                    swapped = (
-                        random.Random(f"group_interaction_bias:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
-                    )
-                    ka, kb = answer_keys(pair)  # a null pair: one persona's two samples, judged as any pair
-                    a, b = resp[ka]["response"] or "", resp[kb]["response"] or ""
-                    r1, r2 = (b, a) if swapped else (a, b)
-                    return list(await gather_all(*(one_judge(pair, k, swapped, r1, r2) for k in JUDGE_KINDS)))
-
+                one = self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries)
                 results = await run_bounded(
                     pairs,
                     one,
@@ -518,6 +453,75 @@ class GroupInteractionBias(Metric):
                     lambda rs: worst_outcome((r["status"] for r in rs), any_ok=True),
                 )
                 yield {"judgements": [r for rs in results for r in rs]}
+
+    def pair_judge(self, ctx, client, ids, pairs, probes, resp, retries):
+        cfg: GroupInteractionBiasConfig = ctx.config
+
+        async def one_judge(pair, kind, swapped, r1, r2):
+            base = {
+                "judgement_id": f"{pair['pair_id']}|{kind}",
+                "pair_id": pair["pair_id"],
+                "input_id": pair["input_id"],
+                "judge_kind": kind,
+                "order_swapped": swapped,
+            }
+            o = await ask_panel(
+                client,
+                judge_messages(kind, cfg.language, r1, r2),
+                VERDICTS[kind],
+                category=lambda v: self.verdict_category(v, kind),
+                retries=retries,
+                timeout=cfg.timeout_seconds,
+                temperature=ctx.spec.judge_temperature,
+                template_version=JUDGE_TEMPLATE_VERSION,
+            )
+            out = {**base, **judged_fields(o)}
+            if o.value is None:
+                return {**out, "status": "judge_failed", "error": f"{kind} judge {o.error}"}
+            if o.value.unjudgeable:
+                return {
+                    **out,
+                    "status": "unjudgeable",
+                    "parsed": o.value.model_dump_json(),
+                    "reasoning": o.value.reasoning,
+                    "error": f"{kind} judge: unjudgeable: {o.value.reasoning}"[:500],
+                }
+            parsed = o.value.model_dump()
+            if kind == "effort":  # map "which response helps less" back to the persona
+                lh = parsed["less_helpful"]
+                first, second = (pair["value_b"], pair["value_a"]) if swapped else (pair["value_a"], pair["value_b"])
+                parsed["less_helpful_persona"] = {"1": first, "2": second}.get(lh)
+            return {
+                **out,
+                "status": "ok",
+                "error": None,
+                "parsed": json.dumps(parsed, ensure_ascii=False),
+                "score": float(parsed[FIELD[kind]]),
+                "reasoning": o.value.reasoning,
+            }
+
+        async def one(pair):
+            bad = sut_failure(pair, probes, resp)
+            if bad:  # a failed or empty answer: excluded, no judge call
+                return [
+                    {
+                        "judgement_id": f"{pair['pair_id']}|{k}",
+                        "pair_id": pair["pair_id"],
+                        "input_id": pair["input_id"],
+                        "judge_kind": k,
+                        "status": bad[0],
+                        "error": bad[1],
+                        "attempts": 0,
+                    }
+                    for k in JUDGE_KINDS
+                ]
+            swapped = random.Random(f"group_interaction_bias:{ctx.spec.seed}:order:{pair['pair_id']}").random() < 0.5
+            ka, kb = answer_keys(pair)  # a null pair: one persona's two samples, judged as any pair
+            a, b = resp[ka]["response"] or "", resp[kb]["response"] or ""
+            r1, r2 = (b, a) if swapped else (a, b)
+            return list(await gather_all(*(one_judge(pair, k, swapped, r1, r2) for k in JUDGE_KINDS)))
+
+        return one
 
     # ---- aggregation
     formula = EQUITABILITY
