@@ -84,9 +84,9 @@ class JudgeAhead:
         finally:
             await self.client.__aexit__(*exc)
         if self.started:
-            logger.debug(
-                f"judged ahead [{self.ctx.run_id} × {self.ctx.metric}]: {self.started} started, "
-                f"{self.succeeded} succeeded, {self.failures} to ask again in the judging stage"
+            self.ctx.log(
+                f"judged during sampling: {self.succeeded} of {self.started} pairs (the judging stage reads their "
+                f"answers from the journal and asks again what did not succeed)"
             )
 
     def batch(self, ids: list[str]) -> None:
