@@ -431,7 +431,7 @@ def _run_stage(
             journal.close()
         shutil.rmtree(staged.dir, ignore_errors=True)
     if "calls.network" in meta:  # the calls this process sent, not those of a stage it resumes (journal.sent)
-        meta["calls.network"], meta["calls.failed"] = journal.sent, journal.sent_failed
+        meta["calls.network"], meta["calls.failed"] = journal.sent[stage], journal.sent_failed[stage]
     detail(f"{stage_words(stage, meta)} [{run_id} × {metric}]")
     if stage == "aggregation":  # the metric's one line at the default level
         log(f"{metric}: {gate_words(meta['gate'])}")

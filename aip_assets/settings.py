@@ -118,14 +118,16 @@ class Settings(BaseSettings):
         ),
     )
     judge_during_sampling: bool = Field(
-        True,
+        False,
         **_env(
             "AIP_JUDGE_DURING_SAMPLING",
             "true or false (1 or 0)",
             "Decision flip's and group bias's judges are asked about a pair as soon as the SUT has answered both "
             "of its prompts, "
             "while the SUT is still being sampled; the judging stage then finds those answers in the run's journal "
-            "(the same requests, not asked twice). 0: the judge is asked only in the judging stage.",
+            "(the same requests, not asked twice). Off by default: a request that fails during sampling is asked "
+            "again by the judging stage within the judgement's whole budget, and a judgement answered from the "
+            "journal records one attempt (metrics/ahead.py).",
         ),
     )
     # shared mode

@@ -314,7 +314,6 @@ def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tm
     judged), a run note says from which form to which in the server's words (no secret), and
     every later judgement asks in the new form."""
     monkeypatch.setenv("JUDGE_KEY", "sk-judge-secret-4321")
-    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "0")  # the judging stage's own requests, in order (below: ahead)
     served = itertools.count(1)
     in_new_form = itertools.count(1)
 
@@ -384,6 +383,7 @@ def test_a_refusal_met_judging_ahead_is_left_to_the_judging_stage(tmp_path, caps
     judging stage meets it again (one more refused request), moves, and judges every pair: one note.
     What was judged ahead in the old form and not yet read by the judging stage is asked again in
     the new one (the price of a refusal mid-run: at most the judgements made ahead)."""
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "1")
     served, in_new_form, refused = itertools.count(1), itertools.count(1), []
 
     def judge(body, n):

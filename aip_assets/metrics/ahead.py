@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..models.deadline import CURRENT_ROW
-from .answers import answer_keys
+from .answers import answer_keys, pair_batch
 
 if TYPE_CHECKING:
     from .base import Metric, StageContext
@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("aip_assets")
 
 MAX_FAILURES = 3  # judgements ahead that did not succeed before no more are started
+
+
+def judge_ahead(ctx: StageContext, plugin: Metric, limit: int) -> JudgeAhead | None:
+    """A :class:`JudgeAhead` for this sampling stage (``sample_probes``' ``ahead``), or None when
+    its pairs are not judged ahead (:func:`wanted`)."""
+    return JudgeAhead(ctx, plugin, limit) if wanted(ctx, plugin) else None
 
 
 def wanted(ctx: StageContext, plugin: Metric) -> bool:
@@ -91,8 +97,6 @@ class JudgeAhead:
 
     def batch(self, ids: list[str]) -> None:
         """The pairs of a batch of rows about to be sampled: each waits for its two answers."""
-        from .answers import pair_batch
-
         pairs, probes, _ = pair_batch(self.ctx, ids, answers=False)
         resp: dict[tuple[str, int], dict] = {}  # the batch's answers, filled as they come
         one = self.plugin.pair_judge(self.ctx, self.client, ids, pairs, probes, resp, retries=0)

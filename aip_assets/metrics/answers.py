@@ -9,14 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..models.client import ChatResult
 from .base import StageContext
 from .running import run_bounded
-
-if TYPE_CHECKING:
-    from .base import Metric
 
 
 def answer_status(ok: bool, text: str | None, error: str | None, empty_error: str) -> tuple[str, str | None]:
@@ -125,14 +122,11 @@ async def sample_probes(
     timeout: float,
     template_version: str,
     twins: bool = False,
-    plugin: Metric | None = None,
+    ahead: Any = None,
 ):
     """Send every probe of the partition to the SUT (one sample each), a batch of rows at a time;
-    with ``twins``, also the fresh samples that the null pairs in ``probe_pairs`` compare. With the
-    metric's ``plugin``, its pairs are judged as their answers come in when it can (``ahead.py``)."""
-    from .ahead import JudgeAhead, wanted
-
-    ahead = JudgeAhead(ctx, plugin, concurrency) if plugin is not None and wanted(ctx, plugin) else None
+    with ``twins``, also the fresh samples that the null pairs in ``probe_pairs`` compare. ``ahead``:
+    a ``JudgeAhead`` (``ahead.judge_ahead``), which judges the pairs as their answers come in."""
     async with contextlib.AsyncExitStack() as stack:
         if ahead is not None:
             await stack.enter_async_context(ahead)

@@ -33,6 +33,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,10 @@ class Journal:
         self._queued_ok: dict[str, dict[str, Any]] = {}
         self._n_queued = self._n_written = 0
         # the calls this journal was given that were sent to an endpoint by this process (a call
-        # answered from another run's record was not): what a stage reports as its network calls
-        self.sent = self.sent_failed = 0
+        # answered from another run's record was not), by stage, and those of them that failed:
+        # what a stage reports as its network calls (judging ahead records the judging stage's in sampling)
+        self.sent: Counter[str] = Counter()
+        self.sent_failed: Counter[str] = Counter()
         self._closing = False
         self._flush_to = 0  # a reader waits for the calls queued up to here: write now, not at the interval's end
         self._failure: BaseException | None = None
@@ -164,8 +167,8 @@ class Journal:
             self._queue.append(rec)
             self._n_queued += 1
             if rec.get("source") in ("network", "batch"):
-                self.sent += 1
-                self.sent_failed += int(rec.get("status") != "ok")
+                self.sent[rec.get("stage") or ""] += 1
+                self.sent_failed[rec.get("stage") or ""] += int(rec.get("status") != "ok")
             if rec.get("status") == "ok" and rec.get("call_key"):
                 self._queued_ok[rec["call_key"]] = rec
             if len(self._queue) == 1:

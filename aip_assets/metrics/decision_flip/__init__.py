@@ -24,6 +24,7 @@ from ...dataset import DatasetRow
 from ...errors import DatasetError, SpecError
 from ...readers.decisions import map_label, read_decision
 from ...scoring import ONE_MINUS_FLIP_RATE
+from ..ahead import judge_ahead
 from ..answers import answer_keys, baseline_share, is_null, null_twins, pair_batch, sample_probes, sut_failure
 from ..base import KeyRate, Metric, StageContext
 from ..judging import ask_panel, judged_fields
@@ -323,7 +324,7 @@ class DecisionFlip(Metric):
             timeout=cfg.timeout_seconds,
             template_version=TEMPLATE_VERSION,
             twins=True,
-            plugin=self,
+            ahead=judge_ahead(ctx, self, cfg.sub_call_concurrency_limit),
         )
 
     # ---- judging

@@ -32,6 +32,7 @@ from ...errors import SpecError
 from ...models.providers import capabilities
 from ...scoring import EQUITABILITY
 from ...stats import third
+from ..ahead import judge_ahead
 from ..answers import answer_keys, baseline_share, null_twins, pair_batch, sample_probes, sut_failure
 from ..base import THIRDS, THIRDS_TEXT, KeyRate, Metric, StageContext, thirds
 from ..judging import ask_json, ask_panel, judged_fields
@@ -433,7 +434,7 @@ class GroupInteractionBias(Metric):
             timeout=cfg.timeout_seconds,
             template_version=TEMPLATE_VERSION,
             twins=True,
-            plugin=self,
+            ahead=judge_ahead(ctx, self, cfg.sub_call_concurrency_limit),
         )
 
     # ---- judging
