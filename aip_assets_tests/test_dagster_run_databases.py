@@ -152,3 +152,63 @@ def test_tables_and_columns_found_are_remembered_and_missing_ones_asked_again(tm
     assert store._columns_seen == {"last_materialization_timestamp"}
     store.dispose()
     dagster_storage.ANCHORS.release()
+
+
+def test_a_kept_connection_follows_its_file_and_its_process(tmp_path, monkeypatch):
+    """The connection kept between statements writes to the file at its path, in the process that
+    opened it: a run's file removed (Dagster's wipe) is opened again by its name; a forked child
+    opens its own (the parent's kept connections are closed before the fork) and both processes'
+    events are stored; one seen from another process id is set aside, never used or closed."""
+    import subprocess
+    import sys
+
+    base = tmp_path / "runs"
+    store = dagster_storage.EngineKeepingSqliteEventLogStorage(str(base))
+    store.store_event(entry("r1", "one"))
+    store.wipe()  # removes the runs' files: the next write makes r1's again, not the removed one's
+    store.store_event(entry("r1", "after the wipe"))
+    plain = SqliteEventLogStorage(str(base))
+    assert [e.user_message for e in plain.get_logs_for_run("r1")] == ["after the wipe"]
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            store.store_event(entry("r1", "the child's"))
+            store.store_event(entry("r2", "the child's own run"))
+            code = 0 if not dagster_storage._INHERITED else 2
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    store.store_event(entry("r1", "the parent's again"))
+    assert [e.user_message for e in plain.get_logs_for_run("r1")] == [
+        "after the wipe",
+        "the child's",
+        "the parent's again",
+    ]
+    assert [e.user_message for e in plain.get_logs_for_run("r2")] == ["the child's own run"]
+    # a kept connection checked out under another process id: set aside, a new one opened
+    real = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real + 1)
+    store.store_event(entry("r1", "under another pid"))
+    monkeypatch.setattr(os, "getpid", lambda: real)
+    assert len(dagster_storage._INHERITED) >= 1
+    dagster_storage._INHERITED.clear()
+    assert plain.get_logs_for_run("r1")[-1].user_message == "under another pid"
+    for db in (base / "r1.db", base / "r2.db"):
+        c = sqlite3.connect(db)
+        assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        c.close()
+    store.dispose()
+    plain.dispose()
+    dagster_storage.ANCHORS.release()
+    # a process that ends closes its kept connections before its anchors: the log checkpointed away
+    code = (
+        "import logging, time\n"
+        "from aip_assets import dagster_storage\n"
+        "from dagster._core.events.log import EventLogEntry\n"
+        f"s = dagster_storage.EngineKeepingSqliteEventLogStorage({str(base)!r})\n"
+        "s.store_event(EventLogEntry(error_info=None, level=logging.INFO, user_message='x', run_id='r3',"
+        " timestamp=time.time(), step_key=None, job_name=None, dagster_event=None))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ), timeout=300)
+    assert (base / "r3.db").exists() and not (base / "r3.db-wal").exists()
