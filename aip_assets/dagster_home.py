@@ -20,6 +20,7 @@ it yourself to keep Dagster's storage in another database. No password is writte
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -365,9 +366,147 @@ def _making_storage(home: Path) -> Iterator[None]:
         fh.close()  # lets the lock go
 
 
+class _NewFilesQuickly:
+    """A SQLAlchemy ``connect`` listener, on while ``get_instance`` opens the storage: a connection to
+    a SQLite file under ``home`` that was new when the first connection to it came (0 bytes) is put
+    in WAL mode with ``synchronous=NORMAL``, for the statements that make its tables.
+
+    Dagster makes each of its databases (runs.db, the event log's index.db, schedules.db) in
+    SQLite's default mode, about 90 statements in all, each its own commit with its files synced
+    and a journal file made and deleted (3.6 ms a statement on this machine's disk: 0.8-1.0 s of a
+    new project's first run, waiting), and puts the file in WAL mode just after. In WAL mode from
+    the start (the mode Dagster leaves it in) with ``synchronous=NORMAL`` (what dagster_storage.py's
+    connections use for every later write: safe against a crash of the process; a power cut may
+    lose the last commits, never corrupt the file) they are written without a sync each. The
+    file gets an anchor (``dagster_storage.ANCHORS``), so that closing each statement's connection
+    does not checkpoint the log into the file and delete it (about 55 connections). The tables,
+    the alembic stamp and every later statement are Dagster's own, as before; a file that was
+    there already is left alone, and so are the other connections (Dagster's own settings)."""
+
+    def __init__(self, home: Path):
+        self.root = str(home.resolve()) + os.sep
+        self.new: set[str] = set()
+        self.old: set[str] = set()
+
+    def __call__(self, dbapi_conn: Any, _record: Any) -> None:
+        import sqlite3
+
+        if not isinstance(dbapi_conn, sqlite3.Connection):
+            return
+        row = dbapi_conn.execute("PRAGMA database_list").fetchone()  # (seq, "main", file)
+        path = row[2] if row else ""
+        if not path or not path.startswith(self.root) or path in self.old:
+            return
+        if path not in self.new:
+            try:
+                fresh = os.path.getsize(path) == 0
+            except OSError:
+                fresh = False
+            (self.new if fresh else self.old).add(path)
+            if not fresh:
+                return
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+        from .dagster_storage import ANCHORS
+
+        ANCHORS.hold(path)  # the statements' connections are never the last to close (dagster_storage.py)
+
+
+@contextmanager
+def _quick_new_files(home: Path, ours: bool) -> Iterator[None]:
+    """``_NewFilesQuickly`` listening on every engine's connections for the block: for the home this
+    module set up (``ours``: not a DAGSTER_HOME of the user's, whose settings may name other
+    storage), and not in shared mode."""
+    if not ours or shared():
+        yield
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    listener = _NewFilesQuickly(home)
+    event.listen(Engine, "connect", listener)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "connect", listener)
+
+
+_KEPT_SCRIPTS: dict[Any, Any] = {}  # (what from_config reads) -> ScriptDirectory; "class" -> the subclass
+_KEPT_LOCK = threading.Lock()
+
+
+def _keep_alembic_scripts() -> None:
+    """Dagster's alembic migration scripts read once per process, not once per use.
+
+    Each of Dagster's SQLite storages checks its database's alembic revision when it opens
+    (``check_alembic_revision``) and stamps a new one (``alembic.command.stamp``), and each of those
+    reads the ~40 migration scripts again (``ScriptDirectory.from_config``, then its revision
+    map): 30 ms a time, twice for an instance of a project that has run before, seven times for a
+    new one, twice for every Dagster run's new event-log file. The ``ScriptDirectory`` made for
+    Dagster's own scripts (``dagster._core.storage.sql.ALEMBIC_SCRIPTS_LOCATION``) is kept, for
+    the same options, and given again; any other location is read as alembic does. The two names
+    this uses, ``ScriptDirectory`` in ``dagster._core.storage.sql`` and in ``alembic.command``, are
+    bound to a subclass whose ``from_config`` does that; if either is not there, nothing changes."""
+    try:
+        import alembic.command as alembic_command
+        from alembic.script import ScriptDirectory
+        from dagster._core.storage import sql as dagster_sql
+    except ImportError:
+        return
+    location = getattr(dagster_sql, "ALEMBIC_SCRIPTS_LOCATION", None)
+    with _KEPT_LOCK:
+        kept = _KEPT_SCRIPTS.get("class")
+        if kept is None:
+            kept = _KEPT_SCRIPTS["class"] = _kept_scripts_class(ScriptDirectory)
+    if not isinstance(location, str) or not all(
+        getattr(m, "ScriptDirectory", None) in (ScriptDirectory, kept) for m in (dagster_sql, alembic_command)
+    ):
+        return
+    kept.location = location
+    for module in (dagster_sql, alembic_command):
+        setattr(module, "ScriptDirectory", kept)  # noqa: B010 - a module's name, bound again
+
+
+def _kept_scripts_class(base: Any) -> Any:
+    """A subclass of alembic's ``ScriptDirectory`` whose ``from_config`` keeps what it made for
+    Dagster's location (``_keep_alembic_scripts``)."""
+
+    class KeptScriptDirectory(base):
+        location = ""
+
+        @classmethod
+        def from_config(cls, config):
+            try:
+                key = (
+                    config.get_alembic_option("script_location"),
+                    *(
+                        config.get_alembic_option(o)
+                        for o in ("file_template", "truncate_slug_length", "output_encoding", "timezone")
+                    ),
+                    config.get_alembic_boolean_option("sourceless"),
+                    config.get_alembic_boolean_option("recursive_version_locations"),
+                    tuple(config.get_version_locations_list() or ()),
+                    repr(config.get_hooks_list()),
+                )
+                plain = key[0] == cls.location and not config.get_prepend_sys_paths_list()
+            except AttributeError:  # another alembic's Config
+                plain = False
+            if not plain:
+                return base.from_config(config)
+            with _KEPT_LOCK:
+                scripts = _KEPT_SCRIPTS.get(key)
+                if scripts is None:
+                    scripts = _KEPT_SCRIPTS[key] = base.from_config(config)
+            return scripts
+
+    return KeptScriptDirectory
+
+
 def get_instance():
     """The project's Dagster instance (public API only), from ``prepare_home()``. Its storage is
-    reached here, so a database that cannot be used is an AipError naming it (never the password)."""
+    reached here, so a database that cannot be used is an AipError naming it (never the password).
+    A new storage's files are made in WAL mode (``_NewFilesQuickly``), and Dagster's migration
+    scripts are read once in the process (``_keep_alembic_scripts``)."""
     from dagster import DagsterInstance
 
     from .errors import AipError
@@ -377,7 +516,8 @@ def get_instance():
     url = configured_storage_url()
     ours = os.environ.get("AIP_DAGSTER_HOME_SET") == str(home)
     try:
-        with _making_storage(home):
+        with _making_storage(home), _quick_new_files(home, ours):
+            _keep_alembic_scripts()
             instance = DagsterInstance.get()
             pooled(instance)
             instance.get_runs(limit=1)  # the storage is opened lazily: reach it now

