@@ -9,6 +9,8 @@ metric with nothing notable gives no finding; a run with none says so where find
 
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +124,54 @@ def run_findings(run_id: str, metrics: list[str] | None = None, path: Path | Non
             continue
         out += metric_findings(run_id, str(metric), part.reset_index(drop=True), path)
     return rank(out)
+
+
+# The findings an aggregation computed for its metadata in this process (assets.stages.score_metadata),
+# by (run_id, metric): the warehouse they were read from (``source``) and the metric's findings,
+# ranked. jobs._execute takes them for the metric's Outcome as its run ends, so that `aip-eval run`
+# does not read them a third time (0.1 s of a small run) unless it has not every metric's.
+_fresh: dict[tuple[str, str], tuple[str, list[Finding]]] = {}
+_fresh_lock = threading.Lock()
+
+
+def source(path: Path | None = None) -> str:
+    """The warehouse a read of ``path`` (None: this process's default) reads: the lake, or the file."""
+    from .warehouse import lake
+
+    return lake.where() if lake.enabled() else str(Path(path or wh.default_path()).resolve())
+
+
+def remember(run_id: str, metric: str, found: list[Finding]) -> None:
+    """``found``: the findings of ``metric`` alone (``run_findings(run_id, [metric])``), just read
+    from this process's default warehouse."""
+    with _fresh_lock:
+        _fresh[(run_id, metric)] = (source(), list(found))
+
+
+def take(run_id: str, metric: str) -> tuple[str, list[Finding]] | None:
+    """The findings :func:`remember` kept for ``metric`` (and forgets them), or None."""
+    with _fresh_lock:
+        return _fresh.pop((run_id, metric), None)
+
+
+def findings_of(
+    run_id: str,
+    metrics: list[str],
+    path: Path | None = None,
+    known: dict[str, tuple[str, list[Finding]]] | None = None,
+) -> list[Finding]:
+    """``run_findings(run_id, metrics, path)``: from ``known`` (metric -> its warehouse and its
+    findings, as :func:`take` gives them) when it has every metric's, read from that warehouse, else
+    read. The same list: each metric's findings are its own rows' (``metric_findings``), and
+    :func:`rank` orders them by a key that names the metric (a stable sort: ties keep each metric's
+    order)."""
+    known = known or {}
+    where = source(path) if metrics and all(m in known for m in metrics) else None
+    if where is not None and all(known[m][0] == where for m in metrics):
+        found = [f for m in metrics for f in known[m][1]]
+        if all(math.isfinite(f.effect) for f in found):  # a NaN effect has no order: read them as always
+            return rank(found)
+    return run_findings(run_id, metrics, path)
 
 
 def finding_lines(findings: list[dict[str, Any]]) -> list[str]:

@@ -59,6 +59,9 @@ class Outcome:
     kind: str = ""  # a failed run's: "gate", "limit", "operational", "input" (an AipError) or "bug"
     tracebacks: list[str] = field(default_factory=list)  # a bug's: each failed step's whole error, to save
     gate_reason: str = ""  # a failed gate's reason (gate.decide), as its Failure's metadata carries it
+    # the metric's findings its aggregation read for its metadata in this run (findings.take: the warehouse
+    # read, the findings), for the CLI's summary; None: not in this run (read them again)
+    findings: tuple[str, list[Any]] | None = None
 
     @property
     def completed(self) -> bool:
@@ -193,6 +196,9 @@ def _execute(
         origin = job_origin(like)
     except ImportError:  # another layout of Dagster's internals: the run still runs, the Overview misses it
         origin = None
+    from .findings import take
+
+    take(run_id, metric)  # none kept from before: only this run's aggregation's
     with _runs_from(instance, origin) if origin is not None else nullcontext():
         result = evaluate().execute_in_process(
             partition_key=partition_key(run_id, metric),
@@ -202,6 +208,7 @@ def _execute(
             tags={"aip/run_id": run_id, "aip/metric": metric, **tags},
         )
     out = _outcome(metric, result)
+    out.findings = take(run_id, metric)
     if interrupts.requested():  # also a signal Dagster's own handler took between two steps
         out.interrupted = True
     if out.interrupted and not out.success:  # the UI's Runs list says canceled, not failed

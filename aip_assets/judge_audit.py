@@ -24,6 +24,7 @@ from typing import Any
 from .metrics.base import StageContext
 from .metrics.judging import ask_json, judged_fields
 from .metrics.running import run_bounded
+from .scoring import frame_records
 from .stats import cohen_kappa
 
 AUDITED = ("ok", "no_decision", "unjudgeable")
@@ -161,9 +162,9 @@ def position_scores(ctx: StageContext, cfg, plugin) -> list[dict[str, Any]]:
         if not len(j):
             continue
         pairs = {
-            p["pair_id"]: p for p in ctx.read("probe_pairs", ids, ["pair_id", "value_a", "value_b"]).to_dict("records")
+            p["pair_id"]: p for p in frame_records(ctx.read("probe_pairs", ids, ["pair_id", "value_a", "value_b"]))
         }
-        for r in j.to_dict("records"):
+        for r in frame_records(j):
             out = plugin.position_outcome(r, pairs.get(r["pair_id"], {}))
             if out is None:
                 continue

@@ -98,6 +98,26 @@ PERTURBATION_GROUP = Formula(
 )
 
 
+_NATIVE = frozenset({str, int, float, bool, type(None)})
+
+
+def frame_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """``df.to_dict("records")``, the same dicts, without boxing value by value where that keeps
+    every value as it is: a frame of object columns holding plain Python values only (a warehouse
+    read: ``read_partition``), read a column at a time. Any other frame: to_dict's own."""
+    cols = df.columns.tolist()
+    if (
+        not cols
+        or len(set(cols)) != len(cols)
+        or not all(isinstance(dt, np.dtype) and dt.kind == "O" for dt in df.dtypes)
+    ):
+        return df.to_dict("records")
+    lists = [df.iloc[:, i].tolist() for i in range(len(cols))]
+    if any(not set(map(type, values)) <= _NATIVE for values in lists):
+        return df.to_dict("records")
+    return [dict(zip(cols, row, strict=True)) for row in zip(*lists, strict=True)]
+
+
 def units_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Units as a frame: unit_id, input_id, score_row, cluster, the value columns, groups (a dict)."""
     df = pd.DataFrame.from_records(list(records))

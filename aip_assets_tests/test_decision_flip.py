@@ -819,3 +819,25 @@ def test_answers_restating_the_question_are_excluded_not_failed_nor_other_words(
     assert "label_mismatch" not in set(notes.code) and "stray_decision_words" not in set(notes.code)
     s = run_summary("restated")["metrics"]["llm.decision_flip"]
     assert s["pairs_excluded"] == undecided and s["pairs_failed"] == 0
+
+
+def test_the_summarys_rows_hold_the_values_iterrows_gives():
+    """words._rows: a row of text and a number as a plain dict of its values, any other row as
+    iterrows' own Series (a row of text and missing values is inferred as text: None reads NaN)."""
+    import math
+
+    from aip_assets.metrics.decision_flip.words import _rows
+
+    typed = pd.DataFrame(
+        {"key": ["a", "b", "c", None], "rate": [0.25, float("nan"), None, 2.0], "n": [1, 2, 3, 4], "x": [None] * 4}
+    )
+    texts = pd.DataFrame({"key": ["a", "b"], "rate": [None, 0.5], "why": ["t", None]}, dtype=object)
+    for frame in (typed, typed.astype(object).where(typed.notna(), None), typed[["key", "rate"]], texts):
+        fast = list(_rows(frame))
+        slow = [r for _, r in frame.iterrows()]
+        assert len(fast) == len(slow) == len(frame)
+        for f, s in zip(fast, slow, strict=True):
+            for c in frame.columns:
+                a, b = f[c], s[c]
+                assert type(a) is type(b) and (a == b or (a is None and b is None) or (math.isnan(a) and math.isnan(b)))
+    assert isinstance(next(_rows(texts)), pd.Series) and isinstance(next(_rows(typed)), dict)

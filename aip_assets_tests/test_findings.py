@@ -150,6 +150,30 @@ def test_rank_puts_failed_gates_first_then_the_larger_effect():
     assert md == "- **FAIL** x — e.g. `r1` (q)"
 
 
+def test_the_aggregations_findings_are_the_runs_only_when_every_metric_has_them_from_that_warehouse(
+    tmp_path, monkeypatch
+):
+    import aip_assets.findings as fnd
+
+    # two metrics' findings, each ranked by its aggregation; ties within a metric keep their order
+    a = [Finding("m.a", "a gate", True, 0.2), Finding("m.a", "a tie", False, 0.3), Finding("m.a", "a tie", False, 0.3)]
+    b = [Finding("m.b", "b effect", False, 0.5), Finding("m.b", "b gate", True, 0.2)]
+    read = []
+    monkeypatch.setattr(fnd, "run_findings", lambda run_id, metrics, path=None: read.append(metrics) or ["read"])
+    monkeypatch.setattr(fnd, "source", lambda path=None: f"file {path}")
+    known = {"m.a": ("file None", fnd.rank(a)), "m.b": ("file None", fnd.rank(b))}
+    got = fnd.findings_of("r", ["m.b", "m.a"], None, known)
+    assert got == rank(a + b) == [a[0], b[1], b[0], a[1], a[2]] and got[3] is a[1] and read == []
+    assert fnd.findings_of("r", ["m.a", "m.c"], None, known) == ["read"]  # one metric's not kept: read
+    assert fnd.findings_of("r", ["m.a"], tmp_path, known) == ["read"]  # another warehouse: read
+    nan = {"m.a": ("file None", [Finding("m.a", "x", False, float("nan"))])}
+    assert fnd.findings_of("r", ["m.a"], None, nan) == ["read"]  # no order for NaN: read
+    assert fnd.findings_of("r", [], None, known) == ["read"] and len(read) == 4
+    # kept by the aggregation of this process, taken once
+    fnd.remember("r", "m.a", a)
+    assert fnd.take("r", "m.a") == ("file None", a) and fnd.take("r", "m.a") is None
+
+
 def test_a_row_is_excluded_under_its_reason_and_only_failures_are_errors():
     assert row_reason(["unjudgeable", "unjudgeable"]) == "unjudgeable"
     assert row_reason(["ok", "empty_answer", "unjudgeable", "empty_answer"]) == "empty_answer"  # the most frequent

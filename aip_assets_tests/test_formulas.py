@@ -853,3 +853,32 @@ def test_finish_scores_counts_exclusions_and_gates_the_overall_record():
     assert (
         o["passed"] is False and "2 of 10 SUT answers failed (0.200, above max_failed_share 0.100)" in o["gate_reason"]
     )
+
+
+def test_frame_records_are_to_dicts_records_value_for_value():
+    """scoring.frame_records: an object frame of plain values a column at a time, any other frame
+    through to_dict: the same dicts, keys in order, each value of the same type and value."""
+    import numpy as np
+    import pandas as pd
+
+    from aip_assets.scoring import frame_records
+
+    def same(a, b):
+        return len(a) == len(b) and all(
+            list(x) == list(y)
+            and all(type(x[k]) is type(y[k]) and (x[k] == y[k] or (x[k] != x[k] and y[k] != y[k])) for k in x)
+            for x, y in zip(a, b, strict=True)
+        )
+
+    typed = pd.DataFrame({"a": ["x", None, "z"], "b": [1.5, None, 2.0], "c": [1, 2, 3], "d": [True, None, False]})
+    read = typed.astype(object).where(typed.notna(), None)  # as warehouse.read_partition gives it
+    others = (
+        typed,
+        typed[["a"]],
+        read.iloc[:0],
+        pd.DataFrame({"t": [pd.Timestamp("2020-01-01")]}).astype(object),
+        pd.DataFrame({"n": [np.float64(1.0), "x"], "m": [np.int64(2), None]}, dtype=object),
+    )
+    for frame in (read, *others):
+        assert same(frame_records(frame), frame.to_dict("records"))
+    assert frame_records(read)[1] == {"a": None, "b": None, "c": 2, "d": None}

@@ -286,7 +286,16 @@ def test_dagster_materialises_partitions_and_rejects_unconfigured_metric(tmp_pat
     assert keys[:2] == ["headline", "findings"] and keys[-1] == "summary"
     from aip_assets.findings import findings_markdown, run_findings
 
-    assert agg["findings"].md_str == findings_markdown([f.to_dict() for f in run_findings("dg", ["llm.decision_flip"])])
+    found = run_findings("dg", ["llm.decision_flip"])
+    assert agg["findings"].md_str == findings_markdown([f.to_dict() for f in found])
+    # kept for `aip-eval run`'s summary (jobs.Outcome.findings): the same findings, from this warehouse
+    from aip_assets.findings import findings_of, source, take
+
+    kept = take("dg", "llm.decision_flip")
+    assert (
+        kept == (source(), found)
+        and findings_of("dg", ["llm.decision_flip"], None, {"llm.decision_flip": kept}) == found
+    )
     ov = table("metric_scores", "dg", "scope").query("scope == 'overall'").iloc[0]
     assert agg["decision_flip score"].value == round(ov.score, 4)
     assert (agg["decision_flip ci_low"].value, agg["decision_flip ci_high"].value) == (

@@ -138,9 +138,10 @@ def score_metadata(
         *get_metric(metric).format_summary(s),
         "```",
     ]
-    from ..findings import findings_markdown, run_findings
+    from ..findings import findings_markdown, remember, run_findings
 
     found = run_findings(run_id, [metric])  # the report takes them too (its metrics the same: a run of one)
+    remember(run_id, metric, found)  # and `aip-eval run`'s summary (jobs.Outcome.findings)
     out: dict[str, Any] = {
         "headline": MetadataValue.md("\n".join(lines)),
         "findings": MetadataValue.md(findings_markdown([f.to_dict() for f in found])),

@@ -39,7 +39,9 @@ def parse_axis(key: str) -> tuple[tuple[str, ...], str]:
 
 
 def is_combination(key: str) -> bool:
-    return len(parse_axis(key)[0]) > 1
+    # a text key combines axes exactly when it holds the cross (the form's suffix never does); it is
+    # asked of every answer of a run
+    return CROSS in key if isinstance(key, str) else len(parse_axis(key)[0]) > 1
 
 
 _PLURAL = {

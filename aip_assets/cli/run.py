@@ -286,7 +286,10 @@ def _run(args, resumable: dict[str, str]) -> int:
             verbose=args.verbose,
         )
     failed: dict[str, str] = {}  # metric -> what stopped it (jobs.Outcome.kind)
+    known = {}  # metric -> the findings its aggregation read in this run (jobs.Outcome.findings)
     for out in outcomes:
+        if out.findings is not None:
+            known[out.metric] = out.findings
         if out.interrupted:  # the run stops here (cmd_run says how to resume)
             continue
         if out.gate_failed:  # its stages ran and wrote their tables; the Dagster run is marked failed for it
@@ -309,9 +312,10 @@ def _run(args, resumable: dict[str, str]) -> int:
     if interrupts.requested():
         raise interrupts.Interrupted()
     summary = run_summary(run_id, path, metrics)  # the metrics this command ran, and no other
-    from ..findings import run_findings
+    from ..findings import findings_of
 
-    summary["findings"] = [f.to_dict() for f in run_findings(run_id, list(summary["metrics"]), path)]
+    # the aggregations' findings when they read every metric's, else read (findings.findings_of)
+    summary["findings"] = [f.to_dict() for f in findings_of(run_id, list(summary["metrics"]), path, known)]
     from ..warehouse import lake
 
     summary["warehouse"] = lake.where() if lake.enabled() else str(path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +26,9 @@ class AxisCounts:
     excluded: Counter = field(default_factory=Counter)
 
 
-def tally(counts: dict[str, AxisCounts], judgements: pd.DataFrame) -> None:
-    """Add judgements (axis, status, flipped) to their axes' counts: judged and flipped, or excluded by status."""
+def tally(counts: dict[str, AxisCounts], judgements: pd.DataFrame | Mapping[str, Sequence[Any]]) -> None:
+    """Add judgements (axis, status, flipped: a frame's columns, or lists) to their axes' counts:
+    judged and flipped, or excluded by status."""
     for axis, st, fl in zip(judgements["axis"], judgements["status"], judgements["flipped"]):
         c = counts.setdefault(axis, AxisCounts())
         if st == "ok":

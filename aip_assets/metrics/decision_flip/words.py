@@ -5,8 +5,10 @@ gate's reason, the summary, the findings, the report and ``--json`` state the sa
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ...analysis.claims import confidence_words
@@ -32,10 +34,37 @@ def _num(x: Any) -> float | None:
     return None if f != f else f
 
 
+def _mixed(row) -> bool:
+    """Whether a row of ``DataFrame.values`` holds text and a number: a Series of it keeps its
+    values as they are (object), where one of text and missing values alone would be inferred as
+    text (its None read as NaN)."""
+    text = number = False
+    for x in row:
+        if isinstance(x, str):
+            text = True
+        elif isinstance(x, int | float | np.number) and not isinstance(x, bool) and x == x:
+            number = True
+        if text and number:
+            return True
+    return False
+
+
+def _rows(frame: pd.DataFrame) -> Iterator[Any]:
+    """``frame.iterrows()``'s rows with the very values its Series give, without a Series per row
+    where a plain dict gives them (a row of text and numbers: its ``values`` as they are); any
+    other row is iterrows' own Series. The Series were two thirds of the summary's time."""
+    if not frame.columns.is_unique:
+        yield from (r for _, r in frame.iterrows())
+        return
+    cols = frame.columns.tolist()
+    for k, v in zip(frame.index, frame.values, strict=True):
+        yield dict(zip(cols, v, strict=True)) if _mixed(v) else pd.Series(v, index=frame.columns, name=k)
+
+
 def claims_of(scores: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """The stored claims by id: each its details with its estimate and matched interval."""
     out: dict[str, dict[str, Any]] = {}
-    for _, r in scores[scores["scope"] == "claim"].iterrows():
+    for r in _rows(scores[scores["scope"] == "claim"]):
         d = _j(r["details"])
         d.update(id=r["group_key"], estimate=_num(r["raw_score"]), ci=[_num(r["ci_low"]), _num(r["ci_high"])])
         out[str(r["group_key"])] = d
@@ -63,7 +92,7 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
     claims = claims_of(scores)
     policy = details.get("claims_policy") or {}
     axes: dict[str, dict[str, Any]] = {}
-    for _, r in scores[scores["scope"] == "axis"].iterrows():
+    for r in _rows(scores[scores["scope"] == "axis"]):
         c = claims.get(f"excess:{r['group_key']}") or {}
         axes[r["group_key"]] = {
             "flip_rate": r["rate"],
@@ -109,7 +138,7 @@ def summary(scores: pd.DataFrame) -> dict[str, Any]:
                 "without_decision": int(r["n_events"]),
                 "status": _j(r["details"]).get("status"),
             }
-            for _, r in refusal.iterrows()
+            for r in _rows(refusal)
         ],
         "differential_refusal": {
             **(details.get("differential_refusal") or {}),
@@ -172,7 +201,7 @@ def favoured(
     claims = claims if claims is not None else claims_of(scores)
     references = references or {}
     out: dict[str, dict[str, Any]] = {}
-    for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
+    for r in _rows(scores[scores["scope"] == "favourable"].sort_values("group_key")):
         d = _j(r["details"])
         axis = str(d.get("axis"))
         if is_combination(axis) or parse_axis(axis)[1] == "name":  # intersections(): the combinations,
@@ -218,7 +247,7 @@ def intersections(scores: pd.DataFrame, claims: dict[str, dict[str, Any]] | None
     combinations held apart (``main`` claims)."""
     claims = claims if claims is not None else claims_of(scores)
     out: dict[str, dict[str, Any]] = {}
-    for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
+    for r in _rows(scores[scores["scope"] == "favourable"].sort_values("group_key")):
         d = _j(r["details"])
         axis = str(d.get("axis"))
         if not is_combination(axis):
@@ -338,7 +367,7 @@ def main_words(m: dict[str, Any], axis: str, adjust: str | None) -> str:
 
 def impact_table(scores: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
-    for _, r in scores[scores["scope"] == "favourable"].sort_values("group_key").iterrows():
+    for r in _rows(scores[scores["scope"] == "favourable"].sort_values("group_key")):
         d = _j(r["details"])
         if d.get("impact_ratio") is None:
             continue
