@@ -10,7 +10,14 @@ retry of a failed call): whatever did not succeed is asked again by the judging 
 own budget, so a judge's outage costs the sampling stage no backoff. A judge that refuses the run's
 structured-output form stops judging ahead at once: moving to the next form is the judging stage's.
 
-Not done (the judging stage asks as before) when the setting ``AIP_JUDGE_DURING_SAMPLING`` is off,
+Off by default (the setting ``AIP_JUDGE_DURING_SAMPLING``): a request that failed ahead is asked
+again by the judging stage within the judgement's whole budget (a judge failing during sampling gets
+up to :data:`MAX_FAILURES` more requests in the run, and those in flight), and a judgement answered
+from the journal records one attempt, not the retries and rate-limit waits its call took (they stay
+on the call's ``llm_calls`` row). Charging the failed requests to their judgements' budgets is what
+would let it be on by default.
+
+Not done (the judging stage asks as before) when the setting is off,
 when the run has a call or token cap (a judge call made early could take budget the SUT needed),
 when a judge uses a provider's Batch API, or when the metric has no :meth:`Metric.pair_judge`. After
 :data:`MAX_FAILURES` judgements ahead that did not succeed, no more are started."""

@@ -271,6 +271,7 @@ class ModelClient(StructuredForms):
             await same.wait()
             if (hit := await self._cached(key, body, sample_index)) is not None:
                 return hit
+            interrupts.check()  # the one sent failed: this one is sent, unless a Ctrl-C came meanwhile
         done = self._sending[key] = asyncio.Event()
         try:
             return await self._live(body, key, sample_index, retries, timeout, body_json)
