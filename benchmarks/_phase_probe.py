@@ -55,11 +55,15 @@ def record(
     c0: list[int] | None = None,
     c1: list[int] | None = None,
     cpu: float | None = None,
+    thread_cpu: float | None = None,
 ) -> None:
-    """An interval of ``label``: wall seconds since the probe began, the process's CPU seconds within it."""
+    """An interval of ``label``: wall seconds since the probe began, the process's CPU seconds within
+    it (every thread's) and, for a wrapped call, the CPU seconds of the thread that ran it."""
     ev = {"label": label, "start": t0, "end": t1, "stage": STAGE[-1] if STAGE else None}
     if cpu is not None:
         ev["cpu"] = cpu
+    if thread_cpu is not None:
+        ev["thread_cpu"] = thread_cpu
     if c0 is not None and c1 is not None:
         ev["requests"] = [b - a for a, b in zip(c0, c1, strict=True)]
     EVENTS.append(ev)
@@ -101,13 +105,23 @@ def wrap(fn, label, count: bool, stage_arg: bool):
         def gen(*a, **k):
             it = fn(*a, **k)
             while True:
-                t0, c0, p0 = now(), counts() if count else None, time.process_time()
+                t0, c0, p0, h0 = now(), counts() if count else None, time.process_time(), time.thread_time()
                 try:
                     item = next(it)
                 except StopIteration:
-                    record(label, t0, now(), c0, counts() if count else None, time.process_time() - p0)
+                    record(
+                        label,
+                        t0,
+                        now(),
+                        c0,
+                        counts() if count else None,
+                        time.process_time() - p0,
+                        time.thread_time() - h0,
+                    )
                     return
-                record(label, t0, now(), c0, counts() if count else None, time.process_time() - p0)
+                record(
+                    label, t0, now(), c0, counts() if count else None, time.process_time() - p0, time.thread_time() - h0
+                )
                 yield item
 
         return gen
@@ -118,11 +132,11 @@ def wrap(fn, label, count: bool, stage_arg: bool):
         if stage_arg:
             STAGE.append(a[0] if a else k.get("stage"))
             name = f"{label} {STAGE[-1]}"
-        t0, c0, p0 = now(), counts() if count else None, time.process_time()
+        t0, c0, p0, h0 = now(), counts() if count else None, time.process_time(), time.thread_time()
         try:
             return fn(*a, **k)
         finally:
-            record(name, t0, now(), c0, counts() if count else None, time.process_time() - p0)
+            record(name, t0, now(), c0, counts() if count else None, time.process_time() - p0, time.thread_time() - h0)
             if stage_arg:
                 STAGE.pop()
 

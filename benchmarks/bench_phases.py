@@ -245,7 +245,18 @@ def phases(probe: dict, launch: float, wall: float) -> dict:
             "outside_stages_cpu_s": ex_cpu - st_cpu,
             **outside,
         }
-    return {"top": top, "stages": stages, "dagster": dagster, "not_found": probe["not_found"], "events": ev}
+    own: dict[str, float] = {}  # a wrapped call's CPU in its own thread (the CPU column counts every thread)
+    for e in ev:
+        if "thread_cpu" in e:
+            own[e["label"]] = own.get(e["label"], 0.0) + e["thread_cpu"]
+    return {
+        "top": top,
+        "stages": stages,
+        "dagster": dagster,
+        "thread_cpu": own,
+        "not_found": probe["not_found"],
+        "events": ev,
+    }
 
 
 def main() -> int:
@@ -397,6 +408,14 @@ def main() -> int:
                     f"{d['asset checks']:.3f} s within it) | {d['outside_stages_s']:.3f} | "
                     f"{c(d, 'outside_stages_cpu_s')} | {d['outside_stages_s'] / wall:.0%} | |"
                 )
+    own = table.get("thread_cpu") or {}
+    if own:
+        lines += [
+            "",
+            "CPU of the thread that ran it (the CPU column above counts every thread of the process while the "
+            "phase lasts, the Dagster instance opening beside the exam, the journal's writer beside a stage): "
+            + "; ".join(f"{label} {v:.3f} s" for label, v in own.items() if v >= 0.005),
+        ]
     lines += [
         "",
         "Calls (llm_calls): "
