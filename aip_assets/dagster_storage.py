@@ -266,8 +266,10 @@ ANCHORS = _Anchors()
 atexit.register(ANCHORS.release)  # the last connection out checkpoints the WAL into the database
 atexit.register(_close_kept)  # before the anchors (atexit runs the last registered first)
 if hasattr(os, "register_at_fork"):  # a forked child opens its own; the parent's are never closed there
-    os.register_at_fork(before=_close_kept)
+    # ``before`` hooks run in the reverse order of registration: the kept connections close first,
+    # then the anchors (the last connection out checkpoints the WAL into the database)
     os.register_at_fork(before=ANCHORS.close_if_idle, after_in_child=ANCHORS.forget_in_child)
+    os.register_at_fork(before=_close_kept)
 
 
 def _changes(conn: Any) -> int:

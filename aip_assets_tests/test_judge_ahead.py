@@ -6,6 +6,7 @@ judge reads real answers; each test compares a run judged ahead with one that is
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -22,14 +23,28 @@ from .conftest import table, write_dataset
 from .scripted import Reply, is_preflight, is_probe
 
 # what makes a judgement: everything but when and how long
-SAME = ["pair_id", "status", "label", "decision_a", "decision_b", "flipped", "order_swapped", "raw_output", "call_key"]
+SAME = [
+    "pair_id",
+    "status",
+    "label",
+    "decision_a",
+    "decision_b",
+    "flipped",
+    "order_swapped",
+    "raw_output",
+    "call_key",
+    "attempts",
+    "reasks",
+    "network_retries",
+    "rate_limit_waits",
+]
 
 
 def answer(body) -> str:
     return builtin.handle_chat(body, BuiltinProfile())["choices"][0]["message"]["content"]
 
 
-def spec_file(tmp_path: Path, sut: dict, judge: dict, concurrency: int = 8) -> Path:
+def spec_file(tmp_path: Path, sut: dict, judge: dict, concurrency: int = 8, judge_retries: int = 2) -> Path:
     ds = write_dataset(tmp_path / "in" / "d.jsonl", 6)
     p = tmp_path / "in" / "spec.yaml"
     config = {
@@ -44,6 +59,7 @@ def spec_file(tmp_path: Path, sut: dict, judge: dict, concurrency: int = 8) -> P
                 "dataset": str(ds),
                 "seed": 5,
                 "retry_backoff_seconds": 0.01,
+                "judge_retries": judge_retries,
                 "sut": sut,
                 "judge": judge,
                 "metrics": {"llm.decision_flip": {"baseline_share": 0.5, "config": config}},
@@ -126,11 +142,13 @@ def test_group_bias_judges_ahead_too(tmp_path, scripted, monkeypatch):
     assert a.equals(b)
 
 
-def test_a_judge_failing_during_sampling_is_asked_again_by_the_judging_stage(tmp_path, scripted, monkeypatch):
-    """The judge fails every request from the SUT's sampling on until the judging stage starts:
-    judging ahead stops after MAX_FAILURES judgements (one request each, no retry), and the judging
-    stage asks again what failed: the judgements are those of a run not judged ahead."""
-    state = {"sut_checks": 0, "judge_checks": 0, "failing": False, "failed": 0}
+def test_a_judge_failing_during_sampling_fails_those_judgements_within_their_budget(tmp_path, scripted, monkeypatch):
+    """The judge fails every request from the SUT's sampling on until the judging stage starts.
+    Judged ahead, a judgement gets its whole budget (judge_retries 1: two requests) and no more: the
+    judge failed within it, as it would have in the judging stage. After MAX_FAILURES such
+    judgements no more are started (with 2 in flight, at most 2 more fail); the judging stage takes
+    the failed ones as they are and judges the others, which equal a run's not judged ahead."""
+    state = {"sut_checks": 0, "failing": False, "failed": 0}
 
     def sut_handler(body, n):
         if is_preflight(body):
@@ -141,8 +159,7 @@ def test_a_judge_failing_during_sampling_is_asked_again_by_the_judging_stage(tmp
 
     def judge_handler(body, n):
         if is_preflight(body):
-            state["judge_checks"] += 1
-            state["failing"] = False
+            state["failing"] = False  # the judging stage's check
             return "OK"
         if state["failing"]:
             state["failed"] += 1
@@ -151,24 +168,32 @@ def test_a_judge_failing_during_sampling_is_asked_again_by_the_judging_stage(tmp
 
     sut = scripted(sut_handler, answer_preflight=False)
     judge = scripted(judge_handler, answer_preflight=False)
-    spec = spec_file(tmp_path, sut.conn(), judge.conn(), concurrency=2)
+    spec = spec_file(tmp_path, sut.conn(), judge.conn(), concurrency=2, judge_retries=1)
     on = run(spec, monkeypatch, ahead_on=True)
-    # 3 judgements failed, then none started; those in flight (2 at most) may fail too
-    assert ahead.MAX_FAILURES <= state["failed"] <= ahead.MAX_FAILURES + 2
     got, failed = judgements(on), state["failed"]
-    assert (got.status == "ok").all()
-    state.update(sut_checks=0, judge_checks=0, failed=0)
+    bad = got[got.status == "judge_failed"]
+    assert ahead.MAX_FAILURES <= len(bad) <= ahead.MAX_FAILURES + 2
+    assert (bad.attempts == 2).all() and (bad.network_retries == 1).all() and failed == 2 * len(bad)
+    state.update(sut_checks=0, failed=0)
     off = run(spec, monkeypatch, ahead_on=False)
     assert state["failed"] == 0
-    assert got.equals(judgements(off))
+    good = got.status != "judge_failed"
+    assert got[good].to_dict("records") == judgements(off)[good].to_dict("records")
     calls = table("llm_calls", on, "call_key").query("role == 'judge' and stage == 'judging'")
-    assert (calls.status != "ok").sum() == failed  # each failed request is on record, as the judging stage's
+    assert (calls.status != "ok").sum() == len(bad)  # a judgement's failed call is on record (once: its retry inside)
 
 
 def _ctx(tmp_path, **spec) -> StageContext:
     ds = write_dataset(tmp_path / "d.jsonl", 2)
     s = RunSpec.model_validate({"name": "x", "dataset": str(ds), "metrics": {"llm.decision_flip": {}}, **spec})
-    return StageContext("r", "llm.decision_flip", s, None, None, None)
+    return StageContext("r", "llm.decision_flip", s, None, None, Pairs())
+
+
+class Pairs:
+    """A stage's reader that counts 40 pairs."""
+
+    def count(self, table: str) -> int:
+        return 40
 
 
 @pytest.mark.parametrize(
@@ -197,3 +222,50 @@ def test_when_pairs_are_judged_ahead(tmp_path, monkeypatch, setting, spec, expec
     plugin = get_metric("llm.decision_flip")
     assert ahead.wanted(_ctx(tmp_path, **spec), plugin) is expected
     assert get_metric("llm.semantic_consistency").judges_ahead is False
+
+
+def test_not_ahead_in_shared_mode_nor_above_the_pairs_kept(tmp_path, monkeypatch):
+    """Another worker may judge in shared mode (nothing kept for it); above MAX_KEPT pairs the
+    judgements kept until the judging stage would take too much memory."""
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "1")
+    plugin = get_metric("llm.decision_flip")
+    ctx = _ctx(tmp_path)
+    assert ahead.wanted(ctx, plugin)
+    ctx.reader.count = lambda table: ahead.MAX_KEPT + 1
+    assert not ahead.wanted(ctx, plugin)
+    monkeypatch.setenv("AIP_SHARED_STATE_URL", "postgresql://u@127.0.0.1:9/db")
+    assert not ahead.wanted(_ctx(tmp_path), plugin)
+
+
+def test_a_judgement_kept_is_taken_only_for_the_answers_it_was_made_of():
+    pair = {"pair_id": "p", "probe_a": "x", "probe_b": "y", "kind": "persona"}
+    resp = {("x", 0): {"status": "ok", "response": "yes"}, ("y", 0): {"status": "ok", "response": "no"}}
+    asked: list[str] = []
+
+    async def one(p):
+        asked.append(p["pair_id"])
+        return "asked"
+
+    def judged(kept, answers):
+        return asyncio.run(ahead.kept_first(kept, one, answers)(pair))
+
+    assert judged({"p": (ahead.seen(pair, resp), "kept")}, resp) == "kept" and asked == []
+    changed = {**resp, ("y", 0): {"status": "ok", "response": "changed"}}
+    assert judged({"p": (ahead.seen(pair, resp), "kept")}, changed) == "asked"
+    assert judged({}, resp) == "asked" and judged({"q": (ahead.seen(pair, resp), "kept")}, resp) == "asked"
+
+
+def test_an_error_judging_ahead_never_fails_the_sampling(tmp_path, scripted, monkeypatch):
+    """Reading a batch's pairs for judging ahead fails: the sampling goes on, and the judging stage
+    judges every pair, as without judging ahead."""
+
+    def broken(*a, **k):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(ahead, "pair_batch", broken)
+    sut = scripted(lambda body, n: answer(body))
+    judge = scripted(lambda body, n: answer(body))
+    on = run(spec_file(tmp_path, sut.conn(), judge.conn()), monkeypatch, ahead_on=True)
+    got = judgements(on)
+    assert len(got) > 20 and (got.status == "ok").all()
+    assert len(after_last_check(judge)) == got.call_key.nunique()  # all asked by the judging stage

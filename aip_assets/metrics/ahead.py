@@ -1,32 +1,32 @@
 """Judging ahead: a pair's judge is asked while the SUT is still being sampled, as soon as both
 of the pair's answers are in, so the judge's calls overlap the SUT's instead of following them.
 
-The judging stage stays the place where verdicts are made and stored: it asks the judge the same
-requests (the same code builds them, :meth:`Metric.pair_judge`), and the run's journal answers each
-one the judge already answered here (a cache hit of this run: no second call, the same
-``llm_calls`` row, with stage ``judging``). What is asked ahead is asked exactly as the judging
-stage asks it, except that a judgement gets one request here (no re-ask of an unusable answer, no
-retry of a failed call): whatever did not succeed is asked again by the judging stage, within its
-own budget, so a judge's outage costs the sampling stage no backoff. A judge that refuses the run's
-structured-output form stops judging ahead at once: moving to the next form is the judging stage's.
+A pair judged ahead is judged whole, exactly as the judging stage judges it: the same code
+(:meth:`Metric.pair_judge`), the same requests, the judgement's whole budget (``judge_retries``:
+retries, re-asks, 429 waits). Its judgement is kept in this process (:func:`take`) and the judging
+stage, in the same process, takes it as its own instead of asking again: the same records, attempts
+and budget as if it had asked. A judgement the stage does not find kept (another process judges:
+a worker that took the partition over) is asked by the stage, and the run's journal answers the
+requests that succeeded (an answer from the cache counts one attempt, as on a resume). The calls
+are the judging stage's in the journal and in ``llm_calls``.
 
-Off by default (the setting ``AIP_JUDGE_DURING_SAMPLING``): a request that failed ahead is asked
-again by the judging stage within the judgement's whole budget (a judge failing during sampling gets
-up to :data:`MAX_FAILURES` more requests in the run, and those in flight), and a judgement answered
-from the journal records one attempt, not the retries and rate-limit waits its call took (they stay
-on the call's ``llm_calls`` row). Charging the failed requests to their judgements' budgets is what
-would let it be on by default.
+A judge that refuses the run's structured-output form stops judging ahead at once and that
+judgement is not kept: moving to the next form is the judging stage's. After :data:`MAX_FAILURES`
+judgements ahead that failed, no more are started (those that failed are kept: the judge failed
+within their budget, as it would have in the judging stage); the stage judges the rest.
 
-Not done (the judging stage asks as before) when the setting is off,
-when the run has a call or token cap (a judge call made early could take budget the SUT needed),
-when a judge uses a provider's Batch API, or when the metric has no :meth:`Metric.pair_judge`. After
-:data:`MAX_FAILURES` judgements ahead that did not succeed, no more are started."""
+Off by default (``AIP_JUDGE_DURING_SAMPLING``). Not done either with a call or token cap (a judge
+call made early could take budget the SUT needed), for a judge on a provider's Batch API, in shared
+mode (another worker may judge), above :data:`MAX_KEPT` pairs in the partition (their judgements
+are held in memory until the judging stage), or for a metric without :meth:`Metric.pair_judge`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,43 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("aip_assets")
 
-MAX_FAILURES = 3  # judgements ahead that did not succeed before no more are started
+MAX_FAILURES = 3  # judgements ahead that failed before no more are started
+MAX_KEPT = 20_000  # pairs of a partition whose judgements may be kept for the judging stage
+
+# judgements made ahead, by (run, metric), then pair id: the judging stage takes them (``take``)
+_KEPT: dict[tuple[str, str], dict[str, Any]] = {}
+_KEPT_LOCK = threading.Lock()
+_PAIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("aip_ahead_pair", default=None)
+
+
+def take(ctx: StageContext) -> dict[str, Any]:
+    """The judgements made ahead for this partition, by pair id, handed over once (the judging stage)."""
+    with _KEPT_LOCK:
+        return _KEPT.pop((ctx.run_id, ctx.metric), {})
+
+
+def seen(pair: dict, resp: dict[tuple[str, int], dict]) -> tuple:
+    """What a pair's judgement was made of: its answers' statuses and texts."""
+    return tuple(
+        (r.get("status"), r.get("response")) if (r := resp.get(k)) is not None else None for k in answer_keys(pair)
+    )
+
+
+def kept_first(
+    kept: dict[str, Any], one: Callable[[dict], Awaitable[Any]], resp: dict[tuple[str, int], dict]
+) -> Callable[[dict], Awaitable[Any]]:
+    """The judging stage's work item: a pair's judgement made ahead (``take``) when it was made of
+    the answers the stage reads (``resp``), else ``one(pair)``."""
+    if not kept:
+        return one
+
+    async def judged(pair: dict) -> Any:
+        got = kept.pop(pair["pair_id"], None)
+        if got is not None and got[0] == seen(pair, resp):
+            return got[1]
+        return await one(pair)
+
+    return judged
 
 
 def judge_ahead(ctx: StageContext, plugin: Metric, limit: int) -> JudgeAhead | None:
@@ -56,6 +92,10 @@ def wanted(ctx: StageContext, plugin: Metric) -> bool:
         return False
     if spec.limits.max_calls or spec.limits.max_tokens:
         return False
+    from ..shared_state import shared_state_url
+
+    if shared_state_url() is not None or ctx.count("probe_pairs") > MAX_KEPT:
+        return False
     panel = [c for c in spec.panel() if c is not None]
     return bool(panel) and not any(c.batch.enabled for c in panel)
 
@@ -66,9 +106,9 @@ class JudgeAhead:
     the end, waits for every judgement started, so none is in flight when the judging stage begins."""
 
     def __init__(self, ctx: StageContext, plugin: Metric, limit: int):
-        # the judge's client reports no progress into the sampling stage's metadata, and its notes
-        # (the structured-output form, a rate limit) are the judging stage's to make when it asks
-        self.ctx = dataclasses.replace(ctx, observe=None, notes=[])
+        # the judge's client reports no progress into the sampling stage's metadata; its notes (the
+        # structured-output form, a rate limit, an outage) are the sampling stage's run notes
+        self.ctx = dataclasses.replace(ctx, observe=None)
         self.plugin, self.limit = plugin, limit
         self.client: Any = None
         self.sem = asyncio.Semaphore(max(1, limit))
@@ -77,6 +117,9 @@ class JudgeAhead:
         self.waiting: dict[tuple[str, int], list[tuple[dict, Callable[[dict], Awaitable[Any]], dict]]] = {}
         self.missing: dict[str, int] = {}
         self.started = self.succeeded = self.failures = 0
+        self.refused: set[str] = set()  # pairs whose judge refused the form: left to the judging stage
+        with _KEPT_LOCK:  # a new sampling: what an earlier one judged is stale
+            self.kept = _KEPT[(ctx.run_id, ctx.metric)] = {}
 
     async def __aenter__(self) -> JudgeAhead:
         self.client = self.ctx.client("judge", "judging", self.limit)
@@ -86,9 +129,11 @@ class JudgeAhead:
         return self
 
     def _refused(self) -> None:
-        """A judge refused the run's structured-output form: no more judgements ahead (the judging
-        stage moves the run to the next form, and asks in it)."""
+        """A judge refused the run's structured-output form: no more judgements ahead, and the
+        refused one is not kept (the judging stage moves the run to the next form, and asks in it)."""
         self.failures = MAX_FAILURES
+        if (pair := _PAIR.get()) is not None:
+            self.refused.add(pair)
 
     async def __aexit__(self, *exc) -> None:
         try:
@@ -96,17 +141,32 @@ class JudgeAhead:
                 await asyncio.gather(*self.tasks, return_exceptions=True)
         finally:
             await self.client.__aexit__(*exc)
+            if exc and exc[0] is not None:  # the sampling failed: nothing kept for a judging stage
+                with _KEPT_LOCK:
+                    _KEPT.pop((self.ctx.run_id, self.ctx.metric), None)
         if self.started:
             self.ctx.log(
-                f"judged during sampling: {self.succeeded} of {self.started} pairs (the judging stage reads their "
-                f"answers from the journal and asks again what did not succeed)"
+                f"judged during sampling: {len(self.kept)} of {self.ctx.count('probe_pairs')} pairs "
+                f"({self.failures} failed; the judging stage takes them, and judges the others)"
             )
 
     def batch(self, ids: list[str]) -> None:
-        """The pairs of a batch of rows about to be sampled: each waits for its two answers."""
+        """The pairs of a batch of rows about to be sampled: each waits for its two answers. An
+        error here stops judging ahead, never the sampling (the judging stage judges them)."""
+        try:
+            self._batch(ids)
+        except Exception as e:  # noqa: BLE001 - an optimisation only: the judging stage judges every pair
+            self._stop(f"reading the batch's pairs: {e!r}")
+
+    def _stop(self, why: str) -> None:
+        logger.debug(f"judging ahead stopped [{self.ctx.run_id} × {self.ctx.metric}]: {why}")
+        self.failures = MAX_FAILURES
+        self.waiting.clear()
+
+    def _batch(self, ids: list[str]) -> None:
         pairs, probes, _ = pair_batch(self.ctx, ids, answers=False)
         resp: dict[tuple[str, int], dict] = {}  # the batch's answers, filled as they come
-        one = self.plugin.pair_judge(self.ctx, self.client, ids, pairs, probes, resp, retries=0)
+        one = self.plugin.pair_judge(self.ctx, self.client, ids, pairs, probes, resp, self.ctx.spec.judge_retries)
         for pair in pairs:
             keys = set(answer_keys(pair))
             self.missing[pair["pair_id"]] = len(keys)
@@ -114,33 +174,41 @@ class JudgeAhead:
                 self.waiting.setdefault(k, []).append((pair, one, resp))
 
     def answered(self, record: dict[str, Any]) -> None:
-        """A ``sut_responses`` record: the pairs it completes are judged now."""
+        """A ``sut_responses`` record: the pairs it completes are judged now (never an error: see ``batch``)."""
+        try:
+            self._answered(record)
+        except Exception as e:  # noqa: BLE001 - an optimisation only
+            self._stop(f"an answer of probe {record.get('probe_id')!r}: {e!r}")
+
+    def _answered(self, record: dict[str, Any]) -> None:
         key = (record["probe_id"], int(record["sample_index"]))
         for pair, one, resp in self.waiting.pop(key, ()):
             resp[key] = record
             self.missing[pair["pair_id"]] -= 1
             if self.missing[pair["pair_id"]] == 0 and self.failures < MAX_FAILURES:
                 del self.missing[pair["pair_id"]]
-                task = asyncio.ensure_future(self._judge(pair, one))
+                task = asyncio.ensure_future(self._judge(pair, one, resp))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
 
-    async def _judge(self, pair: dict, one: Callable[[dict], Awaitable[Any]]) -> None:
+    async def _judge(self, pair: dict, one: Callable[[dict], Awaitable[Any]], resp: dict) -> None:
         async with self.sem:
             if self.failures >= MAX_FAILURES:
                 return
             self.started += 1
-            token = CURRENT_ROW.set(pair["input_id"])
+            token, mark = CURRENT_ROW.set(pair["input_id"]), _PAIR.set(pair["pair_id"])
             try:
                 out = await one(pair)
-            except Exception as e:  # noqa: BLE001 - the judging stage asks again, and reports what fails
+            except Exception as e:  # noqa: BLE001 - not kept: the judging stage judges it, and reports what fails
                 logger.debug(f"judging ahead: pair {pair['pair_id']}: {e!r}")
                 self.failures += 1
                 return
             finally:
                 CURRENT_ROW.reset(token)
+                _PAIR.reset(mark)
+        if pair["pair_id"] in self.refused:
+            return
         records = out if isinstance(out, list) else [out]
         if any(r.get("status") == "judge_failed" for r in records):
             self.failures += 1
-        else:
-            self.succeeded += 1
+        self.kept[pair["pair_id"]] = (seen(pair, resp), out)

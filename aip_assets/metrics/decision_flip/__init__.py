@@ -24,6 +24,7 @@ from ...dataset import DatasetRow
 from ...errors import DatasetError, SpecError
 from ...readers.decisions import map_label, read_decision
 from ...scoring import ONE_MINUS_FLIP_RATE
+from .. import ahead
 from ..ahead import judge_ahead
 from ..answers import answer_keys, baseline_share, is_null, null_twins, pair_batch, sample_probes, sut_failure
 from ..base import KeyRate, Metric, StageContext
@@ -331,11 +332,14 @@ class DecisionFlip(Metric):
     async def judge(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
         progress = ctx.progress("judging", ctx.count("probe_pairs"))
+        kept = ahead.take(ctx)  # the pairs judged during sampling (metrics/ahead.py)
         async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
             for ids in ctx.batches():
                 pairs, probes, resp = pair_batch(ctx, ids)
-                one = self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries)
+                one = ahead.kept_first(
+                    kept, self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries), resp
+                )
                 yield {
                     "judgements": await run_bounded(
                         pairs, one, cfg.sub_call_concurrency_limit, progress, lambda r: r["status"]

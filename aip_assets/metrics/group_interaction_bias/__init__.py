@@ -32,6 +32,7 @@ from ...errors import SpecError
 from ...models.providers import capabilities
 from ...scoring import EQUITABILITY
 from ...stats import third
+from .. import ahead
 from ..ahead import judge_ahead
 from ..answers import answer_keys, baseline_share, null_twins, pair_batch, sample_probes, sut_failure
 from ..base import THIRDS, THIRDS_TEXT, KeyRate, Metric, StageContext, thirds
@@ -441,11 +442,14 @@ class GroupInteractionBias(Metric):
     async def judge(self, ctx: StageContext):
         cfg: GroupInteractionBiasConfig = ctx.config
         progress = ctx.progress("judging (3 judges per pair)", ctx.count("probe_pairs"))
+        kept = ahead.take(ctx)  # the pairs judged during sampling (metrics/ahead.py)
         async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
             progress.in_flight = lambda: client.stats["in_flight"]
             for ids in ctx.batches():
                 pairs, probes, resp = pair_batch(ctx, ids)
-                one = self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries)
+                one = ahead.kept_first(
+                    kept, self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries), resp
+                )
                 results = await run_bounded(
                     pairs,
                     one,
