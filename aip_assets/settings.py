@@ -122,12 +122,9 @@ class Settings(BaseSettings):
         **_env(
             "AIP_JUDGE_DURING_SAMPLING",
             "true or false (1 or 0)",
-            "Decision flip's and group bias's judges are asked about a pair as soon as the SUT has answered both "
-            "of its prompts, "
-            "while the SUT is still being sampled; the judging stage then finds those answers in the run's journal "
-            "(the same requests, not asked twice). Off by default: a request that fails during sampling is asked "
-            "again by the judging stage within the judgement's whole budget, and a judgement answered from the "
-            "journal records one attempt (metrics/ahead.py).",
+            "1: decision flip and group bias judge a pair as soon as the SUT has answered both of its prompts, "
+            "while the SUT is still being sampled, and the judging stage takes those judgements as its own (the same "
+            "requests, records and budgets). Empty or 0: judged in the judging stage only.",
         ),
     )
     # shared mode
@@ -246,6 +243,11 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, v: Any) -> Any:
         return None if v == "" else v
+
+    @field_validator("judge_during_sampling", mode="before")
+    @classmethod
+    def _blank_is_off(cls, v: Any) -> Any:
+        return False if isinstance(v, str) and v.strip() == "" else v
 
     @field_validator("shared_retry_seconds", mode="before")
     @classmethod
