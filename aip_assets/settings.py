@@ -118,13 +118,13 @@ class Settings(BaseSettings):
         ),
     )
     judge_during_sampling: bool = Field(
-        False,
+        True,
         **_env(
             "AIP_JUDGE_DURING_SAMPLING",
             "true or false (1 or 0)",
-            "1: decision flip and group bias judge a pair as soon as the SUT has answered both of its prompts, "
+            "Decision flip and group bias judge a pair as soon as the SUT has answered both of its prompts, "
             "while the SUT is still being sampled, and the judging stage takes those judgements as its own (the same "
-            "requests, records and budgets). Empty or 0: judged in the judging stage only.",
+            "requests, records and budgets). 0: judged in the judging stage only.",
         ),
     )
     # shared mode
@@ -246,8 +246,8 @@ class Settings(BaseSettings):
 
     @field_validator("judge_during_sampling", mode="before")
     @classmethod
-    def _blank_is_off(cls, v: Any) -> Any:
-        return False if isinstance(v, str) and v.strip() == "" else v
+    def _blank_judge_is_default(cls, v: Any) -> Any:
+        return cls.model_fields["judge_during_sampling"].default if isinstance(v, str) and v.strip() == "" else v
 
     @field_validator("shared_retry_seconds", mode="before")
     @classmethod

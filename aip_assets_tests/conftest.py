@@ -220,14 +220,17 @@ def run_in_worker(args: tuple[str, str, str]) -> str:
 
 
 def crash_sampling_after(monkeypatch, run_id: str, n: int, metric: str = "llm.decision_flip") -> None:
-    """Run the sampling stage of ``run_id`` and crash it (a RuntimeError out of the model client)
-    once it has recorded ``n`` calls; the client is itself again afterwards."""
+    """Run the sampling stage of ``run_id`` and crash it (a RuntimeError out of the SUT's client)
+    once it has recorded ``n`` SUT calls (a judge's calls made during sampling are not counted:
+    ``metrics/ahead.py``); the client is itself again afterwards."""
     from aip_assets.models.client import ModelClient
 
     real_record, seen = ModelClient._record, {"n": 0}
 
     def crashing_record(self, *a, **k):
         real_record(self, *a, **k)
+        if self.role != "sut":
+            return
         seen["n"] += 1
         if seen["n"] == n:
             raise RuntimeError(f"injected crash after {n} calls")

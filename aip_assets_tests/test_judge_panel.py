@@ -518,6 +518,7 @@ def test_a_resumed_panel_judging_repeats_no_call(tmp_path, df_judges, monkeypatc
     journal, per judge: no scripted judge gets any request twice, and the verdicts are a clean run's."""
     from aip_assets.models.client import ModelClient
 
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "0")  # the judging stage's own calls are what crash
     j2, j3, judges = df_judges
     ds = write_dataset(tmp_path / "d.jsonl", 8)
     spec = _spec(ds, judges, config={"dimensions": ["gender"], "sub_call_concurrency_limit": 1})

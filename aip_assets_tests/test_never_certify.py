@@ -393,7 +393,9 @@ def test_an_answer_from_the_runs_cache_counts_one_attempt(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["auto", "on", "off"])
-def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode):
+def test_structured_output_and_its_fallback(tmp_path, capsys, scripted, mode, monkeypatch):
+    # the judging stage's requests in order (a refusal met during sampling adds one: test_structured_output)
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "0")
     ds = write_dataset(tmp_path / "d.jsonl", 3)
     judge = scripted(_json_only_without_schema)
     rc, s = run_cli(

@@ -314,6 +314,7 @@ def test_a_refusal_during_the_run_moves_it_to_the_next_form_at_no_budget_cost(tm
     judged), a run note says from which form to which in the server's words (no secret), and
     every later judgement asks in the new form."""
     monkeypatch.setenv("JUDGE_KEY", "sk-judge-secret-4321")
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "0")  # the judging stage's own requests, in order (below: ahead)
     served = itertools.count(1)
     in_new_form = itertools.count(1)
 

@@ -15,7 +15,7 @@ judgement is not kept: moving to the next form is the judging stage's. After :da
 judgements ahead that failed, no more are started (those that failed are kept: the judge failed
 within their budget, as it would have in the judging stage); the stage judges the rest.
 
-Off by default (``AIP_JUDGE_DURING_SAMPLING``). Not done either with a call or token cap (a judge
+On unless ``AIP_JUDGE_DURING_SAMPLING`` is 0. Not done with a call or token cap (a judge
 call made early could take budget the SUT needed), for a judge on a provider's Batch API, in shared
 mode (another worker may judge), above :data:`MAX_KEPT` pairs in the partition (their judgements
 are held in memory until the judging stage), or for a metric without :meth:`Metric.pair_judge`."""
