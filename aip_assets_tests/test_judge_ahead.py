@@ -221,7 +221,7 @@ def test_when_pairs_are_judged_ahead(tmp_path, monkeypatch, setting, spec, expec
     monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", setting)
     plugin = get_metric("llm.decision_flip")
     assert ahead.wanted(_ctx(tmp_path, **spec), plugin) is expected
-    assert get_metric("llm.semantic_consistency").judges_ahead is False
+    assert not ahead.wanted(_ctx(tmp_path), get_metric("llm.semantic_consistency"))  # it has no pair_judge
 
 
 def test_not_ahead_in_shared_mode_nor_above_the_pairs_kept(tmp_path, monkeypatch):

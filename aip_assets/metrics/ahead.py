@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..models.deadline import CURRENT_ROW
 from .answers import answer_keys, pair_batch
+from .base import Metric
 
 if TYPE_CHECKING:
-    from .base import Metric, StageContext
+    from .base import StageContext
 
 logger = logging.getLogger("aip_assets")
 
@@ -88,7 +89,7 @@ def wanted(ctx: StageContext, plugin: Metric) -> bool:
     from ..settings import current
 
     spec = ctx.spec
-    if spec is None or not current().judge_during_sampling or not plugin.judges_ahead:
+    if spec is None or not current().judge_during_sampling or type(plugin).pair_judge is Metric.pair_judge:
         return False
     if spec.limits.max_calls or spec.limits.max_tokens:
         return False
@@ -116,7 +117,7 @@ class JudgeAhead:
         # an answer's (probe, sample index) -> the pairs waiting for it: (pair, its judge, its batch's answers)
         self.waiting: dict[tuple[str, int], list[tuple[dict, Callable[[dict], Awaitable[Any]], dict]]] = {}
         self.missing: dict[str, int] = {}
-        self.started = self.succeeded = self.failures = 0
+        self.started = self.failures = 0
         self.refused: set[str] = set()  # pairs whose judge refused the form: left to the judging stage
         with _KEPT_LOCK:  # a new sampling: what an earlier one judged is stale
             self.kept = _KEPT[(ctx.run_id, ctx.metric)] = {}

@@ -444,10 +444,6 @@ class Metric:
 
     judges_per_pair: ClassVar[int] = 1
 
-    # a metric that sets this and gives :meth:`pair_judge` has its pairs judged while the SUT is
-    # sampled, as their answers come in (``sample_probes(plugin=...)``, ``ahead.py``)
-    judges_ahead: ClassVar[bool] = False
-
     def pair_judge(
         self,
         ctx: StageContext,
@@ -460,7 +456,8 @@ class Metric:
     ) -> Callable[[dict], Awaitable[Any]]:
         """The judging of one pair of a batch of rows (``pair_batch``'s pairs, probes and answers;
         ``resp`` may fill as the answers come in), with ``retries`` as the judgement's budget: the
-        judging stage's own work item, used by :meth:`judge` and to judge ahead (``ahead.py``)."""
+        judging stage's own work item, used by :meth:`judge` and to judge ahead: a metric that gives
+        it passes ``ahead.judge_ahead(...)`` to ``sample_probes`` (``ahead.py``)."""
         raise NotImplementedError(f"{self.name} judges no pairs ahead")
 
     def plan(self, ctx: StageContext) -> dict[str, Any] | None:

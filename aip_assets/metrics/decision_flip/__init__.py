@@ -313,8 +313,6 @@ class DecisionFlip(Metric):
         return exam.items(config, rows, pool, seed, n)
 
     # ---- sampling
-    judges_ahead = True  # its pairs are judged as their answers come in (metrics/ahead.py)
-
     def sample(self, ctx: StageContext):
         cfg: DecisionFlipConfig = ctx.config
         return sample_probes(

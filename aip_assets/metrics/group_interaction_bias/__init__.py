@@ -423,8 +423,6 @@ class GroupInteractionBias(Metric):
             yield {"probes": list(probes.values()), "probe_pairs": pairs_out}
 
     # ---- sampling
-    judges_ahead = True  # its pairs are judged as their answers come in (metrics/ahead.py)
-
     def sample(self, ctx: StageContext):
         cfg: GroupInteractionBiasConfig = ctx.config
         return sample_probes(
