@@ -10,7 +10,6 @@ metric with nothing notable gives no finding; a run with none says so where find
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from . import warehouse as wh
+from .handover import Handover
 from .metrics import get_metric
 from .metrics.words import Evidence, Finding
 
@@ -130,8 +130,7 @@ def run_findings(run_id: str, metrics: list[str] | None = None, path: Path | Non
 # by (run_id, metric): the warehouse they were read from (``source``) and the metric's findings,
 # ranked. jobs._execute takes them for the metric's Outcome as its run ends, so that `aip-eval run`
 # does not read them a third time (0.1 s of a small run) unless it has not every metric's.
-_fresh: dict[tuple[str, str], tuple[str, list[Finding]]] = {}
-_fresh_lock = threading.Lock()
+_fresh = Handover()
 
 
 def source(path: Path | None = None) -> str:
@@ -144,14 +143,12 @@ def source(path: Path | None = None) -> str:
 def remember(run_id: str, metric: str, found: list[Finding]) -> None:
     """``found``: the findings of ``metric`` alone (``run_findings(run_id, [metric])``), just read
     from this process's default warehouse."""
-    with _fresh_lock:
-        _fresh[(run_id, metric)] = (source(), list(found))
+    _fresh.put((run_id, metric), (source(), list(found)))
 
 
 def take(run_id: str, metric: str) -> tuple[str, list[Finding]] | None:
     """The findings :func:`remember` kept for ``metric`` (and forgets them), or None."""
-    with _fresh_lock:
-        return _fresh.pop((run_id, metric), None)
+    return _fresh.take((run_id, metric))
 
 
 def findings_of(

@@ -26,10 +26,10 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..handover import Handover
 from ..models.deadline import CURRENT_ROW
 from .answers import answer_keys, pair_batch
 from .base import Metric
@@ -43,15 +43,13 @@ MAX_FAILURES = 3  # judgements ahead that failed before no more are started
 MAX_KEPT = 20_000  # pairs of a partition whose judgements may be kept for the judging stage
 
 # judgements made ahead, by (run, metric), then pair id: the judging stage takes them (``take``)
-_KEPT: dict[tuple[str, str], dict[str, Any]] = {}
-_KEPT_LOCK = threading.Lock()
+_KEPT = Handover()
 _PAIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("aip_ahead_pair", default=None)
 
 
 def take(ctx: StageContext) -> dict[str, Any]:
     """The judgements made ahead for this partition, by pair id, handed over once (the judging stage)."""
-    with _KEPT_LOCK:
-        return _KEPT.pop((ctx.run_id, ctx.metric), {})
+    return _KEPT.take((ctx.run_id, ctx.metric), {})
 
 
 def seen(pair: dict, resp: dict[tuple[str, int], dict]) -> tuple:
@@ -119,8 +117,8 @@ class JudgeAhead:
         self.missing: dict[str, int] = {}
         self.started = self.failures = 0
         self.refused: set[str] = set()  # pairs whose judge refused the form: left to the judging stage
-        with _KEPT_LOCK:  # a new sampling: what an earlier one judged is stale
-            self.kept = _KEPT[(ctx.run_id, ctx.metric)] = {}
+        self.kept: dict[str, Any] = {}  # a new sampling: what an earlier one judged is stale
+        _KEPT.put((ctx.run_id, ctx.metric), self.kept)
 
     async def __aenter__(self) -> JudgeAhead:
         self.client = self.ctx.client("judge", "judging", self.limit)
@@ -143,8 +141,7 @@ class JudgeAhead:
         finally:
             await self.client.__aexit__(*exc)
             if exc and exc[0] is not None:  # the sampling failed: nothing kept for a judging stage
-                with _KEPT_LOCK:
-                    _KEPT.pop((self.ctx.run_id, self.ctx.metric), None)
+                _KEPT.take((self.ctx.run_id, self.ctx.metric))
         if self.started:
             self.ctx.log(
                 f"judged during sampling: {len(self.kept)} of {self.ctx.count('probe_pairs')} pairs "
