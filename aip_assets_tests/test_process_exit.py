@@ -81,3 +81,87 @@ def test_a_run_ends_with_its_output_whole_and_no_database_left_unclosed(tmp_path
         timeout=120,
     )
     assert q.returncode == 0 and json.loads(q.stdout)[0]["n"] == 1, q.stderr
+
+
+def test_entry_marks_the_process_as_aip_evals_own(tmp_path):
+    """``cli.entry`` tells ``aip-eval run`` that the process is its own (``run.OWN_PROCESS``: it
+    may pause the cycle collector for its start-up); ``main`` alone, as tests call it, does not."""
+    script = textwrap.dedent(
+        """
+        from aip_assets import cli
+        from aip_assets.cli import run
+
+        before = run.OWN_PROCESS
+        cli.main = lambda: 40 + 2 * run.OWN_PROCESS + before
+        cli.entry()
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", script], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 42, p.stderr
+
+
+def _gc_spy(monkeypatch, own: bool) -> tuple[list[tuple[str, bool]], list[int]]:
+    """``aip-eval run`` in this process as its own (``own``) or as a test's: what the collector was
+    (enabled or not) when the run was registered and when each stage ran, and the calls of
+    ``gc.freeze`` (recorded, not made: this process is the test's)."""
+    import gc
+
+    from aip_assets import pipeline
+    from aip_assets.cli import run
+
+    seen: list[tuple[str, bool]] = []
+    frozen: list[int] = []
+    monkeypatch.setattr(run, "OWN_PROCESS", own)
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    register, stage = pipeline.register_run, pipeline.run_stage
+
+    def registered(*a, **k):
+        seen.append(("register", gc.isenabled()))
+        return register(*a, **k)
+
+    def staged(*a, **k):
+        seen.append(("stage", gc.isenabled()))
+        return stage(*a, **k)
+
+    monkeypatch.setattr(pipeline, "register_run", registered)
+    monkeypatch.setattr(pipeline, "run_stage", staged)
+    return seen, frozen
+
+
+def test_a_run_of_its_own_process_pauses_the_collector_for_its_start_up_only(tmp_path, monkeypatch):
+    """In aip-eval's own process the run's start-up (the imports, Dagster's instance, the
+    registration) runs with the cycle collector paused; then its objects are frozen once and every
+    stage runs with the collector on; it is on when the command returns. As a test's, nothing
+    changes: on throughout, nothing frozen."""
+    import gc
+
+    from aip_assets.cli import main
+
+    from .test_exit_codes import spec_file
+
+    assert gc.isenabled()
+    seen, frozen = _gc_spy(monkeypatch, own=True)
+    assert main(["run", str(spec_file(tmp_path, threshold=0.5)), "--quiet"]) == 0
+    assert seen[0] == ("register", False)
+    stages = [on for what, on in seen if what == "stage"]
+    assert len(stages) == 5 and all(stages), seen
+    assert frozen == [1] and gc.isenabled()
+
+    seen, frozen = _gc_spy(monkeypatch, own=False)
+    assert main(["run", str(spec_file(tmp_path / "b", threshold=0.5)), "--quiet"]) == 0
+    assert seen and all(on for _, on in seen) and frozen == []
+
+
+def test_a_start_up_that_fails_resumes_the_collector(tmp_path, monkeypatch, capsys):
+    """A run of aip-eval's own process whose start-up fails (an unreachable SUT: exit 2, nothing
+    written) leaves the collector on."""
+    import gc
+
+    from aip_assets.cli import main
+
+    from .test_exit_codes import spec_file
+
+    seen, frozen = _gc_spy(monkeypatch, own=True)
+    spec = spec_file(tmp_path, sut={"provider": "openai_compatible", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    assert main(["run", str(spec), "--quiet"]) == 2  # found at the endpoint checks, before any write
+    assert seen == [] and gc.isenabled()

@@ -326,6 +326,9 @@ def entry() -> None:
     import os
     import threading
 
+    from . import run
+
+    run.OWN_PROCESS = True  # `aip-eval run` may pause the cycle collector for its start-up (run._pause_collector)
     code = main()
     shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first at its exit
     if shutdown is None:  # another Python's threading: the normal way out
