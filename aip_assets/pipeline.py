@@ -32,7 +32,7 @@ from .hashing import file_sha256, stable_json
 from .judge_exam import Exam, exam_tables
 from .judge_exam import stored as stored_exam
 from .logs import gate_words, stage_words
-from .metrics import REGISTRY, get_metric
+from .metrics import REGISTRY, ahead, get_metric
 from .metrics.base import Metric, OverlayReader, StageContext
 from .metrics.judging import panel_role
 from .metrics.running import Heartbeat
@@ -391,8 +391,10 @@ def _run_stage(
                 for w in (plugin.plan(ctx) or {}).get("warnings", []):
                     log(w["message"])
                     ctx.notes.append(w)
+            done = ahead.checked(ctx) if stage == "judging" else set()  # checked during sampling (metrics.ahead)
             for i, conn in enumerate(spec.panel() if stage == "judging" else []):  # every judge of a panel
-                stage_endpoint_check(ctx, stage, conn, panel_role(i))
+                if panel_role(i) not in done:
+                    stage_endpoint_check(ctx, stage, conn, panel_role(i))
             _drain_async(plugin.sample(ctx) if stage == "sampling" else plugin.run_judge(ctx), staged)
             if stage == "judging" and spec.judge_audit is not None:  # a second judge for a sample
                 from .judge_audit import audit

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import warehouse as wh
 from .judge_exam import Exam, examined, run_exam
-from .metrics import get_metric
+from .metrics import check_policy, get_metric
 from .metrics.base import StageContext
 from .metrics.judging import panel_role
 from .models.endpoint_check import check_endpoint
@@ -121,33 +121,6 @@ def examine(
     exam = run_exam(spec, run_id, path, log)
     exam.raise_if_failed()
     return exam
-
-
-def check_policy(spec: RunSpec, role: str, metrics: list[str] | None = None) -> dict[str, Any]:
-    """How the endpoint check of ``role`` retries (``endpoint_check.check_endpoint``'s retries, timeout,
-    backoff_s): as the calls it comes before do. The retry budget is theirs (the SUT's
-    ``n_sut_retries``; a judge's ``n_judge_retries`` where the metric has one, else the spec's
-    ``judge_retries``), the timeout their ``timeout_seconds``, the largest over ``metrics`` (default:
-    every metric of the run that makes such calls), never fewer than ``CHECK_MIN_RETRIES`` retries;
-    the backoff is the spec's ``retry_backoff_seconds``."""
-    from .models.endpoint_check import CHECK_MIN_RETRIES
-
-    names = [
-        m for m in (metrics if metrics is not None else spec.metrics) if role != "sut" or get_metric(m).calls_sut
-    ] or list(spec.metrics)
-    cfgs = [spec.metric_config(m) for m in names]
-    if role == "sut":
-        retries = [getattr(c, "n_sut_retries", 0) for c in cfgs]
-    elif role.startswith("judge") or role == "audit":
-        retries = [getattr(c, "n_judge_retries", spec.judge_retries) for c in cfgs]
-    else:  # synthesis
-        retries = [spec.judge_retries]
-    timeouts = [t for c in cfgs if (t := getattr(c, "timeout_seconds", None))]
-    return {
-        "retries": max(CHECK_MIN_RETRIES, *retries),
-        "timeout": max(timeouts, default=60.0),
-        "backoff_s": spec.retry_backoff_seconds,
-    }
 
 
 def stage_endpoint_check(ctx: StageContext, stage: str, conn, role: str) -> None:

@@ -86,18 +86,47 @@ def after_last_check(server) -> list[dict]:
     return [b for b in bodies[last + 1 :] if not is_probe(b)]
 
 
+def judging_starts(monkeypatch, server) -> list[int]:
+    """Where each judging stage started in ``server``'s requests (their count then), one per run."""
+    from aip_assets.assets import stages
+
+    marks: list[int] = []
+    stage = stages.run_stage
+
+    def marked(name, *a, **k):
+        if name == "judging":
+            marks.append(len(server.bodies(preflight=True)))
+        return stage(name, *a, **k)
+
+    monkeypatch.setattr(stages, "run_stage", marked)
+    return marks
+
+
+def checks(bodies: list[dict]) -> int:
+    """How many endpoint checks ``bodies`` hold."""
+    return sum(is_preflight(b) for b in bodies)
+
+
 def test_pairs_are_judged_during_sampling_and_the_judgements_are_the_same(tmp_path, scripted, monkeypatch):
     sut = scripted(lambda body, n: answer(body))
     judge = scripted(lambda body, n: answer(body))
     spec = spec_file(tmp_path, sut.conn(), judge.conn())
 
+    starts = judging_starts(monkeypatch, judge)
     off = run(spec, monkeypatch, ahead_on=False)
     judged_after = after_last_check(judge)
     pairs = table("probe_pairs", off, "pair_id")
     assert len(pairs) > 20 and (pairs.kind == "null").any()  # null pairs too (their twins' personas)
+    first = judge.bodies(preflight=True)
+    assert checks(first[starts[0] :]) == 1  # not ahead: the judging stage checked the judge
 
     on = run(spec, monkeypatch, ahead_on=True)
-    assert after_last_check(judge) == []  # ahead: nothing was left to ask in the judging stage
+    second = judge.bodies(preflight=True)[len(first) :]
+    # ahead: the judge's endpoint check was made before the first judgement ahead, during sampling,
+    # and nothing was left to ask in the judging stage, not even the check (as many checks in all)
+    assert judge.bodies(preflight=True)[starts[1] :] == []
+    assert checks(second) == checks(first)
+    assert len(after_last_check(judge)) == len(judged_after)  # and every judgement came after it
     a, b = judgements(off), judgements(on)
     assert len(a) == len(pairs) and (a.status == "ok").all()
     # not ahead: every judgement's request came after the judging stage's endpoint check, each
@@ -132,10 +161,11 @@ def test_group_bias_judges_ahead_too(tmp_path, scripted, monkeypatch):
             }
         )
     )
+    starts = judging_starts(monkeypatch, judge)
     off = run(p, monkeypatch, ahead_on=False)
     assert len(after_last_check(judge)) > 0
     on = run(p, monkeypatch, ahead_on=True)
-    assert after_last_check(judge) == []
+    assert judge.bodies(preflight=True)[starts[1] :] == []  # nothing asked in the judging stage, not even the check
     cols = ["judgement_id", "status", "score", "parsed", "order_swapped", "call_key"]
     a, b = (table("judgements", r, "judgement_id")[cols].reset_index(drop=True) for r in (off, on))
     assert len(a) > 0 and set(a.judgement_id.str.rsplit("|", n=1).str[1]) == {"similarity", "effort", "tone"}
@@ -148,7 +178,10 @@ def test_a_judge_failing_during_sampling_fails_those_judgements_within_their_bud
     judge failed within it, as it would have in the judging stage. After MAX_FAILURES such
     judgements no more are started (with 2 in flight, at most 2 more fail); the judging stage takes
     the failed ones as they are and judges the others, which equal a run's not judged ahead."""
-    state = {"sut_checks": 0, "failing": False, "failed": 0}
+    # the judging stage's check of the judge is its third with judging ahead (the run's, judging ahead's
+    # during sampling, which the judge answers: then its judgements fail and judging ahead stops, so
+    # the judging stage checks it again), its second without
+    state = {"sut_checks": 0, "judge_checks": 0, "stage_check": 3, "failing": False, "failed": 0}
 
     def sut_handler(body, n):
         if is_preflight(body):
@@ -159,7 +192,9 @@ def test_a_judge_failing_during_sampling_fails_those_judgements_within_their_bud
 
     def judge_handler(body, n):
         if is_preflight(body):
-            state["failing"] = False  # the judging stage's check
+            state["judge_checks"] += 1
+            if state["judge_checks"] == state["stage_check"]:  # the judging stage's check
+                state["failing"] = False
             return "OK"
         if state["failing"]:
             state["failed"] += 1
@@ -174,13 +209,39 @@ def test_a_judge_failing_during_sampling_fails_those_judgements_within_their_bud
     bad = got[got.status == "judge_failed"]
     assert ahead.MAX_FAILURES <= len(bad) <= ahead.MAX_FAILURES + 2
     assert (bad.attempts == 2).all() and (bad.network_retries == 1).all() and failed == 2 * len(bad)
-    state.update(sut_checks=0, failed=0)
+    assert state["judge_checks"] == 3  # judging ahead stopped: the judging stage checked the judge again
+    state.update(sut_checks=0, judge_checks=0, stage_check=2, failed=0)
     off = run(spec, monkeypatch, ahead_on=False)
     assert state["failed"] == 0
     good = got.status != "judge_failed"
     assert got[good].to_dict("records") == judgements(off)[good].to_dict("records")
     calls = table("llm_calls", on, "call_key").query("role == 'judge' and stage == 'judging'")
     assert (calls.status != "ok").sum() == len(bad)  # a judgement's failed call is on record (once: its retry inside)
+
+
+def test_no_judgement_ahead_before_the_judges_check_answers_and_the_judging_stage_checks_again(
+    tmp_path, scripted, monkeypatch, capsys
+):
+    """The judge answers the run's endpoint check, then 401 (a revoked key): judging ahead's check
+    during sampling fails, so no judgement is asked ahead, and the judging stage checks the judge
+    itself and stops the run as misconfigured (exit 2), as without judging ahead."""
+    state = {"checks": 0, "after": 0}
+
+    def judge_handler(body, n):
+        if is_preflight(body):
+            state["checks"] += 1
+            # judging ahead's check answers late: the pairs completed meanwhile wait for it
+            late = 0.5 if state["checks"] == 2 else 0.0
+            return "OK" if state["checks"] == 1 else Reply(401, body={"error": {"message": "bad key"}}, delay_s=late)
+        state["after"] += state["checks"] >= 2  # a judge request after the failed check
+        return answer(body)
+
+    sut = scripted(lambda body, n: answer(body))
+    judge = scripted(judge_handler, answer_preflight=False)
+    monkeypatch.setenv("AIP_JUDGE_DURING_SAMPLING", "1")
+    assert main(["run", str(spec_file(tmp_path, sut.conn(), judge.conn())), "--quiet"]) == 2
+    assert state == {"checks": 3, "after": 0}  # the run's, judging ahead's, the judging stage's; nothing judged
+    assert f"judge endpoint {judge.url} (model scripted): unauthorised (HTTP 401)" in capsys.readouterr().err
 
 
 def _ctx(tmp_path, **spec) -> StageContext:

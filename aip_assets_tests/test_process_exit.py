@@ -107,13 +107,14 @@ def _gc_spy(monkeypatch, own: bool) -> tuple[list[tuple[str, bool]], list[int]]:
     import gc
 
     from aip_assets import pipeline
+    from aip_assets.assets import stages
     from aip_assets.cli import run
 
     seen: list[tuple[str, bool]] = []
     frozen: list[int] = []
     monkeypatch.setattr(run, "OWN_PROCESS", own)
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
-    register, stage = pipeline.register_run, pipeline.run_stage
+    register, stage = pipeline.register_run, stages.run_stage
 
     def registered(*a, **k):
         seen.append(("register", gc.isenabled()))
@@ -124,7 +125,7 @@ def _gc_spy(monkeypatch, own: bool) -> tuple[list[tuple[str, bool]], list[int]]:
         return stage(*a, **k)
 
     monkeypatch.setattr(pipeline, "register_run", registered)
-    monkeypatch.setattr(pipeline, "run_stage", staged)
+    monkeypatch.setattr(stages, "run_stage", staged)  # the assets' stage (each Dagster step)
     return seen, frozen
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..runspec import use_metric_registry
 
 if TYPE_CHECKING:
+    from ..runspec import RunSpec
     from .base import Metric
 
 # name -> "module:Class", in the order metrics are listed (the demo, the report, `aip-eval metrics`)
@@ -164,3 +165,30 @@ def exclusion_reasons() -> dict[str, str]:
     for metric in REGISTRY.values():
         out.update(metric.exclusion_reasons)
     return out
+
+
+def check_policy(spec: RunSpec, role: str, metrics: list[str] | None = None) -> dict[str, Any]:
+    """How the endpoint check of ``role`` retries (``endpoint_check.check_endpoint``'s retries, timeout,
+    backoff_s): as the calls it comes before do. The retry budget is theirs (the SUT's
+    ``n_sut_retries``; a judge's ``n_judge_retries`` where the metric has one, else the spec's
+    ``judge_retries``), the timeout their ``timeout_seconds``, the largest over ``metrics`` (default:
+    every metric of the run that makes such calls), never fewer than ``CHECK_MIN_RETRIES`` retries;
+    the backoff is the spec's ``retry_backoff_seconds``."""
+    from ..models.endpoint_check import CHECK_MIN_RETRIES
+
+    names = [
+        m for m in (metrics if metrics is not None else spec.metrics) if role != "sut" or get_metric(m).calls_sut
+    ] or list(spec.metrics)
+    cfgs = [spec.metric_config(m) for m in names]
+    if role == "sut":
+        retries = [getattr(c, "n_sut_retries", 0) for c in cfgs]
+    elif role.startswith("judge") or role == "audit":
+        retries = [getattr(c, "n_judge_retries", spec.judge_retries) for c in cfgs]
+    else:  # synthesis
+        retries = [spec.judge_retries]
+    timeouts = [t for c in cfgs if (t := getattr(c, "timeout_seconds", None))]
+    return {
+        "retries": max(CHECK_MIN_RETRIES, *retries),
+        "timeout": max(timeouts, default=60.0),
+        "backoff_s": spec.retry_backoff_seconds,
+    }

@@ -15,6 +15,11 @@ judgement is not kept: moving to the next form is the judging stage's. After :da
 judgements ahead that failed, no more are started (those that failed are kept: the judge failed
 within their budget, as it would have in the judging stage); the stage judges the rest.
 
+The judging stage's endpoint check of each judge is made here, before the first judgement ahead
+(beside the SUT's first calls), so that every judge call is still preceded by a check in its process.
+When every judge answered it and judging ahead ran to the end, the judging stage does not check them
+again (:func:`checked`); otherwise it checks, and says what it finds.
+
 On unless ``AIP_JUDGE_DURING_SAMPLING`` is 0. Not done with a call or token cap (a judge
 call made early could take budget the SUT needed), for a judge on a provider's Batch API, in shared
 mode (another worker may judge), above :data:`MAX_KEPT` pairs in the partition (their judgements
@@ -31,8 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..handover import Handover
 from ..models.deadline import CURRENT_ROW
+from ..models.endpoint_check import check_endpoint
+from . import check_policy
 from .answers import answer_keys, pair_batch
 from .base import Metric
+from .judging import panel_role
 
 if TYPE_CHECKING:
     from .base import StageContext
@@ -44,12 +52,21 @@ MAX_KEPT = 20_000  # pairs of a partition whose judgements may be kept for the j
 
 # judgements made ahead, by (run, metric), then pair id: the judging stage takes them (``take``)
 _KEPT = Handover()
+# the judges (their llm_calls roles) checked during sampling, by (run, metric): the judging stage takes them (``checked``)
+_CHECKED = Handover()
 _PAIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("aip_ahead_pair", default=None)
 
 
 def take(ctx: StageContext) -> dict[str, Any]:
     """The judgements made ahead for this partition, by pair id, handed over once (the judging stage)."""
     return _KEPT.take((ctx.run_id, ctx.metric), {})
+
+
+def checked(ctx: StageContext) -> set[str]:
+    """The judges (``panel_role``) whose endpoint check this partition's judging ahead made, in this
+    process, and which answered, with judging ahead run to its end; handed over once (the judging
+    stage, which checks the others)."""
+    return _CHECKED.take((ctx.run_id, ctx.metric), set())
 
 
 def seen(pair: dict, resp: dict[tuple[str, int], dict]) -> tuple:
@@ -119,13 +136,36 @@ class JudgeAhead:
         self.refused: set[str] = set()  # pairs whose judge refused the form: left to the judging stage
         self.kept: dict[str, Any] = {}  # a new sampling: what an earlier one judged is stale
         _KEPT.put((ctx.run_id, ctx.metric), self.kept)
+        _CHECKED.take((ctx.run_id, ctx.metric))  # and so are the checks it made
+        self.check: asyncio.Future[bool] | None = None  # the judges' endpoint checks (``_check``)
+        self.passed: set[str] = set()
 
     async def __aenter__(self) -> JudgeAhead:
         self.client = self.ctx.client("judge", "judging", self.limit)
         for c in getattr(self.client, "clients", [self.client]):  # a panel's judges, or the judge
             c.on_refusal = self._refused
         await self.client.__aenter__()
+        self.check = asyncio.ensure_future(self._check())
         return self
+
+    async def _check(self) -> bool:
+        """The judging stage's endpoint check of each judge (``check_endpoint``, retried as the
+        stage's, its waits logged at debug level): True when every judge answered. Else judging
+        ahead stops, and the judging stage checks them itself and says what it finds."""
+        spec = self.ctx.spec
+        judges = [(panel_role(i), conn) for i, conn in enumerate(spec.panel())]
+        got = await asyncio.gather(
+            *(
+                check_endpoint(conn, role, log=logger.debug, **check_policy(spec, role, [self.ctx.metric]))
+                for role, conn in judges
+            ),
+            return_exceptions=True,
+        )
+        if failed := [g for g in got if isinstance(g, BaseException)]:
+            self._stop(f"the judge's endpoint check: {failed[0]}")
+            return False
+        self.passed = {role for role, _ in judges}
+        return True
 
     def _refused(self) -> None:
         """A judge refused the run's structured-output form: no more judgements ahead, and the
@@ -139,9 +179,15 @@ class JudgeAhead:
             if self.tasks:
                 await asyncio.gather(*self.tasks, return_exceptions=True)
         finally:
+            check = self.check
+            if check is not None and not check.done():  # still waiting on a judge: the judging stage checks it
+                check.cancel()
+                await asyncio.gather(check, return_exceptions=True)
             await self.client.__aexit__(*exc)
             if exc and exc[0] is not None:  # the sampling failed: nothing kept for a judging stage
                 _KEPT.take((self.ctx.run_id, self.ctx.metric))
+            elif self.passed and self.failures < MAX_FAILURES:  # the judges answered throughout
+                _CHECKED.put((self.ctx.run_id, self.ctx.metric), self.passed)
         if self.started:
             self.ctx.log(
                 f"judged during sampling: {len(self.kept)} of {self.ctx.count('probe_pairs')} pairs "
@@ -190,6 +236,8 @@ class JudgeAhead:
                 task.add_done_callback(self.tasks.discard)
 
     async def _judge(self, pair: dict, one: Callable[[dict], Awaitable[Any]], resp: dict) -> None:
+        if self.check is None or not await self.check:  # no judge call before the judges' endpoint check
+            return
         async with self.sem:
             if self.failures >= MAX_FAILURES:
                 return
