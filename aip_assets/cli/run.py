@@ -36,10 +36,11 @@ OWN_PROCESS = False
 def _pause_collector() -> bool:
     """Python's cycle collector paused for the start-up of aip-eval's own process (``OWN_PROCESS``):
     the ~2,200 modules a run loads and Dagster's instance are some million objects that live until
-    the process ends, and every full collection scanned them all again. A small run made 5 full
-    collections, 0.32 s of its 5.5 s CPU, and 0.48 s with the young ones (bench_phases.py's run,
-    2026-12-07). True when paused (then :func:`_resume_collector` resumes it). A test that calls
-    ``main`` in its own process leaves the collector as it is."""
+    the process ends, and every full collection scanned them all again. The small run of
+    bench_peers.py made 5-6 full collections, 0.25-0.44 s of its 5.5 s of CPU, 0.39-0.60 s with the
+    young ones; paused, then frozen: 1 full, 0.07-0.08 s in all (``gc.callbacks``, 2026-12-07).
+    True when paused (then :func:`_resume_collector` resumes it). A test that calls ``main`` in its
+    own process leaves the collector as it is."""
     if not OWN_PROCESS or not gc.isenabled():
         return False
     gc.disable()

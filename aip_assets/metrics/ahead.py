@@ -153,7 +153,7 @@ class JudgeAhead:
         stage's, its waits logged at debug level): True when every judge answered. Else judging
         ahead stops, and the judging stage checks them itself and says what it finds."""
         spec = self.ctx.spec
-        judges = [(panel_role(i), conn) for i, conn in enumerate(spec.panel())]
+        judges = [(panel_role(i), conn) for i, conn in enumerate(spec.panel()) if conn is not None]
         got = await asyncio.gather(
             *(
                 check_endpoint(conn, role, log=logger.debug, **check_policy(spec, role, [self.ctx.metric]))
