@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import SettingsError
@@ -244,15 +244,11 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, v: Any) -> Any:
         return None if v == "" else v
 
-    @field_validator("judge_during_sampling", mode="before")
+    @field_validator("judge_during_sampling", "shared_retry_seconds", mode="before")
     @classmethod
-    def _blank_judge_is_default(cls, v: Any) -> Any:
-        return cls.model_fields["judge_during_sampling"].default if isinstance(v, str) and v.strip() == "" else v
-
-    @field_validator("shared_retry_seconds", mode="before")
-    @classmethod
-    def _blank_is_default(cls, v: Any) -> Any:
-        return cls.model_fields["shared_retry_seconds"].default if isinstance(v, str) and v.strip() == "" else v
+    def _blank_is_default(cls, v: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return cls.model_fields[info.field_name].default if isinstance(v, str) and v.strip() == "" else v
 
     @field_validator("debug", mode="before")
     @classmethod
