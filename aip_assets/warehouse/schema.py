@@ -13,7 +13,7 @@ import duckdb
 from . import lake
 from .core_views import views
 from .tables import LAKE_TABLES, TABLES
-from .transactions import transaction
+from .transactions import _transaction, transaction
 
 logger = logging.getLogger("aip_assets")
 
@@ -109,14 +109,12 @@ def _make_local(con: duckdb.DuckDBPyConnection, every_view: dict[str, str]) -> N
             if col.lower() not in columns
         ]
     statements += [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in every_view.items()]
-    con.execute("BEGIN TRANSACTION")
-    try:
+
+    def run(c: duckdb.DuckDBPyConnection) -> None:
         for statement in statements:
-            con.execute(statement)
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")
+            c.execute(statement)
+
+    _transaction(con, run, "the warehouse's tables", in_lake=False)  # a file: no lake's retries
 
 
 # Raised with every change to TABLES, the views or LAKE_TABLES: a lake made by a later level is never
