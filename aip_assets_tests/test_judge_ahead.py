@@ -319,9 +319,14 @@ def test_a_judgement_kept_is_taken_only_for_the_answers_it_was_made_of():
 def test_an_error_judging_ahead_never_fails_the_sampling(tmp_path, scripted, monkeypatch):
     """Reading a batch's pairs for judging ahead fails: the sampling goes on, and the judging stage
     judges every pair, as without judging ahead."""
+    read = ahead.pair_batch
+    failed = []
 
-    def broken(*a, **k):
-        raise OSError("disk gone")
+    def broken(ctx, ids, answers=True):  # judging ahead reads a batch's pairs without answers; the stage with
+        if not answers:
+            failed.append(ids)
+            raise OSError("disk gone")
+        return read(ctx, ids, answers)
 
     monkeypatch.setattr(ahead, "pair_batch", broken)
     sut = scripted(lambda body, n: answer(body))
@@ -329,4 +334,4 @@ def test_an_error_judging_ahead_never_fails_the_sampling(tmp_path, scripted, mon
     on = run(spec_file(tmp_path, sut.conn(), judge.conn()), monkeypatch, ahead_on=True)
     got = judgements(on)
     assert len(got) > 20 and (got.status == "ok").all()
-    assert len(after_last_check(judge)) == got.call_key.nunique()  # all asked by the judging stage
+    assert failed and len(after_last_check(judge)) == got.call_key.nunique()  # all asked by the judging stage

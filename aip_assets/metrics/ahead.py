@@ -31,7 +31,7 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..handover import Handover
@@ -41,6 +41,7 @@ from . import check_policy
 from .answers import answer_keys, pair_batch
 from .base import Metric
 from .judging import panel_role
+from .running import run_bounded
 
 if TYPE_CHECKING:
     from .base import StageContext
@@ -91,6 +92,23 @@ def kept_first(
         return await one(pair)
 
     return judged
+
+
+async def judge_pairs(
+    ctx: StageContext, plugin: Metric, title: str, limit: int, outcome: Callable[[Any], Any]
+) -> AsyncIterator[list[Any]]:
+    """The judging stage of a metric that judges pairs (:meth:`Metric.pair_judge`): each batch's
+    pairs judged, ``limit`` at a time, a judgement made during sampling taken where it was made of
+    the same answers (:func:`kept_first`); yields each batch's results in its pairs' order.
+    ``title``: the progress line's; ``outcome``: a result's outcome for it (``run_bounded``)."""
+    progress = ctx.progress(title, ctx.count("probe_pairs"))
+    kept = take(ctx)
+    async with ctx.client("judge", "judging", limit) as client:
+        progress.in_flight = lambda: client.stats["in_flight"]
+        for ids in ctx.batches():
+            pairs, probes, resp = pair_batch(ctx, ids)
+            one = plugin.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries)
+            yield await run_bounded(pairs, kept_first(kept, one, resp), limit, progress, outcome)
 
 
 def judge_ahead(ctx: StageContext, plugin: Metric, limit: int) -> JudgeAhead | None:

@@ -25,11 +25,9 @@ from ...errors import DatasetError, SpecError
 from ...readers.decisions import map_label, read_decision
 from ...scoring import ONE_MINUS_FLIP_RATE
 from .. import ahead
-from ..ahead import judge_ahead
-from ..answers import answer_keys, baseline_share, is_null, null_twins, pair_batch, sample_probes, sut_failure
+from ..answers import answer_keys, baseline_share, is_null, null_twins, sample_probes, sut_failure
 from ..base import KeyRate, Metric, StageContext
 from ..judging import ask_panel, judged_fields
-from ..running import run_bounded
 from ..words import Evidence, Finding
 from . import exam, findings, personas, words
 from .aggregate import aggregate
@@ -323,26 +321,14 @@ class DecisionFlip(Metric):
             timeout=cfg.timeout_seconds,
             template_version=TEMPLATE_VERSION,
             twins=True,
-            ahead=judge_ahead(ctx, self, cfg.sub_call_concurrency_limit),
+            ahead=ahead.judge_ahead(ctx, self, cfg.sub_call_concurrency_limit),
         )
 
     # ---- judging
     async def judge(self, ctx: StageContext):
-        cfg: DecisionFlipConfig = ctx.config
-        progress = ctx.progress("judging", ctx.count("probe_pairs"))
-        kept = ahead.take(ctx)  # the pairs judged during sampling (metrics/ahead.py)
-        async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
-            progress.in_flight = lambda: client.stats["in_flight"]
-            for ids in ctx.batches():
-                pairs, probes, resp = pair_batch(ctx, ids)
-                one = ahead.kept_first(
-                    kept, self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries), resp
-                )
-                yield {
-                    "judgements": await run_bounded(
-                        pairs, one, cfg.sub_call_concurrency_limit, progress, lambda r: r["status"]
-                    )
-                }
+        limit = ctx.config.sub_call_concurrency_limit
+        async for judged in ahead.judge_pairs(ctx, self, "judging", limit, lambda r: r["status"]):
+            yield {"judgements": judged}
 
     def pair_judge(self, ctx, client, ids, pairs, probes, resp, retries):
         cfg: DecisionFlipConfig = ctx.config

@@ -33,11 +33,10 @@ from ...models.providers import capabilities
 from ...scoring import EQUITABILITY
 from ...stats import third
 from .. import ahead
-from ..ahead import judge_ahead
-from ..answers import answer_keys, baseline_share, null_twins, pair_batch, sample_probes, sut_failure
+from ..answers import answer_keys, baseline_share, null_twins, sample_probes, sut_failure
 from ..base import THIRDS, THIRDS_TEXT, KeyRate, Metric, StageContext, thirds
 from ..judging import ask_json, ask_panel, judged_fields
-from ..running import gather_all, run_bounded, worst_outcome
+from ..running import gather_all, worst_outcome
 from ..words import Evidence, Finding
 from . import exam, words
 from .aggregate import aggregate, pair_bias  # noqa: F401 - pair_bias: the formula tests import it here
@@ -433,29 +432,17 @@ class GroupInteractionBias(Metric):
             timeout=cfg.timeout_seconds,
             template_version=TEMPLATE_VERSION,
             twins=True,
-            ahead=judge_ahead(ctx, self, cfg.sub_call_concurrency_limit),
+            ahead=ahead.judge_ahead(ctx, self, cfg.sub_call_concurrency_limit),
         )
 
     # ---- judging
     async def judge(self, ctx: StageContext):
-        cfg: GroupInteractionBiasConfig = ctx.config
-        progress = ctx.progress("judging (3 judges per pair)", ctx.count("probe_pairs"))
-        kept = ahead.take(ctx)  # the pairs judged during sampling (metrics/ahead.py)
-        async with ctx.client("judge", "judging", cfg.sub_call_concurrency_limit) as client:
-            progress.in_flight = lambda: client.stats["in_flight"]
-            for ids in ctx.batches():
-                pairs, probes, resp = pair_batch(ctx, ids)
-                one = ahead.kept_first(
-                    kept, self.pair_judge(ctx, client, ids, pairs, probes, resp, ctx.spec.judge_retries), resp
-                )
-                results = await run_bounded(
-                    pairs,
-                    one,
-                    cfg.sub_call_concurrency_limit,
-                    progress,
-                    lambda rs: worst_outcome((r["status"] for r in rs), any_ok=True),
-                )
-                yield {"judgements": [r for rs in results for r in rs]}
+        def outcome(rs):  # a pair's three judgements
+            return worst_outcome((r["status"] for r in rs), any_ok=True)
+
+        limit = ctx.config.sub_call_concurrency_limit
+        async for results in ahead.judge_pairs(ctx, self, "judging (3 judges per pair)", limit, outcome):
+            yield {"judgements": [r for rs in results for r in rs]}
 
     def pair_judge(self, ctx, client, ids, pairs, probes, resp, retries):
         cfg: GroupInteractionBiasConfig = ctx.config
