@@ -448,28 +448,29 @@ if SqliteEventLogStorage is not None:
                         except OSError:
                             pass
 
+        def _found_before(self, what: str, ask: Any) -> bool:
+            """``ask()``, unless it found ``what`` before: what Dagster's migrations add (tables,
+            columns) they never drop, so a yes is remembered (a no is asked again)."""
+            seen: set[str] = self.__dict__.setdefault("_found", set())
+            if FAST and what in seen:
+                return True
+            found = ask()
+            if found:
+                seen.add(what)
+            return found
+
         def has_table(self, table_name: str) -> bool:
             """Dagster asks whether a table of the index exists before most asset and partition
             statements (81 times in a small run), each time on an engine and connection of its own
-            (about 1 ms). A table found is remembered: Dagster's migrations add tables, never drop them."""
-            seen: set[str] = self.__dict__.setdefault("_tables_seen", set())
-            if FAST and table_name in seen:
-                return True
-            found = super().has_table(table_name)
-            if found:
-                seen.add(table_name)
-            return found
+            (about 1 ms): a table found is remembered (``_found_before``)."""
+            ask = super().has_table
+            return self._found_before(f"table {table_name}", lambda: ask(table_name))
 
         def _has_asset_key_col_on_connection(self, conn: Any, column_name: str) -> bool:
             """Asked at each asset event (the asset_keys table's columns read again); a column found is
-            remembered, as a table is (``has_table``)."""
-            seen: set[str] = self.__dict__.setdefault("_columns_seen", set())
-            if FAST and column_name in seen:
-                return True
-            found = super()._has_asset_key_col_on_connection(conn, column_name)
-            if found:
-                seen.add(column_name)
-            return found
+            remembered, as a table is."""
+            ask = super()._has_asset_key_col_on_connection
+            return self._found_before(f"asset_keys column {column_name}", lambda: ask(conn, column_name))
 
         def dispose(self) -> None:
             super().dispose()  # stops the file watchers first: nothing connects after this

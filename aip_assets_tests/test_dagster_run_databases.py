@@ -149,7 +149,7 @@ def test_tables_and_columns_found_are_remembered_and_missing_ones_asked_again(tm
         for _ in range(2):
             assert store._has_asset_key_col_on_connection(conn, "last_materialization_timestamp")
             assert not store._has_asset_key_col_on_connection(conn, "no_such_column")
-    assert store._columns_seen == {"last_materialization_timestamp"}
+    assert store._found == {"table asset_check_executions", "asset_keys column last_materialization_timestamp"}
     store.dispose()
     dagster_storage.ANCHORS.release()
 
