@@ -34,7 +34,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -64,6 +64,9 @@ _PG_TABLES = (
     tokens bigint NOT NULL   -- tokens they have spent (as the answers counted them)
 )""",
 )
+
+
+_SETUP_LOCK = 0x41495053  # the advisory lock key under which a connection makes the tables ("AIPS")
 
 
 def shared_state_url() -> str | None:
@@ -239,7 +242,7 @@ def patiently(url: str, what: str, fn: Callable[[], T], label: str = SHARED_STAT
     raise AssertionError("unreachable")
 
 
-def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
+def connect(url: str, what: str, setup: tuple[str, ...] = ()) -> Any:
     """A new autocommit connection to the shared-state database, with keepalives and the lock and
     statement timeouts, after running ``setup`` (``what`` it does, for its error). Failures raise
     AipError naming the variable, never showing the password."""
@@ -270,11 +273,16 @@ def connect(url: str, what: str, setup: Iterable[str] = ()) -> Any:
     try:
         conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT_S}s'")
         conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
-        for statement in setup:
-            try:
+        if setup:
+            # CREATE ... IF NOT EXISTS is not safe against another session making the same table at
+            # the same moment: one of them fails (a duplicate pg_type key, "type ... already exists"
+            # or "relation ... already exists", measured). Workers starting together take turns
+            # under a session lock instead, and each finds what the one before it made.
+            # A statement that fails closes the connection below, which lets the lock go.
+            conn.execute("SELECT pg_advisory_lock(%s)", [_SETUP_LOCK])
+            for statement in setup:
                 conn.execute(statement)
-            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
-                pass  # another worker made it at the same moment
+            conn.execute("SELECT pg_advisory_unlock(%s)", [_SETUP_LOCK])
     except psycopg.Error as e:
         broken = conn.broken
         conn.close()

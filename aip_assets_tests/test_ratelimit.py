@@ -389,6 +389,76 @@ def test_the_postgres_schedule_is_the_same_arithmetic_as_the_files(postgres, mon
     assert isinstance(shared, PgRate) and "Postgres" in shared.where()
 
 
+def test_workers_that_connect_at_once_to_a_new_database_all_find_the_tables(postgres):
+    """Two workers started together both make the shared-state tables of a new database (test_workers'
+    lake case failed in CI this way). CREATE TABLE IF NOT EXISTS alone lets one of them fail
+    ("relation ... already exists", "type ... already exists" or a duplicate pg_type key, all
+    measured); so each makes them under the setup lock, in turn.
+
+    First the turn itself: while another session holds the lock, a connection waits for it and
+    makes nothing; when it is let go, the connection goes on. Then four connections at once, on
+    four new databases: none fails, and none keeps the lock."""
+    import threading
+
+    import psycopg
+
+    from aip_assets.shared_state import _PG_TABLES, _SETUP_LOCK, connect
+
+    from .conftest import new_database
+
+    def tables(con) -> list[str]:
+        return [r[0] for r in con.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'aip_%' ORDER BY 1")]
+
+    def setup_locks(con, where: str = "true") -> int:  # a bigint key's low 32 bits are its objid
+        sql = f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND {where}"
+        return con.execute(sql, [_SETUP_LOCK]).fetchone()[0]
+
+    def waiting(con) -> int:
+        return setup_locks(con, "NOT granted")
+
+    url = new_database(postgres)
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [_SETUP_LOCK])
+        done, errors = [], []
+
+        def worker(out: list) -> None:
+            try:
+                out.append(connect(url, "make the shared-state tables", _PG_TABLES))
+            except Exception as e:  # noqa: BLE001 - every failure is the finding
+                errors.append(str(e))
+
+        t = threading.Thread(target=worker, args=(done,))
+        t.start()
+        deadline = time.monotonic() + 30
+        while not waiting(other) and not done and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (waiting(other), done, errors, tables(other)) == (1, [], [], [])
+        other.execute("SELECT pg_advisory_unlock(%s)", [_SETUP_LOCK])
+        t.join(timeout=30)
+        assert errors == [] and len(done) == 1
+        assert tables(other) == ["aip_rate_schedule", "aip_run_budget"]
+        done[0].close()
+
+    for _ in range(4):
+        url = new_database(postgres)
+        start, conns = threading.Barrier(4), []
+
+        def together() -> None:
+            start.wait()
+            worker(conns)
+
+        threads = [threading.Thread(target=together) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and len(conns) == 4
+        assert tables(conns[0]) == ["aip_rate_schedule", "aip_run_budget"]
+        assert setup_locks(conns[0]) == 0
+        for c in conns:
+            c.close()
+
+
 def test_requests_per_minute_holds_across_machines_through_postgres(tmp_path, scripted, postgres):
     """Two workers as on two machines (each its own limits folder, so nothing on disk is shared),
     4 requests/s allowed: with AIP_SHARED_STATE_URL the server sees at most 4 starts in any second
