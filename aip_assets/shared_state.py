@@ -34,7 +34,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -242,7 +242,7 @@ def patiently(url: str, what: str, fn: Callable[[], T], label: str = SHARED_STAT
     raise AssertionError("unreachable")
 
 
-def connect(url: str, what: str, setup: tuple[str, ...] = ()) -> Any:
+def connect(url: str, what: str, setup: Sequence[str] = ()) -> Any:
     """A new autocommit connection to the shared-state database, with keepalives and the lock and
     statement timeouts, after running ``setup`` (``what`` it does, for its error). Failures raise
     AipError naming the variable, never showing the password."""
