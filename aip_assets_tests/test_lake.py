@@ -219,6 +219,51 @@ def test_the_lake_refuses_a_data_folder_other_than_its_own(tmp_path, lake, monke
     assert not isinstance(e.value, duckdb.Error)
 
 
+class _LosesTheRace:
+    """A DuckDB connection whose first ATTACH fails as it does for a worker that another one beat to
+    making a new lake (the error Postgres gave, measured with three processes at once); then itself."""
+
+    def __init__(self, con, error: str, attaches: list[str]):
+        self._con, self._error, self._attaches = con, error, attaches
+
+    def execute(self, sql, *args):
+        if sql.startswith("ATTACH"):
+            self._attaches.append(sql)
+            if len(self._attaches) == 1:
+                raise duckdb.CatalogException(self._error)
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+@pytest.mark.parametrize(
+    "error, attaches",
+    [
+        (  # what three workers opening one new lake at once met (2 of 90 opens)
+            'Failed to initialize DuckLake: Failed to execute query "CREATE TABLE "aip_lake"."ducklake_metadata"'
+            '(...)": ERROR:  relation "ducklake_metadata" already exists',
+            2,
+        ),
+        ('ERROR:  duplicate key value violates unique constraint "pg_type_typname_nsp_index"', 2),
+        ("ERROR:  permission denied for schema aip_lake", 1),  # not a race: said at once
+    ],
+)
+def test_a_worker_that_loses_the_race_to_make_a_new_lake_opens_the_one_made(lake, monkeypatch, error, attaches):
+    real, seen = duckdb.connect, []
+    monkeypatch.setattr(lk.duckdb, "connect", lambda *a, **k: _LosesTheRace(real(*a, **k), error, seen))
+    if attaches == 1:
+        with pytest.raises(Exception, match="permission denied") as e:
+            lk.open_lake()
+        assert "AIP_LAKE_DATA_PATH: cannot open the DuckLake" in str(e.value)
+    else:
+        con = lk.open_lake()
+        assert con.execute("SELECT current_database()").fetchone()[0] == lk.ALIAS  # attached, in use
+        con.close()
+        assert lk.exists()
+    assert len(seen) == attaches and len(set(seen)) == 1
+
+
 def test_migrate_copies_a_local_warehouse_into_the_lake_once(tmp_path, builtin_http, postgres, monkeypatch, capsys):
     """`aip-eval migrate` copies every run of a local warehouse into the lake with all its rows
     (the tables then equal the local ones); run again, it copies nothing twice; a run made in the
