@@ -205,20 +205,13 @@ class PgLease(Lease):
         self._beat: threading.Thread | None = None
 
     def _ensure(self) -> None:
-        """The tables, made once per process and database (another worker may make them at once)."""
+        """The tables, made once per process and database (another worker may make them at once:
+        ``shared_state.make_in_turn``)."""
         if self.db.url in _MADE:
             return
+        from .shared_state import make_in_turn
 
-        def make(c) -> None:
-            import psycopg
-
-            for statement in _PG_TABLES:
-                try:
-                    c.execute(statement)
-                except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable):
-                    pass
-
-        self.db.run("making the partition leases' tables", make)
+        self.db.run("making the partition leases' tables", lambda c: make_in_turn(c, _PG_TABLES))
         _MADE.add(self.db.url)
 
     def _try(self) -> tuple[bool, tuple | None]:

@@ -274,20 +274,24 @@ def connect(url: str, what: str, setup: Sequence[str] = ()) -> Any:
         conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT_S}s'")
         conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
         if setup:
-            # CREATE ... IF NOT EXISTS is not safe against another session making the same table at
-            # the same moment: one of them fails (a duplicate pg_type key, "type ... already exists"
-            # or "relation ... already exists", measured). Workers starting together take turns
-            # under a session lock instead, and each finds what the one before it made.
-            # A statement that fails closes the connection below, which lets the lock go.
-            conn.execute("SELECT pg_advisory_lock(%s)", [_SETUP_LOCK])
-            for statement in setup:
-                conn.execute(statement)
-            conn.execute("SELECT pg_advisory_unlock(%s)", [_SETUP_LOCK])
+            make_in_turn(conn, setup)
     except psycopg.Error as e:
         broken = conn.broken
         conn.close()
         raise (_failed(url, f"cannot {what}", e) if broken else _error(url, f"cannot {what}", e)) from None
     return conn
+
+
+def make_in_turn(conn: Any, statements: Sequence[str]) -> None:
+    """Run ``statements`` (tables, schemas, views made if missing) in one transaction, under the
+    setup lock. CREATE ... IF NOT EXISTS is not safe against another session making the same table at
+    the same moment: one of them fails (a duplicate pg_type key, "type ... already exists" or
+    "relation ... already exists", measured). Workers starting together take turns instead, and each
+    finds what the one before it made. The lock is the transaction's: its commit or rollback lets it go."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_SETUP_LOCK])
+        for statement in statements:
+            conn.execute(statement)
 
 
 def _failed(url: str, what: str, e: BaseException) -> AipError:

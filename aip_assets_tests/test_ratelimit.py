@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -396,8 +397,9 @@ def test_workers_that_connect_at_once_to_a_new_database_all_find_the_tables(post
     measured); so each makes them under the setup lock, in turn.
 
     First the turn itself: while another session holds the lock, a connection waits for it and
-    makes nothing; when it is let go, the connection goes on. Then four connections at once, on
-    four new databases: none fails, and none keeps the lock."""
+    makes nothing; when it is let go, the connection goes on. The partition leases' tables wait for
+    the same turn. Then four connections at once, on four new databases: none fails, and none keeps
+    the lock."""
     import threading
 
     import psycopg
@@ -416,28 +418,49 @@ def test_workers_that_connect_at_once_to_a_new_database_all_find_the_tables(post
     def waiting(con) -> int:
         return setup_locks(con, "NOT granted")
 
-    url = new_database(postgres)
-    with psycopg.connect(url, autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(%s)", [_SETUP_LOCK])
-        done, errors = [], []
+    errors: list[str] = []
 
-        def worker(out: list) -> None:
-            try:
-                out.append(connect(url, "make the shared-state tables", _PG_TABLES))
-            except Exception as e:  # noqa: BLE001 - every failure is the finding
-                errors.append(str(e))
+    def worker(out: list, make: Callable[[], object]) -> None:
+        try:
+            out.append(make())
+        except Exception as e:  # noqa: BLE001 - every failure is the finding
+            errors.append(str(e))
 
-        t = threading.Thread(target=worker, args=(done,))
-        t.start()
-        deadline = time.monotonic() + 30
-        while not waiting(other) and not done and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert (waiting(other), done, errors, tables(other)) == (1, [], [], [])
-        other.execute("SELECT pg_advisory_unlock(%s)", [_SETUP_LOCK])
-        t.join(timeout=30)
-        assert errors == [] and len(done) == 1
-        assert tables(other) == ["aip_rate_schedule", "aip_run_budget"]
-        done[0].close()
+    def shared_state(url: str) -> Callable[[], object]:
+        return lambda: connect(url, "make the shared-state tables", _PG_TABLES)
+
+    def leases(url: str) -> Callable[[], object]:
+        """A worker's first lease makes the leases' tables; its connection (and the shared-state
+        tables) made before the lock is taken, so that the wait is the leases' own."""
+        from aip_assets.leases import PgLease
+        from aip_assets.shared_state import SharedDb
+
+        db = SharedDb.get(url)
+        db.run("connect", lambda c: None)
+        return lambda: PgLease("r", "m", "sampling", db, 30)._ensure()
+
+    state = ["aip_rate_schedule", "aip_run_budget"]
+    for maker, before, made in (
+        (shared_state, [], state),
+        (leases, state, ["aip_partition_lease", *state, "aip_stage_done"]),
+    ):
+        url = new_database(postgres)
+        make = maker(url)
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", [_SETUP_LOCK])
+            done: list = []
+            t = threading.Thread(target=worker, args=(done, make))
+            t.start()
+            deadline = time.monotonic() + 30
+            while not waiting(other) and not done and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert (waiting(other), done, errors, tables(other)) == (1, [], [], before)
+            other.execute("SELECT pg_advisory_unlock(%s)", [_SETUP_LOCK])
+            t.join(timeout=30)
+            assert errors == [] and len(done) == 1
+            assert tables(other) == made
+            if done[0] is not None:
+                done[0].close()
 
     for _ in range(4):
         url = new_database(postgres)
@@ -445,7 +468,7 @@ def test_workers_that_connect_at_once_to_a_new_database_all_find_the_tables(post
 
         def together() -> None:
             start.wait()
-            worker(conns)
+            worker(conns, shared_state(url))
 
         threads = [threading.Thread(target=together) for _ in range(4)]
         for t in threads:
