@@ -38,7 +38,7 @@ from .metrics.judging import panel_role
 from .metrics.running import Heartbeat
 from .models.journal_pg import open_journal
 from .models.providers import capabilities
-from .preflight import record_forms, stage_endpoint_check
+from .preflight import checked_before_the_run, record_forms, stage_endpoint_check
 from .runspec import RunSpec, parse_spec
 from .staging import StagedTables
 
@@ -385,7 +385,7 @@ def _run_stage(
             for frame in journal.frames(run_id, metric, stage):  # calls of a synthesis model, if any
                 staged.add({"llm_calls": frame})
         elif stage in ("sampling", "judging"):
-            if stage == "sampling" and plugin.calls_sut:
+            if stage == "sampling" and plugin.calls_sut and not checked_before_the_run(ctx):
                 stage_endpoint_check(ctx, stage, spec.sut, "sut")
             if stage == "sampling":  # what the run can detect, said before its first SUT call
                 for w in (plugin.plan(ctx) or {}).get("warnings", []):

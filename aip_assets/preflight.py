@@ -3,7 +3,8 @@
 ``preflight``: every endpoint answers (and the shared-state database and the lake, when
 configured), and each LLM judge's structured-output form is found or checked; ``examine``: the
 judge exam of a new run, after it. ``stage_endpoint_check``: the same endpoint check at a stage's
-start, retried as its calls are (``check_policy``). The forms chosen are recorded in the run's
+start, retried as its calls are (``check_policy``), which the run's first sampling stage in the
+process that checked the run skips (``checked_before_the_run``). The forms chosen are recorded in the run's
 journal (``record_forms``), where every stage finds them; ``structured_summary`` says which form
 each judge endpoint uses and how it came to it.
 """
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from . import warehouse as wh
+from .handover import Handover
 from .judge_exam import Exam, examined, run_exam
 from .metrics import check_policy, get_metric
 from .metrics.base import StageContext
@@ -121,6 +124,33 @@ def examine(
     exam = run_exam(spec, run_id, path, log)
     exam.raise_if_failed()
     return exam
+
+
+FRESH_S = 60.0  # how long the check before a run stands for its first sampling stage's (same process)
+_CHECKED = Handover()  # run id -> when its endpoints answered the check before it (time.monotonic)
+
+
+def hand_over_check(run_id: str, answered_at: float) -> None:
+    """Said by ``aip-eval run`` once the run it checked (``preflight``, which answered at
+    ``answered_at``) is registered or resumed, before it evaluates the run's metrics in this process:
+    the first of them to sample takes that check as its own (``checked_before_the_run``)."""
+    _CHECKED.put(run_id, answered_at)
+
+
+def checked_before_the_run(ctx: StageContext) -> bool:
+    """Whether the SUT's endpoint check at this sampling stage's start is the check before the run,
+    handed over (``hand_over_check``) and made less than ``FRESH_S`` ago: true once per run and
+    process, for the first sampling stage (the metrics after it check again). The check before the
+    run stopped it on any endpoint that did not answer, so asking again seconds later would only
+    cost the stage a round trip before its first call."""
+    answered_at = _CHECKED.take(ctx.run_id)
+    if answered_at is None:
+        return False
+    age = time.monotonic() - answered_at
+    if age >= FRESH_S:
+        return False
+    logger.debug(f"sampling [{ctx.run_id} × {ctx.metric}]: the SUT's endpoint answered the run's check {age:.1f}s ago")
+    return True
 
 
 def stage_endpoint_check(ctx: StageContext, stage: str, conn, role: str) -> None:

@@ -181,13 +181,13 @@ def test_a_judge_failing_during_sampling_fails_those_judgements_within_their_bud
     # the judging stage's check of the judge is its third with judging ahead (the run's, judging ahead's
     # during sampling, which the judge answers: then its judgements fail and judging ahead stops, so
     # the judging stage checks it again), its second without
-    state = {"sut_checks": 0, "judge_checks": 0, "stage_check": 3, "failing": False, "failed": 0}
+    state = {"sampling": False, "judge_checks": 0, "stage_check": 3, "failing": False, "failed": 0}
 
     def sut_handler(body, n):
         if is_preflight(body):
-            state["sut_checks"] += 1
-            state["failing"] = state["sut_checks"] == 2  # the sampling stage's check
             return "OK"
+        if not state["sampling"]:  # the SUT's first call: sampling has started
+            state["sampling"] = state["failing"] = True
         return answer(body)
 
     def judge_handler(body, n):
@@ -210,7 +210,7 @@ def test_a_judge_failing_during_sampling_fails_those_judgements_within_their_bud
     assert ahead.MAX_FAILURES <= len(bad) <= ahead.MAX_FAILURES + 2
     assert (bad.attempts == 2).all() and (bad.network_retries == 1).all() and failed == 2 * len(bad)
     assert state["judge_checks"] == 3  # judging ahead stopped: the judging stage checked the judge again
-    state.update(sut_checks=0, judge_checks=0, stage_check=2, failed=0)
+    state.update(sampling=False, judge_checks=0, stage_check=2, failed=0)
     off = run(spec, monkeypatch, ahead_on=False)
     assert state["failed"] == 0
     good = got.status != "judge_failed"

@@ -62,10 +62,10 @@ def two_metric_spec(tmp_path: Path, sut: dict, retries: int = 3) -> Path:
 
 
 class Outage:
-    """A SUT handler (the builtin model's answers) that goes down at the third endpoint check (the
-    first is the run's, the second decision flip's sampling, the third semantic consistency's)
-    for ``window`` requests, or for ever (``window`` None): each such request's connection is
-    closed without an answer."""
+    """A SUT handler (the builtin model's answers) that goes down at the second endpoint check (the
+    first is the run's, which decision flip's sampling takes as its own; the second semantic
+    consistency's, at its stage's start) for ``window`` requests, or for ever (``window`` None):
+    each such request's connection is closed without an answer."""
 
     def __init__(self, window: int | None):
         self.window, self.checks, self.left, self.down = window, 0, 0, False
@@ -74,7 +74,7 @@ class Outage:
     def __call__(self, body, n):
         if is_preflight(body):
             self.checks += 1
-            if self.checks == 3:
+            if self.checks == 2:
                 self.down, self.left = self.window is None, self.window or 0
         if self.down or self.left > 0:
             self.left -= 1
@@ -92,7 +92,7 @@ def test_a_sut_outage_at_a_stage_start_within_the_retries_is_ridden_out(tmp_path
     spec = two_metric_spec(tmp_path, server.conn())
     assert main(["run", str(spec)]) == 0
     err = capsys.readouterr().err
-    assert outage.dropped == 3 and outage.checks == 6  # the run's, decision flip's, then 3 dropped and 1 answered
+    assert outage.dropped == 3 and outage.checks == 5  # the run's, then semantic consistency's: 3 dropped, 1 answered
     where = f"endpoint check: sut endpoint {server.url} (model scripted)"
     waits = [line for line in err.splitlines() if where in line]
     assert len(waits) == 3 and all("connection closed by the server without an answer; waiting " in w for w in waits)
@@ -140,7 +140,7 @@ def test_an_unauthorised_sut_at_a_stage_start_still_stops_the_run(tmp_path, scri
 
     def handler(body, n):
         handler.checks += is_preflight(body)
-        if handler.checks >= 2:  # from decision flip's stage start on
+        if handler.checks >= 2:  # from semantic consistency's stage start on (decision flip's took the run's)
             return Reply(401, body={"error": {"message": "bad key"}})
         return "OK" if is_preflight(body) else builtin_text(body)
 
@@ -149,7 +149,43 @@ def test_an_unauthorised_sut_at_a_stage_start_still_stops_the_run(tmp_path, scri
     assert main(["run", str(two_metric_spec(tmp_path, server.conn()))]) == 2
     err = capsys.readouterr().err
     assert f"sut endpoint {server.url} (model scripted): unauthorised (HTTP 401)" in err
-    assert handler.checks == 3  # the run's check, then each metric's stage start once: a 401 is not retried
+    assert handler.checks == 2  # the run's check, then the second metric's stage start once: a 401 is not retried
+    assert table(
+        "sut_responses", wh.query("SELECT run_id FROM eval_runs").run_id[0], "probe_id"
+    ).metric.unique().tolist() == [
+        "llm.decision_flip"
+    ]  # the first metric sampled on the run's check; the second stopped at its own
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_the_first_sampling_stage_takes_the_runs_check_as_its_own_when_it_is_fresh(
+    tmp_path, scripted, capsys, monkeypatch, fresh
+):
+    """``aip-eval run`` checks the SUT before the run; the first metric's sampling, seconds later in
+    the same process, takes that check as its own instead of asking again (a round trip before its
+    first call); the next metric's stage checks, as every stage does whose run was checked elsewhere
+    or over a minute ago (``preflight.FRESH_S``)."""
+    from aip_assets import preflight
+
+    if not fresh:
+        monkeypatch.setattr(preflight, "FRESH_S", 0.0)
+    server = scripted(lambda body, n: "OK" if is_preflight(body) else builtin_text(body), answer_preflight=False)
+    checks_at: list[int] = []  # how many SUT calls (not checks) came before each check
+    assert main(["run", "--verbose", str(two_metric_spec(tmp_path, server.conn()))]) == 0
+    bodies = server.requests
+    calls = 0
+    for b in bodies:
+        if is_preflight(b):
+            checks_at.append(calls)
+        else:
+            calls += 1
+    run_id = wh.query("SELECT run_id FROM eval_runs").run_id[0]
+    first = len(table("sut_responses", run_id, "probe_id").query("metric == 'llm.decision_flip'"))
+    assert first > 0 and calls > first
+    # fresh: the run's check (before any call), then semantic consistency's, after decision flip's calls
+    assert checks_at == ([0, first] if fresh else [0, 0, first])
+    took = [line for line in capsys.readouterr().err.splitlines() if "answered the run's check" in line]
+    assert len(took) == (1 if fresh else 0) and (not took or "llm.decision_flip" in took[0])
 
 
 def test_the_check_before_a_run_says_why_it_waits_and_ends_within_its_budget(tmp_path, scripted, capsys):
