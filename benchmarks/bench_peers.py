@@ -6,7 +6,10 @@ Our small run is the demo spec restricted to decision flip, ``sub_call_concurren
 ``max_connections`` at ``--concurrency`` (64), run as a user runs it, twice per round: in a fresh data
 folder (``ours``: a project's first run) and in the first run's folder (``ours_warm``: a project that
 has run before, its warehouse and Dagster storage made; every round still sends every request, the
-journal answers only a run's own calls; promptfoo, too, keeps its database across rounds):
+journal answers only a run's own calls; promptfoo, too, keeps its database across rounds), and a
+third time with the builtin judge in its own process (``ours_local_judge``, a fresh folder: the same
+SUT requests and the same judgements, none of them a request; the peers make no judge requests
+either, they read the answers in their own process), so the comparison is there both ways:
 
     python -m aip_assets.cli run spec.yaml --json --quiet
 
@@ -70,8 +73,8 @@ INSTALL = {
     "promptfoo": "mkdir -p {dir} && cd {dir} && npm init -y && npm install promptfoo",
     "inspect": "python -m venv {dir} && {dir}/bin/pip install inspect-ai openai",
 }
-TOOLS = ("ours", "ours_warm", "promptfoo", "inspect")
-OURS = ("ours", "ours_warm")
+TOOLS = ("ours", "ours_warm", "ours_local_judge", "promptfoo", "inspect")
+OURS = ("ours", "ours_warm", "ours_local_judge")
 
 INSPECT_TASK = '''"""The SUT requests of an aip-eval run as an Inspect task: one sample per request, sent as recorded."""
 
@@ -148,8 +151,9 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def small_spec(sut_url: str, judge_url: str, concurrency: int) -> dict:
-    """The demo spec, decision flip alone, SUT and judge at the servers, ``concurrency`` in flight."""
+def small_spec(sut_url: str, judge_url: str | None, concurrency: int) -> dict:
+    """The demo spec, decision flip alone, SUT and judge at the servers, ``concurrency`` in flight
+    (``judge_url`` None: the builtin judge, in the run's own process)."""
     demo = yaml.safe_load((CHECKOUT / "data" / "runs" / "demo.yaml").read_text())
     metric = dict(demo["metrics"]["llm.decision_flip"])
     metric["config"] = dict(metric.get("config") or {}, sub_call_concurrency_limit=concurrency)
@@ -161,7 +165,7 @@ def small_spec(sut_url: str, judge_url: str, concurrency: int) -> dict:
         demo,
         dataset=str((CHECKOUT / "data" / "runs" / demo["dataset"]).resolve()),
         sut=conn(sut_url),
-        judge=conn(judge_url),
+        judge=conn(judge_url) if judge_url else {"provider": "builtin"},
         metrics={"llm.decision_flip": metric},
     )
 
@@ -379,7 +383,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--promptfoo-dir", type=Path, default=PEERS / "promptfoo")
     ap.add_argument("--inspect-venv", type=Path, default=PEERS / "inspect-venv")
-    ap.add_argument("--tools", default=",".join(TOOLS), help="which of ours,ours_warm,promptfoo,inspect to time")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to time")
     ap.add_argument("--no-verify", action="store_true", help="skip the peers' check against the recording endpoint")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--out", help="the Markdown table (JSON beside it); default benchmarks/results/peers-<commit>.md")
@@ -411,9 +415,11 @@ def main() -> int:
     try:
         spec_path = work / "spec.yaml"
         spec_path.write_text(yaml.safe_dump(small_spec(sut_url, judge_url, args.concurrency), sort_keys=False))
-        ours_cmd = [sys.executable, "-m", "aip_assets.cli", "run", str(spec_path), "--json", "--quiet"]
+        local_spec = work / "spec-local-judge.yaml"
+        local_spec.write_text(yaml.safe_dump(small_spec(sut_url, None, args.concurrency), sort_keys=False))
 
-        def ours(data: Path) -> dict:
+        def ours(data: Path, spec: Path = spec_path) -> dict:
+            ours_cmd = [sys.executable, "-m", "aip_assets.cli", "run", str(spec), "--json", "--quiet"]
             r = timed(ours_cmd, {**child_env(), "AIP_DATA_DIR": str(data)}, work)
             if r["rc"] not in (0, 1):  # 1: the demo's gate fails on purpose
                 print(r["stderr"][-3000:], file=sys.stderr)
@@ -474,6 +480,8 @@ def main() -> int:
                     res = ours(work / f"data-{r}")
                 elif t == "ours_warm":  # the folder of the first run: a project that has run before
                     res = ours(work / "data-first")
+                elif t == "ours_local_judge":  # a fresh folder, the builtin judge in the run's process
+                    res = ours(work / f"data-local-{r}", local_spec)
                 else:
                     res = peers[t](sut_url)
                 res["sut_requests"] = stats(sut_url).get("requests", 0) - before
@@ -508,7 +516,7 @@ def main() -> int:
         }
         for t in tools
     }
-    # ours: its n calls and the SUT's endpoint checks (the preflight's and the sampling stage's), as in its first run
+    # ours: its n calls and the SUT's endpoint check before the run (its sampling takes it as its own), as in its first run
     want = {t: first_requests if t in OURS else n for t in tools}
     same_count = all(c == want[t] for t in tools for c in summary[t]["sut_requests"])
     info = {
@@ -528,6 +536,7 @@ def main() -> int:
     names = {
         "ours": "aip-eval (a new data folder)",
         "ours_warm": "aip-eval (a data folder that has runs)",
+        "ours_local_judge": "aip-eval (a new data folder, the builtin judge in process: no judge requests)",
         "promptfoo": "promptfoo",
         "inspect": "Inspect AI",
     }
@@ -538,7 +547,8 @@ def main() -> int:
         f"- aip_assets {info['version']} at commit {info['commit']}; code: {info['code']}",
         "- peers: " + ", ".join(f"{k} {v}" for k, v in vers.items()),
         f"- {args.rounds} interleaved rounds; each tool from process start to exit; the SUT is `serve-builtin "
-        f"--latency-ms {args.latency_ms:g}` (demo profile), aip-eval's judge a second one",
+        f"--latency-ms {args.latency_ms:g}` (demo profile), aip-eval's judge a second one (in the row "
+        "that says so, the builtin judge in aip-eval's process)",
         "",
         "| tool | wall s (each round) | median s | ÷ aip-eval (new folder) | ÷ aip-eval (folder with runs) "
         "| CPU s (median) | SUT requests |",
@@ -558,6 +568,15 @@ def main() -> int:
         f"Every run sent the {n} SUT requests (aip-eval: and its {first_requests - n} endpoint checks): {same_count}. "
         + "; ".join(
             f"{names[t]}'s requests equal ours (as JSON): {v['same']} ({v['sent']} sent)" for t, v in verified.items()
+        ),
+        *(
+            [
+                "With the judge in aip-eval's own process, as the peers read their answers in theirs: "
+                + "; ".join(f"{names[t]} ÷ it {med[t] / med['ours_local_judge']:.2f}" for t in tools if t not in OURS)
+                + "."
+            ]
+            if "ours_local_judge" in tools
+            else []
         ),
         f"Load average (1 min) during the rounds: {min(x for t in tools for x in summary[t]['load1']):.1f}"
         f"–{max(x for t in tools for x in summary[t]['load1']):.1f}.",
