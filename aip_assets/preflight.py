@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -130,11 +131,17 @@ FRESH_S = 60.0  # how long the check before a run stands for its first sampling 
 _CHECKED = Handover()  # run id -> when its endpoints answered the check before it (time.monotonic)
 
 
-def hand_over_check(run_id: str, answered_at: float) -> None:
-    """Said by ``aip-eval run`` once the run it checked (``preflight``, which answered at
-    ``answered_at``) is registered or resumed, before it evaluates the run's metrics in this process:
-    the first of them to sample takes that check as its own (``checked_before_the_run``)."""
+@contextmanager
+def hand_over_check(run_id: str, answered_at: float) -> Iterator[None]:
+    """Around ``aip-eval run``'s evaluation of the run it checked (``preflight``, which answered at
+    ``answered_at``) in this process: the first of its metrics to sample takes that check as its own
+    (``checked_before_the_run``). Not taken by the end (no metric sampled), it is dropped, so no
+    later run of the same id in this process finds it."""
     _CHECKED.put(run_id, answered_at)
+    try:
+        yield
+    finally:
+        _CHECKED.take(run_id)
 
 
 def checked_before_the_run(ctx: StageContext) -> bool:

@@ -508,3 +508,24 @@ def test_a_host_name_that_does_not_resolve_asks_whether_base_url_is_right(monkey
     with pytest.raises(EndpointDown) as e:
         asyncio.run(check_endpoint(conn, "judge", retries=0))
     assert "is base_url right? (spec field judge.base_url); the last try: DNS failure" in str(e.value), str(e.value)
+
+
+def test_a_handed_over_check_is_taken_once_while_fresh_and_dropped_when_not_taken():
+    """``hand_over_check`` around a run's evaluation: the first sampling stage takes the check, the
+    next does not; a check older than ``FRESH_S`` is not taken; one nobody took is gone afterwards
+    (a later run of the same id in this process checks at its stage's start)."""
+    import time
+    from types import SimpleNamespace
+
+    from aip_assets import preflight
+
+    ctx = SimpleNamespace(run_id="r-1", metric="llm.decision_flip")
+    with preflight.hand_over_check("r-1", time.monotonic()):
+        assert preflight.checked_before_the_run(SimpleNamespace(run_id="r-2", metric="m")) is False  # another run's
+        assert preflight.checked_before_the_run(ctx) is True
+        assert preflight.checked_before_the_run(ctx) is False  # once: the next metric checks
+    with preflight.hand_over_check("r-1", time.monotonic() - preflight.FRESH_S - 1):
+        assert preflight.checked_before_the_run(ctx) is False  # over a minute old
+    with preflight.hand_over_check("r-1", time.monotonic()):
+        pass  # no metric sampled
+    assert preflight.checked_before_the_run(ctx) is False

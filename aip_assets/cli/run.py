@@ -9,7 +9,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -146,6 +146,15 @@ def _background(fn: Callable[[], T]) -> Callable[..., T]:
     return wait
 
 
+def _handing_over(outcomes: Iterator[T], run_id: str, answered_at: float) -> Iterator[T]:
+    """The metrics' outcomes as they are evaluated (``jobs.evaluate_run``, lazy), with the endpoint
+    check just made handed over to the first of them to sample (``preflight.hand_over_check``)."""
+    from ..preflight import hand_over_check
+
+    with hand_over_check(run_id, answered_at):
+        yield from outcomes
+
+
 def _evaluate_job():
     """The evaluate job resolved; ``jobs.evaluate_run``, which runs it."""
     from ..jobs import evaluate, evaluate_run
@@ -161,7 +170,7 @@ def _run(args, resumable: dict[str, str], started: Callable[[], None] = lambda: 
     from .. import warehouse as wh
     from ..dagster_home import get_instance, use_project_of
     from ..estimate import update_limits
-    from ..preflight import examine, hand_over_check, preflight, record_forms
+    from ..preflight import examine, preflight, record_forms
     from ..runspec import load_spec
     from ..summary import run_summary
 
@@ -299,8 +308,6 @@ def _run(args, resumable: dict[str, str], started: Callable[[], None] = lambda: 
             f"{args.spec} differs from run {run_id}'s stored spec (" + "; ".join(differ) + "); the resumed "
             "run keeps its stored spec"
         )
-    if not args.submit:  # the metrics are evaluated here: the first to sample takes the check just made
-        hand_over_check(run_id, answered_at)
     started()
     metrics = args.metric or list(spec.metrics)
     if args.submit:
@@ -310,17 +317,21 @@ def _run(args, resumable: dict[str, str], started: Callable[[], None] = lambda: 
     else:
         # --warehouse reaches the stages as the warehouse resource's path (--parallel: in other processes)
         chosen = {"resources": {"warehouse": {"config": {"path": str(path)}}}} if args.warehouse else {}
-        outcomes = evaluate_run(
-            instance,
+        outcomes = _handing_over(
+            evaluate_run(
+                instance,
+                run_id,
+                spec.metrics,
+                metrics,
+                {"aip/spec": spec.name},
+                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **chosen},
+                on_start=lambda m: log.info(f"materialising {run_id} × {m}"),
+                parallel=args.parallel,
+                quiet=args.quiet,
+                verbose=args.verbose,
+            ),
             run_id,
-            spec.metrics,
-            metrics,
-            {"aip/spec": spec.name},
-            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **chosen},
-            on_start=lambda m: log.info(f"materialising {run_id} × {m}"),
-            parallel=args.parallel,
-            quiet=args.quiet,
-            verbose=args.verbose,
+            answered_at,
         )
     failed: dict[str, str] = {}  # metric -> what stopped it (jobs.Outcome.kind)
     known = {}  # metric -> the findings its aggregation read in this run (jobs.Outcome.findings)
