@@ -705,11 +705,16 @@ def _server(mode: str) -> tuple[int, object]:
     return port, s
 
 
-def _error(url: str, timeout: float = 1.0) -> tuple[str, float]:
+def _error(url: str, timeout: float = 1.0, stall_at: float | None = None) -> tuple[str, float]:
+    """The error of one call to ``url``; ``stall_at``: the event loop is blocked for 0.25 s from
+    that many seconds after the call starts (a busy machine's late turn of the loop)."""
+
     async def go():
         conn = Connection(provider="openai", base_url=url, model="m")
         async with ModelClient(conn, role="sut", run_id="r", metric="m", stage="s", journal=None) as c:
             t0 = time.perf_counter()
+            if stall_at is not None:
+                asyncio.get_running_loop().call_later(stall_at, time.sleep, 0.25)
             r = await c.chat([{"role": "user", "content": "x"}], temperature=0, retries=0, timeout=timeout)
             return r.error, time.perf_counter() - t0
 
@@ -736,6 +741,10 @@ def test_connection_failures_say_what_happened(monkeypatch):
     keep.append(s)
     err, took = _error(f"http://127.0.0.1:{port}/v1", timeout=0.5)
     assert err.startswith("connect timeout: no connection within 0.5s"), err
+    # the loop late past the connect timeout: that timeout is still the one reported, not the outer
+    # bound of the try ("no complete answer"), which fires well after it
+    err, took = _error(f"http://127.0.0.1:{port}/v1", timeout=0.5, stall_at=0.45)
+    assert err.startswith("connect timeout: no connection within 0.5s") and took >= 0.7, err
     # a name that cannot be resolved (the resolver is replaced: no lookup leaves the machine)
     real = socket.getaddrinfo
 

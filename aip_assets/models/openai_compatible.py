@@ -166,7 +166,10 @@ class OpenAICompatibleProvider:
         transport = self.transport
         assert transport is not None, "send before open"
         # connect and read timeouts inside the transport, so a failure says which it was; the outer
-        # bound (a little later) only catches an answer trickled in so slowly that no read times out
+        # bound (later) only catches an answer trickled in so slowly that no read times out. Its half
+        # second of margin keeps it from firing in the same turn of a busy event loop as an inner
+        # timeout, which would then be reported as the outer one ("no complete answer" for a connect
+        # timeout: seen once on a loaded machine with a margin of 0.075 s)
         limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         request = httpx.Request(
             "POST",
@@ -175,7 +178,7 @@ class OpenAICompatibleProvider:
             content=(text if text is not None else wire_json(body)).encode("utf-8"),
             extensions={"timeout": limits},
         )
-        bound = timeout * 1.05 + 0.05
+        bound = timeout * 1.05 + 0.5
         if hasattr(asyncio, "timeout"):  # 3.11+: no task per call, as wait_for makes (visible at 1,024 in flight)
             async with asyncio.timeout(bound):
                 resp = await transport.handle_async_request(request)
