@@ -1,7 +1,9 @@
 """What one step of a run computed, handed to a later step in the same process, by key (a run and
-a metric): the findings an aggregation read for its metadata, taken by ``aip-eval run``'s summary
-(``findings``); the judgements made during sampling, taken by the judging stage (``metrics.ahead``).
-A value is taken once; a step that finds none computes it as it would without."""
+a metric, or a run): the findings an aggregation read for its metadata, taken by ``aip-eval run``'s
+summary (``findings``); the judgements made during sampling, taken by the judging stage
+(``metrics.ahead``); the endpoint check before a run, taken by its first sampling stage
+(``preflight.hand_over_check``). A value is taken once; a step that finds none computes it as it
+would without."""
 
 from __future__ import annotations
 
